@@ -1,0 +1,91 @@
+"""agentd's exception tree.
+
+::
+
+    AgentdError                      base; ``exit_code`` says how the process ends
+    ├── ConfigError                  invalid setting, found before any side effect (2)
+    ├── FatalInfraError              model provider unreachable / auth failed (4)
+    │   ├── ModelAuthError           401/403 from the provider
+    │   └── ModelUnavailableError    retries exhausted on 429/5xx/connection errors
+    ├── ModelError                   a provider answered something unusable (1)
+    ├── RequiredServerFailed         a required MCP server failed (6)
+    ├── UpstreamError                an MCP server call failed (not fatal by itself)
+    │   ├── ServerUnavailable        the server is not connected right now
+    │   └── CapabilityMissing        the server lacks what the call needs
+    ├── RouteError                   a routing rule was violated (e.g. URI already owned)
+    ├── SandboxError                 a watch filter was refused or failed
+    └── LifecycleError               an illegal state transition (a bug: names both states)
+
+Errors that end the process carry their exit code; everything else is
+reported to whoever made the call (often the model, as a tool error).
+"""
+
+from __future__ import annotations
+
+from agentd.exitcodes import ExitCode
+
+
+class AgentdError(Exception):
+    """Base of every error agentd raises on purpose."""
+
+    exit_code: ExitCode = ExitCode.CRASHED
+
+
+class ConfigError(AgentdError):
+    """An invalid setting. The message names the setting, the value and the fix."""
+
+    exit_code = ExitCode.CONFIG
+
+    def __init__(self, setting: str, value: object, fix: str) -> None:
+        self.setting = setting
+        self.value = value
+        self.fix = fix
+        super().__init__(f"{setting}: {value!r} is not valid: {fix}")
+
+
+class FatalInfraError(AgentdError):
+    """The model provider cannot be used: auth failed, or unreachable after retries."""
+
+    exit_code = ExitCode.FATAL_INFRA
+
+
+class ModelAuthError(FatalInfraError):
+    """The provider rejected the credentials (401/403)."""
+
+
+class ModelUnavailableError(FatalInfraError):
+    """The provider stayed unreachable or overloaded after every retry."""
+
+
+class ModelError(AgentdError):
+    """The provider answered, but with something agentd cannot use."""
+
+
+class RequiredServerFailed(AgentdError):
+    """A server marked ``required`` could not start or reconnect."""
+
+    exit_code = ExitCode.REQUIRED_SERVER
+
+
+class UpstreamError(AgentdError):
+    """An MCP server call failed; reported to the caller, not fatal by itself."""
+
+
+class ServerUnavailable(UpstreamError):
+    """The server is not connected (starting, restarting, or failed)."""
+
+
+class CapabilityMissing(UpstreamError):
+    """The server does not offer what the call needs (e.g. ``resources.subscribe``)."""
+
+
+class RouteError(AgentdError):
+    """A routing rule was violated, e.g. a URI already owned by another session."""
+
+
+class SandboxError(AgentdError):
+    """A watch filter was refused at validation or failed at run time."""
+
+
+class LifecycleError(AgentdError):
+    """An illegal state transition; the message names the current and allowed states."""

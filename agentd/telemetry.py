@@ -1,0 +1,112 @@
+"""Telemetry: NDJSON events on stderr, one object per line, and counters.
+
+Every line has ``ts`` (RFC 3339, UTC, milliseconds) and ``event``; the other
+fields are the event's own. Routed events carry the owning ``route`` id
+(``None`` when no route matched). Secrets never reach a line: values of keys
+that look like credentials are replaced by ``"***"``.
+
+Emitting is synchronous and never blocks on anything but the write to
+stderr (a pipe the operator owns), so the reactor may emit freely.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import sys
+from collections import Counter
+from collections.abc import Iterable
+from typing import IO, Any
+
+import orjson
+
+#: Events written only with ``--verbose`` (everything else is always written).
+DEBUG_EVENTS: frozenset[str] = frozenset(
+    {
+        "route.enqueued",
+        "route.coalesced",
+        "watch.started",
+        "watch.subscribed",
+        "watch.event",
+        "watch.resubscribing",
+        "watch.stopped",
+        "watch.restored",
+        "reply.suppressed",
+        "subscription.established",
+    }
+)
+
+_SECRET_MARKERS = ("api_key", "apikey", "token", "secret", "password", "authorization")
+
+REDACTED = "***"
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether a field or setting named ``key`` holds a credential."""
+    k = key.lower().replace("-", "_")
+    return any(m in k for m in _SECRET_MARKERS)
+
+
+def redact(value: Any) -> Any:
+    """Return ``value`` with every credential-looking mapping entry replaced by ``***``."""
+    if isinstance(value, dict):
+        return {
+            k: (REDACTED if isinstance(k, str) and is_secret_key(k) and v else redact(v))
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [redact(v) for v in value]
+    return value
+
+
+def _now_rfc3339() -> str:
+    now = _dt.datetime.now(_dt.UTC)
+    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
+
+
+class Telemetry:
+    """Writes NDJSON events and keeps named counters.
+
+    Args:
+        stream: where lines go (stderr by default).
+        verbose: also write the events in :data:`DEBUG_EVENTS`.
+    """
+
+    def __init__(self, stream: IO[str] | None = None, *, verbose: bool = False) -> None:
+        self._stream = stream if stream is not None else sys.stderr
+        self.verbose = verbose
+        self.counters: Counter[str] = Counter()
+
+    def emit(self, event: str, /, **fields: Any) -> None:
+        """Write one event line (debug events only when verbose)."""
+        if event in DEBUG_EVENTS and not self.verbose:
+            return
+        record: dict[str, Any] = {"ts": _now_rfc3339(), "event": event}
+        record.update(redact(fields))
+        line = orjson.dumps(record, default=str).decode()
+        try:
+            self._stream.write(line + "\n")
+            self._stream.flush()
+        except (BrokenPipeError, ValueError):
+            # stderr closed under us (the reader went away): telemetry is
+            # best-effort and must never take the supervisor down.
+            pass
+
+    def incr(self, name: str, n: int = 1) -> None:
+        """Add ``n`` to counter ``name``."""
+        self.counters[name] += n
+
+    def snapshot(self, names: Iterable[str] | None = None) -> dict[str, int]:
+        """The current counters (all, or the ``names`` given, zero when unset)."""
+        if names is None:
+            return dict(self.counters)
+        return {n: self.counters.get(n, 0) for n in names}
+
+
+class NullTelemetry(Telemetry):
+    """Telemetry that writes nothing but still counts (for pure-core tests and benches)."""
+
+    def __init__(self) -> None:
+        super().__init__(stream=None, verbose=False)
+
+    def emit(self, event: str, /, **fields: Any) -> None:
+        return None
