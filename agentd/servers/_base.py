@@ -1,0 +1,615 @@
+"""Shared machinery of agentd's bundled MCP servers (``agentd serve NAME``).
+
+Every bundled server (memo, inbox, files, kube) is a :class:`WatchableServer`:
+an ``MCPServer`` from the ``mcp`` SDK, run under trio, that serves
+2026-07-28 clients (``subscriptions/listen``) and handshake-era clients
+(``resources/subscribe`` + ``notifications/resources/updated``) alike. One
+:meth:`WatchableServer.notify_changed` call reaches both kinds of subscriber.
+
+Plug-in contract (how ``agentd serve NAME`` finds a server)
+------------------------------------------------------------
+:data:`SERVERS` maps NAME to a module path, imported lazily. The module
+exposes::
+
+    SUMMARY: str                                   one line for the server list
+    def add_arguments(parser: argparse.ArgumentParser) -> None
+        # add the server's own flags; --http and --allow-remote are already there
+    def build(args: argparse.Namespace) -> WatchableServer
+        # validate flags and construct; raise ConfigError (exit 2) for bad
+        # input, ServerStartError (its exit_code) when the server must not run.
+        # No protocol I/O here; long-lived change sources are registered with
+        # server.add_source(...) and started by WatchableServer.run.
+
+:func:`main` parses ``argv`` (everything after ``serve``), builds, then
+``trio.run(server.run, transport)``. Unknown NAME prints the list of servers
+and returns 2. stdio is the default transport; ``--http HOST:PORT`` serves
+Streamable HTTP at ``http://HOST:PORT/mcp`` (hypercorn on trio), refusing a
+non-loopback HOST unless ``--allow-remote`` is given.
+
+Building a server
+-----------------
+::
+
+    server = WatchableServer("memo", instructions="...")
+    @server.mcp.tool(...)                    # tools: the SDK's decorator
+    @server.mcp.resource(uri, mime_type=STATE_MIME,
+                         description=describe("What it is.", name="notes", uri=uri))
+    server.add_source(run_inotify)           # async def run_inotify() -> None
+    gate = SourceGate("the notes file watcher")
+    gate.running() / gate.failed(msg)        # from the source task
+    await gate.wait_ready()                  # first line of a watched read
+    await server.notify_changed(uri)         # after every change
+    await server.notify_custom(method, params, capability="claude/channel")
+
+Resource shapes: *state* (``STATE_MIME``, any JSON) or *event-log*
+(``EVENTS_MIME``, body ``{"events": [{"seq", "type", ...}]}`` from an
+:class:`EventRing`). Errors a read or tool call should report to the client:
+raise ``ResourceError`` / ``ToolError`` (re-exported here) with a message that
+says what to do; the SDK turns them into MCP errors and the server keeps
+running. No ``ttlMs`` on watched resources (they are never given cache hints).
+"""
+
+from __future__ import annotations
+
+import argparse
+import enum
+import importlib
+import ipaddress
+import logging
+import signal
+import sys
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+import anyio
+import orjson
+import trio
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.server.stdio import stdio_server
+from mcp.server.subscriptions import InMemorySubscriptionBus, ResourceUpdated
+from mcp.shared.exceptions import MCPError
+from mcp.shared.uri_template import UriTemplate
+from mcp_types import (
+    INVALID_PARAMS,
+    EmptyResult,
+    ReadResourceRequestParams,
+    SubscribeRequestParams,
+    UnsubscribeRequestParams,
+)
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import BaseModel
+
+from agentd import __version__
+from agentd.errors import AgentdError, ConfigError
+from agentd.exitcodes import ExitCode
+
+__all__ = [
+    "EVENTS_MIME",
+    "RING_CAPACITY",
+    "SERVERS",
+    "SOURCE_START_TIMEOUT",
+    "STATE_MIME",
+    "ConfigError",
+    "EventRing",
+    "ResourceError",
+    "ServerStartError",
+    "SourceGate",
+    "SourceState",
+    "ToolError",
+    "Transport",
+    "WatchableServer",
+    "describe",
+    "example_line",
+    "main",
+    "parse_http",
+]
+
+log = logging.getLogger("agentd.servers")
+
+STATE_MIME: Final = "application/json"
+EVENTS_MIME: Final = "application/vnd.agentd.events+json"
+#: Events an event-log resource keeps; older ones fall off (readers see a GAP).
+RING_CAPACITY: Final = 256
+#: How long the first read of a watched URI waits for its change source to
+#: start. Local sources (inotify) start in milliseconds; a kube list can take
+#: seconds on a busy API server, and a client's own request timeout is ~60 s.
+SOURCE_START_TIMEOUT: Final = 30.0
+
+#: NAME -> module implementing the plug-in contract above.
+SERVERS: Final[Mapping[str, str]] = {
+    "memo": "agentd.servers.memo",
+    "inbox": "agentd.servers.inbox",
+    "files": "agentd.servers.files",
+    "kube": "agentd.servers.kube",
+}
+
+_LOOPBACK_NAMES: Final = frozenset({"localhost"})
+
+
+class ServerStartError(AgentdError):
+    """The server must not run (e.g. another process already drains this inbox).
+
+    The message says why and what to do; :func:`main` prints it and exits with
+    ``exit_code``.
+    """
+
+    exit_code = ExitCode.CRASHED
+
+
+# --------------------------------------------------------------------------- descriptions
+
+
+def example_line(*, name: str, uri: str, on_event: str | None = None) -> str:
+    """The ``Example:`` line every watched resource description ends with."""
+    tail = f", on_event={on_event!r}" if on_event is not None else ", on_event=None"
+    return f"Example: watch_start(name={name!r}, uri={uri!r}{tail})"
+
+
+def describe(text: str, *, name: str, uri: str, on_event: str | None = None) -> str:
+    """A resource description: ``text`` then the ``Example:`` line on its own line."""
+    return f"{text.rstrip()}\n{example_line(name=name, uri=uri, on_event=on_event)}"
+
+
+# --------------------------------------------------------------------------- event log
+
+
+class EventRing:
+    """A bounded log of events with increasing ``seq`` (the event-log shape).
+
+    Pure and synchronous. ``seq`` starts at 1 and never repeats within the
+    ring's life; when more than ``capacity`` events were appended the oldest
+    fall off, which readers detect as a gap (first ``seq`` > last seen + 1).
+    """
+
+    def __init__(self, capacity: int = RING_CAPACITY) -> None:
+        if capacity < 1:
+            raise ValueError(f"EventRing capacity must be at least 1, got {capacity!r}")
+        self._events: deque[dict[str, Any]] = deque(maxlen=capacity)
+        self._seq = 0
+
+    @property
+    def last_seq(self) -> int:
+        """``seq`` of the newest event, 0 when nothing was ever appended."""
+        return self._seq
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    def append(self, type_: str, fields: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Append one event and return it. ``fields`` may not set ``seq`` or ``type``."""
+        if fields and ("seq" in fields or "type" in fields):
+            raise ValueError("event fields may not override 'seq' or 'type'; rename the field")
+        self._seq += 1
+        event: dict[str, Any] = {"seq": self._seq, "type": type_}
+        if fields:
+            event.update(fields)
+        self._events.append(event)
+        return event
+
+    def error(self, message: str) -> dict[str, Any]:
+        """Record a source failure in-band: ``{"seq", "type": "ERROR", "message"}``."""
+        return self.append("ERROR", {"message": message})
+
+    def events(self, after: int = 0) -> list[dict[str, Any]]:
+        """Events with ``seq > after``, oldest first."""
+        if after <= 0:
+            return list(self._events)
+        return [e for e in self._events if e["seq"] > after]
+
+    def body(self) -> str:
+        """The resource body: ``{"events": [...]}`` as JSON text."""
+        return orjson.dumps({"events": list(self._events)}).decode()
+
+
+# --------------------------------------------------------------------------- source readiness
+
+
+class SourceState(enum.Enum):
+    """Lifecycle of a change source (inotify watcher, child stream, ...)."""
+
+    STARTING = "starting"
+    """Not running yet: reads wait."""
+    RUNNING = "running"
+    """Delivering changes: reads proceed."""
+    FAILED = "failed"
+    """Could not start, or stopped: reads fail with the recorded message."""
+
+
+class SourceGate:
+    """Lets the first read of a watched URI wait for its change source.
+
+    The source task calls :meth:`running` once it is set up (or
+    :meth:`failed` with a message that says what to do); readers
+    ``await gate.wait_ready()``. A signal, never a poll.
+    """
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.state = SourceState.STARTING
+        self.message: str | None = None
+        self._settled = trio.Event()
+
+    def running(self) -> None:
+        """STARTING/FAILED -> RUNNING (a source may recover after a failure)."""
+        self.state = SourceState.RUNNING
+        self.message = None
+        self._settled.set()
+
+    def failed(self, message: str) -> None:
+        """-> FAILED with a message that reads will raise."""
+        self.state = SourceState.FAILED
+        self.message = message
+        self._settled.set()
+
+    async def wait_ready(self, *, within: float = SOURCE_START_TIMEOUT) -> None:
+        """Return once the source runs.
+
+        Raises:
+            ResourceError: it failed (its message), or did not start ``within`` seconds.
+        """
+        with trio.move_on_after(within):
+            await self._settled.wait()
+        if self.state is SourceState.RUNNING:
+            return
+        if self.state is SourceState.FAILED:
+            raise ResourceError(self.message or f"{self.what} failed")
+        raise ResourceError(f"{self.what} did not start within {within:g} s; check the server's stderr")
+
+
+# --------------------------------------------------------------------------- transport
+
+
+@dataclass(frozen=True, slots=True)
+class Transport:
+    """Where the server speaks MCP."""
+
+    kind: Literal["stdio", "http"] = "stdio"
+    host: str = "127.0.0.1"
+    port: int = 0
+    path: str = "/mcp"
+
+
+def _is_loopback(host: str) -> bool:
+    if host in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def parse_http(value: str, *, allow_remote: bool) -> Transport:
+    """Parse ``--http HOST:PORT`` (``[v6]:PORT`` for IPv6; ``:PORT`` means loopback).
+
+    Raises:
+        ConfigError: malformed, or a non-loopback host without ``--allow-remote``.
+    """
+    host, sep, port_text = value.rpartition(":")
+    if not sep or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ConfigError("--http", value, "give HOST:PORT with a port in 1-65535, e.g. 127.0.0.1:8765")
+    host = host.strip("[]") or "127.0.0.1"
+    if not allow_remote and not _is_loopback(host):
+        raise ConfigError(
+            "--http",
+            value,
+            "this server has no authentication; bind a loopback address (127.0.0.1, ::1, localhost) "
+            "or pass --allow-remote to expose it deliberately",
+        )
+    return Transport("http", host, int(port_text))
+
+
+# --------------------------------------------------------------------------- the server
+
+
+class _ChannelNotification(BaseModel):
+    """A notification with an arbitrary method (the SDK serialises any model with method/params)."""
+
+    method: str
+    params: dict[str, Any] | None = None
+
+
+def _connection_key(session: Any) -> object:
+    # The SDK builds one ServerSession per request but one Connection per
+    # client connection; subscriptions belong to the connection. The
+    # connection is only reachable through a private attribute.
+    return getattr(session, "_connection", session)
+
+
+def _declares(session: Any, capability: str) -> bool:
+    caps = getattr(session, "client_capabilities", None)
+    if caps is None:
+        return False
+    for table in (getattr(caps, "experimental", None), getattr(caps, "extensions", None)):
+        if isinstance(table, Mapping) and capability in table:
+            return True
+    return False
+
+
+_SEND_ERRORS = (anyio.BrokenResourceError, anyio.ClosedResourceError, trio.BrokenResourceError, OSError)
+
+
+class WatchableServer:
+    """An ``MCPServer`` that serves both subscription eras and runs change sources.
+
+    Attributes:
+        mcp: the SDK server; register tools and resources on it.
+        bus: the 2026-07-28 subscription bus behind ``subscriptions/listen``.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        instructions: str,
+        experimental: Mapping[str, dict[str, Any]] | None = None,
+    ) -> None:
+        self.name = name
+        self.bus = InMemorySubscriptionBus()
+        self.mcp: MCPServer[Any] = MCPServer(
+            f"agentd-{name}",
+            instructions=instructions,
+            version=__version__,
+            subscriptions=self.bus,
+            log_level="WARNING",
+        )
+        self.experimental = dict(experimental) if experimental else None
+        self._sources: list[Callable[[], Awaitable[None]]] = []
+        # uri -> connection key -> a session of that connection (handshake era)
+        self._legacy_subs: dict[str, dict[object, Any]] = {}
+        # every handshake-era connection seen, for custom notifications
+        self._legacy_sessions: dict[object, Any] = {}
+        low = self.mcp._lowlevel_server
+        low.add_request_handler("resources/subscribe", SubscribeRequestParams, self._on_subscribe)
+        low.add_request_handler("resources/unsubscribe", UnsubscribeRequestParams, self._on_unsubscribe)
+        original_read = low.get_request_handler("resources/read")
+        assert original_read is not None
+        self._original_read = original_read.handler
+        low.add_request_handler("resources/read", ReadResourceRequestParams, self._on_read)
+        low.middleware.append(self._track_session)
+
+    # ---------------------------------------------------------------- change sources
+
+    def add_source(self, run: Callable[[], Awaitable[None]]) -> None:
+        """Run ``run()`` for the server's life, started before the transport.
+
+        A source reports readiness through a :class:`SourceGate`; if it
+        raises, the error is logged, the server stays up and the gate should
+        already carry the failure (catch and ``gate.failed(...)`` inside).
+        """
+        self._sources.append(run)
+
+    # ---------------------------------------------------------------- notifications
+
+    async def notify_changed(self, uri: str) -> None:
+        """Tell every subscriber of ``uri`` (both eras) that it changed."""
+        await self.bus.publish(ResourceUpdated(uri=uri))
+        subs = self._legacy_subs.get(uri)
+        if not subs:
+            return
+        for key, session in list(subs.items()):
+            try:
+                await session.send_resource_updated(uri)
+            except _SEND_ERRORS:
+                self._forget(key)
+
+    async def notify_custom(self, method: str, params: Mapping[str, Any], *, capability: str) -> int:
+        """Send a custom notification to every handshake-era client that declared ``capability``.
+
+        A client declares it under ``capabilities.experimental`` (or
+        ``extensions``). 2026-07-28 connections have no standing stream for
+        unsolicited notifications, so they are skipped. Returns how many
+        clients it was sent to.
+        """
+        sent = 0
+        note = _ChannelNotification(method=method, params=dict(params))
+        for key, session in list(self._legacy_sessions.items()):
+            if not _declares(session, capability):
+                continue
+            try:
+                await session.send_notification(note)
+            except _SEND_ERRORS:
+                self._forget(key)
+                continue
+            sent += 1
+        return sent
+
+    def legacy_subscriber_count(self, uri: str) -> int:
+        return len(self._legacy_subs.get(uri, ()))
+
+    def _forget(self, key: object) -> None:
+        self._legacy_sessions.pop(key, None)
+        for subs in self._legacy_subs.values():
+            subs.pop(key, None)
+
+    # ---------------------------------------------------------------- handlers
+
+    async def _track_session(self, ctx: Any, call_next: Callable[[Any], Awaitable[Any]]) -> Any:
+        result = await call_next(ctx)
+        if ctx.method == "notifications/initialized" or (
+            ctx.request_id is not None and ctx.method != "initialize"
+        ):
+            session = ctx.session
+            key = _connection_key(session)
+            if (
+                key not in self._legacy_sessions
+                and getattr(session, "client_params", None) is not None
+                and session.protocol_version not in MODERN_PROTOCOL_VERSIONS
+            ):
+                self._legacy_sessions[key] = session
+                stack = getattr(key, "exit_stack", None)
+                if stack is not None:
+                    stack.callback(self._forget, key)
+        return result
+
+    async def _on_subscribe(self, ctx: Any, params: SubscribeRequestParams) -> EmptyResult:
+        uri = str(params.uri)
+        await self._check_known(uri)
+        key = _connection_key(ctx.session)
+        self._legacy_subs.setdefault(uri, {})[key] = ctx.session
+        return EmptyResult()
+
+    async def _on_unsubscribe(self, ctx: Any, params: UnsubscribeRequestParams) -> EmptyResult:
+        subs = self._legacy_subs.get(str(params.uri))
+        if subs is not None:
+            subs.pop(_connection_key(ctx.session), None)
+        return EmptyResult()
+
+    async def _known_uris(self) -> tuple[list[str], list[str]]:
+        fixed = [str(r.uri) for r in await self.mcp.list_resources()]
+        templates = [t.uri_template for t in await self.mcp.list_resource_templates()]
+        return fixed, templates
+
+    async def _unknown_message(self, uri: str) -> str:
+        fixed, templates = await self._known_uris()
+        offered = ", ".join([*fixed, *templates]) or "(none)"
+        return f"unknown resource {uri!r}: this server serves {offered}; call resources/list for descriptions"
+
+    async def _check_known(self, uri: str) -> None:
+        fixed, templates = await self._known_uris()
+        if uri in fixed:
+            return
+        for t in templates:
+            if UriTemplate.parse(t).match(uri) is not None:
+                return
+        raise MCPError(code=INVALID_PARAMS, message=await self._unknown_message(uri), data={"uri": uri})
+
+    async def _on_read(self, ctx: Any, params: ReadResourceRequestParams) -> Any:
+        try:
+            return await self._original_read(ctx, params)
+        except MCPError as exc:
+            if exc.error.code == INVALID_PARAMS and str(exc.error.message).startswith("Unknown resource"):
+                uri = str(params.uri)
+                raise MCPError(
+                    code=INVALID_PARAMS, message=await self._unknown_message(uri), data={"uri": uri}
+                ) from exc
+            raise
+
+    # ---------------------------------------------------------------- running
+
+    async def run(self, transport: Transport = Transport()) -> None:
+        """Serve until stdin closes (stdio), or SIGTERM/SIGINT; then stop the sources."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._watch_signals, nursery.cancel_scope)
+            for source in self._sources:
+                nursery.start_soon(self._run_source, source)
+            if transport.kind == "stdio":
+                await self._serve_stdio()
+            else:
+                await self._serve_http(transport)
+            nursery.cancel_scope.cancel()
+
+    async def _run_source(self, source: Callable[[], Awaitable[None]]) -> None:
+        try:
+            await source()
+        except Exception:  # a source's failure must not take the protocol down
+            log.exception("change source %r of %s stopped", getattr(source, "__name__", source), self.name)
+
+    @staticmethod
+    async def _watch_signals(scope: trio.CancelScope) -> None:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for _ in signals:
+                scope.cancel()
+                return
+
+    def _init_options(self) -> Any:
+        low = self.mcp._lowlevel_server
+        return low.create_initialization_options(experimental_capabilities=self.experimental)
+
+    async def _serve_stdio(self) -> None:
+        low = self.mcp._lowlevel_server
+        async with stdio_server() as (read_stream, write_stream):
+            await low.run(read_stream, write_stream, self._init_options())
+
+    async def _serve_http(self, transport: Transport) -> None:
+        from hypercorn.config import Config
+        from hypercorn.trio import serve
+
+        low = self.mcp._lowlevel_server
+        if self.experimental:
+            # The HTTP session manager builds its own init options; advertise ours.
+            original = low.create_initialization_options
+
+            def with_experimental(*args: Any, **kwargs: Any) -> Any:
+                kwargs.setdefault("experimental_capabilities", self.experimental)
+                return original(*args, **kwargs)
+
+            low.create_initialization_options = with_experimental  # type: ignore[method-assign]
+        app = self.mcp.streamable_http_app(host=transport.host)
+        config = Config()
+        host = f"[{transport.host}]" if ":" in transport.host else transport.host
+        config.bind = [f"{host}:{transport.port}"]
+        config.accesslog = None
+        print(
+            f"agentd serve {self.name}: Streamable HTTP on http://{host}:{transport.port}{transport.path}",
+            file=sys.stderr,
+            flush=True,
+        )
+        await serve(app, config, mode="asgi")  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- CLI entry
+
+
+def _server_list() -> str:
+    return ", ".join(SERVERS)
+
+
+def main(argv: list[str]) -> int:
+    """``agentd serve NAME [options]``: build and run one bundled server.
+
+    Returns the process exit code: 0 after a clean stop, 2 for usage errors
+    (unknown NAME, bad flags), a :class:`ServerStartError`'s code when the
+    server refuses to run.
+    """
+    if not argv or argv[0] in ("-h", "--help"):
+        print(f"usage: agentd serve NAME [options]   (NAME: {_server_list()})", file=sys.stderr)
+        return 0 if argv else int(ExitCode.CONFIG)
+    name, rest = argv[0], argv[1:]
+    module_path = SERVERS.get(name)
+    if module_path is None:
+        print(f"agentd serve: unknown server {name!r}; choose one of: {_server_list()}", file=sys.stderr)
+        return int(ExitCode.CONFIG)
+    try:
+        module = importlib.import_module(module_path)
+    except ModuleNotFoundError as exc:
+        if exc.name != module_path:
+            raise
+        print(f"agentd serve: server {name!r} is not included in this build", file=sys.stderr)
+        return int(ExitCode.CONFIG)
+    parser = argparse.ArgumentParser(
+        prog=f"agentd serve {name}", description=getattr(module, "SUMMARY", None)
+    )
+    parser.add_argument("--http", metavar="HOST:PORT", help="serve Streamable HTTP instead of stdio")
+    parser.add_argument(
+        "--allow-remote", action="store_true", help="allow --http on a non-loopback address (no auth!)"
+    )
+    module.add_arguments(parser)
+    try:
+        args = parser.parse_args(rest)
+    except SystemExit as exc:  # argparse already printed the message
+        return int(exc.code) if isinstance(exc.code, int) else int(ExitCode.CONFIG)
+    try:
+        transport = parse_http(args.http, allow_remote=args.allow_remote) if args.http else Transport()
+        server: WatchableServer = module.build(args)
+    except ConfigError as exc:
+        print(f"agentd serve {name}: {exc}", file=sys.stderr)
+        return int(ExitCode.CONFIG)
+    except ServerStartError as exc:
+        print(f"agentd serve {name}: {exc}", file=sys.stderr)
+        return int(exc.exit_code)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s: %(message)s")
+    try:
+        trio.run(server.run, transport)
+    finally:
+        close = getattr(server, "close", None)
+        if callable(close):
+            close()
+    return int(ExitCode.OK)
+
+
+def iter_servers() -> Iterable[tuple[str, str]]:
+    """(NAME, module path) pairs, for help text."""
+    return SERVERS.items()
