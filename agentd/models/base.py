@@ -1,0 +1,235 @@
+"""The provider-neutral model interface: transcript types, the reply, the ``Model`` protocol.
+
+The agent loop speaks only these types. Each provider converts the transcript
+to its own wire format on the way out and its answer back into a
+:class:`ModelReply` on the way in, so the loop never sees a provider's JSON.
+
+A transcript is a sequence of :class:`Message`: ``user`` turns (the
+instruction, deliveries, notices), ``assistant`` turns (text and tool calls,
+normally built with :meth:`ModelReply.as_message`) and ``tool`` results (one
+per tool call, linked by ``tool_call_id``). The system prompt travels apart
+from the transcript because providers place it differently.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+Role = Literal["user", "assistant", "tool"]
+"""Who speaks a transcript message."""
+
+#: How much of a bad argument string an error message quotes back to the model.
+_QUOTE_CHARS = 200
+
+StopReason = Literal["end", "tool_use", "refusal", "max_tokens"]
+"""Why a model turn ended.
+
+* ``end``: the model finished its answer (the loop may end the run).
+* ``tool_use``: the model asked for tools; run them and call the model again.
+* ``refusal``: the model (or the provider's filter) declined; see ``ModelReply.refusal``.
+* ``max_tokens``: the answer was cut at the output-token limit.
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """One tool the model may call.
+
+    Attributes:
+        name: the tool name the model must use (already namespaced, e.g. ``memo__memo_set``).
+        description: what the tool does, for the model.
+        input_schema: a JSON Schema object for the tool's arguments.
+    """
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A tool call the model asked for.
+
+    Attributes:
+        id: the provider's call id; the matching tool result carries it back.
+        name: the tool to call.
+        arguments: the parsed arguments, or ``None`` when ``error`` is set.
+        raw_arguments: the arguments exactly as the model produced them (JSON text).
+        error: why the arguments are unusable (invalid JSON, not an object).
+            The agent loop sends this back to the model as an error tool
+            result instead of calling the tool.
+    """
+
+    id: str
+    name: str
+    arguments: dict[str, Any] | None
+    raw_arguments: str
+    error: str | None = None
+
+    @classmethod
+    def from_raw(cls, id: str, name: str, raw_arguments: str) -> ToolCall:
+        """Parse the model's JSON argument text; bad JSON or a non-object sets ``error``.
+
+        An empty string counts as ``{}`` (some servers send that for tools
+        without parameters).
+        """
+        if raw_arguments.strip() == "":
+            return cls(id=id, name=name, arguments={}, raw_arguments=raw_arguments)
+        try:
+            parsed = json.loads(raw_arguments)
+        except json.JSONDecodeError as exc:
+            return cls(
+                id=id,
+                name=name,
+                arguments=None,
+                raw_arguments=raw_arguments,
+                error=(
+                    f"the arguments for tool {name!r} are not valid JSON ({exc.msg} at line "
+                    f"{exc.lineno} column {exc.colno}): {raw_arguments[:_QUOTE_CHARS]!r}. "
+                    "Call the tool again with the arguments as one JSON object."
+                ),
+            )
+        if not isinstance(parsed, dict):
+            return cls(
+                id=id,
+                name=name,
+                arguments=None,
+                raw_arguments=raw_arguments,
+                error=(
+                    f"the arguments for tool {name!r} are JSON {type(parsed).__name__}, not an object: "
+                    f"{raw_arguments[:_QUOTE_CHARS]!r}. Call the tool again with the arguments as one JSON object."
+                ),
+            )
+        return cls(id=id, name=name, arguments=parsed, raw_arguments=raw_arguments)
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One message of the provider-neutral transcript.
+
+    Attributes:
+        role: ``user``, ``assistant`` or ``tool``.
+        content: the text (for ``tool``: the tool's result text).
+        tool_calls: the calls an ``assistant`` message made (empty otherwise).
+        tool_call_id: for ``tool`` messages, the id of the call this answers.
+        is_error: for ``tool`` messages, whether the result is an error.
+    """
+
+    role: Role
+    content: str
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_call_id: str | None = None
+    is_error: bool = False
+
+    @classmethod
+    def user(cls, content: str) -> Message:
+        """A user turn (instruction, delivery or notice)."""
+        return cls(role="user", content=content)
+
+    @classmethod
+    def assistant(cls, content: str, tool_calls: Sequence[ToolCall] = ()) -> Message:
+        """An assistant turn, with the tool calls it made."""
+        return cls(role="assistant", content=content, tool_calls=list(tool_calls))
+
+    @classmethod
+    def tool_result(cls, tool_call_id: str, content: str, *, is_error: bool = False) -> Message:
+        """The result of one tool call."""
+        return cls(role="tool", content=content, tool_call_id=tool_call_id, is_error=is_error)
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Tokens one model call consumed (as the provider reported, or estimated)."""
+
+    input_tokens: int
+    output_tokens: int
+
+    @property
+    def total(self) -> int:
+        """Input plus output tokens."""
+        return self.input_tokens + self.output_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class ModelReply:
+    """One assistant turn as the agent loop sees it.
+
+    Attributes:
+        text: the assistant's text (may be empty, e.g. with tool calls).
+        tool_calls: the tools to call, in order.
+        stop: why the turn ended.
+        usage: the tokens this call consumed.
+        refusal: the refusal message when ``stop == "refusal"``.
+    """
+
+    text: str
+    tool_calls: list[ToolCall]
+    stop: StopReason
+    usage: Usage
+    refusal: str | None = None
+
+    def as_message(self) -> Message:
+        """This reply as the assistant message to append to the transcript."""
+        return Message.assistant(self.text, self.tool_calls)
+
+
+@runtime_checkable
+class Model(Protocol):
+    """A model provider: one method to get the next assistant turn.
+
+    Implementations are used by one task at a time (an agent child runs one
+    loop); ``complete`` may be cancelled at any await and must then leave the
+    model usable or closed, never half-updated.
+    """
+
+    provider: str
+    """The provider prefix of the spec (``openai``, ``anthropic``, ``script``)."""
+    name: str
+    """The model name after the prefix (for ``script``: the file path)."""
+
+    async def complete(
+        self,
+        *,
+        system: str | None,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+    ) -> ModelReply:
+        """Return the next assistant turn for this transcript.
+
+        Raises:
+            agentd.errors.ModelAuthError: the provider rejected the credentials.
+            agentd.errors.ModelUnavailableError: unreachable or overloaded after every retry.
+            agentd.errors.ModelError: the provider answered something unusable.
+        """
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections; the model is unusable afterwards."""
+        ...
+
+
+#: Characters per token for deterministic estimates (script model, and
+#: providers that answer without a usage block). Four is the usual rule of
+#: thumb for English text with BPE tokenizers.
+CHARS_PER_TOKEN = 4
+
+
+def estimate_tokens(text: str) -> int:
+    """A deterministic token estimate: ``ceil(len(text) / CHARS_PER_TOKEN)``."""
+    return math.ceil(len(text) / CHARS_PER_TOKEN)
+
+
+def estimate_input_tokens(system: str | None, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> int:
+    """Estimate the input tokens of one call from the characters it sends."""
+    chars = len(system or "")
+    for m in messages:
+        chars += len(m.content)
+        for c in m.tool_calls:
+            chars += len(c.name) + len(c.raw_arguments)
+    for t in tools:
+        chars += len(t.name) + len(t.description) + len(repr(t.input_schema))
+    return math.ceil(chars / CHARS_PER_TOKEN)
