@@ -1,0 +1,390 @@
+"""Health, readiness and metrics over a tiny HTTP/1.1 server on trio.
+
+Kubernetes probes and Prometheus need three answers; agentd gives them
+without letting an HTTP client near the reactor:
+
+- ``GET /healthz`` (liveness): awaits an injected ``probe()``. In agentd that
+  is :func:`reactor_probe`: it sends a :class:`~agentd.supervisor.events.HealthProbe`
+  into the reactor's channel and waits for the reactor to set its event, so
+  a 200 proves the reactor loop is turning. The wait is bounded by
+  ``probe_timeout`` (:data:`PROBE_TIMEOUT`); past it the answer is 503.
+  Nothing runs unless a request arrives: there is no background check.
+- ``GET /readyz`` (readiness): calls an injected sync ``ready() -> (bool, reason)``.
+- ``GET /metrics``: calls an injected sync ``snapshot() -> MetricsSnapshot``
+  and answers Prometheus text format 0.0.4 (:func:`agentd.metrics.render`).
+
+Two entry points, both long-lived trio tasks that report the bound port
+through ``task_status.started(port)``:
+
+- :func:`serve_health` serves ``/healthz`` and ``/readyz``, plus ``/metrics``
+  when given a ``snapshot`` (one port for everything).
+- :func:`serve_metrics` serves only ``/metrics`` (a separate ``--metrics-addr``).
+
+Every connection answers one request and is closed (``Connection: close``);
+probes and scrapes open a fresh connection each time anyway. Hostile or
+broken clients cost a bounded amount: the request head is capped at
+:data:`MAX_REQUEST_HEAD` bytes and must arrive within :data:`READ_TIMEOUT`,
+a response write is bounded by :data:`WRITE_TIMEOUT`, and at most
+:data:`MAX_CONNECTIONS` connections are served at once (more are closed at
+accept). A failing injected callable turns into a 503/500 for that request;
+the server keeps serving.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import Any, NoReturn
+
+import trio
+
+from agentd.errors import ConfigError
+from agentd.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from agentd.metrics import MetricsSnapshot, render
+from agentd.supervisor.events import HealthProbe
+
+__all__ = [
+    "MAX_CONNECTIONS",
+    "MAX_REQUEST_HEAD",
+    "PROBE_TIMEOUT",
+    "READ_TIMEOUT",
+    "WRITE_TIMEOUT",
+    "Probe",
+    "Ready",
+    "Snapshot",
+    "parse_addr",
+    "reactor_probe",
+    "serve_health",
+    "serve_metrics",
+]
+
+PROBE_TIMEOUT = 2.0
+"""Seconds ``/healthz`` waits for the reactor to answer a probe. The reactor
+answers between two events (microseconds when healthy); 2 s tolerates a long
+synchronous step (say, a large route table rebuild) and stays well inside the
+5 s ``timeoutSeconds`` the manifests give the kubelet's liveness probe."""
+
+READ_TIMEOUT = 5.0
+"""Seconds a client has to send its whole request head. Probes and scrapers
+send it in one packet; the bound only stops slow-drip (slowloris) clients
+from holding a connection slot."""
+
+WRITE_TIMEOUT = 5.0
+"""Seconds to hand a response to a client that stopped reading; then the
+connection is dropped rather than holding a slot."""
+
+MAX_REQUEST_HEAD = 8 * 1024
+"""Bytes of request line plus headers accepted (answers 431 past it). Real
+probe and scrape requests are a few hundred bytes."""
+
+MAX_CONNECTIONS = 32
+"""Connections served at once; more are closed at accept. A kubelet and one
+or two scrapers need a handful; the cap bounds what a flood can cost."""
+
+_RECV_CHUNK = 4096
+
+Probe = Callable[[], Awaitable[bool]]
+"""Liveness check: returns True when the reactor answered (False or an error means unhealthy)."""
+
+Ready = Callable[[], tuple[bool, str]]
+"""Readiness check (sync, never blocks): ``(ready, reason)``; the reason is shown either way."""
+
+Snapshot = Callable[[], MetricsSnapshot]
+"""Metrics source (sync, never blocks): a frozen copy of the reactor's numbers."""
+
+
+def parse_addr(addr: str, *, setting: str = "--health-addr") -> tuple[str | None, int]:
+    """Parse ``HOST:PORT`` (``[v6]:PORT``; ``:PORT`` means every interface; port 0 picks a free one).
+
+    Returns:
+        ``(host, port)``; ``host`` is None for every interface.
+
+    Raises:
+        ConfigError: naming ``setting``, the value and the expected shape.
+    """
+    fix = "use HOST:PORT, e.g. 0.0.0.0:8080, 127.0.0.1:0 or [::1]:8080 (':8080' listens on every interface)"
+    host, sep, port_text = addr.rpartition(":")
+    if not sep or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ConfigError(setting, addr, fix)
+    if host.startswith("["):
+        if not host.endswith("]") or len(host) < 3:
+            raise ConfigError(setting, addr, fix)
+        host = host[1:-1]
+    elif ":" in host:
+        # A bare IPv6 address is ambiguous with the port separator.
+        raise ConfigError(setting, addr, fix)
+    return (host or None), int(port_text)
+
+
+def reactor_probe(send_channel: trio.MemorySendChannel[Any]) -> Probe:
+    """Build the ``/healthz`` probe that asks the reactor to prove it is turning.
+
+    Each call sends one ``HealthProbe(reply=trio.Event())`` into
+    ``send_channel`` (the reactor's event channel) and waits until the reactor
+    sets ``reply``. The reactor needs only ``event.reply.set()`` on receipt.
+    The server bounds the whole call (the send included: a full channel means
+    a stuck reactor) by its probe timeout.
+    """
+
+    async def probe() -> bool:
+        reply = trio.Event()
+        await send_channel.send(HealthProbe(reply=reply))
+        await reply.wait()
+        return True
+
+    return probe
+
+
+@dataclass(frozen=True, slots=True)
+class _Response:
+    status: HTTPStatus
+    body: str
+    content_type: str = "text/plain; charset=utf-8"
+    allow: str | None = None
+
+    def encode(self, *, head_only: bool) -> bytes:
+        # backslashreplace: a lone surrogate (possible in a URI decoded from JSON) must not fail the response.
+        body = self.body.encode("utf-8", "backslashreplace")
+        lines = [
+            f"HTTP/1.1 {self.status.value} {self.status.phrase}",
+            f"Content-Type: {self.content_type}",
+            f"Content-Length: {len(body)}",
+            "Cache-Control: no-store",
+            "Connection: close",
+        ]
+        if self.allow is not None:
+            lines.append(f"Allow: {self.allow}")
+        head = ("\r\n".join(lines) + "\r\n\r\n").encode("ascii")
+        return head if head_only else head + body
+
+
+class _BadRequest(Exception):
+    """The request head cannot be parsed; answered with ``status`` and the connection closed."""
+
+    def __init__(self, status: HTTPStatus, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class _Endpoints:
+    probe: Probe | None
+    ready: Ready | None
+    snapshot: Snapshot | None
+    probe_timeout: float
+
+    def paths(self) -> list[str]:
+        out = []
+        if self.probe is not None:
+            out.append("/healthz")
+        if self.ready is not None:
+            out.append("/readyz")
+        if self.snapshot is not None:
+            out.append("/metrics")
+        return out
+
+    async def answer(self, path: str) -> _Response:
+        if path == "/healthz" and self.probe is not None:
+            return await self._healthz(self.probe)
+        if path == "/readyz" and self.ready is not None:
+            return self._readyz(self.ready)
+        if path == "/metrics" and self.snapshot is not None:
+            return self._metrics(self.snapshot)
+        return _Response(
+            HTTPStatus.NOT_FOUND, f"not found: {path!r}; this port serves {', '.join(self.paths())}\n"
+        )
+
+    async def _healthz(self, probe: Probe) -> _Response:
+        healthy = False
+        with trio.move_on_after(self.probe_timeout) as scope:
+            try:
+                healthy = await probe()
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return _Response(
+                    HTTPStatus.SERVICE_UNAVAILABLE, "unhealthy: the reactor's channel is closed\n"
+                )
+            except Exception as exc:
+                return _Response(HTTPStatus.SERVICE_UNAVAILABLE, f"unhealthy: the probe failed: {exc!r}\n")
+        if scope.cancelled_caught:
+            return _Response(
+                HTTPStatus.SERVICE_UNAVAILABLE,
+                f"unhealthy: the reactor did not answer within {self.probe_timeout:g} s\n",
+            )
+        if not healthy:
+            return _Response(HTTPStatus.SERVICE_UNAVAILABLE, "unhealthy: the probe reported failure\n")
+        return _Response(HTTPStatus.OK, "ok\n")
+
+    @staticmethod
+    def _readyz(ready: Ready) -> _Response:
+        try:
+            is_ready, reason = ready()
+        except Exception as exc:
+            return _Response(
+                HTTPStatus.SERVICE_UNAVAILABLE, f"not ready: the readiness check failed: {exc!r}\n"
+            )
+        if is_ready:
+            return _Response(HTTPStatus.OK, f"ready{': ' + reason if reason else ''}\n")
+        return _Response(HTTPStatus.SERVICE_UNAVAILABLE, f"not ready: {reason or 'no reason given'}\n")
+
+    @staticmethod
+    def _metrics(snapshot: Snapshot) -> _Response:
+        try:
+            text = render(snapshot())
+        except Exception as exc:
+            return _Response(HTTPStatus.INTERNAL_SERVER_ERROR, f"metrics unavailable: {exc!r}\n")
+        return _Response(HTTPStatus.OK, text, content_type=METRICS_CONTENT_TYPE)
+
+
+def _parse_head(head: bytes) -> tuple[str, str]:
+    """Parse a request head (request line + headers, CRLF-terminated) into ``(method, path)``."""
+    request_line, _, _headers = head.partition(b"\r\n")
+    parts = request_line.split(b" ")
+    if len(parts) != 3:
+        raise _BadRequest(HTTPStatus.BAD_REQUEST, "malformed request line")
+    method_b, target_b, version = parts
+    if version not in (b"HTTP/1.0", b"HTTP/1.1"):
+        raise _BadRequest(HTTPStatus.BAD_REQUEST, "unsupported HTTP version")
+    if not method_b.isalpha() or not method_b.isupper():
+        raise _BadRequest(HTTPStatus.BAD_REQUEST, "malformed method")
+    if not target_b.startswith(b"/"):
+        raise _BadRequest(HTTPStatus.BAD_REQUEST, "the request target must be an absolute path")
+    try:
+        target = target_b.decode("ascii")
+    except UnicodeDecodeError:
+        raise _BadRequest(HTTPStatus.BAD_REQUEST, "non-ASCII request target") from None
+    return method_b.decode("ascii"), target.partition("?")[0]
+
+
+async def _read_head(stream: trio.SocketStream) -> bytes | None:
+    """Read up to the blank line ending the head; None if the client closed first."""
+    buf = bytearray()
+    while True:
+        end = buf.find(b"\r\n\r\n")
+        if end >= 0:
+            if end + 4 > MAX_REQUEST_HEAD:
+                break
+            return bytes(buf[: end + 2])
+        if len(buf) > MAX_REQUEST_HEAD:
+            break
+        chunk = await stream.receive_some(_RECV_CHUNK)
+        if not chunk:
+            return None
+        buf += chunk
+    raise _BadRequest(
+        HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, f"request head exceeds {MAX_REQUEST_HEAD} bytes"
+    )
+
+
+async def _send(stream: trio.SocketStream, data: bytes) -> None:
+    with trio.move_on_after(WRITE_TIMEOUT):
+        await stream.send_all(data)
+
+
+async def _handle(stream: trio.SocketStream, endpoints: _Endpoints, slots: trio.Semaphore) -> None:
+    try:
+        slots.acquire_nowait()
+    except trio.WouldBlock:
+        await trio.aclose_forcefully(stream)
+        return
+    try:
+        head: bytes | None = None
+        with trio.move_on_after(READ_TIMEOUT) as read_scope:
+            try:
+                head = await _read_head(stream)
+            except _BadRequest as bad:
+                await _send(stream, _Response(bad.status, bad.reason + "\n").encode(head_only=False))
+                return
+        if read_scope.cancelled_caught:
+            await _send(
+                stream,
+                _Response(HTTPStatus.REQUEST_TIMEOUT, "request head not received in time\n").encode(
+                    head_only=False
+                ),
+            )
+            return
+        if head is None:
+            return
+        try:
+            method, path = _parse_head(head)
+        except _BadRequest as bad:
+            await _send(stream, _Response(bad.status, bad.reason + "\n").encode(head_only=False))
+            return
+        if method not in ("GET", "HEAD"):
+            response = _Response(
+                HTTPStatus.METHOD_NOT_ALLOWED, f"method {method} not allowed\n", allow="GET, HEAD"
+            )
+        else:
+            response = await endpoints.answer(path)
+        await _send(stream, response.encode(head_only=method == "HEAD"))
+    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+        # The client went away mid-request; nothing to answer.
+        pass
+    finally:
+        slots.release()
+        await trio.aclose_forcefully(stream)
+
+
+async def _serve(
+    addr: str,
+    setting: str,
+    endpoints: _Endpoints,
+    task_status: trio.TaskStatus[int],
+) -> NoReturn:
+    host, port = parse_addr(addr, setting=setting)
+    listeners = await trio.open_tcp_listeners(port, host=host)
+    slots = trio.Semaphore(MAX_CONNECTIONS)
+    bound = listeners[0].socket.getsockname()[1]
+
+    async def handler(stream: trio.SocketStream) -> None:
+        await _handle(stream, endpoints, slots)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(trio.serve_listeners, handler, listeners)
+        task_status.started(bound)
+    raise AssertionError("unreachable: serve_listeners never returns")
+
+
+async def serve_health(
+    addr: str,
+    *,
+    probe: Probe,
+    ready: Ready,
+    snapshot: Snapshot | None = None,
+    probe_timeout: float = PROBE_TIMEOUT,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> NoReturn:
+    """Serve ``/healthz`` and ``/readyz`` (and ``/metrics`` if ``snapshot`` is given) on ``addr``.
+
+    Runs until cancelled. Start it with ``port = await nursery.start(serve_health, ...)``:
+    ``task_status.started`` reports the bound port (useful with port 0; with
+    several listeners, e.g. ``localhost`` on two families, the first one's).
+
+    Args:
+        addr: ``HOST:PORT`` (see :func:`parse_addr`); invalid → ``ConfigError`` naming ``--health-addr``.
+        probe: liveness check, bounded by ``probe_timeout`` (use :func:`reactor_probe`).
+        ready: readiness check; sync and non-blocking.
+        snapshot: metrics source, to serve ``/metrics`` on the same port.
+        probe_timeout: seconds ``/healthz`` waits for ``probe`` before answering 503.
+    """
+    if not (probe_timeout > 0 and math.isfinite(probe_timeout)):
+        raise ConfigError("probe_timeout", probe_timeout, "use a positive number of seconds, e.g. 2")
+    endpoints = _Endpoints(probe=probe, ready=ready, snapshot=snapshot, probe_timeout=probe_timeout)
+    await _serve(addr, "--health-addr", endpoints, task_status)
+
+
+async def serve_metrics(
+    addr: str,
+    *,
+    snapshot: Snapshot,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> NoReturn:
+    """Serve only ``/metrics`` on ``addr`` (the ``--metrics-addr`` listener); runs until cancelled.
+
+    ``task_status.started`` reports the bound port. An invalid ``addr`` raises
+    ``ConfigError`` naming ``--metrics-addr``.
+    """
+    endpoints = _Endpoints(probe=None, ready=None, snapshot=snapshot, probe_timeout=PROBE_TIMEOUT)
+    await _serve(addr, "--metrics-addr", endpoints, task_status)

@@ -1,0 +1,211 @@
+"""What agentd exposes to Prometheus, and the text exposition format that carries it.
+
+The reactor owns every number; :class:`MetricsSnapshot` is a frozen copy of
+them taken on request (``/metrics`` calls an injected ``snapshot()``).
+:func:`render` turns one snapshot into Prometheus text exposition format
+0.0.4. It is pure and synchronous: no I/O, no clock, no trio.
+
+Families (every name prefixed ``agentd_``; counters end in ``_total``):
+
+=====================================  =======  ==========================
+family                                 type     labels
+=====================================  =======  ==========================
+``agentd_up``                          gauge    (none): always 1
+``agentd_draining``                    gauge    (none): 1 once SIGTERM arrived
+``agentd_subagents_running``           gauge    (none)
+``agentd_warm_sessions``               gauge    (none)
+``agentd_events_routed_total``         counter  ``route``
+``agentd_events_unrouted_total``       counter  (none)
+``agentd_events_coalesced_total``      counter  ``route``
+``agentd_events_dropped_total``        counter  ``reason``
+``agentd_server_restarts_total``       counter  ``server``
+``agentd_agent_restarts_total``        counter  (none)
+``agentd_tokens_total``                counter  ``direction`` (input/output)
+``agentd_server_state``                gauge    ``server``, ``state``: 0/1
+``agentd_subscription_state``          gauge    ``server``, ``uri``, ``state``: 0/1
+=====================================  =======  ==========================
+
+The two ``*_state`` families are state sets: for every server (subscription)
+one sample per member of the closed state vocabulary, exactly one of them 1,
+so a query like ``agentd_server_state{state="failed"} == 1`` needs no regex.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal, get_args
+
+from agentd.supervisor.events import ServerState
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+"""The ``Content-Type`` of :func:`render`'s output (exposition format 0.0.4)."""
+
+SubscriptionState = Literal["established", "lost", "resubscribing", "failed"]
+"""The states a subscription reports (same vocabulary as ``SubscriptionStateChanged.state``)."""
+
+SUBSCRIPTION_STATES: tuple[SubscriptionState, ...] = get_args(SubscriptionState)
+
+TokenDirection = Literal["input", "output"]
+"""Which side of a model call the tokens were spent on."""
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsSnapshot:
+    """A frozen copy of the reactor's numbers at one instant.
+
+    Counters only ever grow during a process's life; gauges are the current
+    value. Label-keyed mappings are bounded by configuration (route ids,
+    server names, declared subscriptions), never by traffic, so cardinality
+    stays under the operator's control.
+    """
+
+    routed: Mapping[str, int] = field(default_factory=dict)
+    """Events delivered through a route, by route id."""
+    unrouted: int = 0
+    """Events that matched no route (logged and discarded)."""
+    coalesced: Mapping[str, int] = field(default_factory=dict)
+    """Events merged into one already queued for the same URI, by route id."""
+    dropped: Mapping[str, int] = field(default_factory=dict)
+    """Events dropped by an overflow policy or a budget, by reason."""
+    server_restarts: Mapping[str, int] = field(default_factory=dict)
+    """Reconnects of upstream MCP servers, by server name."""
+    agent_restarts: int = 0
+    """Restarts of the root agent (``loop`` mode)."""
+    tokens_input: int = 0
+    """Model input tokens spent by the whole tree."""
+    tokens_output: int = 0
+    """Model output tokens spent by the whole tree."""
+    subagents_running: int = 0
+    """Child agent processes alive now."""
+    warm_sessions: int = 0
+    """Continue-route sessions alive and waiting for their next delivery."""
+    draining: bool = False
+    """True once the first SIGTERM/SIGINT arrived."""
+    server_state: Mapping[str, ServerState] = field(default_factory=dict)
+    """Current state of every configured upstream server, by name."""
+    subscription_state: Mapping[tuple[str, str], SubscriptionState] = field(default_factory=dict)
+    """Current state of every subscription, keyed by ``(server, uri)``."""
+
+
+def escape_label_value(value: str) -> str:
+    r"""Escape a label value for the text format: ``\`` → ``\\``, ``"`` → ``\"``, newline → ``\n``."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def escape_help(text: str) -> str:
+    r"""Escape HELP text for the text format: ``\`` → ``\\``, newline → ``\n``."""
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+Sample = tuple[Mapping[str, str], int]
+"""One sample: its labels and its value."""
+
+
+def _family(name: str, kind: Literal["counter", "gauge"], help_text: str, samples: Iterable[Sample]) -> str:
+    lines = [f"# HELP {name} {escape_help(help_text)}", f"# TYPE {name} {kind}"]
+    for labels, value in samples:
+        if labels:
+            inner = ",".join(f'{k}="{escape_label_value(v)}"' for k, v in labels.items())
+            lines.append(f"{name}{{{inner}}} {int(value)}")
+        else:
+            lines.append(f"{name} {int(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def _by(label: str, counts: Mapping[str, int]) -> list[Sample]:
+    return [({label: key}, counts[key]) for key in sorted(counts)]
+
+
+def render(snap: MetricsSnapshot) -> str:
+    """Render ``snap`` as Prometheus text exposition format 0.0.4.
+
+    The output is deterministic (families in a fixed order, label keys
+    sorted) and ends with a newline, as the format requires.
+    """
+    server_states = [
+        ({"server": server, "state": state.value}, int(current is state))
+        for server, current in sorted(snap.server_state.items())
+        for state in ServerState
+    ]
+    subscription_states = [
+        ({"server": server, "uri": uri, "state": state}, int(current == state))
+        for (server, uri), current in sorted(snap.subscription_state.items())
+        for state in SUBSCRIPTION_STATES
+    ]
+    parts = [
+        _family("agentd_up", "gauge", "1 while agentd answers.", [({}, 1)]),
+        _family(
+            "agentd_draining",
+            "gauge",
+            "1 once a stop signal arrived and agentd is draining.",
+            [({}, int(snap.draining))],
+        ),
+        _family(
+            "agentd_subagents_running",
+            "gauge",
+            "Child agent processes alive now.",
+            [({}, snap.subagents_running)],
+        ),
+        _family(
+            "agentd_warm_sessions",
+            "gauge",
+            "Continue-route sessions alive between deliveries.",
+            [({}, snap.warm_sessions)],
+        ),
+        _family(
+            "agentd_events_routed_total",
+            "counter",
+            "Resource events delivered through a route.",
+            _by("route", snap.routed),
+        ),
+        _family(
+            "agentd_events_unrouted_total",
+            "counter",
+            "Resource events that matched no route.",
+            [({}, snap.unrouted)],
+        ),
+        _family(
+            "agentd_events_coalesced_total",
+            "counter",
+            "Events merged into one already queued for the same URI.",
+            _by("route", snap.coalesced),
+        ),
+        _family(
+            "agentd_events_dropped_total",
+            "counter",
+            "Events dropped by an overflow policy or a budget.",
+            _by("reason", snap.dropped),
+        ),
+        _family(
+            "agentd_server_restarts_total",
+            "counter",
+            "Reconnects of upstream MCP servers.",
+            _by("server", snap.server_restarts),
+        ),
+        _family(
+            "agentd_agent_restarts_total",
+            "counter",
+            "Restarts of the root agent (loop mode).",
+            [({}, snap.agent_restarts)],
+        ),
+        _family(
+            "agentd_tokens_total",
+            "counter",
+            "Model tokens spent by the whole agent tree.",
+            [({"direction": "input"}, snap.tokens_input), ({"direction": "output"}, snap.tokens_output)],
+        ),
+        _family(
+            "agentd_server_state",
+            "gauge",
+            "1 for the current state of each upstream MCP server, 0 for the others.",
+            server_states,
+        ),
+        _family(
+            "agentd_subscription_state",
+            "gauge",
+            "1 for the current state of each resource subscription, 0 for the others.",
+            subscription_states,
+        ),
+    ]
+    return "".join(parts)

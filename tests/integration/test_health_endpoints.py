@@ -1,0 +1,398 @@
+"""The health/readiness/metrics server over real HTTP on loopback.
+
+These tests use real sockets, so they run on the real clock (marked
+``realclock``); every bound under test is shrunk to a fraction of a second
+and every wait is wrapped in ``trio.fail_after``.
+"""
+
+from __future__ import annotations
+
+import httpx2
+import pytest
+import trio
+from prometheus_client.parser import text_string_to_metric_families
+
+from agentd import health
+from agentd.errors import ConfigError
+from agentd.health import parse_addr, reactor_probe, serve_health, serve_metrics
+from agentd.metrics import MetricsSnapshot
+from agentd.supervisor.events import HealthProbe, ServerState
+
+pytestmark = pytest.mark.realclock
+
+# Generous ceiling for one loopback request on a shared 2-core machine.
+REQUEST_CEILING = 5.0
+
+
+async def _true() -> bool:
+    return True
+
+
+async def _false() -> bool:
+    return False
+
+
+def _ready() -> tuple[bool, str]:
+    return True, "all required servers connected"
+
+
+async def _start_health(nursery: trio.Nursery, **kwargs) -> str:
+    kwargs.setdefault("probe", _true)
+    kwargs.setdefault("ready", _ready)
+    port = await nursery.start(
+        lambda task_status: serve_health("127.0.0.1:0", task_status=task_status, **kwargs)
+    )
+    return f"http://127.0.0.1:{port}"
+
+
+async def _get(url: str, method: str = "GET") -> httpx2.Response:
+    with trio.fail_after(REQUEST_CEILING):
+        async with httpx2.AsyncClient() as client:
+            return await client.request(method, url)
+
+
+async def _raw(port: int, payload: bytes, *, close_write: bool = False) -> bytes:
+    """Send ``payload`` over a raw TCP connection and read until the server closes."""
+    with trio.fail_after(REQUEST_CEILING):
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        async with stream:
+            if payload:
+                await stream.send_all(payload)
+            if close_write:
+                await stream.send_eof()
+            out = bytearray()
+            while chunk := await stream.receive_some(65536):
+                out += chunk
+            return bytes(out)
+
+
+def _port(base: str) -> int:
+    return int(base.rsplit(":", 1)[1])
+
+
+# --- /healthz -----------------------------------------------------------------
+
+
+async def test_healthz_ok_when_probe_answers(nursery):
+    base = await _start_health(nursery)
+    r = await _get(base + "/healthz")
+    assert r.status_code == 200
+    assert r.text == "ok\n"
+    assert r.headers["connection"] == "close"
+
+
+async def test_healthz_503_when_probe_reports_failure(nursery):
+    base = await _start_health(nursery, probe=_false)
+    r = await _get(base + "/healthz")
+    assert r.status_code == 503
+    assert "probe reported failure" in r.text
+
+
+async def test_healthz_503_when_probe_raises(nursery):
+    async def broken() -> bool:
+        raise RuntimeError("boom")
+
+    base = await _start_health(nursery, probe=broken)
+    r = await _get(base + "/healthz")
+    assert r.status_code == 503
+    assert "RuntimeError('boom')" in r.text
+    # The server survived the failing callable.
+    assert (await _get(base + "/readyz")).status_code == 200
+
+
+async def test_healthz_503_within_the_bound_when_the_reactor_never_answers(nursery):
+    async def hangs() -> bool:
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    bound = 0.2
+    base = await _start_health(nursery, probe=hangs, probe_timeout=bound)
+    start = trio.current_time()
+    r = await _get(base + "/healthz")
+    elapsed = trio.current_time() - start
+    assert r.status_code == 503
+    assert r.text == "unhealthy: the reactor did not answer within 0.2 s\n"
+    assert bound <= elapsed < bound + REQUEST_CEILING / 2
+
+
+async def test_reactor_probe_roundtrip_through_the_reactor_channel(nursery):
+    send, receive = trio.open_memory_channel(8)
+    seen: list[HealthProbe] = []
+
+    async def fake_reactor() -> None:
+        # What the real reactor does on receipt: set the reply event at once.
+        async for event in receive:
+            assert isinstance(event, HealthProbe)
+            seen.append(event)
+            event.reply.set()
+
+    nursery.start_soon(fake_reactor)
+    base = await _start_health(nursery, probe=reactor_probe(send))
+    assert (await _get(base + "/healthz")).status_code == 200
+    assert (await _get(base + "/healthz")).status_code == 200
+    assert len(seen) == 2
+
+
+async def test_reactor_probe_503_when_the_reactor_is_stuck(nursery):
+    # An unbuffered channel nobody receives from: the send itself blocks.
+    send, _receive = trio.open_memory_channel(0)
+    base = await _start_health(nursery, probe=reactor_probe(send), probe_timeout=0.1)
+    r = await _get(base + "/healthz")
+    assert r.status_code == 503
+    assert "did not answer within 0.1 s" in r.text
+
+
+async def test_reactor_probe_503_when_the_reactor_is_gone(nursery):
+    send, receive = trio.open_memory_channel(1)
+    receive.close()
+    base = await _start_health(nursery, probe=reactor_probe(send))
+    r = await _get(base + "/healthz")
+    assert r.status_code == 503
+    assert r.text == "unhealthy: the reactor's channel is closed\n"
+
+
+# --- /readyz ------------------------------------------------------------------
+
+
+async def test_readyz_follows_the_injected_state(nursery):
+    state = {"ready": False, "reason": "waiting for required server 'memo'"}
+    base = await _start_health(nursery, ready=lambda: (state["ready"], state["reason"]))
+
+    r = await _get(base + "/readyz")
+    assert (r.status_code, r.text) == (503, "not ready: waiting for required server 'memo'\n")
+
+    state.update(ready=True, reason="")
+    r = await _get(base + "/readyz")
+    assert (r.status_code, r.text) == (200, "ready\n")
+
+    state.update(ready=False, reason="draining")
+    r = await _get(base + "/readyz")
+    assert (r.status_code, r.text) == (503, "not ready: draining\n")
+
+
+async def test_readyz_503_when_the_check_raises(nursery):
+    def broken() -> tuple[bool, str]:
+        raise KeyError("servers")
+
+    base = await _start_health(nursery, ready=broken)
+    r = await _get(base + "/readyz")
+    assert r.status_code == 503
+    assert "readiness check failed: KeyError('servers')" in r.text
+
+
+# --- /metrics -----------------------------------------------------------------
+
+SNAPSHOT = MetricsSnapshot(
+    routed={"inbox": 4},
+    unrouted=1,
+    tokens_input=120,
+    tokens_output=30,
+    server_state={"memo": ServerState.CONNECTED},
+    subscription_state={("memo", 'memo://notes/"a"'): "established"},
+)
+
+
+def _families(text: str) -> dict[str, list]:
+    return {f.name: f.samples for f in text_string_to_metric_families(text)}
+
+
+async def test_metrics_on_the_health_port_parse_as_prometheus_text(nursery):
+    base = await _start_health(nursery, snapshot=lambda: SNAPSHOT)
+    r = await _get(base + "/metrics")
+    assert r.status_code == 200
+    assert r.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
+    fams = _families(r.text)
+    assert fams["agentd_events_routed"][0].labels == {"route": "inbox"}
+    assert fams["agentd_events_routed"][0].value == 4
+    established = [s for s in fams["agentd_subscription_state"] if s.labels["state"] == "established"]
+    assert established[0].labels["uri"] == 'memo://notes/"a"'
+    assert established[0].value == 1
+
+
+async def test_metrics_on_a_separate_listener_serve_only_metrics(nursery):
+    calls = 0
+
+    def snapshot() -> MetricsSnapshot:
+        nonlocal calls
+        calls += 1
+        return SNAPSHOT
+
+    port = await nursery.start(
+        lambda task_status: serve_metrics("127.0.0.1:0", snapshot=snapshot, task_status=task_status)
+    )
+    base = f"http://127.0.0.1:{port}"
+    r = await _get(base + "/metrics")
+    assert r.status_code == 200
+    assert _families(r.text)["agentd_up"][0].value == 1
+    assert calls == 1  # computed on request only
+    r = await _get(base + "/healthz")
+    assert r.status_code == 404
+    assert r.text == "not found: '/healthz'; this port serves /metrics\n"
+
+
+async def test_health_port_without_snapshot_has_no_metrics(nursery):
+    base = await _start_health(nursery)
+    r = await _get(base + "/metrics")
+    assert r.status_code == 404
+    assert "this port serves /healthz, /readyz" in r.text
+
+
+async def test_metrics_500_when_the_snapshot_fails(nursery):
+    def broken() -> MetricsSnapshot:
+        raise RuntimeError("no snapshot")
+
+    base = await _start_health(nursery, snapshot=broken)
+    r = await _get(base + "/metrics")
+    assert r.status_code == 500
+    assert "RuntimeError('no snapshot')" in r.text
+
+
+# --- HTTP details and hostile clients -----------------------------------------
+
+
+async def test_head_has_headers_but_no_body_and_query_is_ignored(nursery):
+    base = await _start_health(nursery)
+    raw = await _raw(_port(base), b"HEAD /healthz?verbose=1 HTTP/1.1\r\nHost: x\r\n\r\n")
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert b"Content-Length: 3" in head
+    assert body == b""
+
+
+async def test_other_methods_get_405_with_allow(nursery):
+    base = await _start_health(nursery)
+    r = await _get(base + "/healthz", method="POST")
+    assert r.status_code == 405
+    assert r.headers["allow"] == "GET, HEAD"
+
+
+@pytest.mark.parametrize(
+    ("payload", "status"),
+    [
+        (b"\x00\xff garbage\r\n\r\n", b"400"),
+        (b"GET /healthz\r\n\r\n", b"400"),
+        (b"GET /healthz HTTP/2.0\r\n\r\n", b"400"),
+        (b"get /healthz HTTP/1.1\r\n\r\n", b"400"),
+        (b"GET healthz HTTP/1.1\r\n\r\n", b"400"),
+        (b"GET /h\xc3\xa9 HTTP/1.1\r\n\r\n", b"400"),
+    ],
+)
+async def test_malformed_requests_get_400_and_the_server_keeps_serving(nursery, payload, status):
+    base = await _start_health(nursery)
+    raw = await _raw(_port(base), payload)
+    assert raw.startswith(b"HTTP/1.1 " + status)
+    assert (await _get(base + "/healthz")).status_code == 200
+
+
+async def test_oversized_head_gets_431(nursery):
+    base = await _start_health(nursery)
+    huge = b"GET /healthz HTTP/1.1\r\nX-Pad: " + b"a" * (health.MAX_REQUEST_HEAD + 10) + b"\r\n\r\n"
+    raw = await _raw(_port(base), huge)
+    assert raw.startswith(b"HTTP/1.1 431 ")
+    assert (await _get(base + "/healthz")).status_code == 200
+
+
+async def test_oversized_head_without_terminator_gets_431(nursery):
+    base = await _start_health(nursery)
+    raw = await _raw(_port(base), b"A" * (health.MAX_REQUEST_HEAD + 2))
+    assert raw.startswith(b"HTTP/1.1 431 ")
+
+
+async def test_client_closing_early_is_harmless(nursery):
+    base = await _start_health(nursery)
+    assert await _raw(_port(base), b"GET /heal", close_write=True) == b""
+    assert await _raw(_port(base), b"", close_write=True) == b""
+    assert (await _get(base + "/healthz")).status_code == 200
+
+
+async def test_slowloris_is_cut_off_and_does_not_block_others(nursery, monkeypatch):
+    monkeypatch.setattr(health, "READ_TIMEOUT", 0.3)
+    base = await _start_health(nursery)
+    port = _port(base)
+
+    with trio.fail_after(REQUEST_CEILING):
+        slow = await trio.open_tcp_stream("127.0.0.1", port)
+        await slow.send_all(b"GET /healthz HTTP/1.1\r\n")
+        start = trio.current_time()
+        # Others are served while the slow client dawdles.
+        assert (await _get(base + "/healthz")).status_code == 200
+        out = bytearray()
+        while chunk := await slow.receive_some(4096):
+            out += chunk
+        await slow.aclose()
+    assert out.startswith(b"HTTP/1.1 408 ")
+    assert trio.current_time() - start >= 0.25
+
+
+async def test_connection_cap_closes_extra_connections_at_accept(nursery, monkeypatch):
+    monkeypatch.setattr(health, "MAX_CONNECTIONS", 2)
+    both_inside = trio.Event()
+    release = trio.Event()
+    inside = 0
+
+    async def held_probe() -> bool:
+        # Each request holds its connection slot until the test releases it.
+        nonlocal inside
+        inside += 1
+        if inside == 2:
+            both_inside.set()
+        await release.wait()
+        return True
+
+    base = await _start_health(nursery, probe=held_probe)
+    port = _port(base)
+    results: list[bytes] = []
+
+    async def held_request() -> None:
+        results.append(await _raw(port, b"GET /healthz HTTP/1.1\r\n\r\n"))
+
+    with trio.fail_after(REQUEST_CEILING):
+        async with trio.open_nursery() as inner:
+            inner.start_soon(held_request)
+            inner.start_soon(held_request)
+            await both_inside.wait()
+            # Both slots are taken: a third connection is closed without an answer.
+            assert await _raw(port, b"GET /readyz HTTP/1.1\r\n\r\n") == b""
+            release.set()
+    assert [r.split(b"\r\n", 1)[0] for r in results] == [b"HTTP/1.1 200 OK"] * 2
+    # The slots were given back.
+    assert (await _get(base + "/readyz")).status_code == 200
+
+
+# --- addresses ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("addr", "expected"),
+    [
+        ("0.0.0.0:8080", ("0.0.0.0", 8080)),
+        ("127.0.0.1:0", ("127.0.0.1", 0)),
+        ("[::1]:9090", ("::1", 9090)),
+        (":8080", (None, 8080)),
+        ("localhost:65535", ("localhost", 65535)),
+    ],
+)
+def test_parse_addr_accepts(addr, expected):
+    assert parse_addr(addr) == expected
+
+
+@pytest.mark.parametrize("addr", ["8080", "host:", "host:http", "host:70000", "::1:80", "[]:80", "[::1:80"])
+def test_parse_addr_rejects_with_a_clear_message(addr):
+    with pytest.raises(
+        ConfigError, match=r"--metrics-addr: .* is not valid: use HOST:PORT, e\.g\. 0\.0\.0\.0:8080"
+    ):
+        parse_addr(addr, setting="--metrics-addr")
+
+
+async def test_serve_health_rejects_bad_addr_before_listening():
+    with pytest.raises(ConfigError, match=r"--health-addr: 'nope' is not valid"):
+        await serve_health("nope", probe=_true, ready=_ready)
+
+
+async def test_serve_health_rejects_a_bad_probe_timeout():
+    with pytest.raises(ConfigError, match=r"probe_timeout: 0 is not valid: use a positive number"):
+        await serve_health("127.0.0.1:0", probe=_true, ready=_ready, probe_timeout=0)
+
+
+def test_public_surface_names_exist():
+    assert all(hasattr(health, name) for name in health.__all__)
