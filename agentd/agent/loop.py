@@ -1,0 +1,172 @@
+"""The inner agentic loop: model call → tool calls → results → … → final answer.
+
+One run of the loop is a *turn*. It ends in a terminal status
+(:data:`agentd.exitcodes.TerminalStatus`). A warm session runs many turns in
+one process; between turns it waits for its next delivery inside
+:meth:`SupervisorLink.turn_end`.
+
+The loop talks to the world only through two seams, both injected: a
+:class:`agentd.models.Model` and a :class:`SupervisorLink` (the self-MCP
+channel in production, a fake in unit tests).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+import orjson
+
+from agentd.exitcodes import TerminalStatus
+from agentd.models import Message, Model, ModelReply, ToolCall, ToolSpec
+
+#: The same tool call with the same arguments this many times in a row is a stall.
+STALL_REPEATS = 3
+
+#: Longest tool result passed back to the model, in characters; longer ones are cut with a note.
+MAX_TOOL_RESULT_CHARS = 64_000
+
+StopReason = Literal["tokens", "steps", "deadline", "draining"]
+
+
+@dataclass
+class ToolResult:
+    """What a tool call returned, as the model will see it."""
+
+    text: str
+    is_error: bool = False
+
+
+@dataclass
+class UsageVerdict:
+    """The supervisor's answer to a usage report."""
+
+    proceed: bool
+    reason: StopReason | None = None
+
+
+@dataclass
+class NextTurn:
+    """The supervisor's answer at a turn boundary: exit, or run another turn with ``input``."""
+
+    action: Literal["exit", "continue"]
+    input: str = ""
+
+
+class SupervisorLink(Protocol):
+    """What the loop needs from the supervisor (the self-MCP channel)."""
+
+    async def call_tool(self, name: str, arguments: dict[str, object]) -> ToolResult: ...
+
+    async def report_usage(
+        self, *, input_tokens: int, output_tokens: int, steps: int, latency_ms: float, provider: str, model: str
+    ) -> UsageVerdict: ...
+
+    async def turn_end(self, *, status: TerminalStatus, text: str, idle: bool) -> NextTurn: ...
+
+
+@dataclass
+class RunState:
+    """State of one agent across its turns."""
+
+    messages: list[Message] = field(default_factory=list)
+    """The transcript, in the provider-neutral shape."""
+    turn_steps: int = 0
+    """Model calls made in the current turn."""
+    recent_calls: list[str] = field(default_factory=list)
+    """Fingerprints of the latest tool calls, for stall detection (last STALL_REPEATS)."""
+    last_text: str = ""
+    """The latest assistant text (the partial result if the turn stops early)."""
+
+
+def is_idle_reply(text: str) -> bool:
+    """A reply that is empty, or has a line that is only ``NO_REPLY``, publishes nothing."""
+    stripped = text.strip()
+    return not stripped or any(line.strip() == "NO_REPLY" for line in stripped.splitlines())
+
+
+def _fingerprint(call: ToolCall) -> str:
+    args = call.raw_arguments if call.arguments is None else orjson.dumps(call.arguments, option=orjson.OPT_SORT_KEYS).decode()
+    return f"{call.name}\x00{args}"
+
+
+def _cap(text: str) -> str:
+    if len(text) <= MAX_TOOL_RESULT_CHARS:
+        return text
+    return text[:MAX_TOOL_RESULT_CHARS] + f"\n[agentd: result cut at {MAX_TOOL_RESULT_CHARS} of {len(text)} characters]"
+
+
+async def run_turn(
+    model: Model, link: SupervisorLink, state: RunState, *, system: str | None, tools: Sequence[ToolSpec]
+) -> TerminalStatus:
+    """Run the loop until a final answer or a terminal condition; returns the status."""
+    state.turn_steps = 0
+    state.recent_calls.clear()
+    while True:
+        started = time.monotonic()
+        reply: ModelReply = await model.complete(system=system, messages=state.messages, tools=tools)
+        latency_ms = (time.monotonic() - started) * 1000
+        state.turn_steps += 1
+        verdict = await link.report_usage(
+            input_tokens=reply.usage.input_tokens,
+            output_tokens=reply.usage.output_tokens,
+            steps=1,
+            latency_ms=latency_ms,
+            provider=model.provider,
+            model=model.name,
+        )
+        state.messages.append(Message(role="assistant", content=reply.text, tool_calls=list(reply.tool_calls)))
+        if reply.text:
+            state.last_text = reply.text
+        if reply.stop == "refusal":
+            state.last_text = reply.refusal or reply.text
+            return "refused"
+        if not reply.tool_calls:
+            # A final answer stands even if this very call spent the budget.
+            state.last_text = reply.text
+            return "completed"
+        if not verdict.proceed:
+            return _status_for(verdict.reason)
+        for call in reply.tool_calls:
+            fp = _fingerprint(call)
+            state.recent_calls.append(fp)
+            del state.recent_calls[:-STALL_REPEATS]
+            if call.error is not None:
+                result = ToolResult(f"invalid tool call arguments: {call.error}; send valid JSON arguments", True)
+            else:
+                result = await link.call_tool(call.name, dict(call.arguments or {}))
+            state.messages.append(
+                Message(role="tool", content=_cap(result.text), tool_call_id=call.id, is_error=result.is_error)
+            )
+            if len(state.recent_calls) == STALL_REPEATS and len(set(state.recent_calls)) == 1:
+                return "stalled"
+
+
+def _status_for(reason: StopReason | None) -> TerminalStatus:
+    if reason == "tokens":
+        return "exhausted_tokens"
+    if reason == "deadline":
+        return "deadline"
+    return "exhausted_steps"
+
+
+async def run_agent(
+    model: Model,
+    link: SupervisorLink,
+    *,
+    system: str | None,
+    instruction: str,
+    tools: Sequence[ToolSpec],
+) -> None:
+    """Run turns until the supervisor says exit. Each turn's status goes to ``turn_end``."""
+    state = RunState(messages=[Message(role="user", content=instruction)])
+    while True:
+        status = await run_turn(model, link, state, system=system, tools=tools)
+        text = state.last_text
+        nxt = await link.turn_end(status=status, text=text, idle=is_idle_reply(text))
+        if nxt.action == "exit":
+            return
+        state.last_text = ""
+        state.messages.append(Message(role="user", content=nxt.input))

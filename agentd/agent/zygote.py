@@ -1,0 +1,156 @@
+"""The zygote: a pre-warmed template process that forks agent children.
+
+A fresh interpreter that imports trio and mcp costs ~430 ms here; a fork of a
+process that already did costs a few milliseconds and shares its pages
+copy-on-write. The supervisor starts one zygote at startup and asks it for
+children over a ``SOCK_SEQPACKET`` control socket:
+
+supervisor → zygote
+    one message per spawn: JSON ``{"agent": ID}`` plus, as ``SCM_RIGHTS``,
+    the child's end of a fresh socketpair (its private self-MCP channel).
+zygote → supervisor
+    ``{"ready": PID}`` once warm; ``{"spawned": ID, "pid": PID}`` per fork;
+    ``{"exited": ID, "pid": PID, "returncode": RC}`` when it reaps a child
+    (negative RC: killed by that signal).
+
+The zygote is plain synchronous Python (it must never run trio: forking a
+running event loop is unsafe) and waits in ``selectors`` on the control
+socket and a SIGCHLD wakeup pipe: no timers, no polling. Each child gets
+``PR_SET_PDEATHSIG(SIGKILL)`` and its own process group, and so does the
+zygote itself (tied to the supervisor): if the supervisor is SIGKILLed, the
+zygote and every agent child die with it, so no orphan survives.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import selectors
+import signal
+import socket
+import sys
+
+import orjson
+
+_PR_SET_PDEATHSIG = 1
+
+#: Largest control message (spawn requests are tiny: the payload travels on the child's own socket).
+MAX_CONTROL_MESSAGE = 4096
+
+
+def set_pdeathsig(sig: int = signal.SIGKILL) -> None:
+    """Ask the kernel to send ``sig`` to this process when its parent thread dies (Linux)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: best effort
+        pass
+
+
+def prewarm() -> None:
+    """Import everything a child needs, so forks inherit it for free."""
+    import mcp  # noqa: F401
+    import mcp.client.client  # noqa: F401
+    import mcp_types  # noqa: F401
+    import trio  # noqa: F401
+
+    import agentd.agent.child  # noqa: F401
+    import agentd.agent.loop  # noqa: F401
+    import agentd.models  # noqa: F401
+    import agentd.selfmcp.transport  # noqa: F401
+
+
+def _child(ctl: socket.socket, fd: int, agent: str) -> None:
+    """In the forked child: detach from the zygote's plumbing and run the agent."""
+    ctl.close()
+    for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.set_wakeup_fd(-1)
+    set_pdeathsig()
+    os.setpgid(0, 0)
+    from agentd.agent.child import read_payload, run_child
+
+    sock = socket.socket(fileno=fd)
+    try:
+        payload = read_payload(sock)
+        rc = run_child(payload, sock)
+    except BaseException as exc:
+        print(f"agentd child {agent}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        rc = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(rc)
+
+
+def serve(ctl: socket.socket) -> None:
+    """Fork children on request until the supervisor closes the control socket."""
+    rpipe, wpipe = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wpipe)
+    # A handler (not SIG_IGN) so SIGCHLD is delivered and wakes the pipe.
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    # The supervisor owns shutdown: a Ctrl-C in the terminal reaches the
+    # whole foreground group, and the zygote must not die before the drain.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    agents: dict[int, str] = {}
+    sel = selectors.DefaultSelector()
+    sel.register(ctl, selectors.EVENT_READ, "ctl")
+    sel.register(rpipe, selectors.EVENT_READ, "chld")
+    ctl.send(orjson.dumps({"ready": os.getpid()}))
+    while True:
+        for key, _ in sel.select():
+            if key.data == "chld":
+                try:
+                    os.read(rpipe, 4096)
+                except BlockingIOError:
+                    pass
+                _reap(ctl, agents)
+                continue
+            try:
+                msg, fds, _flags, _addr = socket.recv_fds(ctl, MAX_CONTROL_MESSAGE, 4)
+            except ConnectionError:
+                msg, fds = b"", []
+            if not msg:
+                return  # the supervisor is gone: exiting takes the children with us
+            req = orjson.loads(msg)
+            agent = str(req["agent"])
+            if len(fds) != 1:
+                for fd in fds:
+                    os.close(fd)
+                ctl.send(orjson.dumps({"error": agent, "message": "spawn request without exactly one fd"}))
+                continue
+            pid = os.fork()
+            if pid == 0:
+                _child(ctl, fds[0], agent)
+            os.close(fds[0])
+            agents[pid] = agent
+            ctl.send(orjson.dumps({"spawned": agent, "pid": pid}))
+
+
+def _reap(ctl: socket.socket, agents: dict[int, str]) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        rc = os.waitstatus_to_exitcode(status)
+        agent = agents.pop(pid, "?")
+        try:
+            ctl.send(orjson.dumps({"exited": agent, "pid": pid, "returncode": rc}))
+        except OSError:
+            return
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m agentd.agent.zygote FD``."""
+    args = sys.argv[1:] if argv is None else argv
+    set_pdeathsig()
+    ctl = socket.socket(fileno=int(args[0]))
+    prewarm()
+    serve(ctl)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

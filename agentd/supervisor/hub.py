@@ -1,0 +1,234 @@
+"""The hub: how the supervisor answers its children's self-MCP requests.
+
+Each child's self-MCP handler task calls :meth:`SupervisorHub.call`. Upstream
+tool calls and resource reads are plain I/O on the shared upstream
+connections and run in the handler's task. Anything that touches supervisor
+state (usage, turn ends, subscribe/unsubscribe) becomes a
+:class:`~agentd.supervisor.events.ChildMessage` for the reactor, which
+answers through a one-slot reply channel.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import mcp_types as types
+import orjson
+import trio
+
+from agentd.errors import AgentdError
+from agentd.selfmcp.protocol import TURN_END_TOOL, USAGE_TOOL
+from agentd.selfmcp.server import text_result
+from agentd.supervisor.events import ChildMessage, ReactorEvent
+from agentd.telemetry import Telemetry
+from agentd.upstream.naming import ToolNameMap
+
+_OBJ: dict[str, Any] = {"type": "object"}
+
+SELF_TOOLS: list[types.Tool] = [
+    types.Tool(
+        name="subscribe",
+        description=(
+            "Wake me when an MCP resource changes. After this call, end your turn: the next change to URI "
+            "arrives as a new message in this session."
+        ),
+        input_schema={
+            "type": "object",
+            "properties": {
+                "uri": {"type": "string", "description": "The resource URI to watch."},
+                "server": {"type": "string", "description": "Optional server name, if several list the URI."},
+            },
+            "required": ["uri"],
+        },
+    ),
+    types.Tool(
+        name="unsubscribe",
+        description="Stop being woken for an MCP resource you subscribed to.",
+        input_schema={"type": "object", "properties": {"uri": {"type": "string"}}, "required": ["uri"]},
+    ),
+    types.Tool(
+        name="read_resource",
+        description="Read an MCP resource by URI. Returns parsed JSON when the body is JSON, else text.",
+        input_schema={"type": "object", "properties": {"uri": {"type": "string"}}, "required": ["uri"]},
+    ),
+    types.Tool(
+        name="list_resources",
+        description="List the resources and resource templates every connected MCP server offers.",
+        input_schema=_OBJ,
+    ),
+]
+
+#: How long a self-MCP request may wait for the reactor's answer. The reactor
+#: answers in microseconds; only a wedged reactor runs this out.
+REACTOR_REPLY_TIMEOUT = 30.0
+
+
+class SupervisorHub:
+    """Implements :class:`agentd.selfmcp.server.Hub` over the upstreams and the reactor channel."""
+
+    def __init__(
+        self,
+        *,
+        events: trio.MemorySendChannel[ReactorEvent],
+        upstreams: Mapping[str, Any],
+        telemetry: Telemetry,
+    ) -> None:
+        self._events = events
+        self.upstreams = upstreams
+        self._telemetry = telemetry
+        self.names = ToolNameMap()
+        self._tools: list[types.Tool] | None = None
+
+    # -- tools ----------------------------------------------------------------------
+
+    def invalidate(self) -> None:
+        """Forget the tool list (an upstream reconnected or its tools changed)."""
+        self._tools = None
+
+    def tools_for(self, agent: str) -> list[types.Tool]:
+        if self._tools is None:
+            tools = list(SELF_TOOLS)
+            for server, up in self.upstreams.items():
+                for tool in getattr(up, "tools", None) or []:
+                    name = self.names.add(server, tool.name)
+                    tools.append(tool.model_copy(update={"name": name}))
+            self._tools = tools
+        return self._tools
+
+    def tool_specs(self) -> list[dict[str, Any]]:
+        """The tools as the spawn payload carries them (for the model's tool list)."""
+        return [
+            {"name": t.name, "description": t.description or "", "input_schema": dict(t.input_schema or _OBJ)}
+            for t in self.tools_for("")
+        ]
+
+    # -- calls ----------------------------------------------------------------------
+
+    async def ask_reactor(self, agent: str, kind: Any, payload: dict[str, Any], *, timeout: float | None) -> Any:
+        """Send a ChildMessage and wait for the reactor's answer."""
+        send, recv = trio.open_memory_channel[Any](1)
+        await self._events.send(ChildMessage(agent=agent, kind=kind, payload={**payload, "reply": send}))
+        if timeout is None:
+            return await recv.receive()
+        with trio.fail_after(timeout):
+            return await recv.receive()
+
+    async def call(self, agent: str, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        if name == USAGE_TOOL:
+            answer = await self.ask_reactor(agent, "usage", arguments, timeout=REACTOR_REPLY_TIMEOUT)
+            return text_result(orjson.dumps(answer).decode())
+        if name == TURN_END_TOOL:
+            answer = await self.ask_reactor(agent, "turn_end", arguments, timeout=None)
+            return text_result(orjson.dumps(answer).decode())
+        started = time.monotonic()
+        server, tool = "agentd", name
+        error: str | None = None
+        try:
+            if name in ("subscribe", "unsubscribe", "read_resource", "list_resources"):
+                result = await self._self_tool(agent, name, arguments)
+            else:
+                try:
+                    server, tool = self.names.resolve(name)
+                except KeyError:
+                    known = ", ".join(t.name for t in self.tools_for(agent))
+                    return text_result(f"unknown tool {name!r}; the tools you can call are: {known}", is_error=True)
+                up = self.upstreams.get(server)
+                if up is None:
+                    return text_result(f"server {server!r} is not configured", is_error=True)
+                result = await up.call_tool(tool, arguments)
+            if result.is_error:
+                error = "tool returned an error"
+            return result
+        except AgentdError as exc:
+            error = str(exc)
+            return text_result(error, is_error=True)
+        finally:
+            self._telemetry.emit(
+                "tool.call", agent=agent, server=server, tool=tool,
+                latency_ms=round((time.monotonic() - started) * 1000, 3), error=error,
+            )
+
+    async def _self_tool(self, agent: str, name: str, args: dict[str, Any]) -> types.CallToolResult:
+        if name == "list_resources":
+            return text_result(orjson.dumps(await self.list_resources()).decode())
+        uri = args.get("uri")
+        if not isinstance(uri, str) or not uri:
+            return text_result(f"{name}: 'uri' must be a non-empty string, got {uri!r}", is_error=True)
+        if name == "read_resource":
+            value = await self.read_resource(uri)
+            text = value if isinstance(value, str) else orjson.dumps(value).decode()
+            return text_result(text)
+        server = args.get("server") or self.server_for(uri)
+        if name == "subscribe":
+            if server is None:
+                return text_result(f"subscribe: no connected server offers {uri!r}; call list_resources", is_error=True)
+            answer = await self.ask_reactor(agent, "self_tool", {"op": "subscribe", "uri": uri, "server": server},
+                                            timeout=REACTOR_REPLY_TIMEOUT)
+            if "error" in answer:
+                return text_result(answer["error"], is_error=True)
+            try:
+                await self.upstreams[server].subscribe(uri)
+            except AgentdError as exc:
+                await self.ask_reactor(agent, "self_tool", {"op": "unsubscribe", "uri": uri},
+                                       timeout=REACTOR_REPLY_TIMEOUT)
+                return text_result(f"subscribe {uri!r} failed: {exc}", is_error=True)
+            return text_result(f"subscribed to {uri} on {server}; end your turn, a change wakes this session")
+        answer = await self.ask_reactor(agent, "self_tool", {"op": "unsubscribe", "uri": uri},
+                                        timeout=REACTOR_REPLY_TIMEOUT)
+        if server is not None and answer.get("ok"):
+            try:
+                await self.upstreams[server].unsubscribe(uri)
+            except AgentdError:
+                pass
+        return text_result("unsubscribed" if answer.get("ok") else f"you were not subscribed to {uri!r}")
+
+    # -- resources ------------------------------------------------------------------
+
+    def server_for(self, uri: str) -> str | None:
+        """Which server a URI goes to: listed exactly, else template match, else first that can subscribe."""
+        from agentd.upstream.resolve import Catalog, resolve_server_for_uri
+
+        catalogs = {}
+        for name, up in self.upstreams.items():
+            catalogs[name] = Catalog(
+                uris=frozenset(str(r.uri) for r in getattr(up, "resources", None) or []),
+                templates=tuple(str(t.uri_template) for t in getattr(up, "templates", None) or []),
+                can_subscribe=bool(getattr(getattr(getattr(up, "capabilities", None), "resources", None), "subscribe", False)),
+            )
+        return resolve_server_for_uri(uri, catalogs)
+
+    async def read_resource(self, uri: str) -> Any:
+        server = self.server_for(uri)
+        if server is None:
+            raise AgentdError(f"no connected server offers {uri!r}; call list_resources to see what exists")
+        result = await self.upstreams[server].read_resource(uri)
+        parts = []
+        for c in result.contents:
+            text = getattr(c, "text", None)
+            parts.append(text if text is not None else f"[binary {getattr(c, 'mime_type', '')}]")
+        body = "\n".join(parts)
+        try:
+            return orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return body
+
+    async def list_resources(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for server, up in self.upstreams.items():
+            subscribable = bool(getattr(getattr(getattr(up, "capabilities", None), "resources", None), "subscribe", False))
+            for r in getattr(up, "resources", None) or []:
+                out.append(_describe(server, str(r.uri), False, r, subscribable))
+            for t in getattr(up, "templates", None) or []:
+                out.append(_describe(server, str(t.uri_template), True, t, subscribable))
+        return out
+
+
+def _describe(server: str, uri: str, template: bool, r: Any, subscribable: bool) -> dict[str, Any]:
+    desc = r.description or ""
+    example = next((ln.strip() for ln in reversed(desc.splitlines()) if ln.strip().startswith("Example:")), None)
+    return {
+        "uri": uri, "template": template, "name": r.name, "description": desc, "example": example,
+        "mime_type": getattr(r, "mime_type", None), "server": server, "subscribable": subscribable,
+    }

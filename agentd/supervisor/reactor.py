@@ -1,0 +1,638 @@
+"""The one reactor: a single trio task that owns the driver, router, tree and timers.
+
+Every other task (MCP connections, child channels, the signal watcher, the
+health endpoint, the self-MCP handlers) only *sends* typed events
+(:mod:`agentd.supervisor.events`) into one memory channel. The reactor is the
+single consumer. Its only wait is a receive bounded by the nearest deadline
+(route debounce, loop re-entry, clock fire, budget deadline, drain grace), so
+a reactive daemon with nothing to do makes no wakeups at all.
+
+State machine of the process (:class:`Phase`)::
+
+    RUNNING --first SIGTERM/SIGINT--> DRAINING --all agents gone--> exit 0
+    DRAINING --grace elapsed / second signal--> exit 143 (children killed)
+
+Handlers are synchronous: anything that needs I/O (spawning, killing,
+subscribing) is handed to a task that reports back through the channel.
+"""
+
+from __future__ import annotations
+
+import enum
+import signal as _signal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import trio
+
+from agentd.exitcodes import ExitCode, TerminalStatus, code_for_status
+from agentd.supervisor.budget import Budget
+from agentd.supervisor.events import (
+    CatalogChanged,
+    ChildExited,
+    ChildMessage,
+    HealthProbe,
+    ReactorEvent,
+    ResourceChanged,
+    ServerState,
+    ServerStateChanged,
+    SignalReceived,
+    SubscriptionStateChanged,
+)
+from agentd.supervisor.governor import RestartGovernor
+from agentd.supervisor.tree import Tree
+from agentd.telemetry import Telemetry
+from agentd.triggers import mode as modes
+from agentd.triggers.router import ContinueDelivery, QueuedEvent, Router, SpawnDelivery
+
+#: Capacity of the reactor's channel. Producers block when it is full, which
+#: is the backpressure a notification storm needs; the reactor drains it at
+#: memory-channel speed (~5 µs per event).
+EVENT_BUFFER = 4096
+
+
+class Phase(enum.Enum):
+    """The process lifecycle."""
+
+    RUNNING = "running"
+    """Normal operation: triggers armed, agents start."""
+    DRAINING = "draining"
+    """A signal arrived: no new work; running turns finish; idle sessions exit."""
+    STOPPED = "stopped"
+    """The exit predicate fired; the reactor returned its code."""
+
+
+class AgentPhase(enum.Enum):
+    """An agent as the reactor sees it."""
+
+    STARTING = "starting"
+    """Spawned; no turn boundary reached yet (it is running its first turn)."""
+    TURN = "turn"
+    """Mid-turn: model and tool calls in flight."""
+    IDLE = "idle"
+    """Warm and waiting for a delivery; its turn-end call is held open."""
+    EXITING = "exiting"
+    """Told to exit (or being killed)."""
+    EXITED = "exited"
+    """Its process is gone."""
+
+
+AgentRole = Literal["root", "spawn", "session"]
+
+
+@dataclass
+class Agent:
+    """One agent child, as the reactor tracks it."""
+
+    id: str
+    role: AgentRole
+    instruction: str
+    route: str | None = None
+    """Owning route id (spawn-route agents and route sessions)."""
+    session: str | None = None
+    """Session name when this agent is a warm session (``root`` for loop --session warm)."""
+    warm: bool = False
+    """Held between turns instead of exiting."""
+    phase: AgentPhase = AgentPhase.STARTING
+    held: Any = None
+    """The reply channel of its pending turn-end call while IDLE."""
+    status: TerminalStatus | None = None
+    text: str = ""
+    turns: int = 0
+    subscriptions: set[str] = field(default_factory=set)
+    started_at: float = 0.0
+
+
+@dataclass
+class Hooks:
+    """I/O the reactor asks for without awaiting it (each runs in a task)."""
+
+    spawn: Callable[[Agent], None]
+    """Start the agent's child process (through the tree's chokepoint)."""
+    kill: Callable[[str], None]
+    """Run the kill ladder on an agent."""
+    kill_all: Callable[[], None]
+    """Kill every agent (drain timed out / second signal)."""
+    subscribe: Callable[[str, str], None]
+    """Subscribe to (server, uri) upstream; the result comes back as an event."""
+    unsubscribe: Callable[[str, str], None]
+    """Drop the upstream subscription to (server, uri)."""
+    publish: Callable[[Agent, TerminalStatus, str, bool], None]
+    """Publish a turn's result on stdout (not called for NO_REPLY turns)."""
+
+
+class Reactor:
+    """Runs the exit predicates over one event loop.
+
+    Args:
+        driver: the mode's driver (exit predicates).
+        router: the reactive router (pure).
+        budget: the tree-wide budget.
+        governor: the restart governor.
+        hooks: I/O the reactor triggers.
+        telemetry: NDJSON events and counters.
+        instruction: the root instruction (once/loop/schedule).
+        grace: drain grace period in seconds.
+        interval_timer: a clock source for reactive/schedule timers, if any.
+        required: names of required servers.
+    """
+
+    def __init__(
+        self,
+        *,
+        driver: modes.Driver,
+        router: Router,
+        budget: Budget,
+        governor: RestartGovernor,
+        hooks: Hooks,
+        telemetry: Telemetry,
+        instruction: str,
+        grace: float,
+        mode: str,
+        session: str,
+        clock: Any = None,
+        required: frozenset[str] = frozenset(),
+    ) -> None:
+        self.driver = driver
+        self.router = router
+        self.budget = budget
+        self.governor = governor
+        self.hooks = hooks
+        self.telemetry = telemetry
+        self.instruction = instruction
+        self.grace = grace
+        self.mode = mode
+        self.session_mode = session
+        self.clock = clock
+        self.required = required
+        self.send, self._recv = trio.open_memory_channel[ReactorEvent](EVENT_BUFFER)
+        self.phase = Phase.RUNNING
+        self.agents: dict[str, Agent] = {}
+        self.sessions: dict[str, str] = {}
+        self._seq = 0
+        self.drain_deadline: float | None = None
+        self.reenter_at: float | None = None
+        self.forced_exit: ExitCode | None = None
+        self.fatal_infra: str | None = None
+        self.required_failed: str | None = None
+        self.breaker_open = False
+        self.root_status: TerminalStatus | None = None
+        self.root_text = ""
+        self.server_states: dict[str, ServerState] = {}
+        self.subscription_states: dict[tuple[str, str], str] = {}
+        self.budget_reported = False
+        self.exit_code: ExitCode | None = None
+
+    # -- views ------------------------------------------------------------------
+
+    def live_agents(self) -> list[Agent]:
+        return [a for a in self.agents.values() if a.phase is not AgentPhase.EXITED]
+
+    def view(self, now: float) -> modes.SupervisorView:
+        """What the driver may read."""
+        live = self.live_agents()
+        return modes.SupervisorView(
+            draining=self.phase is Phase.DRAINING,
+            drain_timed_out=False,
+            children_running=len(live),
+            warm_sessions=sum(1 for a in live if a.warm),
+            budget_spent=self.budget.spent(),
+            deadline_reached=self.budget.deadline_reached(now),
+            fatal_infra=self.fatal_infra is not None,
+            required_server_failed=self.required_failed is not None,
+            breaker_open=self.breaker_open,
+            root_status=self.root_status,
+            root_partial=bool(self.root_text.strip()),
+        )
+
+    def ready(self) -> tuple[bool, str]:
+        """Readiness: required servers connected, declared subscriptions established, not draining."""
+        if self.phase is not Phase.RUNNING:
+            return False, "draining"
+        for name in self.required:
+            if self.server_states.get(name) is not ServerState.CONNECTED:
+                return False, f"required server {name!r} is {self.server_states.get(name, ServerState.STARTING).value}"
+        bad = [f"{s}:{u}" for (s, u), st in self.subscription_states.items() if st != "established"]
+        if bad:
+            return False, f"subscriptions not established: {', '.join(sorted(bad)[:5])}"
+        return True, "ok"
+
+    # -- the loop ---------------------------------------------------------------
+
+    async def run(self) -> ExitCode:
+        """Turn until the exit predicate fires; returns the exit code."""
+        now = trio.current_time()
+        self._start(now)
+        while True:
+            code = self._exit_predicate(now)
+            if code is not None:
+                self.phase = Phase.STOPPED
+                self.exit_code = code
+                return code
+            deadline = self._next_deadline()
+            event: ReactorEvent | None = None
+            with trio.move_on_at(deadline):
+                event = await self._recv.receive()
+            now = trio.current_time()
+            if event is not None:
+                self.handle(event, now)
+            self._on_time(now)
+
+    def _next_deadline(self) -> float:
+        candidates = [
+            self.router.next_deadline(),
+            self.reenter_at,
+            self.drain_deadline,
+            self.budget.next_deadline(),
+            self.clock.next_fire() if self.clock is not None and self.phase is Phase.RUNNING else None,
+        ]
+        present = [c for c in candidates if c is not None]
+        return min(present) if present else float("inf")
+
+    def _exit_predicate(self, now: float) -> ExitCode | None:
+        if self.forced_exit is not None:
+            return self.forced_exit
+        if self.required_failed is not None:
+            return ExitCode.REQUIRED_SERVER
+        if self.fatal_infra is not None and not self._busy():
+            return ExitCode.FATAL_INFRA
+        if self.budget.deadline_reached(now):
+            return ExitCode.DEADLINE
+        return self.driver.exit_predicate(self.view(now))
+
+    def _busy(self) -> bool:
+        return any(a.phase in (AgentPhase.STARTING, AgentPhase.TURN) for a in self.live_agents())
+
+    # -- start and time -----------------------------------------------------------
+
+    def _start(self, now: float) -> None:
+        self.telemetry.emit("reactor.start", mode=self.mode)
+        for action in self.driver.on_start(self.view(now)):
+            if isinstance(action, modes.SpawnRoot):
+                self._spawn_root(now)
+
+    def _on_time(self, now: float) -> None:
+        if self.drain_deadline is not None and now >= self.drain_deadline and self.live_agents():
+            self.telemetry.emit("drain.timeout", grace_s=self.grace, agents=[a.id for a in self.live_agents()])
+            self.hooks.kill_all()
+            self.forced_exit = ExitCode.DRAIN_TIMEOUT
+            return
+        if self.budget.deadline_reached(now):
+            self.telemetry.emit("budget.deadline")
+            return
+        if self.reenter_at is not None and now >= self.reenter_at:
+            self.reenter_at = None
+            self._reenter(now)
+        if self.clock is not None and self.phase is Phase.RUNNING and now >= self.clock.next_fire():
+            self._clock_fire(now)
+        self._deliver(now)
+
+    def _clock_fire(self, now: float) -> None:
+        import datetime as _dt
+
+        self.clock.fire(now, _dt.datetime.now(_dt.UTC))
+        self.telemetry.emit("timer.fire")
+        if isinstance(self.driver, modes.Schedule):
+            for action in self.driver.on_fire(self.view(now), now):
+                if isinstance(action, modes.SpawnRoot):
+                    self._spawn_root(now)
+                else:
+                    self.telemetry.emit("timer.coalesced", reason="previous root still running")
+        else:
+            self.router.ingest_timer(now)
+
+    # -- event handling -------------------------------------------------------------
+
+    def handle(self, event: ReactorEvent, now: float) -> None:
+        """Apply one event (synchronous; never blocks)."""
+        if isinstance(event, ResourceChanged):
+            self._resource_changed(event, now)
+        elif isinstance(event, ChildMessage):
+            self._child_message(event, now)
+        elif isinstance(event, ChildExited):
+            self._child_exited(event, now)
+        elif isinstance(event, SignalReceived):
+            self._signal(event, now)
+        elif isinstance(event, ServerStateChanged):
+            self._server_state(event)
+        elif isinstance(event, SubscriptionStateChanged):
+            self.subscription_states[(event.server, event.uri)] = event.state
+            self.telemetry.emit(
+                f"subscription.{event.state}", server=event.server, uri=event.uri, attempt=event.attempt,
+                error=event.error,
+            )
+        elif isinstance(event, CatalogChanged):
+            self.telemetry.emit("catalog.changed", server=event.server, uris=len(event.uris))
+            on_catalog = getattr(self, "on_catalog", None)
+            if on_catalog is not None:
+                on_catalog(event)
+        elif isinstance(event, HealthProbe):
+            event.reply.set()
+
+    def _resource_changed(self, ev: ResourceChanged, now: float) -> None:
+        result = self.router.ingest(
+            QueuedEvent(uri=ev.uri, server=ev.server, etag=ev.etag, kind=ev.kind, first_seen=now), now
+        )
+        self.telemetry.emit(
+            "resource.updated", server=ev.server, uri=ev.uri, kind=ev.kind, route=result.route_id,
+            outcome=str(getattr(result.outcome, "name", result.outcome)).lower() if result.outcome is not None else None,
+        )
+        if result.route_id is None:
+            self.telemetry.incr("unrouted")
+            return
+        self.telemetry.incr("routed")
+        name = getattr(result.outcome, "name", "")
+        if name == "COALESCED":
+            self.telemetry.incr("coalesced")
+            self.telemetry.emit("route.coalesced", route=result.route_id, uri=ev.uri)
+        elif name.startswith("DROPPED"):
+            self.telemetry.incr("dropped_events")
+            self.telemetry.emit("route.dropped", route=result.route_id, uri=ev.uri, reason=name.lower())
+        else:
+            self.telemetry.emit("route.enqueued", route=result.route_id, uri=ev.uri)
+
+    def _deliver(self, now: float) -> None:
+        deliveries = self.router.take_deliveries(
+            now,
+            session_idle=self._session_idle,
+            may_spawn=lambda: self.phase is Phase.RUNNING and self.budget.spent() is None,
+            draining=self.phase is not Phase.RUNNING,
+        )
+        for d in deliveries:
+            if isinstance(d, SpawnDelivery):
+                self.telemetry.emit("route.deliver", route=d.route_id, uris=[d.event.uri])
+                self._spawn(now, role="spawn", instruction=d.instruction, route=d.route_id)
+            elif isinstance(d, ContinueDelivery):
+                uris = [e.uri for e in d.events]
+                self.telemetry.emit("route.deliver", route=d.route_id, uris=uris)
+                self._deliver_to_session(now, d.session, render_delivery(d.events), route=d.route_id)
+
+    def _session_idle(self, session: str) -> bool:
+        agent_id = self.sessions.get(session)
+        if agent_id is None:
+            return True  # a named session that does not run yet starts on delivery
+        agent = self.agents[agent_id]
+        return agent.phase is AgentPhase.IDLE
+
+    def _deliver_to_session(self, now: float, session: str, text: str, *, route: str | None) -> None:
+        agent_id = self.sessions.get(session)
+        if agent_id is None:
+            instruction = f"{self.instruction}\n\n{text}" if self.instruction else text
+            self._spawn(now, role="session", instruction=instruction, route=route, session=session, warm=True)
+            self.telemetry.emit("session.deliver", session=session, route=route, started=True)
+            return
+        agent = self.agents[agent_id]
+        self.telemetry.emit("session.deliver", session=session, route=route, agent=agent.id)
+        self._resume(agent, text)
+
+    def _resume(self, agent: Agent, text: str) -> None:
+        """Answer an idle agent's held turn-end with its next input."""
+        held = agent.held
+        agent.held = None
+        agent.phase = AgentPhase.TURN
+        held.send_nowait({"action": "continue", "input": text})
+
+    # -- agents -----------------------------------------------------------------------
+
+    def _next_id(self) -> str:
+        self._seq += 1
+        return f"a{self._seq}"
+
+    def _spawn_root(self, now: float) -> None:
+        warm = self.mode == "loop" and self.session_mode == "warm"
+        self._spawn(now, role="root", instruction=self.instruction, warm=warm, session="root" if warm else None)
+
+    def _spawn(
+        self,
+        now: float,
+        *,
+        role: AgentRole,
+        instruction: str,
+        route: str | None = None,
+        session: str | None = None,
+        warm: bool = False,
+    ) -> Agent:
+        agent = Agent(
+            id=self._next_id(), role=role, instruction=instruction, route=route, session=session, warm=warm,
+            started_at=now,
+        )
+        self.agents[agent.id] = agent
+        if session is not None:
+            self.sessions[session] = agent.id
+        self.telemetry.emit("subagent.spawn", agent=agent.id, role=role, route=route, session=session)
+        self.hooks.spawn(agent)
+        return agent
+
+    def _child_message(self, msg: ChildMessage, now: float) -> None:
+        agent = self.agents.get(msg.agent)
+        reply = msg.payload.get("reply")
+        if agent is None:
+            if reply is not None:
+                reply.send_nowait({"error": f"unknown agent {msg.agent!r}"})
+            return
+        if msg.kind == "usage":
+            self._usage(agent, msg.payload, reply, now)
+        elif msg.kind == "turn_end":
+            self._turn_end(agent, msg.payload, reply, now)
+        elif msg.kind == "self_tool":
+            self._self_tool(agent, msg.payload, reply, now)
+
+    def _usage(self, agent: Agent, p: dict[str, Any], reply: Any, now: float) -> None:
+        if agent.phase is AgentPhase.STARTING:
+            agent.phase = AgentPhase.TURN
+        self.budget.charge(
+            input_tokens=int(p.get("input_tokens", 0)), output_tokens=int(p.get("output_tokens", 0)),
+            steps=int(p.get("steps", 1)),
+        )
+        self.telemetry.incr("input_tokens", int(p.get("input_tokens", 0)))
+        self.telemetry.incr("output_tokens", int(p.get("output_tokens", 0)))
+        self.telemetry.emit(
+            "model.call", agent=agent.id, provider=p.get("provider"), model=p.get("model"),
+            input_tokens=p.get("input_tokens"), output_tokens=p.get("output_tokens"),
+            latency_ms=round(float(p.get("latency_ms", 0.0)), 3),
+        )
+        spent = self.budget.spent()
+        if spent is not None and not self.budget_reported:
+            self.budget_reported = True
+            self.telemetry.emit("budget.exhausted", kind=spent, **self.budget.usage())
+        reason: str | None = spent
+        if reason is None and self.budget.deadline_reached(now):
+            reason = "deadline"
+        reply.send_nowait({"continue": reason is None, "reason": reason})
+
+    def _turn_end(self, agent: Agent, p: dict[str, Any], reply: Any, now: float) -> None:
+        status: TerminalStatus = p.get("status", "crashed")
+        text = str(p.get("text", ""))
+        idle = bool(p.get("idle", False))
+        agent.turns += 1
+        agent.status = status
+        agent.text = text
+        if p.get("fatal_infra"):
+            self.fatal_infra = str(p["fatal_infra"])
+            self.telemetry.emit("model.fatal", agent=agent.id, error=self.fatal_infra)
+        if idle and status == "completed":
+            self.telemetry.emit("reply.suppressed", agent=agent.id, route=agent.route)
+        elif text or status != "completed":
+            self.hooks.publish(agent, status, text, idle)
+        self.telemetry.emit("turn.end", agent=agent.id, status=status, route=agent.route, idle=idle)
+        hold = self._should_hold(agent, status)
+        if hold:
+            agent.phase = AgentPhase.IDLE
+            agent.held = reply
+        else:
+            agent.phase = AgentPhase.EXITING
+            reply.send_nowait({"action": "exit"})
+        self._after_terminal(agent, status, idle, now)
+
+    def _should_hold(self, agent: Agent, status: TerminalStatus) -> bool:
+        if self.phase is not Phase.RUNNING or self.budget.spent() is not None or self.fatal_infra:
+            return False
+        if status in ("crashed", "refused", "deadline") and not agent.subscriptions:
+            return False
+        return agent.warm or bool(agent.subscriptions)
+
+    def _after_terminal(self, agent: Agent, status: TerminalStatus, idle: bool, now: float) -> None:
+        if agent.role == "root":
+            self.root_status = status
+            self.root_text = agent.text
+            disposition = self.driver.on_root_terminal(self.view(now), status, idle=idle, now=now)
+            self._apply_disposition(agent, disposition, now)
+        elif agent.role == "spawn" and agent.route is not None and not agent.subscriptions:
+            self.router.on_spawn_done(agent.route)
+        if agent.session is not None and agent.phase is AgentPhase.IDLE:
+            self.router.on_session_idle(agent.session)
+
+    def _apply_disposition(self, agent: Agent, disposition: Any, now: float) -> None:
+        if isinstance(disposition, modes.ReEnterAfter):
+            self.reenter_at = now + disposition.delay
+            self.telemetry.emit("loop.reenter", after_s=disposition.delay)
+        elif isinstance(disposition, modes.Restart):
+            if self.governor.record_restart(now):
+                self.telemetry.incr("restarts")
+                self.telemetry.emit("subagent.restart", agent=agent.id)
+                self.reenter_at = now
+            else:
+                self.breaker_open = True
+                self.telemetry.emit("governor.breaker_open", agent=agent.id)
+
+    def _reenter(self, now: float) -> None:
+        if self.phase is not Phase.RUNNING or self.budget.spent() is not None:
+            return
+        root_id = self.sessions.get("root")
+        root = self.agents.get(root_id) if root_id else None
+        if root is not None and root.phase is AgentPhase.IDLE:
+            self.telemetry.emit("loop.shift", agent=root.id, warm=True)
+            self._resume(root, self.instruction)
+            return
+        if root is not None and root.phase is not AgentPhase.EXITED:
+            return  # still busy: the next terminal status decides again
+        if root is not None:
+            self.sessions.pop("root", None)
+        self.telemetry.emit("loop.shift", warm=False)
+        self._spawn_root(now)
+
+    def _child_exited(self, ev: ChildExited, now: float) -> None:
+        agent = self.agents.get(ev.agent)
+        if agent is None:
+            return
+        was = agent.phase
+        agent.phase = AgentPhase.EXITED
+        if agent.held is not None:
+            agent.held = None
+        if agent.session is not None and self.sessions.get(agent.session) == agent.id:
+            del self.sessions[agent.session]
+        for uri in sorted(agent.subscriptions):
+            self._drop_self_route(agent, uri)
+        crashed = was in (AgentPhase.STARTING, AgentPhase.TURN) or (
+            was is AgentPhase.IDLE and self.phase is Phase.RUNNING and ev.returncode not in (0, None)
+        )
+        status: TerminalStatus = "crashed" if crashed else (agent.status or "completed")
+        self.telemetry.emit(
+            "subagent.exit", agent=agent.id, status=status, returncode=ev.returncode,
+            exit_code=int(code_for_status(status, partial=bool(agent.text.strip()))),
+        )
+        if crashed:
+            agent.status = "crashed"
+            self._after_terminal(agent, "crashed", False, now)
+            if agent.role == "spawn" and agent.route is not None and agent.subscriptions:
+                self.router.on_spawn_done(agent.route)
+
+    # -- self tools -------------------------------------------------------------------
+
+    def _self_tool(self, agent: Agent, p: dict[str, Any], reply: Any, now: float) -> None:
+        op = p.get("op")
+        uri = str(p.get("uri", ""))
+        server = p.get("server")
+        if op == "subscribe":
+            from agentd.errors import RouteError
+            from agentd.triggers.router import Continue, RouteSpec
+
+            session = agent.session or agent.id
+            try:
+                self.router.add_route(
+                    RouteSpec(match=uri, disposition=Continue(session=session), route_id=f"self:{session}:{uri}"),
+                    front=True,
+                    owner=session,
+                )
+            except RouteError as exc:
+                reply.send_nowait({"error": str(exc)})
+                return
+            if agent.session is None:
+                agent.session = session
+                self.sessions[session] = agent.id
+            agent.subscriptions.add(uri)
+            self.telemetry.emit("self.subscribe", agent=agent.id, uri=uri, server=server)
+            reply.send_nowait({"ok": True})
+        elif op == "unsubscribe":
+            existed = uri in agent.subscriptions
+            self._drop_self_route(agent, uri)
+            reply.send_nowait({"ok": existed})
+            self.telemetry.emit("self.unsubscribe", agent=agent.id, uri=uri)
+        else:
+            reply.send_nowait({"error": f"unknown self-tool operation {op!r}"})
+
+    def _drop_self_route(self, agent: Agent, uri: str) -> None:
+        session = agent.session or agent.id
+        agent.subscriptions.discard(uri)
+        try:
+            self.router.remove_route(f"self:{session}:{uri}")
+        except KeyError:
+            pass
+
+    # -- signals and servers ------------------------------------------------------------
+
+    def _signal(self, ev: SignalReceived, now: float) -> None:
+        name = _signal.Signals(ev.signum).name
+        if self.phase is Phase.DRAINING:
+            self.telemetry.emit("drain.abort", signal=name)
+            self.hooks.kill_all()
+            self.forced_exit = ExitCode.DRAIN_TIMEOUT
+            return
+        self.phase = Phase.DRAINING
+        self.drain_deadline = now + self.grace
+        self.reenter_at = None
+        self.telemetry.emit("drain.start", signal=name, grace_s=self.grace, agents=len(self.live_agents()))
+        for agent in self.live_agents():
+            if agent.phase is AgentPhase.IDLE and agent.held is not None:
+                held, agent.held = agent.held, None
+                agent.phase = AgentPhase.EXITING
+                held.send_nowait({"action": "exit"})
+
+    def _server_state(self, ev: ServerStateChanged) -> None:
+        self.server_states[ev.server] = ev.state
+        self.telemetry.emit(
+            "server.state", server=ev.server, state=ev.state.value, attempt=ev.attempt, error=ev.error
+        )
+        if ev.state is ServerState.FAILED and ev.required:
+            self.required_failed = ev.server
+
+
+def render_delivery(events: list[QueuedEvent]) -> str:
+    """The user turn a continue delivery becomes."""
+    lines = ["These resources changed (re-read what you need; act on the current state):"]
+    for e in events:
+        tag = "possibly changed" if e.kind == "synthetic" else e.kind
+        server = f" on {e.server}" if e.server else ""
+        lines.append(f"- {e.uri}{server} ({tag})")
+    return "\n".join(lines)
