@@ -1,0 +1,95 @@
+"""Streamable HTTP transport for upstream MCP servers, with loss detection.
+
+Wraps the SDK's ``streamable_http_client`` with an ``httpx2`` client that
+carries the configured headers and watches every exchange, so agentd learns
+that the server went away even when the SDK would retry quietly:
+
+* a connection-level failure (refused, reset, unreachable) on any request;
+* HTTP 404 for a request that carried an ``Mcp-Session-Id`` (the server
+  restarted and forgot the session: the client must start a new one).
+
+Either sets :attr:`HttpTransport.lost`; the connection owner then reconnects.
+The read timeout is disabled because listen streams and the server-push GET
+stream legitimately stay quiet for hours; every request agentd makes is
+bounded by its own ``request_timeout`` instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+
+import httpx2
+import trio
+from mcp.client.streamable_http import MCP_SESSION_ID, streamable_http_client
+
+__all__ = ["CONNECT_TIMEOUT", "HttpTransport"]
+
+CONNECT_TIMEOUT = 10.0
+"""Seconds for TCP connect, request write and pool acquisition: a reachable server
+on a healthy network answers in milliseconds; ten seconds tolerates a slow proxy."""
+
+
+class _Watch(httpx2.AsyncBaseTransport):
+    """An httpx2 transport that reports server loss to ``owner`` and passes everything through."""
+
+    def __init__(self, owner: HttpTransport, inner: httpx2.AsyncBaseTransport) -> None:
+        self._owner = owner
+        self._inner = inner
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        try:
+            response = await self._inner.handle_async_request(request)
+        except httpx2.TransportError as exc:
+            self._owner.mark_lost(f"server {self._owner.server!r} is unreachable at {self._owner.url}: {exc!r}")
+            raise
+        if response.status_code == 404 and MCP_SESSION_ID in request.headers:
+            self._owner.mark_lost(
+                f"server {self._owner.server!r} no longer knows session "
+                f"{request.headers[MCP_SESSION_ID]!r} (HTTP 404): it restarted"
+            )
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class HttpTransport:
+    """An MCP ``Transport`` over Streamable HTTP.
+
+    Args:
+        server: the server's configured name (for messages).
+        url: the MCP endpoint.
+        headers: sent with every request (e.g. ``Authorization``).
+    """
+
+    def __init__(self, server: str, url: str, headers: Mapping[str, str] | None = None) -> None:
+        self.server = server
+        self.url = url
+        self.headers = dict(headers or {})
+        self.lost = trio.Event()
+        """Set when the server went away (see the module docstring)."""
+        self.lost_reason: str | None = None
+        self._ctx: object = None
+
+    def mark_lost(self, reason: str) -> None:
+        """Record that the server went away (first reason wins)."""
+        if self.lost_reason is None:
+            self.lost_reason = reason
+            self.lost.set()
+
+    async def __aenter__(self) -> tuple[object, object]:
+        self._ctx = self._run()
+        return await self._ctx.__aenter__()  # type: ignore[attr-defined,no-any-return]
+
+    async def __aexit__(self, *exc: object) -> bool | None:
+        return await self._ctx.__aexit__(*exc)  # type: ignore[attr-defined,no-any-return]
+
+    @asynccontextmanager
+    async def _run(self) -> AsyncIterator[tuple[object, object]]:
+        timeout = httpx2.Timeout(CONNECT_TIMEOUT, read=None)
+        async with httpx2.AsyncClient(
+            headers=self.headers, timeout=timeout, transport=_Watch(self, httpx2.AsyncHTTPTransport())
+        ) as client:
+            async with streamable_http_client(self.url, http_client=client) as streams:
+                yield streams

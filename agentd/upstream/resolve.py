@@ -1,0 +1,57 @@
+"""Which upstream server owns a resource URI. Pure and synchronous."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
+
+__all__ = ["Catalog", "resolve_server_for_uri"]
+
+
+@dataclass(frozen=True, slots=True)
+class Catalog:
+    """What one server offers, as far as URI routing is concerned."""
+
+    uris: frozenset[str] = frozenset()
+    """Concrete resource URIs from ``resources/list``."""
+    templates: tuple[str, ...] = ()
+    """RFC 6570 URI templates from ``resources/templates/list``."""
+    can_subscribe: bool = False
+    """Whether the server advertises ``resources.subscribe``."""
+    _parsed: tuple[UriTemplate, ...] = field(default=(), init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        parsed: list[UriTemplate] = []
+        for text in self.templates:
+            try:
+                parsed.append(UriTemplate.parse(text))
+            except InvalidUriTemplate:
+                # A server listing a malformed template only loses template routing for it.
+                continue
+        object.__setattr__(self, "_parsed", tuple(parsed))
+
+    def matches_template(self, uri: str) -> bool:
+        """Whether one of this server's templates matches ``uri``."""
+        return any(t.match(uri) is not None for t in self._parsed)
+
+
+def resolve_server_for_uri(uri: str, catalogs: Mapping[str, Catalog] | Sequence[tuple[str, Catalog]]) -> str | None:
+    """The server to read or subscribe ``uri`` on.
+
+    In order: the first server that lists ``uri`` exactly; else the first whose
+    URI template matches it; else the first server that can subscribe; else
+    ``None``. "First" is the configuration order of ``catalogs``.
+    """
+    items = list(catalogs.items()) if isinstance(catalogs, Mapping) else list(catalogs)
+    for name, catalog in items:
+        if uri in catalog.uris:
+            return name
+    for name, catalog in items:
+        if catalog.matches_template(uri):
+            return name
+    for name, catalog in items:
+        if catalog.can_subscribe:
+            return name
+    return None

@@ -1,0 +1,315 @@
+"""agentd's own stdio transport for upstream MCP servers.
+
+The SDK's ``stdio_client`` passes the server's stderr straight through, has no
+cap on a stdout line, only notices a dead server when its stdout reaches EOF
+(which never happens while an orphaned grandchild holds the pipe), and polls
+``returncode`` while stopping it. This transport keeps the SDK's wire format
+and shutdown order but gives agentd the guarantees it needs:
+
+* The process is its own session and process group; the whole group is killed
+  when the leader exits (no orphaned grandchildren) and at teardown.
+* Process exit is awaited directly (trio waits on a pidfd), so a dead server
+  ends the read stream at once: the dispatcher then fails every pending
+  request with "connection closed" instead of hanging.
+* stderr goes into a bounded ring buffer (:meth:`StdioTransport.stderr_tail`),
+  quoted in errors such as "the server exited during initialize".
+* A stdout line that is not JSON-RPC is reported to telemetry and skipped; the
+  connection survives.
+* A stdout line longer than ``max_line_bytes`` ends the connection with an
+  error naming the size and the cap (memory stays bounded).
+
+Shutdown contract: close stdin, wait :data:`EXIT_GRACE`, SIGTERM the process
+group, wait :data:`TERM_GRACE`, SIGKILL the group; shielded from cancellation,
+every wait bounded.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+import anyio
+import mcp_types as types
+import trio
+from mcp.client.stdio import get_default_environment
+from mcp.shared.message import SessionMessage
+from pydantic import ValidationError
+
+from agentd.telemetry import Telemetry
+
+__all__ = [
+    "EXIT_GRACE",
+    "MAX_LINE_BYTES",
+    "STDERR_TAIL_BYTES",
+    "TERM_GRACE",
+    "StdioTransport",
+]
+
+EXIT_GRACE = 2.0
+"""Seconds a server gets to exit on its own after its stdin closes (the MCP shutdown
+sequence); long enough to flush, short enough that a drain is not held up."""
+
+TERM_GRACE = 2.0
+"""Seconds between SIGTERM and SIGKILL of the server's process group."""
+
+STDOUT_EOF_AFTER_EXIT = 1.0
+"""Seconds to wait for stdout EOF once the server process has exited and its group was
+killed; only a process stuck in the kernel outlives SIGKILL, so this is a backstop."""
+
+MAX_LINE_BYTES = 16 * 1024 * 1024
+"""Default cap on one stdout line (one JSON-RPC message). Large resource bodies fit;
+a runaway server cannot exhaust the supervisor's memory."""
+
+STDERR_TAIL_BYTES = 8 * 1024
+"""Bytes of the server's most recent stderr kept for error messages."""
+
+_READ_CHUNK = 64 * 1024
+_GARBAGE_PREVIEW = 200
+
+
+@dataclass
+class _Ring:
+    """The last ``limit`` bytes written to it."""
+
+    limit: int
+    data: bytearray = field(default_factory=bytearray)
+
+    def add(self, chunk: bytes) -> None:
+        self.data += chunk
+        if len(self.data) > self.limit:
+            del self.data[: len(self.data) - self.limit]
+
+
+class StdioTransport:
+    """An MCP ``Transport`` that runs a server as a child process.
+
+    Use as an async context manager yielding ``(read_stream, write_stream)``
+    for ``mcp.Client``. After the read stream ends, :attr:`lost_reason` says
+    why (exit status, EOF, oversized line).
+
+    Args:
+        server: the server's configured name (for messages).
+        command: the executable.
+        args: its arguments.
+        env: variables added over a minimal inherited environment (HOME, PATH, ...).
+        cwd: working directory, or ``None`` for the supervisor's.
+        telemetry: where skipped stdout lines are reported.
+        max_line_bytes: cap on one stdout line.
+    """
+
+    def __init__(
+        self,
+        server: str,
+        command: str,
+        args: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        telemetry: Telemetry,
+        max_line_bytes: int = MAX_LINE_BYTES,
+    ) -> None:
+        self.server = server
+        self.command = command
+        self.args = list(args)
+        self.env = dict(env or {})
+        self.cwd = cwd
+        self.telemetry = telemetry
+        self.max_line_bytes = max_line_bytes
+        self.lost_reason: str | None = None
+        """Why the connection ended, once it has (``None`` while it is up)."""
+        self.lost = trio.Event()
+        """Set when the connection ended on the server's side (exit, EOF, bad line)."""
+        self.pid: int | None = None
+        self.returncode: int | None = None
+        self._stderr = _Ring(STDERR_TAIL_BYTES)
+        self._stderr_done = trio.Event()
+        self._ctx: object = None
+
+    def stderr_tail(self, max_lines: int = 20) -> str:
+        """The last ``max_lines`` lines the server wrote to stderr (decoded leniently)."""
+        text = self._stderr.data.decode("utf-8", errors="replace")
+        return "\n".join(text.strip().splitlines()[-max_lines:])
+
+    async def wait_stderr_closed(self, timeout: float) -> None:
+        """Wait up to ``timeout`` s for the server's stderr to reach EOF (so the tail is complete)."""
+        with trio.move_on_after(timeout):
+            await self._stderr_done.wait()
+
+    async def __aenter__(self) -> tuple[object, object]:
+        self._ctx = self._run()
+        return await self._ctx.__aenter__()  # type: ignore[attr-defined,no-any-return]
+
+    async def __aexit__(self, *exc: object) -> bool | None:
+        return await self._ctx.__aexit__(*exc)  # type: ignore[attr-defined,no-any-return]
+
+    @asynccontextmanager
+    async def _run(self) -> AsyncIterator[tuple[object, object]]:
+        env = get_default_environment() | self.env
+        try:
+            process = await trio.lowlevel.open_process(
+                [self.command, *self.args],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+                cwd=self.cwd,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise OSError(
+                f"server {self.server!r}: cannot start {self.command!r}: {exc.strerror or exc}; "
+                "check the server's command and PATH"
+            ) from exc
+        self.pid = process.pid
+        assert process.stdin is not None and process.stdout is not None and process.stderr is not None
+        read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+        write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](0)
+
+        def lose(reason: str) -> None:
+            if self.lost_reason is None:
+                self.lost_reason = reason
+                self.lost.set()
+            # Ending the read stream makes the SDK fail every pending request at once.
+            read_send.close()
+
+        async def stdout_reader() -> None:
+            assert process.stdout is not None
+            buffer = bytearray()
+            try:
+                while True:
+                    chunk = await process.stdout.receive_some(_READ_CHUNK)
+                    if not chunk:
+                        break
+                    buffer += chunk
+                    while (nl := buffer.find(b"\n")) >= 0:
+                        line = bytes(buffer[:nl])
+                        del buffer[: nl + 1]
+                        await deliver(line)
+                    if len(buffer) > self.max_line_bytes:
+                        lose(
+                            f"server {self.server!r} wrote a stdout line longer than {self.max_line_bytes} bytes "
+                            "(the cap for one message); the connection was reset. Raise --max-read-bytes if the "
+                            "server legitimately sends messages this large"
+                        )
+                        return
+            except (trio.ClosedResourceError, trio.BrokenResourceError, anyio.ClosedResourceError):
+                pass
+            lose(self._exit_reason("closed its stdout"))
+
+        async def deliver(line: bytes) -> None:
+            if not line.strip():
+                return
+            try:
+                message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+            except (ValidationError, ValueError):
+                # Hazard #924: a stray print() must not break the connection.
+                self.telemetry.incr("upstream.stdout_garbage")
+                self.telemetry.emit(
+                    "upstream.stdout_garbage",
+                    server=self.server,
+                    bytes=len(line),
+                    preview=line[:_GARBAGE_PREVIEW].decode("utf-8", errors="replace"),
+                )
+                return
+            try:
+                await read_send.send(SessionMessage(message))
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                pass
+
+        async def stderr_reader() -> None:
+            assert process.stderr is not None
+            try:
+                while chunk := await process.stderr.receive_some(_READ_CHUNK):
+                    self._stderr.add(chunk)
+            except (trio.ClosedResourceError, trio.BrokenResourceError):
+                pass
+            finally:
+                self._stderr_done.set()
+
+        async def stdin_writer() -> None:
+            assert process.stdin is not None
+            try:
+                async with write_recv:
+                    async for message in write_recv:
+                        data = message.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
+                        await process.stdin.send_all(data.encode())
+            except (trio.ClosedResourceError, trio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                lose(self._exit_reason("stopped reading its stdin"))
+
+        async def exit_watcher() -> None:
+            self.returncode = await process.wait()
+            # Hazard #850: the leader is gone; its helpers are orphans. Kill the group now,
+            # which also releases a stdout pipe a grandchild may still hold.
+            _killpg(process.pid, signal.SIGKILL)
+            with trio.move_on_after(STDOUT_EOF_AFTER_EXIT):
+                await stdout_done.wait()
+            lose(self._exit_reason("exited"))
+
+        stdout_done = trio.Event()
+
+        async def stdout_task() -> None:
+            try:
+                await stdout_reader()
+            finally:
+                stdout_done.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(stdout_task)
+            nursery.start_soon(stderr_reader)
+            nursery.start_soon(stdin_writer)
+            nursery.start_soon(exit_watcher)
+            try:
+                yield read_recv, write_send
+            finally:
+                with trio.CancelScope(shield=True):
+                    await self._stop(process, write_send)
+                    read_send.close()
+                    read_recv.close()
+                nursery.cancel_scope.cancel()
+
+    def _exit_reason(self, what: str) -> str:
+        if self.returncode is None:
+            return f"server {self.server!r} {what}"
+        if self.returncode < 0:
+            try:
+                name = signal.Signals(-self.returncode).name
+            except ValueError:
+                name = f"signal {-self.returncode}"
+            return f"server {self.server!r} was killed by {name}"
+        return f"server {self.server!r} exited with status {self.returncode}"
+
+    async def _stop(self, process: trio.Process, write_send: anyio.abc.ObjectSendStream[SessionMessage]) -> None:
+        """Close stdin, wait, SIGTERM the group, wait, SIGKILL the group (all bounded)."""
+        write_send.close()
+        assert process.stdin is not None
+        try:
+            await process.stdin.aclose()
+        except (trio.ClosedResourceError, trio.BrokenResourceError, OSError):
+            pass
+        if process.returncode is None:
+            with trio.move_on_after(EXIT_GRACE):
+                await process.wait()
+        if process.returncode is None:
+            _killpg(process.pid, signal.SIGTERM)
+            with trio.move_on_after(TERM_GRACE):
+                await process.wait()
+        # Always SIGKILL the group: grandchildren may outlive a leader that exited cleanly.
+        _killpg(process.pid, signal.SIGKILL)
+        with trio.move_on_after(TERM_GRACE):
+            await process.wait()
+        for stream in (process.stdout, process.stderr):
+            if stream is not None:
+                await stream.aclose()
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    """Signal a process group, ignoring one that is already gone."""
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
