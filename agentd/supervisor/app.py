@@ -1,0 +1,249 @@
+"""Wiring: settings in, exit code out.
+
+:func:`run` builds every part from validated :class:`agentd.config.Settings`
+and runs them under one trio nursery: the tree (zygote + children), one
+connection per upstream MCP server, the signal watcher, the optional health
+and metrics endpoints, and the reactor, whose exit code ends the process.
+Nothing here decides anything: decisions live in the reactor, the drivers
+and the router.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from functools import partial
+from typing import Any
+
+import orjson
+import trio
+
+from agentd.exitcodes import ExitCode, TerminalStatus, code_for_status
+from agentd.selfmcp.server import serve_child
+from agentd.supervisor.budget import Budget
+from agentd.supervisor.events import SignalReceived
+from agentd.supervisor.governor import RestartGovernor
+from agentd.supervisor.hub import SupervisorHub
+from agentd.supervisor.reactor import Agent, Hooks, Reactor
+from agentd.supervisor.tree import Tree
+from agentd.telemetry import Telemetry
+
+
+def run(settings: Any) -> int:
+    """Run agentd with validated settings; returns the process exit code."""
+    telemetry = Telemetry(verbose=bool(settings.verbose))
+    try:
+        return int(trio.run(_main, settings, telemetry))
+    except KeyboardInterrupt:
+        return int(ExitCode.DRAIN_TIMEOUT)
+
+
+def build_router(settings: Any, *, reactive_default: bool) -> Any:
+    """The router with the declared routes, plus default routes for subscriptions nobody routes."""
+    from agentd.triggers.router import Router, route_specs_from_settings
+
+    router = Router()
+    for spec in route_specs_from_settings(settings):
+        router.add_route(spec)
+    return router
+
+
+async def _main(settings: Any, telemetry: Telemetry) -> int:
+    from agentd.triggers import mode as modes
+    from agentd.upstream import Upstream
+
+    started_wall = time.monotonic()
+    now = trio.current_time()
+    telemetry.emit(
+        "supervisor.start", mode=settings.mode, model=settings.model, servers=sorted(settings.servers),
+        pid=os.getpid(),
+    )
+    driver = modes.make_driver(settings)
+    router = build_router(settings, reactive_default=settings.mode in ("reactive", "schedule"))
+    budget = Budget(
+        max_steps=settings.max_steps, max_tokens=settings.max_tokens,
+        deadline_at=(now + settings.deadline) if settings.deadline else None,
+    )
+    governor = RestartGovernor(intensity=settings.max_restarts, period=settings.restart_period)
+    clock = modes.make_clock(settings, now=now)
+
+    reactor_box: dict[str, Reactor] = {}
+    outputs: list[dict[str, Any]] = []
+    json_out = settings.output == "json"
+    once = settings.mode == "once"
+
+    def publish(agent: Agent, status: TerminalStatus, text: str, idle: bool) -> None:
+        if once:
+            return  # once prints its one result at exit
+        if json_out:
+            line = orjson.dumps({"agent": agent.id, "route": agent.route, "status": status, "result": text}).decode()
+        else:
+            line = text
+        print(line, flush=True)
+        outputs.append({"agent": agent.id, "status": status})
+
+    async with trio.open_nursery() as nursery:
+        reactor: Reactor
+        upstreams: dict[str, Any] = {}
+        hub_holder: dict[str, SupervisorHub] = {}
+
+        def spawn(agent: Agent) -> None:
+            hub = hub_holder["hub"]
+            payload = {
+                "agent": agent.id,
+                "model": settings.model,
+                "system": settings.system,
+                "instruction": agent.instruction,
+                "tools": hub.tool_specs(),
+            }
+            tree.spawn(agent.id, payload)
+
+        def subscribe(server: str, uri: str) -> None:
+            nursery.start_soon(_subscribe, upstreams[server], uri, telemetry)
+
+        def unsubscribe(server: str, uri: str) -> None:
+            nursery.start_soon(_unsubscribe, upstreams[server], uri)
+
+        hooks = Hooks(
+            spawn=spawn,
+            kill=lambda agent_id: tree.terminate_soon(agent_id),
+            kill_all=lambda: nursery.start_soon(tree.terminate_all),
+            subscribe=subscribe,
+            unsubscribe=unsubscribe,
+            publish=publish,
+        )
+        reactor = Reactor(
+            driver=driver, router=router, budget=budget, governor=governor, hooks=hooks, telemetry=telemetry,
+            instruction=settings.instruction or "", grace=settings.grace, mode=settings.mode,
+            session=settings.session, clock=clock,
+            required=frozenset(n for n, s in settings.servers.items() if s.required),
+        )
+        reactor_box["r"] = reactor
+        for name, spec in settings.servers.items():
+            upstreams[name] = Upstream(spec, reactor.send, telemetry, max_read_bytes=settings.max_read_bytes)
+        hub = SupervisorHub(events=reactor.send, upstreams=upstreams, telemetry=telemetry)
+        hub_holder["hub"] = hub
+        tree = Tree(events=reactor.send, serve_child=partial(serve_child, hub), telemetry=telemetry)
+
+        nursery.start_soon(_watch_signals, reactor)
+        await nursery.start(tree.run)
+        async with trio.open_nursery() as starting:
+            for up in upstreams.values():
+                starting.start_soon(nursery.start, up.run)
+        hub.invalidate()
+        await _declare_subscriptions(settings, reactor, upstreams, telemetry, nursery)
+        if settings.health_addr or settings.metrics_addr:
+            await _start_health(settings, reactor, telemetry, nursery)
+
+        code = await reactor.run()
+        if once:
+            _print_once(reactor, code, json_out, time.monotonic() - started_wall, telemetry)
+        telemetry.emit(
+            "supervisor.exit", exit_code=int(code),
+            counters=telemetry.snapshot(["routed", "unrouted", "coalesced", "dropped_events", "restarts",
+                                         "input_tokens", "output_tokens"]),
+            router=getattr(router, "counters", None),
+        )
+        nursery.cancel_scope.cancel()
+    return int(code)
+
+
+def _print_once(reactor: Reactor, code: ExitCode, json_out: bool, duration: float, telemetry: Telemetry) -> None:
+    text = reactor.root_text
+    status = reactor.root_status
+    if json_out:
+        print(orjson.dumps({
+            "status": status,
+            "exit_code": int(code),
+            "result": text,
+            "usage": {
+                "input_tokens": telemetry.counters.get("input_tokens", 0),
+                "output_tokens": telemetry.counters.get("output_tokens", 0),
+            },
+            "duration_s": round(duration, 3),
+        }).decode(), flush=True)
+    elif text and status is not None and code in (ExitCode.OK, ExitCode.BUDGET_PARTIAL, ExitCode.REFUSED):
+        print(text, flush=True)
+    elif text and status is not None and code == code_for_status(status, partial=True):
+        print(text, flush=True)
+
+
+async def _watch_signals(reactor: Reactor) -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for signum in signals:
+            await reactor.send.send(SignalReceived(signum=signum))
+
+
+async def _subscribe(upstream: Any, uri: str, telemetry: Telemetry) -> None:
+    from agentd.errors import AgentdError
+
+    try:
+        await upstream.subscribe(uri)
+    except AgentdError as exc:
+        telemetry.emit("subscription.failed", server=upstream.spec.name, uri=uri, error=str(exc))
+
+
+async def _unsubscribe(upstream: Any, uri: str) -> None:
+    from agentd.errors import AgentdError
+
+    try:
+        await upstream.unsubscribe(uri)
+    except AgentdError:
+        pass
+
+
+async def _declare_subscriptions(settings: Any, reactor: Reactor, upstreams: dict[str, Any],
+                                 telemetry: Telemetry, nursery: trio.Nursery) -> None:
+    """Subscribe to every declared URI (globs expand against the servers' catalogs)."""
+    from agentd.triggers.glob import compile_glob, is_glob
+
+    wanted: list[tuple[str, str]] = []
+    for sub in settings.subscriptions:
+        servers = [sub.server] if sub.server else list(upstreams)
+        for name in servers:
+            up = upstreams.get(name)
+            if up is None:
+                continue
+            if is_glob(sub.uri):
+                g = compile_glob(sub.uri)
+                wanted += [(name, str(r.uri)) for r in (getattr(up, "resources", None) or []) if g.match(str(r.uri))]
+            elif sub.server or _lists(up, sub.uri) or len(servers) == 1:
+                wanted.append((name, sub.uri))
+    reactor.declared = set(wanted)  # type: ignore[attr-defined]
+    for server, uri in wanted:
+        reactor.subscription_states[(server, uri)] = "pending"
+        nursery.start_soon(_subscribe, upstreams[server], uri, telemetry)
+
+    def on_catalog(event: Any) -> None:
+        for sub in settings.subscriptions:
+            if not is_glob(sub.uri) or (sub.server and sub.server != event.server):
+                continue
+            g = compile_glob(sub.uri)
+            now_uris = {u for u in event.uris if g.match(u)}
+            had = {u for (s, u) in reactor.declared if s == event.server and g.match(u)}  # type: ignore[attr-defined]
+            for uri in sorted(now_uris - had):
+                reactor.declared.add((event.server, uri))  # type: ignore[attr-defined]
+                nursery.start_soon(_subscribe, upstreams[event.server], uri, telemetry)
+            for uri in sorted(had - now_uris):
+                reactor.declared.discard((event.server, uri))  # type: ignore[attr-defined]
+                reactor.subscription_states.pop((event.server, uri), None)
+                nursery.start_soon(_unsubscribe, upstreams[event.server], uri)
+
+    reactor.on_catalog = on_catalog  # type: ignore[attr-defined]
+
+
+def _lists(up: Any, uri: str) -> bool:
+    return any(str(r.uri) == uri for r in (getattr(up, "resources", None) or []))
+
+
+async def _start_health(settings: Any, reactor: Reactor, telemetry: Telemetry, nursery: trio.Nursery) -> None:
+    try:
+        from agentd import health
+    except ImportError:  # pragma: no cover - lands with the Kubernetes work
+        print("agentd: --health-addr/--metrics-addr need agentd.health", file=sys.stderr)
+        return
+    starter = getattr(health, "start_endpoints", None)
+    if starter is not None:
+        await starter(settings, reactor, telemetry, nursery)
