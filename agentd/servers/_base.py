@@ -40,6 +40,7 @@ Building a server
     await gate.wait_ready()                  # first line of a watched read
     await server.notify_changed(uri)         # after every change
     await server.notify_custom(method, params, capability="claude/channel")
+    write_atomic(path, data)                 # temp + fsync + rename + dir fsync
 
 Resource shapes: *state* (``STATE_MIME``, any JSON) or *event-log*
 (``EVENTS_MIME``, body ``{"events": [{"seq", "type", ...}]}`` from an
@@ -52,15 +53,18 @@ running. No ``ttlMs`` on watched resources (they are never given cache hints).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import enum
 import importlib
 import ipaddress
 import logging
+import os
 import signal
 import sys
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Final, Literal
 
 import anyio
@@ -105,6 +109,7 @@ __all__ = [
     "example_line",
     "main",
     "parse_http",
+    "write_atomic",
 ]
 
 log = logging.getLogger("agentd.servers")
@@ -204,6 +209,34 @@ class EventRing:
         return orjson.dumps({"events": list(self._events)}).decode()
 
 
+# --------------------------------------------------------------------------- files
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so a reader sees the old or the new file, never a mix.
+
+    temp file in the same directory -> write -> fsync -> rename -> fsync(dir).
+    """
+    directory = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp-{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
 # --------------------------------------------------------------------------- source readiness
 
 
@@ -282,14 +315,17 @@ def _is_loopback(host: str) -> bool:
 
 
 def parse_http(value: str, *, allow_remote: bool) -> Transport:
-    """Parse ``--http HOST:PORT`` (``[v6]:PORT`` for IPv6; ``:PORT`` means loopback).
+    """Parse ``--http HOST:PORT`` (``[v6]:PORT`` for IPv6; ``:PORT`` means 127.0.0.1; port 0 = any free port,
+    printed on stderr as ``listening on URL``).
 
     Raises:
         ConfigError: malformed, or a non-loopback host without ``--allow-remote``.
     """
     host, sep, port_text = value.rpartition(":")
-    if not sep or not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise ConfigError("--http", value, "give HOST:PORT with a port in 1-65535, e.g. 127.0.0.1:8765")
+    if not sep or not port_text.isdigit() or not 0 <= int(port_text) < 65536:
+        raise ConfigError(
+            "--http", value, "give HOST:PORT with a port in 0-65535 (0 picks a free one), e.g. 127.0.0.1:8765"
+        )
     host = host.strip("[]") or "127.0.0.1"
     if not allow_remote and not _is_loopback(host):
         raise ConfigError(
@@ -542,12 +578,15 @@ class WatchableServer:
         host = f"[{transport.host}]" if ":" in transport.host else transport.host
         config.bind = [f"{host}:{transport.port}"]
         config.accesslog = None
-        print(
-            f"agentd serve {self.name}: Streamable HTTP on http://{host}:{transport.port}{transport.path}",
-            file=sys.stderr,
-            flush=True,
-        )
-        await serve(app, config, mode="asgi")  # type: ignore[arg-type]
+        async with trio.open_nursery() as nursery:
+            binds = await nursery.start(partial(serve, app, config, mode="asgi"))  # type: ignore[arg-type]
+            # Printed once the socket is bound, so a launcher can wait for this line.
+            for bind in binds:
+                print(
+                    f"agentd serve {self.name}: listening on {bind}{transport.path}",
+                    file=sys.stderr,
+                    flush=True,
+                )
 
 
 # --------------------------------------------------------------------------- CLI entry
