@@ -1,0 +1,796 @@
+"""Reactive routing: which route owns a changed URI, and when it is delivered.
+
+Pure and synchronous: nothing here awaits, does I/O or reads a clock. The
+reactor passes ``now`` (monotonic seconds) into every call that depends on
+time and turns the returned decisions (:class:`SpawnDelivery`,
+:class:`ContinueDelivery`) into process spawns and session turns.
+
+The flow for one change (RFC 0008 §3.7, RFC 0010):
+
+1. :meth:`Router.ingest` finds the single owning route (:meth:`Router.first_match`:
+   exact beats glob, then the longest literal prefix, then declaration order;
+   no fan-out) and pushes the event onto that route's :class:`RouteQueue`
+   (keyed by URI, newest wins). It (re)arms the route's trailing debounce
+   deadline, capped by ``max_wait``.
+2. The reactor sleeps until :meth:`Router.next_deadline` (or its next event).
+3. :meth:`Router.take_deliveries` hands out everything that is due and has
+   capacity: one spawn per free inflight slot, or one continue delivery per
+   idle session carrying every queued URI for it as a set.
+
+Overflow policies (``RouteSpec.overflow``) apply when a *new* URI arrives at a
+full queue (a URI already queued always coalesces in place):
+
+* ``coalesce`` (default): the new URI is dropped and counted with reason
+  ``coalesce_cap`` (RFC 0010 explains why not evict the oldest);
+* ``drop_oldest``: the oldest queued URI is dropped, the new one is queued;
+* ``drop_newest``: the new URI is dropped;
+* ``block``: the new URI is held aside (coalesced, never lost) and the route is
+  reported in :meth:`Router.blocked_routes`; the reactor stops reading the
+  sources feeding it until the route leaves that set (after a delivery makes
+  room, the held events move into the queue).
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import string
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from typing import Final, Literal, TypeAlias, get_args
+
+from agentd.errors import RouteError
+from agentd.triggers.glob import Glob, GlobIndex, compile_glob
+
+ChangeKind = Literal["updated", "synthetic", "list_changed", "timer"]
+"""Why a URI is delivered: a pushed update, a synthetic "possibly changed"
+after a (re)subscribe, a catalog change, or a clock fire."""
+
+Overflow = Literal["coalesce", "drop_oldest", "drop_newest", "block"]
+"""What a full route queue does with a new distinct URI (see the module docstring)."""
+
+OVERFLOWS: Final[tuple[Overflow, ...]] = get_args(Overflow)
+
+Mode = Literal["once", "loop", "reactive", "schedule"]
+"""The four execution modes (RFC 0008 §3.1)."""
+
+DropReason = Literal["coalesce_cap", "drop_oldest", "drop_newest", "route_removed"]
+"""Why an event was dropped; each reason has its own counter."""
+
+DEFAULT_DEBOUNCE: Final = 0.25
+"""Seconds of quiet before a route delivers: long enough to fold an editor's
+burst of saves into one wake, short enough to feel immediate."""
+
+DEFAULT_MAX_INFLIGHT: Final = 4
+"""Concurrent roots per spawn route unless configured."""
+
+MIN_QUEUE_CAP: Final = 16
+"""Floor for the default queue cap (the number of distinct watched URIs)."""
+
+TIMER_URI: Final = "agentd://timer"
+"""The URI a clock fire carries; fires coalesce under this one key."""
+
+TEMPLATE_FIELDS: Final = frozenset(("uri", "server", "etag", "kind"))
+"""The placeholders a spawn template may use."""
+
+DEFAULT_TEMPLATE: Final = (
+    "The MCP resource {uri} changed (change: {kind}, etag: {etag}). "
+    "Read its current state with read_resource and act on it."
+)
+DEFAULT_TIMER_TEMPLATE: Final = "A scheduled run started (a clock fire). Do the scheduled work."
+
+
+# --------------------------------------------------------------------------- vocabulary
+
+
+@dataclass(frozen=True, slots=True)
+class Spawn:
+    """Deliver each event into a fresh root subagent.
+
+    Attributes:
+        max_inflight: at most this many roots from this route run at once.
+        template: the instruction template (placeholders ``{uri}``,
+            ``{server}``, ``{etag}``, ``{kind}``); None = the default.
+    """
+
+    max_inflight: int = DEFAULT_MAX_INFLIGHT
+    template: str | None = None
+
+    def __post_init__(self) -> None:
+        if (
+            isinstance(self.max_inflight, bool)
+            or not isinstance(self.max_inflight, int)
+            or self.max_inflight < 1
+        ):
+            raise ValueError(f"max_inflight: {self.max_inflight!r} is not valid: give a whole number >= 1")
+        if self.template is not None:
+            validate_template(self.template)
+
+
+@dataclass(frozen=True, slots=True)
+class Continue:
+    """Deliver queued events, as one set per turn, into the warm session ``session``."""
+
+    session: str
+
+    def __post_init__(self) -> None:
+        if not self.session:
+            raise ValueError("continue session: '' is not valid: name the session to deliver into")
+
+
+Disposition: TypeAlias = Spawn | Continue
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedEvent:
+    """One change waiting on a route.
+
+    Attributes:
+        uri: the changed resource (``TIMER_URI`` for clock fires).
+        server: the upstream server it came from (None for timer fires).
+        etag: the latest etag/version seen, if the server sent one.
+        kind: why it is delivered (newest wins on coalesce).
+        first_seen: monotonic time the URI was first queued; kept on coalesce.
+    """
+
+    uri: str
+    server: str | None
+    etag: str | None
+    kind: ChangeKind
+    first_seen: float
+
+
+@dataclass(frozen=True, slots=True)
+class RouteSpec:
+    """A route as configuration (or the self-subscribe tool) describes it.
+
+    Attributes:
+        match: an exact URI or a glob (see :mod:`agentd.triggers.glob`);
+            ignored for the timer route.
+        disposition: :class:`Spawn` or :class:`Continue`.
+        debounce: seconds of quiet after the last event before delivering.
+        max_wait: deliver at most this long after the first event of a burst,
+            however chatty the source; None = no cap.
+        queue_cap: most distinct URIs queued; None = the number of watched
+            URIs for the route (``watched_uris`` given to ``add_route``),
+            at least ``MIN_QUEUE_CAP``.
+        overflow: what a full queue does with a new URI.
+        route_id: stable id for logs; None = ``r<n>`` in declaration order
+            (``self:<session>:<uri>`` for self-subscribe routes).
+        timer: this is the one route clock fires go to (no URI matching).
+        exact: treat ``match`` literally even if it holds ``*`` or ``?``;
+            None = infer (a pattern without unescaped wildcards is exact).
+    """
+
+    match: str
+    disposition: Disposition = field(default_factory=Spawn)
+    debounce: float = DEFAULT_DEBOUNCE
+    max_wait: float | None = None
+    queue_cap: int | None = None
+    overflow: Overflow = "coalesce"
+    route_id: str | None = None
+    timer: bool = False
+    exact: bool | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.disposition, Spawn | Continue):
+            raise ValueError(
+                f"route {self.match!r} disposition: {self.disposition!r} is not valid: use Spawn(...) or Continue(session)"
+            )
+        if not (self.debounce >= 0):
+            raise ValueError(
+                f"route {self.match!r} debounce: {self.debounce!r} is not valid: give seconds >= 0"
+            )
+        if self.max_wait is not None and not (self.max_wait >= 0):
+            raise ValueError(
+                f"route {self.match!r} max_wait: {self.max_wait!r} is not valid: give seconds >= 0 or leave it unset"
+            )
+        if self.queue_cap is not None and (isinstance(self.queue_cap, bool) or self.queue_cap < 1):
+            raise ValueError(
+                f"route {self.match!r} queue_cap: {self.queue_cap!r} is not valid: give a whole number >= 1 or leave it unset"
+            )
+        if self.overflow not in OVERFLOWS:
+            raise ValueError(
+                f"route {self.match!r} overflow: {self.overflow!r} is not valid: use one of {', '.join(OVERFLOWS)}"
+            )
+        if not self.timer:
+            compile_glob(self.match, exact=bool(self.exact))
+
+
+class PushOutcome(enum.Enum):
+    """What :meth:`RouteQueue.push` did with an event."""
+
+    ENQUEUED = "enqueued"
+    """A new URI joined the back of the queue."""
+    COALESCED = "coalesced"
+    """The URI was already queued: latest etag/kind kept, position and first_seen unchanged."""
+    DROPPED_OLDEST = "dropped_oldest"
+    """Queue full (drop_oldest): the oldest URI was dropped to make room."""
+    DROPPED_NEWEST = "dropped_newest"
+    """Queue full (drop_newest, or coalesce at cap): this event was dropped."""
+    BLOCKED = "blocked"
+    """Queue full (block): not queued; the caller holds it and pauses the source."""
+
+
+# --------------------------------------------------------------------------- queue
+
+
+class RouteQueue:
+    """A bounded, insertion-ordered queue of events keyed by URI.
+
+    Push and pop are O(1) at any depth: a dict holds the live slot per URI and
+    a deque holds ``(seq, uri)`` in arrival order. :meth:`discard` deletes
+    lazily (stale deque entries are skipped by sequence number), so nothing
+    ever pops the front of a plain dict (quadratic, see FACTS.md).
+    """
+
+    __slots__ = ("_order", "_slots", "cap")
+
+    def __init__(self, cap: int) -> None:
+        if cap < 1:
+            raise ValueError(f"queue_cap: {cap!r} is not valid: give a whole number >= 1")
+        self.cap = cap
+        self._slots: dict[str, tuple[int, QueuedEvent]] = {}
+        self._order: deque[tuple[int, str]] = deque()
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    def __contains__(self, uri: object) -> bool:
+        return uri in self._slots
+
+    def push(self, ev: QueuedEvent, overflow: Overflow, seq: int = 0) -> PushOutcome:
+        """Queue ``ev`` under ``overflow``; ``seq`` orders events across queues (router use)."""
+        slots = self._slots
+        old = slots.get(ev.uri)
+        if old is not None:
+            # Newest wins, but the URI keeps its place in line and its age.
+            slots[ev.uri] = (old[0], replace(ev, first_seen=old[1].first_seen))
+            return PushOutcome.COALESCED
+        if len(slots) >= self.cap:
+            if overflow == "drop_oldest":
+                self.pop()
+            elif overflow == "block":
+                return PushOutcome.BLOCKED
+            else:  # drop_newest, and coalesce at cap (RFC 0010)
+                return PushOutcome.DROPPED_NEWEST
+            slots[ev.uri] = (seq, ev)
+            self._order.append((seq, ev.uri))
+            return PushOutcome.DROPPED_OLDEST
+        slots[ev.uri] = (seq, ev)
+        self._order.append((seq, ev.uri))
+        return PushOutcome.ENQUEUED
+
+    def _pop_slot(self) -> tuple[int, QueuedEvent] | None:
+        order, slots = self._order, self._slots
+        while order:
+            seq, uri = order.popleft()
+            slot = slots.get(uri)
+            if slot is not None and slot[0] == seq:
+                del slots[uri]
+                return slot
+        return None
+
+    def pop(self) -> QueuedEvent | None:
+        """Remove and return the oldest queued event, or None if empty."""
+        slot = self._pop_slot()
+        return None if slot is None else slot[1]
+
+    def oldest(self) -> QueuedEvent | None:
+        """The event :meth:`pop` would return, without removing it."""
+        order, slots = self._order, self._slots
+        while order:
+            seq, uri = order[0]
+            slot = slots.get(uri)
+            if slot is not None and slot[0] == seq:
+                return slot[1]
+            order.popleft()  # stale entry left by discard()
+        return None
+
+    def drain(self) -> list[QueuedEvent]:
+        """Remove and return every queued event, oldest first."""
+        return [ev for _, ev in self.drain_with_seq()]
+
+    def drain_with_seq(self) -> list[tuple[int, QueuedEvent]]:
+        """Like :meth:`drain`, with each event's arrival sequence number."""
+        out = [self._slots[uri] for seq, uri in self._order if self._slots.get(uri, (None,))[0] == seq]
+        self._slots.clear()
+        self._order.clear()
+        return out
+
+    def discard(self, uri: str) -> QueuedEvent | None:
+        """Remove ``uri`` wherever it is queued (O(1), lazy); return its event."""
+        slot = self._slots.pop(uri, None)
+        return None if slot is None else slot[1]
+
+    def peek_uris(self) -> list[str]:
+        """Queued URIs, oldest first (for status pages and tests)."""
+        return [uri for seq, uri in self._order if self._slots.get(uri, (None,))[0] == seq]
+
+
+# --------------------------------------------------------------------------- routes
+
+
+@dataclass(eq=False, slots=True)
+class Route:
+    """A live route: its spec plus the router's per-route state.
+
+    Attributes:
+        id: stable id logged on every routed event.
+        spec: the configuration it was built from.
+        glob: the compiled matcher (unused for the timer route).
+        owner: the session that created it by self-subscribe, else None.
+        order: tie-break key; front routes sort before declared ones.
+        queue: pending events, keyed by URI.
+        deadline: armed debounce deadline (monotonic), or None.
+        first_armed: when the current burst armed the deadline (for max_wait).
+        ready: the debounce elapsed but some events wait for capacity
+            (a free inflight slot or an idle session); no new debounce needed.
+        inflight: spawn routes: roots started and not yet done.
+        held: ``block`` overflow: events refused by a full queue, by URI.
+    """
+
+    id: str
+    spec: RouteSpec
+    glob: Glob
+    owner: str | None
+    order: tuple[int, int]
+    queue: RouteQueue
+    deadline: float | None = None
+    first_armed: float | None = None
+    ready: bool = False
+    inflight: int = 0
+    held: dict[str, tuple[int, QueuedEvent]] = field(default_factory=dict)
+
+    @property
+    def disposition(self) -> Disposition:
+        return self.spec.disposition
+
+    @property
+    def exact(self) -> bool:
+        return self.glob.exact
+
+
+@dataclass(frozen=True, slots=True)
+class IngestResult:
+    """What :meth:`Router.ingest` did with one event.
+
+    Attributes:
+        route_id: the owning route, or None when nothing matched (dropped).
+        outcome: the queue outcome; None when unrouted.
+        dropped_uri: the URI an overflow dropped (the new one, or the oldest).
+        reason: the drop reason when something was dropped.
+    """
+
+    route_id: str | None
+    outcome: PushOutcome | None
+    dropped_uri: str | None = None
+    reason: DropReason | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SpawnDelivery:
+    """Start a fresh root for ``event`` with ``instruction`` (route ``route_id``)."""
+
+    route_id: str
+    event: QueuedEvent
+    instruction: str
+
+
+@dataclass(frozen=True, slots=True)
+class ContinueDelivery:
+    """Deliver ``events`` (as one set, in arrival order) into warm ``session``.
+
+    Attributes:
+        route_id: the route of the oldest event.
+        session: the session to wake; the router treats it as busy until
+            :meth:`Router.on_session_idle`.
+        events: every due event for the session, oldest first.
+        event_routes: the owning route id of each event (parallel to ``events``).
+    """
+
+    route_id: str
+    session: str
+    events: list[QueuedEvent]
+    event_routes: tuple[str, ...] = ()
+
+
+Delivery: TypeAlias = SpawnDelivery | ContinueDelivery
+
+
+# --------------------------------------------------------------------------- templates
+
+
+def validate_template(template: str) -> None:
+    """Check a spawn instruction template.
+
+    Raises:
+        ValueError: a placeholder other than ``{uri}``, ``{server}``, ``{etag}``,
+            ``{kind}``, a conversion/format spec, or an unbalanced brace. The
+            message names the template and the fix.
+    """
+    allowed = ", ".join("{" + f + "}" for f in sorted(TEMPLATE_FIELDS))
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        raise ValueError(
+            f"template {template!r} is not valid ({exc}): write literal braces as '{{{{' and '}}}}'"
+        ) from exc
+    for _, name, spec, conversion in parsed:
+        if name is None:
+            continue
+        if name not in TEMPLATE_FIELDS:
+            raise ValueError(f"template {template!r}: unknown placeholder {{{name}}}: use only {allowed}")
+        if spec or conversion:
+            raise ValueError(
+                f"template {template!r}: placeholder {{{name}}} takes no conversion or format spec: write it as {{{name}}}"
+            )
+
+
+def render_template(template: str, ev: QueuedEvent) -> str:
+    """Render a validated template for ``ev``; a missing server/etag renders as ``none``."""
+    return template.format(uri=ev.uri, server=ev.server or "none", etag=ev.etag or "none", kind=ev.kind)
+
+
+# --------------------------------------------------------------------------- router
+
+
+class Router:
+    """Routes, queues and debounce state for every route (see the module docstring).
+
+    Counters (``counters()``): ``unrouted``, ``coalesced``, ``dropped_events``
+    and ``dropped_events.<reason>`` for each :data:`DropReason`, ``blocked``.
+    """
+
+    def __init__(self) -> None:
+        self._routes: dict[str, Route] = {}
+        self._exact: dict[str, list[Route]] = {}
+        self._globs: GlobIndex[Route] = GlobIndex()
+        self._timer: Route | None = None
+        self._declared = itertools.count()
+        self._front = itertools.count()
+        self._seq = itertools.count()
+        self._busy: set[str] = set()
+        self._counters: dict[str, int] = {
+            "unrouted": 0,
+            "coalesced": 0,
+            "dropped_events": 0,
+            "blocked": 0,
+            **{f"dropped_events.{r}": 0 for r in get_args(DropReason)},
+        }
+
+    # -- route table ---------------------------------------------------------
+
+    def add_route(
+        self, spec: RouteSpec, *, front: bool = False, owner: str | None = None, watched_uris: int = 0
+    ) -> Route:
+        """Add a route and return it.
+
+        Args:
+            spec: the route.
+            front: sort ahead of declared routes (self-subscribe).
+            owner: the session creating it by self-subscribe; makes the route
+                exact and ``front``, with id ``self:<owner>:<uri>``.
+            watched_uris: distinct URIs this route watches (default queue cap).
+
+        Raises:
+            RouteError: the URI is already owned by another session's route
+                (the message names the owner), the id is taken, or a second
+                timer route is added.
+        """
+        if owner is not None:
+            if spec.timer:
+                raise RouteError(f"route {spec.match!r}: a self-subscribe route cannot be the timer route")
+            front = True
+            spec = replace(spec, exact=True)
+            for r in self._exact.get(spec.match, ()):
+                if r.owner == owner:
+                    return r  # re-subscribing is idempotent
+                if r.owner is not None:
+                    raise RouteError(
+                        f"{spec.match!r} is already subscribed by session {r.owner!r} (route {r.id!r}): "
+                        "one URI has exactly one owner; ask that session to unsubscribe first"
+                    )
+        order = (0, next(self._front)) if front else (1, next(self._declared))
+        if spec.route_id is not None:
+            rid = spec.route_id
+        elif owner is not None:
+            rid = f"self:{owner}:{spec.match}"
+        else:
+            rid = f"r{order[1]}" if not front else f"f{order[1]}"
+        if rid in self._routes:
+            raise RouteError(f"route id {rid!r} is already in use: give each route a unique id")
+        if spec.timer and self._timer is not None:
+            raise RouteError(
+                f"route {rid!r}: there is already a timer route ({self._timer.id!r}): declare exactly one"
+            )
+        cap = spec.queue_cap if spec.queue_cap is not None else max(MIN_QUEUE_CAP, watched_uris)
+        glob = compile_glob(TIMER_URI if spec.timer else spec.match, exact=bool(spec.exact) or spec.timer)
+        route = Route(id=rid, spec=spec, glob=glob, owner=owner, order=order, queue=RouteQueue(cap))
+        self._routes[rid] = route
+        if spec.timer:
+            self._timer = route
+        elif glob.exact:
+            bucket = self._exact.setdefault(glob.literal, [])
+            bucket.append(route)
+            bucket.sort(key=lambda r: r.order)
+        else:
+            self._globs.add(glob, order, route)
+        return route
+
+    def remove_route(self, route_id: str) -> Route:
+        """Remove a route; its queued and held events are dropped (reason ``route_removed``).
+
+        Raises:
+            RouteError: no route has that id.
+        """
+        route = self._routes.pop(route_id, None)
+        if route is None:
+            raise RouteError(f"no route {route_id!r}: known routes are {sorted(self._routes)!r}")
+        if route is self._timer:
+            self._timer = None
+        elif route.glob.exact:
+            bucket = self._exact[route.glob.literal]
+            bucket.remove(route)
+            if not bucket:
+                del self._exact[route.glob.literal]
+        else:
+            self._globs.remove(route)
+        lost = len(route.queue) + len(route.held)
+        if lost:
+            self._drop("route_removed", lost)
+        route.queue.drain()
+        route.held.clear()
+        route.deadline = route.first_armed = None
+        route.ready = False
+        return route
+
+    def get(self, route_id: str) -> Route | None:
+        """The route with ``route_id``, if any."""
+        return self._routes.get(route_id)
+
+    def routes(self) -> Iterator[Route]:
+        """Every route, in no particular order."""
+        return iter(list(self._routes.values()))
+
+    def routes_for_session(self, session: str) -> list[Route]:
+        """Every continue route delivering into ``session`` (declared and self-subscribed)."""
+        return [
+            r
+            for r in self._routes.values()
+            if isinstance(r.disposition, Continue) and r.disposition.session == session
+        ]
+
+    def remove_session(self, session: str) -> list[str]:
+        """Remove the routes ``session`` created by self-subscribe; return their ids.
+
+        Declared routes that deliver into the session stay (they are
+        configuration); the session is forgotten as busy.
+        """
+        ids = [r.id for r in self._routes.values() if r.owner == session]
+        for rid in ids:
+            self.remove_route(rid)
+        self._busy.discard(session)
+        return ids
+
+    @property
+    def timer_route(self) -> Route | None:
+        """The one route clock fires go to, if declared."""
+        return self._timer
+
+    # -- matching ------------------------------------------------------------
+
+    def first_match(self, uri: str) -> Route | None:
+        """The single route owning ``uri`` (exact > longest literal prefix > order), or None."""
+        bucket = self._exact.get(uri)
+        if bucket:
+            return bucket[0]
+        return self._globs.first(uri)
+
+    # -- events --------------------------------------------------------------
+
+    def ingest(self, ev: QueuedEvent, now: float) -> IngestResult:
+        """Route one change (see the module docstring); never raises for a valid event."""
+        route = self.first_match(ev.uri)
+        if route is None:
+            self._counters["unrouted"] += 1
+            return IngestResult(None, None)
+        return self._push(route, ev, now)
+
+    def ingest_timer(self, now: float) -> IngestResult:
+        """Queue a clock fire on the timer route (fires coalesce into one).
+
+        Raises:
+            RouteError: no timer route is declared.
+        """
+        if self._timer is None:
+            raise RouteError(
+                "a clock fire arrived but no timer route is declared: declare one route with timer=True"
+            )
+        return self._push(self._timer, QueuedEvent(TIMER_URI, None, None, "timer", now), now)
+
+    def _push(self, route: Route, ev: QueuedEvent, now: float) -> IngestResult:
+        q = route.queue
+        seq = next(self._seq)
+        dropped_uri: str | None = None
+        if route.held and ev.uri not in q:
+            # Already blocked: keep arrival order behind what is held.
+            outcome = PushOutcome.BLOCKED
+        else:
+            if route.spec.overflow == "drop_oldest" and len(q) >= q.cap and ev.uri not in q:
+                oldest = q.oldest()
+                dropped_uri = oldest.uri if oldest else None
+            outcome = q.push(ev, route.spec.overflow, seq)
+        reason: DropReason | None = None
+        if outcome is PushOutcome.COALESCED:
+            self._counters["coalesced"] += 1
+        elif outcome is PushOutcome.DROPPED_OLDEST:
+            reason = "drop_oldest"
+        elif outcome is PushOutcome.DROPPED_NEWEST:
+            reason = "coalesce_cap" if route.spec.overflow == "coalesce" else "drop_newest"
+            dropped_uri = ev.uri
+        elif outcome is PushOutcome.BLOCKED:
+            self._counters["blocked"] += 1
+            old = route.held.get(ev.uri)
+            route.held[ev.uri] = (
+                (seq, ev) if old is None else (old[0], replace(ev, first_seen=old[1].first_seen))
+            )
+        if reason is not None:
+            self._drop(reason, 1)
+        if outcome is not PushOutcome.DROPPED_NEWEST and not route.ready:
+            self._arm(route, now)
+        return IngestResult(route.id, outcome, dropped_uri, reason)
+
+    def _arm(self, route: Route, now: float) -> None:
+        if route.first_armed is None:
+            route.first_armed = now
+        deadline = now + route.spec.debounce
+        if route.spec.max_wait is not None:
+            deadline = min(deadline, route.first_armed + route.spec.max_wait)
+        route.deadline = deadline
+
+    def _drop(self, reason: DropReason, n: int) -> None:
+        self._counters["dropped_events"] += n
+        self._counters[f"dropped_events.{reason}"] += n
+
+    def next_deadline(self) -> float | None:
+        """The earliest armed debounce deadline, or None (the reactor's receive bound).
+
+        Routes that are due but waiting for capacity do not count: they are
+        delivered when :meth:`on_spawn_done` / :meth:`on_session_idle` happen.
+        """
+        best: float | None = None
+        for r in self._routes.values():
+            d = r.deadline
+            if d is not None and (best is None or d < best):
+                best = d
+        return best
+
+    def take_deliveries(
+        self,
+        now: float,
+        *,
+        session_idle: Callable[[str], bool],
+        may_spawn: Callable[[], bool],
+        draining: bool,
+    ) -> list[Delivery]:
+        """Everything deliverable at ``now``.
+
+        Spawn routes yield one :class:`SpawnDelivery` per free inflight slot
+        while ``may_spawn()`` is true (the router counts them inflight until
+        :meth:`on_spawn_done`). Continue routes yield at most one
+        :class:`ContinueDelivery` per session, merging every due route of that
+        session, only if ``session_idle(session)`` and the router has not
+        delivered to it since its last :meth:`on_session_idle`. Nothing is
+        delivered while ``draining`` (events stay queued).
+        """
+        if draining:
+            return []
+        out: list[Delivery] = []
+        per_session: dict[str, list[tuple[int, str, QueuedEvent]]] = {}
+        for route in list(self._routes.values()):
+            if route.deadline is not None:
+                if route.deadline > now:
+                    continue
+                route.deadline = route.first_armed = None
+                route.ready = True
+            if not route.ready:
+                continue
+            disp = route.spec.disposition
+            if isinstance(disp, Spawn):
+                while route.inflight < disp.max_inflight and len(route.queue) and may_spawn():
+                    ev = route.queue.pop()
+                    assert ev is not None
+                    route.inflight += 1
+                    out.append(SpawnDelivery(route.id, ev, render_template(self._template(route), ev)))
+                    self._refill(route)
+            else:
+                s = disp.session
+                if s in self._busy or not session_idle(s):
+                    continue
+                items = per_session.setdefault(s, [])
+                items.extend((seq, route.id, ev) for seq, ev in route.queue.drain_with_seq())
+                self._refill(route)
+            if not len(route.queue) and not route.held:
+                route.ready = False
+        for session, items in per_session.items():
+            if not items:
+                continue
+            items.sort(key=lambda t: t[0])
+            self._busy.add(session)
+            out.append(
+                ContinueDelivery(
+                    route_id=items[0][1],
+                    session=session,
+                    events=[ev for _, _, ev in items],
+                    event_routes=tuple(rid for _, rid, _ in items),
+                )
+            )
+        return out
+
+    def _template(self, route: Route) -> str:
+        disp = route.spec.disposition
+        if isinstance(disp, Spawn) and disp.template is not None:
+            return disp.template
+        return DEFAULT_TIMER_TEMPLATE if route.spec.timer else DEFAULT_TEMPLATE
+
+    def _refill(self, route: Route) -> None:
+        """Move held (``block``) events into freed queue space, oldest first."""
+        if not route.held:
+            return
+        q = route.queue
+        for uri, (seq, ev) in sorted(route.held.items(), key=lambda kv: kv[1][0]):
+            if len(q) >= q.cap and uri not in q:
+                break
+            q.push(ev, "block", seq)
+            del route.held[uri]
+
+    def on_spawn_done(self, route_id: str) -> None:
+        """A root spawned from ``route_id`` ended; frees one inflight slot.
+
+        Unknown ids (a route removed meanwhile) are ignored. A route with
+        queued events is deliverable again at once (no new debounce).
+        """
+        route = self._routes.get(route_id)
+        if route is None or route.inflight == 0:
+            return
+        route.inflight -= 1
+        if len(route.queue) and route.deadline is None:
+            route.ready = True
+
+    def on_session_idle(self, session: str) -> None:
+        """``session`` finished its turn; its due continue routes become deliverable."""
+        self._busy.discard(session)
+
+    def session_busy(self, session: str) -> bool:
+        """Whether the router delivered to ``session`` and has not seen it go idle."""
+        return session in self._busy
+
+    def blocked_routes(self) -> frozenset[str]:
+        """Routes holding ``block``-overflow events: pause the sources feeding them.
+
+        Resume a source when none of its routes is in this set any more (check
+        after :meth:`take_deliveries`).
+        """
+        return frozenset(r.id for r in self._routes.values() if r.held)
+
+    def counters(self) -> dict[str, int]:
+        """A snapshot of the routing counters."""
+        return dict(self._counters)
+
+
+def default_route_for(uri: str, mode: Mode, session: str | None = None) -> RouteSpec:
+    """The route for a subscribed URI that no declared route matches.
+
+    Args:
+        uri: the concrete subscribed URI.
+        mode: the execution mode.
+        session: the root session id when ``loop`` runs with ``--session warm``.
+
+    Returns:
+        ``Continue(session)`` for a warm loop, else a default :class:`Spawn`.
+    """
+    if mode == "loop" and session is not None:
+        return RouteSpec(match=uri, disposition=Continue(session), exact=True)
+    return RouteSpec(match=uri, disposition=Spawn(), exact=True)
