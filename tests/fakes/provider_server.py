@@ -25,6 +25,8 @@ from __future__ import annotations
 import contextlib
 import http
 import queue
+import random
+import socket
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -317,3 +319,36 @@ def anthropic_error(
     """An Anthropic-style error body: ``{"type": "error", "error": {"type", "message"}}``."""
     body = {"type": "error", "error": {"type": type_, "message": message}, "request_id": "req_fake"}
     return Reply(status, body, headers=dict(headers or {}))
+
+
+# --- retry seams ------------------------------------------------------------------------
+
+
+class RecordingSleep:
+    """An injectable ``sleep`` that records each delay and returns at once."""
+
+    def __init__(self) -> None:
+        self.delays: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.delays.append(seconds)
+        await trio.lowlevel.checkpoint()
+
+
+class FixedRandom(random.Random):
+    """A random source whose ``random()`` always returns ``value`` (exact jitter in tests)."""
+
+    def __init__(self, value: float = 0.5) -> None:
+        super().__init__(0)
+        self.value = value
+
+    def random(self) -> float:
+        return self.value
+
+
+def unused_port() -> int:
+    """A loopback port nothing listens on (bound, then closed)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
