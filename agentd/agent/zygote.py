@@ -31,6 +31,7 @@ import socket
 import sys
 
 import orjson
+import trio
 
 _PR_SET_PDEATHSIG = 1
 
@@ -52,12 +53,46 @@ def prewarm() -> None:
     import mcp  # noqa: F401
     import mcp.client.client  # noqa: F401
     import mcp_types  # noqa: F401
-    import trio  # noqa: F401
 
     import agentd.agent.child  # noqa: F401
     import agentd.agent.loop  # noqa: F401
     import agentd.models  # noqa: F401
     import agentd.selfmcp.transport  # noqa: F401
+
+    # The SDK does much of its work lazily (imports, pydantic validators built
+    # on first use): one in-process self-MCP exchange here makes every forked
+    # child start with that work already done.
+    trio.run(_rehearse)
+
+
+async def _rehearse() -> None:
+    import mcp_types as types
+    from mcp import Client
+
+    from agentd.selfmcp.protocol import USAGE_TOOL
+    from agentd.selfmcp.server import build_server, text_result
+    from agentd.selfmcp.transport import stream_transport
+
+    class _Hub:
+        def tools_for(self, agent: str) -> list[types.Tool]:
+            return [types.Tool(name=USAGE_TOOL, input_schema={"type": "object"})]
+
+        async def call(self, agent: str, name: str, arguments: dict[str, object]) -> types.CallToolResult:
+            return text_result('{"continue": true}')
+
+    a, b = trio.socket.socketpair()
+    server = build_server("rehearsal", _Hub())
+    async with trio.open_nursery() as nursery:
+
+        async def serve() -> None:
+            async with stream_transport(trio.SocketStream(a)) as (read, write):
+                await server.run(read, write, server.create_initialization_options())
+
+        nursery.start_soon(serve)
+        async with Client(stream_transport(trio.SocketStream(b)), mode="2026-07-28", cache=None) as client:
+            await client.call_tool(USAGE_TOOL, {"input_tokens": 0})
+            await client.call_tool(USAGE_TOOL, {"input_tokens": 0})
+        nursery.cancel_scope.cancel()
 
 
 def _child(ctl: socket.socket, fd: int, agent: str) -> None:

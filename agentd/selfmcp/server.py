@@ -14,7 +14,16 @@ import mcp_types as types
 import trio
 from mcp.server.lowlevel.server import Server
 
+from agentd.selfmcp.protocol import TURN_END_TOOL, USAGE_TOOL
 from agentd.selfmcp.transport import stream_transport
+
+#: The control tools, listed so the SDK client can validate their results
+#: without asking again; the model never sees them (its tool list comes from
+#: the spawn payload).
+CONTROL_TOOL_DEFS = [
+    types.Tool(name=USAGE_TOOL, description="agentd internal: report model usage", input_schema={"type": "object"}),
+    types.Tool(name=TURN_END_TOOL, description="agentd internal: end a turn", input_schema={"type": "object"}),
+]
 
 
 class Hub(Protocol):
@@ -33,7 +42,7 @@ def build_server(agent: str, hub: Hub) -> Server[Any]:
     """An MCP server bound to one agent child."""
 
     async def on_list_tools(_ctx: Any, _params: Any) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=hub.tools_for(agent))
+        return types.ListToolsResult(tools=[*hub.tools_for(agent), *CONTROL_TOOL_DEFS])
 
     async def on_call_tool(_ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         return await hub.call(agent, params.name, dict(params.arguments or {}))
