@@ -1,0 +1,216 @@
+"""The ``agentd`` command.
+
+::
+
+    agentd [--mode once|loop|reactive|schedule] [options] [INSTRUCTION]
+    agentd check [options]          validate, print the effective config (redacted), exit 0 or 2
+    agentd serve NAME [options]     run a bundled MCP server (agentd.servers)
+
+The first word selects ``check`` or ``serve``; an instruction that is exactly
+``check`` or ``serve`` must be given with ``--instruction``.
+
+Every setting is validated (see :mod:`agentd.config`) before anything runs;
+a configuration or usage error prints one line per problem on stderr and
+exits 2. Then the supervisor (:func:`agentd.supervisor.app.run`) takes over
+and its return value is the exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from agentd.config import ConfigErrors, Settings, effective_config, load_settings
+from agentd.errors import ConfigError
+from agentd.exitcodes import ExitCode
+
+__all__ = ["build_parser", "flags_from_args", "main"]
+
+_EPILOG = """\
+precedence: built-in < --config FILE (TOML) < environment (AGENTD_…) < flags.
+Every scalar setting has an AGENTD_ variable (AGENTD_MODE, AGENTD_MAX_STEPS, …);
+lists and tables take JSON (AGENTD_ROUTES='[{"match": "file:///x", "disposition": "spawn"}]'),
+[watches] keys take AGENTD_WATCHES__KEY. AGENTD_CONFIG names the config file,
+AGENTD_MCP_CONFIG mcpServers JSON files (path-separated), AGENTD_SERVERS a JSON object of servers.
+Durations: 250ms, 30s, 5m, 1h, 1h30m or plain seconds. Sizes: 10MB, 512KiB or bytes.
+exit codes: 0 ok, 1 crashed, 2 config/usage, 3 partial, 4 infra, 5 refused, 6 required server,
+7 budget, 124 deadline, 143 drain timeout.
+"""
+
+
+def build_parser(prog: str = "agentd") -> argparse.ArgumentParser:
+    """The argument parser for running and for ``agentd check`` (same options).
+
+    Every option defaults to None so that only the flags actually given
+    override the lower layers; values stay text and are validated by
+    :mod:`agentd.config`, which names the flag in its messages.
+    """
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Run an LLM agent under supervision: once, in a loop, on a schedule, or reacting to MCP resource changes.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    p.add_argument("instruction_arg", nargs="?", metavar="INSTRUCTION", help="the root agent's task")
+    p.add_argument(
+        "--instruction",
+        metavar="TEXT|@FILE",
+        help="the task (alternative to INSTRUCTION; @FILE reads a file)",
+    )
+    p.add_argument(
+        "--mode", metavar="once|loop|reactive|schedule", help="how to drive the agent (default once)"
+    )
+    p.add_argument("--config", metavar="FILE", help="TOML config file (see examples/agentd.toml)")
+    p.add_argument("--model", metavar="SPEC", help="openai:MODEL, anthropic:MODEL or script:FILE")
+    p.add_argument("--system", metavar="TEXT|@FILE", help="extra system prompt")
+
+    g = p.add_argument_group("MCP servers")
+    g.add_argument(
+        "--mcp-stdio", action="append", metavar="'NAME=COMMAND ARGS…'", help="a stdio server (repeatable)"
+    )
+    g.add_argument(
+        "--mcp-http", action="append", metavar="NAME=URL", help="a Streamable HTTP server (repeatable)"
+    )
+    g.add_argument(
+        "--mcp-config",
+        action="append",
+        metavar="FILE",
+        help="mcpServers JSON file, as Claude Code/Desktop/Cursor write it (repeatable)",
+    )
+    g.add_argument(
+        "--require",
+        action="append",
+        metavar="NAME",
+        help="mark a server required: its failure ends the run with exit 6 (repeatable)",
+    )
+
+    g = p.add_argument_group("time")
+    g.add_argument(
+        "--interval", metavar="DURATION", help="loop shift / timer period (loop: 0 = re-enter at once)"
+    )
+    g.add_argument("--cron", metavar="'EXPR'", help="5-field UTC cron expression (schedule, reactive)")
+    g.add_argument("--session", metavar="fresh|warm", help="fresh root per shift/fire, or one warm session")
+    g.add_argument("--deadline", metavar="DURATION", help="wall-clock limit for the run (exit 124)")
+    g.add_argument("--grace", metavar="DURATION", help="drain time after SIGTERM (default 25s)")
+
+    g = p.add_argument_group("budgets and restarts")
+    g.add_argument("--max-steps", metavar="N", help="tree-wide model-call ceiling")
+    g.add_argument("--max-tokens", metavar="N", help="tree-wide token ceiling")
+    g.add_argument("--max-restarts", metavar="N", help="restarts allowed within --restart-period (default 5)")
+    g.add_argument("--restart-period", metavar="DURATION", help="restart window (default 60s)")
+
+    g = p.add_argument_group("reactive")
+    g.add_argument(
+        "--subscribe", action="append", metavar="[SERVER:]URI", help="subscribe at startup (repeatable)"
+    )
+    g.add_argument(
+        "--route",
+        action="append",
+        metavar="'MATCH=spawn[:N]|continue[:SESSION]'",
+        help="route matching URIs (repeatable; MATCH @timer takes clock fires)",
+    )
+    g.add_argument("--watch-state", metavar="PATH", help="persist watch specs in this file")
+    g.add_argument("--max-read-bytes", metavar="SIZE", help="cap on one resource read (default 8MiB)")
+
+    g = p.add_argument_group("output and endpoints")
+    g.add_argument("--output", metavar="text|json", help="result format on stdout (default text)")
+    g.add_argument(
+        "--verbose", action=argparse.BooleanOptionalAction, default=None, help="also log debug events"
+    )
+    g.add_argument("--health-addr", metavar="HOST:PORT", help="serve /healthz and /readyz here")
+    g.add_argument("--metrics-addr", metavar="HOST:PORT", help="serve Prometheus metrics here")
+    return p
+
+
+#: argparse dest -> settings field, where they differ.
+_RENAMES = {"subscribe": "subscriptions", "route": "routes"}
+_NOT_SETTINGS = {"config", "instruction_arg", "instruction"}
+
+
+def flags_from_args(ns: argparse.Namespace) -> tuple[dict[str, Any], Path | None]:
+    """The flags actually given, keyed for :func:`agentd.config.load_settings`, and the config path.
+
+    Raises:
+        ConfigError: INSTRUCTION and ``--instruction`` were both given.
+    """
+    values = vars(ns)
+    flags: dict[str, Any] = {}
+    for dest, value in values.items():
+        if value is None or dest in _NOT_SETTINGS:
+            continue
+        flags[_RENAMES.get(dest, dest)] = value
+    if ns.instruction_arg is not None and ns.instruction is not None:
+        raise ConfigError(
+            "INSTRUCTION",
+            ns.instruction_arg,
+            "give the instruction once: as the argument or with --instruction, not both",
+        )
+    instruction = ns.instruction if ns.instruction is not None else ns.instruction_arg
+    if instruction is not None:
+        flags["instruction"] = instruction
+    config = Path(ns.config) if ns.config is not None else None
+    return flags, config
+
+
+def _print_config_error(exc: ConfigError) -> None:
+    problems = exc.problems if isinstance(exc, ConfigErrors) else (exc,)
+    for problem in problems:
+        print(f"agentd: {problem}", file=sys.stderr)
+
+
+def _serve(argv: list[str]) -> int:
+    try:
+        from agentd.servers import main as servers_main
+    except ImportError as exc:
+        if exc.name != "agentd.servers":
+            raise
+        print("agentd: the bundled servers (agentd.servers) are not available in this build", file=sys.stderr)
+        return int(ExitCode.CRASHED)
+    return servers_main(argv)
+
+
+def _run(settings: Settings) -> int:
+    try:
+        from agentd.supervisor.app import run
+    except ImportError as exc:
+        if exc.name != "agentd.supervisor.app":
+            raise
+        print(
+            "agentd: the configuration is valid, but the supervisor (agentd.supervisor.app) is not "
+            "available in this build; nothing was run",
+            file=sys.stderr,
+        )
+        return int(ExitCode.CRASHED)
+    return int(run(settings))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``agentd`` command with ``argv`` (``sys.argv[1:]`` when None); return the exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] == "serve":
+        return _serve(args[1:])
+    command = "run"
+    prog = "agentd"
+    if args and args[0] == "check":
+        command, prog, args = "check", "agentd check", args[1:]
+    parser = build_parser(prog)
+    try:
+        ns = parser.parse_args(args)
+    except SystemExit as exc:  # argparse: --help (0) or a usage error (2), already printed
+        return exc.code if isinstance(exc.code, int) else int(ExitCode.CONFIG)
+    try:
+        flags, config_file = flags_from_args(ns)
+        settings = load_settings(flags, config_file=config_file, env=os.environ)
+    except ConfigError as exc:
+        _print_config_error(exc)
+        return int(ExitCode.CONFIG)
+    if command == "check":
+        print(json.dumps(effective_config(settings, os.environ), sort_keys=True, indent=2))
+        return int(ExitCode.OK)
+    return _run(settings)
