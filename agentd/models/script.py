@@ -162,7 +162,9 @@ def load_script(path: str | Path, *, spec: str | None = None) -> Script:
         raise ConfigError("model", spec, f"script file {str(p)!r} is not UTF-8 text ({exc.reason})") from None
     except OSError as exc:
         raise ConfigError(
-            "model", spec, f"cannot read script file {str(p)!r} ({exc.strerror or exc}); fix its permissions"
+            "model",
+            spec,
+            f"cannot read script file {str(p)!r} ({exc.strerror or exc}); fix the path or its permissions",
         ) from None
     try:
         data = json.loads(text)
