@@ -35,7 +35,9 @@ DEBUG_EVENTS: frozenset[str] = frozenset(
     }
 )
 
-_SECRET_MARKERS = ("api_key", "apikey", "token", "secret", "password", "authorization")
+_SECRET_MARKERS = (
+    "api_key", "apikey", "secret", "password", "passwd", "authorization", "credential", "private_key", "cookie",
+)
 
 REDACTED = "***"
 
@@ -43,7 +45,9 @@ REDACTED = "***"
 def is_secret_key(key: str) -> bool:
     """Whether a field or setting named ``key`` holds a credential."""
     k = key.lower().replace("-", "_")
-    return any(m in k for m in _SECRET_MARKERS)
+    # "token" alone, or "*_token" (access_token, GITHUB_TOKEN) is a credential;
+    # counts such as input_tokens / max_tokens are not.
+    return any(m in k for m in _SECRET_MARKERS) or k == "token" or k.endswith("_token")
 
 
 def redact(value: Any) -> Any:

@@ -40,16 +40,6 @@ def run(settings: Any) -> int:
         return int(ExitCode.DRAIN_TIMEOUT)
 
 
-def build_router(settings: Any, *, reactive_default: bool) -> Any:
-    """The router with the declared routes, plus default routes for subscriptions nobody routes."""
-    from agentd.triggers.router import Router, route_specs_from_settings
-
-    router = Router()
-    for spec in route_specs_from_settings(settings):
-        router.add_route(spec)
-    return router
-
-
 async def _main(settings: Any, telemetry: Telemetry) -> int:
     from agentd.triggers import mode as modes
     from agentd.upstream import Upstream
@@ -60,14 +50,25 @@ async def _main(settings: Any, telemetry: Telemetry) -> int:
         "supervisor.start", mode=settings.mode, model=settings.model, servers=sorted(settings.servers),
         pid=os.getpid(),
     )
-    driver = modes.make_driver(settings)
-    router = build_router(settings, reactive_default=settings.mode in ("reactive", "schedule"))
+    import datetime as _dt
+
+    from agentd.supervisor.routes import build_router, make_clock
+
+    driver = modes.make_driver(
+        settings.mode,
+        interval=settings.interval if settings.mode in ("loop", "schedule") else None,
+        cron=settings.cron if settings.mode == "schedule" else None,
+        session=settings.session if settings.mode == "loop" else None,
+        now_mono=now,
+        now_wall=_dt.datetime.now(_dt.UTC),
+    )
+    router = build_router(settings)
     budget = Budget(
         max_steps=settings.max_steps, max_tokens=settings.max_tokens,
         deadline_at=(now + settings.deadline) if settings.deadline else None,
     )
     governor = RestartGovernor(intensity=settings.max_restarts, period=settings.restart_period)
-    clock = modes.make_clock(settings, now=now)
+    clock = driver.source if isinstance(driver, modes.Schedule) else make_clock(settings, now=now)
 
     reactor_box: dict[str, Reactor] = {}
     outputs: list[dict[str, Any]] = []
@@ -128,8 +129,10 @@ async def _main(settings: Any, telemetry: Telemetry) -> int:
         tree = Tree(events=reactor.send, serve_child=partial(serve_child, hub), telemetry=telemetry)
 
         nursery.start_soon(_watch_signals, reactor)
-        await nursery.start(tree.run)
+        # The zygote's imports (~0.4 s) and the servers' start-ups overlap.
         async with trio.open_nursery() as starting:
+            starting.start_soon(nursery.start, tree.run)
+            starting.start_soon(_rehearse_server)
             for up in upstreams.values():
                 starting.start_soon(nursery.start, up.run)
         hub.invalidate()
@@ -144,7 +147,7 @@ async def _main(settings: Any, telemetry: Telemetry) -> int:
             "supervisor.exit", exit_code=int(code),
             counters=telemetry.snapshot(["routed", "unrouted", "coalesced", "dropped_events", "restarts",
                                          "input_tokens", "output_tokens"]),
-            router=getattr(router, "counters", None),
+            router=router.counters(),
         )
         nursery.cancel_scope.cancel()
     return int(code)
@@ -168,6 +171,13 @@ def _print_once(reactor: Reactor, code: ExitCode, json_out: bool, duration: floa
         print(text, flush=True)
     elif text and status is not None and code == code_for_status(status, partial=True):
         print(text, flush=True)
+
+
+async def _rehearse_server() -> None:
+    """Warm the SDK's lazy paths on the supervisor side too, so the first child is not slower."""
+    from agentd.agent.zygote import _rehearse
+
+    await _rehearse()
 
 
 async def _watch_signals(reactor: Reactor) -> None:

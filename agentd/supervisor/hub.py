@@ -188,15 +188,9 @@ class SupervisorHub:
 
     def server_for(self, uri: str) -> str | None:
         """Which server a URI goes to: listed exactly, else template match, else first that can subscribe."""
-        from agentd.upstream.resolve import Catalog, resolve_server_for_uri
+        from agentd.upstream.resolve import resolve_server_for_uri
 
-        catalogs = {}
-        for name, up in self.upstreams.items():
-            catalogs[name] = Catalog(
-                uris=frozenset(str(r.uri) for r in getattr(up, "resources", None) or []),
-                templates=tuple(str(t.uri_template) for t in getattr(up, "templates", None) or []),
-                can_subscribe=bool(getattr(getattr(getattr(up, "capabilities", None), "resources", None), "subscribe", False)),
-            )
+        catalogs = {name: up.catalog() for name, up in self.upstreams.items()}
         return resolve_server_for_uri(uri, catalogs)
 
     async def read_resource(self, uri: str) -> Any:

@@ -216,6 +216,10 @@ class Tree:
             self._events.send_nowait(ChildExited(agent=child.agent, pid=-1, returncode=None))
             raise
         child.state = ChildState.RUNNING
+        self._telemetry.emit(
+            "subagent.started", agent=child.agent, pid=child.pid, zygote=proc is None,
+            spawn_ms=round((trio.current_time() - child.spawned_at) * 1000, 3),
+        )
         stream = trio.SocketStream(trio.socket.from_stdlib_socket(parent))
         try:
             await stream.send_all(orjson.dumps(payload) + b"\n")
