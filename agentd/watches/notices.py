@@ -105,8 +105,10 @@ def _lookup(value: Any, path: str) -> Any:
 
 def _scalar(value: Any) -> str | None:
     """Short text for a scalar, or ``None`` for objects and lists (shown by path only)."""
-    if value is _MISSING or value is None:
-        return "∅"
+    if value is _MISSING:
+        return "∅"  # absent on that side (added or removed field)
+    if value is None:
+        return "null"
     if isinstance(value, dict | list):
         return None
     text = value if isinstance(value, str) else compact_json(value)

@@ -1,0 +1,280 @@
+"""The ``--watch-state PATH`` file: watch specs that survive a restart.
+
+Every ``watch_start`` and ``watch_stop`` rewrites the whole file (it is small:
+at most a few watches per agent) with the classic atomic sequence:
+
+1. write ``.<name>.tmp`` beside it and ``fsync`` it,
+2. ``rename`` it over the file (atomic on POSIX),
+3. ``fsync`` the directory, so the rename itself survives a power cut.
+
+A crash at any step leaves the old file or the new one, never a mix; a temp
+file a crash left behind is overwritten by the next write and renamed away.
+One process owns a state file; two agentd processes sharing one are not
+supported (the last writer wins).
+
+Format (JSON, versioned)::
+
+    {"version": 1, "watches": [{"name": "cm", "uri": "kcp-events://...",
+      "on_event": "..." | null, "owner": "<session id>" | null,
+      "baseline": {...} | null}]}
+
+``baseline`` is :meth:`agentd.watches.extract.EventLogExtractor.baseline` or
+:meth:`~agentd.watches.extract.StateExtractor.baseline` output.
+
+Failures never stop the daemon: :func:`load` moves a corrupt file aside and
+carries on empty (with a warning); a directory that is read-only, full or gone
+raises :class:`WatchStateError`, which the supervisor reports before running
+with watches in memory only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Literal, TypeAlias
+
+import orjson
+
+from agentd.errors import AgentdError
+
+#: The file format written (and the newest one read).
+STATE_FORMAT_VERSION: Final = 1
+
+WriteStep: TypeAlias = Literal["temp-written", "temp-synced", "renamed", "dir-synced"]
+"""Points in :func:`save` a test hook can observe (e.g. to simulate a crash)."""
+
+
+class WatchStateError(AgentdError):
+    """The ``--watch-state`` file cannot be read or written.
+
+    Not fatal: the supervisor reports it and keeps watches in memory only.
+    The message names the path, the OS error and the fix.
+    """
+
+
+@dataclass(frozen=True, slots=True)
+class WatchSpec:
+    """What is needed to start a watch again after a restart.
+
+    Attributes:
+        name: The watch's name (unique per owner).
+        uri: The watched resource URI.
+        on_event: The filter source, or ``None`` for default lines.
+        owner: The owning session's id, or ``None`` (e.g. a config route).
+        baseline: The extractor baseline to resume from, or ``None``.
+    """
+
+    name: str
+    uri: str
+    on_event: str | None = None
+    owner: str | None = None
+    baseline: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The spec as it is stored."""
+        return {
+            "name": self.name,
+            "uri": self.uri,
+            "on_event": self.on_event,
+            "owner": self.owner,
+            "baseline": self.baseline,
+        }
+
+    @classmethod
+    def from_json(cls, data: object) -> WatchSpec:
+        """Parse one stored spec.
+
+        Raises:
+            ValueError: with a message naming the bad field.
+        """
+        if not isinstance(data, dict):
+            raise ValueError(f"a watch spec must be an object, got {data!r:.80}")
+        name, uri = data.get("name"), data.get("uri")
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"watch spec has name {name!r}; it needs a non-empty string")
+        if not isinstance(uri, str) or not uri:
+            raise ValueError(f"watch {name!r} has uri {uri!r}; it needs a non-empty string")
+        on_event, owner, baseline = data.get("on_event"), data.get("owner"), data.get("baseline")
+        if on_event is not None and not isinstance(on_event, str):
+            raise ValueError(f"watch {name!r} has on_event {on_event!r:.80}; it must be source text or null")
+        if owner is not None and not isinstance(owner, str):
+            raise ValueError(f"watch {name!r} has owner {owner!r}; it must be a string or null")
+        if baseline is not None and not isinstance(baseline, dict):
+            raise ValueError(f"watch {name!r} has baseline {baseline!r:.80}; it must be an object or null")
+        return cls(name=name, uri=uri, on_event=on_event, owner=owner, baseline=baseline)
+
+
+def temp_path(path: Path) -> Path:
+    """Where :func:`save` writes before renaming: ``.<name>.tmp`` beside ``path``."""
+    return path.with_name(f".{path.name}.tmp")
+
+
+def encode(specs: Iterable[WatchSpec]) -> bytes:
+    """The file's bytes for ``specs``."""
+    doc = {"version": STATE_FORMAT_VERSION, "watches": [s.to_json() for s in specs]}
+    return orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
+
+
+def _unavailable(action: str, path: Path, exc: OSError) -> WatchStateError:
+    reason = exc.strerror or str(exc)
+    return WatchStateError(
+        f"cannot {action} --watch-state file {str(path)!r}: {reason}; watches keep running in memory only "
+        f"and will not survive a restart; fix: make {str(path.parent)!r} writable and not full, "
+        "or point --watch-state elsewhere"
+    )
+
+
+def save(
+    path: Path | str,
+    specs: Iterable[WatchSpec],
+    *,
+    step_hook: Callable[[WriteStep], None] | None = None,
+) -> None:
+    """Atomically replace the state file with ``specs``.
+
+    Args:
+        path: The ``--watch-state`` path.
+        specs: Every watch to keep (the file holds exactly these afterwards).
+        step_hook: Called after each :data:`WriteStep` (tests inject crashes).
+
+    Raises:
+        WatchStateError: the directory is read-only, full or missing; the old
+            file is untouched and no temp file is left.
+    """
+    path = Path(path)
+    data = encode(specs)
+    tmp = temp_path(path)
+    hook = step_hook or (lambda _step: None)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            hook("temp-written")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        hook("temp-synced")
+        os.replace(tmp, path)
+        hook("renamed")
+        _fsync_dir(path.parent)
+        hook("dir-synced")
+    except OSError as exc:
+        # If the directory refuses even the unlink, there is nothing more to clean.
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise _unavailable("write", path, exc) from exc
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def load(path: Path | str, *, now: float | None = None) -> tuple[list[WatchSpec], list[str]]:
+    """Read the state file; return ``(specs, warnings)``.
+
+    * A missing file is an empty state (first start).
+    * A file that is not valid state (not JSON, wrong layout) is renamed to
+      ``PATH.corrupt-<UTC timestamp>`` and loading continues empty; the warning
+      names both paths.
+    * A spec that is invalid on its own, or a repeated ``(owner, name)``, is
+      skipped with a warning; the others load.
+
+    Args:
+        path: The ``--watch-state`` path.
+        now: Wall-clock seconds for the corrupt file's name (default: now).
+
+    Raises:
+        WatchStateError: the file exists but cannot be read, or was written by
+            a newer agentd (it is left alone so a downgrade loses nothing).
+    """
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return [], []
+    except OSError as exc:
+        raise _unavailable("read", path, exc) from exc
+    try:
+        doc = orjson.loads(raw)
+        if not isinstance(doc, dict) or not isinstance(doc.get("watches"), list):
+            raise ValueError('expected {"version": 1, "watches": [...]}')
+        version = doc.get("version")
+        if not isinstance(version, int) or isinstance(version, bool):
+            raise ValueError(f"version is {version!r}, expected an integer")
+    except ValueError as exc:  # orjson.JSONDecodeError is a ValueError
+        return [], [_move_aside(path, str(exc), now)]
+    if version > STATE_FORMAT_VERSION:
+        raise WatchStateError(
+            f"--watch-state file {str(path)!r} has format version {version}, newer than this agentd "
+            f"understands ({STATE_FORMAT_VERSION}); it is left untouched; fix: run a newer agentd "
+            "or point --watch-state elsewhere"
+        )
+    specs: list[WatchSpec] = []
+    warnings: list[str] = []
+    seen: set[tuple[str | None, str]] = set()
+    for i, entry in enumerate(doc["watches"]):
+        try:
+            spec = WatchSpec.from_json(entry)
+        except ValueError as exc:
+            warnings.append(f"--watch-state {str(path)!r}: skipped watches[{i}]: {exc}")
+            continue
+        if (spec.owner, spec.name) in seen:
+            warnings.append(
+                f"--watch-state {str(path)!r}: skipped watches[{i}]: a second watch named {spec.name!r}"
+                + (f" for owner {spec.owner!r}" if spec.owner else "")
+            )
+            continue
+        seen.add((spec.owner, spec.name))
+        specs.append(spec)
+    return specs, warnings
+
+
+def _move_aside(path: Path, problem: str, now: float | None) -> str:
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now is None else now))
+    target = path.with_name(f"{path.name}.corrupt-{stamp}")
+    n = 1
+    while target.exists():
+        n += 1
+        target = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
+    try:
+        os.replace(path, target)
+    except OSError as exc:
+        return (
+            f"--watch-state file {str(path)!r} is not valid watch state ({problem}) and could not be moved "
+            f"aside ({exc.strerror or exc}); starting with no saved watches"
+        )
+    return (
+        f"--watch-state file {str(path)!r} is not valid watch state ({problem}); moved it to "
+        f"{str(target)!r} and started with no saved watches"
+    )
+
+
+class WatchStateFile:
+    """A ``--watch-state`` path with :func:`load` / :func:`save` bound to it."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+
+    def load(self, *, now: float | None = None) -> tuple[list[WatchSpec], list[str]]:
+        """See :func:`load`."""
+        return load(self.path, now=now)
+
+    def save(self, specs: Iterable[WatchSpec]) -> None:
+        """See :func:`save`."""
+        save(self.path, specs)
+
+
+def specs_by_key(specs: Iterable[WatchSpec]) -> Mapping[tuple[str | None, str], WatchSpec]:
+    """Index specs by ``(owner, name)``, the key a watch is unique by."""
+    return {(s.owner, s.name): s for s in specs}
