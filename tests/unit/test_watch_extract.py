@@ -60,8 +60,10 @@ def test_event_log_first_read_is_baseline_then_delivers_above_last_seq():
         )
     )
     assert [(e["seq"], e["type"]) for e in events] == [(2, "ADDED"), (3, "DELETED")]
-    assert events[0]["watch"] == "cm" and events[0]["uri"] == "u://x"
-    assert events[0]["old"] is None and events[0]["changed"] is None
+    assert events[0]["watch"] == "cm"
+    assert events[0]["uri"] == "u://x"
+    assert events[0]["old"] is None
+    assert events[0]["changed"] is None
     assert x.last_seq == 3
     # Re-reading the same ring delivers nothing (at most once per seq).
     assert x.feed(log({"seq": 3, "type": "DELETED", "object": cm("a")})) == []
@@ -102,7 +104,8 @@ def test_event_log_empty_baseline_delivers_everything_next():
 def test_event_log_in_band_error_passes_through():
     x = EventLogExtractor(1)
     (ev,) = x.feed(log({"seq": 2, "type": "ERROR", "message": "kubectl: connection refused"}))
-    assert ev["type"] == "ERROR" and ev["message"] == "kubectl: connection refused"
+    assert ev["type"] == "ERROR"
+    assert ev["message"] == "kubectl: connection refused"
 
 
 def test_event_log_modified_gets_changed_and_noop_is_dropped():
@@ -125,14 +128,16 @@ def test_event_log_modified_gets_changed_and_noop_is_dropped():
 def test_event_log_modified_without_old_has_no_changed():
     x = EventLogExtractor(1)
     (ev,) = x.feed(log({"seq": 2, "type": "MODIFIED", "object": cm("a")}))
-    assert ev["changed"] is None and ev["old"] is None
+    assert ev["changed"] is None
+    assert ev["old"] is None
 
 
 def test_event_log_overflow_keeps_newest_and_summarizes():
     x = EventLogExtractor(0, events_per_update=5)
     events = x.feed(log(*({"seq": s, "type": "ADDED"} for s in range(1, 13))))
     assert len(events) == 5
-    assert events[0]["type"] == "GAP" and events[0]["reason"] == "overflow"
+    assert events[0]["type"] == "GAP"
+    assert events[0]["reason"] == "overflow"
     assert (events[0]["first_seq"], events[0]["last_seq"], events[0]["missed"]) == (1, 8, 8)
     assert [e["seq"] for e in events[1:]] == [9, 10, 11, 12]
     assert x.last_seq == 12
@@ -189,12 +194,16 @@ def test_state_list_diff_by_key():
     events = x.feed(orjson.dumps([cm("a", rv="9", data={"x": "2"}), cm("c")]))
     by_type = {e["type"]: e for e in events}
     assert set(by_type) == {"ADDED", "MODIFIED", "DELETED"}
-    assert by_type["ADDED"]["key"] == "uid-c" and by_type["ADDED"]["new"] == cm("c")
-    assert by_type["DELETED"]["key"] == "uid-b" and by_type["DELETED"]["old"] == cm("b")
+    assert by_type["ADDED"]["key"] == "uid-c"
+    assert by_type["ADDED"]["new"] == cm("c")
+    assert by_type["DELETED"]["key"] == "uid-b"
+    assert by_type["DELETED"]["old"] == cm("b")
     mod = by_type["MODIFIED"]
     assert mod["changed"] == ["data.x"]
-    assert mod["old"]["data"] == {"x": "1"} and mod["new"]["data"] == {"x": "2"}
-    assert mod["watch"] == "w" and mod["uri"] == "memo://list"
+    assert mod["old"]["data"] == {"x": "1"}
+    assert mod["new"]["data"] == {"x": "2"}
+    assert mod["watch"] == "w"
+    assert mod["uri"] == "memo://list"
 
 
 def test_state_list_modified_only_resource_version_is_dropped():
@@ -241,7 +250,8 @@ def test_state_text_diff_is_whole_changed():
     x.feed("hello\nworld")
     assert x.feed("hello\nworld") == []
     (ev,) = x.feed("hello\nthere")
-    assert ev["type"] == "CHANGED" and ev["key"] is None
+    assert ev["type"] == "CHANGED"
+    assert ev["key"] is None
     assert (ev["old"], ev["new"]) == ("hello\nworld", "hello\nthere")
 
 
@@ -249,9 +259,12 @@ def test_state_kind_switch_and_scalars_are_changed():
     x = StateExtractor()
     x.feed("[1]")
     (ev,) = x.feed('{"a": 1}')
-    assert ev["type"] == "CHANGED" and ev["old"] == [1] and ev["new"] == {"a": 1}
+    assert ev["type"] == "CHANGED"
+    assert ev["old"] == [1]
+    assert ev["new"] == {"a": 1}
     (ev,) = x.feed("not json")
-    assert ev["type"] == "CHANGED" and ev["new"] == "not json"
+    assert ev["type"] == "CHANGED"
+    assert ev["new"] == "not json"
     x2 = StateExtractor()
     x2.feed("1")
     (ev,) = x2.feed("1.0")  # JSON 1 and 1.0 are different values
@@ -263,7 +276,8 @@ def test_state_overflow_is_summarized():
     x.feed("[]")
     events = x.feed(orjson.dumps([{"id": i} for i in range(10)]))
     assert [e["type"] for e in events] == ["ADDED", "ADDED", "GAP"]
-    assert events[-1]["reason"] == "overflow" and events[-1]["missed"] == 8
+    assert events[-1]["reason"] == "overflow"
+    assert events[-1]["missed"] == 8
 
 
 # ---------------------------------------------------------- changed paths
@@ -312,7 +326,8 @@ def test_event_log_baseline_round_trip_resumes_with_gap():
     y = extractor_from_baseline(saved, shape="event-log", watch="w", uri="u")
     events = y.feed(log({"seq": 6, "type": "ADDED"}, {"seq": 7, "type": "ADDED"}))
     assert [e["type"] for e in events] == ["GAP", "ADDED", "ADDED"]
-    assert events[0]["first_seq"] == 4 and events[0]["last_seq"] == 5
+    assert events[0]["first_seq"] == 4
+    assert events[0]["last_seq"] == 5
 
 
 def test_state_baseline_round_trip_diffs_against_persisted_state():
@@ -331,7 +346,8 @@ def test_state_baseline_round_trip_diffs_against_persisted_state():
 
 def test_baseline_of_other_shape_is_fresh_and_bad_baseline_is_refused():
     fresh = extractor_from_baseline({"shape": "state", "kind": "json", "value": 1}, shape="event-log")
-    assert isinstance(fresh, EventLogExtractor) and fresh.baseline() is None
+    assert isinstance(fresh, EventLogExtractor)
+    assert fresh.baseline() is None
     with pytest.raises(ValueError, match=r"last_seq 'x'; expected an integer"):
         extractor_from_baseline({"shape": "event-log", "last_seq": "x"}, shape="event-log")
     with pytest.raises(ValueError, match=r"state baseline .* is not valid"):

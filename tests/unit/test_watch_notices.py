@@ -37,8 +37,7 @@ def test_default_line_kubernetes_like_added_and_deleted():
 def test_default_line_modified_shows_old_and_new_from_changed():
     x = EventLogExtractor(1)
     (ev,) = x.feed(
-        '{"events": [{"seq": 2, "type": "MODIFIED", "object": %s, "old": %s}]}'
-        % (
+        '{{"events": [{{"seq": 2, "type": "MODIFIED", "object": {}, "old": {}}}]}}'.format(
             '{"metadata": {"name": "bid-1", "namespace": "market", "resourceVersion": "2"}, '
             '"status": {"phase": "Published"}}',
             '{"metadata": {"name": "bid-1", "namespace": "market", "resourceVersion": "1"}, '
@@ -81,7 +80,8 @@ def test_default_line_gap_error_changed_and_json_fallback():
     assert default_line({"type": "ADDED", "object": {"b": 1, "a": [1]}}) == 'ADDED {"a":[1],"b":1}'
     assert default_line({"watch": "w", "uri": "u", "type": "PING", "seq": 3, "at": 5}) == 'PING {"at":5}'
     long = default_line({"type": "ADDED", "object": {"x": "y" * 1000}})
-    assert len(long) == len("ADDED ") + 300 and long.endswith("…")
+    assert len(long) == len("ADDED ") + 300
+    assert long.endswith("…")
 
 
 def test_error_line():
@@ -124,7 +124,8 @@ def test_dedupe_memory_is_bounded_lru():
 
 def test_debounce_trailing_quiet_period_exact_times():
     b = NoticeBuffer(quiet=3.0, max_wait=15.0, max_lines=20)
-    assert b.deadline() is None and b.flush(100.0) is None
+    assert b.deadline() is None
+    assert b.flush(100.0) is None
     b.add(["ADDED a"], now=10.0)
     assert b.deadline() == 13.0
     b.add(["MODIFIED a"], now=12.0)
@@ -134,7 +135,8 @@ def test_debounce_trailing_quiet_period_exact_times():
     assert notice is not None
     assert notice.lines == ("ADDED a", "MODIFIED a")
     assert (notice.total, notice.first_at, notice.flushed_at) == (2, 10.0, 15.0)
-    assert b.deadline() is None and len(b) == 0
+    assert b.deadline() is None
+    assert len(b) == 0
 
 
 def test_debounce_capped_at_max_wait_after_first_line():
@@ -145,7 +147,8 @@ def test_debounce_capped_at_max_wait_after_first_line():
             assert b.deadline() == t + 3.0
     assert b.deadline() == 15.0
     notice = b.flush(15.0)
-    assert notice is not None and notice.total == 15
+    assert notice is not None
+    assert notice.total == 15
     b.add(["next"], now=16.0)
     assert b.deadline() == 19.0  # a new burst starts its own cap
 
