@@ -183,7 +183,7 @@ def _fsync_dir(directory: Path) -> None:
 def load(path: Path | str, *, now: float | None = None) -> tuple[list[WatchSpec], list[str]]:
     """Read the state file; return ``(specs, warnings)``.
 
-    * A missing file is an empty state (first start).
+    * A missing or empty file is an empty state (first start).
     * A file that is not valid state (not JSON, wrong layout) is renamed to
       ``PATH.corrupt-<UTC timestamp>`` and loading continues empty; the warning
       names both paths.
@@ -205,6 +205,8 @@ def load(path: Path | str, *, now: float | None = None) -> tuple[list[WatchSpec]
         return [], []
     except OSError as exc:
         raise _unavailable("read", path, exc) from exc
+    if not raw.strip():
+        return [], []  # e.g. created with `touch` by the operator: nothing saved yet
     try:
         doc = orjson.loads(raw)
         if not isinstance(doc, dict) or not isinstance(doc.get("watches"), list):

@@ -1,0 +1,209 @@
+"""The --watch-state file: round trip, corrupt files, unwritable directories, crash safety."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import orjson
+import pytest
+
+from agentd.watches.extract import EventLogExtractor, StateExtractor, extractor_from_baseline
+from agentd.watches.state import (
+    STATE_FORMAT_VERSION,
+    WatchSpec,
+    WatchStateError,
+    WatchStateFile,
+    encode,
+    load,
+    save,
+    temp_path,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def specs() -> list[WatchSpec]:
+    log = EventLogExtractor()
+    log.feed('{"events": [{"seq": 41, "type": "ADDED"}]}')
+    state = StateExtractor()
+    state.feed('{"todo": "a"}')
+    return [
+        WatchSpec(
+            name="cm",
+            uri="kcp-events://watch/root:app/configmaps?namespace=*",
+            on_event='event["type"]',
+            owner="sess-1",
+            baseline=log.baseline(),
+        ),
+        WatchSpec(name="notes", uri="memo://notes", on_event=None, owner="sess-1", baseline=state.baseline()),
+        WatchSpec(name="cfg", uri="memo://cfg"),
+    ]
+
+
+def test_round_trip(tmp_path):
+    path = tmp_path / "watches.json"
+    save(path, specs())
+    loaded, warnings = load(path)
+    assert warnings == []
+    assert loaded == specs()
+    assert not temp_path(path).exists()
+    # Baselines resume: the event-log one continues after seq 41.
+    x = extractor_from_baseline(loaded[0].baseline, shape="event-log")
+    assert [e["seq"] for e in x.feed('{"events": [{"seq": 41, "type": "A"}, {"seq": 42, "type": "B"}]}')] == [
+        42
+    ]
+
+
+def test_state_file_class_and_rewrite_on_stop(tmp_path):
+    f = WatchStateFile(tmp_path / "w.json")
+    f.save(specs())
+    f.save(specs()[1:])  # watch_stop("cm")
+    loaded, _ = f.load()
+    assert [s.name for s in loaded] == ["notes", "cfg"]
+
+
+def test_missing_or_empty_file_is_empty(tmp_path):
+    assert load(tmp_path / "absent.json") == ([], [])
+    (tmp_path / "touched.json").write_bytes(b"\n")
+    assert load(tmp_path / "touched.json") == ([], [])
+    assert (tmp_path / "touched.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b"{not json", "unexpected"),
+        (b"[]", "expected"),
+        (b'{"version": "1", "watches": []}', "version is '1'"),
+    ],
+)
+def test_corrupt_file_is_moved_aside_and_loading_continues(tmp_path, content, problem):
+    path = tmp_path / "watches.json"
+    path.write_bytes(content)
+    loaded, warnings = load(path, now=0.0)
+    assert loaded == []
+    aside = tmp_path / "watches.json.corrupt-19700101T000000Z"
+    assert aside.read_bytes() == content
+    assert not path.exists()
+    (warning,) = warnings
+    assert "is not valid watch state" in warning
+    assert problem.lower() in warning.lower()
+    assert str(aside) in warning
+    # A second corrupt file in the same second does not overwrite the first.
+    path.write_bytes(b"{")
+    load(path, now=0.0)
+    assert (tmp_path / "watches.json.corrupt-19700101T000000Z-2").read_bytes() == b"{"
+
+
+def test_bad_entries_are_skipped_with_warnings(tmp_path):
+    path = tmp_path / "w.json"
+    good = {"name": "a", "uri": "u://a"}
+    path.write_bytes(
+        orjson.dumps(
+            {
+                "version": 1,
+                "watches": [
+                    good,
+                    {"name": "", "uri": "u"},
+                    {"name": "b", "uri": "u", "on_event": 3},
+                    {"name": "c", "uri": "u", "baseline": []},
+                    "junk",
+                    dict(good),
+                ],
+            }
+        )
+    )
+    loaded, warnings = load(path)
+    assert [s.name for s in loaded] == ["a"]
+    assert len(warnings) == 5
+    assert "watches[1]: watch spec has name ''" in warnings[0]
+    assert "on_event 3; it must be source text or null" in warnings[1]
+    assert "baseline []" in warnings[2]
+    assert "a watch spec must be an object" in warnings[3]
+    assert "a second watch named 'a'" in warnings[4]
+
+
+def test_newer_format_is_left_alone(tmp_path):
+    path = tmp_path / "w.json"
+    path.write_bytes(orjson.dumps({"version": STATE_FORMAT_VERSION + 1, "watches": []}))
+    with pytest.raises(WatchStateError, match=r"format version 2, newer than this agentd understands"):
+        load(path)
+    assert path.exists()
+
+
+def test_unwritable_directory_is_a_clear_error(tmp_path):
+    # The tests run as root, where permission bits do not stop writes: a
+    # missing directory gives the same OSError path.
+    path = tmp_path / "gone" / "w.json"
+    with pytest.raises(
+        WatchStateError, match=r"cannot write --watch-state file .*keep running in memory only"
+    ):
+        save(path, specs())
+
+
+@pytest.mark.parametrize("err", [errno.ENOSPC, errno.EROFS])
+def test_full_or_read_only_disk_keeps_old_file_and_no_temp(tmp_path, err):
+    path = tmp_path / "w.json"
+    save(path, specs()[:1])
+    before = path.read_bytes()
+
+    def fail(step):
+        if step == "temp-written":
+            raise OSError(err, os.strerror(err))
+
+    with pytest.raises(WatchStateError, match=os.strerror(err)):
+        save(path, specs(), step_hook=fail)
+    assert path.read_bytes() == before
+    assert not temp_path(path).exists()
+
+
+def test_unreadable_file_is_a_clear_error(tmp_path):
+    path = tmp_path / "w.json"
+    path.mkdir()  # reading a directory fails even as root
+    with pytest.raises(WatchStateError, match=r"cannot read --watch-state file"):
+        load(path)
+
+
+_CRASHER = textwrap.dedent(
+    """
+    import os, sys
+    from agentd.watches.state import WatchSpec, save
+    path, crash_at = sys.argv[1], sys.argv[2]
+    def hook(step):
+        if step == crash_at:
+            os._exit(17)  # no cleanup, no flush: as abrupt as a kill
+    save(path, [WatchSpec(name="new", uri="u://new", on_event="x" * 100_000)], step_hook=hook)
+    """
+)
+
+
+@pytest.mark.parametrize("crash_at", ["temp-written", "temp-synced", "renamed", "dir-synced"])
+def test_crash_at_each_write_step_leaves_old_or_new_never_partial(tmp_path, crash_at):
+    path = tmp_path / "w.json"
+    old = [WatchSpec(name="old", uri="u://old")]
+    save(path, old)
+    old_bytes = path.read_bytes()
+    new_bytes = encode([WatchSpec(name="new", uri="u://new", on_event="x" * 100_000)])
+    proc = subprocess.run(
+        [sys.executable, "-c", _CRASHER, str(path), crash_at],
+        cwd=REPO,
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    assert proc.returncode == 17, proc.stderr.decode()
+    after = path.read_bytes()
+    expected = old_bytes if crash_at in ("temp-written", "temp-synced") else new_bytes
+    assert after == expected
+    loaded, warnings = load(path)
+    assert warnings == []
+    assert [s.name for s in loaded] == (["old"] if expected == old_bytes else ["new"])
+    # The next successful write replaces whatever temp file the crash left.
+    save(path, old)
+    assert path.read_bytes() == old_bytes
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["w.json"]
