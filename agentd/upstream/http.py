@@ -17,7 +17,7 @@ bounded by its own ``request_timeout`` instead.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 import httpx2
 import trio
@@ -41,7 +41,9 @@ class _Watch(httpx2.AsyncBaseTransport):
         try:
             response = await self._inner.handle_async_request(request)
         except httpx2.TransportError as exc:
-            self._owner.mark_lost(f"server {self._owner.server!r} is unreachable at {self._owner.url}: {exc!r}")
+            self._owner.mark_lost(
+                f"server {self._owner.server!r} is unreachable at {self._owner.url}: {exc!r}"
+            )
             raise
         if response.status_code == 404 and MCP_SESSION_ID in request.headers:
             self._owner.mark_lost(
@@ -70,7 +72,7 @@ class HttpTransport:
         self.lost = trio.Event()
         """Set when the server went away (see the module docstring)."""
         self.lost_reason: str | None = None
-        self._ctx: object = None
+        self._ctx: AbstractAsyncContextManager[tuple[object, object]] | None = None
 
     def mark_lost(self, reason: str) -> None:
         """Record that the server went away (first reason wins)."""
@@ -80,16 +82,19 @@ class HttpTransport:
 
     async def __aenter__(self) -> tuple[object, object]:
         self._ctx = self._run()
-        return await self._ctx.__aenter__()  # type: ignore[attr-defined,no-any-return]
+        return await self._ctx.__aenter__()
 
     async def __aexit__(self, *exc: object) -> bool | None:
-        return await self._ctx.__aexit__(*exc)  # type: ignore[attr-defined,no-any-return]
+        assert self._ctx is not None
+        return await self._ctx.__aexit__(*exc)  # type: ignore[arg-type]
 
     @asynccontextmanager
     async def _run(self) -> AsyncIterator[tuple[object, object]]:
         timeout = httpx2.Timeout(CONNECT_TIMEOUT, read=None)
-        async with httpx2.AsyncClient(
-            headers=self.headers, timeout=timeout, transport=_Watch(self, httpx2.AsyncHTTPTransport())
-        ) as client:
-            async with streamable_http_client(self.url, http_client=client) as streams:
-                yield streams
+        async with (
+            httpx2.AsyncClient(
+                headers=self.headers, timeout=timeout, transport=_Watch(self, httpx2.AsyncHTTPTransport())
+            ) as client,
+            streamable_http_client(self.url, http_client=client) as streams,
+        ):
+            yield streams

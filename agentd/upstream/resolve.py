@@ -37,7 +37,9 @@ class Catalog:
         return any(t.match(uri) is not None for t in self._parsed)
 
 
-def resolve_server_for_uri(uri: str, catalogs: Mapping[str, Catalog] | Sequence[tuple[str, Catalog]]) -> str | None:
+def resolve_server_for_uri(
+    uri: str, catalogs: Mapping[str, Catalog] | Sequence[tuple[str, Catalog]]
+) -> str | None:
     """The server to read or subscribe ``uri`` on.
 
     In order: the first server that lists ``uri`` exactly; else the first whose

@@ -29,12 +29,13 @@ import os
 import signal
 import subprocess
 from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from dataclasses import dataclass, field
 
 import anyio
 import mcp_types as types
 import trio
+from anyio.streams.memory import MemoryObjectSendStream
 from mcp.client.stdio import get_default_environment
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
@@ -78,7 +79,7 @@ class _Ring:
     limit: int
     data: bytearray = field(default_factory=bytearray)
 
-    def add(self, chunk: bytes) -> None:
+    def add(self, chunk: bytes | bytearray) -> None:
         self.data += chunk
         if len(self.data) > self.limit:
             del self.data[: len(self.data) - self.limit]
@@ -127,24 +128,31 @@ class StdioTransport:
         self.returncode: int | None = None
         self._stderr = _Ring(STDERR_TAIL_BYTES)
         self._stderr_done = trio.Event()
-        self._ctx: object = None
+        self._ctx: AbstractAsyncContextManager[tuple[object, object]] | None = None
+
+    def mark_lost(self, reason: str) -> None:
+        """Record that the connection is unusable (first reason wins); teardown follows."""
+        if self.lost_reason is None:
+            self.lost_reason = reason
+            self.lost.set()
 
     def stderr_tail(self, max_lines: int = 20) -> str:
         """The last ``max_lines`` lines the server wrote to stderr (decoded leniently)."""
         text = self._stderr.data.decode("utf-8", errors="replace")
         return "\n".join(text.strip().splitlines()[-max_lines:])
 
-    async def wait_stderr_closed(self, timeout: float) -> None:
-        """Wait up to ``timeout`` s for the server's stderr to reach EOF (so the tail is complete)."""
-        with trio.move_on_after(timeout):
+    async def wait_stderr_closed(self, bound: float) -> None:
+        """Wait up to ``bound`` s for the server's stderr to reach EOF (so the tail is complete)."""
+        with trio.move_on_after(bound):
             await self._stderr_done.wait()
 
     async def __aenter__(self) -> tuple[object, object]:
         self._ctx = self._run()
-        return await self._ctx.__aenter__()  # type: ignore[attr-defined,no-any-return]
+        return await self._ctx.__aenter__()
 
     async def __aexit__(self, *exc: object) -> bool | None:
-        return await self._ctx.__aexit__(*exc)  # type: ignore[attr-defined,no-any-return]
+        assert self._ctx is not None
+        return await self._ctx.__aexit__(*exc)  # type: ignore[arg-type]
 
     @asynccontextmanager
     async def _run(self) -> AsyncIterator[tuple[object, object]]:
@@ -165,14 +173,14 @@ class StdioTransport:
                 "check the server's command and PATH"
             ) from exc
         self.pid = process.pid
-        assert process.stdin is not None and process.stdout is not None and process.stderr is not None
+        assert process.stdin is not None
+        assert process.stdout is not None
+        assert process.stderr is not None
         read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
         write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](0)
 
         def lose(reason: str) -> None:
-            if self.lost_reason is None:
-                self.lost_reason = reason
-                self.lost.set()
+            self.mark_lost(reason)
             # Ending the read stream makes the SDK fail every pending request at once.
             read_send.close()
 
@@ -215,10 +223,8 @@ class StdioTransport:
                     preview=line[:_GARBAGE_PREVIEW].decode("utf-8", errors="replace"),
                 )
                 return
-            try:
+            with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
                 await read_send.send(SessionMessage(message))
-            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-                pass
 
         async def stderr_reader() -> None:
             assert process.stderr is not None
@@ -282,14 +288,12 @@ class StdioTransport:
             return f"server {self.server!r} was killed by {name}"
         return f"server {self.server!r} exited with status {self.returncode}"
 
-    async def _stop(self, process: trio.Process, write_send: anyio.abc.ObjectSendStream[SessionMessage]) -> None:
+    async def _stop(self, process: trio.Process, write_send: MemoryObjectSendStream[SessionMessage]) -> None:
         """Close stdin, wait, SIGTERM the group, wait, SIGKILL the group (all bounded)."""
         write_send.close()
         assert process.stdin is not None
-        try:
+        with suppress(trio.ClosedResourceError, trio.BrokenResourceError, OSError):
             await process.stdin.aclose()
-        except (trio.ClosedResourceError, trio.BrokenResourceError, OSError):
-            pass
         if process.returncode is None:
             with trio.move_on_after(EXIT_GRACE):
                 await process.wait()
@@ -308,8 +312,5 @@ class StdioTransport:
 
 def _killpg(pgid: int, sig: int) -> None:
     """Signal a process group, ignoring one that is already gone."""
-    try:
+    with suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-

@@ -110,7 +110,9 @@ def build(args: argparse.Namespace) -> MCPServer[Any]:
         def read() -> str:
             return store.get(name)
 
-        mcp.add_resource(FunctionResource.from_function(read, uri=f"note://{name}", name=name, mime_type="text/plain"))
+        mcp.add_resource(
+            FunctionResource.from_function(read, uri=f"note://{name}", name=name, mime_type="text/plain")
+        )
 
     for name in store.all():
         add_note_resource(name)
@@ -191,20 +193,18 @@ def build(args: argparse.Namespace) -> MCPServer[Any]:
         await anyio.sleep(seconds)
         return "slept"
 
-    if legacy:
+    if legacy and not args.no_subscribe:
 
-        if not args.no_subscribe:
+        async def on_subscribe(_ctx: Any, params: types.SubscribeRequestParams) -> types.EmptyResult:
+            subscribed.add(str(params.uri))
+            return types.EmptyResult()
 
-            async def on_subscribe(_ctx: Any, params: types.SubscribeRequestParams) -> types.EmptyResult:
-                subscribed.add(str(params.uri))
-                return types.EmptyResult()
+        async def on_unsubscribe(_ctx: Any, params: types.UnsubscribeRequestParams) -> types.EmptyResult:
+            subscribed.discard(str(params.uri))
+            return types.EmptyResult()
 
-            async def on_unsubscribe(_ctx: Any, params: types.UnsubscribeRequestParams) -> types.EmptyResult:
-                subscribed.discard(str(params.uri))
-                return types.EmptyResult()
-
-            low.add_request_handler("resources/subscribe", types.SubscribeRequestParams, on_subscribe)
-            low.add_request_handler("resources/unsubscribe", types.UnsubscribeRequestParams, on_unsubscribe)
+        low.add_request_handler("resources/subscribe", types.SubscribeRequestParams, on_subscribe)
+        low.add_request_handler("resources/unsubscribe", types.UnsubscribeRequestParams, on_unsubscribe)
 
     if args.exit_during_init:
 
@@ -221,7 +221,9 @@ async def serve_stdio(mcp: MCPServer[Any], args: argparse.Namespace) -> None:
     for i in range(args.garbage_at_start):
         await _RawStdout().write(f"garbage before the handshake {i}\n")
     low = mcp._lowlevel_server
-    options = low.create_initialization_options(NotificationOptions(resources_changed=True, tools_changed=True))
+    options = low.create_initialization_options(
+        NotificationOptions(resources_changed=True, tools_changed=True)
+    )
     async with stdio_server(stdout=_RawStdout()) as (read_stream, write_stream):  # type: ignore[arg-type]
         if args.era == "legacy":
             # Handshake-only loop: a 2026-07-28 probe is refused, so clients fall back to initialize.
@@ -253,8 +255,9 @@ async def main_async(args: argparse.Namespace) -> None:
 
             tg.start_soon(crash)
         if args.grandchild:
-            child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-            Path(args.state + ".grandchild").write_text(str(child.pid))
+            # Deliberately blocking: a test-server knob run once before serving.
+            child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])  # noqa: ASYNC220
+            Path(args.state + ".grandchild").write_text(str(child.pid))  # noqa: ASYNC240
         if args.transport == "stdio":
             await serve_stdio(mcp, args)
         else:

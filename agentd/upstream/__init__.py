@@ -1,0 +1,47 @@
+"""Upstream MCP servers: one supervised connection per configured server.
+
+The supervisor holds exactly one connection per server (stdio or Streamable
+HTTP) and every agent reaches the server's tools and resources through it.
+
+Public surface:
+
+* :class:`Upstream` — one server: ``run``, ``call_tool``, ``read_resource``,
+  ``list_resources``, ``list_resource_templates``, ``subscribe``,
+  ``unsubscribe``, and the ``state`` / ``tools`` / ``resources`` /
+  ``templates`` views.
+* :func:`connect_all` — start one :class:`Upstream` per spec in a nursery.
+* :func:`resolve_server_for_uri` and :class:`Catalog` — which server owns a URI.
+* :func:`namespaced`, :func:`split_namespaced`, :class:`ToolNameMap` —
+  provider-safe ``server__tool`` names.
+"""
+
+from agentd.upstream.backoff import MAX_CONSECUTIVE_FAILURES, RECONNECT_BACKOFF, RESUBSCRIBE_BACKOFF
+from agentd.upstream.connection import (
+    INIT_TIMEOUT,
+    MAX_READ_BYTES,
+    REQUEST_TIMEOUT,
+    ServerSpecLike,
+    Upstream,
+    body_size,
+    connect_all,
+)
+from agentd.upstream.naming import ToolNameMap, namespaced, split_namespaced
+from agentd.upstream.resolve import Catalog, resolve_server_for_uri
+
+__all__ = [
+    "INIT_TIMEOUT",
+    "MAX_CONSECUTIVE_FAILURES",
+    "MAX_READ_BYTES",
+    "RECONNECT_BACKOFF",
+    "REQUEST_TIMEOUT",
+    "RESUBSCRIBE_BACKOFF",
+    "Catalog",
+    "ServerSpecLike",
+    "ToolNameMap",
+    "Upstream",
+    "body_size",
+    "connect_all",
+    "namespaced",
+    "resolve_server_for_uri",
+    "split_namespaced",
+]

@@ -1,0 +1,846 @@
+"""One supervised connection per upstream MCP server.
+
+:class:`Upstream` owns the connection to one configured server (stdio or
+Streamable HTTP) for the life of the supervisor: it connects, keeps the tool
+and resource catalogs current, serves calls from every agent, keeps resource
+subscriptions alive across drops, and reports what happens as typed reactor
+events (:mod:`agentd.supervisor.events`).
+
+Lifecycle (``ServerState``)::
+
+    STARTING --connected--> CONNECTED --drop--> RESTARTING --backoff, connected--> CONNECTED
+        |                                           |
+        +--first attempt failed--> RESTARTING       +--5 failed attempts in a row--> FAILED
+    any --cancelled--> STOPPED
+
+Errors raised to callers (all :class:`agentd.errors.UpstreamError`):
+``ServerUnavailable`` (not connected, or the connection died mid-call),
+``CapabilityMissing`` (no ``resources.subscribe``), plain ``UpstreamError``
+(timeout, refusal, oversized body). Every message names the server.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import math
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+import anyio
+import mcp_types as types
+import trio
+from mcp import Client
+from mcp.client.subscriptions import ResourcesListChanged, ResourceUpdated, ToolsListChanged
+from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from agentd import __version__
+from agentd.errors import CapabilityMissing, ServerUnavailable, UpstreamError
+from agentd.supervisor.events import (
+    CatalogChanged,
+    ReactorEvent,
+    ResourceChanged,
+    ServerState,
+    ServerStateChanged,
+    SubscriptionStateChanged,
+)
+from agentd.telemetry import Telemetry
+from agentd.upstream.backoff import (
+    MAX_CONSECUTIVE_FAILURES,
+    RECONNECT_BACKOFF,
+    RESUBSCRIBE_BACKOFF,
+    delay_before_attempt,
+)
+from agentd.upstream.http import HttpTransport
+from agentd.upstream.resolve import Catalog
+from agentd.upstream.stdio import MAX_LINE_BYTES, StdioTransport
+
+__all__ = [
+    "INIT_TIMEOUT",
+    "MAX_READ_BYTES",
+    "REQUEST_TIMEOUT",
+    "ServerSpecLike",
+    "Upstream",
+    "connect_all",
+]
+
+REQUEST_TIMEOUT = 30.0
+"""Seconds one request (tool call, read, list, subscribe) may take. Measured round
+trips are under a millisecond; 30 s covers slow tools without letting a hung
+(e.g. SIGSTOPped) server block an agent turn for long."""
+
+INIT_TIMEOUT = 15.0
+"""Seconds for spawn + handshake + first catalog fetch. A Python server connects in
+~0.45 s here; ``npx``-launched servers can take several seconds on a cold cache."""
+
+MAX_READ_BYTES = 1024 * 1024
+"""Largest resource body (decoded bytes) handed to an agent (``--max-read-bytes``):
+bodies land in model context, where a megabyte is already far too much to read."""
+
+STDERR_SETTLE = 0.5
+"""Seconds to wait for a dead server's stderr to reach EOF before quoting its tail."""
+
+_PAGE_CAP = 100
+"""Most pages fetched for one list: a server whose cursor never ends cannot hang a refresh."""
+
+_T = TypeVar("_T")
+
+
+class ServerSpecLike(Protocol):
+    """What :class:`Upstream` needs from a configured server (``agentd.config.ServerSpec``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def command(self) -> str | None: ...
+    @property
+    def args(self) -> list[str]: ...
+    @property
+    def env(self) -> dict[str, str]: ...
+    @property
+    def cwd(self) -> str | None: ...
+    @property
+    def url(self) -> str | None: ...
+    @property
+    def headers(self) -> dict[str, str]: ...
+    @property
+    def required(self) -> bool: ...
+
+
+@dataclass
+class _Up:
+    connected: bool = False
+    """Whether the attempt got past the handshake and catalog fetch."""
+
+
+class _ConnectFailed(Exception):
+    """One connection attempt failed; the message says why (stderr tail included)."""
+
+
+@dataclass(eq=False)
+class _Sub:
+    """A remembered subscription to one URI."""
+
+    uri: str
+    established_once: bool = False
+    """Set after the first establishment: every later one is followed by a synthetic change."""
+    waiter: trio.Event | None = None
+    """Set by :meth:`Upstream.subscribe` while it waits for the first outcome."""
+    first_error: str | None = None
+    scope: trio.CancelScope | None = None
+
+
+@dataclass(eq=False)
+class _Conn:
+    """One live connection (one process, or one HTTP session)."""
+
+    client: Client
+    transport: StdioTransport | HttpTransport
+    modern: bool
+    nursery: trio.Nursery
+    refresh_send: trio.MemorySendChannel[str]
+
+    @property
+    def lost(self) -> trio.Event:
+        return self.transport.lost
+
+    @property
+    def lost_reason(self) -> str | None:
+        return self.transport.lost_reason
+
+
+class Upstream:
+    """The supervisor's one connection to one upstream MCP server.
+
+    Args:
+        spec: the configured server (see :class:`ServerSpecLike`); ``command``
+            selects stdio, ``url`` Streamable HTTP.
+        events: where state changes, resource changes and catalog changes are posted.
+        telemetry: NDJSON telemetry.
+        request_timeout: bound on every request, seconds.
+        init_timeout: bound on spawn + handshake + first catalog fetch, seconds.
+        max_read_bytes: largest resource body :meth:`read_resource` returns.
+        backoff: seconds before reconnect attempt 1, 2, ... (tests pass short ones).
+        resubscribe_backoff: seconds before re-opening a lost subscription, attempt 1, 2, ...
+        max_line_bytes: cap on one stdout message from a stdio server.
+    """
+
+    def __init__(
+        self,
+        spec: ServerSpecLike,
+        events: trio.MemorySendChannel[ReactorEvent],
+        telemetry: Telemetry,
+        *,
+        request_timeout: float = REQUEST_TIMEOUT,
+        init_timeout: float = INIT_TIMEOUT,
+        max_read_bytes: int = MAX_READ_BYTES,
+        backoff: Sequence[float] = RECONNECT_BACKOFF,
+        resubscribe_backoff: Sequence[float] = RESUBSCRIBE_BACKOFF,
+        max_line_bytes: int = MAX_LINE_BYTES,
+    ) -> None:
+        if (spec.command is None) == (spec.url is None):
+            raise ValueError(
+                f"server {spec.name!r}: give exactly one of command (stdio) or url (Streamable HTTP)"
+            )
+        self.spec = spec
+        self.name = spec.name
+        self._events = events
+        self._telemetry = telemetry
+        self.request_timeout = request_timeout
+        self.init_timeout = init_timeout
+        self.max_read_bytes = max_read_bytes
+        self._backoff = tuple(backoff)
+        self._resubscribe_backoff = tuple(resubscribe_backoff)
+        self._max_line_bytes = max(max_line_bytes, 2 * max_read_bytes)
+        self.state = ServerState.STARTING
+        """Where the connection is in its lifecycle (see the module docstring)."""
+        self.protocol_version: str | None = None
+        """Negotiated protocol version of the current (or last) connection."""
+        self.capabilities: types.ServerCapabilities | None = None
+        """Capabilities of the current (or last) connection."""
+        self.tools: list[types.Tool] = []
+        """The server's tools, refreshed on connect and on ``tools/list_changed``."""
+        self.resources: list[types.Resource] = []
+        """Concrete resources, refreshed on connect and on ``resources/list_changed``."""
+        self.templates: list[types.ResourceTemplate] = []
+        """Resource templates, refreshed with :attr:`resources`."""
+        self.last_error: str | None = None
+        """Why the last attempt failed or the last connection dropped."""
+        self.tools_version = 0
+        """Bumped every time :attr:`tools` is replaced (see :meth:`wait_tools_changed`)."""
+        self._tools_changed = trio.Event()
+        self._subs: dict[str, _Sub] = {}
+        self._conn: _Conn | None = None
+
+    # ------------------------------------------------------------------ views
+
+    @property
+    def subscriptions(self) -> frozenset[str]:
+        """URIs currently remembered as subscribed (re-established after every reconnect)."""
+        return frozenset(self._subs)
+
+    def catalog(self) -> Catalog:
+        """The routing view of this server (for :func:`agentd.upstream.resolve_server_for_uri`)."""
+        return Catalog(
+            uris=frozenset(str(r.uri) for r in self.resources),
+            templates=tuple(t.uri_template for t in self.templates),
+            can_subscribe=self._can_subscribe(),
+        )
+
+    async def wait_tools_changed(self, seen_version: int) -> int:
+        """Wait until :attr:`tools_version` differs from ``seen_version``; return the new version.
+
+        The reactor has no event for tool-list changes (tools are not routed),
+        so whoever serves the tool catalog to agents waits here.
+        """
+        while self.tools_version == seen_version:
+            await self._tools_changed.wait()
+        return self.tools_version
+
+    def _set_tools(self, tools: list[types.Tool]) -> None:
+        self.tools = tools
+        self.tools_version += 1
+        self._tools_changed.set()
+        self._tools_changed = trio.Event()
+
+    def _can_subscribe(self) -> bool:
+        caps = self.capabilities
+        return bool(caps is not None and caps.resources is not None and caps.resources.subscribe)
+
+    # ------------------------------------------------------------------ run
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Connect and keep the connection alive until cancelled or given up.
+
+        Calls ``task_status.started()`` once the first attempt settled
+        (connected, or failed: startup stays bounded by ``init_timeout``).
+        Returns after posting ``FAILED`` when :data:`MAX_CONSECUTIVE_FAILURES`
+        attempts in a row failed. Cancellation closes the connection (bounded,
+        shielded teardown) and leaves the state ``STOPPED``.
+        """
+        started = False
+        failures = 0
+        retry = 0
+        try:
+            while True:
+                try:
+                    await self._connect_and_serve(task_status if not started else None, retry)
+                    started = True
+                    failures = 0
+                    retry = 0
+                except _ConnectFailed as exc:
+                    self.last_error = str(exc)
+                    failures += 1
+                    self._telemetry.emit(
+                        "upstream.connect_failed", server=self.name, attempt=failures, error=str(exc)
+                    )
+                    if not started:
+                        started = True
+                        task_status.started()
+                if failures >= MAX_CONSECUTIVE_FAILURES:
+                    self.state = ServerState.FAILED  # RESTARTING/STARTING -> FAILED
+                    self._telemetry.emit(
+                        "upstream.failed", server=self.name, attempts=failures, error=self.last_error
+                    )
+                    for uri in self._subs:
+                        await self._post(
+                            SubscriptionStateChanged(
+                                self.name,
+                                uri,
+                                "failed",
+                                attempt=failures,
+                                error="the server connection failed",
+                            )
+                        )
+                    await self._post(
+                        ServerStateChanged(
+                            self.name,
+                            ServerState.FAILED,
+                            required=self.spec.required,
+                            attempt=failures,
+                            error=self.last_error,
+                        )
+                    )
+                    return
+                retry += 1
+                self.state = ServerState.RESTARTING  # CONNECTED/STARTING -> RESTARTING
+                await self._post(
+                    ServerStateChanged(
+                        self.name,
+                        ServerState.RESTARTING,
+                        required=self.spec.required,
+                        attempt=retry,
+                        error=self.last_error,
+                    )
+                )
+                await trio.sleep(delay_before_attempt(retry, self._backoff))
+        finally:
+            if self.state is not ServerState.FAILED:
+                self.state = ServerState.STOPPED  # any -> STOPPED
+                self._post_nowait(
+                    ServerStateChanged(self.name, ServerState.STOPPED, required=self.spec.required)
+                )
+
+    def _make_transport(self) -> StdioTransport | HttpTransport:
+        spec = self.spec
+        if spec.command is not None:
+            return StdioTransport(
+                self.name,
+                spec.command,
+                spec.args,
+                env=spec.env,
+                cwd=spec.cwd,
+                telemetry=self._telemetry,
+                max_line_bytes=self._max_line_bytes,
+            )
+        assert spec.url is not None
+        return HttpTransport(self.name, spec.url, spec.headers)
+
+    async def _connect_and_serve(self, task_status: trio.TaskStatus[None] | None, retry: int) -> None:
+        """One connection: connect (bounded), serve until it drops. Raises _ConnectFailed if it never came up."""
+        transport = self._make_transport()
+        client = Client(
+            transport,  # type: ignore[arg-type]
+            mode="auto",
+            cache=None,  # watched resources must never be served from a cache
+            message_handler=self._on_message,
+            read_timeout_seconds=self.request_timeout,
+            client_info=types.Implementation(name="agentd", version=__version__),
+        )
+        up = _Up()
+        t0 = trio.current_time()
+        try:
+            # Entered and left around the client's own task groups, so its deadline can be lifted later.
+            with trio.CancelScope(deadline=t0 + self.init_timeout) as init_scope:
+                async with client:
+                    await self._serve(client, transport, task_status, retry, init_scope, up, t0)
+            if init_scope.cancelled_caught and not up.connected:
+                await self._raise_failed(
+                    transport, f"did not finish connecting within {self.init_timeout:g}s (init_timeout)"
+                )
+        except _ConnectFailed:
+            raise
+        except Exception as exc:
+            if not up.connected:
+                await self._raise_failed(transport, _describe(exc))
+            self.last_error = transport.lost_reason or _describe(exc)
+        finally:
+            self._conn = None
+        if up.connected:
+            self.last_error = transport.lost_reason or self.last_error
+            self._telemetry.emit("upstream.lost", server=self.name, reason=self.last_error)
+
+    async def _raise_failed(self, transport: StdioTransport | HttpTransport, why: str) -> None:
+        if transport.lost_reason is not None and transport.lost_reason not in why:
+            why = f"{why} ({transport.lost_reason})"
+        message = f"server {self.name!r} {why}"
+        if isinstance(transport, StdioTransport):
+            await transport.wait_stderr_closed(STDERR_SETTLE)
+            tail = transport.stderr_tail()
+            message += f"; its stderr ends with:\n{tail}" if tail else "; it wrote nothing to stderr"
+        raise _ConnectFailed(message)
+
+    async def _serve(
+        self,
+        client: Client,
+        transport: StdioTransport | HttpTransport,
+        task_status: trio.TaskStatus[None] | None,
+        retry: int,
+        init_scope: trio.CancelScope,
+        up: _Up,
+        t0: float,
+    ) -> None:
+        """Finish the connection (listeners first, then catalogs), then serve until the transport is lost."""
+        self.protocol_version = client.protocol_version
+        self.capabilities = client.server_capabilities
+        modern = client.protocol_version in MODERN_PROTOCOL_VERSIONS
+        refresh_send, refresh_recv = trio.open_memory_channel[str](16)
+        async with trio.open_nursery() as nursery:
+            conn = _Conn(client, transport, modern, nursery, refresh_send)
+            if modern:
+                # Listen before fetching, so a change between the fetch and the ack is not missed.
+                await nursery.start(self._catalog_listener, conn)
+            await self._refresh_tools(client)
+            await self._refresh_resources(client)
+            init_scope.deadline = math.inf
+            up.connected = True
+            self._conn = conn
+            self.state = ServerState.CONNECTED  # STARTING/RESTARTING -> CONNECTED
+            self.last_error = None
+            self._telemetry.emit(
+                "upstream.connected",
+                server=self.name,
+                protocol_version=self.protocol_version,
+                transport="stdio" if isinstance(transport, StdioTransport) else "http",
+                ms=round((trio.current_time() - t0) * 1000, 1),
+            )
+            await self._post(
+                ServerStateChanged(
+                    self.name, ServerState.CONNECTED, required=self.spec.required, attempt=retry
+                )
+            )
+            if task_status is not None:
+                task_status.started()
+            nursery.start_soon(self._refresher, conn, refresh_recv)
+            for sub in list(self._subs.values()):
+                nursery.start_soon(self._sub_task, conn, sub)
+            await transport.lost.wait()
+            self._conn = None
+            nursery.cancel_scope.cancel()
+        for uri in self._subs:
+            await self._post(SubscriptionStateChanged(self.name, uri, "lost", error=transport.lost_reason))
+
+    # ------------------------------------------------------------------ catalog
+
+    async def _refresh_tools(self, client: Client) -> None:
+        caps = client.server_capabilities
+        if caps.tools is None:
+            self._set_tools([])
+            return
+        tools: list[types.Tool] = []
+        cursor: str | None = None
+        for _ in range(_PAGE_CAP):
+            with trio.fail_after(self.request_timeout):
+                page = await client.list_tools(cursor=cursor)
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        self._set_tools(tools)
+
+    async def _refresh_resources(self, client: Client) -> None:
+        caps = client.server_capabilities
+        if caps.resources is None:
+            self.resources, self.templates = [], []
+            return
+        self.resources = await self._paginate(client.list_resources, lambda p: p.resources)
+        self.templates = await self._paginate(client.list_resource_templates, lambda p: p.resource_templates)
+
+    async def _paginate(
+        self, fetch: Callable[..., Awaitable[Any]], items: Callable[[Any], list[_T]]
+    ) -> list[_T]:
+        out: list[_T] = []
+        cursor: str | None = None
+        for _ in range(_PAGE_CAP):
+            with trio.fail_after(self.request_timeout):
+                page = await fetch(cursor=cursor)
+            out.extend(items(page))
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        return out
+
+    async def _refresher(self, conn: _Conn, refresh_recv: trio.MemoryReceiveChannel[str]) -> None:
+        """Apply list_changed notices one at a time (a burst coalesces in the channel)."""
+        async for kind in refresh_recv:
+            try:
+                if kind == "tools":
+                    await self._refresh_tools(conn.client)
+                    self._telemetry.emit("upstream.tools_changed", server=self.name, tools=len(self.tools))
+                else:
+                    await self._refresh_resources(conn.client)
+                    await self._post(
+                        CatalogChanged(self.name, uris=frozenset(str(r.uri) for r in self.resources))
+                    )
+            except (Exception, trio.TooSlowError) as exc:
+                self._telemetry.emit(
+                    "upstream.refresh_failed", server=self.name, kind=kind, error=_describe(exc)
+                )
+
+    def _request_refresh(self, conn: _Conn, kind: str) -> None:
+        # WouldBlock: refreshes are already queued; the last one sees this change too.
+        with contextlib.suppress(trio.WouldBlock):
+            conn.refresh_send.send_nowait(kind)
+
+    async def _catalog_listener(
+        self, conn: _Conn, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """2026-07-28: list_changed arrives only on a listen stream; keep one open.
+
+        ``started()`` once the first attempt settled (acknowledged or failed).
+        """
+        caps = conn.client.server_capabilities
+        want_tools = bool(caps.tools and caps.tools.list_changed)
+        want_resources = bool(caps.resources and caps.resources.list_changed)
+        if not (want_tools or want_resources):
+            task_status.started()
+            return
+        failures = 0
+        started = False
+        while failures < MAX_CONSECUTIVE_FAILURES:
+            try:
+                async with conn.client.listen(
+                    tools_list_changed=want_tools, resources_list_changed=want_resources
+                ) as stream:
+                    failures = 0
+                    if not started:
+                        started = True
+                        task_status.started()
+                    async for event in stream:
+                        if isinstance(event, ToolsListChanged):
+                            self._request_refresh(conn, "tools")
+                        elif isinstance(event, ResourcesListChanged):
+                            self._request_refresh(conn, "resources")
+            except Exception as exc:
+                self._telemetry.emit("upstream.catalog_stream_lost", server=self.name, error=_describe(exc))
+            if not started:
+                started = True
+                task_status.started()
+            if conn.lost.is_set():
+                return
+            failures += 1
+            # The stream ended on a live connection: anything may have changed meanwhile.
+            self._request_refresh(conn, "tools")
+            self._request_refresh(conn, "resources")
+            await trio.sleep(delay_before_attempt(failures, self._resubscribe_backoff))
+        self._telemetry.emit("upstream.catalog_stream_failed", server=self.name, attempts=failures)
+
+    async def _on_message(self, message: Any) -> None:
+        """SDK message handler: handshake-era notifications (2026-07-28 ones come via listen)."""
+        if isinstance(message, Exception):
+            self._telemetry.emit("upstream.transport_error", server=self.name, error=_describe(message))
+            return
+        conn = self._conn
+        if conn is None or conn.modern:
+            return
+        if isinstance(message, types.ResourceUpdatedNotification):
+            uri = str(message.params.uri)
+            if uri in self._subs:
+                await self._post(ResourceChanged(self.name, uri, "updated"))
+        elif isinstance(message, types.ResourceListChangedNotification):
+            self._request_refresh(conn, "resources")
+        elif isinstance(message, types.ToolListChangedNotification):
+            self._request_refresh(conn, "tools")
+
+    # ------------------------------------------------------------------ subscriptions
+
+    async def subscribe(self, uri: str) -> None:
+        """Subscribe to changes of ``uri``; every change is posted as ``ResourceChanged``.
+
+        Idempotent. Returns once the subscription is live (listen stream
+        acknowledged, or ``resources/subscribe`` answered). While the server
+        is reconnecting the URI is remembered and subscribed on reconnect.
+        The subscription survives reconnects and stream ends; each
+        re-establishment is followed by a ``ResourceChanged(kind="synthetic")``.
+
+        Raises:
+            CapabilityMissing: the server does not advertise ``resources.subscribe``.
+            ServerUnavailable: the server never connected.
+            UpstreamError: the server refused or did not answer in time.
+        """
+        self._gate_subscribe(uri, "subscribe to")
+        if uri in self._subs:
+            return
+        sub = _Sub(uri)
+        self._subs[uri] = sub
+        conn = self._conn
+        if conn is None:
+            sub.established_once = True  # established on reconnect, then a synthetic change
+            return
+        sub.waiter = waiter = trio.Event()
+        conn.nursery.start_soon(self._sub_task, conn, sub)
+        try:
+            with trio.fail_after(self.request_timeout):
+                await waiter.wait()
+        except trio.TooSlowError:
+            self._forget(sub)
+            raise UpstreamError(
+                f"server {self.name!r} did not confirm the subscription to {uri!r} within "
+                f"{self.request_timeout:g}s (request_timeout)"
+            ) from None
+        if sub.first_error is not None:
+            self._forget(sub)
+            raise UpstreamError(
+                f"server {self.name!r} refused the subscription to {uri!r}: {sub.first_error}"
+            )
+
+    async def unsubscribe(self, uri: str) -> None:
+        """Stop watching ``uri`` (idempotent).
+
+        Raises:
+            CapabilityMissing: the server does not advertise ``resources.subscribe``.
+        """
+        self._gate_subscribe(uri, "unsubscribe from")
+        sub = self._subs.get(uri)
+        if sub is None:
+            return
+        self._forget(sub)
+        conn = self._conn
+        if conn is not None and not conn.modern:
+            request = types.UnsubscribeRequest(params=types.UnsubscribeRequestParams(uri=uri))
+            try:
+                await self._bounded(
+                    f"resources/unsubscribe {uri!r}",
+                    conn,
+                    lambda c: c.session.send_request(request, types.EmptyResult),
+                )
+            except UpstreamError as exc:
+                # The server may keep notifying; those notices are dropped (URI no longer remembered).
+                self._telemetry.emit("upstream.unsubscribe_failed", server=self.name, uri=uri, error=str(exc))
+
+    def _forget(self, sub: _Sub) -> None:
+        if self._subs.get(sub.uri) is sub:
+            del self._subs[sub.uri]
+        if sub.scope is not None:
+            sub.scope.cancel()
+
+    def _gate_subscribe(self, uri: str, verb: str) -> None:
+        if self.capabilities is None:
+            raise ServerUnavailable(
+                f"server {self.name!r} has not connected yet ({self.state.value}); cannot {verb} {uri!r}"
+            )
+        if not self._can_subscribe():
+            raise CapabilityMissing(
+                f"server {self.name!r} cannot {verb} {uri!r}: it does not advertise the "
+                "resources.subscribe capability; watch this resource with a timer route instead"
+            )
+
+    async def _establish(self, sub: _Sub, attempt: int) -> None:
+        await self._post(SubscriptionStateChanged(self.name, sub.uri, "established", attempt=attempt))
+        self._telemetry.emit("subscription.established", server=self.name, uri=sub.uri, attempt=attempt)
+        if sub.established_once:
+            # Read-after-subscribe: whatever changed while we were not listening is delivered now.
+            await self._post(ResourceChanged(self.name, sub.uri, "synthetic"))
+        sub.established_once = True
+        if sub.waiter is not None:
+            sub.waiter.set()
+            sub.waiter = None
+
+    async def _sub_task(self, conn: _Conn, sub: _Sub) -> None:
+        """Keep ``sub`` established on ``conn`` (a reconnect starts a new task).
+
+        A stream that ends on a live connection is reported ``lost`` and
+        re-opened after the resubscribe backoff; after
+        :data:`MAX_CONSECUTIVE_FAILURES` failed attempts in a row it is
+        reported ``failed`` and left alone until the next reconnect.
+        """
+        with trio.CancelScope() as scope:
+            sub.scope = scope
+            if self._subs.get(sub.uri) is not sub:
+                return  # unsubscribed before this task started
+            failures = 0
+            attempt = 0
+            while True:
+                reason, was_up = await self._hold(conn, sub, attempt)
+                if conn.lost.is_set():
+                    reason = f"the connection was lost ({conn.lost_reason})"
+                if sub.waiter is not None:
+                    # subscribe() is waiting on the first attempt: report, do not retry.
+                    sub.first_error = reason
+                    sub.waiter.set()
+                    sub.waiter = None
+                    return
+                if conn.lost.is_set():
+                    return  # the reconnect re-establishes every remembered subscription
+                if was_up:
+                    failures = 0
+                    self._telemetry.emit("subscription.lost", server=self.name, uri=sub.uri, error=reason)
+                    await self._post(SubscriptionStateChanged(self.name, sub.uri, "lost", error=reason))
+                else:
+                    failures += 1
+                    if failures >= MAX_CONSECUTIVE_FAILURES:
+                        self._telemetry.emit(
+                            "subscription.failed", server=self.name, uri=sub.uri, error=reason
+                        )
+                        await self._post(
+                            SubscriptionStateChanged(
+                                self.name, sub.uri, "failed", attempt=failures, error=reason
+                            )
+                        )
+                        return
+                attempt = failures + 1
+                await self._post(
+                    SubscriptionStateChanged(self.name, sub.uri, "resubscribing", attempt=attempt)
+                )
+                await trio.sleep(delay_before_attempt(attempt, self._resubscribe_backoff))
+
+    async def _hold(self, conn: _Conn, sub: _Sub, attempt: int) -> tuple[str, bool]:
+        """Establish ``sub`` and hold it until it ends; returns (why it ended, whether it had been up)."""
+        up = False
+        try:
+            if conn.modern:
+                async with conn.client.listen(resource_subscriptions=[sub.uri]) as stream:
+                    up = True
+                    await self._establish(sub, attempt)
+                    async for event in stream:
+                        if isinstance(event, ResourceUpdated):
+                            await self._post(ResourceChanged(self.name, event.uri, "updated"))
+                return "the server closed the listen stream", True
+            request = types.SubscribeRequest(params=types.SubscribeRequestParams(uri=sub.uri))
+            with trio.fail_after(self.request_timeout):
+                await conn.client.session.send_request(request, types.EmptyResult)
+            up = True
+            await self._establish(sub, attempt)
+            # Handshake era: updates arrive through the message handler until the connection drops.
+            await trio.sleep_forever()
+        except Exception as exc:
+            return _describe(exc), up
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # ------------------------------------------------------------------ calls
+
+    def _require(self, what: str) -> _Conn:
+        conn = self._conn
+        if conn is None or conn.lost.is_set():
+            detail = f": {self.last_error}" if self.last_error else ""
+            raise ServerUnavailable(f"server {self.name!r} is {self.state.value}; cannot {what}{detail}")
+        return conn
+
+    async def _bounded(self, what: str, conn: _Conn, op: Callable[[Client], Awaitable[_T]]) -> _T:
+        try:
+            with trio.fail_after(self.request_timeout):
+                return await op(conn.client)
+        except (trio.TooSlowError, TimeoutError):
+            raise UpstreamError(
+                f"server {self.name!r} did not answer {what} within {self.request_timeout:g}s "
+                "(request_timeout); it may be hung or overloaded"
+            ) from None
+        except MCPError as exc:
+            if exc.code == types.CONNECTION_CLOSED or conn.lost.is_set():
+                raise ServerUnavailable(
+                    f"server {self.name!r} lost its connection during {what}: {conn.lost_reason or exc}"
+                ) from exc
+            raise UpstreamError(f"server {self.name!r} failed {what}: {exc}") from exc
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, RuntimeError) as exc:
+            raise ServerUnavailable(
+                f"server {self.name!r} lost its connection during {what}: {conn.lost_reason or _describe(exc)}"
+            ) from exc
+        except UpstreamError:
+            raise
+        except Exception as exc:
+            raise UpstreamError(f"server {self.name!r} failed {what}: {_describe(exc)}") from exc
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        """Call tool ``name`` (its upstream name, not namespaced); a tool error comes back as ``is_error``."""
+        what = f"tools/call {name!r}"
+        conn = self._require(what)
+        return await self._bounded(what, conn, lambda c: c.call_tool(name, arguments))
+
+    async def read_resource(self, uri: str) -> types.ReadResourceResult:
+        """Read ``uri`` (never from a cache).
+
+        Raises:
+            UpstreamError: the body is larger than ``max_read_bytes``, or the read failed.
+        """
+        what = f"resources/read {uri!r}"
+        conn = self._require(what)
+        result = await self._bounded(what, conn, lambda c: c.read_resource(uri))
+        size = body_size(result.contents)
+        if size > self.max_read_bytes:
+            raise UpstreamError(
+                f"resource {uri!r} on server {self.name!r} is {size} bytes, above the cap of "
+                f"{self.max_read_bytes} bytes; raise the cap with --max-read-bytes, or read a narrower resource"
+            )
+        return result
+
+    async def list_resources(self) -> list[types.Resource]:
+        """Fetch the concrete resources (and update :attr:`resources`)."""
+        conn = self._require("resources/list")
+        self.resources = await self._bounded(
+            "resources/list", conn, lambda c: self._paginate(c.list_resources, lambda p: p.resources)
+        )
+        return list(self.resources)
+
+    async def list_resource_templates(self) -> list[types.ResourceTemplate]:
+        """Fetch the resource templates (and update :attr:`templates`)."""
+        conn = self._require("resources/templates/list")
+        self.templates = await self._bounded(
+            "resources/templates/list",
+            conn,
+            lambda c: self._paginate(c.list_resource_templates, lambda p: p.resource_templates),
+        )
+        return list(self.templates)
+
+    # ------------------------------------------------------------------ events
+
+    async def _post(self, event: ReactorEvent) -> None:
+        # Broken/closed: the reactor is gone (shutdown); nobody is left to tell.
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            await self._events.send(event)
+
+    def _post_nowait(self, event: ReactorEvent) -> None:
+        with contextlib.suppress(trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+            self._events.send_nowait(event)
+
+
+def body_size(contents: Iterable[types.TextResourceContents | types.BlobResourceContents]) -> int:
+    """Decoded size in bytes of a resource body (text as UTF-8, blobs base64-decoded)."""
+    total = 0
+    for item in contents:
+        if isinstance(item, types.TextResourceContents):
+            total += len(item.text.encode())
+        else:
+            try:
+                total += len(base64.b64decode(item.blob, validate=False))
+            except ValueError:
+                total += len(item.blob)
+    return total
+
+
+def _describe(exc: BaseException) -> str:
+    """One line for an exception, unwrapping single-member groups."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    text = str(exc) or type(exc).__name__
+    return text if isinstance(exc, MCPError | UpstreamError) else f"{type(exc).__name__}: {text}"
+
+
+async def connect_all(
+    specs: Iterable[ServerSpecLike],
+    events: trio.MemorySendChannel[ReactorEvent],
+    telemetry: Telemetry,
+    nursery: trio.Nursery,
+    **options: Any,
+) -> dict[str, Upstream]:
+    """Start one :class:`Upstream` per spec in ``nursery``, concurrently.
+
+    Returns when every first attempt settled (connected or failed), in
+    configuration order. ``options`` are passed to :class:`Upstream`.
+    """
+    upstreams = {spec.name: Upstream(spec, events, telemetry, **options) for spec in specs}
+    async with trio.open_nursery() as starters:
+        for upstream in upstreams.values():
+            starters.start_soon(nursery.start, upstream.run)
+    return upstreams

@@ -1,0 +1,58 @@
+"""Test helpers for upstream tests: server specs for the notes server, event waiting."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import trio
+
+NOTES_SERVER = str(Path(__file__).with_name("notes_server.py"))
+
+E = TypeVar("E")
+
+
+@dataclass
+class Spec:
+    """Quacks like ``agentd.config.ServerSpec``."""
+
+    name: str
+    command: str | None = None
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    required: bool = False
+
+
+def notes_spec(name: str, state: Path, *extra: str, era: str = "modern", required: bool = False) -> Spec:
+    """A stdio spec running the notes server with its state in ``state``."""
+    return Spec(
+        name=name,
+        command=sys.executable,
+        args=[NOTES_SERVER, "--era", era, "--state", str(state), *extra],
+        required=required,
+    )
+
+
+class Events:
+    """Reads the upstream's event channel, keeping everything seen."""
+
+    def __init__(self, recv: trio.MemoryReceiveChannel[Any]) -> None:
+        self.recv = recv
+        self.seen: list[Any] = []
+
+    async def next(self, kind: type[E], within: float = 10.0, **attrs: Any) -> E:
+        """The next event of type ``kind`` whose attributes equal ``attrs`` (others are kept in ``seen``)."""
+        with trio.fail_after(within):
+            while True:
+                event = await self.recv.receive()
+                self.seen.append(event)
+                if isinstance(event, kind) and all(getattr(event, k) == v for k, v in attrs.items()):
+                    return event
+
+    def of(self, kind: type[E]) -> list[E]:
+        return [e for e in self.seen if isinstance(e, kind)]
