@@ -177,7 +177,7 @@ def _tool_call(index: int, block: dict[str, Any]) -> ToolCall:
 
 
 def _int(value: Any) -> int:
-    return value if isinstance(value, int) and value >= 0 else 0
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
 class AnthropicModel:

@@ -130,7 +130,12 @@ def parse_response(body: dict[str, Any], *, estimated_input: int = 0) -> ModelRe
     text = message.get("content") or ""
     if not isinstance(text, str):
         raise ModelError(f"openai: choices[0].message.content is {type(text).__name__}, expected a string")
-    calls = [_tool_call(i, raw) for i, raw in enumerate(message.get("tool_calls") or [])]
+    raw_calls = message.get("tool_calls") or []
+    if not isinstance(raw_calls, list):
+        raise ModelError(
+            f"openai: choices[0].message.tool_calls is {type(raw_calls).__name__}, expected a list"
+        )
+    calls = [_tool_call(i, raw) for i, raw in enumerate(raw_calls)]
     refusal = message.get("refusal") or None
     finish = choice.get("finish_reason")
     stop: StopReason = _FINISH.get(finish, "end") if isinstance(finish, str) else "end"
@@ -142,8 +147,8 @@ def parse_response(body: dict[str, Any], *, estimated_input: int = 0) -> ModelRe
     elif stop == "refusal":
         refusal = text or CONTENT_FILTER_REFUSAL
     usage = body.get("usage")
-    if isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), int):
-        tokens = Usage(int(usage["prompt_tokens"]), int(usage.get("completion_tokens") or 0))
+    if isinstance(usage, dict) and _count(usage.get("prompt_tokens")) is not None:
+        tokens = Usage(_count(usage.get("prompt_tokens")) or 0, _count(usage.get("completion_tokens")) or 0)
     else:
         out = text + "".join(c.name + c.raw_arguments for c in calls)
         tokens = Usage(estimated_input, estimate_tokens(out))
@@ -177,6 +182,11 @@ def _tool_call(index: int, raw: Any) -> ToolCall:
             "Call the tool again with the arguments as one JSON object.",
         )
     return ToolCall.from_raw(call_id, name, args)
+
+
+def _count(value: Any) -> int | None:
+    """A token count, or ``None`` for anything that is not a non-negative integer."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def _keys(obj: dict[str, Any]) -> str:

@@ -410,7 +410,10 @@ def test_random_json_is_config_error_or_a_playable_script(data: object) -> None:
     try:
         script = parse_script(data, source="fuzz.json", spec="script:fuzz.json")
     except ConfigError as exc:
-        assert "fuzz.json" in str(exc)
+        message = str(exc)
+        script = None
+    if script is None:
+        assert "fuzz.json" in message
         return
 
     async def play() -> None:
@@ -435,7 +438,9 @@ def test_random_file_text_is_config_error_or_script(
 ) -> None:
     path = tmp_path_factory.mktemp("fuzz") / "s.json"
     path.write_text(text, encoding="utf-8")
+    message = ""
     try:
         load_script(path)
     except ConfigError as exc:
-        assert str(path) in str(exc)
+        message = str(exc)
+    assert message == "" or str(path) in message

@@ -1,0 +1,121 @@
+"""Model specs: parsing, validation without I/O, construction, and the public surface."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import agentd.models
+from agentd.errors import ConfigError
+from agentd.models import Model, ScriptModel, make_model, parse_model_spec, validate_model_spec
+from agentd.models.anthropic import AnthropicModel
+from agentd.models.openai import OpenAIModel
+
+
+def test_public_surface_is_explicit() -> None:
+    assert len(set(agentd.models.__all__)) == len(agentd.models.__all__)
+    for name in agentd.models.__all__:
+        assert hasattr(agentd.models, name), name
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("openai:gpt-4o-mini", ("openai", "gpt-4o-mini")),
+        ("openai:llama3.1:8b", ("openai", "llama3.1:8b")),
+        ("anthropic:claude-sonnet-4-5", ("anthropic", "claude-sonnet-4-5")),
+        ("script:examples/scripts/hello.json", ("script", "examples/scripts/hello.json")),
+    ],
+)
+def test_parse_good_specs(spec: str, expected: tuple[str, str]) -> None:
+    assert parse_model_spec(spec) == expected
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("gpt-4o", r"^model: 'gpt-4o' is not valid: name the provider before the model, e.g\. openai:gpt-4o"),
+        ("claude-3-haiku", r"e\.g\. anthropic:claude-3-haiku \(providers: openai, anthropic, script\)"),
+        ("", r"^model: '' is not valid: name the provider before the model, e\.g\. openai:MODEL"),
+        (
+            "opneai:gpt-4o",
+            r"unknown provider 'opneai'; did you mean openai:gpt-4o\? use one of openai, anthropic, script",
+        ),
+        ("bedrock:x", r"unknown provider 'bedrock'; use one of openai, anthropic, script"),
+        ("openai:", r"the model name after 'openai:' is empty"),
+        ("anthropic:  ", r"the model name after 'anthropic:' is empty"),
+        ("script:", r"the script file after 'script:' is empty"),
+        ("openai: gpt-4o", r"the model name ' gpt-4o' has leading or trailing spaces; remove them"),
+    ],
+)
+def test_bad_specs_name_the_fix(spec: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as info:
+        validate_model_spec(spec, {})
+    assert (info.value.setting, info.value.value) == ("model", spec)
+
+
+def test_default_public_endpoints_need_a_key() -> None:
+    with pytest.raises(
+        ConfigError, match=r"OPENAI_API_KEY is not set and https://api\.openai\.com/v1 needs a key"
+    ):
+        validate_model_spec("openai:gpt-4o", {})
+    with pytest.raises(
+        ConfigError, match=r"ANTHROPIC_API_KEY is not set and https://api\.anthropic\.com needs a key"
+    ):
+        validate_model_spec("anthropic:claude-x", {"ANTHROPIC_API_KEY": ""})
+    validate_model_spec("openai:gpt-4o", {"OPENAI_API_KEY": "sk-1"})
+    validate_model_spec("anthropic:claude-x", {"ANTHROPIC_API_KEY": "k"})
+
+
+def test_local_servers_need_no_key() -> None:
+    validate_model_spec("openai:qwen", {"OPENAI_BASE_URL": "http://localhost:11434/v1"})
+    validate_model_spec("anthropic:claude-x", {"ANTHROPIC_BASE_URL": "http://127.0.0.1:8080"})
+
+
+@pytest.mark.parametrize("url", ["localhost:11434/v1", "ftp://x/v1", "http://"])
+def test_bad_base_url(url: str) -> None:
+    with pytest.raises(ConfigError, match=rf"OPENAI_BASE_URL='{url}' is not an http\(s\) URL; set it like"):
+        validate_model_spec("openai:m", {"OPENAI_BASE_URL": url})
+
+
+def test_validate_script_reads_the_file(tmp_path: Path) -> None:
+    good = tmp_path / "ok.json"
+    good.write_text(json.dumps({"turns": [{"text": "hi"}]}))
+    validate_model_spec(f"script:{good}", {})
+    with pytest.raises(ConfigError, match=r"script file '.*missing\.json' does not exist"):
+        validate_model_spec(f"script:{tmp_path / 'missing.json'}", {})
+
+
+async def test_make_model_builds_each_provider(tmp_path: Path) -> None:
+    script = tmp_path / "s.json"
+    script.write_text('{"turns": []}')
+    env = {"OPENAI_API_KEY": "sk", "ANTHROPIC_API_KEY": "ak", "OPENAI_BASE_URL": "http://h:1/v1/"}
+    o = make_model("openai:m1", env=env)
+    a = make_model("anthropic:m2", env=env)
+    s = make_model(f"script:{script}", env=env)
+    assert isinstance(o, OpenAIModel)
+    assert (o.provider, o.name, o.url) == ("openai", "m1", "http://h:1/v1/chat/completions")
+    assert isinstance(a, AnthropicModel)
+    assert (a.provider, a.name, a.url, a.max_tokens) == (
+        "anthropic",
+        "m2",
+        "https://api.anthropic.com/v1/messages",
+        8192,
+    )
+    assert isinstance(s, ScriptModel)
+    for m in (o, a, s):
+        assert isinstance(m, Model)
+        await m.aclose()
+
+
+def test_make_model_rejects_bad_max_tokens() -> None:
+    with pytest.raises(ConfigError, match=r"max_tokens: 0 is not valid: use a positive number of tokens"):
+        make_model("openai:m", env={"OPENAI_API_KEY": "k"}, max_tokens=0)
+
+
+def test_errors_never_echo_the_key() -> None:
+    with pytest.raises(ConfigError) as info:
+        validate_model_spec("openai:m", {"OPENAI_API_KEY": "sk-secret", "OPENAI_BASE_URL": "nope"})
+    assert "sk-secret" not in str(info.value)
