@@ -35,6 +35,7 @@ Building a server
     @server.mcp.resource(uri, mime_type=STATE_MIME,
                          description=describe("What it is.", name="notes", uri=uri))
     server.add_source(run_inotify)           # async def run_inotify() -> None
+    server.add_cleanup(release_lock)         # sync, run once at exit (LIFO)
     gate = SourceGate("the notes file watcher")
     gate.running() / gate.failed(msg)        # from the source task
     await gate.wait_ready()                  # first line of a watched read
@@ -393,6 +394,7 @@ class WatchableServer:
         )
         self.experimental = dict(experimental) if experimental else None
         self._sources: list[Callable[[], Awaitable[None]]] = []
+        self._cleanups: list[Callable[[], None]] = []
         # uri -> connection key -> a session of that connection (handshake era)
         self._legacy_subs: dict[str, dict[object, Any]] = {}
         # every handshake-era connection seen, for custom notifications
@@ -417,6 +419,19 @@ class WatchableServer:
         """
         self._sources.append(run)
 
+    def add_cleanup(self, fn: Callable[[], None]) -> None:
+        """Run ``fn()`` once when the server stops (after the transport and sources end), LIFO."""
+        self._cleanups.append(fn)
+
+    def close(self) -> None:
+        """Run the registered cleanups (idempotent); :func:`main` calls it on every exit path."""
+        while self._cleanups:
+            fn = self._cleanups.pop()
+            try:
+                fn()
+            except Exception:  # one failed cleanup must not skip the others
+                log.exception("cleanup %r of %s failed", fn, self.name)
+
     # ---------------------------------------------------------------- notifications
 
     async def notify_changed(self, uri: str) -> None:
@@ -431,18 +446,19 @@ class WatchableServer:
             except _SEND_ERRORS:
                 self._forget(key)
 
-    async def notify_custom(self, method: str, params: Mapping[str, Any], *, capability: str) -> int:
+    async def notify_custom(self, method: str, params: Mapping[str, Any], *, capability: str | None) -> int:
         """Send a custom notification to every handshake-era client that declared ``capability``.
 
         A client declares it under ``capabilities.experimental`` (or
         ``extensions``). 2026-07-28 connections have no standing stream for
-        unsolicited notifications, so they are skipped. Returns how many
+        unsolicited notifications, so they are skipped. ``capability=None``
+        sends to every handshake-era client. Returns how many
         clients it was sent to.
         """
         sent = 0
         note = _ChannelNotification(method=method, params=dict(params))
         for key, session in list(self._legacy_sessions.items()):
-            if not _declares(session, capability):
+            if capability is not None and not _declares(session, capability):
                 continue
             try:
                 await session.send_notification(note)
@@ -643,9 +659,7 @@ def main(argv: list[str]) -> int:
     try:
         trio.run(server.run, transport)
     finally:
-        close = getattr(server, "close", None)
-        if callable(close):
-            close()
+        server.close()
     return int(ExitCode.OK)
 
 
