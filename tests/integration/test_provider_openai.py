@@ -19,6 +19,7 @@ from tests.fakes.provider_server import (
     openai_error,
     openai_reply,
     provider_server,
+    provider_server_thread,
     unused_port,
 )
 
@@ -323,3 +324,18 @@ async def test_one_real_retry_over_loopback() -> None:
         await model.aclose()
     assert reply.text == "ok"
     assert len(server.requests) == 2
+
+
+def test_threaded_server_for_synchronous_callers() -> None:
+    """``provider_server_thread`` serves from its own trio run (for subprocess-driven tests)."""
+    with provider_server_thread([openai_reply("from a thread")]) as server:
+
+        async def call() -> str:
+            model = OpenAIModel("m", base_url=server.url("/v1"))
+            try:
+                return (await model.complete(system=None, messages=[Message.user("hi")], tools=[])).text
+            finally:
+                await model.aclose()
+
+        assert trio.run(call) == "from a thread"
+    assert [r.path for r in server.requests] == ["/v1/chat/completions"]
