@@ -730,7 +730,16 @@ class Settings(BaseSettings):
         if not isinstance(v, list):
             return v
         known = set((info.data.get("servers") or {}).keys())
-        return [parse_subscription(item, known) if isinstance(item, str) else item for item in v]
+        out: list[object] = []
+        problems: list[_Problem] = []
+        for i, item in enumerate(v):
+            try:
+                out.append(parse_subscription(item, known) if isinstance(item, str) else item)
+            except ValueError as exc:
+                problems.append(_Problem((i,), item, str(exc)))
+        if problems:
+            raise _Problems(problems)
+        return out
 
     @field_validator("routes", mode="before")
     @classmethod
@@ -738,14 +747,17 @@ class Settings(BaseSettings):
         if not isinstance(v, list):
             return v
         out: list[object] = []
-        for item in v:
+        problems: list[_Problem] = []
+        for i, item in enumerate(v):
             if isinstance(item, str):
                 try:
                     out.append(parse_route_spec(item))
                 except ConfigError as exc:
-                    raise ValueError(exc.fix) from None
+                    problems.append(_Problem((i,), item, exc.fix))
             else:
                 out.append(item)
+        if problems:
+            raise _Problems(problems)
         return out
 
     @model_validator(mode="before")

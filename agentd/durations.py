@@ -110,7 +110,11 @@ def parse_duration(text: str | float | int) -> float:
         return _check_seconds(float(s))
     if not _DURATION_WHOLE.fullmatch(s):
         raise ValueError(f"not a duration; write {DURATION_FORMS}")
-    total = sum(float(num) * _UNIT_SECONDS[unit] for num, unit in _DURATION_PART.findall(s))
+    # Milliseconds divide rather than multiply by 0.001 so "700ms" is exactly 0.7.
+    total = sum(
+        float(num) / 1000 if unit == "ms" else float(num) * _UNIT_SECONDS[unit]
+        for num, unit in _DURATION_PART.findall(s)
+    )
     return _check_seconds(total)
 
 

@@ -1,0 +1,619 @@
+"""Settings: precedence per field, cross-field rules, and every message pinned."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pydantic
+import pytest
+
+from agentd.config import (
+    ConfigErrors,
+    RouteConfig,
+    Settings,
+    SubscriptionSpec,
+    load_settings,
+    parse_route_spec,
+    parse_subscription,
+)
+from agentd.errors import ConfigError
+
+SCRIPT = '{"turns": [{"text": "done"}]}'
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> str:
+    path = tmp_path / "model.json"
+    path.write_text(SCRIPT)
+    return f"script:{path}"
+
+
+def load(
+    tmp_path: Path,
+    *,
+    toml: str | None = None,
+    env: dict[str, str] | None = None,
+    base: bool = True,
+    **flags: Any,
+) -> Settings:
+    """load_settings with an optional TOML file and a private environment."""
+    if base:
+        model = tmp_path / "model.json"
+        model.write_text(SCRIPT)
+        flags.setdefault("model", f"script:{model}")
+        flags.setdefault("instruction", "do the thing")
+    config = None
+    if toml is not None:
+        config = tmp_path / "agentd.toml"
+        config.write_text(toml)
+    return load_settings(flags, config_file=config, env=env or {})
+
+
+def test_defaults(tmp_path: Path) -> None:
+    s = load(tmp_path)
+    assert s.mode == "once"
+    assert s.session == "fresh"
+    assert s.grace == 25.0
+    assert s.max_restarts == 5
+    assert s.restart_period == 60.0
+    assert s.max_read_bytes == 8 * 1024 * 1024
+    assert s.output == "text"
+    assert s.verbose is False
+    assert s.servers == {}
+    assert s.interval is None
+    assert s.cron is None
+    assert s.deadline is None
+    assert s.max_steps is None
+    assert s.max_tokens is None
+    w = s.watches
+    assert (w.max_watches, w.filter_timeout, w.filter_tool_calls, w.events_per_update) == (5, 2.0, 10, 100)
+    assert (w.notice_lines, w.debounce, w.max_wait, w.resubscribe_attempts) == (20, 3.0, 15.0, 5)
+
+
+def test_settings_are_frozen(tmp_path: Path) -> None:
+    s = load(tmp_path)
+    with pytest.raises(pydantic.ValidationError, match="frozen"):
+        s.mode = "loop"  # type: ignore[misc]
+
+
+# (field, TOML literal, value from file, env text, value from env, flag text, value from flag, other flags)
+PRECEDENCE: list[tuple[str, str, Any, str, Any, Any, Any, dict[str, Any]]] = [
+    ("mode", '"loop"', "loop", "reactive", "reactive", "once", "once", {}),
+    ("max_steps", "10", 10, "20", 20, "30", 30, {}),
+    ("max_tokens", "1000", 1000, "2000", 2000, "3000", 3000, {}),
+    ("deadline", '"1m"', 60.0, "90s", 90.0, "2h", 7200.0, {}),
+    ("grace", "5", 5.0, "6s", 6.0, "700ms", 0.7, {}),
+    ("max_restarts", "1", 1, "2", 2, "0", 0, {}),
+    ("restart_period", '"10s"', 10.0, "20", 20.0, "1m", 60.0, {}),
+    ("output", '"json"', "json", "text", "text", "json", "json", {}),
+    ("verbose", "true", True, "false", False, True, True, {}),
+    ("system", '"sys file"', "sys file", "sys env", "sys env", "sys flag", "sys flag", {}),
+    ("instruction", '"i file"', "i file", "i env", "i env", "i flag", "i flag", {}),
+    ("max_read_bytes", '"1MiB"', 2**20, "10MB", 10**7, "512KiB", 2**19, {}),
+    (
+        "health_addr",
+        '"127.0.0.1:8080"',
+        "127.0.0.1:8080",
+        "0.0.0.0:8081",
+        "0.0.0.0:8081",
+        "[::1]:8082",
+        "[::1]:8082",
+        {},
+    ),
+    (
+        "metrics_addr",
+        '":9090"',
+        ":9090",
+        "127.0.0.1:9091",
+        "127.0.0.1:9091",
+        "localhost:9092",
+        "localhost:9092",
+        {},
+    ),
+    ("interval", '"5m"', 300.0, "30s", 30.0, "0", 0.0, {"mode": "loop"}),
+    ("session", '"warm"', "warm", "fresh", "fresh", "warm", "warm", {"mode": "loop"}),
+    (
+        "cron",
+        '"0 * * * *"',
+        "0 * * * *",
+        "*/5 * * * *",
+        "*/5 * * * *",
+        "@daily",
+        "@daily",
+        {"mode": "schedule"},
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("field", "toml", "from_file", "env_text", "from_env", "flag", "from_flag", "others"),
+    PRECEDENCE,
+    ids=[p[0] for p in PRECEDENCE],
+)
+def test_each_layer_overrides_the_one_below(
+    tmp_path: Path,
+    field: str,
+    toml: str,
+    from_file: Any,
+    env_text: str,
+    from_env: Any,
+    flag: Any,
+    from_flag: Any,
+    others: dict[str, Any],
+) -> None:
+    default = Settings.model_fields[field].default
+    flags = dict(others)
+    if field == "instruction":
+        flags["instruction"] = None  # let lower layers show through
+    default_settings = None if field == "instruction" or others else load(tmp_path, **flags)
+    if default_settings is not None and not others:
+        assert getattr(default_settings, field) == default
+    env_name = f"AGENTD_{field.upper()}"
+    file_line = f"{field} = {toml}\n"
+    assert getattr(load(tmp_path, toml=file_line, **flags), field) == from_file
+    assert getattr(load(tmp_path, toml=file_line, env={env_name: env_text}, **flags), field) == from_env
+    top = load(tmp_path, toml=file_line, env={env_name: env_text}, **{**flags, field: flag})
+    assert getattr(top, field) == from_flag
+
+
+def test_model_precedence(tmp_path: Path) -> None:
+    for name in ("file.json", "env.json", "flag.json"):
+        (tmp_path / name).write_text(SCRIPT)
+    toml = 'model = "script:file.json"\ninstruction = "x"\n'  # relative to the file's directory
+    env = {"AGENTD_MODEL": f"script:{tmp_path / 'env.json'}"}
+    assert load(tmp_path, toml=toml, base=False).model == f"script:{tmp_path / 'file.json'}"
+    assert load(tmp_path, toml=toml, env=env, base=False).model == f"script:{tmp_path / 'env.json'}"
+    flag = f"script:{tmp_path / 'flag.json'}"
+    assert load(tmp_path, toml=toml, env=env, base=False, model=flag).model == flag
+
+
+def test_watches_merge_key_by_key_across_layers(tmp_path: Path) -> None:
+    toml = '[watches]\ndebounce = "5s"\nmax_watches = 2\n'
+    s = load(
+        tmp_path, toml=toml, env={"AGENTD_WATCHES__NOTICE_LINES": "7", "AGENTD_WATCHES__MAX_WATCHES": "3"}
+    )
+    assert s.watches.debounce == 5.0
+    assert s.watches.notice_lines == 7
+    assert s.watches.max_watches == 3
+    assert s.watches.max_wait == 15.0
+
+
+def test_lists_from_a_higher_layer_replace_lower_ones(tmp_path: Path) -> None:
+    toml = 'mode = "reactive"\nsubscribe = ["file:///a"]\n[[routes]]\nmatch = "file:///a"\n'
+    s = load(tmp_path, toml=toml)
+    assert s.subscriptions == [SubscriptionSpec(server=None, uri="file:///a")]
+    assert [r.match for r in s.routes] == ["file:///a"]
+    env = {"AGENTD_SUBSCRIPTIONS": '["file:///b"]', "AGENTD_ROUTES": '["file:///b=continue"]'}
+    s = load(tmp_path, toml=toml, env=env)
+    assert [x.uri for x in s.subscriptions] == ["file:///b"]
+    assert [(r.match, r.disposition) for r in s.routes] == [("file:///b", "continue")]
+    s = load(tmp_path, toml=toml, env=env, subscriptions=["file:///c"], routes=["file:///c=spawn:2"])
+    assert [x.uri for x in s.subscriptions] == ["file:///c"]
+    assert [(r.match, r.max_inflight) for r in s.routes] == [("file:///c", 2)]
+
+
+def test_empty_env_values_are_ignored(tmp_path: Path) -> None:
+    assert load(tmp_path, env={"AGENTD_MAX_STEPS": ""}).max_steps is None
+
+
+def test_agentd_config_env_names_the_file(tmp_path: Path) -> None:
+    (tmp_path / "x.toml").write_text("max_steps = 4\n")
+    s = load(tmp_path, env={"AGENTD_CONFIG": str(tmp_path / "x.toml")})
+    assert s.max_steps == 4
+
+
+def test_session_defaults(tmp_path: Path) -> None:
+    assert load(tmp_path, mode="loop", interval="0").session == "warm"
+    assert load(tmp_path, mode="loop", interval="30s").session == "fresh"
+    assert load(tmp_path, mode="loop").session == "fresh"
+    assert load(tmp_path, mode="schedule", interval="1m").session == "fresh"
+    assert load(tmp_path, mode="loop", interval="0", session="fresh").session == "fresh"
+
+
+def test_at_file_instruction_and_system(tmp_path: Path) -> None:
+    (tmp_path / "task.md").write_text("task from file")
+    (tmp_path / "sys.md").write_text("system from file")
+    s = load(tmp_path, instruction=f"@{tmp_path / 'task.md'}", system=f"@{tmp_path / 'sys.md'}")
+    assert (s.instruction, s.system) == ("task from file", "system from file")
+    assert load(tmp_path, instruction="@@literal").instruction == "@literal"
+    # In the TOML file, @FILE is relative to the file's directory.
+    s = load(tmp_path, toml='instruction = "@task.md"\n', instruction=None)
+    assert s.instruction == "task from file"
+
+
+def test_routes_and_subscriptions_from_toml(tmp_path: Path) -> None:
+    toml = """
+mode = "reactive"
+interval = "1m"
+[servers.memo]
+command = "memo-server"
+[[subscriptions]]
+server = "memo"
+uri = "memo://notes"
+[[routes]]
+name = "notes"
+match = "memo://*"
+disposition = "continue"
+session = "notes"
+debounce = "1s"
+max_wait = "10s"
+queue_cap = 32
+overflow = "drop_oldest"
+extract = "state"
+on_event = "event['type']"
+[[routes]]
+timer = true
+template = "tick"
+"""
+    s = load(tmp_path, toml=toml)
+    notes, tick = s.routes
+    assert notes == RouteConfig(
+        name="notes",
+        match="memo://*",
+        disposition="continue",
+        session="notes",
+        debounce=1.0,
+        max_wait=10.0,
+        queue_cap=32,
+        overflow="drop_oldest",
+        extract="state",
+        on_event="event['type']",
+    )
+    assert tick.timer
+    assert tick.match is None
+    assert tick.max_inflight == 4
+    assert s.subscriptions == [SubscriptionSpec(server="memo", uri="memo://notes")]
+
+
+def test_on_event_implies_auto_extract() -> None:
+    assert RouteConfig(match="x://y", on_event="None").extract == "auto"
+
+
+@pytest.mark.parametrize(
+    ("text", "fields"),
+    [
+        ("file:///inbox/*=spawn", {"match": "file:///inbox/*", "disposition": "spawn"}),
+        ("file:///x=spawn:2", {"match": "file:///x", "disposition": "spawn", "max_inflight": 2}),
+        ("memo://notes=continue", {"match": "memo://notes", "disposition": "continue"}),
+        ("memo://notes=continue:ops", {"match": "memo://notes", "disposition": "continue", "session": "ops"}),
+        ("http://h/x?a=b=spawn", {"match": "http://h/x?a=b", "disposition": "spawn"}),
+        ("@timer=spawn", {"timer": True, "disposition": "spawn"}),
+    ],
+)
+def test_parse_route_spec(text: str, fields: dict[str, Any]) -> None:
+    assert parse_route_spec(text) == fields
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("file:///x", r"--route: 'file:///x' is not valid: write MATCH=spawn\[:MAX_INFLIGHT\]"),
+        (
+            "file:///x=explode",
+            r"unknown disposition 'explode': use spawn\[:MAX_INFLIGHT\] or continue\[:SESSION\]",
+        ),
+        ("=spawn", "the MATCH before '=' is empty"),
+        ("x=spawn:0", "MAX_INFLIGHT after spawn: is a whole number ≥ 1"),
+        ("x=spawn:many", "MAX_INFLIGHT after spawn: is a whole number ≥ 1"),
+        ("x=continue:bad name", "SESSION after continue: is 1-64 letters"),
+    ],
+)
+def test_parse_route_spec_rejects(text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_route_spec(text)
+
+
+def test_parse_subscription() -> None:
+    assert parse_subscription("file:///tmp/x") == {"server": None, "uri": "file:///tmp/x"}
+    assert parse_subscription("memo:memo://notes", {"memo"}) == {"server": "memo", "uri": "memo://notes"}
+    assert parse_subscription("urn:isbn:123") == {"server": None, "uri": "urn:isbn:123"}
+    with pytest.raises(ValueError, match="no server named 'memoo'"):
+        parse_subscription("memoo:memo://notes", {"memo"})
+
+
+# -------------------------------------------------------------------- validation errors, pinned
+
+
+def err(tmp_path: Path, message: str, **kw: Any) -> ConfigError:
+    with pytest.raises(ConfigError, match=message) as info:
+        load(tmp_path, **kw)
+    return info.value
+
+
+def test_unknown_mode_names_the_flag(tmp_path: Path) -> None:
+    e = err(
+        tmp_path, r"^--mode: 'foo' is not valid: choose one of once, loop, reactive, schedule$", mode="foo"
+    )
+    assert (e.setting, e.value) == ("--mode", "foo")
+
+
+def test_errors_are_spelled_by_the_layer_that_set_them(tmp_path: Path) -> None:
+    err(tmp_path, r"^--max-steps: '0' is not valid: must be a whole number ≥ 1$", max_steps="0")
+    err(
+        tmp_path,
+        r"^AGENTD_MAX_STEPS: 'lots' is not valid: must be a whole number ≥ 1$",
+        env={"AGENTD_MAX_STEPS": "lots"},
+    )
+    err(
+        tmp_path,
+        r"agentd\.toml: max_steps: -3 is not valid: must be a whole number ≥ 1$",
+        toml="max_steps = -3\n",
+    )
+    err(
+        tmp_path, r"AGENTD_WATCHES__NOTICE_LINES: '0' is not valid", env={"AGENTD_WATCHES__NOTICE_LINES": "0"}
+    )
+    err(
+        tmp_path,
+        r"agentd\.toml: watches\.debounce: 'soon' is not valid: not a duration",
+        toml='[watches]\ndebounce = "soon"\n',
+    )
+
+
+def test_unknown_toml_key_suggests_the_right_one(tmp_path: Path) -> None:
+    err(
+        tmp_path,
+        r"max_step: 4 is not valid: unknown setting; did you mean 'max_steps'\?",
+        toml="max_step = 4\n",
+    )
+    err(
+        tmp_path,
+        r"routes\[0\]\.overflw: .*did you mean 'overflow'",
+        toml='[[routes]]\nmatch = "x://y"\noverflw = "block"\n',
+    )
+
+
+def test_bad_duration(tmp_path: Path) -> None:
+    err(
+        tmp_path,
+        r"^--interval: '5x' is not valid: not a duration; write .*250ms, 30s",
+        mode="loop",
+        interval="5x",
+    )
+    err(tmp_path, r"^--deadline: '0' is not valid: must be greater than zero", deadline="0")
+    err(tmp_path, r"^--grace: '-1s' is not valid: a duration cannot be negative", grace="-1s")
+
+
+def test_bad_size(tmp_path: Path) -> None:
+    err(tmp_path, r"^--max-read-bytes: '10 parsecs' is not valid: not a size", max_read_bytes="10 parsecs")
+    err(tmp_path, r"^--max-read-bytes: '0' is not valid: must be at least 1 byte", max_read_bytes="0")
+
+
+def test_bad_enums(tmp_path: Path) -> None:
+    err(tmp_path, r"^--output: 'yaml' is not valid: choose one of text, json$", output="yaml")
+    err(
+        tmp_path,
+        r"^--session: 'lukewarm' is not valid: choose one of fresh, warm$",
+        session="lukewarm",
+        mode="loop",
+    )
+    err(tmp_path, r"^--verbose: 'loud' is not valid: write true or false$", verbose="loud")
+
+
+def test_invalid_cron(tmp_path: Path) -> None:
+    err(tmp_path, r"^--cron: '61 \* \* \* \*' is not valid: .*61", mode="schedule", cron="61 * * * *")
+    err(tmp_path, r"^--cron: '\* \* \* \*' is not valid: .*4 fields", mode="schedule", cron="* * * *")
+
+
+def test_once_needs_an_instruction(tmp_path: Path) -> None:
+    err(
+        tmp_path,
+        r"^instruction: None is not valid: --mode once needs an instruction: pass it as the argument, "
+        r"--instruction TEXT or --instruction @FILE$",
+        instruction=None,
+    )
+
+
+def test_reactive_instruction_can_come_from_route_templates(tmp_path: Path) -> None:
+    s = load(
+        tmp_path, mode="reactive", instruction=None, toml='[[routes]]\nmatch = "x://y"\ntemplate = "react"\n'
+    )
+    assert s.instruction is None
+    err(tmp_path, r"or a template on every route", mode="reactive", instruction=None, routes=["x://y=spawn"])
+
+
+def test_model_is_required_and_checked(tmp_path: Path) -> None:
+    err(tmp_path, r"^--model: 'gpt-4' is not valid: write openai:MODEL", model="gpt-4")
+    err(tmp_path, r"^model: None is not valid: choose a model with --model or AGENTD_MODEL", model=None)
+    err(
+        tmp_path,
+        r"^--model: 'script:/nonexistent/s\.json' is not valid: .*does not exist",
+        model="script:/nonexistent/s.json",
+    )
+    err(tmp_path, r"^AGENTD_MODEL: 'llama:7b' is not valid", model=None, env={"AGENTD_MODEL": "llama:7b"})
+
+
+def test_unreadable_at_file(tmp_path: Path) -> None:
+    err(
+        tmp_path,
+        r"^--instruction: '@/nonexistent/task\.md' is not valid: cannot read the instruction file "
+        r"'/nonexistent/task\.md' \(No such file or directory\); fix the path, or write @@",
+        instruction="@/nonexistent/task.md",
+    )
+
+
+def test_timers_by_mode(tmp_path: Path) -> None:
+    err(tmp_path, r"^--interval: 60\.0 is not valid: --interval does not apply to --mode once", interval="1m")
+    err(tmp_path, r"^--cron: '@daily' is not valid: --cron does not apply to --mode once", cron="@daily")
+    err(tmp_path, r"^--cron: .*cron fires belong to --mode schedule", mode="loop", cron="@daily")
+    err(
+        tmp_path,
+        r"^--mode: 'schedule' is not valid: --mode schedule needs --interval DURATION or --cron 'EXPR'$",
+        mode="schedule",
+    )
+    err(
+        tmp_path,
+        r"--mode schedule takes --interval or --cron, not both",
+        mode="schedule",
+        cron="@daily",
+        interval="1m",
+    )
+    err(tmp_path, r"--mode schedule needs an interval > 0", mode="schedule", interval="0")
+    err(tmp_path, r"schedule runs a fresh root per fire", mode="schedule", interval="1m", session="warm")
+
+
+def test_reactive_timer_routes(tmp_path: Path) -> None:
+    err(
+        tmp_path,
+        r"^--interval: 30\.0 is not valid: in reactive mode a timer needs a route with timer = true",
+        mode="reactive",
+        interval="30s",
+    )
+    err(
+        tmp_path,
+        r"^--route\[1\]\.timer: True is not valid: only one route may take the timer",
+        mode="reactive",
+        interval="30s",
+        routes=["@timer=spawn", "@timer=continue"],
+    )
+    err(tmp_path, r"a timer route needs --interval or --cron", mode="reactive", routes=["@timer=spawn"])
+    s = load(tmp_path, mode="reactive", cron="*/5 * * * *", routes=["@timer=continue:ticks"])
+    assert s.routes[0].timer
+    assert s.routes[0].session == "ticks"
+
+
+def test_route_field_rules(tmp_path: Path) -> None:
+    def route_err(body: str, message: str) -> None:
+        err(tmp_path, message, toml=f"[[routes]]\n{body}\n")
+
+    route_err(
+        'match = "x://y"\ndisposition = "teleport"',
+        r"routes\[0\]\.disposition: 'teleport' is not valid: choose one of spawn, continue",
+    )
+    route_err(
+        'match = "x://y"\ndisposition = "continue"\nmax_inflight = 2',
+        r"routes\[0\]\.max_inflight: 2 is not valid: max_inflight applies to spawn routes",
+    )
+    route_err(
+        'match = "x://y"\nsession = "s"',
+        r"routes\[0\]\.session: 's' is not valid: session applies to continue routes",
+    )
+    route_err(
+        'disposition = "spawn"',
+        r"routes\[0\]\.match: None is not valid: give the URI or glob this route owns",
+    )
+    route_err(
+        'timer = true\nmatch = "x://y"',
+        r"routes\[0\]\.match: 'x://y' is not valid: a timer route matches clock fires only",
+    )
+    route_err(
+        'match = "x://y"\non_event = "def ("',
+        r"routes\[0\]\.on_event: 'def \(' is not valid: on_event must be Python source; it does not parse",
+    )
+    route_err(
+        'match = "x://y"\ndebounce = "2s"\nmax_wait = "1s"',
+        r"routes\[0\]\.max_wait: 1\.0 is not valid: max_wait must be ≥ debounce \(2\.0s\)",
+    )
+    route_err(
+        'match = "x://y"\noverflow = "explode"',
+        r"overflow: 'explode' is not valid: choose one of coalesce, drop_oldest, drop_newest, block",
+    )
+    route_err(
+        'match = "x://y"\nextract = "magic"',
+        r"extract: 'magic' is not valid: choose one of auto, state, event-log",
+    )
+    route_err('match = "x://y"\nqueue_cap = 0', r"queue_cap: 0 is not valid: must be a whole number ≥ 1")
+
+
+def test_route_flag_errors_are_collected(tmp_path: Path) -> None:
+    e = err(tmp_path, r"unknown disposition 'explode'", routes=["x://a=explode", "x://b=spawn:0"])
+    assert isinstance(e, ConfigErrors)
+    assert [p.setting for p in e.problems] == ["--route", "--route"]
+    assert len(str(e).splitlines()) == 2
+
+
+def test_subscription_to_an_unknown_server(tmp_path: Path) -> None:
+    err(
+        tmp_path,
+        r"^--subscribe\[0\]: 'memoo:memo://notes' is not valid: no server named 'memoo'",
+        subscriptions=["memoo:memo://notes"],
+    )
+    err(
+        tmp_path,
+        r"subscriptions\[0\]: 'ghost:memo://x' is not valid: no server named 'ghost'",
+        toml='[[subscriptions]]\nserver = "ghost"\nuri = "memo://x"\n',
+    )
+    err(
+        tmp_path,
+        r"^--subscribe\[0\]\.uri: 'has space' is not valid: a resource URI is non-empty and has no spaces",
+        subscriptions=[{"uri": "has space"}],
+    )
+
+
+def test_addresses(tmp_path: Path) -> None:
+    err(tmp_path, r"^--health-addr: 'localhost' is not valid: write HOST:PORT", health_addr="localhost")
+    err(
+        tmp_path,
+        r"^--metrics-addr: '1\.2\.3\.4:70000' is not valid: write HOST:PORT",
+        metrics_addr="1.2.3.4:70000",
+    )
+    err(
+        tmp_path,
+        r"^--metrics-addr: '127\.0\.0\.1:9000' is not valid: health and metrics cannot share one address",
+        health_addr="127.0.0.1:9000",
+        metrics_addr="127.0.0.1:9000",
+    )
+
+
+def test_watch_state_is_checked_but_never_created(tmp_path: Path) -> None:
+    target = tmp_path / "state" / "watches.json"
+    err(
+        tmp_path,
+        r"^--watch-state: .* is not valid: its directory '.*state' does not exist",
+        watch_state=str(target),
+    )
+    err(tmp_path, r"^--watch-state: .* is not valid: is a directory", watch_state=str(tmp_path))
+    ok = tmp_path / "watches.json"
+    assert load(tmp_path, watch_state=str(ok)).watch_state == ok
+    assert not ok.exists()
+    assert not target.parent.exists()
+
+
+def test_several_problems_one_line_each(tmp_path: Path) -> None:
+    e = err(tmp_path, r"--max-steps", max_steps="x", output="yaml", mode="loop", interval="-1")
+    assert isinstance(e, ConfigErrors)
+    lines = str(e).splitlines()
+    assert len(lines) == 3
+    assert {p.setting for p in e.problems} == {"--max-steps", "--output", "--interval"}
+
+
+def test_config_file_problems(tmp_path: Path) -> None:
+    with pytest.raises(
+        ConfigError,
+        match=r"^--config: '/nonexistent/a\.toml' is not valid: cannot read the config file \(No such file",
+    ):
+        load_settings({}, config_file=Path("/nonexistent/a.toml"), env={})
+    bad = tmp_path / "bad.toml"
+    bad.write_text("mode = \n")
+    with pytest.raises(ConfigError, match=r"^--config: '.*bad\.toml' is not valid: not valid TOML: "):
+        load_settings({}, config_file=bad, env={})
+    binary = tmp_path / "bin.toml"
+    binary.write_bytes(b"\xff\xfe")
+    with pytest.raises(ConfigError, match="the config file is not UTF-8 text"):
+        load_settings({}, config_file=binary, env={})
+    both = tmp_path / "both.toml"
+    both.write_text('subscribe = ["a://b"]\n[[subscriptions]]\nuri = "c://d"\n')
+    with pytest.raises(ConfigError, match="use subscribe or \\[\\[subscriptions\\]\\], not both"):
+        load_settings({}, config_file=both, env={})
+
+
+def test_env_json_errors(tmp_path: Path) -> None:
+    err(
+        tmp_path,
+        r"^AGENTD_ROUTES: '\[oops' is not valid: list and table settings in the environment are JSON",
+        env={"AGENTD_ROUTES": "[oops"},
+    )
+
+
+def test_direct_settings_enforce_the_same_rules(tmp_path: Path, script: str) -> None:
+    with pytest.raises(pydantic.ValidationError, match="needs --interval DURATION or --cron"):
+        Settings(mode="schedule", model=script, instruction="x")
+    assert Settings(model=script, instruction="x").mode == "once"
+
+
+def test_messages_name_setting_value_and_fix(tmp_path: Path) -> None:
+    e = err(tmp_path, "max-tokens", max_tokens="1.5")
+    assert e.setting == "--max-tokens"
+    assert e.value == "1.5"
+    assert re.search("whole number", e.fix)
