@@ -1,0 +1,43 @@
+"""WatchLimits: the design's defaults, configurability, and clear errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentd.errors import ConfigError
+from agentd.watches.limits import WatchLimits
+
+
+def test_defaults_match_the_design():
+    lim = WatchLimits()
+    assert lim.max_watches == 5
+    assert lim.filter_time_secs == 2.0
+    assert lim.filter_tool_calls == 10
+    assert lim.events_per_update == 100
+    assert lim.lines_per_notice == 20
+    assert (lim.debounce_quiet_secs, lim.debounce_max_secs) == (3.0, 15.0)
+    assert lim.resubscribe_attempts == 5
+    assert lim.resubscribe_delays() == (1.0, 2.0, 4.0, 8.0, 16.0)
+
+
+def test_configurable_and_backoff_capped():
+    lim = WatchLimits(resubscribe_attempts=7, resubscribe_max_secs=10.0, filter_time_secs=0.25)
+    assert lim.resubscribe_delays() == (1.0, 2.0, 4.0, 8.0, 10.0, 10.0, 10.0)
+    assert lim.filter_time_secs == 0.25
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"max_watches": 0}, r"watch limit max_watches: 0 is not valid: give a number greater than 0"),
+        ({"filter_time_secs": float("inf")}, r"filter_time_secs: inf .* finite"),
+        ({"filter_tool_calls": 2.5}, r"filter_tool_calls: 2.5 .* whole number"),
+        ({"lines_per_notice": True}, r"lines_per_notice: True .* positive number"),
+        ({"events_per_update": 1}, r"events_per_update: 1 .* at least 2"),
+        ({"debounce_max_secs": 1.0}, r"debounce_max_secs: 1.0 .* >= debounce_quiet_secs \(3.0\)"),
+        ({"resubscribe_max_secs": 0.5}, r"resubscribe_max_secs: 0.5 .* >= resubscribe_initial_secs"),
+    ],
+)
+def test_invalid_limits_name_the_field_and_fix(kwargs, match):
+    with pytest.raises(ConfigError, match=match):
+        WatchLimits(**kwargs)
