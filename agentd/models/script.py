@@ -134,7 +134,7 @@ def load_script(path: str | Path, *, spec: str | None = None) -> Script:
     """Read and validate a script file (no network, no side effects).
 
     Args:
-        path: the file (relative paths are relative to the working directory).
+        path: the file (``~`` is expanded; relative paths are relative to the working directory).
         spec: the model setting to name in errors (default ``script:<path>``).
 
     Raises:
@@ -142,7 +142,7 @@ def load_script(path: str | Path, *, spec: str | None = None) -> Script:
             the message names the file, the line or turn, and the fix.
     """
     spec = spec if spec is not None else f"script:{path}"
-    p = Path(path)
+    p = Path(path).expanduser()
     try:
         size = p.stat().st_size
         if p.is_dir():

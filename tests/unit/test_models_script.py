@@ -241,6 +241,12 @@ def test_missing_file(tmp_path: Path) -> None:
     assert info.value.exit_code == 2
 
 
+def test_home_is_expanded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    _write(tmp_path, {"turns": [{"text": "home"}]})
+    assert load_script("~/s.json").source == str(tmp_path / "s.json")
+
+
 def test_directory(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"is a directory; name a script file"):
         load_script(tmp_path)
@@ -404,7 +410,7 @@ _scriptish = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=_scriptish)
 def test_random_json_is_config_error_or_a_playable_script(data: object) -> None:
     try:
