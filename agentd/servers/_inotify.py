@@ -38,6 +38,7 @@ and for ``ENOSPC`` says which sysctl to raise.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import errno
@@ -255,7 +256,8 @@ class Inotify:
         """Close the descriptor; a task blocked in ``wait_events`` gets ``ClosedResourceError``."""
         if self._fd is not None:
             fd, self._fd = self._fd, None
-            trio.lowlevel.notify_closing(fd)
+            with contextlib.suppress(RuntimeError):  # outside trio nobody can be waiting on it
+                trio.lowlevel.notify_closing(fd)
             os.close(fd)
 
     def __enter__(self) -> Inotify:
