@@ -41,7 +41,7 @@ import contextlib
 import re
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeAlias
 
@@ -420,6 +420,21 @@ class WatchFilter:
             if self._closed:
                 return FilterOutcome(kind="error", error="the watch filter is closed")
             return await trio.to_thread.run_sync(self.run_sync, event, limiter=self._pool.limiter)
+
+    async def run_batch(self, events: Sequence[Event]) -> list[FilterOutcome]:
+        """Run the filter on each event of one read, in order, in one worker-thread hop.
+
+        Same results as calling :meth:`run` per event; one thread hop per read
+        instead of per event (the hop costs more than a warm filter run).
+        """
+        if not events:
+            return []
+        async with self._lock:
+            if self._closed:
+                return [FilterOutcome(kind="error", error="the watch filter is closed") for _ in events]
+            return await trio.to_thread.run_sync(
+                lambda: [self.run_sync(ev) for ev in events], limiter=self._pool.limiter
+            )
 
     def run_sync(self, event: Event) -> FilterOutcome:
         """Run the filter on one event in the calling thread (blocks; see :meth:`run`)."""

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.lowlevel
 
 from agentd.errors import SandboxError
 from agentd.watches.limits import WatchLimits
@@ -61,7 +62,9 @@ async def test_none_without_print_drops(pool):
 
 
 async def test_str_is_one_line_and_other_values_compact_json(pool):
-    f = make(pool, 'm = event["object"]["metadata"]\nf"{event[\'type\'].lower()} {m[\'namespace\']}/{m[\'name\']}"')
+    f = make(
+        pool, "m = event[\"object\"][\"metadata\"]\nf\"{event['type'].lower()} {m['namespace']}/{m['name']}\""
+    )
     assert (await f.run(EVENT)).lines == ("added default/a",)
     g = make(pool, '{"t": event["type"], "n": [1, 2]}')
     assert (await g.run(EVENT)).lines == ('{"n":[1,2],"t":"ADDED"}',)
@@ -95,7 +98,11 @@ async def test_huge_values_are_capped(pool):
 async def test_variables_persist_across_events(pool):
     f = make(pool, "try:\n    n += 1\nexcept NameError:\n    n = 1\nf'event {n}' if n % 2 else None")
     kinds = [(await f.run(EVENT)) for _ in range(3)]
-    assert [(o.kind, o.lines) for o in kinds] == [("lines", ("event 1",)), ("dropped", ()), ("lines", ("event 3",))]
+    assert [(o.kind, o.lines) for o in kinds] == [
+        ("lines", ("event 1",)),
+        ("dropped", ()),
+        ("lines", ("event 3",)),
+    ]
     f.close()
 
 
@@ -117,7 +124,7 @@ async def test_catalog_call_reenters_trio(pool):
     reads: list[str] = []
 
     async def read_resource_async(uri: str) -> dict:
-        await trio.sleep(0)
+        await trio.lowlevel.checkpoint()
         reads.append(uri)
         return {"uri": uri, "items": [1, 2, 3]}
 
@@ -172,7 +179,9 @@ async def test_filter_is_denied_a_mutating_tool_without_host_side_effect(pool):
 
 
 async def test_watch_start_is_always_denied_even_when_caught(pool):
-    f = make(pool, "try:\n    watch_start(name='x', uri='u://y')\nexcept PermissionError:\n    pass\n'sneaky'")
+    f = make(
+        pool, "try:\n    watch_start(name='x', uri='u://y')\nexcept PermissionError:\n    pass\n'sneaky'"
+    )
     out = await f.run(EVENT)
     assert out.kind == "error"
     assert "called 'watch_start'" in (out.error or "")
@@ -263,7 +272,9 @@ def test_validate_syntax_error_has_line_and_column(pool):
 
 
 def test_validate_name_error_has_line_and_column_and_hint(pool):
-    with pytest.raises(FilterRejected, match=r"at line 1, column 1: NameError: name 'fmt' is not defined") as info:
+    with pytest.raises(
+        FilterRejected, match=r"at line 1, column 1: NameError: name 'fmt' is not defined"
+    ) as info:
         pool.validate("fmt", limits=FAST, catalog_names=["read_resource"])
     assert "`event`, `read_resource`" in str(info.value)
     assert "looks like a function name" in str(info.value)
@@ -272,7 +283,9 @@ def test_validate_name_error_has_line_and_column_and_hint(pool):
 
 def test_validate_dry_run_does_not_reach_the_catalog_and_refuses_denied_calls(pool):
     assert pool.validate('read_resource("u://x")', limits=FAST, catalog_names=["read_resource"])
-    with pytest.raises(FilterRejected, match=r"calls 'memo_set' at line 1, column 1, which a watch filter may not use"):
+    with pytest.raises(
+        FilterRejected, match=r"calls 'memo_set' at line 1, column 1, which a watch filter may not use"
+    ):
         pool.validate('memo_set("k", "v")', limits=FAST, denied=["memo_set"])
     with pytest.raises(FilterRejected, match=r"calls 'watch_start'"):
         pool.validate('watch_start(name="a", uri="b")', limits=FAST)
@@ -328,7 +341,7 @@ async def test_escapes_are_refused_and_the_watch_keeps_working(pool, source, err
     assert out.kind == "error"
     assert error in (out.error or "")
     assert (await f.run(EVENT)).lines == ("fine",)
-    assert not Path("/tmp/agentd-escape").exists()
+    assert not await trio.Path("/tmp/agentd-escape").exists()
     f.close()
 
 
@@ -390,3 +403,19 @@ async def test_runaway_recursion_is_stopped(pool):
     assert "RecursionError" in (out.error or "")
     assert (await f.run(EVENT)).lines == ("ok",)
     f.close()
+
+
+async def test_run_batch_matches_run_per_event(pool):
+    f = make(
+        pool, "try:\n    n += 1\nexcept NameError:\n    n = 1\nf'{n} {event[\"type\"]}' if n != 2 else None"
+    )
+    outs = await f.run_batch([EVENT, EVENT, {**EVENT, "type": "DELETED"}])
+    assert [(o.kind, o.lines) for o in outs] == [
+        ("lines", ("1 ADDED",)),
+        ("dropped", ()),
+        ("lines", ("3 DELETED",)),
+    ]
+    assert await f.run_batch([]) == []
+    await f.aclose()
+    (closed,) = await f.run_batch([EVENT])
+    assert closed.kind == "error"
