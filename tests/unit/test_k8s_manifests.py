@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import shutil
 import subprocess
+import sys
 import tomllib
 from datetime import UTC, datetime
 from pathlib import Path
@@ -361,6 +363,32 @@ def test_images_are_pinned(overlay):
         name, _, tag = image.rpartition(":")
         assert name, image
         assert tag not in ("", "latest"), image
+
+
+def test_the_cli_accepts_every_workload_s_args(overlay, tmp_path):
+    """`agentd check` (validate only, no side effect) takes each container's exact args and config."""
+    (cm,) = objects(overlay, "ConfigMap")
+    for name, text in cm["data"].items():
+        (tmp_path / name).write_text(text.replace("/etc/agentd/", f"{tmp_path}/"), encoding="utf-8")
+    for kind, pod in pod_specs(overlay):
+        c = agentd_container(pod)
+        args = [a.replace("/etc/agentd/", f"{tmp_path}/") for a in c["args"]]
+        # Every other mount (the watch-state dir) becomes a real directory here too.
+        for mount in c["volumeMounts"]:
+            if mount["mountPath"] not in ("/etc/agentd", "/tmp"):
+                local = tmp_path / mount["name"]
+                local.mkdir(exist_ok=True)
+                args = [a.replace(mount["mountPath"] + "/", f"{local}/") for a in args]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTD_")}
+        result = subprocess.run(
+            [sys.executable, "-m", "agentd", "check", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+            cwd=ROOT,
+        )
+        assert result.returncode == 0, f"{overlay} {kind}: {result.stderr}"
 
 
 # --- identity and RBAC ------------------------------------------------------------------
