@@ -31,13 +31,50 @@ from agentd.supervisor.tree import Tree
 from agentd.telemetry import Telemetry
 
 
+def reconnect_backoff(env: Any = os.environ) -> tuple[float, ...] | None:
+    """``AGENTD_RECONNECT_BACKOFF``: seconds before reconnect attempt 1, 2, … (comma-separated).
+
+    An operator knob (default 1, 2, 4, 8, 16 s); tests use it to fail fast.
+
+    Raises:
+        ConfigError: not a comma-separated list of non-negative seconds.
+    """
+    from agentd.errors import ConfigError
+
+    raw = env.get("AGENTD_RECONNECT_BACKOFF")
+    if raw is None:
+        return None
+    try:
+        values = tuple(float(v) for v in raw.split(","))
+    except ValueError:
+        values = ()
+    if not values or any(not (v >= 0) or v == float("inf") for v in values):
+        raise ConfigError("AGENTD_RECONNECT_BACKOFF", raw, "give comma-separated seconds, e.g. '1,2,4,8,16'")
+    return values
+
+
 def run(settings: Any) -> int:
     """Run agentd with validated settings; returns the process exit code."""
+    from agentd.errors import ConfigError
+
+    try:
+        backoff = reconnect_backoff()
+    except ConfigError as exc:
+        print(f"agentd: {exc}", file=sys.stderr)
+        return int(ExitCode.CONFIG)
+    settings = settings.model_copy(update={}) if hasattr(settings, "model_copy") else settings
     telemetry = Telemetry(verbose=bool(settings.verbose))
+    _BACKOFF["reconnect"] = backoff
     try:
         return int(trio.run(_main, settings, telemetry))
     except KeyboardInterrupt:
         return int(ExitCode.DRAIN_TIMEOUT)
+    except Exception as exc:  # a bug: say so plainly, exit 1, never a hang
+        import traceback
+
+        telemetry.emit("supervisor.internal_error", error=f"{type(exc).__name__}: {exc}")
+        traceback.print_exception(exc, file=sys.stderr)
+        return int(ExitCode.CRASHED)
 
 
 async def _main(settings: Any, telemetry: Telemetry) -> int:
@@ -123,7 +160,12 @@ async def _main(settings: Any, telemetry: Telemetry) -> int:
         )
         reactor_box["r"] = reactor
         for name, spec in settings.servers.items():
-            upstreams[name] = Upstream(spec, reactor.send, telemetry, max_read_bytes=settings.max_read_bytes)
+            extra: dict[str, Any] = {}
+            if _BACKOFF.get("reconnect"):
+                extra = {"backoff": _BACKOFF["reconnect"], "resubscribe_backoff": _BACKOFF["reconnect"]}
+            upstreams[name] = Upstream(
+                spec, reactor.send, telemetry, max_read_bytes=settings.max_read_bytes, **extra
+            )
         hub = SupervisorHub(events=reactor.send, upstreams=upstreams, telemetry=telemetry)
         hub_holder["hub"] = hub
         tree = Tree(events=reactor.send, serve_child=partial(serve_child, hub), telemetry=telemetry)
@@ -151,6 +193,9 @@ async def _main(settings: Any, telemetry: Telemetry) -> int:
         )
         nursery.cancel_scope.cancel()
     return int(code)
+
+
+_BACKOFF: dict[str, tuple[float, ...] | None] = {}
 
 
 def _print_once(reactor: Reactor, code: ExitCode, json_out: bool, duration: float, telemetry: Telemetry) -> None:

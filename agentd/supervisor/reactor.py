@@ -455,7 +455,7 @@ class Reactor:
         spent = self.budget.spent()
         if spent is not None and not self.budget_reported:
             self.budget_reported = True
-            self.telemetry.emit("budget.exhausted", kind=spent, **self.budget.usage())
+            self.telemetry.emit("budget.exhausted", kind=spent, budget=self.budget.snapshot())
         reason: str | None = spent
         if reason is None and self.budget.deadline_reached(now):
             reason = "deadline"

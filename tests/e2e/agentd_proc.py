@@ -1,0 +1,144 @@
+"""Run the real ``agentd`` command in tests and follow its NDJSON telemetry.
+
+No sleeps: tests await telemetry events (or the exit) with a timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+REPO = Path(__file__).resolve().parents[2]
+PY = sys.executable
+
+
+def agentd_cmd(*args: str) -> list[str]:
+    """The command line of the real CLI (``python -m agentd``)."""
+    return [PY, "-m", "agentd", *args]
+
+
+def script(tmp: Path, turns: list[dict[str, Any]], then: str = "no_reply", name: str = "script.json") -> str:
+    """Write a script model file; returns the ``script:`` model spec."""
+    path = tmp / name
+    path.write_text(json.dumps({"turns": turns, "then": then}))
+    return f"script:{path}"
+
+
+def notes_server(tmp: Path, *extra: str, name: str = "notes") -> str:
+    """An ``--mcp-stdio`` value for the SDK-written test server."""
+    return f"{name}={PY} {REPO / 'tests/servers/notes_server.py'} --state {tmp / (name + '.json')} {' '.join(extra)}".strip()
+
+
+@dataclass
+class Agentd:
+    """A running agentd process with its telemetry parsed as it arrives."""
+
+    proc: trio.Process
+    events: list[dict[str, Any]] = field(default_factory=list)
+    stdout: bytearray = field(default_factory=bytearray)
+    raw_stderr: list[str] = field(default_factory=list)
+    _changed: trio.Event = field(default_factory=trio.Event)
+
+    async def _read_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        buf = b""
+        while True:
+            chunk = await self.proc.stderr.receive_some(65536)
+            if not chunk:
+                break
+            buf += chunk
+            *lines, buf = buf.split(b"\n")
+            for line in lines:
+                text = line.decode(errors="replace")
+                self.raw_stderr.append(text)
+                try:
+                    self.events.append(json.loads(text))
+                except ValueError:
+                    continue
+            self._wake()
+        self._wake()
+
+    async def _read_stdout(self) -> None:
+        assert self.proc.stdout is not None
+        while True:
+            chunk = await self.proc.stdout.receive_some(65536)
+            if not chunk:
+                break
+            self.stdout += chunk
+            self._wake()
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    def find(self, name: str, pred: Callable[[dict[str, Any]], bool] = lambda e: True) -> list[dict[str, Any]]:
+        return [e for e in self.events if e.get("event") == name and pred(e)]
+
+    async def wait_event(
+        self, name: str, pred: Callable[[dict[str, Any]], bool] = lambda e: True, *, timeout: float = 20, count: int = 1
+    ) -> dict[str, Any]:
+        """Wait until ``count`` events named ``name`` (matching ``pred``) have arrived; returns the last."""
+        with trio.fail_after(timeout):
+            while True:
+                found = self.find(name, pred)
+                if len(found) >= count:
+                    return found[count - 1]
+                if self.proc.returncode is not None and self._eof:
+                    raise AssertionError(f"agentd exited ({self.proc.returncode}) before {name!r}:\n{self.tail()}")
+                await self._changed.wait()
+
+    @property
+    def _eof(self) -> bool:
+        return self.proc.returncode is not None
+
+    async def wait_exit(self, timeout: float = 30) -> int:
+        with trio.fail_after(timeout):
+            return await self.proc.wait()
+
+    def signal(self, sig: int = signal.SIGTERM) -> None:
+        self.proc.send_signal(sig)
+
+    def tail(self, n: int = 40) -> str:
+        return "\n".join(self.raw_stderr[-n:])
+
+    @property
+    def out(self) -> str:
+        return self.stdout.decode(errors="replace")
+
+
+class run_agentd:
+    """``async with run_agentd(args, env=...) as a:`` — start agentd, always reap it."""
+
+    def __init__(self, args: Sequence[str], *, env: dict[str, str] | None = None, cwd: Path | None = None) -> None:
+        self.args = list(args)
+        self.env = {**os.environ, **(env or {})}
+        self.cwd = cwd or REPO
+
+    async def __aenter__(self) -> Agentd:
+        self._nursery_cm = trio.open_nursery()
+        nursery = await self._nursery_cm.__aenter__()
+        proc = await trio.lowlevel.open_process(
+            agentd_cmd(*self.args), stdin=subprocess.DEVNULL,
+            stdout=-1, stderr=-1, env=self.env, cwd=str(self.cwd),
+        )
+        self.a = Agentd(proc)
+        nursery.start_soon(self.a._read_stderr)
+        nursery.start_soon(self.a._read_stdout)
+        return self.a
+
+    async def __aexit__(self, *exc: object) -> bool | None:
+        proc = self.a.proc
+        if proc.returncode is None:
+            proc.kill()
+        with trio.CancelScope(shield=True), trio.move_on_after(10):
+            await proc.wait()
+        return await self._nursery_cm.__aexit__(*exc)  # type: ignore[arg-type]

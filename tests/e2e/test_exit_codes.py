@@ -1,0 +1,164 @@
+"""Every exit code of the table, reached through the real ``agentd`` command."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import psutil
+import pytest
+import trio
+
+from agentd.exitcodes import ExitCode
+from tests.e2e.agentd_proc import notes_server, run_agentd, script
+from tests.fakes.provider_server import openai_error, openai_reply, provider_server
+
+
+async def test_exit_0_once_completed_with_a_real_mcp_tool(tmp_path):
+    model = script(
+        tmp_path,
+        [
+            {"tool_calls": [{"name": "notes__set_note", "arguments": {"name": "todo", "text": "{instruction}"}}]},
+            {"tool_calls": [{"name": "read_resource", "arguments": {"uri": "note://todo"}}]},
+            {"text": "the note reads: {last_tool_result}"},
+        ],
+    )
+    async with run_agentd(["--model", model, "--mcp-stdio", notes_server(tmp_path), "buy milk"]) as a:
+        assert await a.wait_exit() == ExitCode.OK
+    assert a.out.strip() == "the note reads: buy milk"
+    calls = a.find("tool.call")
+    assert [(c["server"], c["tool"], c["error"]) for c in calls] == [
+        ("notes", "set_note", None),
+        ("agentd", "read_resource", None),
+    ]
+    assert a.find("supervisor.exit")[0]["exit_code"] == 0
+
+
+async def test_exit_0_json_output_shape(tmp_path):
+    model = script(tmp_path, [{"text": "hello", "usage": {"input_tokens": 11, "output_tokens": 3}}])
+    async with run_agentd(["--model", model, "--output", "json", "say hello"]) as a:
+        assert await a.wait_exit() == 0
+    out = json.loads(a.out)
+    assert out["status"] == "completed"
+    assert out["exit_code"] == 0
+    assert out["result"] == "hello"
+    assert out["usage"] == {"input_tokens": 11, "output_tokens": 3}
+    assert out["duration_s"] > 0
+
+
+async def test_exit_1_once_root_crashed_and_is_never_restarted(tmp_path):
+    model = script(tmp_path, [{"text": "thinking", "latency_ms": 60000}])
+    async with run_agentd(["--model", model, "work"]) as a:
+        started = await a.wait_event("subagent.started")
+        os.kill(started["pid"], signal.SIGKILL)
+        assert await a.wait_exit() == ExitCode.CRASHED
+    assert a.find("subagent.exit")[0]["status"] == "crashed"
+    assert len(a.find("subagent.spawn")) == 1  # never restarted
+
+
+async def test_exit_2_config_error_starts_nothing(tmp_path):
+    marker = tmp_path / "started"
+    async with run_agentd(
+        ["--model", "script:/nonexistent.json", "--mcp-stdio", f"x=touch {marker}", "hi"]
+    ) as a:
+        assert await a.wait_exit() == ExitCode.CONFIG
+    assert not marker.exists()
+    assert "nonexistent.json" in "\n".join(a.raw_stderr)
+
+
+async def test_exit_3_budget_with_partial_result(tmp_path):
+    model = script(
+        tmp_path,
+        [
+            {"text": "partial: step one done", "tool_calls": [{"name": "list_resources", "arguments": {}}]},
+            {"text": "never reached"},
+        ],
+    )
+    async with run_agentd(["--model", model, "--max-steps", "1", "work"]) as a:
+        assert await a.wait_exit() == ExitCode.BUDGET_PARTIAL
+    assert a.out.strip() == "partial: step one done"
+    assert a.find("budget.exhausted")[0]["kind"] == "steps"
+
+
+async def test_exit_4_provider_auth_failure(tmp_path):
+    async with provider_server([openai_error(401, "invalid api key")]) as srv:
+        env = {"OPENAI_BASE_URL": srv.base_url + "/v1", "OPENAI_API_KEY": "sk-test-not-a-secret"}
+        async with run_agentd(["--model", "openai:gpt-test", "hi"], env=env) as a:
+            assert await a.wait_exit() == ExitCode.FATAL_INFRA
+    assert len(srv.requests) == 1  # auth failures are not retried
+    assert "sk-test-not-a-secret" not in "\n".join(a.raw_stderr)
+
+
+async def test_exit_5_refusal(tmp_path):
+    model = script(tmp_path, [{"refusal": "I can't help with that."}])
+    async with run_agentd(["--model", model, "do harm"]) as a:
+        assert await a.wait_exit() == ExitCode.REFUSED
+    assert a.find("turn.end")[0]["status"] == "refused"
+
+
+async def test_exit_6_required_server_failed(tmp_path):
+    toml = tmp_path / "agentd.toml"
+    toml.write_text(
+        '[servers.broken]\ncommand = "false"\nrequired = true\n'
+    )
+    model = script(tmp_path, [{"text": "x"}])
+    env = {"AGENTD_RECONNECT_BACKOFF": "0.01,0.01,0.01,0.01,0.01"}
+    async with run_agentd(["--config", str(toml), "--mode", "reactive", "--model", model, "react"], env=env) as a:
+        assert await a.wait_exit() == ExitCode.REQUIRED_SERVER
+    failed = a.find("server.state", lambda e: e["state"] == "failed")
+    assert failed and failed[0]["server"] == "broken"
+
+
+async def test_exit_7_token_budget_without_partial(tmp_path):
+    model = script(
+        tmp_path,
+        [{"tool_calls": [{"name": "list_resources", "arguments": {}}], "usage": {"input_tokens": 50, "output_tokens": 50}}]
+        * 3,
+    )
+    async with run_agentd(["--model", model, "--max-tokens", "60", "work"]) as a:
+        assert await a.wait_exit() == ExitCode.BUDGET
+    assert a.find("budget.exhausted")[0]["kind"] == "tokens"
+    assert a.out == ""
+
+
+async def test_exit_124_deadline(tmp_path):
+    model = script(tmp_path, [{"text": "slow", "latency_ms": 60000}])
+    async with run_agentd(["--model", model, "--deadline", "1s", "work"]) as a:
+        assert await a.wait_exit() == ExitCode.DEADLINE
+
+
+async def test_sigterm_during_a_turn_lets_it_finish_then_exits_0(tmp_path):
+    model = script(tmp_path, [{"text": "finished the turn", "latency_ms": 1500}])
+    async with run_agentd(["--model", model, "work"]) as a:
+        await a.wait_event("subagent.started")
+        a.signal(signal.SIGTERM)
+        await a.wait_event("drain.start")
+        assert await a.wait_exit() == 0
+    assert a.out.strip() == "finished the turn"
+
+
+async def test_exit_143_grace_runs_out_and_no_child_survives(tmp_path):
+    model = script(tmp_path, [{"text": "ignores the boundary", "latency_ms": 60000}])
+    async with run_agentd(["--model", model, "--grace", "0.5s", "work"]) as a:
+        started = await a.wait_event("subagent.started")
+        a.signal(signal.SIGTERM)
+        with trio.fail_after(15):
+            assert await a.wait_exit() == ExitCode.DRAIN_TIMEOUT
+    assert not psutil.pid_exists(started["pid"]) or psutil.Process(started["pid"]).status() == psutil.STATUS_ZOMBIE
+
+
+async def test_exit_143_second_signal_stops_at_once(tmp_path):
+    model = script(tmp_path, [{"text": "long", "latency_ms": 60000}])
+    async with run_agentd(["--model", model, "--grace", "60s", "work"]) as a:
+        started = await a.wait_event("subagent.started")
+        a.signal(signal.SIGTERM)
+        await a.wait_event("drain.start")
+        a.signal(signal.SIGINT)
+        with trio.fail_after(10):
+            assert await a.wait_exit() == ExitCode.DRAIN_TIMEOUT
+    assert a.find("drain.abort")
+    with pytest.raises(psutil.NoSuchProcess):
+        p = psutil.Process(started["pid"])
+        if p.status() == psutil.STATUS_ZOMBIE:
+            raise psutil.NoSuchProcess(started["pid"])
