@@ -229,6 +229,14 @@ class Upstream:
             can_subscribe=self._can_subscribe(),
         )
 
+    @property
+    def server_pid(self) -> int | None:
+        """Process id of the live stdio server (``None`` for HTTP or when not connected)."""
+        conn = self._conn
+        if conn is None or not isinstance(conn.transport, StdioTransport):
+            return None
+        return conn.transport.pid
+
     async def wait_tools_changed(self, seen_version: int) -> int:
         """Wait until :attr:`tools_version` differs from ``seen_version``; return the new version.
 

@@ -61,6 +61,10 @@ STDOUT_EOF_AFTER_EXIT = 1.0
 """Seconds to wait for stdout EOF once the server process has exited and its group was
 killed; only a process stuck in the kernel outlives SIGKILL, so this is a backstop."""
 
+EXIT_AFTER_EOF = 0.5
+"""Seconds to wait, after stdout EOF, for the process to exit so the error can name its
+exit status; a server that closes stdout but lives on is declared lost after this."""
+
 MAX_LINE_BYTES = 16 * 1024 * 1024
 """Default cap on one stdout line (one JSON-RPC message). Large resource bodies fit;
 a runaway server cannot exhaust the supervisor's memory."""
@@ -206,6 +210,9 @@ class StdioTransport:
                         return
             except (trio.ClosedResourceError, trio.BrokenResourceError, anyio.ClosedResourceError):
                 pass
+            # EOF usually means the process is exiting: wait briefly so the reason names its status.
+            with trio.move_on_after(EXIT_AFTER_EOF):
+                await exited.wait()
             lose(self._exit_reason("closed its stdout"))
 
         async def deliver(line: bytes) -> None:
@@ -248,6 +255,7 @@ class StdioTransport:
 
         async def exit_watcher() -> None:
             self.returncode = await process.wait()
+            exited.set()
             # Hazard #850: the leader is gone; its helpers are orphans. Kill the group now,
             # which also releases a stdout pipe a grandchild may still hold.
             _killpg(process.pid, signal.SIGKILL)
@@ -256,6 +264,7 @@ class StdioTransport:
             lose(self._exit_reason("exited"))
 
         stdout_done = trio.Event()
+        exited = trio.Event()
 
         async def stdout_task() -> None:
             try:
