@@ -14,7 +14,7 @@ Control directory: ``$KUBECTL_FAKE_DIR``.
   wait, no timeout): when the reader of stdout goes away it exits.
 * ``api-resources -o name``: a fixed list.
 
-Every invocation appends its argv (JSON) to ``argv.log`` in the control dir.
+Every invocation appends ``{"pid", "argv"}`` (one JSON line) to ``argv.log`` in the control dir.
 """
 
 import json
@@ -43,7 +43,7 @@ API_RESOURCES = [
 def main(argv):
     control = os.environ["KUBECTL_FAKE_DIR"]
     with open(os.path.join(control, "argv.log"), "a") as log:
-        log.write(json.dumps(argv) + "\n")
+        log.write(json.dumps({"pid": os.getpid(), "argv": argv}) + "\n")
     words = [a for a in argv if not a.startswith("-")]
     if words[:1] == ["api-resources"]:
         sys.stdout.write("\n".join(API_RESOURCES) + "\n")

@@ -1,0 +1,275 @@
+"""``agentd serve kube`` over real stdio with a fake kubectl, in both protocol eras."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from mcp import Client, StdioServerParameters
+from mcp.shared.exceptions import MCPError
+
+REPO = Path(__file__).resolve().parents[2]
+FAKES = REPO / "tests" / "fakes"
+#: A push must reach the client well within this; the slack covers a loaded 2-core machine.
+PUSH_TIMEOUT = 10.0
+#: Reconnect waits RECONNECT_BACKOFF_S[0] = 1 s before re-listing, plus process starts.
+RECONNECT_TIMEOUT = 15.0
+URI = "kube-events://watch/pods?namespace=*"
+
+
+def pod(name: str, uid: str, rv: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "uid": uid,
+            "resourceVersion": rv,
+            "managedFields": [{"manager": "kubectl"}],
+        },
+        **extra,
+    }
+
+
+class Cluster:
+    """The fake kubectl's control directory: list files and the watch FIFO."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.fds: dict[str, int] = {}
+
+    def set_list(self, resource: str, items: list[dict[str, Any]]) -> None:
+        (self.root / f"{resource}.json").write_text(json.dumps(items))
+        fifo = self.root / f"{resource}.watch"
+        if resource not in self.fds:
+            os.mkfifo(fifo)
+            # O_RDWR: never blocks, and keeps the FIFO open between kubectl runs.
+            self.fds[resource] = os.open(fifo, os.O_RDWR)
+
+    def send(self, resource: str, text: str) -> None:
+        os.write(self.fds[resource], text.encode())
+
+    def event(self, resource: str, kind: str, obj: dict[str, Any], *, pretty: bool = True) -> None:
+        self.send(resource, json.dumps({"type": kind, "object": obj}, indent=2 if pretty else None) + "\n")
+
+    def runs(self) -> list[dict[str, Any]]:
+        """Every fake kubectl run so far: ``{"pid", "argv"}``."""
+        return [json.loads(line) for line in (self.root / "argv.log").read_text().splitlines()]
+
+    def argv_log(self) -> list[list[str]]:
+        return [run["argv"] for run in self.runs()]
+
+    def watch_pids(self) -> list[int]:
+        return [run["pid"] for run in self.runs() if "--watch" in run["argv"]]
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            os.close(fd)
+
+
+async def wait_exited(pid: int) -> None:
+    """Wait (no polling: a pidfd becomes readable on exit) for a process that is not our child."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    try:
+        with trio.fail_after(PUSH_TIMEOUT):
+            await trio.lowlevel.wait_readable(fd)
+    finally:
+        os.close(fd)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path):
+    c = Cluster(tmp_path)
+    yield c
+    c.close()
+
+
+def params(cluster: Cluster, *, via_path: bool = False) -> StdioServerParameters:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "KUBECTL_FAKE_DIR": str(cluster.root),
+        "KUBECTL_FAKE_PYTHON": sys.executable,
+        "PATH": f"{FAKES}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    extra = [] if via_path else ["--kubectl", str(FAKES / "kubectl")]
+    return StdioServerParameters(
+        command=sys.executable, args=["-m", "agentd.servers", "kube", *extra], env=env
+    )
+
+
+class Pushes:
+    def __init__(self) -> None:
+        self.send, self.recv = trio.open_memory_channel[str](100)
+
+    async def handler(self, message: Any) -> None:
+        msg = getattr(message, "root", message)
+        if getattr(msg, "method", None) == "notifications/resources/updated":
+            self.send.send_nowait(str(msg.params.uri))
+
+    async def next(self) -> str:
+        with trio.fail_after(PUSH_TIMEOUT):
+            return await self.recv.receive()
+
+
+@asynccontextmanager
+async def connect(
+    cluster: Cluster, era: str, uri: str = URI, **kw: Any
+) -> AsyncIterator[tuple[Client, Pushes]]:
+    pushes = Pushes()
+    legacy = era == "legacy"
+    async with Client(
+        params(cluster, **kw),
+        mode="legacy" if legacy else "auto",
+        message_handler=pushes.handler if legacy else None,
+    ) as client:
+        if legacy:
+            await client.subscribe_resource(uri)
+            yield client, pushes
+            return
+        async with client.listen(resource_subscriptions=[uri]) as sub, trio.open_nursery() as nursery:
+
+            async def pump() -> None:
+                async for ev in sub:
+                    pushes.send.send_nowait(str(ev.uri))
+
+            nursery.start_soon(pump)
+            yield client, pushes
+            nursery.cancel_scope.cancel()
+
+
+async def read_events(client: Client, uri: str = URI) -> list[dict[str, Any]]:
+    result = await client.read_resource(uri)
+    (content,) = result.contents
+    assert content.mime_type == "application/vnd.agentd.events+json"
+    return json.loads(content.text)["events"]  # type: ignore[union-attr]
+
+
+@pytest.mark.realclock
+@pytest.mark.parametrize("era", ["modern", "legacy"])
+async def test_appended_event_is_pushed_and_read_with_seq(cluster: Cluster, era: str):
+    cluster.set_list("pods", [pod("a", "u1", "1")])
+    async with connect(cluster, era) as (client, pushes):
+        assert await read_events(client) == []  # seeded; the watch's initial ADDED replay is suppressed
+        cluster.event("pods", "MODIFIED", pod("a", "u1", "2", status={"phase": "Running"}))
+        assert await pushes.next() == URI
+        (ev,) = await read_events(client)
+        assert ev["seq"] == 1
+        assert ev["type"] == "MODIFIED"
+        assert ev["object"]["status"] == {"phase": "Running"}
+        assert ev["old"]["metadata"]["resourceVersion"] == "1"
+        assert "managedFields" not in ev["object"]["metadata"]
+        assert "managedFields" not in ev["old"]["metadata"]
+
+
+@pytest.mark.realclock
+async def test_duplicate_added_is_suppressed_and_split_objects_parse(cluster: Cluster):
+    cluster.set_list("pods", [pod("a", "u1", "1")])
+    async with connect(cluster, "modern") as (client, pushes):
+        await read_events(client)
+        cluster.event("pods", "ADDED", pod("a", "u1", "1"))  # replay of a known uid+resourceVersion
+        cluster.event("pods", "ADDED", pod("b", "u2", "5"))  # pretty-printed: split over many reads
+        assert await pushes.next() == URI
+        events = await read_events(client)
+        while len(events) < 1:  # pragma: no cover - only if the two writes were read separately
+            await pushes.next()
+            events = await read_events(client)
+        assert [(e["seq"], e["type"], e["object"]["metadata"]["name"]) for e in events] == [(1, "ADDED", "b")]
+
+
+@pytest.mark.realclock
+async def test_stream_end_reconnects_and_reports_the_gap(cluster: Cluster):
+    cluster.set_list("pods", [pod("a", "u1", "1"), pod("b", "u2", "1")])
+    async with connect(cluster, "modern") as (client, pushes):
+        assert await read_events(client) == []
+        # A live event first, so we know kubectl -w has read the list file before we change it.
+        cluster.event("pods", "MODIFIED", pod("a", "u1", "2"))
+        await pushes.next()
+        # While disconnected: a changes, b goes away, c appears.
+        cluster.set_list("pods", [pod("a", "u1", "7"), pod("c", "u3", "1")])
+        cluster.send("pods", "#stderr error: watch closed: token expired\n#exit 1\n")
+        seen: list[dict[str, Any]] = []
+        with trio.fail_after(RECONNECT_TIMEOUT):
+            while len([e for e in seen if e.get("synthetic")]) < 3:
+                await pushes.next()
+                seen = await read_events(client)
+        live, error, *gap = seen
+        assert live["type"] == "MODIFIED"
+        assert error["type"] == "ERROR"
+        assert "token expired" in error["message"]
+        assert "reconnecting in 1 s" in error["message"]
+        assert sorted((e["type"], e["object"]["metadata"]["name"]) for e in gap) == [
+            ("ADDED", "c"),
+            ("DELETED", "b"),
+            ("MODIFIED", "a"),
+        ]
+        assert all(e["synthetic"] for e in gap)
+        assert [e["seq"] for e in seen] == [1, 2, 3, 4, 5]
+        # Watching again: the new kubectl -w delivers live events.
+        cluster.event("pods", "DELETED", pod("c", "u3", "2"))
+        await pushes.next()
+        last = (await read_events(client))[-1]
+        assert (last["seq"], last["type"], last["object"]["metadata"]["name"]) == (6, "DELETED", "c")
+    watches = [a for a in cluster.argv_log() if "--watch" in a]
+    assert len(watches) == 2
+
+
+@pytest.mark.realclock
+@pytest.mark.parametrize("era", ["modern", "legacy"])
+async def test_mistyped_resource_fails_the_read_with_did_you_mean(cluster: Cluster, era: str):
+    cluster.set_list("pods", [])
+    uri = "kube-events://watch/podz"
+    async with connect(cluster, era, uri) as (client, _pushes):
+        with pytest.raises(MCPError, match=r'resource type "podz".*did you mean: pods'):
+            await read_events(client, uri)
+        # The server keeps serving.
+        assert await read_events(client) == []
+
+
+@pytest.mark.realclock
+async def test_bad_uri_is_refused_with_the_fix(cluster: Cluster):
+    cluster.set_list("pods", [])
+    async with connect(cluster, "modern", via_path=True) as (client, _pushes):
+        with pytest.raises(MCPError, match=r"unknown query parameter 'labelselector'.*use only namespace"):
+            await read_events(client, "kube-events://watch/pods?labelselector=app")
+        with pytest.raises(MCPError, match=r"namespace 'Bad_NS'.*DNS label"):
+            await read_events(client, "kube-events://watch/pods?namespace=Bad_NS")
+        assert await read_events(client) == []
+
+
+@pytest.mark.realclock
+async def test_watcher_is_shared_and_stopped_when_the_last_subscriber_leaves(cluster: Cluster):
+    cluster.set_list("pods", [pod("a", "u1", "1")])
+    async with Client(params(cluster)) as client:
+        async with (
+            client.listen(resource_subscriptions=[URI]) as one,
+            client.listen(resource_subscriptions=[URI]) as two,
+        ):
+            await read_events(client)
+            cluster.event("pods", "MODIFIED", pod("a", "u1", "2"), pretty=False)
+            with trio.fail_after(PUSH_TIMEOUT):
+                assert (await one.__anext__()).uri == URI
+                assert (await two.__anext__()).uri == URI
+        # Both listen streams closed: the watcher is cancelled and its kubectl -w terminated.
+        (first_watch,) = cluster.watch_pids()
+        await wait_exited(first_watch)
+        # A new subscriber starts a fresh watcher (a second kubectl -w) that delivers live events.
+        async with client.listen(resource_subscriptions=[URI]) as three:
+            await read_events(client)
+            cluster.event("pods", "MODIFIED", pod("a", "u1", "3"), pretty=False)
+            with trio.fail_after(PUSH_TIMEOUT):
+                assert (await three.__anext__()).uri == URI
+            (ev,) = await read_events(client)  # a new ring: seq starts again
+            assert (ev["seq"], ev["object"]["metadata"]["resourceVersion"]) == (1, "3")
+        assert len(cluster.watch_pids()) == 2
