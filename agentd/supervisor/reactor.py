@@ -317,11 +317,8 @@ class Reactor:
         elif isinstance(event, ServerStateChanged):
             self._server_state(event)
         elif isinstance(event, SubscriptionStateChanged):
+            # The connection already wrote subscription.<state> telemetry.
             self.subscription_states[(event.server, event.uri)] = event.state
-            self.telemetry.emit(
-                f"subscription.{event.state}", server=event.server, uri=event.uri, attempt=event.attempt,
-                error=event.error,
-            )
         elif isinstance(event, CatalogChanged):
             self.telemetry.emit("catalog.changed", server=event.server, uris=len(event.uris))
             on_catalog = getattr(self, "on_catalog", None)

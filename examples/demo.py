@@ -1,0 +1,106 @@
+"""agentd's main job, offline, start to finish (``scripts/demo``).
+
+1. starts ``agentd --mode reactive`` with the bundled memo server and the
+   script model (no API key, no network);
+2. waits until the subscription to ``memo://notes`` is established;
+3. edits the notes file the way another program would (write + rename);
+4. waits for the woken agent's answer on agentd's stdout;
+5. sends SIGTERM and waits for the clean drain (exit 0).
+
+Every wait is on agentd's own telemetry (NDJSON on stderr) with a timeout:
+nothing here sleeps. ``--verbose`` shows the telemetry lines as they arrive.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import trio
+
+HERE = Path(__file__).resolve().parent
+STEP_TIMEOUT = 30.0
+
+
+async def main(verbose: bool) -> int:
+    workdir = Path(tempfile.mkdtemp(prefix="agentd-demo-"))
+    notes = workdir / "notes.json"
+    notes.write_text("{}")
+    cmd = [
+        sys.executable, "-m", "agentd", "--config", str(HERE / "reactive-demo.toml"),
+        "--model", f"script:{HERE / 'scripts' / 'reactive-demo.json'}",
+        "--mcp-stdio", f"memo={sys.executable} -m agentd serve memo --file {notes}",
+        "--verbose",
+    ]
+    print(f"$ agentd --mode reactive --config examples/reactive-demo.toml  (notes file: {notes})")
+    proc = await trio.lowlevel.open_process(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                            stderr=subprocess.PIPE)
+    events: list[dict] = []
+    out: list[str] = []
+    changed = trio.Event()
+
+    async def pump(stream: trio.abc.ReceiveStream, sink: list, parse: bool) -> None:
+        nonlocal changed
+        buf = b""
+        while chunk := await stream.receive_some(65536):
+            buf += chunk
+            *lines, buf = buf.split(b"\n")
+            for line in lines:
+                text = line.decode(errors="replace")
+                if parse:
+                    try:
+                        sink.append(json.loads(text))
+                    except ValueError:
+                        print(f"  [agentd stderr] {text}")
+                        continue
+                    if verbose:
+                        print(f"  [telemetry] {text}")
+                else:
+                    sink.append(text)
+                    print(f"  [agentd stdout] {text}")
+            changed.set()
+            changed = trio.Event()
+        changed.set()
+
+    async def wait_for(pred, what: str) -> dict | str:
+        with trio.fail_after(STEP_TIMEOUT):
+            while True:
+                for item in (events if what != "output" else out):
+                    if pred(item):
+                        return item
+                if proc.returncode is not None:
+                    raise RuntimeError(f"agentd exited with {proc.returncode} while waiting for {what}")
+                await changed.wait()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(pump, proc.stderr, events, True)
+        nursery.start_soon(pump, proc.stdout, out, False)
+        try:
+            await wait_for(lambda e: e.get("event") == "subscription.established", "subscription")
+            print("1. subscribed to memo://notes; the daemon is idle (no agent running)")
+            tmp = notes.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"todo": "ship the release", "owner": "sam"}))
+            os.replace(tmp, notes)
+            print("2. another program edited the notes file")
+            spawn = await wait_for(lambda e: e.get("event") == "subagent.spawn", "spawn")
+            print(f"3. the change was routed ({spawn.get('route')}) and woke agent {spawn['agent']}")
+            await wait_for(lambda s: s.startswith("The notes now say"), "output")
+            print("4. the agent read the resource and answered (above)")
+            proc.send_signal(signal.SIGTERM)
+            with trio.fail_after(STEP_TIMEOUT):
+                code = await proc.wait()
+            print(f"5. SIGTERM -> drained cleanly, exit code {code}")
+            return code
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+            nursery.cancel_scope.cancel()
+
+
+if __name__ == "__main__":
+    raise SystemExit(trio.run(main, "--verbose" in sys.argv[1:]))
