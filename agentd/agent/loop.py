@@ -134,7 +134,7 @@ async def run_turn(
             state.recent_calls.append(fp)
             del state.recent_calls[:-STALL_REPEATS]
             if call.error is not None:
-                result = ToolResult(f"invalid tool call arguments: {call.error}; send valid JSON arguments", True)
+                result = ToolResult(call.error, True)
             else:
                 result = await link.call_tool(call.name, dict(call.arguments or {}))
             state.messages.append(
