@@ -49,6 +49,12 @@ trio.run(main)
 """
 
 
+def append_bytes(path: Path, data: bytes) -> None:
+    """One write on O_APPEND, as inbox writers do (sync on purpose: the timed change)."""
+    with open(path, "ab") as f:
+        f.write(data)
+
+
 def pct(xs: list[float], p: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(p * len(xs)))]
@@ -103,8 +109,7 @@ async def main() -> None:
         path = inbox_dir / "bench.inbox"
 
         async def append(client, i):
-            with open(path, "ab") as f:
-                f.write(json.dumps({"id": f"m{i}", "from": "x", "text": "hello"}).encode() + b"\n")
+            append_bytes(path, json.dumps({"id": f"m{i}", "from": "x", "text": "hello"}).encode() + b"\n")
 
         results["inbox append"] = await measure(inbox, "inbox://bench", append)
 
@@ -125,8 +130,7 @@ async def main() -> None:
         async with Client(burst) as client, client.listen(resource_subscriptions=["inbox://b/status"]) as sub:
             await client.read_resource("inbox://b/status")
             t0 = time.perf_counter()
-            with open(burst_dir / "b.inbox", "ab") as f:
-                f.write(payload)
+            append_bytes(burst_dir / "b.inbox", payload)
             delivered = 0
             with trio.fail_after(60):
                 async for _ in sub:
