@@ -220,19 +220,21 @@ class RouteQueue:
     """A bounded, insertion-ordered queue of events keyed by URI.
 
     Push and pop are O(1) at any depth: a dict holds the live slot per URI and
-    a deque holds ``(seq, uri)`` in arrival order. :meth:`discard` deletes
-    lazily (stale deque entries are skipped by sequence number), so nothing
-    ever pops the front of a plain dict (quadratic, see FACTS.md).
+    a deque holds ``(stamp, uri)`` in arrival order. :meth:`discard` deletes
+    lazily (stale deque entries are skipped by stamp), so nothing ever pops
+    the front of a plain dict (quadratic, see FACTS.md).
     """
 
-    __slots__ = ("_order", "_slots", "cap")
+    __slots__ = ("_order", "_slots", "_stamp", "cap")
 
     def __init__(self, cap: int) -> None:
         if cap < 1:
             raise ValueError(f"queue_cap: {cap!r} is not valid: give a whole number >= 1")
         self.cap = cap
-        self._slots: dict[str, tuple[int, QueuedEvent]] = {}
+        self._slots: dict[str, tuple[int, int, QueuedEvent]] = {}
+        """uri -> (stamp, arrival order, event)."""
         self._order: deque[tuple[int, str]] = deque()
+        self._stamp = itertools.count()
 
     def __len__(self) -> int:
         return len(self._slots)
@@ -240,73 +242,85 @@ class RouteQueue:
     def __contains__(self, uri: object) -> bool:
         return uri in self._slots
 
-    def push(self, ev: QueuedEvent, overflow: Overflow, seq: int = 0) -> PushOutcome:
-        """Queue ``ev`` under ``overflow``; ``seq`` orders events across queues (router use)."""
+    def push(self, ev: QueuedEvent, overflow: Overflow, order: int | None = None) -> PushOutcome:
+        """Queue ``ev`` under ``overflow``.
+
+        ``order`` is an arrival number used to merge several queues in arrival
+        order (the router passes a global one); it defaults to a per-queue one.
+        """
         slots = self._slots
         old = slots.get(ev.uri)
         if old is not None:
             # Newest wins, but the URI keeps its place in line and its age.
-            slots[ev.uri] = (old[0], replace(ev, first_seen=old[1].first_seen))
+            slots[ev.uri] = (old[0], old[1], replace(ev, first_seen=old[2].first_seen))
             return PushOutcome.COALESCED
+        outcome = PushOutcome.ENQUEUED
         if len(slots) >= self.cap:
             if overflow == "drop_oldest":
                 self.pop()
+                outcome = PushOutcome.DROPPED_OLDEST
             elif overflow == "block":
                 return PushOutcome.BLOCKED
             else:  # drop_newest, and coalesce at cap (RFC 0010)
                 return PushOutcome.DROPPED_NEWEST
-            slots[ev.uri] = (seq, ev)
-            self._order.append((seq, ev.uri))
-            return PushOutcome.DROPPED_OLDEST
-        slots[ev.uri] = (seq, ev)
-        self._order.append((seq, ev.uri))
-        return PushOutcome.ENQUEUED
+        stamp = next(self._stamp)
+        slots[ev.uri] = (stamp, stamp if order is None else order, ev)
+        self._order.append((stamp, ev.uri))
+        return outcome
 
-    def _pop_slot(self) -> tuple[int, QueuedEvent] | None:
-        order, slots = self._order, self._slots
-        while order:
-            seq, uri = order.popleft()
-            slot = slots.get(uri)
-            if slot is not None and slot[0] == seq:
-                del slots[uri]
-                return slot
-        return None
+    def _live(self, stamp: int, uri: str) -> tuple[int, int, QueuedEvent] | None:
+        slot = self._slots.get(uri)
+        return slot if slot is not None and slot[0] == stamp else None
 
     def pop(self) -> QueuedEvent | None:
         """Remove and return the oldest queued event, or None if empty."""
-        slot = self._pop_slot()
-        return None if slot is None else slot[1]
+        order = self._order
+        while order:
+            stamp, uri = order.popleft()
+            slot = self._live(stamp, uri)
+            if slot is not None:
+                del self._slots[uri]
+                return slot[2]
+        return None
 
     def oldest(self) -> QueuedEvent | None:
         """The event :meth:`pop` would return, without removing it."""
-        order, slots = self._order, self._slots
+        order = self._order
         while order:
-            seq, uri = order[0]
-            slot = slots.get(uri)
-            if slot is not None and slot[0] == seq:
-                return slot[1]
+            slot = self._live(*order[0])
+            if slot is not None:
+                return slot[2]
             order.popleft()  # stale entry left by discard()
         return None
 
     def drain(self) -> list[QueuedEvent]:
         """Remove and return every queued event, oldest first."""
-        return [ev for _, ev in self.drain_with_seq()]
+        return [ev for _, ev in self.drain_with_order()]
 
-    def drain_with_seq(self) -> list[tuple[int, QueuedEvent]]:
-        """Like :meth:`drain`, with each event's arrival sequence number."""
-        out = [self._slots[uri] for seq, uri in self._order if self._slots.get(uri, (None,))[0] == seq]
+    def drain_with_order(self) -> list[tuple[int, QueuedEvent]]:
+        """Like :meth:`drain`, with each event's arrival number (see :meth:`push`)."""
+        out: list[tuple[int, QueuedEvent]] = []
+        for stamp, uri in self._order:
+            slot = self._live(stamp, uri)
+            if slot is not None:
+                out.append((slot[1], slot[2]))
         self._slots.clear()
         self._order.clear()
         return out
 
+    def get(self, uri: str) -> QueuedEvent | None:
+        """The queued event for ``uri``, if queued."""
+        slot = self._slots.get(uri)
+        return None if slot is None else slot[2]
+
     def discard(self, uri: str) -> QueuedEvent | None:
         """Remove ``uri`` wherever it is queued (O(1), lazy); return its event."""
         slot = self._slots.pop(uri, None)
-        return None if slot is None else slot[1]
+        return None if slot is None else slot[2]
 
     def peek_uris(self) -> list[str]:
         """Queued URIs, oldest first (for status pages and tests)."""
-        return [uri for seq, uri in self._order if self._slots.get(uri, (None,))[0] == seq]
+        return [uri for stamp, uri in self._order if self._live(stamp, uri) is not None]
 
 
 # --------------------------------------------------------------------------- routes
@@ -710,7 +724,7 @@ class Router:
                 if s in self._busy or not session_idle(s):
                     continue
                 items = per_session.setdefault(s, [])
-                items.extend((seq, route.id, ev) for seq, ev in route.queue.drain_with_seq())
+                items.extend((seq, route.id, ev) for seq, ev in route.queue.drain_with_order())
                 self._refill(route)
             if not len(route.queue) and not route.held:
                 route.ready = False
