@@ -11,6 +11,8 @@ decision 8, seed ADR 0005):
 * :mod:`agentd.watches.notices`  pure: default lines, per-object dedupe,
   trailing debounce, the notice text, ``NO_REPLY`` detection.
 * :mod:`agentd.watches.state`    the ``--watch-state`` file (atomic writes).
+* :mod:`agentd.watches.stage`    ``WatchStage``: all of the above for one watch
+  (imports the sandbox).
 
 This package's ``__init__`` imports nothing heavy on purpose: the pure parts
 load without trio or the sandbox.

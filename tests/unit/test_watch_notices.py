@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import orjson
 import pytest
 
 from agentd.watches.extract import EventLogExtractor, StateExtractor
@@ -36,14 +37,15 @@ def test_default_line_kubernetes_like_added_and_deleted():
 
 def test_default_line_modified_shows_old_and_new_from_changed():
     x = EventLogExtractor(1)
-    (ev,) = x.feed(
-        '{{"events": [{{"seq": 2, "type": "MODIFIED", "object": {}, "old": {}}}]}}'.format(
-            '{"metadata": {"name": "bid-1", "namespace": "market", "resourceVersion": "2"}, '
-            '"status": {"phase": "Published"}}',
-            '{"metadata": {"name": "bid-1", "namespace": "market", "resourceVersion": "1"}, '
-            '"status": {"phase": "Deciding"}}',
-        )
-    )
+    old = {
+        "metadata": {"name": "bid-1", "namespace": "market", "resourceVersion": "1"},
+        "status": {"phase": "Deciding"},
+    }
+    new = {
+        "metadata": {"name": "bid-1", "namespace": "market", "resourceVersion": "2"},
+        "status": {"phase": "Published"},
+    }
+    (ev,) = x.feed(orjson.dumps({"events": [{"seq": 2, "type": "MODIFIED", "object": new, "old": old}]}))
     assert default_line(ev) == "MODIFIED market/bid-1 (status.phase: Deciding→Published)"
 
 

@@ -1,0 +1,126 @@
+"""One watch's whole stage: read → events → filter → dedupe → debounce buffer.
+
+:class:`WatchStage` strings the building blocks together for the supervisor.
+It does no I/O of its own and arms no timers: the caller feeds it each read
+body with the current (trio) time, arms one timer at :meth:`WatchStage.deadline`
+and calls :meth:`WatchStage.flush` when it fires.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentd.watches.extract import Event, Extractor, MalformedReadError, Shape, extractor_from_baseline
+from agentd.watches.limits import WatchLimits
+from agentd.watches.notices import (
+    LineDeduper,
+    Notice,
+    NoticeBuffer,
+    default_line,
+    error_line,
+    object_key,
+    render_notice,
+)
+from agentd.watches.sandbox import FilterOutcome, WatchFilter
+
+
+@dataclass(slots=True)
+class ReadReport:
+    """What one read did, for telemetry (``watch.event`` per entry of ``events``).
+
+    Attributes:
+        events: The extracted events, in order.
+        outcomes: The filter outcome per event (empty without a filter).
+        kept: Lines added to the notice buffer after dedupe.
+        error: A read or filter problem turned into an ``ERROR`` line, if any.
+    """
+
+    events: list[Event] = field(default_factory=list)
+    outcomes: list[FilterOutcome] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
+    error: str | None = None
+
+
+class WatchStage:
+    """Extraction, the optional filter, dedupe and debounce for one watch.
+
+    Args:
+        name, uri: The watch.
+        shape: The resource's read shape (from the baseline read's mime type).
+        limits: Watch limits (events per update, debounce, lines per notice).
+        filter: The watch's :class:`WatchFilter`, or ``None`` for default lines.
+        baseline: A persisted baseline to resume from, or ``None``.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        uri: str,
+        *,
+        shape: Shape,
+        limits: WatchLimits | None = None,
+        filter: WatchFilter | None = None,
+        baseline: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.name = name
+        self.uri = uri
+        self.limits = limits or WatchLimits()
+        self.filter = filter
+        self.extractor: Extractor = extractor_from_baseline(
+            baseline, shape=shape, watch=name, uri=uri, events_per_update=self.limits.events_per_update
+        )
+        self.dedupe = LineDeduper()
+        self.buffer = NoticeBuffer(
+            quiet=self.limits.debounce_quiet_secs,
+            max_wait=self.limits.debounce_max_secs,
+            max_lines=self.limits.lines_per_notice,
+        )
+
+    def baseline(self) -> dict[str, Any] | None:
+        """The extractor's baseline, for ``--watch-state``."""
+        return self.extractor.baseline()
+
+    async def process_read(self, body: str | bytes, now: float) -> ReadReport:
+        """Extract the read's events, filter them, and buffer the surviving lines.
+
+        A malformed read or a failing filter becomes an ``ERROR`` line in the
+        notice (the watch keeps running); the report carries the message.
+        """
+        report = ReadReport()
+        try:
+            report.events = self.extractor.feed(body)
+        except MalformedReadError as exc:
+            report.error = str(exc)
+            self._add(None, [error_line(self.name, str(exc))], now, report)
+            return report
+        if self.filter is None:
+            for ev in report.events:
+                self._add(object_key(ev), [default_line(ev)], now, report)
+            return report
+        report.outcomes = await self.filter.run_batch(report.events)
+        for ev, outcome in zip(report.events, report.outcomes, strict=True):
+            if outcome.kind == "error":
+                message = outcome.error or "on_event failed"
+                report.error = message
+                self._add(None, [*outcome.lines, error_line(self.name, message)], now, report)
+            elif outcome.kind == "lines":
+                self._add(object_key(ev), list(outcome.lines), now, report)
+        return report
+
+    def _add(self, key: str | None, lines: list[str], now: float, report: ReadReport) -> None:
+        kept = self.dedupe.admit(key, lines)
+        self.buffer.add(kept, now)
+        report.kept.extend(kept)
+
+    def deadline(self) -> float | None:
+        """When the pending notice is due, or ``None``."""
+        return self.buffer.deadline()
+
+    def flush(self, now: float, *, force: bool = False) -> tuple[Notice, str] | None:
+        """The due notice and its rendered text, or ``None`` if nothing is due."""
+        notice = self.buffer.flush(now, force=force)
+        if notice is None:
+            return None
+        return notice, render_notice(self.name, self.uri, notice.lines)
