@@ -246,7 +246,7 @@ async def test_no_orphans_after_crash_or_shutdown(tmp_path: Path) -> None:
     up = Upstream(notes_spec("family", state, "--grandchild"), send, NullTelemetry(), backoff=(0.05,))
     async with trio.open_nursery() as nursery:
         await nursery.start(up.run)
-        first = int(Path(f"{state}.grandchild").read_text())
+        first = int(await trio.Path(f"{state}.grandchild").read_text())
         leader = up.server_pid
         assert leader is not None
         os.kill(leader, signal.SIGKILL)
@@ -254,7 +254,7 @@ async def test_no_orphans_after_crash_or_shutdown(tmp_path: Path) -> None:
         # The exit watcher killed the group when the leader died (python-sdk #850).
         assert await _gone(first)
         await events.next(ServerStateChanged, state=ServerState.CONNECTED)
-        second = int(Path(f"{state}.grandchild").read_text())
+        second = int(await trio.Path(f"{state}.grandchild").read_text())
         assert second != first
         nursery.cancel_scope.cancel()
     # Cancelled: the shielded teardown stopped the whole group.
