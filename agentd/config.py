@@ -111,6 +111,9 @@ _ENV_REF_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 #: Default cap on one resource read: large enough for any sane state
 #: document, small enough that a runaway resource cannot balloon memory.
 DEFAULT_MAX_READ_BYTES = 8 * 1024 * 1024
+#: Largest ``@FILE`` instruction or system prompt: far beyond any useful
+#: prompt, and it stops ``@/dev/zero`` from eating memory.
+MAX_TEXT_FILE_BYTES = 1024 * 1024
 #: Spawn routes run at most this many roots at once unless told otherwise
 #: (the router's backpressure knob).
 DEFAULT_MAX_INFLIGHT = 4
@@ -196,15 +199,31 @@ def _integer(value: object, *, minimum: int) -> int:
     return value
 
 
+def _expand_user(path: Path) -> Path:
+    """``~`` and ``~user`` expanded; a path naming an unknown user stays as written."""
+    try:
+        return path.expanduser()
+    except RuntimeError:
+        return path
+
+
 def _read_at_file(value: str, what: str) -> str:
     """``@FILE`` reads the file; ``@@text`` is the literal ``@text``; anything else is itself."""
     if value.startswith("@@"):
         return value[1:]
     if not value.startswith("@"):
         return value
-    path = Path(value[1:]).expanduser()
+    if "\x00" in value:
+        raise ValueError("a file path cannot contain a NUL character")
+    path = _expand_user(Path(value[1:]))
     try:
-        return path.read_text(encoding="utf-8")
+        with path.open("rb") as f:
+            data = f.read(MAX_TEXT_FILE_BYTES + 1)
+        if len(data) > MAX_TEXT_FILE_BYTES:
+            raise ValueError(
+                f"the {what} file {str(path)!r} is larger than {MAX_TEXT_FILE_BYTES} bytes; shorten it"
+            )
+        return data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
         raise ValueError(
@@ -256,7 +275,7 @@ def _model_error(spec: str, env: Mapping[str, str]) -> ConfigError | None:
     prefix, sep, rest = spec.partition(":")
     if not sep or prefix not in MODEL_PREFIXES or not rest.strip():
         return ConfigError("model", spec, f"write {MODEL_FORMS}")
-    if prefix == "script" and not Path(rest).expanduser().is_file():
+    if prefix == "script" and not _expand_user(Path(rest)).is_file():
         return ConfigError(
             "model", spec, f"the script file {rest!r} does not exist; give the path of a model script"
         )
@@ -714,7 +733,7 @@ class Settings(BaseSettings):
     def _watch_state(cls, v: Path | None) -> Path | None:
         if v is None:
             return v
-        v = v.expanduser()
+        v = _expand_user(v)
         # Checked now so a daemon does not fail hours later on its first
         # write; nothing is created here.
         if v.is_dir():
@@ -1236,6 +1255,8 @@ def _translate(
 
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
+        if "\x00" in str(path):
+            raise OSError(0, "a path cannot contain a NUL character")
         raw = path.read_bytes()
     except OSError as exc:
         raise ConfigError(
@@ -1332,6 +1353,8 @@ def _collect_servers(
     def from_json(path: Path, how: str) -> None:
         label = f"{path} ({how})"
         try:
+            if "\x00" in str(path):
+                raise OSError(0, "a path cannot contain a NUL character")
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
@@ -1349,7 +1372,7 @@ def _collect_servers(
     if env_mcp:
         for part in env_mcp.split(os.pathsep):
             if part:
-                from_json(Path(part).expanduser(), "AGENTD_MCP_CONFIG")
+                from_json(_expand_user(Path(part)), "AGENTD_MCP_CONFIG")
     env_servers = env.get("AGENTD_SERVERS")
     if env_servers:
         try:
@@ -1374,7 +1397,7 @@ def _collect_servers(
                 if spec is not None:
                     add(spec)
     for path in flags.get("mcp_config") or []:
-        from_json(Path(path).expanduser(), "--mcp-config")
+        from_json(_expand_user(Path(path)), "--mcp-config")
     for text in flags.get("mcp_stdio") or []:
         spec = attempt(_stdio_flag, text, env)
         if spec is not None:
@@ -1446,7 +1469,7 @@ def load_settings(
     file_mcp: list[Path] = []
     problems: list[ConfigError] = []
     if config_file is not None:
-        config_file = Path(config_file).expanduser()
+        config_file = _expand_user(Path(config_file))
         file_label = str(config_file)
         file_data = _read_toml(config_file)
         base = config_file.parent
