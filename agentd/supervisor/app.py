@@ -294,11 +294,18 @@ def _lists(up: Any, uri: str) -> bool:
 
 
 async def _start_health(settings: Any, reactor: Reactor, telemetry: Telemetry, nursery: trio.Nursery) -> None:
-    try:
-        from agentd import health
-    except ImportError:  # pragma: no cover - lands with the Kubernetes work
-        print("agentd: --health-addr/--metrics-addr need agentd.health", file=sys.stderr)
-        return
-    starter = getattr(health, "start_endpoints", None)
-    if starter is not None:
-        await starter(settings, reactor, telemetry, nursery)
+    """Serve /healthz and /readyz (and /metrics) without ever blocking the reactor."""
+    from agentd.health import reactor_probe, serve_health, serve_metrics
+
+    same = settings.metrics_addr is None or settings.metrics_addr == settings.health_addr
+    if settings.health_addr:
+        port = await nursery.start(
+            partial(
+                serve_health, settings.health_addr, probe=reactor_probe(reactor.send), ready=reactor.ready,
+                snapshot=reactor.metrics_snapshot if same and settings.metrics_addr else None,
+            )
+        )
+        telemetry.emit("health.listening", addr=settings.health_addr, port=port)
+    if settings.metrics_addr and not (same and settings.health_addr):
+        port = await nursery.start(partial(serve_metrics, settings.metrics_addr, snapshot=reactor.metrics_snapshot))
+        telemetry.emit("metrics.listening", addr=settings.metrics_addr, port=port)

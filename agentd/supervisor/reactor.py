@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import enum
 import signal as _signal
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -183,6 +184,11 @@ class Reactor:
         self.subscription_states: dict[tuple[str, str], str] = {}
         self.budget_reported = False
         self.exit_code: ExitCode | None = None
+        self.routed_by_route: Counter[str] = Counter()
+        self.coalesced_by_route: Counter[str] = Counter()
+        self.dropped_by_reason: Counter[str] = Counter()
+        self.server_restarts: Counter[str] = Counter()
+        self.agent_restarts = 0
 
     # -- views ------------------------------------------------------------------
 
@@ -217,6 +223,28 @@ class Reactor:
         if bad:
             return False, f"subscriptions not established: {', '.join(sorted(bad)[:5])}"
         return True, "ok"
+
+    def metrics_snapshot(self) -> Any:
+        """A frozen copy of the numbers ``/metrics`` exposes."""
+        from agentd.metrics import MetricsSnapshot
+
+        live = self.live_agents()
+        counters = self.telemetry.counters
+        return MetricsSnapshot(
+            routed=dict(self.routed_by_route),
+            unrouted=counters.get("unrouted", 0),
+            coalesced=dict(self.coalesced_by_route),
+            dropped=dict(self.dropped_by_reason),
+            server_restarts=dict(self.server_restarts),
+            agent_restarts=self.agent_restarts,
+            tokens_input=counters.get("input_tokens", 0),
+            tokens_output=counters.get("output_tokens", 0),
+            subagents_running=len(live),
+            warm_sessions=sum(1 for a in live if a.warm or a.subscriptions),
+            draining=self.phase is not Phase.RUNNING,
+            server_state=dict(self.server_states),
+            subscription_state={k: v for k, v in self.subscription_states.items() if v != "pending"},  # type: ignore[misc]
+        )
 
     # -- the loop ---------------------------------------------------------------
 
@@ -339,12 +367,15 @@ class Reactor:
             self.telemetry.incr("unrouted")
             return
         self.telemetry.incr("routed")
+        self.routed_by_route[result.route_id] += 1
         name = getattr(result.outcome, "name", "")
         if name == "COALESCED":
             self.telemetry.incr("coalesced")
+            self.coalesced_by_route[result.route_id] += 1
             self.telemetry.emit("route.coalesced", route=result.route_id, uri=ev.uri)
         elif name.startswith("DROPPED"):
             self.telemetry.incr("dropped_events")
+            self.dropped_by_reason[name.lower()] += 1
             self.telemetry.emit("route.dropped", route=result.route_id, uri=ev.uri, reason=name.lower())
         else:
             self.telemetry.emit("route.enqueued", route=result.route_id, uri=ev.uri)
@@ -507,6 +538,7 @@ class Reactor:
         elif isinstance(disposition, modes.Restart):
             if self.governor.record_restart(now):
                 self.telemetry.incr("restarts")
+                self.agent_restarts += 1
                 self.telemetry.emit("subagent.restart", agent=agent.id)
                 self.reenter_at = now
             else:
@@ -618,6 +650,8 @@ class Reactor:
 
     def _server_state(self, ev: ServerStateChanged) -> None:
         self.server_states[ev.server] = ev.state
+        if ev.state is ServerState.RESTARTING:
+            self.server_restarts[ev.server] += 1
         self.telemetry.emit(
             "server.state", server=ev.server, state=ev.state.value, attempt=ev.attempt, error=ev.error
         )
