@@ -23,6 +23,7 @@ zygote and every agent child die with it, so no orphan survives.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import selectors
@@ -50,13 +51,13 @@ def set_pdeathsig(sig: int = signal.SIGKILL) -> None:
 
 def prewarm() -> None:
     """Import everything a child needs, so forks inherit it for free."""
-    import mcp  # noqa: F401
+    import mcp
     import mcp.client.client  # noqa: F401
     import mcp_types  # noqa: F401
 
-    import agentd.agent.child  # noqa: F401
-    import agentd.agent.loop  # noqa: F401
-    import agentd.models  # noqa: F401
+    import agentd.agent.child
+    import agentd.agent.loop
+    import agentd.models
     import agentd.selfmcp.transport  # noqa: F401
 
     # The SDK does much of its work lazily (imports, pydantic validators built
@@ -134,10 +135,8 @@ def serve(ctl: socket.socket) -> None:
     while True:
         for key, _ in sel.select():
             if key.data == "chld":
-                try:
+                with contextlib.suppress(BlockingIOError):
                     os.read(rpipe, 4096)
-                except BlockingIOError:
-                    pass
                 _reap(ctl, agents)
                 continue
             try:

@@ -10,6 +10,7 @@ and the router.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -212,9 +213,7 @@ def _print_once(reactor: Reactor, code: ExitCode, json_out: bool, duration: floa
             },
             "duration_s": round(duration, 3),
         }).decode(), flush=True)
-    elif text and status is not None and code in (ExitCode.OK, ExitCode.BUDGET_PARTIAL, ExitCode.REFUSED):
-        print(text, flush=True)
-    elif text and status is not None and code == code_for_status(status, partial=True):
+    elif (text and status is not None and code in (ExitCode.OK, ExitCode.BUDGET_PARTIAL, ExitCode.REFUSED)) or (text and status is not None and code == code_for_status(status, partial=True)):
         print(text, flush=True)
 
 
@@ -243,10 +242,8 @@ async def _subscribe(upstream: Any, uri: str, telemetry: Telemetry) -> None:
 async def _unsubscribe(upstream: Any, uri: str) -> None:
     from agentd.errors import AgentdError
 
-    try:
+    with contextlib.suppress(AgentdError):
         await upstream.unsubscribe(uri)
-    except AgentdError:
-        pass
 
 
 async def _declare_subscriptions(settings: Any, reactor: Reactor, upstreams: dict[str, Any],

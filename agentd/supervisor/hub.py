@@ -10,6 +10,7 @@ answers through a one-slot reply channel.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -178,10 +179,8 @@ class SupervisorHub:
         answer = await self.ask_reactor(agent, "self_tool", {"op": "unsubscribe", "uri": uri},
                                         timeout=REACTOR_REPLY_TIMEOUT)
         if server is not None and answer.get("ok"):
-            try:
+            with contextlib.suppress(AgentdError):
                 await self.upstreams[server].unsubscribe(uri)
-            except AgentdError:
-                pass
         return text_result("unsubscribed" if answer.get("ok") else f"you were not subscribed to {uri!r}")
 
     # -- resources ------------------------------------------------------------------

@@ -18,6 +18,7 @@ subscribing) is handed to a task that reports back through the channel.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import signal as _signal
 from collections import Counter
@@ -42,7 +43,6 @@ from agentd.supervisor.events import (
     SubscriptionStateChanged,
 )
 from agentd.supervisor.governor import RestartGovernor
-from agentd.supervisor.tree import Tree
 from agentd.telemetry import Telemetry
 from agentd.triggers import mode as modes
 from agentd.triggers.router import ContinueDelivery, QueuedEvent, Router, SpawnDelivery
@@ -624,10 +624,8 @@ class Reactor:
     def _drop_self_route(self, agent: Agent, uri: str) -> None:
         session = agent.session or agent.id
         agent.subscriptions.discard(uri)
-        try:
+        with contextlib.suppress(KeyError):
             self.router.remove_route(f"self:{session}:{uri}")
-        except KeyError:
-            pass
 
     # -- signals and servers ------------------------------------------------------------
 

@@ -16,6 +16,7 @@ supervisor still leaves no child behind.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import os
 import signal
@@ -297,10 +298,8 @@ def _signal_group(pid: int, sig: int) -> None:
         return
     except (ProcessLookupError, PermissionError):
         pass
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 __all__ = ["ChildProc", "ChildState", "Tree"]
