@@ -1272,26 +1272,6 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError("--config", str(path), f"not valid TOML: {exc}") from None
 
 
-def _absolute(value: object, base: Path) -> object:
-    if isinstance(value, str) and value and not value.startswith("~"):
-        p = Path(value)
-        return str(p if p.is_absolute() else base / p)
-    return value
-
-
-def _rebase_file_paths(data: dict[str, Any], base: Path) -> None:
-    """Relative paths in the TOML file are relative to the file's directory."""
-    for key in ("instruction", "system"):
-        v = data.get(key)
-        if isinstance(v, str) and v.startswith("@") and not v.startswith("@@"):
-            data[key] = "@" + str(_absolute(v[1:], base))
-    if "watch_state" in data:
-        data["watch_state"] = _absolute(data["watch_state"], base)
-    model = data.get("model")
-    if isinstance(model, str) and model.startswith("script:"):
-        data["model"] = "script:" + str(_absolute(model[len("script:") :], base))
-
-
 def _as_path_list(value: object, where: str) -> list[Path]:
     if isinstance(value, str | Path):
         return [Path(value)]
@@ -1471,9 +1451,10 @@ def load_settings(
     if config_file is not None:
         config_file = _expand_user(Path(config_file))
         file_label = str(config_file)
+        # Relative paths in the file (model script:, @FILE, watch_state,
+        # mcp_config) resolve against the working directory, like flags do
+        # (rfcs/0032).
         file_data = _read_toml(config_file)
-        base = config_file.parent
-        _rebase_file_paths(file_data, base)
         if "subscribe" in file_data:
             if "subscriptions" in file_data:
                 problems.append(
@@ -1488,7 +1469,7 @@ def load_settings(
         if "mcp_config" in file_data:
             try:
                 file_mcp = [
-                    Path(str(_absolute(str(p), base)))
+                    _expand_user(p)
                     for p in _as_path_list(file_data.pop("mcp_config"), f"{file_label}: mcp_config")
                 ]
             except ConfigError as exc:

@@ -161,7 +161,7 @@ def test_each_layer_overrides_the_one_below(
 def test_model_precedence(tmp_path: Path) -> None:
     for name in ("file.json", "env.json", "flag.json"):
         (tmp_path / name).write_text(SCRIPT)
-    toml = 'model = "script:file.json"\ninstruction = "x"\n'  # relative to the file's directory
+    toml = f'model = "script:{tmp_path / "file.json"}"\ninstruction = "x"\n'
     env = {"AGENTD_MODEL": f"script:{tmp_path / 'env.json'}"}
     assert load(tmp_path, toml=toml, base=False).model == f"script:{tmp_path / 'file.json'}"
     assert load(tmp_path, toml=toml, env=env, base=False).model == f"script:{tmp_path / 'env.json'}"
@@ -218,8 +218,7 @@ def test_at_file_instruction_and_system(tmp_path: Path) -> None:
     s = load(tmp_path, instruction=f"@{tmp_path / 'task.md'}", system=f"@{tmp_path / 'sys.md'}")
     assert (s.instruction, s.system) == ("task from file", "system from file")
     assert load(tmp_path, instruction="@@literal").instruction == "@literal"
-    # In the TOML file, @FILE is relative to the file's directory.
-    s = load(tmp_path, toml='instruction = "@task.md"\n', instruction=None)
+    s = load(tmp_path, toml=f'instruction = "@{tmp_path / "task.md"}"\n', instruction=None)
     assert s.instruction == "task from file"
 
 

@@ -131,7 +131,7 @@ def test_mcp_json_errors(doc: str, message: str) -> None:
 def test_servers_from_every_source_are_unioned(tmp_path: Path) -> None:
     (tmp_path / "mcp.json").write_text(json.dumps(MCP_JSON))
     (tmp_path / "env.json").write_text('{"mcpServers": {"fromenv": {"command": "e"}}}')
-    toml = 'mcp_config = "mcp.json"\n[servers.local]\ncommand = "local-server"\nargs = ["-v"]\ncwd = "/tmp"\nrequired = true\n'
+    toml = f'mcp_config = "{tmp_path / "mcp.json"}"\n[servers.local]\ncommand = "local-server"\nargs = ["-v"]\ncwd = "/tmp"\nrequired = true\n'
     env = {
         "AGENTD_MCP_CONFIG": str(tmp_path / "env.json"),
         "AGENTD_SERVERS": '{"envtable": {"url": "http://127.0.0.1:1/mcp"}}',
