@@ -215,6 +215,13 @@ class PushOutcome(enum.Enum):
 
 # --------------------------------------------------------------------------- queue
 
+# Module-level aliases: enum attribute lookups are measurable on the push hot path.
+_ENQUEUED: Final = PushOutcome.ENQUEUED
+_COALESCED: Final = PushOutcome.COALESCED
+_DROPPED_OLDEST: Final = PushOutcome.DROPPED_OLDEST
+_DROPPED_NEWEST: Final = PushOutcome.DROPPED_NEWEST
+_BLOCKED: Final = PushOutcome.BLOCKED
+
 
 class RouteQueue:
     """A bounded, insertion-ordered queue of events keyed by URI.
@@ -234,7 +241,7 @@ class RouteQueue:
         self._slots: dict[str, tuple[int, int, QueuedEvent]] = {}
         """uri -> (stamp, arrival order, event)."""
         self._order: deque[tuple[int, str]] = deque()
-        self._stamp = itertools.count()
+        self._stamp = itertools.count(1)
 
     def __len__(self) -> int:
         return len(self._slots)
@@ -249,23 +256,24 @@ class RouteQueue:
         order (the router passes a global one); it defaults to a per-queue one.
         """
         slots = self._slots
-        old = slots.get(ev.uri)
+        uri = ev.uri
+        old = slots.get(uri)
         if old is not None:
             # Newest wins, but the URI keeps its place in line and its age.
-            slots[ev.uri] = (old[0], old[1], replace(ev, first_seen=old[2].first_seen))
-            return PushOutcome.COALESCED
-        outcome = PushOutcome.ENQUEUED
+            slots[uri] = (old[0], old[1], QueuedEvent(uri, ev.server, ev.etag, ev.kind, old[2].first_seen))
+            return _COALESCED
+        outcome = _ENQUEUED
         if len(slots) >= self.cap:
             if overflow == "drop_oldest":
                 self.pop()
-                outcome = PushOutcome.DROPPED_OLDEST
+                outcome = _DROPPED_OLDEST
             elif overflow == "block":
-                return PushOutcome.BLOCKED
+                return _BLOCKED
             else:  # drop_newest, and coalesce at cap (RFC 0010)
-                return PushOutcome.DROPPED_NEWEST
+                return _DROPPED_NEWEST
         stamp = next(self._stamp)
-        slots[ev.uri] = (stamp, stamp if order is None else order, ev)
-        self._order.append((stamp, ev.uri))
+        slots[uri] = (stamp, stamp if order is None else order, ev)
+        self._order.append((stamp, uri))
         return outcome
 
     def _live(self, stamp: int, uri: str) -> tuple[int, int, QueuedEvent] | None:
@@ -274,12 +282,12 @@ class RouteQueue:
 
     def pop(self) -> QueuedEvent | None:
         """Remove and return the oldest queued event, or None if empty."""
-        order = self._order
+        order, slots = self._order, self._slots
         while order:
             stamp, uri = order.popleft()
-            slot = self._live(stamp, uri)
-            if slot is not None:
-                del self._slots[uri]
+            slot = slots.get(uri)
+            if slot is not None and slot[0] == stamp:
+                del slots[uri]
                 return slot[2]
         return None
 
@@ -627,42 +635,45 @@ class Router:
     def _push(self, route: Route, ev: QueuedEvent, now: float) -> IngestResult:
         q = route.queue
         seq = next(self._seq)
+        overflow = route.spec.overflow
         dropped_uri: str | None = None
+        reason: DropReason | None = None
         if route.held and ev.uri not in q:
-            # Already blocked: keep arrival order behind what is held.
-            outcome = PushOutcome.BLOCKED
+            outcome = PushOutcome.BLOCKED  # already blocked: queue behind what is held
         else:
-            if route.spec.overflow == "drop_oldest" and len(q) >= q.cap and ev.uri not in q:
+            if overflow == "drop_oldest" and len(q) >= q.cap and ev.uri not in q:
                 oldest = q.oldest()
                 dropped_uri = oldest.uri if oldest else None
-            outcome = q.push(ev, route.spec.overflow, seq)
-        reason: DropReason | None = None
+            outcome = q.push(ev, overflow, seq)
         if outcome is PushOutcome.COALESCED:
             self._counters["coalesced"] += 1
+        elif outcome is PushOutcome.ENQUEUED:
+            pass
         elif outcome is PushOutcome.DROPPED_OLDEST:
             reason = "drop_oldest"
         elif outcome is PushOutcome.DROPPED_NEWEST:
-            reason = "coalesce_cap" if route.spec.overflow == "coalesce" else "drop_newest"
+            reason = "coalesce_cap" if overflow == "coalesce" else "drop_newest"
             dropped_uri = ev.uri
-        elif outcome is PushOutcome.BLOCKED:
+        else:  # BLOCKED
             self._counters["blocked"] += 1
             old = route.held.get(ev.uri)
             route.held[ev.uri] = (
-                (seq, ev) if old is None else (old[0], replace(ev, first_seen=old[1].first_seen))
+                (seq, ev)
+                if old is None
+                else (old[0], QueuedEvent(ev.uri, ev.server, ev.etag, ev.kind, old[1].first_seen))
             )
         if reason is not None:
             self._drop(reason, 1)
         if outcome is not PushOutcome.DROPPED_NEWEST and not route.ready:
-            self._arm(route, now)
+            # (Re)arm the trailing debounce, capped by max_wait from the burst's start.
+            if route.first_armed is None:
+                route.first_armed = now
+            deadline = now + route.spec.debounce
+            max_wait = route.spec.max_wait
+            if max_wait is not None and route.first_armed + max_wait < deadline:
+                deadline = route.first_armed + max_wait
+            route.deadline = deadline
         return IngestResult(route.id, outcome, dropped_uri, reason)
-
-    def _arm(self, route: Route, now: float) -> None:
-        if route.first_armed is None:
-            route.first_armed = now
-        deadline = now + route.spec.debounce
-        if route.spec.max_wait is not None:
-            deadline = min(deadline, route.first_armed + route.spec.max_wait)
-        route.deadline = deadline
 
     def _drop(self, reason: DropReason, n: int) -> None:
         self._counters["dropped_events"] += n
