@@ -308,3 +308,15 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert "unrecognized arguments: --no-such-flag" in capsys.readouterr().err
     assert cli.main(["--help"]) == 0
     assert "--mcp-stdio" in capsys.readouterr().out
+
+
+def test_examples_validate(monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(repo)  # relative paths in the example resolve against the working directory
+    s = load_settings({}, config_file=repo / "examples" / "agentd.toml", env={})
+    assert s.mode == "reactive"
+    assert sorted(s.servers) == ["docs", "inbox", "memo", "search"]  # "github" is disabled in mcp.json
+    assert [r.name for r in s.routes] == ["notes", "inbox", "tick"]
+    assert s.servers["docs"].headers == {"Authorization": "Bearer dev-token"}
+    assert s.watch_state is not None
+    assert not s.watch_state.exists() or s.watch_state.is_file()
