@@ -624,7 +624,11 @@ class Reactor:
     def _drop_self_route(self, agent: Agent, uri: str) -> None:
         session = agent.session or agent.id
         agent.subscriptions.discard(uri)
-        with contextlib.suppress(KeyError):
+        from agentd.errors import RouteError
+
+        # remove_route raises RouteError (not KeyError) for an unknown id: an
+        # unsubscribe of a URI the agent never subscribed must not crash the reactor.
+        with contextlib.suppress(RouteError):
             self.router.remove_route(f"self:{session}:{uri}")
 
     # -- signals and servers ------------------------------------------------------------
