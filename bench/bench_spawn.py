@@ -1,0 +1,258 @@
+"""Subagent spawn → ready, and private memory per idle warm child.
+
+Run: ``/work/venv/bin/python bench/bench_spawn.py [--quick]`` (about 30-40 s; ``--quick`` ~15 s).
+
+The :class:`agentd.supervisor.tree.Tree` runs in this process with a minimal
+hub (no upstream servers) and a loop standing in for the reactor that answers
+the children's ``usage`` and ``turn_end`` messages. The model is ``script:``.
+
+*Ready* is the arrival here of the child's first ``usage`` ChildMessage. The
+child sends it right after its first model call returns, so with the script
+model (which answers in microseconds) it is an **upper bound** on "the
+child's first model request was sent": it also includes the script model's
+answer and one self-MCP request from the child to the hub.
+
+Rows:
+
+* ``zygote fork``: agentd's fast path (fork of the pre-warmed zygote).
+* ``fresh interpreter``: ``use_zygote=False`` (``python -m agentd.agent.child FD``),
+  the naive way to start a child: the ``python -c "import trio, mcp"`` class.
+* floors measured in the same run: ``fork of a warm template`` (a process that
+  imported trio and mcp forks; the child writes one byte), ``python -S -c pass``
+  and ``python -c "import trio, mcp"`` (each with ``trio.run_process``).
+
+Memory: USS (``psutil memory_full_info().uss``, pages only this process holds)
+of warm children held in their ``turn_end`` wait (the state of an idle warm
+session), for both spawn paths, against an idle naive child
+(``python -c "import trio, mcp; input()"``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import trio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _util import (  # noqa: E402
+    ENV,
+    PY,
+    STEP_TIMEOUT,
+    MiB,
+    fmt,
+    machine_note,
+    p50,
+    pct,
+    table,
+    uss,
+    write_script,
+)
+
+from agentd.selfmcp.server import serve_child  # noqa: E402
+from agentd.supervisor.events import ChildExited, ChildMessage  # noqa: E402
+from agentd.supervisor.hub import SupervisorHub  # noqa: E402
+from agentd.supervisor.tree import Tree  # noqa: E402
+from agentd.telemetry import NullTelemetry  # noqa: E402
+
+#: Spawns discarded before timing each path (first forks touch cold pages).
+WARMUP = 3
+
+TEMPLATE = r"""
+import os, sys
+import trio, mcp  # the template is warm: children inherit these for free
+os.write(1, b"w")
+while os.read(0, 1):
+    pid = os.fork()
+    if pid == 0:
+        os.write(1, b"r")
+        os._exit(0)
+    os.waitpid(pid, 0)
+"""
+
+
+async def _answer(recv: trio.MemoryReceiveChannel[Any], agent: str, *, hold: bool) -> tuple[float, Any]:
+    """Follow one child: returns (time its first usage arrived, held turn_end reply or None)."""
+    first: float | None = None
+    while True:
+        with trio.fail_after(STEP_TIMEOUT):
+            ev = await recv.receive()
+        if isinstance(ev, ChildMessage):
+            reply = ev.payload["reply"]
+            if ev.kind == "usage":
+                if first is None:
+                    first = time.perf_counter()
+                reply.send_nowait({"continue": True, "reason": None})
+            elif ev.kind == "turn_end":
+                assert first is not None
+                if hold:
+                    return first, reply
+                reply.send_nowait({"action": "exit"})
+        elif isinstance(ev, ChildExited):
+            if ev.agent == agent:
+                assert first is not None, f"child {agent} exited before its first model call: {ev}"
+                return first, None
+
+
+async def tree_path(use_zygote: bool, n: int, hold: int, model: str) -> tuple[list[float], list[int], float]:
+    """Spawn ``n`` children one after another (timed), then ``hold`` idle warm ones (USS).
+
+    Returns (ready latencies in ms, USS of held children in bytes, tree start-up in s).
+    """
+    send, recv = trio.open_memory_channel[Any](1000)
+    hub = SupervisorHub(events=send, upstreams={}, telemetry=NullTelemetry())
+    tree = Tree(
+        events=send, serve_child=partial(serve_child, hub), telemetry=NullTelemetry(), use_zygote=use_zygote
+    )
+    payload = {"model": model, "system": None, "instruction": "hi", "tools": hub.tool_specs()}
+    ready: list[float] = []
+    held_uss: list[int] = []
+    async with trio.open_nursery() as nursery:
+        t0 = time.perf_counter()
+        await nursery.start(tree.run)
+        startup = time.perf_counter() - t0
+        for i in range(WARMUP + n):
+            agent = f"s{i}"
+            t0 = time.perf_counter()
+            tree.spawn(agent, {**payload, "agent": agent})
+            first, _ = await _answer(recv, agent, hold=False)
+            if i >= WARMUP:
+                ready.append((first - t0) * 1000)
+        replies = []
+        for i in range(hold):
+            agent = f"h{i}"
+            tree.spawn(agent, {**payload, "agent": agent})
+            _, reply = await _answer(recv, agent, hold=True)
+            replies.append(reply)
+        for i in range(hold):
+            pid = tree.children[f"h{i}"].pid
+            assert pid is not None
+            held_uss.append(uss(pid))
+        for reply in replies:
+            reply.send_nowait({"action": "exit"})
+        with trio.fail_after(STEP_TIMEOUT):
+            while tree.live_count():
+                await recv.receive()
+        nursery.cancel_scope.cancel()
+    return ready, held_uss, startup
+
+
+async def fork_floor(n: int) -> list[float]:
+    """A warm template (trio and mcp imported) forks; the child writes one byte: request → byte, ms."""
+    proc = await trio.lowlevel.open_process(
+        [PY, "-c", TEMPLATE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=ENV
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    out: list[float] = []
+    try:
+        with trio.fail_after(STEP_TIMEOUT):
+            assert await proc.stdout.receive_some(1) == b"w"
+        for i in range(WARMUP + n):
+            t0 = time.perf_counter()
+            await proc.stdin.send_all(b"f")
+            with trio.fail_after(STEP_TIMEOUT):
+                assert await proc.stdout.receive_some(1) == b"r"
+            if i >= WARMUP:
+                out.append((time.perf_counter() - t0) * 1000)
+    finally:
+        await proc.stdin.aclose()
+        with trio.fail_after(STEP_TIMEOUT):
+            await proc.wait()
+    return out
+
+
+async def exec_floor(argv: list[str], n: int) -> list[float]:
+    out: list[float] = []
+    for i in range(1 + n):
+        t0 = time.perf_counter()
+        await trio.run_process(argv, env=ENV)
+        if i >= 1:
+            out.append((time.perf_counter() - t0) * 1000)
+    return out
+
+
+async def naive_idle_uss(n: int) -> list[int]:
+    """USS of ``python -c "import trio, mcp; input()"`` once it has imported and waits on stdin."""
+    out: list[int] = []
+    for _ in range(n):
+        proc = await trio.lowlevel.open_process(
+            [PY, "-c", "import trio, mcp, sys; sys.stdout.write('ready\\n'); sys.stdout.flush(); input()"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=ENV,
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        with trio.fail_after(STEP_TIMEOUT):
+            assert (await proc.stdout.receive_some(64)).startswith(b"ready")
+        out.append(uss(proc.pid))
+        await proc.stdin.send_all(b"\n")
+        await proc.stdin.aclose()
+        with trio.fail_after(STEP_TIMEOUT):
+            await proc.wait()
+    return out
+
+
+async def main(quick: bool) -> None:
+    n_fast, n_slow, n_floor = (15, 4, 4) if quick else (40, 8, 8)
+    hold = 4 if quick else 8
+    print(f"bench_spawn: {machine_note()}; zygote n={n_fast}, fresh n={n_slow}")
+    with tempfile.TemporaryDirectory(prefix="agentd-bench-") as tmp:
+        model = write_script(Path(tmp) / "script.json", [{"text": "done"}])
+        z_ready, z_uss, z_start = await tree_path(True, n_fast, hold, model)
+        f_ready, f_uss, _ = await tree_path(False, n_slow, max(2, hold // 4), model)
+    fork = await fork_floor(n_fast)
+    bare = await exec_floor([PY, "-S", "-c", "pass"], n_fast)
+    naive = await exec_floor([PY, "-c", "import trio, mcp"], n_floor)
+    naive_uss = await naive_idle_uss(3)
+
+    def row(name: str, xs: list[float], ref: float) -> list[object]:
+        return [name, len(xs), fmt(p50(xs)), fmt(pct(xs, 0.95)), fmt(p50(xs) / ref, 2)]
+
+    zp50 = p50(z_ready)
+    table(
+        "spawn -> first usage message (upper bound on 'first model request sent'); ms; ratio = p50 / zygote p50",
+        ["path", "n", "p50 ms", "p95 ms", "x zygote"],
+        [
+            row("agentd: zygote fork", z_ready, zp50),
+            row("agentd: fresh interpreter (use_zygote=False)", f_ready, zp50),
+            row("floor: fork of a warm template (trio+mcp imported)", fork, zp50),
+            row("floor: python -S -c pass", bare, zp50),
+            row('floor: python -c "import trio, mcp"', naive, zp50),
+        ],
+    )
+    print(
+        f"zygote start-up (imports + rehearsal): {z_start * 1000:.0f} ms; "
+        f"goal p50 <= 10 ms: {'met' if zp50 <= 10 else 'NOT met'} ({zp50:.2f} ms); "
+        f"speed-up vs fresh agent child {p50(f_ready) / zp50:.0f}x, "
+        f"vs bare 'import trio, mcp' {p50(naive) / zp50:.0f}x (goal >= 40x); "
+        f"zygote overhead over the fork floor {zp50 - p50(fork):.2f} ms"
+    )
+
+    def mrow(name: str, xs: list[int]) -> list[object]:
+        m = [x / MiB for x in xs]
+        return [name, len(m), fmt(p50(m)), fmt(max(m)), fmt(p50(m) / (p50(naive_uss) / MiB), 3)]
+
+    table(
+        "private memory (USS) per idle process; MiB; ratio = p50 / naive idle child",
+        ["process", "n", "p50 MiB", "max MiB", "x naive"],
+        [
+            mrow("agentd child, zygote fork, held in turn_end", z_uss),
+            mrow("agentd child, fresh interpreter, held in turn_end", f_uss),
+            mrow('naive idle child: python -c "import trio, mcp; input()"', naive_uss),
+        ],
+    )
+    um = p50(z_uss) / MiB
+    print(f"goal <= 8 MiB per idle warm child: {'met' if um <= 8 else 'NOT met'} ({um:.2f} MiB)")
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions (~15 s)")
+    trio.run(main, ap.parse_args().quick)
