@@ -5,7 +5,7 @@ reactor passes ``now`` (monotonic seconds) into every call that depends on
 time and turns the returned decisions (:class:`SpawnDelivery`,
 :class:`ContinueDelivery`) into process spawns and session turns.
 
-The flow for one change (RFC 0008 §3.7, RFC 0010):
+The flow for one change (RFC 0008 §3.7, RFCs 0010 and 0011):
 
 1. :meth:`Router.ingest` finds the single owning route (:meth:`Router.first_match`:
    exact beats glob, then the longest literal prefix, then declaration order;
@@ -21,7 +21,7 @@ Overflow policies (``RouteSpec.overflow``) apply when a *new* URI arrives at a
 full queue (a URI already queued always coalesces in place):
 
 * ``coalesce`` (default): the new URI is dropped and counted with reason
-  ``coalesce_cap`` (RFC 0010 explains why not evict the oldest);
+  ``coalesce_cap`` (RFC 0011 explains why not evict the oldest);
 * ``drop_oldest``: the oldest queued URI is dropped, the new one is queued;
 * ``drop_newest``: the new URI is dropped;
 * ``block``: the new URI is held aside (coalesced, never lost) and the route is
@@ -269,7 +269,7 @@ class RouteQueue:
                 outcome = _DROPPED_OLDEST
             elif overflow == "block":
                 return _BLOCKED
-            else:  # drop_newest, and coalesce at cap (RFC 0010)
+            else:  # drop_newest, and coalesce at cap (RFC 0011)
                 return _DROPPED_NEWEST
         stamp = next(self._stamp)
         slots[uri] = (stamp, stamp if order is None else order, ev)

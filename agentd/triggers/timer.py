@@ -9,7 +9,7 @@ calls :meth:`fire` and hands a clock event to the router's timer route
 Cron is evaluated against wall time (UTC) but scheduled in monotonic time:
 after each fire the next wall fire is recomputed from the *current* wall time
 and converted to a monotonic deadline. A wall-clock jump therefore moves at
-most the next fire; it never causes a burst of catch-up fires (RFC 0011).
+most the next fire; it never causes a burst of catch-up fires (RFC 0013).
 """
 
 from __future__ import annotations
