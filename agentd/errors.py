@@ -11,9 +11,12 @@
     ├── RequiredServerFailed         a required MCP server failed (6)
     ├── UpstreamError                an MCP server call failed (not fatal by itself)
     │   ├── ServerUnavailable        the server is not connected right now
-    │   └── CapabilityMissing        the server lacks what the call needs
+    │   ├── CapabilityMissing        the server lacks what the call needs
+    │   └── MalformedReadError       a watched resource's read broke the read contract
     ├── RouteError                   a routing rule was violated (e.g. URI already owned)
     ├── SandboxError                 a watch filter was refused or failed
+    │   └── FilterRejected           ``on_event`` refused at ``watch_start`` (line, column)
+    ├── WatchStateError              the ``--watch-state`` file cannot be read or written
     └── LifecycleError               an illegal state transition (a bug: names both states)
 
 Errors that end the process carry their exit code; everything else is
@@ -85,6 +88,35 @@ class RouteError(AgentdError):
 
 class SandboxError(AgentdError):
     """A watch filter was refused at validation or failed at run time."""
+
+
+class MalformedReadError(UpstreamError):
+    """A resource read broke the watch read contract (not JSON, no ``events`` list, ...).
+
+    The message names the URI when known, what was wrong, and what the server
+    must send instead. The extractor's baseline is unchanged.
+    """
+
+
+class FilterRejected(SandboxError):
+    """``on_event`` was refused at ``watch_start`` (wrong type, syntax, unknown name...).
+
+    Attributes:
+        line, column: 1-based position in the source when known, else ``None``.
+    """
+
+    def __init__(self, message: str, *, line: int | None = None, column: int | None = None) -> None:
+        self.line = line
+        self.column = column
+        super().__init__(message)
+
+
+class WatchStateError(AgentdError):
+    """The ``--watch-state`` file cannot be read or written.
+
+    Not fatal: the supervisor reports it and keeps watches in memory only.
+    The message names the path, the OS error and the fix.
+    """
 
 
 class LifecycleError(AgentdError):

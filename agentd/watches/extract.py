@@ -49,7 +49,7 @@ from typing import Any, Final, Literal, TypeAlias
 
 import orjson
 
-from agentd.errors import UpstreamError
+from agentd.errors import MalformedReadError
 
 Shape: TypeAlias = Literal["event-log", "state"]
 """How a watched resource's reads are interpreted."""
@@ -96,14 +96,6 @@ DEFAULT_EVENTS_PER_UPDATE: Final = 100
 _QUOTE_CHARS: Final = 80
 
 _MISSING: Final = object()
-
-
-class MalformedReadError(UpstreamError):
-    """A resource read broke the watch read contract (not JSON, no ``events`` list, ...).
-
-    The message names the URI when known, what was wrong, and what the server
-    must send instead. The extractor's baseline is unchanged.
-    """
 
 
 # --------------------------------------------------------------------- shapes

@@ -57,7 +57,7 @@ from pydantic_monty import (
     ResourceLimits,
 )
 
-from agentd.errors import SandboxError
+from agentd.errors import FilterRejected, SandboxError
 from agentd.watches.extract import Event, Shape, compact_json
 from agentd.watches.limits import WatchLimits
 
@@ -138,19 +138,6 @@ class FilterOutcome:
     tool_calls: int = 0
     session_reset: bool = False
     seconds: float = 0.0
-
-
-class FilterRejected(SandboxError):
-    """``on_event`` was refused at ``watch_start`` (wrong type, syntax, unknown name...).
-
-    Attributes:
-        line, column: 1-based position in the source when known, else ``None``.
-    """
-
-    def __init__(self, message: str, *, line: int | None = None, column: int | None = None) -> None:
-        self.line = line
-        self.column = column
-        super().__init__(message)
 
 
 # ----------------------------------------------------------------- the pool

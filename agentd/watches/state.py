@@ -39,21 +39,13 @@ from typing import Any, Final, Literal, TypeAlias
 
 import orjson
 
-from agentd.errors import AgentdError
+from agentd.errors import WatchStateError
 
 #: The file format written (and the newest one read).
 STATE_FORMAT_VERSION: Final = 1
 
 WriteStep: TypeAlias = Literal["temp-written", "temp-synced", "renamed", "dir-synced"]
 """Points in :func:`save` a test hook can observe (e.g. to simulate a crash)."""
-
-
-class WatchStateError(AgentdError):
-    """The ``--watch-state`` file cannot be read or written.
-
-    Not fatal: the supervisor reports it and keeps watches in memory only.
-    The message names the path, the OS error and the fix.
-    """
 
 
 @dataclass(frozen=True, slots=True)
