@@ -626,7 +626,7 @@ class Settings(BaseSettings):
     cron: str | None = None
     """Five-field UTC cron expression for schedule/reactive timer fires."""
     session: SessionKind = "fresh"
-    """Default: warm for ``--mode loop --interval 0``, fresh otherwise."""
+    """Default: warm for ``--mode loop`` with interval 0 or unset, fresh otherwise."""
     max_steps: int | None = None
     """Tree-wide model-call ceiling (None: unlimited)."""
     max_tokens: int | None = None
@@ -792,7 +792,8 @@ class Settings(BaseSettings):
                 interval = None  # reported by the field validator
             # Loop with --interval 0 is "work until done": one warm session
             # keeps its context between shifts. Every other cadence starts fresh.
-            data["session"] = "warm" if data.get("mode") == "loop" and interval == 0 else "fresh"
+            # An unset loop interval means 0 (the loop driver's default).
+            data["session"] = "warm" if data.get("mode") == "loop" and not interval else "fresh"
         return data
 
     # -- cross-field rules --------------------------------------------------

@@ -207,7 +207,7 @@ def test_agentd_config_env_names_the_file(tmp_path: Path) -> None:
 def test_session_defaults(tmp_path: Path) -> None:
     assert load(tmp_path, mode="loop", interval="0").session == "warm"
     assert load(tmp_path, mode="loop", interval="30s").session == "fresh"
-    assert load(tmp_path, mode="loop").session == "fresh"
+    assert load(tmp_path, mode="loop").session == "warm"  # unset interval = 0 for the loop driver
     assert load(tmp_path, mode="schedule", interval="1m").session == "fresh"
     assert load(tmp_path, mode="loop", interval="0", session="fresh").session == "fresh"
 
