@@ -11,9 +11,9 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-ChangeKind = Literal["updated", "synthetic", "list_changed", "timer"]
-"""Why a URI is being delivered: a pushed update, a synthetic "possibly
-changed" after a (re)subscribe, a catalog change, or a clock fire."""
+from agentd.triggers.router import ChangeKind
+
+
 
 
 class ServerState(enum.Enum):
