@@ -664,7 +664,7 @@ class Settings(BaseSettings):
         """Flags (init kwargs) > environment > TOML file; defaults come last."""
         ctx = _CONTEXT.get()
         if ctx is None:
-            return (init_settings, env_settings)
+            return (init_settings, _MappingEnvSource(settings_cls, os.environ))
         return (
             _Recording(init_settings, "flag", ctx.origins),
             _Recording(_MappingEnvSource(settings_cls, ctx.env), "env", ctx.origins),

@@ -175,3 +175,9 @@ def test_check_prints_redacted_effective_config(site: Path) -> None:
     assert config["routes"][0]["timer"] is True
     assert not (site / "marker").exists()
     assert not (site / "watches.json").exists()
+
+
+def test_serve_dispatches_to_the_bundled_servers(tmp_path: Path) -> None:
+    result = agentd(["serve", "no-such-server"], cwd=tmp_path)
+    assert result.returncode == 2
+    assert "unknown server 'no-such-server'" in result.stderr
