@@ -32,7 +32,7 @@ import os
 import re
 import shlex
 import tomllib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -1036,7 +1036,9 @@ def _server_spec(name: str, table: object, *, where: str, source: str) -> Server
     try:
         return ServerSpec.model_validate({**table, "name": name, "source": source})
     except ValidationError as exc:
-        raise _translate(exc, lambda loc: where if loc == ("name",) else _join(where, loc)) from None
+        raise _translate(
+            exc, lambda loc: where if loc == ("name",) else _join(where, loc), ServerSpec
+        ) from None
 
 
 #: Keys of the ``mcpServers`` JSON that agentd understands; other keys
@@ -1216,7 +1218,9 @@ def _known_keys(model: type[BaseModel], loc: Sequence[str | int]) -> list[str]:
         current = _model_in(info.annotation)
     if current is None or not hasattr(current, "model_fields"):
         return []
-    return [n for n in current.model_fields if n not in ("name", "source") or current is not ServerSpec]
+    # A server's name and source come from where it is declared, never from its table.
+    hidden = {"name", "source"} if current is ServerSpec else set()
+    return [n for n in current.model_fields if n not in hidden]
 
 
 def _model_in(annotation: Any) -> Any:
@@ -1230,12 +1234,9 @@ def _model_in(annotation: Any) -> Any:
 
 
 def _translate(
-    exc: ValidationError,
-    spell: Any,
-    model: type[BaseModel] | None = None,
+    exc: ValidationError, spell: Callable[[tuple[str | int, ...]], str], model: type[BaseModel]
 ) -> ConfigError:
-    """pydantic's ValidationError -> ConfigError(s), spelled by ``spell(loc) -> str``."""
-    model = model or ServerSpec
+    """pydantic's ValidationError -> ConfigError(s), spelled by ``spell(loc)``; ``model`` was being validated."""
     problems: list[ConfigError] = []
     for err in exc.errors(include_url=False):
         loc = tuple(err["loc"])
