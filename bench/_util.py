@@ -216,6 +216,12 @@ class Agentd:
                     raise RuntimeError(f"agentd ended before {name!r}:\n" + "\n".join(self.raw[-20:]))
                 await self._changed.wait()
 
+    async def wait_eof(self, timeout: float = STEP_TIMEOUT) -> None:
+        """Wait until every telemetry line has been read (stderr closed)."""
+        with trio.fail_after(timeout):
+            while not self._eof:
+                await self._changed.wait()
+
     def stop(self) -> None:
         if self.proc.returncode is None:
             self.proc.send_signal(signal.SIGTERM)

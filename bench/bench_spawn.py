@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import subprocess
-import sys
 import tempfile
 import time
 from functools import partial
@@ -39,10 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _util import (  # noqa: E402
+from _util import (
     ENV,
     PY,
     STEP_TIMEOUT,
@@ -56,11 +52,11 @@ from _util import (  # noqa: E402
     write_script,
 )
 
-from agentd.selfmcp.server import serve_child  # noqa: E402
-from agentd.supervisor.events import ChildExited, ChildMessage  # noqa: E402
-from agentd.supervisor.hub import SupervisorHub  # noqa: E402
-from agentd.supervisor.tree import Tree  # noqa: E402
-from agentd.telemetry import NullTelemetry  # noqa: E402
+from agentd.selfmcp.server import serve_child
+from agentd.supervisor.events import ChildExited, ChildMessage
+from agentd.supervisor.hub import SupervisorHub
+from agentd.supervisor.tree import Tree
+from agentd.telemetry import NullTelemetry
 
 #: Spawns discarded before timing each path (first forks touch cold pages).
 WARMUP = 3
@@ -95,10 +91,9 @@ async def _answer(recv: trio.MemoryReceiveChannel[Any], agent: str, *, hold: boo
                 if hold:
                     return first, reply
                 reply.send_nowait({"action": "exit"})
-        elif isinstance(ev, ChildExited):
-            if ev.agent == agent:
-                assert first is not None, f"child {agent} exited before its first model call: {ev}"
-                return first, None
+        elif isinstance(ev, ChildExited) and ev.agent == agent:
+            assert first is not None, f"child {agent} exited before its first model call: {ev}"
+            return first, None
 
 
 async def tree_path(use_zygote: bool, n: int, hold: int, model: str) -> tuple[list[float], list[int], float]:
@@ -144,21 +139,27 @@ async def tree_path(use_zygote: bool, n: int, hold: int, model: str) -> tuple[li
     return ready, held_uss, startup
 
 
+def _expect(got: bytes, want: bytes) -> None:
+    if got != want:
+        raise RuntimeError(f"floor process said {got!r}, expected {want!r}")
+
+
 async def fork_floor(n: int) -> list[float]:
     """A warm template (trio and mcp imported) forks; the child writes one byte: request → byte, ms."""
     proc = await trio.lowlevel.open_process(
         [PY, "-c", TEMPLATE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=ENV
     )
-    assert proc.stdin is not None and proc.stdout is not None
+    assert proc.stdin is not None
+    assert proc.stdout is not None
     out: list[float] = []
     try:
         with trio.fail_after(STEP_TIMEOUT):
-            assert await proc.stdout.receive_some(1) == b"w"
+            _expect(await proc.stdout.receive_some(1), b"w")
         for i in range(WARMUP + n):
             t0 = time.perf_counter()
             await proc.stdin.send_all(b"f")
             with trio.fail_after(STEP_TIMEOUT):
-                assert await proc.stdout.receive_some(1) == b"r"
+                _expect(await proc.stdout.receive_some(1), b"r")
             if i >= WARMUP:
                 out.append((time.perf_counter() - t0) * 1000)
     finally:
@@ -188,9 +189,10 @@ async def naive_idle_uss(n: int) -> list[int]:
             stdout=subprocess.PIPE,
             env=ENV,
         )
-        assert proc.stdin is not None and proc.stdout is not None
+        assert proc.stdin is not None
+        assert proc.stdout is not None
         with trio.fail_after(STEP_TIMEOUT):
-            assert (await proc.stdout.receive_some(64)).startswith(b"ready")
+            _expect((await proc.stdout.receive_some(64))[:5], b"ready")
         out.append(uss(proc.pid))
         await proc.stdin.send_all(b"\n")
         await proc.stdin.aclose()
