@@ -16,6 +16,7 @@
     ├── RouteError                   a routing rule was violated (e.g. URI already owned)
     ├── SandboxError                 a watch filter was refused or failed
     │   └── FilterRejected           ``on_event`` refused at ``watch_start`` (line, column)
+    ├── WatchError                   a watch cannot start or stop (limit, name taken, bad URI)
     ├── WatchStateError              the ``--watch-state`` file cannot be read or written
     └── LifecycleError               an illegal state transition (a bug: names both states)
 
@@ -108,6 +109,21 @@ class FilterRejected(SandboxError):
     def __init__(self, message: str, *, line: int | None = None, column: int | None = None) -> None:
         self.line = line
         self.column = column
+        super().__init__(message)
+
+
+class WatchError(AgentdError):
+    """A watch cannot be started or stopped: over the limit, name taken, unknown URI...
+
+    Reported to the calling agent as a tool error; the message says what to do.
+
+    Attributes:
+        transient: The same call may succeed later (the server is down, a read
+            failed); ``False`` when the arguments themselves are refused.
+    """
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        self.transient = transient
         super().__init__(message)
 
 

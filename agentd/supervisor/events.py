@@ -104,6 +104,29 @@ class HealthProbe:
     reply: Any  # a trio.Event; typed loosely so this module never imports trio
 
 
+WatchNoticeKind = Literal["notice", "restore"]
+"""A watch's debounced notice, or the one restore notice per session after a restart."""
+
+
+@dataclass(frozen=True, slots=True)
+class WatchNotice:
+    """A watch has a notice for the session that owns it (one agent turn).
+
+    Attributes:
+        session: The owning session (the reactor starts it warm if it is gone).
+        watch: The watch's name (empty for a restore notice, which lists several).
+        uri: The watched URI (empty for a restore notice).
+        text: The message the agent receives (a ``<watch-event>`` block and the instruction).
+        kind: ``notice`` or ``restore``.
+    """
+
+    session: str
+    watch: str
+    uri: str
+    text: str
+    kind: WatchNoticeKind = "notice"
+
+
 ReactorEvent = (
     ResourceChanged
     | CatalogChanged
@@ -113,4 +136,5 @@ ReactorEvent = (
     | ChildMessage
     | ChildExited
     | HealthProbe
+    | WatchNotice
 )

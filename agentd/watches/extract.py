@@ -49,7 +49,7 @@ from typing import Any, Final, Literal, TypeAlias
 
 import orjson
 
-from agentd.errors import MalformedReadError
+from agentd.errors import MalformedReadError as MalformedReadError  # re-exported
 
 Shape: TypeAlias = Literal["event-log", "state"]
 """How a watched resource's reads are interpreted."""

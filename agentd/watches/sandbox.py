@@ -57,7 +57,8 @@ from pydantic_monty import (
     ResourceLimits,
 )
 
-from agentd.errors import FilterRejected, SandboxError
+from agentd.errors import FilterRejected as FilterRejected  # re-exported
+from agentd.errors import SandboxError
 from agentd.watches.extract import Event, Shape, compact_json
 from agentd.watches.limits import WatchLimits
 

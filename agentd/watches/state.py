@@ -39,7 +39,7 @@ from typing import Any, Final, Literal, TypeAlias
 
 import orjson
 
-from agentd.errors import WatchStateError
+from agentd.errors import WatchStateError as WatchStateError  # re-exported
 
 #: The file format written (and the newest one read).
 STATE_FORMAT_VERSION: Final = 1
