@@ -484,6 +484,9 @@ class Reactor:
         if spent is not None and not self.budget_reported:
             self.budget_reported = True
             self.telemetry.emit("budget.exhausted", kind=spent, budget=self.budget.snapshot())
+            # Nothing new will start, so idle warm sessions must exit too, or
+            # the budget exit predicate (nothing running) never fires.
+            self._release_idle()
         reason: str | None = spent
         if reason is None and self.budget.deadline_reached(now):
             reason = "deadline"
@@ -644,6 +647,10 @@ class Reactor:
         self.drain_deadline = now + self.grace
         self.reenter_at = None
         self.telemetry.emit("drain.start", signal=name, grace_s=self.grace, agents=len(self.live_agents()))
+        self._release_idle()
+
+    def _release_idle(self) -> None:
+        """Tell every idle agent (its turn-end held) to exit."""
         for agent in self.live_agents():
             if agent.phase is AgentPhase.IDLE and agent.held is not None:
                 held, agent.held = agent.held, None
