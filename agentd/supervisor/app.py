@@ -57,9 +57,11 @@ def reconnect_backoff(env: Any = os.environ) -> tuple[float, ...] | None:
 def run(settings: Any) -> int:
     """Run agentd with validated settings; returns the process exit code."""
     from agentd.errors import ConfigError
+    from agentd.watches.manager import watch_limits
 
     try:
         backoff = reconnect_backoff()
+        _WATCH_LIMITS["limits"] = watch_limits(settings.watches)
     except ConfigError as exc:
         print(f"agentd: {exc}", file=sys.stderr)
         return int(ExitCode.CONFIG)
@@ -169,6 +171,7 @@ async def _main(settings: Any, telemetry: Telemetry) -> int:
             )
         hub = SupervisorHub(events=reactor.send, upstreams=upstreams, telemetry=telemetry)
         hub_holder["hub"] = hub
+        watches = _watch_manager(settings, reactor, hub, upstreams, telemetry)
         tree = Tree(events=reactor.send, serve_child=partial(serve_child, hub), telemetry=telemetry)
 
         nursery.start_soon(_watch_signals, reactor)
@@ -180,6 +183,9 @@ async def _main(settings: Any, telemetry: Telemetry) -> int:
                 starting.start_soon(nursery.start, up.run)
         hub.invalidate()
         await _declare_subscriptions(settings, reactor, upstreams, telemetry, nursery)
+        await nursery.start(watches.run)
+        # Before the reactor turns, so its handlers never race this direct route table.
+        await watches.restore(_StartupRoutes(reactor))
         if settings.health_addr or settings.metrics_addr:
             await _start_health(settings, reactor, telemetry, nursery)
 
@@ -197,6 +203,35 @@ async def _main(settings: Any, telemetry: Telemetry) -> int:
 
 
 _BACKOFF: dict[str, tuple[float, ...] | None] = {}
+_WATCH_LIMITS: dict[str, Any] = {}
+
+
+def _watch_manager(settings: Any, reactor: Reactor, hub: SupervisorHub, upstreams: dict[str, Any],
+                   telemetry: Telemetry) -> Any:
+    """The watch manager, plugged into the hub (self-tools) and the reactor (routes, notices)."""
+    from agentd.watches.manager import WatchManager
+
+    manager = WatchManager(
+        upstreams=upstreams, events=reactor.send, telemetry=telemetry, limits=_WATCH_LIMITS.get("limits"),
+        server_for=hub.server_for, state_path=settings.watch_state,
+    )
+    hub.watches = manager
+    reactor.watches = manager
+    return manager
+
+
+class _StartupRoutes:
+    """The route table for restoring ``--watch-state`` before the reactor runs (direct calls)."""
+
+    def __init__(self, reactor: Reactor) -> None:
+        self._reactor = reactor
+
+    async def add(self, *, session: str, name: str, uri: str, server: str) -> None:
+        self._reactor.add_watch_route(session, name, uri)
+
+    async def remove(self, *, session: str, name: str, uri: str, server: str) -> bool:
+        self._reactor.remove_watch_route(session, name)
+        return self._reactor.uri_needed(server, uri)
 
 
 def _print_once(reactor: Reactor, code: ExitCode, json_out: bool, duration: float, telemetry: Telemetry) -> None:

@@ -14,8 +14,6 @@ from typing import Any, Literal
 from agentd.triggers.router import ChangeKind
 
 
-
-
 class ServerState(enum.Enum):
     """Lifecycle of one upstream MCP server connection."""
 

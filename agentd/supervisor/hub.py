@@ -13,18 +13,21 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
 import orjson
 import trio
 
-from agentd.errors import AgentdError
+from agentd.errors import AgentdError, RouteError
 from agentd.selfmcp.protocol import TURN_END_TOOL, USAGE_TOOL
 from agentd.selfmcp.server import text_result
 from agentd.supervisor.events import ChildMessage, ReactorEvent
 from agentd.telemetry import Telemetry
 from agentd.upstream.naming import ToolNameMap
+
+if TYPE_CHECKING:
+    from agentd.watches.manager import WatchManager
 
 _OBJ: dict[str, Any] = {"type": "object"}
 
@@ -59,7 +62,48 @@ SELF_TOOLS: list[types.Tool] = [
         description="List the resources and resource templates every connected MCP server offers.",
         input_schema=_OBJ,
     ),
+    types.Tool(
+        name="watch_start",
+        description=(
+            "Watch an MCP resource and get a short notice (a new message in this session) when it changes. "
+            "The resource is re-read on every change and diffed (state resources) or its new events taken "
+            "(event-log resources); each event can go through on_event, Python source run in a sandbox with "
+            "`event` bound to a dict (type ADDED/MODIFIED/DELETED/CHANGED/GAP, key, old, new, changed, ...): "
+            "its last expression (or what it prints) becomes the notice line, None drops the event. Changes "
+            "are batched (a few seconds of quiet). After this call, end your turn. Returns "
+            '{"name", "uri", "shape"}. Example: watch_start(name="todo", uri="memo://notes", '
+            "on_event='f\"{event[\"type\"]} {event[\"key\"]}\" if event[\"key\"] == \"todo\" else None')"
+        ),
+        input_schema={
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "description": "A short name for the watch, unique in this session."},
+                "uri": {"type": "string", "description": "The resource URI (see list_resources)."},
+                "on_event": {
+                    "type": ["string", "null"],
+                    "description": "Optional Python source of the filter (text, not a function).",
+                },
+            },
+            "required": ["name", "uri"],
+        },
+    ),
+    types.Tool(
+        name="watch_stop",
+        description="Stop a watch you started. Returns true if it existed.",
+        input_schema={"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
+    ),
+    types.Tool(
+        name="watch_list",
+        description=(
+            'List this session\'s watches: [{"name", "uri", "shape", "events", "notices"}]; a watch that '
+            "could not start again after a restart has restore_failed: true."
+        ),
+        input_schema=_OBJ,
+    ),
 ]
+
+#: The self-tools that manage watches (answered by the WatchManager).
+WATCH_TOOLS = frozenset({"watch_start", "watch_stop", "watch_list"})
 
 #: How long a self-MCP request may wait for the reactor's answer. The reactor
 #: answers in microseconds; only a wedged reactor runs this out.
@@ -81,6 +125,8 @@ class SupervisorHub:
         self._telemetry = telemetry
         self.names = ToolNameMap()
         self._tools: list[types.Tool] | None = None
+        self.watches: WatchManager | None = None
+        """The watch manager (set by the app); without it the watch tools report an error."""
 
     # -- tools ----------------------------------------------------------------------
 
@@ -129,6 +175,8 @@ class SupervisorHub:
         try:
             if name in ("subscribe", "unsubscribe", "read_resource", "list_resources"):
                 result = await self._self_tool(agent, name, arguments)
+            elif name in WATCH_TOOLS:
+                result = await self._watch_tool(agent, name, arguments)
             else:
                 try:
                     server, tool = self.names.resolve(name)
@@ -178,10 +226,41 @@ class SupervisorHub:
             return text_result(f"subscribed to {uri} on {server}; end your turn, a change wakes this session")
         answer = await self.ask_reactor(agent, "self_tool", {"op": "unsubscribe", "uri": uri},
                                         timeout=REACTOR_REPLY_TIMEOUT)
-        if server is not None and answer.get("ok"):
+        still_watched = server is not None and self.watches is not None and self.watches.needs(server, uri)
+        if server is not None and answer.get("ok") and not still_watched:
             with contextlib.suppress(AgentdError):
                 await self.upstreams[server].unsubscribe(uri)
         return text_result("unsubscribed" if answer.get("ok") else f"you were not subscribed to {uri!r}")
+
+    # -- watches --------------------------------------------------------------------
+
+    async def _watch_tool(self, agent: str, name: str, args: dict[str, Any]) -> types.CallToolResult:
+        manager = self.watches
+        if manager is None:
+            return text_result(f"{name}: watches are not available in this agentd", is_error=True)
+        answer = await self.ask_reactor(
+            agent, "self_tool", {"op": "watch_session", "register": name == "watch_start"},
+            timeout=REACTOR_REPLY_TIMEOUT,
+        )
+        if "error" in answer:
+            return text_result(answer["error"], is_error=True)
+        session = str(answer["session"])
+        routes = ReactorRoutes(self, agent)
+        if name == "watch_list":
+            return text_result(orjson.dumps(manager.listing(session)).decode())
+        if name == "watch_stop":
+            stopped = await manager.stop(session=session, name=args.get("name"), routes=routes)
+            return text_result(orjson.dumps(stopped).decode())
+        unknown = sorted(set(args) - {"name", "uri", "on_event"})
+        if unknown:
+            return text_result(
+                f"watch_start: unknown argument(s) {', '.join(map(repr, unknown))}; it takes name, uri, on_event",
+                is_error=True,
+            )
+        started = await manager.start(
+            session=session, name=args.get("name"), uri=args.get("uri"), on_event=args.get("on_event"), routes=routes
+        )
+        return text_result(orjson.dumps(started).decode())
 
     # -- resources ------------------------------------------------------------------
 
@@ -216,6 +295,34 @@ class SupervisorHub:
             for t in getattr(up, "templates", None) or []:
                 out.append(_describe(server, str(t.uri_template), True, t, subscribable))
         return out
+
+
+class ReactorRoutes:
+    """A watch's route in the reactor's router, added and removed through the reactor channel.
+
+    Implements :class:`agentd.watches.manager.RouteTable` for one calling agent.
+    """
+
+    def __init__(self, hub: SupervisorHub, agent: str) -> None:
+        self._hub = hub
+        self._agent = agent
+
+    async def add(self, *, session: str, name: str, uri: str, server: str) -> None:
+        answer = await self._hub.ask_reactor(
+            self._agent, "self_tool",
+            {"op": "watch_route_add", "session": session, "name": name, "uri": uri, "server": server},
+            timeout=REACTOR_REPLY_TIMEOUT,
+        )
+        if "error" in answer:
+            raise RouteError(answer["error"])
+
+    async def remove(self, *, session: str, name: str, uri: str, server: str) -> bool:
+        answer = await self._hub.ask_reactor(
+            self._agent, "self_tool",
+            {"op": "watch_route_remove", "session": session, "name": name, "uri": uri, "server": server},
+            timeout=REACTOR_REPLY_TIMEOUT,
+        )
+        return bool(answer.get("needed", True))
 
 
 def _describe(server: str, uri: str, template: bool, r: Any, subscribable: bool) -> dict[str, Any]:

@@ -24,7 +24,7 @@ import signal as _signal
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import trio
 
@@ -41,6 +41,7 @@ from agentd.supervisor.events import (
     ServerStateChanged,
     SignalReceived,
     SubscriptionStateChanged,
+    WatchNotice,
 )
 from agentd.supervisor.governor import RestartGovernor
 from agentd.telemetry import Telemetry
@@ -103,6 +104,10 @@ class Agent:
     turns: int = 0
     subscriptions: set[str] = field(default_factory=set)
     started_at: float = 0.0
+    notices: list[WatchNotice] = field(default_factory=list)
+    """Watch notices that arrived mid-turn: all of them become ONE follow-up turn."""
+    notice_turn: list[WatchNotice] = field(default_factory=list)
+    """The notices the current turn answers (for ``reply.suppressed`` telemetry)."""
 
 
 @dataclass
@@ -121,6 +126,29 @@ class Hooks:
     """Drop the upstream subscription to (server, uri)."""
     publish: Callable[[Agent, TerminalStatus, str, bool], None]
     """Publish a turn's result on stdout (not called for NO_REPLY turns)."""
+
+
+class WatchHooks(Protocol):
+    """What the reactor tells the watch manager (sync; the manager never blocks the reactor)."""
+
+    @property
+    def limits(self) -> Any: ...
+
+    def on_changed(self, route_id: str, uris: list[str]) -> None:
+        """A watch route is due: re-read these URIs."""
+        ...
+
+    def on_subscription_state(self, ev: SubscriptionStateChanged) -> None:
+        """A subscription changed state (``watch.*`` telemetry, failure notices)."""
+        ...
+
+    def on_owner_exited(self, session: str, needed: Callable[[str, str], bool]) -> None:
+        """The session's agent is gone: stop its watches (routes already removed)."""
+        ...
+
+
+#: Route ids of watches start with this (``watch:<session>:<name>``).
+WATCH_ROUTE_PREFIX = "watch:"
 
 
 class Reactor:
@@ -189,6 +217,10 @@ class Reactor:
         self.dropped_by_reason: Counter[str] = Counter()
         self.server_restarts: Counter[str] = Counter()
         self.agent_restarts = 0
+        self.watches: WatchHooks | None = None
+        """The watch manager (set by the app)."""
+        self.watch_sessions: dict[str, set[str]] = {}
+        """Session -> names of the watches it owns (their routes are ``watch:<session>:<name>``)."""
 
     # -- views ------------------------------------------------------------------
 
@@ -347,6 +379,10 @@ class Reactor:
         elif isinstance(event, SubscriptionStateChanged):
             # The connection already wrote subscription.<state> telemetry.
             self.subscription_states[(event.server, event.uri)] = event.state
+            if self.watches is not None:
+                self.watches.on_subscription_state(event)
+        elif isinstance(event, WatchNotice):
+            self._watch_notice(event, now)
         elif isinstance(event, CatalogChanged):
             self.telemetry.emit("catalog.changed", server=event.server, uris=len(event.uris))
             on_catalog = getattr(self, "on_catalog", None)
@@ -394,6 +430,13 @@ class Reactor:
             elif isinstance(d, ContinueDelivery):
                 uris = [e.uri for e in d.events]
                 self.telemetry.emit("route.deliver", route=d.route_id, uris=uris)
+                if d.route_id.startswith(WATCH_ROUTE_PREFIX):
+                    # A watch re-reads and filters on its own task; the owning
+                    # session only hears of it as a notice (see _watch_notice).
+                    self.router.on_session_idle(d.session)
+                    if self.watches is not None:
+                        self.watches.on_changed(d.route_id, uris)
+                    continue
                 self._deliver_to_session(now, d.session, render_delivery(d.events), route=d.route_id)
 
     def _session_idle(self, session: str) -> bool:
@@ -425,6 +468,10 @@ class Reactor:
 
     def _next_id(self) -> str:
         self._seq += 1
+        # Unnamed agents use their id as session name (self-subscribe, watches);
+        # skip ids a restored watch session already holds.
+        while f"a{self._seq}" in self.watch_sessions:
+            self._seq += 1
         return f"a{self._seq}"
 
     def _spawn_root(self, now: float) -> None:
@@ -502,8 +549,12 @@ class Reactor:
         if p.get("fatal_infra"):
             self.fatal_infra = str(p["fatal_infra"])
             self.telemetry.emit("model.fatal", agent=agent.id, error=self.fatal_infra)
+        answered, agent.notice_turn = agent.notice_turn, []
         if idle and status == "completed":
-            self.telemetry.emit("reply.suppressed", agent=agent.id, route=agent.route)
+            self.telemetry.emit(
+                "reply.suppressed", agent=agent.id, route=agent.route,
+                **({"watch": [n.watch for n in answered], "uri": [n.uri for n in answered]} if answered else {}),
+            )
         elif text or status != "completed":
             self.hooks.publish(agent, status, text, idle)
         self.telemetry.emit("turn.end", agent=agent.id, status=status, route=agent.route, idle=idle)
@@ -515,13 +566,19 @@ class Reactor:
             agent.phase = AgentPhase.EXITING
             reply.send_nowait({"action": "exit"})
         self._after_terminal(agent, status, idle, now)
+        if agent.notices and agent.phase is AgentPhase.IDLE and agent.held is not None:
+            self._resume_with_notices(agent)
 
     def _should_hold(self, agent: Agent, status: TerminalStatus) -> bool:
         if self.phase is not Phase.RUNNING or self.budget.spent() is not None or self.fatal_infra:
             return False
-        if status in ("crashed", "refused", "deadline") and not agent.subscriptions:
+        watched = self._owns_watches(agent)
+        if status in ("crashed", "refused", "deadline") and not agent.subscriptions and not watched:
             return False
-        return agent.warm or bool(agent.subscriptions)
+        return agent.warm or bool(agent.subscriptions) or watched
+
+    def _owns_watches(self, agent: Agent) -> bool:
+        return agent.session is not None and bool(self.watch_sessions.get(agent.session))
 
     def _after_terminal(self, agent: Agent, status: TerminalStatus, idle: bool, now: float) -> None:
         if agent.role == "root":
@@ -529,7 +586,10 @@ class Reactor:
             self.root_text = agent.text
             disposition = self.driver.on_root_terminal(self.view(now), status, idle=idle, now=now)
             self._apply_disposition(agent, disposition, now)
-        elif agent.role == "spawn" and agent.route is not None and not agent.subscriptions:
+        elif (
+            agent.role == "spawn" and agent.route is not None and not agent.subscriptions
+            and not self._owns_watches(agent)
+        ):
             self.router.on_spawn_done(agent.route)
         if agent.session is not None and agent.phase is AgentPhase.IDLE:
             self.router.on_session_idle(agent.session)
@@ -572,8 +632,13 @@ class Reactor:
         agent.phase = AgentPhase.EXITED
         if agent.held is not None:
             agent.held = None
+        if agent.notices:
+            self.telemetry.emit("watch.notice_dropped", agent=agent.id, watch=[n.watch for n in agent.notices],
+                                reason="agent exited")
+            agent.notices.clear()
         if agent.session is not None and self.sessions.get(agent.session) == agent.id:
             del self.sessions[agent.session]
+            self._stop_watches(agent.session)
         for uri in sorted(agent.subscriptions):
             self._drop_self_route(agent, uri)
         crashed = was in (AgentPhase.STARTING, AgentPhase.TURN) or (
@@ -594,6 +659,9 @@ class Reactor:
 
     def _self_tool(self, agent: Agent, p: dict[str, Any], reply: Any, now: float) -> None:
         op = p.get("op")
+        if op in ("watch_session", "watch_route_add", "watch_route_remove"):
+            self._watch_op(agent, op, p, reply)
+            return
         uri = str(p.get("uri", ""))
         server = p.get("server")
         if op == "subscribe":
@@ -602,13 +670,19 @@ class Reactor:
 
             session = agent.session or agent.id
             try:
-                self.router.add_route(
+                route = self.router.add_route(
                     RouteSpec(match=uri, disposition=Continue(session=session), route_id=f"self:{session}:{uri}"),
                     front=True,
                     owner=session,
                 )
             except RouteError as exc:
                 reply.send_nowait({"error": str(exc)})
+                return
+            if route.id.startswith(WATCH_ROUTE_PREFIX):
+                reply.send_nowait({"error": (
+                    f"{uri!r} is already watched by this session (route {route.id!r}); its changes arrive as "
+                    "watch notices: call watch_stop first to be woken by every change instead"
+                )})
                 return
             if agent.session is None:
                 agent.session = session
@@ -623,6 +697,116 @@ class Reactor:
             self.telemetry.emit("self.unsubscribe", agent=agent.id, uri=uri)
         else:
             reply.send_nowait({"error": f"unknown self-tool operation {op!r}"})
+
+    # -- watches ----------------------------------------------------------------------
+
+    def _watch_op(self, agent: Agent, op: str, p: dict[str, Any], reply: Any) -> None:
+        """``watch_session`` / ``watch_route_add`` / ``watch_route_remove`` for the hub (answered at once)."""
+        from agentd.errors import RouteError
+
+        session = agent.session or agent.id
+        if op == "watch_session":
+            if p.get("register") and agent.session is None:
+                agent.session = session
+                self.sessions[session] = agent.id
+            reply.send_nowait({"session": session})
+        elif op == "watch_route_add":
+            try:
+                self.add_watch_route(str(p["session"]), str(p["name"]), str(p["uri"]))
+            except RouteError as exc:
+                reply.send_nowait({"error": str(exc)})
+                return
+            reply.send_nowait({"ok": True})
+        else:
+            self.remove_watch_route(str(p["session"]), str(p["name"]))
+            reply.send_nowait({"ok": True, "needed": self.uri_needed(str(p.get("server")), str(p["uri"]))})
+
+    def add_watch_route(self, session: str, name: str, uri: str) -> str:
+        """Add the exact, front route ``watch:<session>:<name>`` for ``uri``; return its id.
+
+        Several watches may share a URI (the manager fans a change out to all
+        of them), but a URI a session subscribed to with ``subscribe`` is
+        refused: one URI, one kind of owner, stated in the error.
+
+        Raises:
+            RouteError: the URI has a self-subscribe route, or the id is taken.
+        """
+        from agentd.errors import RouteError
+        from agentd.triggers.router import Continue, RouteSpec
+
+        for r in self.router.routes():
+            if r.glob.exact and r.glob.literal == uri and r.id.startswith("self:"):
+                raise RouteError(
+                    f"{uri!r} is already subscribed by session {r.owner!r} (route {r.id!r}); a URI is either "
+                    "subscribed or watched: call unsubscribe first (a watch also wakes you, with a filtered notice)"
+                )
+        route_id = f"{WATCH_ROUTE_PREFIX}{session}:{name}"
+        route = self.router.add_route(
+            RouteSpec(match=uri, disposition=Continue(session=route_id), debounce=0.0, route_id=route_id, exact=True),
+            front=True,
+        )
+        route.owner = session  # a subscribe from another session names this owner
+        self.watch_sessions.setdefault(session, set()).add(name)
+        return route_id
+
+    def remove_watch_route(self, session: str, name: str) -> None:
+        """Remove a watch's route (idempotent)."""
+        names = self.watch_sessions.get(session)
+        if names is not None:
+            names.discard(name)
+            if not names:
+                del self.watch_sessions[session]
+        if self.router.get(f"{WATCH_ROUTE_PREFIX}{session}:{name}") is not None:
+            self.router.remove_route(f"{WATCH_ROUTE_PREFIX}{session}:{name}")
+
+    def uri_needed(self, server: str, uri: str) -> bool:
+        """Whether a route or a declared subscription other than a watch still needs ``uri``."""
+        if (server, uri) in getattr(self, "declared", set()):
+            return True
+        return any(r.glob.exact and r.glob.literal == uri for r in self.router.routes())
+
+    def _stop_watches(self, session: str) -> None:
+        """The session's agent exited: its watch routes go, and the manager stops the watches."""
+        names = self.watch_sessions.pop(session, set())
+        for name in sorted(names):
+            route_id = f"{WATCH_ROUTE_PREFIX}{session}:{name}"
+            if self.router.get(route_id) is not None:
+                self.router.remove_route(route_id)
+        if names and self.watches is not None:
+            self.watches.on_owner_exited(session, self.uri_needed)
+
+    def _watch_notice(self, ev: WatchNotice, now: float) -> None:
+        """Deliver a watch notice into its session: now if idle, after the turn if busy, or start it."""
+        fields = {"session": ev.session, "watch": ev.watch or None, "uri": ev.uri or None, "kind": ev.kind}
+        if ev.kind == "notice" and ev.watch not in self.watch_sessions.get(ev.session, ()):
+            self.telemetry.emit("watch.notice_dropped", **fields, reason="the watch was stopped")
+            return
+        agent_id = self.sessions.get(ev.session)
+        if agent_id is None:
+            if self.phase is not Phase.RUNNING or self.budget.spent() is not None:
+                self.telemetry.emit("watch.notice_dropped", **fields, reason="no new turns (draining or budget)")
+                return
+            self._deliver_to_session(now, ev.session, ev.text, route=None)
+            started = self.agents[self.sessions[ev.session]]
+            started.notice_turn = [ev]
+            return
+        agent = self.agents[agent_id]
+        if agent.phase is AgentPhase.IDLE and agent.held is not None:
+            self.telemetry.emit("session.deliver", session=ev.session, route=None, agent=agent.id, watch=ev.watch)
+            agent.notice_turn = [ev]
+            self._resume(agent, ev.text)
+        elif agent.phase in (AgentPhase.STARTING, AgentPhase.TURN):
+            agent.notices.append(ev)  # one follow-up turn carries every notice queued meanwhile
+        else:
+            self.telemetry.emit("watch.notice_dropped", **fields, reason=f"agent {agent.phase.value}")
+
+    def _resume_with_notices(self, agent: Agent) -> None:
+        pending, agent.notices = agent.notices, []
+        self.telemetry.emit(
+            "session.deliver", session=agent.session, route=None, agent=agent.id, watch=[n.watch for n in pending]
+        )
+        agent.notice_turn = pending
+        self._resume(agent, "\n\n".join(n.text for n in pending))
 
     def _drop_self_route(self, agent: Agent, uri: str) -> None:
         session = agent.session or agent.id

@@ -1,0 +1,828 @@
+"""The watch manager: one task per watch, from "changed" to a notice for the reactor.
+
+A watch is a self-subscribe route with an extraction and filter stage
+(ARCHITECTURE decision 8). The reactor owns the route (``watch:<session>:<name>``,
+exact, debounce 0); when it is due, the reactor hands the URIs to
+:meth:`WatchManager.on_changed` without waiting. Each watch's own task then:
+
+1. re-reads the resource (bounded by the upstream's request timeout; a failed
+   read becomes an ``ERROR`` line),
+2. runs :meth:`agentd.watches.stage.WatchStage.process_read` (extraction, the
+   sandboxed ``on_event`` filter in a worker thread, dedupe, debounce buffer),
+3. waits for the stage's debounce deadline (``trio.move_on_at``, armed only
+   by an event: an idle watch makes no wakeups),
+4. on flush posts a :class:`~agentd.supervisor.events.WatchNotice` into the
+   reactor's channel, which turns it into one turn of the owning session.
+
+Lifecycle of one watch (:class:`WatchStatus`)::
+
+    STARTING --baseline read, route, subscribe--> RUNNING
+    RUNNING  --upstream gave up resubscribing---> FAILED --re-established--> RUNNING
+    (restore) --transient failure---------------> RESTORE_FAILED (listed, kept in the file)
+    any      --watch_stop / owner exited---------> (removed)
+
+``--watch-state``: specs (name, URI, filter, owner, baseline) are written on
+every start and stop and after every notice, by one writer task, in a worker
+thread. The baseline written is the one as of the last notice handed to the
+reactor, so a restart reports again what no notice has carried yet (rfcs/0076).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+import orjson
+import trio
+
+from agentd.errors import AgentdError, FilterRejected, WatchError, WatchStateError
+from agentd.supervisor.events import ReactorEvent, SubscriptionStateChanged, WatchNotice
+from agentd.telemetry import Telemetry
+from agentd.upstream.naming import namespaced
+from agentd.watches import state as state_file
+from agentd.watches.extract import Shape, shape_of
+from agentd.watches.limits import WatchLimits
+from agentd.watches.notices import error_line
+from agentd.watches.sandbox import FilterPool, WatchFilter, check_source, sample_event
+from agentd.watches.stage import WatchStage
+from agentd.watches.state import WatchSpec
+
+#: Watch names: short, safe in a route id, an XML attribute and a log line.
+WATCH_NAME_RE: Final = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+#: Bound on one catalog call a filter makes (``read_resource``, a read-only
+#: tool). The filter's worker thread waits for it, and one watch's events wait
+#: behind that thread: 5 s is far above a healthy call (~1 ms) and well below
+#: the upstream's own 30 s request timeout, so a hung server costs a filter
+#: an error line, not half a minute.
+CATALOG_CALL_TIMEOUT_SECS: Final = 5.0
+
+#: How long shutdown waits for the sandbox pool to stop its worker processes.
+#: Monty kills them itself; this only bounds a wedged worker.
+POOL_CLOSE_TIMEOUT_SECS: Final = 5.0
+
+#: The instruction after a restore notice.
+RESTORE_INSTRUCTION: Final = (
+    "agentd restarted and started again the watches you had set up (listed above). "
+    "Changes made while it was down follow as watch events. "
+    "If nothing here needs action, answer with exactly NO_REPLY and nothing else."
+)
+
+
+class WatchStatus(enum.Enum):
+    """Where one watch is in its lifecycle."""
+
+    STARTING = "starting"
+    """watch_start is validating, reading the baseline and subscribing."""
+    RUNNING = "running"
+    """Subscribed; every change is re-read and filtered."""
+    FAILED = "failed"
+    """The upstream gave up resubscribing; resumes if the subscription comes back."""
+    RESTORE_FAILED = "restore_failed"
+    """A spec from ``--watch-state`` that could not start (e.g. its server is down)."""
+
+
+class RouteTable(Protocol):
+    """How the manager adds and removes a watch's route (the reactor owns the router)."""
+
+    async def add(self, *, session: str, name: str, uri: str, server: str) -> None:
+        """Add the exact route ``watch:<session>:<name>`` for ``uri``.
+
+        Raises:
+            AgentdError: the route cannot be added (e.g. the URI is owned by a subscription).
+        """
+        ...
+
+    async def remove(self, *, session: str, name: str, uri: str, server: str) -> bool:
+        """Remove the route; return whether another route or declared subscription still needs ``uri``."""
+        ...
+
+
+@dataclass(eq=False)
+class Watch:
+    """One watch, as the manager tracks it."""
+
+    name: str
+    uri: str
+    session: str
+    on_event: str | None
+    status: WatchStatus = WatchStatus.STARTING
+    server: str | None = None
+    shape: Shape | None = None
+    stage: WatchStage | None = None
+    events: int = 0
+    """Events extracted so far (before the filter)."""
+    notices: int = 0
+    """Notices handed to the reactor."""
+    saved_baseline: dict[str, Any] | None = None
+    """The baseline as of the last notice (what ``--watch-state`` stores)."""
+    error: str | None = None
+    """Why a restore failed (RESTORE_FAILED)."""
+    changed: bool = False
+    """A change arrived that the task has not read yet (coalesces bursts)."""
+    wake_send: trio.MemorySendChannel[None] | None = None
+    wake_recv: trio.MemoryReceiveChannel[None] | None = None
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+
+    @property
+    def route_id(self) -> str:
+        return f"watch:{self.session}:{self.name}"
+
+    def spec(self) -> WatchSpec:
+        return WatchSpec(
+            name=self.name,
+            uri=self.uri,
+            on_event=self.on_event,
+            owner=self.session,
+            baseline=self.saved_baseline,
+        )
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "name": self.name,
+            "uri": self.uri,
+            "shape": self.shape,
+            "events": self.events,
+            "notices": self.notices,
+        }
+        if self.status is WatchStatus.RESTORE_FAILED:
+            out["restore_failed"] = True
+            out["error"] = self.error
+        elif self.status is WatchStatus.FAILED:
+            out["failed"] = True
+        return out
+
+    def wake(self) -> None:
+        if self.wake_send is not None:
+            # A wake-up already pending is enough: the task reads the current state anyway.
+            with contextlib.suppress(trio.WouldBlock):
+                self.wake_send.send_nowait(None)
+
+
+class WatchManager:
+    """Every watch of the process: start, stop, list, restore, and their tasks.
+
+    Args:
+        upstreams: Server name -> connection (:class:`agentd.upstream.Upstream`).
+        events: The reactor's channel (notices are posted there).
+        telemetry: NDJSON telemetry.
+        limits: Watch limits.
+        server_for: URI -> server name (the hub's routing rule).
+        state_path: ``--watch-state`` file, or ``None`` (watches in memory only).
+        pool: The sandbox pool for filters; default: one opened on first use.
+
+    Run :meth:`run` in a nursery (``await nursery.start(manager.run)``) before
+    starting watches.
+    """
+
+    def __init__(
+        self,
+        *,
+        upstreams: Mapping[str, Any],
+        events: trio.MemorySendChannel[ReactorEvent],
+        telemetry: Telemetry,
+        limits: WatchLimits | None = None,
+        server_for: Callable[[str], str | None],
+        state_path: Path | None = None,
+        pool: FilterPool | None = None,
+    ) -> None:
+        self.upstreams = upstreams
+        self._events = events
+        self._telemetry = telemetry
+        self.limits = limits or WatchLimits()
+        self._server_for = server_for
+        self.state_path = state_path
+        self._pool = pool
+        self._own_pool = pool is None
+        self._pool_lock = trio.Lock()
+        self._watches: dict[tuple[str, str], Watch] = {}
+        self._kept: dict[tuple[str, str], WatchSpec] = {}
+        """Specs whose owner exited: kept in ``--watch-state`` for the next start."""
+        self._nursery: trio.Nursery | None = None
+        self._save_wanted = trio.Event()
+        self._state_problem: str | None = None
+
+    # ------------------------------------------------------------------ run
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Host the watch tasks until cancelled; then write the state file and close the pool."""
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._saver)
+                task_status.started()
+                await trio.sleep_forever()
+        finally:
+            self._nursery = None
+            with trio.CancelScope(shield=True):
+                await self._write_state()
+                if self._own_pool and self._pool is not None:
+                    pool, self._pool = self._pool, None
+                    with trio.move_on_after(POOL_CLOSE_TIMEOUT_SECS):
+                        await trio.to_thread.run_sync(pool.close, abandon_on_cancel=True)
+
+    def _require_nursery(self) -> trio.Nursery:
+        if self._nursery is None:
+            raise WatchError(
+                "the watch manager is not running; start it with `await nursery.start(manager.run)`"
+            )
+        return self._nursery
+
+    async def _filter_pool(self) -> FilterPool:
+        async with self._pool_lock:
+            if self._pool is None:
+                pool = FilterPool()
+                # Entering starts a sandbox worker process: keep it off the event loop.
+                await trio.to_thread.run_sync(pool.__enter__)
+                self._pool = pool
+            return self._pool
+
+    # ------------------------------------------------------------------ views
+
+    def watches(self, session: str | None = None) -> list[Watch]:
+        """Watches of ``session`` (all sessions when ``None``), in start order."""
+        return [w for (s, _), w in self._watches.items() if session is None or s == session]
+
+    def get(self, session: str, name: str) -> Watch | None:
+        return self._watches.get((session, name))
+
+    def listing(self, session: str) -> list[dict[str, Any]]:
+        """``watch_list()`` for ``session``."""
+        return [w.describe() for w in self.watches(session)]
+
+    def has_watches(self, session: str) -> bool:
+        return any(s == session for s, _ in self._watches)
+
+    def needs(self, server: str, uri: str) -> bool:
+        """Whether a live watch still needs the upstream subscription to ``uri`` on ``server``."""
+        return any(
+            w.server == server and w.uri == uri and w.status is not WatchStatus.RESTORE_FAILED
+            for w in self._watches.values()
+        )
+
+    # ------------------------------------------------------------------ start
+
+    async def start(
+        self,
+        *,
+        session: str,
+        name: object,
+        uri: object,
+        on_event: object = None,
+        routes: RouteTable,
+        baseline: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """``watch_start``: validate, read the baseline, add the route, subscribe, start the task.
+
+        Everything happens inside the call, so every failure is reported to the
+        caller in the same turn and leaves nothing behind (no route, no
+        subscription, no task).
+
+        Args:
+            session: The owning session.
+            name, uri, on_event: As the model passed them (checked here).
+            routes: Adds/removes the watch's route in the reactor.
+            baseline: A persisted baseline (restore): the first read is diffed
+                against it, so changes made meanwhile are reported.
+
+        Returns:
+            ``{"name", "uri", "shape"}``.
+
+        Raises:
+            WatchError: bad name or URI, name taken, over the limit, no server,
+                the read failed, the route or the subscription was refused.
+            FilterRejected: ``on_event`` is not usable source.
+        """
+        nursery = self._require_nursery()
+        if not isinstance(name, str) or not WATCH_NAME_RE.fullmatch(name):
+            raise WatchError(
+                f"watch_start: name {name!r} is not valid: give 1-64 letters, digits, '.', '_' or '-', e.g. 'notes'"
+            )
+        if not isinstance(uri, str) or not uri.strip():
+            raise WatchError(
+                f"watch_start {name!r}: uri {uri!r} is not valid: give a resource URI from list_resources"
+            )
+        key = (session, name)
+        previous = self._watches.get(key)
+        if previous is not None and previous.status is not WatchStatus.RESTORE_FAILED:
+            raise WatchError(
+                f"watch_start: this session already has a watch named {name!r} (on {previous.uri!r}); "
+                f"call watch_stop({name!r}) first or choose another name"
+            )
+        active = [w.name for w in self.watches(session) if w.status is not WatchStatus.RESTORE_FAILED]
+        if len(active) >= self.limits.max_watches:
+            raise WatchError(
+                f"watch_start {name!r}: this session already has {len(active)} watches "
+                f"({', '.join(sorted(active))}), the limit (watches.max_watches = {self.limits.max_watches}); "
+                "stop one with watch_stop(name) first"
+            )
+        w = Watch(name=name, uri=uri, session=session, on_event=None)
+        # Reserve the name before the first await: concurrent calls cannot both pass the checks.
+        self._watches[key] = w
+        filt: WatchFilter | None = None
+        routed = False
+        try:
+            source = None if on_event is None else check_source(on_event)
+            server = self._server_for(uri)
+            if server is None or server not in self.upstreams:
+                raise WatchError(
+                    f"watch_start {name!r}: no connected server offers {uri!r}; "
+                    "call list_resources and pass one of its URIs (or fill in a template)",
+                    transient=True,
+                )
+            up = self.upstreams[server]
+            w.server = server
+            catalog, denied = self._catalog()
+            if source is not None:
+                pool = await self._filter_pool()
+                source = await pool.avalidate(
+                    source,
+                    limits=self.limits,
+                    catalog_names=catalog.keys(),
+                    denied=denied,
+                    sample=sample_event(watch=name, uri=uri),
+                )
+                filt = WatchFilter(source, pool=pool, limits=self.limits, catalog=catalog, denied=denied)
+            w.on_event = source
+            try:
+                body, mime = await self._read(server, uri)
+            except AgentdError as exc:
+                raise WatchError(
+                    f"watch_start {name!r}: reading {uri!r} on server {server!r} failed, so nothing was "
+                    f"subscribed: {exc}",
+                    transient=True,
+                ) from exc
+            w.shape = shape_of(mime)
+            try:
+                w.stage = WatchStage(
+                    name, uri, shape=w.shape, limits=self.limits, filter=filt, baseline=baseline
+                )
+            except ValueError:
+                # A persisted baseline that does not parse: start fresh rather than not at all.
+                w.stage = WatchStage(name, uri, shape=w.shape, limits=self.limits, filter=filt)
+            restored = baseline is not None and w.stage.baseline() is not None
+            if restored:
+                # Diff against the persisted baseline: changes made while agentd was down.
+                await self._process_body(w, body)
+            else:
+                try:
+                    w.stage.extractor.feed(body)
+                except AgentdError as exc:
+                    raise WatchError(f"watch_start {name!r}: {exc}", transient=True) from exc
+            w.saved_baseline = w.stage.baseline() if not restored else baseline
+            try:
+                await routes.add(session=session, name=name, uri=uri, server=server)
+            except AgentdError as exc:
+                raise WatchError(f"watch_start {name!r}: {exc}", transient=True) from exc
+            routed = True
+            try:
+                await up.subscribe(uri)
+            except AgentdError as exc:
+                raise WatchError(
+                    f"watch_start {name!r}: subscribing to {uri!r} on server {server!r} failed: {exc}",
+                    transient=True,
+                ) from exc
+        except BaseException:
+            if self._watches.get(key) is w:
+                if previous is not None:
+                    self._watches[key] = previous
+                else:
+                    del self._watches[key]
+            with trio.CancelScope(shield=True):
+                if routed and w.server is not None:
+                    await routes.remove(session=session, name=name, uri=uri, server=w.server)
+                if filt is not None:
+                    await filt.aclose()
+            raise
+        if previous is not None:
+            self._close_quietly(previous)
+        w.wake_send, w.wake_recv = trio.open_memory_channel[None](1)
+        w.status = WatchStatus.RUNNING  # STARTING -> RUNNING
+        # One re-read after subscribing: a change between the baseline read and the
+        # subscription is not lost (an unchanged resource yields no events).
+        w.changed = True
+        w.wake()
+        nursery.start_soon(self._run_watch, w)
+        fields = self._fields(w)
+        self._telemetry.emit("watch.started", **fields, shape=w.shape, filter=w.on_event is not None)
+        self._telemetry.emit("watch.subscribed", **fields)
+        self._request_save()
+        return {"name": name, "uri": uri, "shape": w.shape}
+
+    def _catalog(self) -> tuple[dict[str, Callable[..., Any]], set[str]]:
+        """The filter's read-only catalog and the names it is denied (mutating tools)."""
+        catalog: dict[str, Callable[..., Any]] = {
+            "read_resource": self._sync_call(self._catalog_read),
+            "list_resources": self._sync_call(self._catalog_list),
+        }
+        denied: set[str] = set()
+        for server, up in self.upstreams.items():
+            for tool in getattr(up, "tools", None) or []:
+                exposed = namespaced(server, tool.name)
+                annotations = getattr(tool, "annotations", None)
+                if annotations is not None and annotations.read_only_hint is True:
+                    catalog[exposed] = self._sync_call(self._tool_caller(server, tool.name))
+                else:
+                    denied.add(exposed)
+        return catalog, denied
+
+    def _sync_call(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """A callable for the filter's worker thread that runs ``fn`` on the event loop, bounded."""
+
+        async def bounded(*args: Any, **kwargs: Any) -> Any:
+            with trio.fail_after(CATALOG_CALL_TIMEOUT_SECS):
+                return await fn(*args, **kwargs)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return trio.from_thread.run(lambda: bounded(*args, **kwargs))
+            except trio.TooSlowError:
+                raise TimeoutError(f"no answer within {CATALOG_CALL_TIMEOUT_SECS:g} s") from None
+
+        return call
+
+    async def _catalog_read(self, uri: str) -> Any:
+        server = self._server_for(uri)
+        if server is None:
+            raise KeyError(f"no connected server offers {uri!r}")
+        body, _ = await self._read(server, uri)
+        try:
+            return orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return body
+
+    async def _catalog_list(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for server, up in self.upstreams.items():
+            for r in getattr(up, "resources", None) or []:
+                out.append({"uri": str(r.uri), "name": r.name, "server": server, "template": False})
+            for t in getattr(up, "templates", None) or []:
+                out.append({"uri": str(t.uri_template), "name": t.name, "server": server, "template": True})
+        return out
+
+    def _tool_caller(self, server: str, tool: str) -> Callable[..., Any]:
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            if args:
+                raise TypeError("call tools with keyword arguments, e.g. memo__memo_get(key='todo')")
+            result = await self.upstreams[server].call_tool(tool, kwargs)
+            text = "\n".join(getattr(c, "text", "") or "" for c in result.content)
+            if result.is_error:
+                raise RuntimeError(text or "the tool returned an error")
+            if result.structured_content is not None:
+                return result.structured_content
+            try:
+                return orjson.loads(text)
+            except orjson.JSONDecodeError:
+                return text
+
+        return call
+
+    async def _read(self, server: str, uri: str) -> tuple[str, str | None]:
+        """Read ``uri`` (bounded by the upstream's request timeout); return (body, mime type)."""
+        result = await self.upstreams[server].read_resource(uri)
+        parts: list[str] = []
+        mime: str | None = None
+        for c in result.contents:
+            mime = mime or getattr(c, "mime_type", None)
+            text = getattr(c, "text", None)
+            parts.append(text if text is not None else "")
+        return "\n".join(parts), mime
+
+    # ------------------------------------------------------------------ the watch task
+
+    async def _run_watch(self, w: Watch) -> None:
+        assert w.wake_recv is not None
+        assert w.stage is not None
+        with w.scope:
+            while True:
+                deadline = w.stage.deadline()
+                with trio.move_on_at(float("inf") if deadline is None else deadline):
+                    await w.wake_recv.receive()
+                if w.changed:
+                    w.changed = False
+                    await self._reread(w)
+                await self._flush(w)
+
+    async def _reread(self, w: Watch) -> None:
+        assert w.stage is not None
+        assert w.server is not None
+        try:
+            body, _ = await self._read(w.server, w.uri)
+        except AgentdError as exc:
+            message = f"re-reading {w.uri!r} failed: {exc}"
+            w.stage.buffer.add([error_line(w.name, message)], trio.current_time())
+            self._telemetry.emit(
+                "watch.event", **self._fields(w), type="ERROR", outcome="error", error=message
+            )
+            return
+        await self._process_body(w, body)
+
+    async def _process_body(self, w: Watch, body: str) -> None:
+        assert w.stage is not None
+        report = await w.stage.process_read(body, trio.current_time())
+        w.events += len(report.events)
+        fields = self._fields(w)
+        for i, ev in enumerate(report.events):
+            outcome = report.outcomes[i].kind if report.outcomes else "lines"
+            self._telemetry.emit(
+                "watch.event",
+                **fields,
+                type=ev.get("type"),
+                outcome={"lines": "kept", "dropped": "dropped"}.get(outcome, "error"),
+                error=report.outcomes[i].error if report.outcomes else None,
+            )
+        if report.error is not None and not report.events:
+            self._telemetry.emit("watch.event", **fields, type="ERROR", outcome="error", error=report.error)
+
+    async def _flush(self, w: Watch) -> None:
+        assert w.stage is not None
+        due = w.stage.flush(trio.current_time())
+        if due is None:
+            return
+        notice, text = due
+        w.notices += 1
+        w.saved_baseline = w.stage.baseline()
+        self._telemetry.emit(
+            "watch.notice",
+            **self._fields(w),
+            lines=len(notice.lines),
+            total=notice.total,
+            waited_s=round(notice.flushed_at - notice.first_at, 3),
+        )
+        self._request_save()
+        await self._post(WatchNotice(session=w.session, watch=w.name, uri=w.uri, text=text))
+
+    async def _post(self, event: ReactorEvent) -> None:
+        # Broken/closed: the reactor is gone (shutdown); nobody is left to tell.
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            await self._events.send(event)
+
+    # ------------------------------------------------------------------ reactor hooks (sync)
+
+    def on_changed(self, route_id: str, uris: Iterable[str]) -> None:
+        """A watch route is due: wake every running watch on these URIs (never blocks).
+
+        Several watches may watch one URI (the router delivers it to the first
+        watch route); each re-reads and filters on its own.
+        """
+        wanted = set(uris)
+        for w in self._watches.values():
+            if w.uri in wanted and w.status in (WatchStatus.RUNNING, WatchStatus.FAILED):
+                w.changed = True
+                w.wake()
+
+    def on_subscription_state(self, ev: SubscriptionStateChanged) -> None:
+        """Report a watched subscription's state change as ``watch.*`` telemetry (never blocks)."""
+        for w in self._watches.values():
+            if (
+                w.server != ev.server
+                or w.uri != ev.uri
+                or w.status not in (WatchStatus.RUNNING, WatchStatus.FAILED)
+            ):
+                continue
+            fields = self._fields(w)
+            if ev.state == "established":
+                if w.status is WatchStatus.FAILED:
+                    w.status = WatchStatus.RUNNING  # FAILED -> RUNNING
+                self._telemetry.emit("watch.subscribed", **fields, attempt=ev.attempt)
+            elif ev.state in ("lost", "resubscribing"):
+                self._telemetry.emit("watch.resubscribing", **fields, attempt=ev.attempt, error=ev.error)
+            elif ev.state == "failed" and w.status is WatchStatus.RUNNING:
+                w.status = WatchStatus.FAILED  # RUNNING -> FAILED
+                self._telemetry.emit("watch.failed", **fields, attempts=ev.attempt, error=ev.error)
+                assert w.stage is not None
+                message = (
+                    f"the subscription to {w.uri!r} failed after {ev.attempt} attempts ({ev.error}); "
+                    "no changes arrive until the server reconnects; call watch_stop to drop the watch"
+                )
+                w.stage.buffer.add([error_line(w.name, message)], trio.current_time())
+                w.wake()
+
+    def on_owner_exited(self, session: str, needed: Callable[[str, str], bool]) -> None:
+        """The owning session's agent is gone: its watches stop (the reactor already removed the routes).
+
+        With ``--watch-state`` their specs stay in the file and start again on
+        the next start of agentd. ``needed(server, uri)`` says whether another
+        route or declared subscription still uses an upstream subscription.
+        """
+        gone = [w for (s, _), w in self._watches.items() if s == session]
+        for w in gone:
+            del self._watches[(w.session, w.name)]
+            if self.state_path is not None:
+                self._kept[(w.session, w.name)] = w.spec()
+            self._telemetry.emit("watch.stopped", **self._fields(w), reason="owner exited")
+            self._retire(w, needed)
+        if gone:
+            self._request_save()
+
+    def _retire(self, w: Watch, needed: Callable[[str, str], bool]) -> None:
+        w.scope.cancel()
+        nursery = self._nursery
+        if nursery is None:
+            return
+        unsubscribe = (
+            w.server is not None
+            and w.status is not WatchStatus.RESTORE_FAILED
+            and not needed(w.server, w.uri)
+            and not self.needs(w.server, w.uri)
+        )
+        nursery.start_soon(self._release, w, unsubscribe)
+
+    async def _release(self, w: Watch, unsubscribe: bool) -> None:
+        if unsubscribe and w.server is not None:
+            try:
+                await self.upstreams[w.server].unsubscribe(w.uri)
+            except AgentdError as exc:
+                self._telemetry.emit("watch.unsubscribe_failed", **self._fields(w), error=str(exc))
+        if w.stage is not None and w.stage.filter is not None:
+            await w.stage.filter.aclose()
+
+    def _close_quietly(self, w: Watch) -> None:
+        w.scope.cancel()
+        if w.stage is not None and w.stage.filter is not None and self._nursery is not None:
+            self._nursery.start_soon(w.stage.filter.aclose)
+
+    # ------------------------------------------------------------------ stop
+
+    async def stop(self, *, session: str, name: object, routes: RouteTable) -> bool:
+        """``watch_stop``: remove the route, unsubscribe unless still needed, drop the stage.
+
+        Returns ``False`` if the session has no watch of that name.
+        """
+        if not isinstance(name, str):
+            raise WatchError(f"watch_stop: name {name!r} is not valid: pass the name given to watch_start")
+        w = self._watches.get((session, name))
+        if w is None:
+            return False
+        if w.status is WatchStatus.STARTING:
+            raise WatchError(
+                f"watch_stop {name!r}: the watch is still starting; call watch_stop again after it"
+            )
+        del self._watches[(session, name)]
+        w.scope.cancel()
+        still_needed = True
+        if w.status is not WatchStatus.RESTORE_FAILED and w.server is not None:
+            still_needed = await routes.remove(session=session, name=name, uri=w.uri, server=w.server)
+        self._telemetry.emit("watch.stopped", **self._fields(w), reason="watch_stop")
+        self._request_save()
+        await self._release(w, not still_needed and w.server is not None and not self.needs(w.server, w.uri))
+        return True
+
+    # ------------------------------------------------------------------ restore
+
+    async def restore(self, routes: RouteTable) -> None:
+        """Start every watch saved in ``--watch-state`` again (once, at startup).
+
+        A corrupt file is moved aside and an unreadable one reported (watches
+        then run in memory only). Each spec starts with its saved baseline, so
+        changes made while agentd was down are reported. A spec that can never
+        start (its filter is refused, its name is invalid, over the limit) is
+        dropped from the file; one that failed for a reason that may pass (the
+        server is down, the read failed) is kept and listed by ``watch_list()``
+        with ``restore_failed``. Each owning session then gets one restore notice.
+        """
+        if self.state_path is None:
+            return
+        try:
+            specs, warnings = await trio.to_thread.run_sync(state_file.load, self.state_path)
+        except WatchStateError as exc:
+            self._state_problem = str(exc)
+            self._telemetry.emit("watch.state_unavailable", path=str(self.state_path), error=str(exc))
+            return
+        for warning in warnings:
+            self._telemetry.emit("watch.state_warning", path=str(self.state_path), warning=warning)
+        restored: list[Watch] = []
+        failed: list[Watch] = []
+        dropped: list[tuple[WatchSpec, str]] = []
+        for spec in specs:
+            if spec.owner is None:
+                dropped.append((spec, "it has no owning session"))
+                continue
+            try:
+                await self.start(
+                    session=spec.owner,
+                    name=spec.name,
+                    uri=spec.uri,
+                    on_event=spec.on_event,
+                    routes=routes,
+                    baseline=spec.baseline,
+                )
+            except FilterRejected as exc:
+                dropped.append((spec, str(exc)))
+                continue
+            except WatchError as exc:
+                if not exc.transient:
+                    dropped.append((spec, str(exc)))
+                    continue
+                w = Watch(
+                    name=spec.name,
+                    uri=spec.uri,
+                    session=spec.owner,
+                    on_event=spec.on_event,
+                    status=WatchStatus.RESTORE_FAILED,
+                    saved_baseline=spec.baseline,
+                    error=str(exc),
+                )
+                self._watches[(spec.owner, spec.name)] = w
+                failed.append(w)
+                continue
+            w_ok = self._watches[(spec.owner, spec.name)]
+            restored.append(w_ok)
+        for spec, why in dropped:
+            self._telemetry.emit(
+                "watch.restore_dropped", watch=spec.name, uri=spec.uri, session=spec.owner, error=why
+            )
+        self._telemetry.emit(
+            "watch.restored",
+            path=str(self.state_path),
+            restored=[f"{w.session}:{w.name}" for w in restored],
+            failed=[f"{w.session}:{w.name}" for w in failed],
+            dropped=[f"{s.owner}:{s.name}" for s, _ in dropped],
+        )
+        self._request_save()
+        sessions: dict[str, list[str]] = {}
+        for w in [*restored, *failed]:
+            sessions.setdefault(w.session, []).append(
+                f"{w.name} {w.uri} ({w.shape})"
+                if w.status is not WatchStatus.RESTORE_FAILED
+                else f"{w.name} {w.uri}: could not start again ({w.error}); "
+                f"call watch_start({w.name!r}, ...) to retry or watch_stop({w.name!r})"
+            )
+        for spec, why in dropped:
+            if spec.owner is not None:
+                sessions.setdefault(spec.owner, []).append(f"{spec.name} {spec.uri}: dropped ({why})")
+        for session, lines in sessions.items():
+            await self._post(
+                WatchNotice(session=session, watch="", uri="", text=render_restore(lines), kind="restore")
+            )
+
+    # ------------------------------------------------------------------ --watch-state
+
+    def specs(self) -> list[WatchSpec]:
+        """What ``--watch-state`` holds: every watch plus specs kept after their owner exited."""
+        out = {key: w.spec() for key, w in self._watches.items() if w.status is not WatchStatus.STARTING}
+        for key, spec in self._kept.items():
+            out.setdefault(key, spec)
+        return list(out.values())
+
+    def _request_save(self) -> None:
+        if self.state_path is not None:
+            self._save_wanted.set()
+
+    async def _saver(self) -> None:
+        while True:
+            await self._save_wanted.wait()
+            self._save_wanted = trio.Event()
+            await self._write_state()
+
+    async def _write_state(self) -> None:
+        if self.state_path is None:
+            return
+        path, specs = self.state_path, self.specs()
+        try:
+            await trio.to_thread.run_sync(state_file.save, path, specs)
+        except WatchStateError as exc:
+            if self._state_problem != str(exc):
+                self._state_problem = str(exc)
+                self._telemetry.emit("watch.state_unavailable", path=str(path), error=str(exc))
+            return
+        if self._state_problem is not None:
+            self._state_problem = None
+            self._telemetry.emit("watch.state_recovered", path=str(path))
+
+    # ------------------------------------------------------------------ helpers
+
+    def _fields(self, w: Watch) -> dict[str, Any]:
+        return {"watch": w.name, "uri": w.uri, "session": w.session, "route": w.route_id}
+
+
+def render_restore(lines: Iterable[str]) -> str:
+    """The restore notice: a ``<watches-restored>`` block, one watch per line, then the instruction."""
+    import html
+
+    body = "\n".join(html.escape(line, quote=False) for line in lines)
+    return f"<watches-restored>\n{body}\n</watches-restored>\n{RESTORE_INSTRUCTION}"
+
+
+def watch_limits(config: Any) -> WatchLimits:
+    """:class:`WatchLimits` from the ``[watches]`` settings (:class:`agentd.config.WatchesConfig`).
+
+    Raises:
+        ConfigError: a combination the stage cannot run with (names the setting and the fix).
+    """
+    return WatchLimits(
+        max_watches=config.max_watches,
+        filter_time_secs=float(config.filter_timeout),
+        filter_tool_calls=config.filter_tool_calls,
+        events_per_update=config.events_per_update,
+        lines_per_notice=config.notice_lines,
+        debounce_quiet_secs=float(config.debounce),
+        debounce_max_secs=float(config.max_wait),
+        # The upstream connection does the resubscribing; 0 attempts there means "report at once".
+        resubscribe_attempts=max(1, config.resubscribe_attempts),
+    )
