@@ -1,0 +1,341 @@
+"""The WatchManager against real MCP servers over stdio (the bundled memo server, the notes server).
+
+The reactor's part is played by :class:`Rig`: a real :class:`Router` holds the
+watch routes (exact, debounce 0), upstream changes are ingested into it, and
+due watch routes are handed to ``manager.on_changed`` exactly as the reactor's
+``_deliver`` does. Notices are collected instead of starting turns. No sleeps:
+every wait is on a channel or an event, bounded by ``trio.fail_after``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from agentd.errors import FilterRejected, WatchError
+from agentd.supervisor.events import ResourceChanged, SubscriptionStateChanged, WatchNotice
+from agentd.telemetry import Telemetry
+from agentd.triggers.router import Continue, ContinueDelivery, QueuedEvent, Router, RouteSpec
+from agentd.upstream import Upstream, resolve_server_for_uri
+from agentd.watches.limits import WatchLimits
+from agentd.watches.manager import WatchManager
+from agentd.watches.state import load
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.servers.helpers import Spec, notes_spec
+
+#: Short debounce so a notice follows a change within a fraction of a second.
+FAST = WatchLimits(debounce_quiet_secs=0.05, debounce_max_secs=0.5)
+
+#: Bound on any single wait in these tests (generous for a loaded 2-core machine).
+WAIT = 15.0
+
+
+class Recording(Telemetry):
+    """Telemetry that keeps every event (debug ones included) for assertions."""
+
+    def __init__(self) -> None:
+        super().__init__(stream=io.StringIO(), verbose=True)
+        self.events: list[dict[str, Any]] = []
+
+    def emit(self, event: str, /, **fields: Any) -> None:
+        self.events.append({"event": event, **fields})
+
+    def find(self, name: str) -> list[dict[str, Any]]:
+        return [e for e in self.events if e["event"] == name]
+
+
+def memo_spec(path: Path) -> Spec:
+    return Spec(
+        name="memo", command=sys.executable, args=["-m", "agentd", "serve", "memo", "--file", str(path)]
+    )
+
+
+@dataclass
+class Rig:
+    """The manager plus the reactor's routing part, over real upstream connections."""
+
+    manager: WatchManager
+    upstreams: dict[str, Upstream]
+    router: Router
+    telemetry: Recording
+    notices: list[WatchNotice] = field(default_factory=list)
+    _arrived: trio.Event = field(default_factory=trio.Event)
+
+    async def add(self, *, session: str, name: str, uri: str, server: str) -> None:
+        rid = f"watch:{session}:{name}"
+        self.router.add_route(
+            RouteSpec(match=uri, disposition=Continue(session=rid), debounce=0.0, route_id=rid, exact=True),
+            front=True,
+        )
+
+    async def remove(self, *, session: str, name: str, uri: str, server: str) -> bool:
+        self.router.remove_route(f"watch:{session}:{name}")
+        return any(r.glob.exact and r.glob.literal == uri for r in self.router.routes())
+
+    async def pump(self, recv: trio.MemoryReceiveChannel[Any]) -> None:
+        async for ev in recv:
+            now = trio.current_time()
+            if isinstance(ev, ResourceChanged):
+                self.router.ingest(QueuedEvent(ev.uri, ev.server, ev.etag, ev.kind, now), now)
+            elif isinstance(ev, SubscriptionStateChanged):
+                self.manager.on_subscription_state(ev)
+            elif isinstance(ev, WatchNotice):
+                self.notices.append(ev)
+                self._arrived.set()
+                self._arrived = trio.Event()
+            for d in self.router.take_deliveries(
+                now, session_idle=lambda _s: True, may_spawn=lambda: True, draining=False
+            ):
+                assert isinstance(d, ContinueDelivery)
+                self.router.on_session_idle(d.session)
+                self.manager.on_changed(d.route_id, [e.uri for e in d.events])
+
+    async def notice(
+        self, count: int = 1, pred: Callable[[WatchNotice], bool] = lambda n: True
+    ) -> WatchNotice:
+        """Wait for the ``count``-th notice matching ``pred``."""
+        with trio.fail_after(WAIT):
+            while True:
+                found = [n for n in self.notices if pred(n)]
+                if len(found) >= count:
+                    return found[count - 1]
+                await self._arrived.wait()
+
+    async def start(
+        self, name: str, uri: str, on_event: object = None, *, session: str = "s1"
+    ) -> dict[str, Any]:
+        return await self.manager.start(session=session, name=name, uri=uri, on_event=on_event, routes=self)
+
+    async def memo_set(self, key: str, value: Any) -> None:
+        result = await self.upstreams["memo"].call_tool("memo_set", {"key": key, "value": value})
+        assert not result.is_error, result
+
+
+@asynccontextmanager
+async def rig(
+    specs: list[Spec], *, limits: WatchLimits = FAST, state_path: Path | None = None
+) -> AsyncIterator[Rig]:
+    send, recv = trio.open_memory_channel[Any](1000)
+    telemetry = Recording()
+    upstreams = {s.name: Upstream(s, send, telemetry) for s in specs}
+
+    def server_for(uri: str) -> str | None:
+        return resolve_server_for_uri(uri, {n: u.catalog() for n, u in upstreams.items()})
+
+    manager = WatchManager(
+        upstreams=upstreams,
+        events=send,
+        telemetry=telemetry,
+        limits=limits,
+        server_for=server_for,
+        state_path=state_path,
+    )
+    r = Rig(manager=manager, upstreams=upstreams, router=Router(), telemetry=telemetry)
+    async with trio.open_nursery() as nursery:
+        for up in upstreams.values():
+            await nursery.start(up.run)
+        nursery.start_soon(r.pump, recv)
+        await nursery.start(manager.run)
+        yield r
+        nursery.cancel_scope.cancel()
+
+
+def lines(n: WatchNotice) -> list[str]:
+    body = n.text.split("\n</watch-event>")[0]
+    return body.split("\n")[1:]
+
+
+async def test_bad_uri_fails_the_call_and_leaves_nothing_subscribed(tmp_path: Path) -> None:
+    async with rig([memo_spec(tmp_path / "notes.json")]) as r:
+        with pytest.raises(
+            WatchError, match=r"reading 'memo://nope' on server 'memo' failed, so nothing was subscribed"
+        ):
+            await r.start("bad", "memo://nope")
+        assert r.upstreams["memo"].subscriptions == frozenset()
+        assert list(r.router.routes()) == []
+        assert r.manager.listing("s1") == []
+        # The name is free again: the same name works on a good URI.
+        assert await r.start("bad", "memo://notes") == {
+            "name": "bad",
+            "uri": "memo://notes",
+            "shape": "state",
+        }
+
+
+async def test_limit_of_five_and_name_conflict(tmp_path: Path) -> None:
+    async with rig([memo_spec(tmp_path / "notes.json")]) as r:
+        for i in range(5):
+            await r.start(f"w{i}", "memo://notes")
+        with pytest.raises(
+            WatchError, match=r"already has a watch named 'w0' \(on 'memo://notes'\); call watch_stop"
+        ):
+            await r.start("w0", "memo://notes")
+        with pytest.raises(WatchError, match=r"already has 5 watches \(w0, w1, w2, w3, w4\), the limit"):
+            await r.start("w5", "memo://notes")
+        with pytest.raises(WatchError, match=r"name 'a b' is not valid"):
+            await r.start("a b", "memo://notes")
+        # Another session has its own limit, and five watches of one URI share one subscription.
+        await r.start("w0", "memo://notes", session="s2")
+        assert r.upstreams["memo"].subscriptions == frozenset({"memo://notes"})
+        # One change reaches every watch on the URI (the router delivers to the first route only).
+        await r.memo_set("todo", "milk")
+        for i in range(5):
+            n = await r.notice(pred=lambda n, i=i: n.watch == f"w{i}" and n.session == "s1")
+            assert lines(n) == ["ADDED todo"]
+        assert (await r.notice(pred=lambda n: n.session == "s2")).text.startswith('<watch-event name="w0"')
+
+
+async def test_filter_drops_and_transforms_events(tmp_path: Path) -> None:
+    async with rig([memo_spec(tmp_path / "notes.json")]) as r:
+        on_event = "f\"{event['key']} is now {event['new']}\" if event['key'] == 'todo' else None"
+        await r.start("todo", "memo://notes", on_event)
+        await r.memo_set("noise", 1)
+        await r.memo_set("todo", "buy milk")
+        n = await r.notice()
+        assert lines(n) == ["todo is now buy milk"]
+        assert n.text.startswith('<watch-event name="todo" uri="memo://notes">\n')
+        outcomes = [(e["type"], e["outcome"]) for e in r.telemetry.find("watch.event")]
+        assert ("ADDED", "dropped") in outcomes
+        assert ("ADDED", "kept") in outcomes
+        [listed] = r.manager.listing("s1")
+        assert listed["events"] == 2
+        assert listed["notices"] == 1
+
+
+async def test_filter_is_denied_mutating_tools_and_may_use_read_only_ones(tmp_path: Path) -> None:
+    path = tmp_path / "notes.json"
+    async with rig([memo_spec(path)]) as r:
+        with pytest.raises(
+            FilterRejected, match=r"calls 'memo__memo_set' at line 1, column 1, which a watch filter"
+        ):
+            await r.start("w", "memo://notes", "memo__memo_set(key='x', value=1)")
+        with pytest.raises(FilterRejected, match=r"syntax error at line 3, column 1"):
+            await r.start("w", "memo://notes", "x = 1\ny = (\n")
+        with pytest.raises(FilterRejected, match=r"must be Python source text \(a str\), got int"):
+            await r.start("w", "memo://notes", 42)
+        assert r.upstreams["memo"].subscriptions == frozenset()
+        # memo_get is read-only: allowed. memo_set only on a real 'evil' event: refused at run time.
+        source = (
+            "if event['key'] == 'evil':\n"
+            "    memo__memo_set(key='hacked', value=True)\n"
+            "f\"{event['key']}: {memo__memo_get(key=event['key'])}\""
+        )
+        await r.start("w", "memo://notes", source)
+        await r.memo_set("todo", "milk")
+        assert lines(await r.notice()) == ["todo: milk"]
+        await r.memo_set("evil", 1)
+        n = await r.notice(2)
+        assert "on_event called 'memo__memo_set', which a watch filter may not use" in n.text
+        assert "hacked" not in json.loads(path.read_text())
+
+
+async def test_changes_in_one_burst_become_one_notice(tmp_path: Path) -> None:
+    limits = WatchLimits(debounce_quiet_secs=1.0, debounce_max_secs=5.0)
+    async with rig([memo_spec(tmp_path / "notes.json")], limits=limits) as r:
+        await r.start("all", "memo://notes")
+        await r.memo_set("a", 1)
+        await r.memo_set("b", 2)
+        await r.memo_set("a", 3)
+        n = await r.notice()
+        # Writes that land before one read become the net change; either way, one notice.
+        assert sorted(lines(n)) in (["ADDED a", "ADDED b"], ["ADDED a", "ADDED b", "MODIFIED a (1→3)"])
+        [notice] = r.telemetry.find("watch.notice")
+        assert notice["waited_s"] >= 1.0  # the trailing debounce held it back
+
+
+async def test_watch_stop_unsubscribes_and_list_counts(tmp_path: Path) -> None:
+    async with rig([memo_spec(tmp_path / "notes.json")]) as r:
+        await r.start("a", "memo://notes")
+        await r.start("b", "memo://notes")
+        await r.memo_set("k", "v")
+        await r.notice(pred=lambda n: n.watch == "a")
+        await r.notice(pred=lambda n: n.watch == "b")
+        listed = {w["name"]: w for w in r.manager.listing("s1")}
+        assert listed["a"] == {
+            "name": "a",
+            "uri": "memo://notes",
+            "shape": "state",
+            "events": 1,
+            "notices": 1,
+        }
+        assert await r.manager.stop(session="s1", name="a", routes=r) is True
+        # "b" still needs the subscription.
+        assert r.upstreams["memo"].subscriptions == frozenset({"memo://notes"})
+        assert await r.manager.stop(session="s1", name="b", routes=r) is True
+        assert r.upstreams["memo"].subscriptions == frozenset()
+        assert list(r.router.routes()) == []
+        assert await r.manager.stop(session="s1", name="b", routes=r) is False
+        assert r.manager.listing("s1") == []
+        assert [e["watch"] for e in r.telemetry.find("watch.stopped")] == ["a", "b"]
+
+
+async def test_a_text_resource_on_the_notes_server(tmp_path: Path) -> None:
+    async with rig([notes_spec("notes", tmp_path / "s.json")]) as r:
+        assert (await r.start("alpha", "note://alpha"))["shape"] == "state"
+        result = await r.upstreams["notes"].call_tool("set_note", {"name": "alpha", "text": "rewritten"})
+        assert not result.is_error
+        assert lines(await r.notice()) == ["CHANGED rewritten"]
+
+
+async def test_restore_reports_changes_made_while_down(tmp_path: Path) -> None:
+    memo, state = tmp_path / "notes.json", tmp_path / "watches.json"
+    async with rig([memo_spec(memo)], state_path=state) as r:
+        await r.start("todo", "memo://notes", "f\"{event['type']} {event['key']}\"")
+        await r.memo_set("first", 1)
+        await r.notice()
+    [saved] = load(state)[0]
+    assert (saved.name, saved.owner, saved.baseline) == (
+        "todo",
+        "s1",
+        {"shape": "state", "kind": "json", "value": {"first": 1}},
+    )
+    # Add specs that cannot start: a refused filter (dropped) and a server that is not there (kept).
+    doc = json.loads(state.read_text())
+    doc["watches"] += [
+        {"name": "bad", "uri": "memo://notes", "on_event": "fmt", "owner": "s1", "baseline": None},
+        {"name": "gone", "uri": "other://x", "on_event": None, "owner": "s2", "baseline": None},
+    ]
+    state.write_text(json.dumps(doc))
+    # While agentd is down, the notes change (the memo server edits its file).
+    memo.write_text(json.dumps({"first": 1, "late": 2}))
+
+    async with rig([memo_spec(memo)], state_path=state) as r:
+        await r.manager.restore(r)
+        restore = await r.notice(pred=lambda n: n.kind == "restore" and n.session == "s1")
+        assert restore.text.startswith(
+            "<watches-restored>\ntodo memo://notes (state)\nbad memo://notes: dropped"
+        )
+        assert "NameError" in restore.text
+        gone = await r.notice(pred=lambda n: n.kind == "restore" and n.session == "s2")
+        assert "gone other://x: could not start again" in gone.text
+        change = await r.notice(pred=lambda n: n.kind == "notice")
+        assert lines(change) == ["ADDED late"]
+        [event] = r.telemetry.find("watch.restored")
+        assert (event["restored"], event["failed"], event["dropped"]) == (
+            ["s1:todo"],
+            ["s2:gone"],
+            ["s1:bad"],
+        )
+        assert r.manager.listing("s2") == [
+            {
+                "name": "gone",
+                "uri": "other://x",
+                "shape": None,
+                "events": 0,
+                "notices": 0,
+                "restore_failed": True,
+                "error": r.manager.listing("s2")[0]["error"],
+            }
+        ]
+    names = [s.name for s in load(state)[0]]
+    assert names == ["todo", "gone"]  # the refused filter is dropped from the file
