@@ -1,0 +1,44 @@
+"""Test-wide settings.
+
+* Hypothesis: no per-example deadline (the machine is shared and has 2 cores;
+  a slow example is not a bug) and a bounded example budget, so fuzzing runs
+  in CI in a predictable time. ``HYPOTHESIS_PROFILE=thorough`` digs deeper.
+* A guard: no test may reach a real model provider. Name resolution of their
+  public hosts fails in this process, so a misconfigured test errors at once
+  instead of sending a request.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "ci",
+    deadline=None,
+    max_examples=100,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile("thorough", deadline=None, max_examples=2000, suppress_health_check=list(HealthCheck))
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+_FORBIDDEN_HOSTS = frozenset({"api.openai.com", "api.anthropic.com"})
+_real_getaddrinfo = socket.getaddrinfo
+
+
+def _guarded_getaddrinfo(host, *args, **kwargs):  # type: ignore[no-untyped-def]
+    if isinstance(host, bytes):
+        host = host.decode()
+    if host in _FORBIDDEN_HOSTS:
+        raise OSError(f"tests must not reach a real model provider ({host}); use tests/fakes/provider_server.py")
+    return _real_getaddrinfo(host, *args, **kwargs)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_real_providers():
+    socket.getaddrinfo = _guarded_getaddrinfo
+    yield
+    socket.getaddrinfo = _real_getaddrinfo
