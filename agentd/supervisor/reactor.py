@@ -301,7 +301,9 @@ class Reactor:
 
     def _next_deadline(self) -> float:
         candidates = [
-            self.router.next_deadline(),
+            # Nothing is delivered while draining, so a debounce armed by a late
+            # change must not bound the wait (it would spin the loop hot).
+            self.router.next_deadline() if self.phase is Phase.RUNNING else None,
             self.reenter_at,
             self.drain_deadline,
             self.budget.next_deadline(),
