@@ -1,0 +1,600 @@
+"""The reactor in virtual time: modes, drain, budget, governor and reactive routing.
+
+No processes: the reactor runs with the real driver, router, budget and
+governor; fake :class:`Hooks` record what it asks for, and the tests play the
+children by sending ``ChildMessage``/``ChildExited`` into ``reactor.send``
+exactly as the hub and the tree do. Every test runs under
+``MockClock(autojump_threshold=0)`` (the ``autojump_clock`` fixture), so the
+times asserted are exact virtual times.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import trio
+
+from agentd.exitcodes import ExitCode, TerminalStatus
+from agentd.supervisor.budget import Budget
+from agentd.supervisor.events import ChildExited, ChildMessage, ResourceChanged, SignalReceived
+from agentd.supervisor.governor import RestartGovernor
+from agentd.supervisor.reactor import Agent, AgentPhase, Hooks, Reactor
+from agentd.telemetry import Telemetry
+from agentd.triggers import mode as modes
+from agentd.triggers.router import Continue, Router, RouteSpec, Spawn
+from agentd.triggers.timer import IntervalSource
+
+#: Upper bound on any single await in these tests, in *virtual* seconds: far
+#: past every timer a test arms, so only a reactor that never answers hits it.
+STEP = 1000.0
+
+
+class RecTelemetry(Telemetry):
+    """Telemetry that keeps every event with the virtual time it was emitted at."""
+
+    def __init__(self) -> None:
+        super().__init__(stream=None, verbose=True)
+        self.events: list[tuple[float, str, dict[str, Any]]] = []
+
+    def emit(self, event: str, /, **fields: Any) -> None:
+        self.events.append((trio.current_time(), event, fields))
+
+    def named(self, name: str) -> list[tuple[float, dict[str, Any]]]:
+        return [(t, f) for t, e, f in self.events if e == name]
+
+
+@dataclass
+class FakeHooks:
+    """Records what the reactor asks for; spawns are also streamed to the test."""
+
+    spawned: list[tuple[float, Agent]] = field(default_factory=list)
+    killed: list[str] = field(default_factory=list)
+    kill_all_at: list[float] = field(default_factory=list)
+    published: list[tuple[str, str, str]] = field(default_factory=list)
+    subscribed: list[tuple[str, str]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._send, self._recv = trio.open_memory_channel[Agent](math.inf)
+
+    def hooks(self) -> Hooks:
+        return Hooks(
+            spawn=self._spawn,
+            kill=self.killed.append,
+            kill_all=lambda: self.kill_all_at.append(trio.current_time()),
+            subscribe=lambda s, u: self.subscribed.append((s, u)),
+            unsubscribe=lambda s, u: None,
+            publish=lambda a, status, text, idle: self.published.append((a.id, status, text)),
+        )
+
+    def _spawn(self, agent: Agent) -> None:
+        self.spawned.append((trio.current_time(), agent))
+        self._send.send_nowait(agent)
+
+    async def next_spawn(self) -> Agent:
+        with trio.fail_after(STEP):
+            return await self._recv.receive()
+
+    def no_spawn_pending(self) -> bool:
+        return self._recv.statistics().current_buffer_used == 0
+
+
+@dataclass
+class Harness:
+    reactor: Reactor
+    hooks: FakeHooks
+    telemetry: RecTelemetry
+    result: list[tuple[float, ExitCode]] = field(default_factory=list)
+    done: trio.Event = field(default_factory=trio.Event)
+
+    async def send(self, event: Any) -> None:
+        await self.reactor.send.send(event)
+
+    async def ask(self, agent: str, kind: Any, **payload: Any) -> trio.MemoryReceiveChannel[Any]:
+        """Send a child message; returns the channel its answer arrives on."""
+        send, recv = trio.open_memory_channel[Any](1)
+        await self.send(ChildMessage(agent=agent, kind=kind, payload={**payload, "reply": send}))
+        return recv
+
+    async def usage(self, agent: str, *, tokens: int = 10, steps: int = 1) -> dict[str, Any]:
+        recv = await self.ask(agent, "usage", input_tokens=tokens, output_tokens=0, steps=steps)
+        with trio.fail_after(STEP):
+            answer: dict[str, Any] = await recv.receive()
+        return answer
+
+    async def end_turn(
+        self,
+        agent: str,
+        text: str = "did the work",
+        *,
+        status: TerminalStatus = "completed",
+        idle: bool | None = None,
+    ) -> trio.MemoryReceiveChannel[Any]:
+        """One model call then the turn end; returns the channel the turn-end answer arrives on."""
+        await self.usage(agent)
+        if idle is None:
+            idle = text.strip() == "NO_REPLY" or not text.strip()
+        return await self.ask(agent, "turn_end", status=status, text=text, idle=idle)
+
+    async def self_tool(self, agent: str, **payload: Any) -> dict[str, Any]:
+        recv = await self.ask(agent, "self_tool", **payload)
+        with trio.fail_after(STEP):
+            answer: dict[str, Any] = await recv.receive()
+        return answer
+
+    async def exited(self, agent: str, returncode: int | None = 0) -> None:
+        await self.send(ChildExited(agent=agent, pid=1000, returncode=returncode))
+
+    async def exit_code(self) -> tuple[float, ExitCode]:
+        with trio.fail_after(STEP):
+            await self.done.wait()
+        return self.result[0]
+
+
+async def answer(recv: trio.MemoryReceiveChannel[Any]) -> tuple[float, dict[str, Any]]:
+    """Wait for a held reply; returns (virtual time it arrived, the answer)."""
+    with trio.fail_after(STEP):
+        msg: dict[str, Any] = await recv.receive()
+    return trio.current_time(), msg
+
+
+def build(
+    mode: modes.Mode,
+    *,
+    interval: float | None = None,
+    session: modes.SessionMode | None = None,
+    routes: Sequence[RouteSpec] = (),
+    max_steps: int | None = None,
+    max_tokens: int | None = None,
+    grace: float = 25.0,
+    max_restarts: int = 3,
+    restart_period: float = 60.0,
+    clock: Any = None,
+    instruction: str = "work",
+) -> tuple[Reactor, FakeHooks, RecTelemetry]:
+    now = trio.current_time()
+    driver = modes.make_driver(mode, interval=interval, session=session, now_mono=now)
+    router = Router()
+    for spec in routes:
+        router.add_route(spec)
+    hooks = FakeHooks()
+    telemetry = RecTelemetry()
+    if isinstance(driver, modes.Schedule):
+        clock = driver.source
+    session_mode = driver.session if isinstance(driver, modes.Loop) else "fresh"
+    reactor = Reactor(
+        driver=driver,
+        router=router,
+        budget=Budget(max_steps=max_steps, max_tokens=max_tokens),
+        governor=RestartGovernor(intensity=max_restarts, period=restart_period),
+        hooks=hooks.hooks(),
+        telemetry=telemetry,
+        instruction=instruction,
+        grace=grace,
+        mode=mode,
+        session=session_mode,
+        clock=clock,
+    )
+    return reactor, hooks, telemetry
+
+
+@asynccontextmanager
+async def running(mode: modes.Mode, **kw: Any) -> AsyncIterator[Harness]:
+    reactor, hooks, telemetry = build(mode, **kw)
+    h = Harness(reactor, hooks, telemetry)
+
+    async def run() -> None:
+        code = await reactor.run()
+        h.result.append((trio.current_time(), code))
+        h.done.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run)
+        yield h
+        nursery.cancel_scope.cancel()
+
+
+# --------------------------------------------------------------------------- loop
+
+
+async def test_loop_interval_0_reenters_at_once_after_work_and_backs_off_when_idle(autojump_clock):
+    async with running("loop", interval=0) as h:
+        root = await h.hooks.next_spawn()
+        assert (root.role, root.warm, root.session) == ("root", True, "root")
+        times: list[float] = []
+        # work, idle, idle, idle, work, idle: waits 0, 1, 2, 4, 0, 1
+        for text in ["did A", "NO_REPLY", "NO_REPLY", "NO_REPLY", "did B", "NO_REPLY"]:
+            ended_at = trio.current_time()
+            t, msg = await answer(await h.end_turn(root.id, text))
+            assert msg == {"action": "continue", "input": "work"}
+            times.append(t - ended_at)
+        assert times == [0.0, 1.0, 2.0, 4.0, 0.0, 1.0]
+        assert [f["after_s"] for _, f in h.telemetry.named("loop.reenter")] == [0.0, 1.0, 2.0, 4.0, 0.0, 1.0]
+        assert len(h.hooks.spawned) == 1  # warm: the same agent every shift
+        # NO_REPLY turns publish nothing; real work does
+        assert [p[2] for p in h.hooks.published] == ["did A", "did B"]
+
+
+async def test_loop_idle_backoff_caps_at_60s(autojump_clock):
+    async with running("loop", interval=0) as h:
+        root = await h.hooks.next_spawn()
+        waits = []
+        for _ in range(8):
+            ended_at = trio.current_time()
+            t, _ = await answer(await h.end_turn(root.id, "NO_REPLY"))
+            waits.append(t - ended_at)
+        assert waits == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0]
+
+
+async def test_loop_interval_5_fresh_spawns_a_new_root_every_5s(autojump_clock):
+    async with running("loop", interval=5) as h:
+        first = await h.hooks.next_spawn()
+        assert first.warm is False
+        await trio.sleep(1.5)  # the shift takes 1.5 s
+        t, msg = await answer(await h.end_turn(first.id, "did the work"))
+        assert (t, msg) == (1.5, {"action": "exit"})
+        await h.exited(first.id)
+        second = await h.hooks.next_spawn()
+        assert trio.current_time() == 6.5
+        assert second.id != first.id
+        # an idle shift keeps the configured cadence (backoff capped at the interval)
+        t, msg = await answer(await h.end_turn(second.id, "NO_REPLY"))
+        await h.exited(second.id)
+        await h.hooks.next_spawn()
+        assert trio.current_time() == 11.5
+        assert [f["after_s"] for _, f in h.telemetry.named("loop.reenter")] == [5.0, 5.0]
+
+
+async def test_loop_warm_continues_the_same_agent_fresh_spawns_anew(autojump_clock):
+    async with running("loop", interval=2, session="warm") as h:
+        root = await h.hooks.next_spawn()
+        for _ in range(3):
+            _t, msg = await answer(await h.end_turn(root.id))
+            assert msg == {"action": "continue", "input": "work"}
+        assert trio.current_time() == 6.0
+        assert [a.id for _, a in h.hooks.spawned] == [root.id]
+        assert [f.get("warm") for _, f in h.telemetry.named("loop.shift")] == [True, True, True]
+
+    base = trio.current_time()
+    async with running("loop", interval=2, session="fresh") as h:
+        ids = []
+        for _ in range(3):
+            agent = await h.hooks.next_spawn()
+            ids.append(agent.id)
+            _, msg = await answer(await h.end_turn(agent.id))
+            assert msg == {"action": "exit"}
+            await h.exited(agent.id)
+        await h.hooks.next_spawn()
+        assert len(set(ids)) == 3
+        assert [t - base for t, _ in h.hooks.spawned] == [0.0, 2.0, 4.0, 6.0]
+
+
+async def test_loop_restart_governor_opens_the_breaker_and_exits_1(autojump_clock):
+    async with running("loop", interval=0, max_restarts=2, restart_period=60) as h:
+        for _ in range(3):
+            agent = await h.hooks.next_spawn()
+            await trio.sleep(1)
+            await h.exited(agent.id, returncode=-9)  # crashed mid-turn
+        t, code = await h.exit_code()
+    assert code == ExitCode.CRASHED
+    assert t == 3.0
+    assert len(h.hooks.spawned) == 3  # the first run and 2 restarts, then the breaker
+    assert len(h.telemetry.named("governor.breaker_open")) == 1
+    assert h.telemetry.counters["restarts"] == 2
+
+
+async def test_once_root_crash_exits_1_without_restart(autojump_clock):
+    async with running("once") as h:
+        root = await h.hooks.next_spawn()
+        await h.usage(root.id)
+        await h.exited(root.id, returncode=-9)
+        t, code = await h.exit_code()
+    assert (t, code) == (0.0, ExitCode.CRASHED)
+    assert len(h.hooks.spawned) == 1
+    assert h.telemetry.named("subagent.exit")[0][1]["status"] == "crashed"
+
+
+async def test_once_completed_exits_0_and_tells_the_root_to_exit(autojump_clock):
+    async with running("once") as h:
+        root = await h.hooks.next_spawn()
+        _, msg = await answer(await h.end_turn(root.id, "the answer"))
+        assert msg == {"action": "exit"}
+        _, code = await h.exit_code()
+    assert code == ExitCode.OK
+    assert h.reactor.root_text == "the answer"
+
+
+# --------------------------------------------------------------------------- schedule
+
+
+async def test_schedule_fires_on_the_grid_and_coalesces_fires_while_the_root_runs(autojump_clock):
+    async with running("schedule", interval=2) as h:
+        a1 = await h.hooks.next_spawn()
+        assert trio.current_time() == 0.0  # the first fire is at start
+        # a1 runs for 5 s: the fires at 2 and 4 coalesce into ONE pending fire
+        await trio.sleep(5)
+        _, msg = await answer(await h.end_turn(a1.id))
+        assert msg == {"action": "exit"}
+        await h.exited(a1.id)
+        a2 = await h.hooks.next_spawn()
+        assert trio.current_time() == 5.0  # the pending fire runs at once
+        _, _ = await answer(await h.end_turn(a2.id))
+        await h.exited(a2.id)
+        a3 = await h.hooks.next_spawn()
+        assert trio.current_time() == 6.0  # back on the grid, no catch-up burst
+        assert h.hooks.no_spawn_pending()
+    assert [t for t, _ in h.hooks.spawned] == [0.0, 5.0, 6.0]
+    assert [t for t, _ in h.telemetry.named("timer.coalesced")] == [2.0, 4.0]
+    assert a3.role == "root"
+
+
+# --------------------------------------------------------------------------- budget
+
+
+async def test_budget_spent_stops_spawning_drains_warm_sessions_and_exits_7(autojump_clock):
+    routes = [
+        RouteSpec(match="memo://a", disposition=Continue("s"), debounce=0.25),
+        RouteSpec(match="memo://b", disposition=Spawn(), debounce=0.25),
+    ]
+    async with running("reactive", routes=routes, max_steps=3) as h:
+        await h.send(ResourceChanged(server="memo", uri="memo://a"))
+        s = await h.hooks.next_spawn()
+        assert (s.role, s.session, s.warm) == ("session", "s", True)
+        held = await h.end_turn(s.id)  # step 1; the session goes idle, its reply held
+        await h.send(ResourceChanged(server="memo", uri="memo://b"))
+        b = await h.hooks.next_spawn()
+        assert (await h.usage(b.id))["continue"] is True  # step 2
+        assert await h.usage(b.id) == {"continue": False, "reason": "steps"}  # step 3: spent
+        _, msg = await answer(held)
+        assert msg == {"action": "exit"}  # the idle warm session is told to exit
+        _, msg = await answer(await h.ask(b.id, "turn_end", status="exhausted_steps", text="", idle=True))
+        assert msg == {"action": "exit"}
+        # a change now starts nothing
+        await h.send(ResourceChanged(server="memo", uri="memo://b"))
+        await trio.sleep(1)
+        assert h.hooks.no_spawn_pending()
+        assert not h.done.is_set()  # two children still alive
+        await h.exited(b.id)
+        assert not h.done.is_set()
+        await trio.sleep(1)
+        await h.exited(s.id)
+        t, code = await h.exit_code()
+    assert (t, code) == (2.5, ExitCode.BUDGET)
+    assert len(h.hooks.spawned) == 2
+    assert len(h.telemetry.named("budget.exhausted")) == 1
+
+
+async def test_loop_budget_spent_exits_7_after_the_root_exits(autojump_clock):
+    async with running("loop", interval=0, max_steps=2) as h:
+        root = await h.hooks.next_spawn()
+        _, msg = await answer(await h.end_turn(root.id))
+        assert msg["action"] == "continue"
+        assert await h.usage(root.id) == {"continue": False, "reason": "steps"}
+        _, msg = await answer(
+            await h.ask(root.id, "turn_end", status="exhausted_steps", text="half", idle=False)
+        )
+        assert msg == {"action": "exit"}
+        await trio.sleep(3)
+        assert not h.done.is_set()
+        await h.exited(root.id)
+        t, code = await h.exit_code()
+    assert (t, code) == (3.0, ExitCode.BUDGET)
+    assert len(h.hooks.spawned) == 1
+
+
+# --------------------------------------------------------------------------- drain
+
+
+async def test_sigterm_exits_idle_sessions_lets_the_running_turn_finish_then_0(autojump_clock):
+    routes = [
+        RouteSpec(match="memo://a", disposition=Continue("s"), debounce=0.25),
+        RouteSpec(match="memo://b", disposition=Spawn(), debounce=0.25),
+    ]
+    async with running("reactive", routes=routes, grace=10) as h:
+        await h.send(ResourceChanged(server="memo", uri="memo://a"))
+        s = await h.hooks.next_spawn()
+        held = await h.end_turn(s.id)
+        await h.send(ResourceChanged(server="memo", uri="memo://b"))
+        b = await h.hooks.next_spawn()
+        await h.usage(b.id)
+        await h.send(SignalReceived(signal.SIGTERM))
+        t, msg = await answer(held)
+        assert (t, msg) == (0.5, {"action": "exit"})
+        await h.exited(s.id)
+        # new changes are not delivered while draining
+        await h.send(ResourceChanged(server="memo", uri="memo://b"))
+        await trio.sleep(4)  # the running turn takes 4 more seconds, inside the grace
+        assert h.reactor.live_agents() == [h.reactor.agents[b.id]]
+        assert h.reactor.agents[b.id].phase is AgentPhase.TURN
+        _, msg = await answer(await h.ask(b.id, "turn_end", status="completed", text="finished", idle=False))
+        assert msg == {"action": "exit"}
+        await h.exited(b.id)
+        t, code = await h.exit_code()
+    assert (t, code) == (4.5, ExitCode.OK)
+    assert h.hooks.kill_all_at == []
+    assert len(h.hooks.spawned) == 2
+    assert ("a2", "completed", "finished") in h.hooks.published
+
+
+async def test_drain_grace_elapsed_kills_all_at_exactly_grace_and_exits_143(autojump_clock):
+    async with running("loop", interval=0, grace=3) as h:
+        root = await h.hooks.next_spawn()
+        await h.usage(root.id)
+        await trio.sleep(1)
+        await h.send(SignalReceived(signal.SIGTERM))
+        t, code = await h.exit_code()
+    assert (t, code) == (4.0, ExitCode.DRAIN_TIMEOUT)
+    assert h.hooks.kill_all_at == [4.0]
+    assert h.telemetry.named("drain.timeout")[0][0] == 4.0
+
+
+async def test_second_signal_exits_143_at_once(autojump_clock):
+    async with running("loop", interval=0, grace=30) as h:
+        root = await h.hooks.next_spawn()
+        await h.usage(root.id)
+        await h.send(SignalReceived(signal.SIGTERM))
+        await trio.sleep(2)
+        await h.send(SignalReceived(signal.SIGINT))
+        t, code = await h.exit_code()
+    assert (t, code) == (2.0, ExitCode.DRAIN_TIMEOUT)
+    assert h.hooks.kill_all_at == [2.0]
+
+
+async def test_sigterm_with_nothing_running_exits_0_at_once(autojump_clock):
+    async with running("reactive", routes=[RouteSpec(match="memo://a")]) as h:
+        await trio.sleep(7)
+        await h.send(SignalReceived(signal.SIGTERM))
+        t, code = await h.exit_code()
+    assert (t, code) == (7.0, ExitCode.OK)
+
+
+# --------------------------------------------------------------------------- reactive: spawn routes
+
+
+async def test_debounce_is_exactly_250ms(autojump_clock):
+    async with running("reactive", routes=[RouteSpec(match="memo://*")]) as h:
+        await trio.sleep(1)
+        await h.send(ResourceChanged(server="memo", uri="memo://notes"))
+        agent = await h.hooks.next_spawn()
+        assert trio.current_time() == 1.25
+        assert agent.role == "spawn"
+        assert "memo://notes" in agent.instruction
+
+
+async def test_a_burst_is_one_spawn_and_quiet_separated_changes_are_two(autojump_clock):
+    async with running("reactive", routes=[RouteSpec(match="memo://*")]) as h:
+        for _ in range(5):  # a burst: a change every 100 ms
+            await h.send(ResourceChanged(server="memo", uri="memo://notes", etag="e"))
+            await trio.sleep(0.1)
+        first = await h.hooks.next_spawn()
+        assert trio.current_time() == pytest.approx(0.65)  # 250 ms after the last change
+        await answer(await h.end_turn(first.id))
+        await h.exited(first.id)
+        await trio.sleep(5)
+        await h.send(ResourceChanged(server="memo", uri="memo://notes"))
+        await h.hooks.next_spawn()
+        assert trio.current_time() == pytest.approx(5.9)
+    assert len(h.hooks.spawned) == 2
+    assert h.telemetry.counters["coalesced"] == 4
+
+
+async def test_max_inflight_is_respected(autojump_clock):
+    routes = [RouteSpec(match="memo://*", disposition=Spawn(max_inflight=2))]
+    async with running("reactive", routes=routes) as h:
+        for n in range(3):
+            await h.send(ResourceChanged(server="memo", uri=f"memo://n{n}"))
+        a1 = await h.hooks.next_spawn()
+        a2 = await h.hooks.next_spawn()
+        await trio.sleep(3)
+        assert h.hooks.no_spawn_pending()  # the third waits for a free slot
+        await answer(await h.end_turn(a1.id))
+        a3 = await h.hooks.next_spawn()
+        assert trio.current_time() == 3.25  # at once when the slot frees, no new debounce
+        assert "memo://n2" in a3.instruction
+    assert [t for t, _ in h.hooks.spawned] == [0.25, 0.25, 3.25]
+    assert a2.id != a3.id
+
+
+async def test_unrouted_changes_are_counted_and_dropped(autojump_clock):
+    async with running("reactive", routes=[RouteSpec(match="memo://notes")]) as h:
+        await h.send(ResourceChanged(server="memo", uri="memo://other"))
+        await trio.sleep(1)
+        assert h.hooks.no_spawn_pending()
+    assert h.telemetry.counters["unrouted"] == 1
+    assert h.telemetry.named("resource.updated")[0][1]["route"] is None
+
+
+# --------------------------------------------------------------------------- reactive: continue routes
+
+
+async def test_continue_route_delivers_the_queued_set_once_only_when_idle_in_order(autojump_clock):
+    routes = [RouteSpec(match="memo://*", disposition=Continue("s"))]
+    async with running("reactive", routes=routes, instruction="") as h:
+        await h.send(ResourceChanged(server="memo", uri="memo://u1"))
+        s = await h.hooks.next_spawn()
+        assert trio.current_time() == 0.25
+        assert "memo://u1" in s.instruction
+        # mid-turn: three changes (u2 twice) queue up; nothing is delivered into a running turn
+        await trio.sleep(0.75)
+        for uri in ("memo://u2", "memo://u3", "memo://u2"):
+            await h.send(ResourceChanged(server="memo", uri=uri))
+            await trio.sleep(0.1)
+        await trio.sleep(2)  # the debounce elapsed long ago; the session is still mid-turn
+        assert len(h.telemetry.named("session.deliver")) == 1  # only the start
+        t, msg = await answer(await h.end_turn(s.id))
+        assert t == pytest.approx(3.3)  # delivered the moment the turn ended
+        assert msg["action"] == "continue"
+        lines = msg["input"].splitlines()
+        assert [ln.split()[1] for ln in lines[1:]] == ["memo://u2", "memo://u3"]  # one set, arrival order
+        delivers = h.telemetry.named("session.deliver")
+        assert len(delivers) == 2
+        assert delivers[1][1]["agent"] == s.id
+        assert len(h.telemetry.named("route.deliver")) == 2
+    assert len(h.hooks.spawned) == 1
+
+
+# --------------------------------------------------------------------------- self-subscribe
+
+
+async def test_self_subscribe_routes_ahead_of_declared_is_exclusive_and_unsubscribes(autojump_clock):
+    async with running("reactive", routes=[RouteSpec(match="memo://*", route_id="all")]) as h:
+        await h.send(ResourceChanged(server="memo", uri="memo://x"))
+        a1 = await h.hooks.next_spawn()
+        assert await h.self_tool(a1.id, op="subscribe", uri="memo://notes", server="memo") == {"ok": True}
+        held = await h.end_turn(a1.id, "watching")
+        # the next change to memo://notes wakes the SAME agent, not the declared spawn route
+        await trio.sleep(1)
+        await h.send(ResourceChanged(server="memo", uri="memo://notes"))
+        t, msg = await answer(held)
+        assert t == pytest.approx(1.5)
+        assert msg["action"] == "continue"
+        assert "memo://notes" in msg["input"]
+        routed = h.telemetry.named("resource.updated")[-1][1]
+        assert routed["route"] == f"self:{a1.id}:memo://notes"
+        assert h.telemetry.named("session.deliver")[-1][1]["agent"] == a1.id
+        # a second session may not take the same URI
+        await h.send(ResourceChanged(server="memo", uri="memo://y"))
+        a2 = await h.hooks.next_spawn()
+        refused = await h.self_tool(a2.id, op="subscribe", uri="memo://notes", server="memo")
+        assert "memo://notes" in refused["error"]
+        assert repr(a1.id) in refused["error"]
+        # unsubscribe: the URI goes back to the declared route
+        assert await h.self_tool(a1.id, op="unsubscribe", uri="memo://notes") == {"ok": True}
+        assert await h.self_tool(a1.id, op="unsubscribe", uri="memo://notes") == {"ok": False}
+        await h.send(ResourceChanged(server="memo", uri="memo://notes"))
+        a3 = await h.hooks.next_spawn()
+        assert a3.role == "spawn"
+        assert a3.route == "all"
+    assert h.telemetry.named("resource.updated")[-1][1]["route"] == "all"
+
+
+async def test_unknown_self_tool_operation_is_an_error(autojump_clock):
+    async with running("reactive", routes=[RouteSpec(match="memo://*")]) as h:
+        await h.send(ResourceChanged(server="memo", uri="memo://x"))
+        a1 = await h.hooks.next_spawn()
+        assert await h.self_tool(a1.id, op="frobnicate", uri="memo://x") == {
+            "error": "unknown self-tool operation 'frobnicate'"
+        }
+
+
+# --------------------------------------------------------------------------- reactive timer
+
+
+async def test_reactive_timer_route_receives_interval_fires(autojump_clock):
+    routes = [RouteSpec(match="", timer=True, debounce=0.0, route_id="tick")]
+    async with running("reactive", routes=routes, clock=IntervalSource(2, start=2)) as h:
+        a1 = await h.hooks.next_spawn()
+        assert trio.current_time() == 2.0
+        assert a1.route == "tick"
+        assert a1.role == "spawn"
+        await answer(await h.end_turn(a1.id))
+        await h.exited(a1.id)
+        a2 = await h.hooks.next_spawn()
+        assert trio.current_time() == 4.0
+        assert a2.route == "tick"
+    assert [t for t, _ in h.telemetry.named("timer.fire")][:2] == [2.0, 4.0]
