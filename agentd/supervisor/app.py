@@ -81,6 +81,7 @@ def run(settings: Any) -> int:
 
 
 async def _main(settings: Any, telemetry: Telemetry) -> int:
+    from agentd.errors import ConfigError
     from agentd.triggers import mode as modes
     from agentd.upstream import Upstream
 
@@ -184,6 +185,12 @@ async def _main(settings: Any, telemetry: Telemetry) -> int:
         hub.invalidate()
         await _declare_subscriptions(settings, reactor, upstreams, telemetry, nursery)
         await nursery.start(watches.run)
+        try:
+            await watches.check_routes()  # a declared on_event the sandbox refuses is a config error
+        except ConfigError as exc:
+            print(f"agentd: {exc}", file=sys.stderr)
+            nursery.cancel_scope.cancel()
+            return int(ExitCode.CONFIG)
         # Before the reactor turns, so its handlers never race this direct route table.
         await watches.restore(_StartupRoutes(reactor))
         if settings.health_addr or settings.metrics_addr:
@@ -209,6 +216,7 @@ _WATCH_LIMITS: dict[str, Any] = {}
 def _watch_manager(settings: Any, reactor: Reactor, hub: SupervisorHub, upstreams: dict[str, Any],
                    telemetry: Telemetry) -> Any:
     """The watch manager, plugged into the hub (self-tools) and the reactor (routes, notices)."""
+    from agentd.supervisor.routes import staged_routes
     from agentd.watches.manager import WatchManager
 
     manager = WatchManager(
@@ -217,6 +225,9 @@ def _watch_manager(settings: Any, reactor: Reactor, hub: SupervisorHub, upstream
     )
     hub.watches = manager
     reactor.watches = manager
+    staged = staged_routes(settings)  # declared routes with extract/on_event (rfcs/0078)
+    manager.declare_routes(staged)
+    reactor.staged = {s.route_id: s for s in staged}
     return manager
 
 

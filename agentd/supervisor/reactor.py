@@ -23,7 +23,7 @@ import enum
 import signal as _signal
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 import trio
@@ -44,9 +44,10 @@ from agentd.supervisor.events import (
     WatchNotice,
 )
 from agentd.supervisor.governor import RestartGovernor
+from agentd.supervisor.routes import StagedRoute
 from agentd.telemetry import Telemetry
 from agentd.triggers import mode as modes
-from agentd.triggers.router import ContinueDelivery, QueuedEvent, Router, SpawnDelivery
+from agentd.triggers.router import ContinueDelivery, QueuedEvent, Router, SpawnDelivery, render_template
 
 #: Capacity of the reactor's channel. Producers block when it is full, which
 #: is the backpressure a notification storm needs; the reactor drains it at
@@ -146,6 +147,27 @@ class WatchHooks(Protocol):
         """The session's agent is gone: stop its watches (routes already removed)."""
         ...
 
+    def on_route_subscribed(self, route_id: str, server: str, uri: str) -> None:
+        """A URI of staged route ``route_id`` is subscribed: take the stage's baseline read now."""
+        ...
+
+    def on_route_changed(self, route_id: str, changes: list[tuple[str, str | None]]) -> None:
+        """Staged route ``route_id`` is due: re-read these ``(uri, server)`` through its stages."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class RouteNotice(WatchNotice):
+    """A notice from a declared route's stage (rfcs/0078); ``watch`` is the route id.
+
+    Attributes:
+        route: The staged route whose disposition applies.
+        server: The server of ``uri`` (for the ``{server}`` template placeholder).
+    """
+
+    route: str = ""
+    server: str | None = None
+
 
 #: Route ids of watches start with this (``watch:<session>:<name>``).
 WATCH_ROUTE_PREFIX = "watch:"
@@ -220,6 +242,10 @@ class Reactor:
         self.watches: WatchHooks | None = None
         """The watch manager (set by the app)."""
         self.watch_sessions: dict[str, set[str]] = {}
+        self.staged: dict[str, StagedRoute] = {}
+        """Declared routes with a watch stage, by route id (set by the app; rfcs/0078)."""
+        self.route_notices: dict[str, list[RouteNotice]] = {}
+        """Spawn-route notices waiting for a free ``max_inflight`` slot, by route id."""
         """Session -> names of the watches it owns (their routes are ``watch:<session>:<name>``)."""
 
     # -- views ------------------------------------------------------------------
@@ -383,6 +409,11 @@ class Reactor:
             self.subscription_states[(event.server, event.uri)] = event.state
             if self.watches is not None:
                 self.watches.on_subscription_state(event)
+                owner = self.router.first_match(event.uri)
+                if event.state == "established" and owner is not None and owner.id in self.staged:
+                    self.watches.on_route_subscribed(owner.id, event.server, event.uri)
+        elif isinstance(event, RouteNotice):
+            self._route_notice(event, now)
         elif isinstance(event, WatchNotice):
             self._watch_notice(event, now)
         elif isinstance(event, CatalogChanged):
@@ -439,7 +470,15 @@ class Reactor:
                     if self.watches is not None:
                         self.watches.on_changed(d.route_id, uris)
                     continue
+                if d.route_id in self.staged:
+                    # Same for a staged declared route: its notices come back as RouteNotice.
+                    self.router.on_session_idle(d.session)
+                    if self.watches is not None:
+                        self.watches.on_route_changed(d.route_id, [(e.uri, e.server) for e in d.events])
+                    continue
                 self._deliver_to_session(now, d.session, render_delivery(d.events), route=d.route_id)
+        if self.route_notices:
+            self._spawn_route_notices(now)
 
     def _session_idle(self, session: str) -> bool:
         agent_id = self.sessions.get(session)
@@ -780,7 +819,8 @@ class Reactor:
     def _watch_notice(self, ev: WatchNotice, now: float) -> None:
         """Deliver a watch notice into its session: now if idle, after the turn if busy, or start it."""
         fields = {"session": ev.session, "watch": ev.watch or None, "uri": ev.uri or None, "kind": ev.kind}
-        if ev.kind == "notice" and ev.watch not in self.watch_sessions.get(ev.session, ()):
+        route = ev.route if isinstance(ev, RouteNotice) else None
+        if route is None and ev.kind == "notice" and ev.watch not in self.watch_sessions.get(ev.session, ()):
             self.telemetry.emit("watch.notice_dropped", **fields, reason="the watch was stopped")
             return
         agent_id = self.sessions.get(ev.session)
@@ -788,19 +828,78 @@ class Reactor:
             if self.phase is not Phase.RUNNING or self.budget.spent() is not None:
                 self.telemetry.emit("watch.notice_dropped", **fields, reason="no new turns (draining or budget)")
                 return
-            self._deliver_to_session(now, ev.session, ev.text, route=None)
+            self._deliver_to_session(now, ev.session, ev.text, route=route)
             started = self.agents[self.sessions[ev.session]]
             started.notice_turn = [ev]
             return
         agent = self.agents[agent_id]
         if agent.phase is AgentPhase.IDLE and agent.held is not None:
-            self.telemetry.emit("session.deliver", session=ev.session, route=None, agent=agent.id, watch=ev.watch)
+            self.telemetry.emit(
+                "session.deliver", session=ev.session, route=route, agent=agent.id, watch=ev.watch
+            )
             agent.notice_turn = [ev]
             self._resume(agent, ev.text)
         elif agent.phase in (AgentPhase.STARTING, AgentPhase.TURN):
             agent.notices.append(ev)  # one follow-up turn carries every notice queued meanwhile
         else:
             self.telemetry.emit("watch.notice_dropped", **fields, reason=f"agent {agent.phase.value}")
+
+    def _route_notice(self, ev: RouteNotice, now: float) -> None:
+        """A staged route's notice: a turn of its session (continue) or a fresh agent (spawn)."""
+        staged = self.staged.get(ev.route)
+        if staged is None or self.router.get(ev.route) is None:
+            self.telemetry.emit(
+                "watch.notice_dropped", route=ev.route, uri=ev.uri, reason="the route is gone"
+            )
+            return
+        if staged.disposition == "continue":
+            self._watch_notice(replace(ev, session=staged.session), now)
+            return
+        self.route_notices.setdefault(ev.route, []).append(ev)
+        self._spawn_route_notices(now)
+
+    def _spawn_route_notices(self, now: float) -> None:
+        """Start one agent per staged spawn route with a free slot, carrying every notice it queued.
+
+        A route's slots are its ``max_inflight``: agents it started that have
+        not ended their last turn (the router's rule for spawn routes).
+        """
+        for route_id, pending in list(self.route_notices.items()):
+            staged = self.staged[route_id]
+            if self.phase is not Phase.RUNNING or self.budget.spent() is not None:
+                del self.route_notices[route_id]
+                self.telemetry.emit(
+                    "watch.notice_dropped",
+                    route=route_id,
+                    uri=[n.uri for n in pending],
+                    reason="no new agents (draining or budget)",
+                )
+                continue
+            running = sum(
+                1
+                for a in self.live_agents()
+                if a.route == route_id and a.role == "spawn" and a.phase is not AgentPhase.EXITING
+            )
+            if running >= staged.max_inflight:
+                continue  # a slot frees at an agent's last turn end; _deliver calls again
+            del self.route_notices[route_id]
+            first = pending[0]
+            head = self.instruction
+            if staged.template is not None:
+                head = render_template(
+                    staged.template,
+                    QueuedEvent(
+                        uri=first.uri, server=first.server, etag=None, kind="updated", first_seen=now
+                    ),
+                )
+            body = "\n\n".join(n.text for n in pending)
+            self.telemetry.emit(
+                "route.deliver", route=route_id, uris=[n.uri for n in pending], notices=len(pending)
+            )
+            agent = self._spawn(
+                now, role="spawn", instruction=f"{head}\n\n{body}" if head else body, route=route_id
+            )
+            agent.notice_turn = list(pending)
 
     def _resume_with_notices(self, agent: Agent) -> None:
         pending, agent.notices = agent.notices, []

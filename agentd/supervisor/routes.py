@@ -4,12 +4,19 @@ Pure construction, no I/O: turns :class:`agentd.config.RouteConfig` entries
 into :class:`agentd.triggers.router.RouteSpec` and adds the default route for
 every declared subscription that no declared route matches (spawn in
 reactive and schedule, continue into the root session in a warm loop).
+
+A declared route with ``extract`` (or ``on_event``) is *staged*
+(rfcs/0078): the router still matches, debounces and queues its changes, but
+delivers them to a pseudo-session ``stage:<route id>`` that the reactor hands
+to the watch manager; the route's real disposition (:class:`StagedRoute`)
+applies to the stage's notices.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Final, Literal
 
 from agentd.triggers.glob import is_glob
 from agentd.triggers.router import (
@@ -19,6 +26,7 @@ from agentd.triggers.router import (
     RouteSpec,
     Spawn,
     default_route_for,
+    validate_template,
 )
 from agentd.triggers.timer import CronSource, IntervalSource
 
@@ -39,10 +47,101 @@ def spawn_template(route_template: str | None, instruction: str | None) -> str:
     return DEFAULT_TEMPLATE
 
 
+#: Router sessions of staged routes start with this; session names cannot hold ``:``.
+STAGE_SESSION_PREFIX: Final = "stage:"
+
+
+@dataclass(frozen=True, slots=True)
+class StagedRoute:
+    """A declared route whose changes go through the watch stage before its disposition.
+
+    Attributes:
+        route_id: The route's id (``name``, else ``r<index>`` as the router numbers it).
+        index: Position in ``routes`` (error messages name ``routes[index]``).
+        match: The route's URI or glob.
+        disposition: What the stage's notices do: start a fresh agent, or a
+            turn of ``session``.
+        extract: ``state`` / ``event-log`` force the read shape; ``auto`` takes
+            it from the read's mime type.
+        on_event: The filter source, or ``None`` for default lines.
+        session: Continue routes: the session notices go to.
+        max_inflight: Spawn routes: agents started from notices running at once.
+        template: Spawn routes: the route's own instruction template, or
+            ``None`` (the main instruction); the notice follows it.
+    """
+
+    route_id: str
+    index: int
+    match: str
+    disposition: Literal["spawn", "continue"]
+    extract: Literal["auto", "state", "event-log"]
+    on_event: str | None
+    session: str
+    max_inflight: int
+    template: str | None
+
+    @property
+    def router_session(self) -> str:
+        """The pseudo-session the router delivers this route's changes to."""
+        return f"{STAGE_SESSION_PREFIX}{self.route_id}"
+
+
+def _route_id(rc: Any, index: int) -> str:
+    # The router numbers unnamed declared routes r0, r1, ... in this order too.
+    return str(rc.name) if rc.name is not None else f"r{index}"
+
+
+def staged_routes(settings: Any) -> list[StagedRoute]:
+    """The declared routes that carry ``extract`` (``on_event`` implies it), in order.
+
+    Raises:
+        ValueError: a spawn route's template is not valid (names the fix).
+    """
+    out: list[StagedRoute] = []
+    for i, rc in enumerate(settings.routes):
+        extract = getattr(rc, "extract", None)
+        if extract is None or rc.timer:
+            continue
+        if rc.template is not None:
+            validate_template(rc.template)
+        out.append(
+            StagedRoute(
+                route_id=_route_id(rc, i),
+                index=i,
+                match=rc.match or "",
+                disposition="continue" if rc.disposition == "continue" else "spawn",
+                extract=extract,
+                on_event=rc.on_event,
+                session=rc.session or ROOT_SESSION,
+                max_inflight=rc.max_inflight or 4,
+                template=rc.template,
+            )
+        )
+    return out
+
+
 def route_specs(settings: Any) -> list[RouteSpec]:
-    """The declared routes, in declaration order, as router specs."""
+    """The declared routes, in declaration order, as router specs.
+
+    A staged route (:func:`staged_routes`) becomes a continue route into its
+    pseudo-session with the same match, debounce and queue settings.
+    """
     specs: list[RouteSpec] = []
-    for rc in settings.routes:
+    staged = {s.index: s for s in staged_routes(settings)}
+    for i, rc in enumerate(settings.routes):
+        if i in staged:
+            specs.append(
+                RouteSpec(
+                    match=rc.match or "",
+                    disposition=Continue(session=staged[i].router_session),
+                    debounce=rc.debounce,
+                    max_wait=rc.max_wait,
+                    queue_cap=rc.queue_cap,
+                    overflow=rc.overflow,
+                    route_id=staged[i].route_id,
+                )
+            )
+            continue
         if rc.disposition == "spawn":
             disposition: Spawn | Continue = Spawn(
                 max_inflight=rc.max_inflight or 4, template=spawn_template(rc.template, settings.instruction)

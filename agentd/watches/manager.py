@@ -25,6 +25,14 @@ Lifecycle of one watch (:class:`WatchStatus`)::
 every start and stop and after every notice, by one writer task, in a worker
 thread. The baseline written is the one as of the last notice handed to the
 reactor, so a restart reports again what no notice has carried yet (rfcs/0076).
+
+Declared routes with ``extract`` / ``on_event`` (rfcs/0078) get the same stage
+per (route id, concrete URI): :meth:`WatchManager.declare_routes` at startup,
+:meth:`WatchManager.on_route_subscribed` takes the baseline read when the
+subscription is established, :meth:`WatchManager.on_route_changed` wakes the
+stage, and its notices go to the reactor as
+:class:`~agentd.supervisor.reactor.RouteNotice`. With ``--watch-state`` their
+baselines are saved as specs with no owner named ``route:<route id>:<uri>``.
 """
 
 from __future__ import annotations
@@ -40,8 +48,10 @@ from typing import Any, Final, Protocol
 import orjson
 import trio
 
-from agentd.errors import AgentdError, FilterRejected, WatchError, WatchStateError
+from agentd.errors import AgentdError, ConfigError, FilterRejected, WatchError, WatchStateError
 from agentd.supervisor.events import ReactorEvent, SubscriptionStateChanged, WatchNotice
+from agentd.supervisor.reactor import RouteNotice
+from agentd.supervisor.routes import StagedRoute
 from agentd.telemetry import Telemetry
 from agentd.upstream.naming import namespaced
 from agentd.watches import state as state_file
@@ -65,6 +75,9 @@ CATALOG_CALL_TIMEOUT_SECS: Final = 5.0
 #: How long shutdown waits for the sandbox pool to stop its worker processes.
 #: Monty kills them itself; this only bounds a wedged worker.
 POOL_CLOSE_TIMEOUT_SECS: Final = 5.0
+
+#: ``--watch-state`` names of declared-route stages start with this (watch names cannot hold ``:``).
+ROUTE_SPEC_PREFIX: Final = "route:"
 
 #: The instruction after a restore notice.
 RESTORE_INSTRUCTION: Final = (
@@ -128,12 +141,24 @@ class Watch:
     wake_send: trio.MemorySendChannel[None] | None = None
     wake_recv: trio.MemoryReceiveChannel[None] | None = None
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    route: StagedRoute | None = None
+    """The declared route this stage serves (``name`` is then the route id, ``session`` empty)."""
 
     @property
     def route_id(self) -> str:
+        if self.route is not None:
+            return self.route.route_id
         return f"watch:{self.session}:{self.name}"
 
     def spec(self) -> WatchSpec:
+        if self.route is not None:
+            return WatchSpec(
+                name=route_spec_name(self.route.route_id, self.uri),
+                uri=self.uri,
+                on_event=self.on_event,
+                owner=None,
+                baseline=self.saved_baseline,
+            )
         return WatchSpec(
             name=self.name,
             uri=self.uri,
@@ -206,6 +231,12 @@ class WatchManager:
         self._nursery: trio.Nursery | None = None
         self._save_wanted = trio.Event()
         self._state_problem: str | None = None
+        self._routes: dict[str, StagedRoute] = {}
+        """Staged declared routes by id (:meth:`declare_routes`)."""
+        self._declared: dict[tuple[str, str], Watch] = {}
+        """Declared-route stages by (route id, URI)."""
+        self._route_baselines: dict[tuple[str, str], WatchSpec] = {}
+        """Restored declared-route specs whose stage has not started yet."""
 
     # ------------------------------------------------------------------ run
 
@@ -555,12 +586,164 @@ class WatchManager:
             waited_s=round(notice.flushed_at - notice.first_at, 3),
         )
         self._request_save()
+        if w.route is not None:
+            await self._post(
+                RouteNotice(
+                    session="", watch=w.name, uri=w.uri, text=text, route=w.route.route_id, server=w.server
+                )
+            )
+            return
         await self._post(WatchNotice(session=w.session, watch=w.name, uri=w.uri, text=text))
 
     async def _post(self, event: ReactorEvent) -> None:
         # Broken/closed: the reactor is gone (shutdown); nobody is left to tell.
         with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
             await self._events.send(event)
+
+    # ------------------------------------------------------------------ declared routes
+
+    def declare_routes(self, routes: Iterable[StagedRoute]) -> None:
+        """Register the staged declared routes (once, at startup, before :meth:`restore`)."""
+        self._routes = {r.route_id: r for r in routes}
+
+    def declared(self) -> list[Watch]:
+        """The declared-route stages started so far, in start order."""
+        return list(self._declared.values())
+
+    async def check_routes(self) -> None:
+        """Dry-run every declared route's ``on_event`` once, as ``watch_start`` does (call at startup).
+
+        Raises:
+            ConfigError: a filter the sandbox refuses; the setting is
+                ``routes[i].on_event`` and the message says why and how to fix it.
+        """
+        with_filter = [r for r in self._routes.values() if r.on_event is not None]
+        if not with_filter:
+            return
+        pool = await self._filter_pool()
+        catalog, denied = self._catalog()
+        for r in with_filter:
+            try:
+                await pool.avalidate(
+                    r.on_event,
+                    limits=self.limits,
+                    catalog_names=catalog.keys(),
+                    denied=denied,
+                    sample=sample_event(
+                        watch=r.route_id,
+                        uri=r.match,
+                        shape="event-log" if r.extract == "event-log" else "state",
+                    ),
+                )
+            except FilterRejected as exc:
+                raise ConfigError(f"routes[{r.index}].on_event", r.on_event, str(exc)) from None
+
+    def on_route_subscribed(self, route_id: str, server: str, uri: str) -> None:
+        """``uri`` of staged route ``route_id`` is subscribed: start its stage (never blocks).
+
+        The stage's task takes the baseline read at once, so the first change
+        after the subscription is reported. A re-established subscription
+        keeps its stage (the synthetic change that follows re-reads it).
+        """
+        self._declared_stage(route_id, uri, server)
+
+    def on_route_changed(self, route_id: str, changes: Iterable[tuple[str, str | None]]) -> None:
+        """Staged route ``route_id`` is due: wake the stage of every ``(uri, server)`` (never blocks).
+
+        A URI with no stage yet (no ``established`` was seen) gets one now; its
+        baseline is this read, so this one change is not reported.
+        """
+        for uri, server in changes:
+            w = self._declared_stage(route_id, uri, server)
+            if w is not None:
+                w.changed = True
+                w.wake()
+
+    def _declared_stage(self, route_id: str, uri: str, server: str | None) -> Watch | None:
+        w = self._declared.get((route_id, uri))
+        if w is not None:
+            return w
+        route = self._routes.get(route_id)
+        server = server or self._server_for(uri)
+        if route is None or server is None or server not in self.upstreams or self._nursery is None:
+            return None
+        w = Watch(name=route_id, uri=uri, session="", on_event=route.on_event, server=server, route=route)
+        w.wake_send, w.wake_recv = trio.open_memory_channel[None](1)
+        self._declared[(route_id, uri)] = w
+        self._nursery.start_soon(self._run_declared, w)
+        return w
+
+    async def _run_declared(self, w: Watch) -> None:
+        # Declared stages live as long as the manager (routes are configuration).
+        assert w.wake_recv is not None
+        while w.stage is None:
+            await self._start_declared(w)
+            if w.stage is None:
+                # The baseline read failed (reported); the next change tries again.
+                await w.wake_recv.receive()
+        w.status = WatchStatus.RUNNING  # STARTING -> RUNNING
+        # A change that arrived during the baseline read left a wake-up: it is re-read first.
+        await self._run_watch(w)
+
+    async def _start_declared(self, w: Watch) -> None:
+        """Baseline read and stage for a declared route's URI (diffed against a restored baseline)."""
+        assert w.route is not None
+        assert w.server is not None
+        route = w.route
+        w.changed = False  # a change during this read sets it again, and is re-read
+        try:
+            body, mime = await self._read(w.server, w.uri)
+        except AgentdError as exc:
+            self._telemetry.emit(
+                "watch.event",
+                **self._fields(w),
+                type="ERROR",
+                outcome="error",
+                error=f"reading {w.uri!r} for the baseline failed: {exc}",
+            )
+            return
+        filt: WatchFilter | None = None
+        if route.on_event is not None:
+            catalog, denied = self._catalog()
+            filt = WatchFilter(
+                route.on_event,
+                pool=await self._filter_pool(),
+                limits=self.limits,
+                catalog=catalog,
+                denied=denied,
+            )
+        w.shape = shape_of(mime) if route.extract == "auto" else route.extract
+        saved = self._route_baselines.pop((route.route_id, w.uri), None)
+        baseline = saved.baseline if saved is not None else None
+        try:
+            stage = WatchStage(
+                w.name, w.uri, shape=w.shape, limits=self.limits, filter=filt, baseline=baseline
+            )
+        except ValueError:
+            # A persisted baseline that does not parse: start fresh rather than not at all.
+            stage = WatchStage(w.name, w.uri, shape=w.shape, limits=self.limits, filter=filt)
+        restored = baseline is not None and stage.baseline() is not None
+        w.stage = stage
+        if restored:
+            # Diff against the persisted baseline: changes made while agentd was down.
+            w.saved_baseline = baseline
+            await self._process_body(w, body)
+        else:
+            try:
+                stage.extractor.feed(body)
+            except AgentdError as exc:
+                self._telemetry.emit(
+                    "watch.event", **self._fields(w), type="ERROR", outcome="error", error=str(exc)
+                )
+            w.saved_baseline = stage.baseline()
+        self._telemetry.emit(
+            "watch.started",
+            **self._fields(w),
+            shape=w.shape,
+            filter=w.on_event is not None,
+            restored=restored,
+        )
+        self._request_save()
 
     # ------------------------------------------------------------------ reactor hooks (sync)
 
@@ -699,7 +882,15 @@ class WatchManager:
         restored: list[Watch] = []
         failed: list[Watch] = []
         dropped: list[tuple[WatchSpec, str]] = []
+        route_names = {route_spec_name(rid, ""): rid for rid in self._routes}
         for spec in specs:
+            if spec.owner is None and spec.name.startswith(ROUTE_SPEC_PREFIX):
+                rid = route_names.get(spec.name[: len(spec.name) - len(spec.uri)])
+                if rid is not None and spec.name == route_spec_name(rid, spec.uri):
+                    self._route_baselines[(rid, spec.uri)] = spec
+                else:
+                    dropped.append((spec, "no declared route with extract has that id any more"))
+                continue
             if spec.owner is None:
                 dropped.append((spec, "it has no owning session"))
                 continue
@@ -743,6 +934,7 @@ class WatchManager:
             restored=[f"{w.session}:{w.name}" for w in restored],
             failed=[f"{w.session}:{w.name}" for w in failed],
             dropped=[f"{s.owner}:{s.name}" for s, _ in dropped],
+            routes=sorted(s.name for s in self._route_baselines.values()),
         )
         self._request_save()
         sessions: dict[str, list[str]] = {}
@@ -768,7 +960,11 @@ class WatchManager:
         out = {key: w.spec() for key, w in self._watches.items() if w.status is not WatchStatus.STARTING}
         for key, spec in self._kept.items():
             out.setdefault(key, spec)
-        return list(out.values())
+        declared = [w.spec() for w in self._declared.values() if w.stage is not None]
+        started = {(s.name, s.uri) for s in declared}
+        # Restored baselines whose stage has not started yet (no subscription so far) are kept.
+        waiting = [s for s in self._route_baselines.values() if (s.name, s.uri) not in started]
+        return [*out.values(), *declared, *waiting]
 
     def _request_save(self) -> None:
         if self.state_path is not None:
@@ -798,7 +994,15 @@ class WatchManager:
     # ------------------------------------------------------------------ helpers
 
     def _fields(self, w: Watch) -> dict[str, Any]:
+        if w.route is not None:
+            session = w.route.session if w.route.disposition == "continue" else None
+            return {"watch": w.name, "uri": w.uri, "session": session, "route": w.route.route_id}
         return {"watch": w.name, "uri": w.uri, "session": w.session, "route": w.route_id}
+
+
+def route_spec_name(route_id: str, uri: str) -> str:
+    """The ``--watch-state`` name of a declared route's stage for ``uri``."""
+    return f"{ROUTE_SPEC_PREFIX}{route_id}:{uri}"
 
 
 def render_restore(lines: Iterable[str]) -> str:
