@@ -234,6 +234,7 @@ class Reactor:
         self.subscription_states: dict[tuple[str, str], str] = {}
         self.budget_reported = False
         self.exit_code: ExitCode | None = None
+        self._reported_ready: bool | None = None
         self.routed_by_route: Counter[str] = Counter()
         self.coalesced_by_route: Counter[str] = Counter()
         self.dropped_by_reason: Counter[str] = Counter()
@@ -282,6 +283,17 @@ class Reactor:
             return False, f"subscriptions not established: {', '.join(sorted(bad)[:5])}"
         return True, "ok"
 
+    def _report_readiness(self) -> None:
+        """Write ``ready.changed`` when the ``/readyz`` answer flips (not on every reason change).
+
+        Written by the reactor after it applied the event, so whoever reads it
+        (an operator, a test) knows the next ``/readyz`` gives that answer.
+        """
+        ready, reason = self.ready()
+        if ready != self._reported_ready:
+            self._reported_ready = ready
+            self.telemetry.emit("ready.changed", ready=ready, reason=reason)
+
     def metrics_snapshot(self) -> Any:
         """A frozen copy of the numbers ``/metrics`` exposes."""
         from agentd.metrics import MetricsSnapshot
@@ -324,6 +336,7 @@ class Reactor:
             if event is not None:
                 self.handle(event, now)
             self._on_time(now)
+            self._report_readiness()
 
     def _next_deadline(self) -> float:
         candidates = [
