@@ -143,6 +143,10 @@ def write_script(path: Path, turns: list[dict[str, Any]], then: str = "no_reply"
 # ----------------------------------------------------------------------------- a running agentd
 
 
+class ZygoteLost(RuntimeError):
+    """agentd reported ``supervisor.zygote_lost`` while a benchmark waited (see bench/README.md, Findings)."""
+
+
 @dataclass
 class Line:
     """One telemetry event and the perf_counter time its line was read here."""
@@ -160,6 +164,8 @@ class Agentd:
     stdout: bytearray = field(default_factory=bytearray)
     raw: list[str] = field(default_factory=list)
     keep: Callable[[dict[str, Any]], bool] = lambda e: True
+    zygote_lost: dict[str, Any] | None = None
+    """The ``supervisor.zygote_lost`` event, once seen: waits then raise :class:`ZygoteLost`."""
     _changed: trio.Event = field(default_factory=trio.Event)
     _eof: bool = False
 
@@ -176,6 +182,8 @@ class Agentd:
                 except ValueError:
                     self.raw.append(raw.decode(errors="replace"))
                     continue
+                if ev.get("event") == "supervisor.zygote_lost":
+                    self.zygote_lost = ev
                 if self.keep(ev):
                     self.lines.append(Line(now, ev))
             self._wake()
@@ -214,6 +222,11 @@ class Agentd:
                     i += 1
                 if self._eof:
                     raise RuntimeError(f"agentd ended before {name!r}:\n" + "\n".join(self.raw[-20:]))
+                if self.zygote_lost is not None:
+                    raise ZygoteLost(
+                        f"agentd lost its zygote ({self.zygote_lost['ts']}) while waiting for {name!r}: "
+                        "its agent children died with it (bench/README.md, Findings 1)"
+                    )
                 await self._changed.wait()
 
     async def wait_eof(self, timeout: float = STEP_TIMEOUT) -> None:
