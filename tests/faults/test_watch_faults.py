@@ -32,6 +32,7 @@ import trio
 from agentd.watches.sandbox import MAX_LINE_CHARS
 from agentd.watches.state import WatchSpec, encode, save, temp_path
 from tests.e2e.agentd_proc import PY, REPO, Agentd, run_agentd, script
+from tests.faults.conftest import tagged_env
 
 #: Filter time limit for these runs: short so the infinite-loop case costs half a second.
 FILTER_LIMIT_S = 0.5
@@ -173,7 +174,7 @@ async def test_misbehaving_filter_faults_each_fail_alone_and_the_watch_handles_t
     ]
     turns += [{"text": "got: {input}"} for _ in range(20)]
     model = script(tmp_path, turns)
-    async with run_agentd(loop_args(model, memo), env=WATCH_ENV) as a:
+    async with run_agentd(loop_args(model, memo), env=tagged_env(tmp_path, **WATCH_ENV)) as a:
         await a.wait_event("watch.started")
         await a.wait_event("turn.end")
         notes: dict[str, Any] = {}
@@ -260,7 +261,8 @@ async def test_filter_syntax_and_name_errors_are_refused_at_watch_start_with_lin
     memo = tmp_path / "notes.json"
     edit(memo, {"todo": "milk"})
     async with run_agentd(
-        ["--verbose", "--model", model, "--mcp-stdio", memo_server(memo), "watch"], env=WATCH_ENV
+        ["--verbose", "--model", model, "--mcp-stdio", memo_server(memo), "watch"],
+        env=tagged_env(tmp_path, **WATCH_ENV),
     ) as a:
         assert await a.wait_exit() == 0, a.tail()
     calls = a.find("tool.call", lambda e: e["tool"] == "watch_start")
@@ -286,7 +288,9 @@ async def test_corrupt_watch_state_is_moved_aside_and_the_daemon_starts_and_save
     model = script(
         tmp_path, [{"tool_calls": [watch_start("todo", None)]}, {"text": "watching"}, {"text": "{input}"}]
     )
-    async with run_agentd(loop_args(model, memo, "--watch-state", str(state)), env=WATCH_ENV) as a:
+    async with run_agentd(
+        loop_args(model, memo, "--watch-state", str(state)), env=tagged_env(tmp_path, **WATCH_ENV)
+    ) as a:
         warning = await a.wait_event("watch.state_warning")
         await a.wait_event("watch.started")
         await a.wait_event("turn.end")
@@ -301,6 +305,7 @@ async def test_corrupt_watch_state_is_moved_aside_and_the_daemon_starts_and_save
     saved = json.loads(state.read_text())["watches"]
     assert [(w["name"], w["uri"]) for w in saved] == [("todo", "memo://notes")]
     assert "MODIFIED todo" in a.out
+    await aside.unlink()  # checked; the catalog's leftover check allows no other files
 
 
 # ---------------------------------------------------------------------------- case 21
@@ -346,7 +351,9 @@ async def test_a_crash_mid_write_leaves_a_whole_state_file_that_agentd_restores(
     if crash_at in ("temp-written", "temp-synced"):
         assert temp_path(state).exists()  # what the crash left behind
     model = script(tmp_path, [{"text": "up"}])
-    async with run_agentd(loop_args(model, memo, "--watch-state", str(state)), env=WATCH_ENV) as a:
+    async with run_agentd(
+        loop_args(model, memo, "--watch-state", str(state)), env=tagged_env(tmp_path, **WATCH_ENV)
+    ) as a:
         restored = await a.wait_event("watch.restored")
         await stop_and_check_no_orphans(a)
     assert a.find("watch.state_warning") == []  # never "corrupt"
@@ -396,7 +403,9 @@ async def test_unwritable_state_directory_is_reported_and_watches_run_in_memory(
     )
     with unwritable_dir(tmp_path, kind) as directory:
         state = directory / "watches.json"
-        async with run_agentd(loop_args(model, memo, "--watch-state", str(state)), env=WATCH_ENV) as a:
+        async with run_agentd(
+            loop_args(model, memo, "--watch-state", str(state)), env=tagged_env(tmp_path, **WATCH_ENV)
+        ) as a:
             problem = await a.wait_event("watch.state_unavailable")
             await a.wait_event("turn.end")
             edit(memo, {"todo": "bread"})
