@@ -85,50 +85,67 @@ def uss(pid: int) -> int:
     return int(psutil.Process(pid).memory_full_info().uss)
 
 
-def ctx_switches(pid: int) -> tuple[int, int]:
-    """(voluntary, involuntary) context switches summed over every thread of ``pid``.
+def thread_switches(pid: int) -> dict[int, tuple[int, int]]:
+    """Per thread of ``pid``: (voluntary, involuntary) context switches.
 
     ``psutil.Process.num_ctx_switches`` reads ``/proc/PID/status``, which
     counts the main thread only; a wake-up in a worker thread must count too.
     """
-    vol = invol = 0
+    out: dict[int, tuple[int, int]] = {}
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except FileNotFoundError:
-        return 0, 0
+        return out
     for tid in tids:
         try:
             text = Path(f"/proc/{pid}/task/{tid}/status").read_text()
         except (FileNotFoundError, ProcessLookupError):
             continue
+        vol = invol = 0
         for ln in text.splitlines():
             if ln.startswith("voluntary_ctxt_switches:"):
-                vol += int(ln.split()[1])
+                vol = int(ln.split()[1])
             elif ln.startswith("nonvoluntary_ctxt_switches:"):
-                invol += int(ln.split()[1])
-    return vol, invol
+                invol = int(ln.split()[1])
+        out[int(tid)] = (vol, invol)
+    return out
 
 
 @dataclass(frozen=True)
 class Usage:
-    """CPU seconds and context switches of one process at one instant."""
+    """CPU seconds and per-thread context switches of one process at one instant."""
 
     cpu_s: float
-    vol: int
-    invol: int
-    threads: int
+    threads: dict[int, tuple[int, int]]
 
     @staticmethod
     def of(pid: int) -> Usage:
-        p = psutil.Process(pid)
-        t = p.cpu_times()
-        vol, invol = ctx_switches(pid)
-        return Usage(t.user + t.system, vol, invol, p.num_threads())
+        t = psutil.Process(pid).cpu_times()
+        return Usage(t.user + t.system, thread_switches(pid))
 
-    def minus(self, before: Usage) -> Usage:
-        return Usage(
-            self.cpu_s - before.cpu_s, self.vol - before.vol, self.invol - before.invol, self.threads
-        )
+
+@dataclass(frozen=True)
+class UsageDelta:
+    """What a process did between two :class:`Usage` snapshots."""
+
+    cpu_s: float
+    vol: int
+    """Voluntary switches (wake-ups after a wait) of threads alive at both ends, plus those of new threads."""
+    invol: int
+    threads_started: int
+    threads_exited: int
+    """Threads gone by the end (their last switches are not visible: each exit is at least one wake-up)."""
+
+    @staticmethod
+    def between(before: Usage, after: Usage) -> UsageDelta:
+        vol = invol = 0
+        for tid, (v, i) in after.threads.items():
+            v0, i0 = before.threads.get(tid, (0, 0))
+            vol += v - v0
+            invol += i - i0
+        started = len(set(after.threads) - set(before.threads))
+        exited = len(set(before.threads) - set(after.threads))
+        return UsageDelta(after.cpu_s - before.cpu_s, vol, invol, started, exited)
 
 
 # ----------------------------------------------------------------------------- files
@@ -300,7 +317,7 @@ def role_of(p: psutil.Process) -> str:
         except psutil.Error:
             forked = False
         return "agent" if forked else "zygote"
-    if "serve" in cmd and "agentd" in cmd:
+    if " serve " in cmd and "agentd" in cmd:
         return "server:" + cmd.split("serve", 1)[1].split()[0]
     if cmd.endswith(".py") or ".py " in cmd:
         return "server:" + Path(cmd.split(".py", 1)[0] + ".py").name

@@ -1,0 +1,127 @@
+"""An idle reactive daemon with 100 subscriptions: CPU seconds and context switches over a window.
+
+Run: ``/work/venv/bin/python bench/bench_idle.py [--window 30]`` (about 40 s).
+
+agentd ``--mode reactive`` runs with ``bench/_storm_server.py`` (100 URIs,
+stdio, 2026-07-28 era) subscribed as ``storm://*``: 100 listen streams plus
+agentd's catalog stream, routed into a continue session that never starts
+because nothing changes. Once the server reports every listen stream open,
+the bench takes CPU seconds (``psutil cpu_times``, user + system) and context
+switches (voluntary + involuntary, summed over every thread from
+``/proc/PID/task/*/status``) of agentd, its zygote and the server; waits the
+window; takes them again. The floor, measured in the same window: a Python
+process running a 100 ms polling loop (``while True: time.sleep(0.1)``).
+
+The goal is zero wake-ups of agentd while idle: voluntary context switches
+of agentd over the window should be 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+import psutil
+import trio
+from _util import (
+    ENV,
+    PY,
+    REPO,
+    STEP_TIMEOUT,
+    Usage,
+    UsageDelta,
+    descendants,
+    fmt,
+    machine_note,
+    role_of,
+    run_agentd,
+    table,
+    write_script,
+)
+
+N_URIS = 100
+
+CONFIG = """
+mode = "reactive"
+model = "{model}"
+instruction = "idle bench"
+subscribe = ["storm:storm://*"]
+
+[[routes]]
+name = "idle"
+match = "storm://*"
+disposition = "continue"
+session = "s"
+"""
+
+
+async def main(window: float) -> None:
+    print(f"bench_idle: {machine_note()}; window {window:g} s, {N_URIS} subscriptions")
+    with tempfile.TemporaryDirectory(prefix="agentd-bench-") as tmpdir:
+        tmp = Path(tmpdir)
+        model = write_script(tmp / "idle.json", [{"text": "NO_REPLY"}])
+        cfg = tmp / "idle.toml"
+        cfg.write_text(CONFIG.format(model=model))
+        progress_path = tmp / "progress"
+        os.mkfifo(progress_path)
+        # O_RDWR: the read end never sees EOF before the server opens its end.
+        progress = trio.lowlevel.FdStream(os.open(progress_path, os.O_RDWR | os.O_NONBLOCK))
+        server = (
+            f"storm={PY} {REPO / 'bench' / '_storm_server.py'} --uris {N_URIS}"
+            f" --ready {progress_path} --expect {N_URIS + 1}"
+        )
+        poller = await trio.lowlevel.open_process(
+            [PY, "-c", "import time\nwhile True:\n    time.sleep(0.1)"], stdin=subprocess.DEVNULL, env=ENV
+        )
+        try:
+            async with run_agentd(["--config", str(cfg), "--mcp-stdio", server]) as a:
+                buf = b""
+                with trio.fail_after(STEP_TIMEOUT):
+                    while b"ready" not in buf:
+                        buf += await progress.receive_some(64)
+                # Let the last acknowledgements and the reactor's bookkeeping settle: the
+                # window should see the steady idle state, not the tail of start-up.
+                await a.wait_for("reactor.start")
+                await trio.sleep(1.0)
+                procs = {"agentd": psutil.Process(a.proc.pid)}
+                for p in descendants(a.proc.pid):
+                    procs[f"{role_of(p)} ({p.pid})"] = p
+                procs["floor: 100 ms polling loop"] = psutil.Process(poller.pid)
+                before = {k: Usage.of(p.pid) for k, p in procs.items()}
+                await trio.sleep(window)  # the measurement window itself, not a wait for a condition
+                rows = []
+                for k, p in procs.items():
+                    if not p.is_running() or p.status() == psutil.STATUS_ZOMBIE:
+                        rows.append([k, "exited during the window", "-", "-", "-"])
+                        continue
+                    d = UsageDelta.between(before[k], Usage.of(p.pid))
+                    rows.append(
+                        [k, fmt(d.cpu_s, 3), d.vol, d.invol, f"+{d.threads_started} / -{d.threads_exited}"]
+                    )
+                lost = [ln.ev for ln in a.lines if ln.ev.get("event") == "supervisor.zygote_lost"]
+                events = len(a.lines)
+        finally:
+            poller.kill()
+            await poller.wait()
+            await progress.aclose()
+    table(
+        f"idle reactive daemon, {N_URIS} subscriptions, {window:g} s window",
+        ["process", "CPU s", "voluntary ctx sw", "involuntary ctx sw", "threads started / exited"],
+        rows,
+    )
+    agentd_row = rows[0]
+    print(
+        f"goal: 0 wake-ups of agentd while idle: voluntary ctx switches = {agentd_row[2]} "
+        f"({'met' if agentd_row[2] == 0 else 'NOT met'}); telemetry lines during the run: {events}"
+    )
+    if lost:
+        print(f"zygote lost during the run: {lost} (bench/README.md, Findings 1)")
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--window", type=float, default=30.0, help="idle window in seconds (default 30)")
+    trio.run(main, ap.parse_args().window)
