@@ -95,7 +95,10 @@ async def test_a_continue_route_delivers_notices_into_its_named_session(tmp_path
     cfg = config(tmp_path, memo, model, 'disposition = "continue"\nsession = "inbox"\n')
     async with run_agentd(["--config", str(cfg), "watch my notes"]) as a:
         started = await a.wait_event("watch.started", is_todo)
-        assert (started["session"], started["shape"]) == ("inbox", "state")  # extract "auto": from the mime type
+        assert (started["session"], started["shape"]) == (
+            "inbox",
+            "state",
+        )  # extract "auto": from the mime type
         edit(memo, {"todo": "buy milk", "noise": 1})
         await a.wait_event("watch.event", lambda e: e.get("outcome") == "dropped")
         edit(memo, {"todo": "buy bread", "noise": 1})
@@ -108,5 +111,5 @@ async def test_a_continue_route_delivers_notices_into_its_named_session(tmp_path
     spawns = a.find("subagent.spawn")
     assert [(s["role"], s["route"], s["session"]) for s in spawns] == [("session", "todo", "inbox")]
     assert a.out.startswith(f"first: watch my notes\n\n{NOTICE}\n"), a.out
-    assert "next: <watch-event name=\"todo\" uri=\"memo://notes\">\nMODIFIED todo=buy cheese\n" in a.out
+    assert 'next: <watch-event name="todo" uri="memo://notes">\nMODIFIED todo=buy cheese\n' in a.out
     assert "noise" not in a.out
