@@ -194,3 +194,41 @@ async def test_a_killed_server_is_restarted_resubscribed_and_a_change_made_while
     assert a.find("server.state", lambda e: e["state"] == "restarting")
     assert a.out.splitlines() == ["alpha is: written while down"]
     assert not psutil.pid_exists(server.pid) or server.status() == psutil.STATUS_ZOMBIE
+
+
+async def test_an_update_no_route_owns_is_counted_as_unrouted(tmp_path):
+    # a1 (woken by a memo edit) subscribes itself to note://beta, then dies:
+    # its route goes with it. The notes server's restart re-establishes the
+    # upstream subscription and its synthetic event has no owner any more.
+    notes, server = memo(tmp_path)
+    model = script(
+        tmp_path,
+        [
+            {"tool_calls": [{"name": "subscribe", "arguments": {"uri": "note://beta"}}]},
+            {"text": "watching beta"},
+        ],
+    )
+    args = [
+        "--mode", "reactive", "--mcp-stdio", server, "--mcp-stdio", notes_server(tmp_path),
+        "--subscribe", "memo:memo://notes", "--verbose", "--model", model, "watch",
+    ]  # fmt: skip
+    async with supervised(args, tmp_path, env=FAST_RECONNECT) as a:
+        await a.wait_event("subscription.established", lambda e: e["server"] == "memo", timeout=RUN_TIMEOUT)
+        edit(notes, {"v": 1})
+        await a.wait_event("turn.end", timeout=STEP_TIMEOUT)
+        assert a.find("self.subscribe")[0]["uri"] == "note://beta"
+        agent_pid = a.find("subagent.started")[0]["pid"]
+        os.kill(agent_pid, signal.SIGKILL)
+        await a.wait_event("subagent.exit", timeout=STEP_TIMEOUT)
+        [notes_proc] = [
+            p for p in psutil.Process(a.proc.pid).children(recursive=True)
+            if "notes_server.py" in " ".join(p.cmdline())
+        ]  # fmt: skip
+        notes_proc.send_signal(signal.SIGKILL)
+        stray = await a.wait_event(
+            "resource.updated", lambda e: e["uri"] == "note://beta", timeout=STEP_TIMEOUT
+        )
+        assert stray["route"] is None
+        await drain(a)
+    assert a.find("supervisor.exit")[0]["counters"]["unrouted"] >= 1
+    assert len(a.find("subagent.spawn")) == 1
