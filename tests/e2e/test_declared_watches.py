@@ -113,3 +113,16 @@ async def test_a_continue_route_delivers_notices_into_its_named_session(tmp_path
     assert a.out.startswith(f"first: watch my notes\n\n{NOTICE}\n"), a.out
     assert 'next: <watch-event name="todo" uri="memo://notes">\nMODIFIED todo=buy cheese\n' in a.out
     assert "noise" not in a.out
+
+
+async def test_a_route_filter_the_sandbox_refuses_exits_2_naming_the_route(tmp_path: Path) -> None:
+    memo = tmp_path / "notes.json"
+    edit(memo, {})
+    model = script(tmp_path, [{"text": "never"}])
+    cfg = config(tmp_path, memo, model, 'disposition = "spawn"\n')
+    cfg.write_text(cfg.read_text().replace(FILTER, "memo__memo_set(key='x', value=1)"))
+    async with run_agentd(["--config", str(cfg), "watch my notes"]) as a:
+        assert await a.wait_exit() == 2
+    assert "agentd: routes[0].on_event: " in a.tail()
+    assert "calls 'memo__memo_set'" in a.tail()
+    assert a.find("subagent.spawn") == []
