@@ -656,8 +656,11 @@ class Reactor:
             if self.governor.record_restart(now):
                 self.telemetry.incr("restarts")
                 self.agent_restarts += 1
-                self.telemetry.emit("subagent.restart", agent=agent.id)
-                self.reenter_at = now
+                delay = self.governor.restart_delay()
+                self.telemetry.emit("subagent.restart", agent=agent.id, after_s=delay)
+                # The governor's backoff (0.5 s, 1 s, 2 s ...): a crashing root must
+                # not be restarted hot until the breaker trips.
+                self.reenter_at = now + delay
             else:
                 self.breaker_open = True
                 self.telemetry.emit("governor.breaker_open", agent=agent.id)
