@@ -283,8 +283,9 @@ async def test_loop_restart_governor_opens_the_breaker_and_exits_1(autojump_cloc
         t, code = await h.exit_code()
     assert code == ExitCode.CRASHED
     assert t == 4.5
-    # each shift crashes after 1 s; restarts wait the governor's backoff: 0.5 s, then 1 s
-    assert [t for t, _ in h.hooks.spawned] == [0.0, 1.5, 3.5]  # the first run and 2 restarts, then the breaker
+    # each shift crashes after 1 s; restarts wait the governor's backoff (0.5 s, then 1 s);
+    # the first run and 2 restarts, then the breaker
+    assert [t for t, _ in h.hooks.spawned] == [0.0, 1.5, 3.5]
     assert [f["after_s"] for _, f in h.telemetry.named("subagent.restart")] == [0.5, 1.0]
     assert len(h.telemetry.named("governor.breaker_open")) == 1
     assert h.telemetry.counters["restarts"] == 2
