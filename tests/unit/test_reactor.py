@@ -156,6 +156,7 @@ def build(
     restart_period: float = 60.0,
     clock: Any = None,
     instruction: str = "work",
+    deadline: float | None = None,
 ) -> tuple[Reactor, FakeHooks, RecTelemetry]:
     now = trio.current_time()
     driver = modes.make_driver(mode, interval=interval, session=session, now_mono=now)
@@ -170,7 +171,11 @@ def build(
     reactor = Reactor(
         driver=driver,
         router=router,
-        budget=Budget(max_steps=max_steps, max_tokens=max_tokens),
+        budget=Budget(
+            max_steps=max_steps,
+            max_tokens=max_tokens,
+            deadline_at=None if deadline is None else now + deadline,
+        ),
         governor=RestartGovernor(intensity=max_restarts, period=restart_period),
         hooks=hooks.hooks(),
         telemetry=telemetry,
@@ -601,3 +606,27 @@ async def test_reactive_timer_route_receives_interval_fires(autojump_clock):
         assert trio.current_time() == 4.0
         assert a2.route == "tick"
     assert [t for t, _ in h.telemetry.named("timer.fire")][:2] == [2.0, 4.0]
+
+
+async def test_deadline_ends_an_idle_loop_at_exactly_the_deadline(autojump_clock):
+    async with running("loop", interval=0, deadline=10) as h:
+        root = await h.hooks.next_spawn()
+        for _ in range(3):  # idle shifts: waits 1, 2, 4 s (t = 7); the next wait would pass 10
+            await answer(await h.end_turn(root.id, "NO_REPLY"))
+        await h.end_turn(root.id, "NO_REPLY")
+        t, code = await h.exit_code()
+    assert (t, code) == (10.0, ExitCode.DEADLINE)
+    assert len(h.hooks.spawned) == 1
+
+
+async def test_a_self_subscribed_agent_that_dies_gives_the_uri_back_to_the_declared_route(autojump_clock):
+    async with running("reactive", routes=[RouteSpec(match="memo://*", route_id="all")]) as h:
+        await h.send(ResourceChanged(server="memo", uri="memo://x"))
+        a1 = await h.hooks.next_spawn()
+        assert await h.self_tool(a1.id, op="subscribe", uri="memo://notes", server="memo") == {"ok": True}
+        await h.end_turn(a1.id, "watching")
+        await h.exited(a1.id, returncode=-9)  # killed while idle
+        await h.send(ResourceChanged(server="memo", uri="memo://notes"))
+        a2 = await h.hooks.next_spawn()
+        assert a2.route == "all"
+    assert h.reactor.router.get(f"self:{a1.id}:memo://notes") is None
