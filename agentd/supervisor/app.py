@@ -304,11 +304,15 @@ async def _declare_subscriptions(settings: Any, reactor: Reactor, upstreams: dic
             up = upstreams.get(name)
             if up is None:
                 continue
-            if is_glob(sub.uri):
-                g = compile_glob(sub.uri)
+            g = compile_glob(sub.uri)
+            if not g.exact:
                 wanted += [(name, str(r.uri)) for r in (getattr(up, "resources", None) or []) if g.match(str(r.uri))]
-            elif sub.server or _lists(up, sub.uri) or len(servers) == 1:
-                wanted.append((name, sub.uri))
+                continue
+            # An exact pattern may escape a literal '?' (a query string, rfcs/0010): subscribe
+            # to the URI itself, never to the escaped spelling.
+            uri = g.literal
+            if sub.server or _lists(up, uri) or len(servers) == 1:
+                wanted.append((name, uri))
     reactor.declared = set(wanted)  # type: ignore[attr-defined]
     for server, uri in wanted:
         reactor.subscription_states[(server, uri)] = "pending"

@@ -18,7 +18,7 @@ import datetime as _dt
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from agentd.triggers.glob import is_glob
+from agentd.triggers.glob import compile_glob
 from agentd.triggers.router import (
     DEFAULT_TEMPLATE,
     Continue,
@@ -171,7 +171,8 @@ def build_router(settings: Any) -> Router:
     warm_loop = settings.mode == "loop" and settings.session == "warm"
     for sub in settings.subscriptions:
         uri = sub.uri
-        if is_glob(uri):
+        glob = compile_glob(uri)
+        if not glob.exact:
             covered = any(r.match == uri for r in settings.routes)
             if not covered:
                 disposition: Spawn | Continue = (
@@ -179,6 +180,7 @@ def build_router(settings: Any) -> Router:
                 )
                 router.add_route(RouteSpec(match=uri, disposition=disposition))
             continue
+        uri = glob.literal  # a literal '?' may be escaped (rfcs/0010); the default route is for the URI itself
         if router.first_match(uri) is not None:
             continue
         spec = default_route_for(uri, settings.mode, ROOT_SESSION if warm_loop else None)
