@@ -464,6 +464,14 @@ class RouteConfig(_Frozen):
             problems.append(
                 _Problem(("match",), self.match, "give the URI or glob this route owns, or set timer = true")
             )
+        if self.timer and (self.extract is not None or self.on_event is not None):
+            problems.append(
+                _Problem(
+                    ("extract",),
+                    self.extract,
+                    "a timer route has no resource to read; remove extract/on_event (watch stages need a URI)",
+                )
+            )
         if self.disposition == "continue" and self.max_inflight is not None:
             problems.append(
                 _Problem(

@@ -616,3 +616,18 @@ def test_messages_name_setting_value_and_fix(tmp_path: Path) -> None:
     assert e.setting == "--max-tokens"
     assert e.value == "1.5"
     assert re.search("whole number", e.fix)
+
+
+def test_timer_route_refuses_a_watch_stage(tmp_path):
+    from agentd.config import load_settings
+    from agentd.errors import ConfigError
+
+    script = tmp_path / "s.json"
+    script.write_text('{"turns": [{"text": "x"}]}')
+    cfg = tmp_path / "agentd.toml"
+    cfg.write_text(
+        f'mode = "reactive"\nmodel = "script:{script}"\ninstruction = "x"\ninterval = "5s"\n'
+        '[[routes]]\ntimer = true\non_event = "event"\n'
+    )
+    with pytest.raises(ConfigError, match=r"routes\[0\]\.extract: .*a timer route has no resource to read"):
+        load_settings({}, config_file=cfg, env={})
