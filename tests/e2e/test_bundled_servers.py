@@ -33,6 +33,8 @@ import pytest
 import trio
 from mcp import Client
 
+from agentd.config import load_settings
+from agentd.supervisor.routes import build_router
 from tests.e2e.agentd_proc import PY, REPO, Agentd, run_agentd, script
 
 FAKES = REPO / "tests" / "fakes"
@@ -257,7 +259,25 @@ def cluster(tmp_path: Path) -> Any:
     c.close()
 
 
+def kube_server(cluster: Cluster) -> str:
+    """TOML for ``agentd serve kube`` with the fake kubectl (its control dir passed in ``env``)."""
+    env = ", ".join(f"{k} = {json.dumps(v)}" for k, v in fake_kubectl_env(cluster).items())
+    return (
+        "[servers.kube]\n"
+        f"command = {json.dumps(PY)}\n"
+        f'args = ["-m", "agentd", "serve", "kube", "--kubectl", {json.dumps(str(FAKES / "kubectl"))}]\n'
+        f"env = {{ {env} }}\n"
+        "required = true\n"
+    )
+
+
+def fake_kubectl_env(cluster: Cluster) -> dict[str, str]:
+    return {"KUBECTL_FAKE_DIR": str(cluster.root), "KUBECTL_FAKE_PYTHON": PY}
+
+
 KUBE_URI = "kube-events://watch/configmaps?namespace=default"
+#: The same URI in configuration: a literal '?' is escaped there, else it is a glob wildcard (rfcs/0010).
+KUBE_MATCH = KUBE_URI.replace("?", "\\?")
 KUBE_FILTER = (
     "f\"{event['type']} {event['object']['metadata']['name']}: {event['object'].get('data')}\" "
     "if event['type'] == 'ADDED' else None"
@@ -269,13 +289,7 @@ async def test_kube_a_watch_event_reaches_the_same_warm_agent_as_a_follow_up_tur
 ) -> None:
     cluster.set_list("configmaps", [configmap("settings", "u1", "1", mode="blue")])
     toml = tmp_path / "agentd.toml"
-    toml.write_text(
-        "[servers.kube]\n"
-        f"command = {json.dumps(PY)}\n"
-        f'args = ["-m", "agentd", "serve", "kube", "--kubectl", {json.dumps(str(FAKES / "kubectl"))}]\n'
-        f"env = {{ KUBECTL_FAKE_DIR = {json.dumps(str(cluster.root))}, KUBECTL_FAKE_PYTHON = {json.dumps(PY)} }}\n"
-        "required = true\n"
-    )
+    toml.write_text(kube_server(cluster))
     model = script(
         tmp_path,
         [
@@ -319,6 +333,56 @@ async def test_kube_a_watch_event_reaches_the_same_warm_agent_as_a_follow_up_tur
     outcomes = [(e["type"], e["outcome"]) for e in a.find("watch.event")]
     assert ("MODIFIED", "dropped") in outcomes
     assert len(cluster.pids()) >= 2  # the seeding list and the kubectl -w, both gone now
+
+
+async def test_kube_reactive_a_declared_watch_route_spawns_an_agent_for_the_added_object(
+    tmp_path: Path, cluster: Cluster
+) -> None:
+    cluster.set_list("configmaps", [configmap("settings", "u1", "1", mode="blue")])
+    model = script(
+        tmp_path,
+        [
+            {"tool_calls": [{"name": "read_resource", "arguments": {"uri": KUBE_URI}}]},
+            {"text": "woken: {instruction}\nlog: {last_tool_result}"},
+        ],
+    )
+    toml = tmp_path / "agentd.toml"
+    toml.write_text(
+        f"subscribe = ['kube:{KUBE_MATCH}']\n" + kube_server(cluster) + "[watches]\n"
+        'debounce = "0.2s"\n'
+        'max_wait = "1s"\n'
+        "[[routes]]\n"
+        'name = "cms"\n'
+        f"match = '{KUBE_MATCH}'\n"
+        'disposition = "spawn"\n'
+        'extract = "event-log"\n'
+        f"on_event = '''{KUBE_FILTER}'''\n"
+    )
+    args = reactive(model, "React to new configmaps.", "--config", str(toml))
+    async with run_agentd(args) as a:
+        tree = Tree(a)
+        started = await a.wait_event("watch.started", lambda e: e.get("route") == "cms")
+        assert (started["uri"], started["shape"], started["filter"]) == (KUBE_URI, "event-log", True)
+        tree.snapshot()
+        assert not a.find("subagent.spawn")  # reactive: nobody runs until a kept change
+        cluster.event("configmaps", "MODIFIED", configmap("settings", "u1", "2", mode="green"))
+        await a.wait_event("watch.event", lambda e: e.get("outcome") == "dropped")
+        cluster.event("configmaps", "ADDED", configmap("feature-flags", "u2", "7", beta="on"))
+        notice = await a.wait_event("watch.notice", lambda e: e.get("route") == "cms")
+        assert (notice["uri"], notice["lines"]) == (KUBE_URI, 1)
+        spawn = await a.wait_event("subagent.spawn")
+        assert (spawn["role"], spawn["route"]) == ("spawn", "cms")
+        await a.wait_event("turn.end", lambda e: e["agent"] == spawn["agent"])
+        tree.snapshot()
+        await drain(a, tree, *cluster.pids(), server="kube")
+    assert len(a.find("subagent.spawn")) == 1  # the dropped MODIFIED woke nobody
+    woken, log = a.out.split("\nlog: ", 1)
+    assert "ADDED feature-flags: {'beta': 'on'}" in woken  # the notice is in the instruction
+    events = json.loads(log)["events"]
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [
+        ("MODIFIED", "settings"),
+        ("ADDED", "feature-flags"),
+    ]
 
 
 # --------------------------------------------------------------------------- memo over Streamable HTTP
@@ -382,3 +446,22 @@ async def test_memo_over_http_a_set_from_another_client_wakes_an_agent(tmp_path:
     assert server.returncode == 0  # and it stopped cleanly on our SIGTERM
     assert json.loads(a.out.split("notes now: ", 1)[1]) == {"deploy": "green"}
     assert [e["route"] for e in a.find("resource.updated")] == ["r0"]
+
+
+def test_a_subscription_with_an_escaped_query_gets_a_default_route_for_the_uri_itself() -> None:
+    """The pure half of the fix the reactive kube test needs: ``pods\\?ns=a`` routes ``pods?ns=a``."""
+    settings = load_settings(
+        {
+            "mode": "reactive",
+            "model": f"script:{REPO / 'examples' / 'scripts' / 'hello.json'}",
+            "instruction": "react",
+            "subscriptions": [f"kube:{KUBE_MATCH}"],
+            "mcp_stdio": ["kube=true"],
+        },
+        env={},
+    )
+    router = build_router(settings)
+    route = router.first_match(KUBE_URI)
+    assert route is not None
+    assert route.spec.exact
+    assert router.first_match("kube-events://watch/configmapsXnamespace=default") is None
