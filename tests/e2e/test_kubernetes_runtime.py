@@ -26,6 +26,7 @@ import httpx2
 import psutil
 import pytest
 import trio
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentd.exitcodes import ExitCode
@@ -419,3 +420,78 @@ async def test_orphans_of_servers_are_reaped_only_under_tini_and_exit_codes_pass
         await a.wait_event("drain.start")
         # tini forwards the signal, then passes agentd's exit code on as its own.
         assert await a.wait_exit(timeout=grace + 10) == ExitCode.DRAIN_TIMEOUT
+
+
+# --- 4. memory: what the manifests request, measured ------------------------------------
+
+MiB = 1024 * 1024
+DEPLOYMENT = REPO / "deploy/k8s/overlays/deployment/deployment.yaml"
+
+
+def quantity(text: str) -> int:
+    """A Kubernetes memory quantity in bytes (only the binary suffixes the manifests use)."""
+    for suffix, factor in (("Gi", 1024 * MiB), ("Mi", MiB), ("Ki", 1024)):
+        if text.endswith(suffix):
+            return int(text[: -len(suffix)]) * factor
+    return int(text)
+
+
+def tree_memory(pid: int) -> tuple[int, int, int]:
+    """(processes, sum of RSS, sum of PSS) over agentd and every descendant.
+
+    PSS divides each shared page among the processes mapping it, so the sum
+    is the tree's real footprint (what the container's cgroup is charged,
+    page cache aside); the RSS sum counts pages shared by the forked children
+    once per child and overstates it.
+    """
+    procs = [psutil.Process(pid), *tree(pid)]
+    rss = pss = 0
+    for p in procs:
+        info = p.memory_full_info()
+        rss += info.rss
+        pss += info.pss
+    return len(procs), rss, pss
+
+
+def role(p: psutil.Process, agentd: int) -> str:
+    if p.pid == agentd:
+        return "agentd"
+    if p.cmdline()[1:5] == ["-m", "agentd", "serve", "memo"]:
+        return "memo server"
+    return "zygote" if p.ppid() == agentd else "agent"
+
+
+async def test_memory_of_the_tree_with_4_running_agents_fits_the_deployment(tmp_path: Path) -> None:
+    memo = tmp_path / "notes.json"
+    edit(memo, {"n": 0})
+    model = script(tmp_path, [{"text": "slow turn", "latency_ms": 600_000}])
+    toml = config(tmp_path, memo, model, max_inflight=4, grace="1s")
+    pod = yaml.safe_load(DEPLOYMENT.read_text())["spec"]["template"]["spec"]
+    resources = pod["containers"][0]["resources"]
+    request, limit = quantity(resources["requests"]["memory"]), quantity(resources["limits"]["memory"])
+    async with run_agentd(reactive_args(toml), env=FAST_RECONNECT) as a:
+        await a.wait_event("ready.changed", lambda e: e["ready"])
+        idle = tree_memory(a.proc.pid)
+        peak = idle
+        cpu = sum(sum(p.cpu_times()[:2]) for p in [psutil.Process(a.proc.pid), *tree(a.proc.pid)])
+        for n in range(1, 5):
+            edit(memo, {"n": n})
+            await a.wait_event("subagent.started", count=n)
+            now = tree_memory(a.proc.pid)
+            peak = max(peak, now, key=lambda m: m[2])
+        by_role = [
+            (role(p, a.proc.pid), round(p.memory_full_info().pss / MiB, 1))
+            for p in [psutil.Process(a.proc.pid), *tree(a.proc.pid)]
+        ]
+        assert len(a.find("subagent.spawn")) == 4
+        a.signal(signal.SIGTERM)
+        assert await a.wait_exit() == ExitCode.DRAIN_TIMEOUT
+    print(
+        f"\nidle: {idle[0]} processes, RSS {idle[1] / MiB:.1f} MiB, PSS {idle[2] / MiB:.1f} MiB"
+        f"\n4 agents: {peak[0]} processes, RSS {peak[1] / MiB:.1f} MiB, PSS {peak[2] / MiB:.1f} MiB"
+        f"\nper agent (PSS): {(peak[2] - idle[2]) / 4 / MiB:.1f} MiB"
+        f"\nCPU to ready: {cpu:.2f} s; PSS by process with 4 agents: {by_role}"
+    )
+    assert peak[0] == idle[0] + 4
+    assert peak[2] < request, "the measured footprint outgrew the memory request: re-measure and raise it"
+    assert peak[1] < limit
