@@ -15,6 +15,8 @@ and shutdown order but gives agentd the guarantees it needs:
   quoted in errors such as "the server exited during initialize".
 * A stdout line that is not JSON-RPC is reported to telemetry and skipped; the
   connection survives.
+* A response whose id was never sent (or was answered already) is counted
+  (``upstream.unknown_response``) and dropped.
 * A stdout line longer than ``max_line_bytes`` ends the connection with an
   error naming the size and the cap (memory stays bounded).
 
@@ -37,6 +39,7 @@ import mcp_types as types
 import trio
 from anyio.streams.memory import MemoryObjectSendStream
 from mcp.client.stdio import get_default_environment
+from mcp.shared.dispatcher import coerce_request_id
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
@@ -230,6 +233,15 @@ class StdioTransport:
                     preview=line[:_GARBAGE_PREVIEW].decode("utf-8", errors="replace"),
                 )
                 return
+            if isinstance(message, types.JSONRPCResponse | types.JSONRPCError):
+                key = None if message.id is None else coerce_request_id(message.id)
+                if key not in outstanding:
+                    # An id we never sent, or answered already: the SDK would drop it
+                    # silently; count it so a confused server shows up in telemetry.
+                    self.telemetry.incr("upstream.unknown_response")
+                    self.telemetry.emit("upstream.unknown_response", server=self.server, id=message.id)
+                    return
+                outstanding.discard(key)
             with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
                 await read_send.send(SessionMessage(message))
 
@@ -248,6 +260,7 @@ class StdioTransport:
             try:
                 async with write_recv:
                     async for message in write_recv:
+                        _track(message.message)
                         data = message.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
                         await process.stdin.send_all(data.encode())
             except (trio.ClosedResourceError, trio.BrokenResourceError, anyio.ClosedResourceError, OSError):
@@ -262,6 +275,18 @@ class StdioTransport:
             with trio.move_on_after(STDOUT_EOF_AFTER_EXIT):
                 await stdout_done.wait()
             lose(self._exit_reason("exited"))
+
+        # Ids of requests written and not yet answered (or cancelled): a response
+        # with any other id is unknown or a duplicate. Bounded by the requests in flight.
+        outstanding: set[object] = set()
+
+        def _track(message: types.JSONRPCMessage) -> None:
+            if isinstance(message, types.JSONRPCRequest):
+                outstanding.add(coerce_request_id(message.id))
+            elif isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled":
+                request_id = (message.params or {}).get("requestId")
+                if isinstance(request_id, str | int):
+                    outstanding.discard(coerce_request_id(request_id))
 
         stdout_done = trio.Event()
         exited = trio.Event()
