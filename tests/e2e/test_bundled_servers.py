@@ -38,6 +38,7 @@ from agentd.supervisor.routes import build_router
 from tests.e2e.agentd_proc import PY, REPO, Agentd, run_agentd, script
 
 FAKES = REPO / "tests" / "fakes"
+EXAMPLES = REPO / "examples"
 
 #: Bound on waiting for a process that agentd already reaped, or that is
 #: exiting because its parent went away (a pidfd wait, not a poll). Exits take
@@ -119,22 +120,13 @@ async def drain(a: Agentd, tree: Tree, *extra_pids: int, server: str | None = No
 
 
 async def test_files_a_written_file_wakes_an_agent_that_names_it(tmp_path: Path) -> None:
+    """``examples/files-watch.toml`` as shipped, with the server given on the command line."""
     root = tmp_path / "root"
     root.mkdir()
-    model = script(
-        tmp_path,
-        [
-            {"tool_calls": [{"name": "read_resource", "arguments": {"uri": "file-events://."}}]},
-            {"text": "woken by: {instruction}\nevents: {last_tool_result}"},
-        ],
-    )
-    args = reactive(
-        model,
-        "Report the new files.",
+    args = [
+        "--config", str(EXAMPLES / "files-watch.toml"), "--verbose",
         "--mcp-stdio", serve("files", "--root", str(root)),
-        "--subscribe", "files:file-events://.",
-        "--route", "file-events://*=spawn",
-    )  # fmt: skip
+    ]  # fmt: skip
     async with run_agentd(args) as a:
         tree = Tree(a)
         await a.wait_event("subscription.established", lambda e: e["uri"] == "file-events://.")
@@ -142,7 +134,7 @@ async def test_files_a_written_file_wakes_an_agent_that_names_it(tmp_path: Path)
         assert not a.find("subagent.spawn")  # idle until something changes
         (root / "report.txt").write_text("quarterly numbers\n")
         spawn = await a.wait_event("subagent.spawn")
-        assert (spawn["role"], spawn["route"]) == ("spawn", "r0")
+        assert (spawn["role"], spawn["route"]) == ("spawn", "drop")
         await a.wait_event("turn.end", lambda e: e["agent"] == spawn["agent"])
         tree.snapshot()
         await drain(a, tree, server="files")
@@ -151,7 +143,7 @@ async def test_files_a_written_file_wakes_an_agent_that_names_it(tmp_path: Path)
     events = json.loads(out.split("events: ", 1)[1])["events"]
     assert [(e["type"], e["path"], e["size"]) for e in events] == [("ADDED", "report.txt", 18)]
     updated = a.find("resource.updated")
-    assert [(e["server"], e["uri"], e["route"]) for e in updated] == [("files", "file-events://.", "r0")]
+    assert [(e["server"], e["uri"], e["route"]) for e in updated] == [("files", "file-events://.", "drop")]
 
 
 # --------------------------------------------------------------------------- inbox
@@ -338,40 +330,25 @@ async def test_kube_a_watch_event_reaches_the_same_warm_agent_as_a_follow_up_tur
 async def test_kube_reactive_a_declared_watch_route_spawns_an_agent_for_the_added_object(
     tmp_path: Path, cluster: Cluster
 ) -> None:
+    """``examples/kube-watch.toml`` as shipped, against the fake kubectl."""
     cluster.set_list("configmaps", [configmap("settings", "u1", "1", mode="blue")])
-    model = script(
-        tmp_path,
-        [
-            {"tool_calls": [{"name": "read_resource", "arguments": {"uri": KUBE_URI}}]},
-            {"text": "woken: {instruction}\nlog: {last_tool_result}"},
-        ],
-    )
-    toml = tmp_path / "agentd.toml"
-    toml.write_text(
-        f"subscribe = ['kube:{KUBE_MATCH}']\n" + kube_server(cluster) + "[watches]\n"
-        'debounce = "0.2s"\n'
-        'max_wait = "1s"\n'
-        "[[routes]]\n"
-        'name = "cms"\n'
-        f"match = '{KUBE_MATCH}'\n"
-        'disposition = "spawn"\n'
-        'extract = "event-log"\n'
-        f"on_event = '''{KUBE_FILTER}'''\n"
-    )
-    args = reactive(model, "React to new configmaps.", "--config", str(toml))
+    # --mcp-stdio servers get a minimal environment: hand the fake its control dir through env(1).
+    fake_env = " ".join(f"{k}={v}" for k, v in fake_kubectl_env(cluster).items())
+    server = f"kube=env {fake_env} {PY} -m agentd serve kube --kubectl {FAKES / 'kubectl'}"
+    args = ["--config", str(EXAMPLES / "kube-watch.toml"), "--verbose", "--mcp-stdio", server]
     async with run_agentd(args) as a:
         tree = Tree(a)
-        started = await a.wait_event("watch.started", lambda e: e.get("route") == "cms")
+        started = await a.wait_event("watch.started", lambda e: e.get("route") == "configmaps")
         assert (started["uri"], started["shape"], started["filter"]) == (KUBE_URI, "event-log", True)
         tree.snapshot()
         assert not a.find("subagent.spawn")  # reactive: nobody runs until a kept change
         cluster.event("configmaps", "MODIFIED", configmap("settings", "u1", "2", mode="green"))
         await a.wait_event("watch.event", lambda e: e.get("outcome") == "dropped")
         cluster.event("configmaps", "ADDED", configmap("feature-flags", "u2", "7", beta="on"))
-        notice = await a.wait_event("watch.notice", lambda e: e.get("route") == "cms")
+        notice = await a.wait_event("watch.notice", lambda e: e.get("route") == "configmaps")
         assert (notice["uri"], notice["lines"]) == (KUBE_URI, 1)
         spawn = await a.wait_event("subagent.spawn")
-        assert (spawn["role"], spawn["route"]) == ("spawn", "cms")
+        assert (spawn["role"], spawn["route"]) == ("spawn", "configmaps")
         await a.wait_event("turn.end", lambda e: e["agent"] == spawn["agent"])
         tree.snapshot()
         await drain(a, tree, *cluster.pids(), server="kube")
