@@ -159,6 +159,7 @@ async def latency(tmp: Path, n: int) -> None:
     added_upd = [u - f for u, f in zip(upd, floor, strict=True)]
     added_child = [c - f for c, f in zip(child, floor, strict=True)]
     added_in = [d - f for d, f in zip(deliver, floor0, strict=True)]
+    reactor = [d - u for d, u in zip(deliver, upd, strict=True)]
     us = 1e6
     table(
         f"push -> warm session (memo over HTTP, continue route, debounce 0); µs from memo_set start; n={len(floor)}",
@@ -193,6 +194,11 @@ async def latency(tmp: Path, n: int) -> None:
                 "model.call (upper bound on the child's receipt)",
                 fmt(p50(added_child) * us, 0),
                 fmt(pct(added_child, 0.95) * us, 0),
+            ],
+            [
+                "reactor only: session.deliver - resource.updated (0 when one read holds both lines)",
+                fmt(p50(reactor) * us, 0),
+                fmt(pct(reactor, 0.95) * us, 0),
             ],
             [
                 "session.deliver vs the in-process listener (floor without a pipe hop)",
