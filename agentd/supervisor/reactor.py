@@ -104,6 +104,10 @@ class Agent:
     text: str = ""
     turns: int = 0
     subscriptions: set[str] = field(default_factory=set)
+    subscription_servers: dict[str, str] = field(default_factory=dict)
+    """Which server each self-subscription is on (to release it when the agent exits)."""
+    slot_released: bool = False
+    """Spawn agents: the route's inflight slot was given back (at the first terminal status)."""
     started_at: float = 0.0
     notices: list[WatchNotice] = field(default_factory=list)
     """Watch notices that arrived mid-turn: all of them become ONE follow-up turn."""
@@ -145,6 +149,10 @@ class WatchHooks(Protocol):
 
     def on_owner_exited(self, session: str, needed: Callable[[str, str], bool]) -> None:
         """The session's agent is gone: stop its watches (routes already removed)."""
+        ...
+
+    def needs(self, server: str, uri: str) -> bool:
+        """Whether a live watch still needs the upstream subscription to ``uri``."""
         ...
 
     def on_route_subscribed(self, route_id: str, server: str, uri: str) -> None:
@@ -640,10 +648,11 @@ class Reactor:
             self.root_text = agent.text
             disposition = self.driver.on_root_terminal(self.view(now), status, idle=idle, now=now)
             self._apply_disposition(agent, disposition, now)
-        elif (
-            agent.role == "spawn" and agent.route is not None and not agent.subscriptions
-            and not self._owns_watches(agent)
-        ):
+        elif agent.role == "spawn" and agent.route is not None and not agent.slot_released:
+            # The event this agent was spawned for is handled once its first
+            # turn ends, even if it stays warm for its own subscriptions or
+            # watches: the route's inflight slot is free again.
+            agent.slot_released = True
             self.router.on_spawn_done(agent.route)
         if agent.session is not None and agent.phase is AgentPhase.IDLE:
             self.router.on_session_idle(agent.session)
@@ -698,6 +707,7 @@ class Reactor:
             self._stop_watches(agent.session)
         for uri in sorted(agent.subscriptions):
             self._drop_self_route(agent, uri)
+            self._release_upstream(agent, uri)
         crashed = was in (AgentPhase.STARTING, AgentPhase.TURN) or (
             was is AgentPhase.IDLE and self.phase is Phase.RUNNING and ev.returncode not in (0, None)
         )
@@ -709,8 +719,6 @@ class Reactor:
         if crashed:
             agent.status = "crashed"
             self._after_terminal(agent, "crashed", False, now)
-            if agent.role == "spawn" and agent.route is not None and agent.subscriptions:
-                self.router.on_spawn_done(agent.route)
 
     # -- self tools -------------------------------------------------------------------
 
@@ -745,6 +753,8 @@ class Reactor:
                 agent.session = session
                 self.sessions[session] = agent.id
             agent.subscriptions.add(uri)
+            if server:
+                agent.subscription_servers[uri] = str(server)
             self.telemetry.emit("self.subscribe", agent=agent.id, uri=uri, server=server)
             reply.send_nowait({"ok": True})
         elif op == "unsubscribe":
@@ -924,6 +934,16 @@ class Reactor:
         )
         agent.notice_turn = pending
         self._resume(agent, "\n\n".join(n.text for n in pending))
+
+    def _release_upstream(self, agent: Agent, uri: str) -> None:
+        """The agent that subscribed ``uri`` is gone: drop the upstream subscription unless still needed."""
+        server = agent.subscription_servers.pop(uri, None)
+        if server is None or self.uri_needed(server, uri):
+            return
+        if self.watches is not None and self.watches.needs(server, uri):
+            return
+        self.telemetry.emit("self.unsubscribe", agent=agent.id, uri=uri, server=server, reason="owner exited")
+        self.hooks.unsubscribe(server, uri)
 
     def _drop_self_route(self, agent: Agent, uri: str) -> None:
         session = agent.session or agent.id

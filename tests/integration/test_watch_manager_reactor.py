@@ -48,6 +48,9 @@ class FakeManager:
     def on_subscription_state(self, ev: SubscriptionStateChanged) -> None:
         pass
 
+    def needs(self, server: str, uri: str) -> bool:
+        return False
+
     def on_owner_exited(self, session: str, needed: Callable[[str, str], bool]) -> None:
         self.exited.append(session)
 

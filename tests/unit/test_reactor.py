@@ -58,6 +58,7 @@ class FakeHooks:
     kill_all_at: list[float] = field(default_factory=list)
     published: list[tuple[str, str, str]] = field(default_factory=list)
     subscribed: list[tuple[str, str]] = field(default_factory=list)
+    unsubscribed: list[tuple[str, str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._send, self._recv = trio.open_memory_channel[Agent](math.inf)
@@ -68,7 +69,7 @@ class FakeHooks:
             kill=self.killed.append,
             kill_all=lambda: self.kill_all_at.append(trio.current_time()),
             subscribe=lambda s, u: self.subscribed.append((s, u)),
-            unsubscribe=lambda s, u: None,
+            unsubscribe=lambda s, u: self.unsubscribed.append((s, u)),
             publish=lambda a, status, text, idle: self.published.append((a.id, status, text)),
         )
 
@@ -630,3 +631,32 @@ async def test_a_self_subscribed_agent_that_dies_gives_the_uri_back_to_the_decla
         a2 = await h.hooks.next_spawn()
         assert a2.route == "all"
     assert h.reactor.router.get(f"self:{a1.id}:memo://notes") is None
+
+
+async def test_a_self_subscribed_spawn_agent_frees_its_route_slot_at_its_first_turn_end(autojump_clock):
+    routes = [RouteSpec(match="memo://*", disposition=Spawn(max_inflight=1), route_id="all")]
+    async with running("reactive", routes=routes) as h:
+        await h.send(ResourceChanged(server="memo", uri="memo://a"))
+        a1 = await h.hooks.next_spawn()
+        assert await h.self_tool(a1.id, op="subscribe", uri="memo://notes", server="memo") == {"ok": True}
+        await h.end_turn(a1.id, "watching")  # held warm for its subscription
+        await h.send(ResourceChanged(server="memo", uri="memo://b"))
+        a2 = await h.hooks.next_spawn()  # the one slot is free again
+        assert "memo://b" in a2.instruction
+        assert h.reactor.agents[a1.id].phase.value == "idle"
+
+
+async def test_a_dead_subscribers_upstream_subscription_is_released_unless_declared(autojump_clock):
+    async with running("reactive", routes=[RouteSpec(match="memo://*", route_id="all")]) as h:
+        h.reactor.declared = {("memo", "memo://declared")}  # type: ignore[attr-defined]
+        await h.send(ResourceChanged(server="memo", uri="memo://x"))
+        a1 = await h.hooks.next_spawn()
+        assert await h.self_tool(a1.id, op="subscribe", uri="memo://mine", server="memo") == {"ok": True}
+        assert await h.self_tool(a1.id, op="subscribe", uri="memo://declared", server="memo") == {"ok": True}
+        await h.end_turn(a1.id, "watching")
+        await h.exited(a1.id, returncode=-9)
+        await h.send(ResourceChanged(server="memo", uri="memo://y"))  # a wake, so the exit was handled
+        await h.hooks.next_spawn()
+    assert h.hooks.unsubscribed == [("memo", "memo://mine")]
+    released = h.telemetry.named("self.unsubscribe")
+    assert [(f["uri"], f["reason"]) for _, f in released] == [("memo://mine", "owner exited")]
