@@ -557,6 +557,10 @@ class Upstream:
             uri = str(message.params.uri)
             if uri in self._subs:
                 await self._post(ResourceChanged(self.name, uri, "updated"))
+            else:
+                # Nobody subscribed (or it was just unsubscribed): never routed, but counted.
+                self._telemetry.incr("unrouted")
+                self._telemetry.emit("upstream.unsubscribed_update", server=self.name, uri=uri)
         elif isinstance(message, types.ResourceListChangedNotification):
             self._request_refresh(conn, "resources")
         elif isinstance(message, types.ToolListChangedNotification):
