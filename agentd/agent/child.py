@@ -134,10 +134,9 @@ def read_payload(sock: socket.socket) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m agentd.agent.child FD``: the slow path (no zygote)."""
-    from agentd.agent.zygote import set_pdeathsig
-
     args = sys.argv[1:] if argv is None else argv
-    set_pdeathsig()
+    # No PR_SET_PDEATHSIG on this path: we are started from a trio worker
+    # thread, whose exit would fire it. A dead supervisor closes our socket.
     os.setpgid(0, 0)
     sock = socket.socket(fileno=int(args[0]))
     payload = read_payload(sock)

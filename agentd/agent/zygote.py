@@ -16,9 +16,10 @@ zygote → supervisor
 The zygote is plain synchronous Python (it must never run trio: forking a
 running event loop is unsafe) and waits in ``selectors`` on the control
 socket and a SIGCHLD wakeup pipe: no timers, no polling. Each child gets
-``PR_SET_PDEATHSIG(SIGKILL)`` and its own process group, and so does the
-zygote itself (tied to the supervisor): if the supervisor is SIGKILLed, the
-zygote and every agent child die with it, so no orphan survives.
+``PR_SET_PDEATHSIG(SIGKILL)`` and its own process group: if the supervisor
+is SIGKILLed, the
+zygote sees its control socket close and exits, and every agent child
+(whose death signal is tied to the zygote) dies with it: no orphan survives.
 """
 
 from __future__ import annotations
@@ -179,11 +180,18 @@ def _reap(ctl: socket.socket, agents: dict[int, str]) -> None:
 def main(argv: list[str] | None = None) -> int:
     """``python -m agentd.agent.zygote FD``."""
     args = sys.argv[1:] if argv is None else argv
-    set_pdeathsig()
+    # No PR_SET_PDEATHSIG here: the supervisor starts us from a trio worker
+    # thread, and the kernel fires it when that *thread* exits (trio retires
+    # idle workers after ~10 s). The control socket's EOF is our signal that
+    # the supervisor is gone; exiting then takes every child with us (theirs
+    # is tied to our main thread, which forked them).
     ctl = socket.socket(fileno=int(args[0]))
     prewarm()
     serve(ctl)
-    return 0
+    # Skip interpreter teardown (~0.2 s of module finalisation): nothing to flush.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -276,13 +276,18 @@ async def _watch_signals(reactor: Reactor) -> None:
             await reactor.send.send(SignalReceived(signum=signum))
 
 
-async def _subscribe(upstream: Any, uri: str, telemetry: Telemetry) -> None:
+async def _subscribe(upstream: Any, uri: str, telemetry: Telemetry, seed: Any = None) -> None:
+    """Subscribe; with ``seed`` (the reactor channel), follow up with one synthetic "possibly changed"."""
     from agentd.errors import AgentdError
+    from agentd.supervisor.events import ResourceChanged
 
     try:
         await upstream.subscribe(uri)
     except AgentdError as exc:
         telemetry.emit("subscription.failed", server=upstream.spec.name, uri=uri, error=str(exc))
+        return
+    if seed is not None:
+        await seed.send(ResourceChanged(server=upstream.spec.name, uri=uri, kind="synthetic"))
 
 
 async def _unsubscribe(upstream: Any, uri: str) -> None:
@@ -314,6 +319,7 @@ async def _declare_subscriptions(settings: Any, reactor: Reactor, upstreams: dic
             if sub.server or _lists(up, uri) or len(servers) == 1:
                 wanted.append((name, uri))
     reactor.declared = set(wanted)  # type: ignore[attr-defined]
+    _size_queues(reactor)
     for server, uri in wanted:
         reactor.subscription_states[(server, uri)] = "pending"
         nursery.start_soon(_subscribe, upstreams[server], uri, telemetry)
@@ -327,13 +333,29 @@ async def _declare_subscriptions(settings: Any, reactor: Reactor, upstreams: dic
             had = {u for (s, u) in reactor.declared if s == event.server and g.match(u)}  # type: ignore[attr-defined]
             for uri in sorted(now_uris - had):
                 reactor.declared.add((event.server, uri))  # type: ignore[attr-defined]
-                nursery.start_soon(_subscribe, upstreams[event.server], uri, telemetry)
+                # A URI that appeared may already hold state worth acting on:
+                # seed it with one "possibly changed" once subscribed.
+                nursery.start_soon(_subscribe, upstreams[event.server], uri, telemetry, reactor.send)
             for uri in sorted(had - now_uris):
                 reactor.declared.discard((event.server, uri))  # type: ignore[attr-defined]
                 reactor.subscription_states.pop((event.server, uri), None)
                 nursery.start_soon(_unsubscribe, upstreams[event.server], uri)
+        _size_queues(reactor)
 
     reactor.on_catalog = on_catalog  # type: ignore[attr-defined]
+
+
+def _size_queues(reactor: Reactor) -> None:
+    """Default queue caps = the number of declared URIs each route owns (a queue holds one entry per URI)."""
+    from collections import Counter
+
+    owned: Counter[str] = Counter()
+    for _server, uri in reactor.declared:  # type: ignore[attr-defined]
+        route = reactor.router.first_match(uri)
+        if route is not None:
+            owned[route.id] += 1
+    for route_id, count in owned.items():
+        reactor.router.set_watched(route_id, count)
 
 
 def _lists(up: Any, uri: str) -> bool:

@@ -705,6 +705,9 @@ class Reactor:
         if agent.session is not None and self.sessions.get(agent.session) == agent.id:
             del self.sessions[agent.session]
             self._stop_watches(agent.session)
+            # The router must not keep a dead session marked busy: the next
+            # delivery for it starts a new session.
+            self.router.on_session_idle(agent.session)
         for uri in sorted(agent.subscriptions):
             self._drop_self_route(agent, uri)
             self._release_upstream(agent, uri)

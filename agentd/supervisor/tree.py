@@ -225,20 +225,25 @@ class Tree:
         try:
             await stream.send_all(orjson.dumps(payload) + b"\n")
             await self._serve_child(child.agent, stream)
+            # The child closed its channel (it exited or died): its status is
+            # on its way from the zygote. On cancellation we skip this wait:
+            # the zygote reader is going down too, and the status is only
+            # informational.
+            with trio.move_on_after(EXIT_STATUS_WAIT):
+                if proc is not None:
+                    await proc.wait()
+                    child.returncode = proc.returncode
+                    child.status_known.set()
+                else:
+                    await child.status_known.wait()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             pass
         finally:
             with trio.CancelScope(shield=True):
                 await stream.aclose()
                 child.state = ChildState.EXITED
-                if proc is not None:
-                    with trio.move_on_after(EXIT_STATUS_WAIT):
-                        await proc.wait()
+                if proc is not None and proc.returncode is not None:
                     child.returncode = proc.returncode
-                    child.status_known.set()
-                else:
-                    with trio.move_on_after(EXIT_STATUS_WAIT):
-                        await child.status_known.wait()
                 child.exited.set()
                 await self._events.send(
                     ChildExited(agent=child.agent, pid=child.pid or -1, returncode=child.returncode)

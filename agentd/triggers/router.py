@@ -568,6 +568,18 @@ class Router:
         route.ready = False
         return route
 
+    def set_watched(self, route_id: str, watched_uris: int) -> None:
+        """Resize the default queue cap of ``route_id`` to ``watched_uris`` (at least ``MIN_QUEUE_CAP``).
+
+        Only routes without an explicit ``queue_cap`` change; the cap never
+        shrinks below what is queued (a queue holds one entry per URI, so a cap
+        equal to the number of watched URIs never drops under ``coalesce``).
+        """
+        route = self._routes.get(route_id)
+        if route is None or route.spec.queue_cap is not None:
+            return
+        route.queue.cap = max(MIN_QUEUE_CAP, watched_uris, len(route.queue))
+
     def get(self, route_id: str) -> Route | None:
         """The route with ``route_id``, if any."""
         return self._routes.get(route_id)
