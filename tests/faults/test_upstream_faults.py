@@ -770,3 +770,35 @@ async def test_13_http_server_restart_resubscribes_and_rereads(tmp_path: Path) -
     assert "ended without the server's graceful close" in lost[0]["error"]
     assert len(of(a, "resource.updated", kind="synthetic")) == 1
     assert a.out.strip() == "saw note://alpha: changed while restarting"
+
+
+@pytest.mark.parametrize("overflow", ["coalesce", "drop_oldest", "drop_newest"])
+def test_09_router_queue_stays_bounded_over_100000_distinct_uris(overflow: str) -> None:
+    from agentd.triggers.router import Continue, QueuedEvent, Router, RouteSpec
+
+    router = Router()
+    router.add_route(
+        RouteSpec(
+            match="item://*",
+            disposition=Continue("ops"),
+            queue_cap=QUEUE_CAP,
+            overflow=overflow,  # type: ignore[arg-type]
+            route_id="items",
+        )
+    )
+    n = 100_000
+    for i in range(n):
+        router.ingest(QueuedEvent(f"item://{i}", "many", None, "updated", 0.0), 0.0)
+    (delivery,) = router.take_deliveries(
+        1.0, session_idle=lambda s: True, may_spawn=lambda: True, draining=False
+    )
+    uris = [e.uri for e in delivery.events]  # type: ignore[union-attr]
+    counters = router.counters()
+    assert len(uris) == QUEUE_CAP
+    assert counters["dropped_events"] == n - QUEUE_CAP
+    reason = {"coalesce": "coalesce_cap", "drop_oldest": "drop_oldest", "drop_newest": "drop_newest"}[
+        overflow
+    ]
+    assert counters[f"dropped_events.{reason}"] == n - QUEUE_CAP
+    kept = range(n - QUEUE_CAP, n) if overflow == "drop_oldest" else range(QUEUE_CAP)
+    assert uris == [f"item://{i}" for i in kept]
