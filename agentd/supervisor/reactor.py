@@ -722,6 +722,14 @@ class Reactor:
         if crashed:
             agent.status = "crashed"
             self._after_terminal(agent, "crashed", False, now)
+            if agent.role != "root" and self.phase is Phase.RUNNING:
+                # Routed agents are not restarted (the next change re-triggers
+                # the route: at-least-once by re-read), but every crash counts
+                # against the restart intensity, so a crash loop opens the
+                # breaker (exit 1) instead of spinning forever.
+                if not self.governor.record_restart(now):
+                    self.breaker_open = True
+                    self.telemetry.emit("governor.breaker_open", agent=agent.id, route=agent.route)
 
     # -- self tools -------------------------------------------------------------------
 

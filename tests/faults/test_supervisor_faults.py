@@ -275,15 +275,6 @@ async def test_reactive_agent_killed_mid_turn_the_daemon_survives_and_the_next_c
     assert a.out.count("done: ") == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "reactive mode never records a crashed spawn-route agent with the restart governor "
-        "(Reactor._child_exited only applies the root driver's disposition; Reactive returns Quiesce), "
-        "so agents that crash on every change never open the breaker and the daemon never exits 1; "
-        "see rfcs/0107-reactive-crash-loop.md"
-    ),
-)
 async def test_reactive_crash_loop_opens_the_breaker_and_exits_1(tmp_path: Path) -> None:
     memo = tmp_path / "notes.json"
     edit(memo, {})
