@@ -47,6 +47,7 @@ class Agentd:
     stdout: bytearray = field(default_factory=bytearray)
     raw_stderr: list[str] = field(default_factory=list)
     _changed: trio.Event = field(default_factory=trio.Event)
+    stderr_closed: bool = False
 
     async def _read_stderr(self) -> None:
         assert self.proc.stderr is not None
@@ -65,6 +66,7 @@ class Agentd:
                 except ValueError:
                     continue
             self._wake()
+        self.stderr_closed = True
         self._wake()
 
     async def _read_stdout(self) -> None:
@@ -92,13 +94,11 @@ class Agentd:
                 found = self.find(name, pred)
                 if len(found) >= count:
                     return found[count - 1]
-                if self.proc.returncode is not None and self._eof:
-                    raise AssertionError(f"agentd exited ({self.proc.returncode}) before {name!r}:\n{self.tail()}")
+                if self.stderr_closed:
+                    # No more telemetry can come: fail now, not at the timeout.
+                    code = await self.proc.wait()
+                    raise AssertionError(f"agentd exited ({code}) before {name!r}:\n{self.tail()}")
                 await self._changed.wait()
-
-    @property
-    def _eof(self) -> bool:
-        return self.proc.returncode is not None
 
     async def wait_exit(self, timeout: float = 30) -> int:
         with trio.fail_after(timeout):
