@@ -151,6 +151,13 @@ class _Conn:
         return self.transport.lost_reason
 
 
+STABLE_CONNECTION = 10.0
+"""Seconds a connection must stay up to count as a success. A drop sooner than
+this counts as a failed attempt (the backoff keeps growing), so a server that
+crashes right after each handshake is declared failed after the usual 5
+attempts instead of being restarted forever."""
+
+
 class Upstream:
     """The supervisor's one connection to one upstream MCP server.
 
@@ -274,10 +281,21 @@ class Upstream:
         try:
             while True:
                 try:
+                    began = trio.current_time()
                     await self._connect_and_serve(task_status if not started else None, retry)
                     started = True
-                    failures = 0
-                    retry = 0
+                    if trio.current_time() - began >= STABLE_CONNECTION:
+                        failures = 0
+                        retry = 0
+                    else:
+                        # Connected, then dropped at once: a server crashing
+                        # right after its handshake must back off and end up
+                        # FAILED (exit 6 when required), not restart forever.
+                        failures += 1
+                        self._telemetry.emit(
+                            "upstream.unstable", server=self.name, attempt=failures, error=self.last_error,
+                            note=f"the connection dropped within {STABLE_CONNECTION:g}s of connecting: counted as a failed attempt",
+                        )
                 except _ConnectFailed as exc:
                     self.last_error = str(exc)
                     failures += 1

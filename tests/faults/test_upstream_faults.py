@@ -342,14 +342,6 @@ async def test_04_optional_server_that_keeps_crashing_is_reported_and_the_rest_k
     assert a.out.strip() == 'saw memo://notes: {"todo":"after"}'
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "Upstream.run resets its failure count and backoff step after every successful connect, so a "
-        "server that crashes right after each handshake is restarted forever at the first backoff step "
-        "(attempt 1 every time) and never reported failed"
-    ),
-)
 async def test_04_server_that_crashes_right_after_each_connect_backs_off_and_fails(tmp_path: Path) -> None:
     flaky = stdio(tmp_path, "flaky", "--crash-after", "0.2", server=NOTES_SERVER)
     cfg = config(tmp_path, [spawn_route("note://*")])
