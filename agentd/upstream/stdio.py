@@ -17,8 +17,9 @@ and shutdown order but gives agentd the guarantees it needs:
   connection survives.
 * A response whose id was never sent (or was answered already) is counted
   (``upstream.unknown_response``) and dropped.
-* A stdout line longer than ``max_line_bytes`` ends the connection with an
-  error naming the size and the cap (memory stays bounded).
+* A stdout line longer than ``max_line_bytes`` is discarded as it streams in
+  (memory stays bounded); the request it answers fails with an error naming
+  the cap, and the connection stays up.
 
 Shutdown contract: close stdin, wait :data:`EXIT_GRACE`, SIGTERM the process
 group, wait :data:`TERM_GRACE`, SIGKILL the group; shielded from cancellation,
@@ -28,6 +29,7 @@ every wait bounded.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -71,6 +73,12 @@ exit status; a server that closes stdout but lives on is declared lost after thi
 MAX_LINE_BYTES = 16 * 1024 * 1024
 """Default cap on one stdout line (one JSON-RPC message). Large resource bodies fit;
 a runaway server cannot exhaust the supervisor's memory."""
+
+_ID_SCAN_BYTES = 4096
+"""How much of an oversized message is searched for its request id (servers put it first)."""
+
+_ID_RE = re.compile(rb'"id"\s*:\s*("(?:[^"\\]|\\.)*"|-?\d+)')
+"""The JSON-RPC ``id`` member near the start of a message."""
 
 STDERR_TAIL_BYTES = 8 * 1024
 """Bytes of the server's most recent stderr kept for error messages."""
@@ -194,29 +202,67 @@ class StdioTransport:
         async def stdout_reader() -> None:
             assert process.stdout is not None
             buffer = bytearray()
+            skipping = 0  # bytes of an oversized line discarded so far (0: not skipping)
             try:
                 while True:
                     chunk = await process.stdout.receive_some(_READ_CHUNK)
                     if not chunk:
                         break
                     buffer += chunk
+                    if skipping:
+                        nl = buffer.find(b"\n")
+                        if nl < 0:
+                            skipping += len(buffer)
+                            buffer.clear()
+                            continue
+                        skipping += nl
+                        del buffer[: nl + 1]
+                        self.telemetry.emit("upstream.oversized_skipped", server=self.server, bytes=skipping)
+                        skipping = 0
                     while (nl := buffer.find(b"\n")) >= 0:
                         line = bytes(buffer[:nl])
                         del buffer[: nl + 1]
                         await deliver(line)
                     if len(buffer) > self.max_line_bytes:
-                        lose(
-                            f"server {self.server!r} wrote a stdout line longer than {self.max_line_bytes} bytes "
-                            "(the cap for one message); the connection was reset. Raise --max-read-bytes if the "
-                            "server legitimately sends messages this large"
-                        )
-                        return
+                        # One message over the cap: fail only the request it
+                        # answers (its id is near the start of the line) and
+                        # discard the rest of the line; the connection stays.
+                        await refuse_oversized(bytes(buffer[:_ID_SCAN_BYTES]))
+                        skipping = len(buffer)
+                        buffer.clear()
             except (trio.ClosedResourceError, trio.BrokenResourceError, anyio.ClosedResourceError):
                 pass
             # EOF usually means the process is exiting: wait briefly so the reason names its status.
             with trio.move_on_after(EXIT_AFTER_EOF):
                 await exited.wait()
             lose(self._exit_reason("closed its stdout"))
+
+        async def refuse_oversized(head: bytes) -> None:
+            message = (
+                f"server {self.server!r} sent a message longer than {self.max_line_bytes} bytes (the cap for "
+                "one message); it was discarded and the connection kept. Raise --max-read-bytes if the server "
+                "legitimately sends messages this large"
+            )
+            self.telemetry.incr("upstream.oversized")
+            match = _ID_RE.search(head)
+            request_id: str | int | None = None
+            if match is not None:
+                raw: bytes = match.group(1)
+                if raw.startswith(b'"'):
+                    request_id = raw[1:-1].decode("utf-8", errors="replace")
+                else:
+                    with suppress(ValueError):
+                        request_id = int(raw)
+            key = None if request_id is None else coerce_request_id(request_id)
+            self.telemetry.emit("upstream.oversized", server=self.server, id=request_id, cap=self.max_line_bytes)
+            if key is None or key not in outstanding:
+                return
+            outstanding.discard(key)
+            error = types.JSONRPCError(
+                jsonrpc="2.0", id=request_id, error=types.ErrorData(code=types.INTERNAL_ERROR, message=message)
+            )
+            with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+                await read_send.send(SessionMessage(error))
 
         async def deliver(line: bytes) -> None:
             if not line.strip():
