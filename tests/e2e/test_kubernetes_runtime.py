@@ -189,10 +189,16 @@ async def test_probes_and_metrics_follow_the_required_server_and_its_subscriptio
         # The required server dies: not ready (still alive) until it is back and re-subscribed.
         memo_server_of(a.proc.pid).kill()
         await a.wait_event("ready.changed", lambda e: not e["ready"])
+        # server.state is the reactor's own line: the lost subscription was applied before it.
+        await a.wait_event("server.state", lambda e: e["state"] == "restarting")
         r = await get(health + "/readyz")
-        assert r.status_code == 503
-        assert "memo" in r.text
+        assert (r.status_code, r.text) == (503, "not ready: required server 'memo' is restarting\n")
         assert (await get(health + "/healthz")).status_code == 200
+        m = await scrape(metrics)
+        assert sample(m, "agentd_server_state", server="memo", state="restarting") == 1
+        assert sample(m, "agentd_server_state", server="memo", state="connected") == 0
+        assert sample(m, "agentd_subscription_state", server="memo", uri=NOTES, state="lost") == 1
+        assert sample(m, "agentd_server_restarts_total", server="memo") == 1
 
         await a.wait_event("ready.changed", lambda e: e["ready"], count=2)
         assert len(a.find("subscription.established")) == 2  # the connection re-subscribed
