@@ -32,7 +32,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from agentd.exitcodes import ExitCode
 from tests.e2e.agentd_proc import PY, REPO, Agentd, agentd_cmd, run_agentd, script
 
-pytestmark = pytest.mark.realclock
+pytestmark = [pytest.mark.realclock, pytest.mark.slow]
 
 #: Generous ceiling for one loopback HTTP request on a shared 2-core machine.
 REQUEST_CEILING = 5.0
@@ -285,7 +285,17 @@ async def test_turn_past_grace_is_killed_exit_143_after_grace_and_no_process_lef
 # --- 3. PID 1 ------------------------------------------------------------------------
 
 UNSHARE = shutil.which("unshare")
-TINI = shutil.which("tini")
+
+
+def image_entrypoint() -> list[str]:
+    """The Containerfile's ENTRYPOINT (exec form), e.g. ``["/usr/bin/tini", "--", "agentd"]``."""
+    lines = (REPO / "Containerfile").read_text().splitlines()
+    (entry,) = [line.removeprefix("ENTRYPOINT ") for line in lines if line.startswith("ENTRYPOINT ")]
+    return json.loads(entry)
+
+
+ENTRYPOINT = image_entrypoint()
+TINI = ENTRYPOINT[0] if os.access(ENTRYPOINT[0], os.X_OK) else None
 
 
 def _can_unshare() -> bool:
@@ -311,8 +321,10 @@ async def as_pid_1(args: list[str], *, tini: bool = False) -> AsyncIterator[Agen
     assert UNSHARE is not None
     prefix = [UNSHARE, "--pid", "--fork", "--mount-proc", "--kill-child"]
     if tini:
+        # The image's ENTRYPOINT up to `agentd` (tini without -g: agentd alone gets the signal).
+        assert ENTRYPOINT[-1] == "agentd"
         assert TINI is not None
-        prefix += [TINI, "--"]  # as the image's ENTRYPOINT: no -g, agentd alone gets the signal
+        prefix += ENTRYPOINT[:-1]
     async with trio.open_nursery() as nursery:
         proc = await trio.lowlevel.open_process(
             [*prefix, *agentd_cmd(*args)], stdin=subprocess.DEVNULL, stdout=-1, stderr=-1, cwd=str(REPO)
@@ -390,7 +402,7 @@ exec {py} -m agentd serve memo --file {memo}
 
 
 @needs_pidns
-@pytest.mark.skipif(TINI is None, reason="needs tini (Debian package `tini`, as in the image)")
+@pytest.mark.skipif(TINI is None, reason=f"needs {ENTRYPOINT[0]} (Debian package `tini`, as in the image)")
 @pytest.mark.parametrize("tini", [False, True], ids=["agentd-as-pid-1", "tini-as-pid-1"])
 async def test_orphans_of_servers_are_reaped_only_under_tini_and_exit_codes_pass_through(
     tmp_path: Path, tini: bool
