@@ -7,6 +7,8 @@ and every wait is wrapped in ``trio.fail_after``.
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx2
 import pytest
 import trio
@@ -16,7 +18,13 @@ from agentd import health
 from agentd.errors import ConfigError
 from agentd.health import parse_addr, reactor_probe, serve_health, serve_metrics
 from agentd.metrics import MetricsSnapshot
-from agentd.supervisor.events import HealthProbe, ServerState
+from agentd.supervisor.budget import Budget
+from agentd.supervisor.events import HealthProbe, ServerState, ServerStateChanged, SubscriptionStateChanged
+from agentd.supervisor.governor import RestartGovernor
+from agentd.supervisor.reactor import Hooks, Reactor
+from agentd.telemetry import Telemetry
+from agentd.triggers import mode as modes
+from agentd.triggers.router import Router
 
 pytestmark = pytest.mark.realclock
 
@@ -396,3 +404,91 @@ async def test_serve_health_rejects_a_bad_probe_timeout():
 
 def test_public_surface_names_exist():
     assert all(hasattr(health, name) for name in health.__all__)
+
+
+# --- wired to a real reactor --------------------------------------------------------
+
+
+class _Telemetry(Telemetry):
+    """Keeps every event and wakes waiters as each one is written."""
+
+    def __init__(self) -> None:
+        super().__init__(stream=None, verbose=True)
+        self.events: list[tuple[str, dict[str, Any]]] = []
+        self._written = trio.Event()
+
+    def emit(self, event: str, /, **fields: Any) -> None:
+        self.events.append((event, fields))
+        self._written.set()
+        self._written = trio.Event()
+
+    def named(self, name: str) -> list[dict[str, Any]]:
+        return [f for e, f in self.events if e == name]
+
+    async def wait(self, name: str, count: int) -> dict[str, Any]:
+        with trio.fail_after(REQUEST_CEILING):
+            while len(self.named(name)) < count:
+                await self._written.wait()
+        return self.named(name)[count - 1]
+
+
+def _reactor(telemetry: Telemetry) -> Reactor:
+    now = trio.current_time()
+    noop = lambda *_: None  # noqa: E731
+    reactor = Reactor(
+        driver=modes.make_driver("reactive", now_mono=now),
+        router=Router(),
+        budget=Budget(max_steps=None, max_tokens=None, deadline_at=None),
+        governor=RestartGovernor(intensity=3, period=60.0),
+        hooks=Hooks(spawn=noop, kill=noop, kill_all=noop, subscribe=noop, unsubscribe=noop, publish=noop),
+        telemetry=telemetry,
+        instruction="",
+        grace=25.0,
+        mode="reactive",
+        session="fresh",
+        required=frozenset({"memo"}),
+    )
+    # As the app declares its subscriptions before the reactor turns.
+    reactor.subscription_states[("memo", "memo://notes")] = "pending"
+    return reactor
+
+
+async def test_readyz_follows_the_reactor_and_ready_changed_is_written_once_per_flip(nursery):
+    telemetry = _Telemetry()
+    reactor = _reactor(telemetry)
+    nursery.start_soon(reactor.run)
+    base = await _start_health(
+        nursery, probe=reactor_probe(reactor.send), ready=reactor.ready, snapshot=reactor.metrics_snapshot
+    )
+    up = [
+        ServerStateChanged("memo", ServerState.CONNECTED, required=True),
+        SubscriptionStateChanged("memo", "memo://notes", "established"),
+    ]
+    down = [
+        SubscriptionStateChanged("memo", "memo://notes", "lost", error="killed"),
+        ServerStateChanged("memo", ServerState.RESTARTING, required=True, attempt=1),
+    ]
+
+    for event in up:
+        await reactor.send.send(event)
+    assert await telemetry.wait("ready.changed", 2) == {"ready": True, "reason": "ok"}
+    assert telemetry.named("ready.changed")[0]["ready"] is False  # the first turn: not yet connected
+    r = await _get(base + "/readyz")
+    assert (r.status_code, r.text) == (200, "ready: ok\n")
+
+    for event in down:
+        await reactor.send.send(event)
+    await telemetry.wait("server.state", 2)  # the reactor applied both
+    # One flip, one line: the reason changed twice while not ready.
+    assert telemetry.named("ready.changed")[2:] == [
+        {"ready": False, "reason": "subscriptions not established: memo:memo://notes"}
+    ]
+    r = await _get(base + "/readyz")
+    assert (r.status_code, r.text) == (503, "not ready: required server 'memo' is restarting\n")
+    assert (await _get(base + "/healthz")).status_code == 200
+
+    for event in up:
+        await reactor.send.send(event)
+    assert await telemetry.wait("ready.changed", 4) == {"ready": True, "reason": "ok"}
+    assert (await _get(base + "/readyz")).status_code == 200
+    assert len(telemetry.named("ready.changed")) == 4
