@@ -36,7 +36,15 @@ DEBUG_EVENTS: frozenset[str] = frozenset(
 )
 
 _SECRET_MARKERS = (
-    "api_key", "apikey", "secret", "password", "passwd", "authorization", "credential", "private_key", "cookie",
+    "api_key",
+    "apikey",
+    "secret",
+    "password",
+    "passwd",
+    "authorization",
+    "credential",
+    "private_key",
+    "cookie",
 )
 
 REDACTED = "***"

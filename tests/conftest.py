@@ -22,7 +22,9 @@ settings.register_profile(
     max_examples=100,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-settings.register_profile("thorough", deadline=None, max_examples=2000, suppress_health_check=list(HealthCheck))
+settings.register_profile(
+    "thorough", deadline=None, max_examples=2000, suppress_health_check=list(HealthCheck)
+)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 _FORBIDDEN_HOSTS = frozenset({"api.openai.com", "api.anthropic.com"})
@@ -33,7 +35,9 @@ def _guarded_getaddrinfo(host, *args, **kwargs):  # type: ignore[no-untyped-def]
     if isinstance(host, bytes):
         host = host.decode()
     if host in _FORBIDDEN_HOSTS:
-        raise OSError(f"tests must not reach a real model provider ({host}); use tests/fakes/provider_server.py")
+        raise OSError(
+            f"tests must not reach a real model provider ({host}); use tests/fakes/provider_server.py"
+        )
     return _real_getaddrinfo(host, *args, **kwargs)
 
 

@@ -61,7 +61,14 @@ class SupervisorLink(Protocol):
     async def call_tool(self, name: str, arguments: dict[str, object]) -> ToolResult: ...
 
     async def report_usage(
-        self, *, input_tokens: int, output_tokens: int, steps: int, latency_ms: float, provider: str, model: str
+        self,
+        *,
+        input_tokens: int,
+        output_tokens: int,
+        steps: int,
+        latency_ms: float,
+        provider: str,
+        model: str,
     ) -> UsageVerdict: ...
 
     async def turn_end(self, *, status: TerminalStatus, text: str, idle: bool) -> NextTurn: ...
@@ -88,14 +95,21 @@ def is_idle_reply(text: str) -> bool:
 
 
 def _fingerprint(call: ToolCall) -> str:
-    args = call.raw_arguments if call.arguments is None else orjson.dumps(call.arguments, option=orjson.OPT_SORT_KEYS).decode()
+    args = (
+        call.raw_arguments
+        if call.arguments is None
+        else orjson.dumps(call.arguments, option=orjson.OPT_SORT_KEYS).decode()
+    )
     return f"{call.name}\x00{args}"
 
 
 def _cap(text: str) -> str:
     if len(text) <= MAX_TOOL_RESULT_CHARS:
         return text
-    return text[:MAX_TOOL_RESULT_CHARS] + f"\n[agentd: result cut at {MAX_TOOL_RESULT_CHARS} of {len(text)} characters]"
+    return (
+        text[:MAX_TOOL_RESULT_CHARS]
+        + f"\n[agentd: result cut at {MAX_TOOL_RESULT_CHARS} of {len(text)} characters]"
+    )
 
 
 async def run_turn(
@@ -117,7 +131,9 @@ async def run_turn(
             provider=model.provider,
             model=model.name,
         )
-        state.messages.append(Message(role="assistant", content=reply.text, tool_calls=list(reply.tool_calls)))
+        state.messages.append(
+            Message(role="assistant", content=reply.text, tool_calls=list(reply.tool_calls))
+        )
         if reply.text:
             state.last_text = reply.text
         if reply.stop == "refusal":
@@ -138,7 +154,9 @@ async def run_turn(
             else:
                 result = await link.call_tool(call.name, dict(call.arguments or {}))
             state.messages.append(
-                Message(role="tool", content=_cap(result.text), tool_call_id=call.id, is_error=result.is_error)
+                Message(
+                    role="tool", content=_cap(result.text), tool_call_id=call.id, is_error=result.is_error
+                )
             )
             if len(state.recent_calls) == STALL_REPEATS and len(set(state.recent_calls)) == 1:
                 return "stalled"

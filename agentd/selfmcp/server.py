@@ -21,8 +21,12 @@ from agentd.selfmcp.transport import stream_transport
 #: without asking again; the model never sees them (its tool list comes from
 #: the spawn payload).
 CONTROL_TOOL_DEFS = [
-    types.Tool(name=USAGE_TOOL, description="agentd internal: report model usage", input_schema={"type": "object"}),
-    types.Tool(name=TURN_END_TOOL, description="agentd internal: end a turn", input_schema={"type": "object"}),
+    types.Tool(
+        name=USAGE_TOOL, description="agentd internal: report model usage", input_schema={"type": "object"}
+    ),
+    types.Tool(
+        name=TURN_END_TOOL, description="agentd internal: end a turn", input_schema={"type": "object"}
+    ),
 ]
 
 

@@ -32,7 +32,11 @@ class LineTooLong(Exception):
 @asynccontextmanager
 async def stream_transport(
     stream: trio.abc.Stream, *, max_line: int = MAX_LINE_BYTES
-) -> AsyncIterator[tuple[anyio.abc.ObjectReceiveStream[SessionMessage | Exception], anyio.abc.ObjectSendStream[SessionMessage]]]:
+) -> AsyncIterator[
+    tuple[
+        anyio.abc.ObjectReceiveStream[SessionMessage | Exception], anyio.abc.ObjectSendStream[SessionMessage]
+    ]
+]:
     """Bridge ``stream`` to the SDK's message streams until the block exits or the peer closes."""
     read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](16)
     write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](16)
@@ -54,8 +58,13 @@ async def stream_transport(
                     if len(buf) > max_line:
                         await read_writer.send(LineTooLong(f"line longer than {max_line} bytes"))
                         return
-            except (trio.BrokenResourceError, trio.ClosedResourceError, anyio.BrokenResourceError,
-                    anyio.ClosedResourceError, OSError):
+            except (
+                trio.BrokenResourceError,
+                trio.ClosedResourceError,
+                anyio.BrokenResourceError,
+                anyio.ClosedResourceError,
+                OSError,
+            ):
                 return
 
     async def writer() -> None:

@@ -88,7 +88,10 @@ async def _main(settings: Any, telemetry: Telemetry) -> int:
     started_wall = time.monotonic()
     now = trio.current_time()
     telemetry.emit(
-        "supervisor.start", mode=settings.mode, model=settings.model, servers=sorted(settings.servers),
+        "supervisor.start",
+        mode=settings.mode,
+        model=settings.model,
+        servers=sorted(settings.servers),
         pid=os.getpid(),
     )
     import datetime as _dt
@@ -105,7 +108,8 @@ async def _main(settings: Any, telemetry: Telemetry) -> int:
     )
     router = build_router(settings)
     budget = Budget(
-        max_steps=settings.max_steps, max_tokens=settings.max_tokens,
+        max_steps=settings.max_steps,
+        max_tokens=settings.max_tokens,
         deadline_at=(now + settings.deadline) if settings.deadline else None,
     )
     governor = RestartGovernor(intensity=settings.max_restarts, period=settings.restart_period)
@@ -120,7 +124,9 @@ async def _main(settings: Any, telemetry: Telemetry) -> int:
         if once:
             return  # once prints its one result at exit
         if json_out:
-            line = orjson.dumps({"agent": agent.id, "route": agent.route, "status": status, "result": text}).decode()
+            line = orjson.dumps(
+                {"agent": agent.id, "route": agent.route, "status": status, "result": text}
+            ).decode()
         else:
             line = text
         print(line, flush=True)
@@ -157,9 +163,17 @@ async def _main(settings: Any, telemetry: Telemetry) -> int:
             publish=publish,
         )
         reactor = Reactor(
-            driver=driver, router=router, budget=budget, governor=governor, hooks=hooks, telemetry=telemetry,
-            instruction=settings.instruction or "", grace=settings.grace, mode=settings.mode,
-            session=settings.session, clock=clock,
+            driver=driver,
+            router=router,
+            budget=budget,
+            governor=governor,
+            hooks=hooks,
+            telemetry=telemetry,
+            instruction=settings.instruction or "",
+            grace=settings.grace,
+            mode=settings.mode,
+            session=settings.session,
+            clock=clock,
             required=frozenset(n for n, s in settings.servers.items() if s.required),
         )
         reactor_box["r"] = reactor
@@ -200,9 +214,19 @@ async def _main(settings: Any, telemetry: Telemetry) -> int:
         if once:
             _print_once(reactor, code, json_out, time.monotonic() - started_wall, telemetry)
         telemetry.emit(
-            "supervisor.exit", exit_code=int(code),
-            counters=telemetry.snapshot(["routed", "unrouted", "coalesced", "dropped_events", "restarts",
-                                         "input_tokens", "output_tokens"]),
+            "supervisor.exit",
+            exit_code=int(code),
+            counters=telemetry.snapshot(
+                [
+                    "routed",
+                    "unrouted",
+                    "coalesced",
+                    "dropped_events",
+                    "restarts",
+                    "input_tokens",
+                    "output_tokens",
+                ]
+            ),
             router=router.counters(),
         )
         nursery.cancel_scope.cancel()
@@ -213,15 +237,20 @@ _BACKOFF: dict[str, tuple[float, ...] | None] = {}
 _WATCH_LIMITS: dict[str, Any] = {}
 
 
-def _watch_manager(settings: Any, reactor: Reactor, hub: SupervisorHub, upstreams: dict[str, Any],
-                   telemetry: Telemetry) -> Any:
+def _watch_manager(
+    settings: Any, reactor: Reactor, hub: SupervisorHub, upstreams: dict[str, Any], telemetry: Telemetry
+) -> Any:
     """The watch manager, plugged into the hub (self-tools) and the reactor (routes, notices)."""
     from agentd.supervisor.routes import staged_routes
     from agentd.watches.manager import WatchManager
 
     manager = WatchManager(
-        upstreams=upstreams, events=reactor.send, telemetry=telemetry, limits=_WATCH_LIMITS.get("limits"),
-        server_for=hub.server_for, state_path=settings.watch_state,
+        upstreams=upstreams,
+        events=reactor.send,
+        telemetry=telemetry,
+        limits=_WATCH_LIMITS.get("limits"),
+        server_for=hub.server_for,
+        state_path=settings.watch_state,
     )
     hub.watches = manager
     reactor.watches = manager
@@ -245,21 +274,30 @@ class _StartupRoutes:
         return self._reactor.uri_needed(server, uri)
 
 
-def _print_once(reactor: Reactor, code: ExitCode, json_out: bool, duration: float, telemetry: Telemetry) -> None:
+def _print_once(
+    reactor: Reactor, code: ExitCode, json_out: bool, duration: float, telemetry: Telemetry
+) -> None:
     text = reactor.root_text
     status = reactor.root_status
     if json_out:
-        print(orjson.dumps({
-            "status": status,
-            "exit_code": int(code),
-            "result": text,
-            "usage": {
-                "input_tokens": telemetry.counters.get("input_tokens", 0),
-                "output_tokens": telemetry.counters.get("output_tokens", 0),
-            },
-            "duration_s": round(duration, 3),
-        }).decode(), flush=True)
-    elif (text and status is not None and code in (ExitCode.OK, ExitCode.BUDGET_PARTIAL, ExitCode.REFUSED)) or (text and status is not None and code == code_for_status(status, partial=True)):
+        print(
+            orjson.dumps(
+                {
+                    "status": status,
+                    "exit_code": int(code),
+                    "result": text,
+                    "usage": {
+                        "input_tokens": telemetry.counters.get("input_tokens", 0),
+                        "output_tokens": telemetry.counters.get("output_tokens", 0),
+                    },
+                    "duration_s": round(duration, 3),
+                }
+            ).decode(),
+            flush=True,
+        )
+    elif (
+        text and status is not None and code in (ExitCode.OK, ExitCode.BUDGET_PARTIAL, ExitCode.REFUSED)
+    ) or (text and status is not None and code == code_for_status(status, partial=True)):
         print(text, flush=True)
 
 
@@ -297,8 +335,9 @@ async def _unsubscribe(upstream: Any, uri: str) -> None:
         await upstream.unsubscribe(uri)
 
 
-async def _declare_subscriptions(settings: Any, reactor: Reactor, upstreams: dict[str, Any],
-                                 telemetry: Telemetry, nursery: trio.Nursery) -> None:
+async def _declare_subscriptions(
+    settings: Any, reactor: Reactor, upstreams: dict[str, Any], telemetry: Telemetry, nursery: trio.Nursery
+) -> None:
     """Subscribe to every declared URI (globs expand against the servers' catalogs)."""
     from agentd.triggers.glob import compile_glob, is_glob
 
@@ -311,7 +350,9 @@ async def _declare_subscriptions(settings: Any, reactor: Reactor, upstreams: dic
                 continue
             g = compile_glob(sub.uri)
             if not g.exact:
-                wanted += [(name, str(r.uri)) for r in (getattr(up, "resources", None) or []) if g.match(str(r.uri))]
+                wanted += [
+                    (name, str(r.uri)) for r in (getattr(up, "resources", None) or []) if g.match(str(r.uri))
+                ]
                 continue
             # An exact pattern may escape a literal '?' (a query string, rfcs/0010): subscribe
             # to the URI itself, never to the escaped spelling.
@@ -370,11 +411,16 @@ async def _start_health(settings: Any, reactor: Reactor, telemetry: Telemetry, n
     if settings.health_addr:
         port = await nursery.start(
             partial(
-                serve_health, settings.health_addr, probe=reactor_probe(reactor.send), ready=reactor.ready,
+                serve_health,
+                settings.health_addr,
+                probe=reactor_probe(reactor.send),
+                ready=reactor.ready,
                 snapshot=reactor.metrics_snapshot if same and settings.metrics_addr else None,
             )
         )
         telemetry.emit("health.listening", addr=settings.health_addr, port=port)
     if settings.metrics_addr and not (same and settings.health_addr):
-        port = await nursery.start(partial(serve_metrics, settings.metrics_addr, snapshot=reactor.metrics_snapshot))
+        port = await nursery.start(
+            partial(serve_metrics, settings.metrics_addr, snapshot=reactor.metrics_snapshot)
+        )
         telemetry.emit("metrics.listening", addr=settings.metrics_addr, port=port)

@@ -72,12 +72,15 @@ SELF_TOOLS: list[types.Tool] = [
             "its last expression (or what it prints) becomes the notice line, None drops the event. Changes "
             "are batched (a few seconds of quiet). After this call, end your turn. Returns "
             '{"name", "uri", "shape"}. Example: watch_start(name="todo", uri="memo://notes", '
-            "on_event='f\"{event[\"type\"]} {event[\"key\"]}\" if event[\"key\"] == \"todo\" else None')"
+            'on_event=\'f"{event["type"]} {event["key"]}" if event["key"] == "todo" else None\')'
         ),
         input_schema={
             "type": "object",
             "properties": {
-                "name": {"type": "string", "description": "A short name for the watch, unique in this session."},
+                "name": {
+                    "type": "string",
+                    "description": "A short name for the watch, unique in this session.",
+                },
                 "uri": {"type": "string", "description": "The resource URI (see list_resources)."},
                 "on_event": {
                     "type": ["string", "null"],
@@ -153,7 +156,9 @@ class SupervisorHub:
 
     # -- calls ----------------------------------------------------------------------
 
-    async def ask_reactor(self, agent: str, kind: Any, payload: dict[str, Any], *, timeout: float | None) -> Any:
+    async def ask_reactor(
+        self, agent: str, kind: Any, payload: dict[str, Any], *, timeout: float | None
+    ) -> Any:
         """Send a ChildMessage and wait for the reactor's answer."""
         send, recv = trio.open_memory_channel[Any](1)
         await self._events.send(ChildMessage(agent=agent, kind=kind, payload={**payload, "reply": send}))
@@ -182,7 +187,9 @@ class SupervisorHub:
                     server, tool = self.names.resolve(name)
                 except KeyError:
                     known = ", ".join(t.name for t in self.tools_for(agent))
-                    return text_result(f"unknown tool {name!r}; the tools you can call are: {known}", is_error=True)
+                    return text_result(
+                        f"unknown tool {name!r}; the tools you can call are: {known}", is_error=True
+                    )
                 up = self.upstreams.get(server)
                 if up is None:
                     return text_result(f"server {server!r} is not configured", is_error=True)
@@ -195,8 +202,12 @@ class SupervisorHub:
             return text_result(error, is_error=True)
         finally:
             self._telemetry.emit(
-                "tool.call", agent=agent, server=server, tool=tool,
-                latency_ms=round((time.monotonic() - started) * 1000, 3), error=error,
+                "tool.call",
+                agent=agent,
+                server=server,
+                tool=tool,
+                latency_ms=round((time.monotonic() - started) * 1000, 3),
+                error=error,
             )
 
     async def _self_tool(self, agent: str, name: str, args: dict[str, Any]) -> types.CallToolResult:
@@ -212,20 +223,28 @@ class SupervisorHub:
         server = args.get("server") or self.server_for(uri)
         if name == "subscribe":
             if server is None:
-                return text_result(f"subscribe: no connected server offers {uri!r}; call list_resources", is_error=True)
-            answer = await self.ask_reactor(agent, "self_tool", {"op": "subscribe", "uri": uri, "server": server},
-                                            timeout=REACTOR_REPLY_TIMEOUT)
+                return text_result(
+                    f"subscribe: no connected server offers {uri!r}; call list_resources", is_error=True
+                )
+            answer = await self.ask_reactor(
+                agent,
+                "self_tool",
+                {"op": "subscribe", "uri": uri, "server": server},
+                timeout=REACTOR_REPLY_TIMEOUT,
+            )
             if "error" in answer:
                 return text_result(answer["error"], is_error=True)
             try:
                 await self.upstreams[server].subscribe(uri)
             except AgentdError as exc:
-                await self.ask_reactor(agent, "self_tool", {"op": "unsubscribe", "uri": uri},
-                                       timeout=REACTOR_REPLY_TIMEOUT)
+                await self.ask_reactor(
+                    agent, "self_tool", {"op": "unsubscribe", "uri": uri}, timeout=REACTOR_REPLY_TIMEOUT
+                )
                 return text_result(f"subscribe {uri!r} failed: {exc}", is_error=True)
             return text_result(f"subscribed to {uri} on {server}; end your turn, a change wakes this session")
-        answer = await self.ask_reactor(agent, "self_tool", {"op": "unsubscribe", "uri": uri},
-                                        timeout=REACTOR_REPLY_TIMEOUT)
+        answer = await self.ask_reactor(
+            agent, "self_tool", {"op": "unsubscribe", "uri": uri}, timeout=REACTOR_REPLY_TIMEOUT
+        )
         still_watched = server is not None and self.watches is not None and self.watches.needs(server, uri)
         if server is not None and answer.get("ok") and not still_watched:
             with contextlib.suppress(AgentdError):
@@ -239,7 +258,9 @@ class SupervisorHub:
         if manager is None:
             return text_result(f"{name}: watches are not available in this agentd", is_error=True)
         answer = await self.ask_reactor(
-            agent, "self_tool", {"op": "watch_session", "register": name == "watch_start"},
+            agent,
+            "self_tool",
+            {"op": "watch_session", "register": name == "watch_start"},
             timeout=REACTOR_REPLY_TIMEOUT,
         )
         if "error" in answer:
@@ -258,7 +279,11 @@ class SupervisorHub:
                 is_error=True,
             )
         started = await manager.start(
-            session=session, name=args.get("name"), uri=args.get("uri"), on_event=args.get("on_event"), routes=routes
+            session=session,
+            name=args.get("name"),
+            uri=args.get("uri"),
+            on_event=args.get("on_event"),
+            routes=routes,
         )
         return text_result(orjson.dumps(started).decode())
 
@@ -289,7 +314,9 @@ class SupervisorHub:
     async def list_resources(self) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         for server, up in self.upstreams.items():
-            subscribable = bool(getattr(getattr(getattr(up, "capabilities", None), "resources", None), "subscribe", False))
+            subscribable = bool(
+                getattr(getattr(getattr(up, "capabilities", None), "resources", None), "subscribe", False)
+            )
             for r in getattr(up, "resources", None) or []:
                 out.append(_describe(server, str(r.uri), False, r, subscribable))
             for t in getattr(up, "templates", None) or []:
@@ -309,7 +336,8 @@ class ReactorRoutes:
 
     async def add(self, *, session: str, name: str, uri: str, server: str) -> None:
         answer = await self._hub.ask_reactor(
-            self._agent, "self_tool",
+            self._agent,
+            "self_tool",
             {"op": "watch_route_add", "session": session, "name": name, "uri": uri, "server": server},
             timeout=REACTOR_REPLY_TIMEOUT,
         )
@@ -318,7 +346,8 @@ class ReactorRoutes:
 
     async def remove(self, *, session: str, name: str, uri: str, server: str) -> bool:
         answer = await self._hub.ask_reactor(
-            self._agent, "self_tool",
+            self._agent,
+            "self_tool",
             {"op": "watch_route_remove", "session": session, "name": name, "uri": uri, "server": server},
             timeout=REACTOR_REPLY_TIMEOUT,
         )
@@ -327,8 +356,16 @@ class ReactorRoutes:
 
 def _describe(server: str, uri: str, template: bool, r: Any, subscribable: bool) -> dict[str, Any]:
     desc = r.description or ""
-    example = next((ln.strip() for ln in reversed(desc.splitlines()) if ln.strip().startswith("Example:")), None)
+    example = next(
+        (ln.strip() for ln in reversed(desc.splitlines()) if ln.strip().startswith("Example:")), None
+    )
     return {
-        "uri": uri, "template": template, "name": r.name, "description": desc, "example": example,
-        "mime_type": getattr(r, "mime_type", None), "server": server, "subscribable": subscribable,
+        "uri": uri,
+        "template": template,
+        "name": r.name,
+        "description": desc,
+        "example": example,
+        "mime_type": getattr(r, "mime_type", None),
+        "server": server,
+        "subscribable": subscribable,
     }

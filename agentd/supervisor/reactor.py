@@ -285,7 +285,10 @@ class Reactor:
             return False, "draining"
         for name in self.required:
             if self.server_states.get(name) is not ServerState.CONNECTED:
-                return False, f"required server {name!r} is {self.server_states.get(name, ServerState.STARTING).value}"
+                return (
+                    False,
+                    f"required server {name!r} is {self.server_states.get(name, ServerState.STARTING).value}",
+                )
         bad = [f"{s}:{u}" for (s, u), st in self.subscription_states.items() if st != "established"]
         if bad:
             return False, f"subscriptions not established: {', '.join(sorted(bad)[:5])}"
@@ -383,7 +386,9 @@ class Reactor:
 
     def _on_time(self, now: float) -> None:
         if self.drain_deadline is not None and now >= self.drain_deadline and self.live_agents():
-            self.telemetry.emit("drain.timeout", grace_s=self.grace, agents=[a.id for a in self.live_agents()])
+            self.telemetry.emit(
+                "drain.timeout", grace_s=self.grace, agents=[a.id for a in self.live_agents()]
+            )
             self.hooks.kill_all()
             self.forced_exit = ExitCode.DRAIN_TIMEOUT
             return
@@ -450,8 +455,14 @@ class Reactor:
             QueuedEvent(uri=ev.uri, server=ev.server, etag=ev.etag, kind=ev.kind, first_seen=now), now
         )
         self.telemetry.emit(
-            "resource.updated", server=ev.server, uri=ev.uri, kind=ev.kind, route=result.route_id,
-            outcome=str(getattr(result.outcome, "name", result.outcome)).lower() if result.outcome is not None else None,
+            "resource.updated",
+            server=ev.server,
+            uri=ev.uri,
+            kind=ev.kind,
+            route=result.route_id,
+            outcome=str(getattr(result.outcome, "name", result.outcome)).lower()
+            if result.outcome is not None
+            else None,
         )
         if result.route_id is None:
             self.telemetry.incr("unrouted")
@@ -538,7 +549,9 @@ class Reactor:
 
     def _spawn_root(self, now: float) -> None:
         warm = self.mode == "loop" and self.session_mode == "warm"
-        self._spawn(now, role="root", instruction=self.instruction, warm=warm, session="root" if warm else None)
+        self._spawn(
+            now, role="root", instruction=self.instruction, warm=warm, session="root" if warm else None
+        )
 
     def _spawn(
         self,
@@ -551,7 +564,12 @@ class Reactor:
         warm: bool = False,
     ) -> Agent:
         agent = Agent(
-            id=self._next_id(), role=role, instruction=instruction, route=route, session=session, warm=warm,
+            id=self._next_id(),
+            role=role,
+            instruction=instruction,
+            route=route,
+            session=session,
+            warm=warm,
             started_at=now,
         )
         self.agents[agent.id] = agent
@@ -579,14 +597,19 @@ class Reactor:
         if agent.phase is AgentPhase.STARTING:
             agent.phase = AgentPhase.TURN
         self.budget.charge(
-            input_tokens=int(p.get("input_tokens", 0)), output_tokens=int(p.get("output_tokens", 0)),
+            input_tokens=int(p.get("input_tokens", 0)),
+            output_tokens=int(p.get("output_tokens", 0)),
             steps=int(p.get("steps", 1)),
         )
         self.telemetry.incr("input_tokens", int(p.get("input_tokens", 0)))
         self.telemetry.incr("output_tokens", int(p.get("output_tokens", 0)))
         self.telemetry.emit(
-            "model.call", agent=agent.id, provider=p.get("provider"), model=p.get("model"),
-            input_tokens=p.get("input_tokens"), output_tokens=p.get("output_tokens"),
+            "model.call",
+            agent=agent.id,
+            provider=p.get("provider"),
+            model=p.get("model"),
+            input_tokens=p.get("input_tokens"),
+            output_tokens=p.get("output_tokens"),
             latency_ms=round(float(p.get("latency_ms", 0.0)), 3),
         )
         spent = self.budget.spent()
@@ -614,8 +637,14 @@ class Reactor:
         answered, agent.notice_turn = agent.notice_turn, []
         if idle and status == "completed":
             self.telemetry.emit(
-                "reply.suppressed", agent=agent.id, route=agent.route,
-                **({"watch": [n.watch for n in answered], "uri": [n.uri for n in answered]} if answered else {}),
+                "reply.suppressed",
+                agent=agent.id,
+                route=agent.route,
+                **(
+                    {"watch": [n.watch for n in answered], "uri": [n.uri for n in answered]}
+                    if answered
+                    else {}
+                ),
             )
         elif text or status != "completed":
             self.hooks.publish(agent, status, text, idle)
@@ -699,8 +728,12 @@ class Reactor:
         if agent.held is not None:
             agent.held = None
         if agent.notices:
-            self.telemetry.emit("watch.notice_dropped", agent=agent.id, watch=[n.watch for n in agent.notices],
-                                reason="agent exited")
+            self.telemetry.emit(
+                "watch.notice_dropped",
+                agent=agent.id,
+                watch=[n.watch for n in agent.notices],
+                reason="agent exited",
+            )
             agent.notices.clear()
         if agent.session is not None and self.sessions.get(agent.session) == agent.id:
             del self.sessions[agent.session]
@@ -716,20 +749,22 @@ class Reactor:
         )
         status: TerminalStatus = "crashed" if crashed else (agent.status or "completed")
         self.telemetry.emit(
-            "subagent.exit", agent=agent.id, status=status, returncode=ev.returncode,
+            "subagent.exit",
+            agent=agent.id,
+            status=status,
+            returncode=ev.returncode,
             exit_code=int(code_for_status(status, partial=bool(agent.text.strip()))),
         )
         if crashed:
             agent.status = "crashed"
             self._after_terminal(agent, "crashed", False, now)
-            if agent.role != "root" and self.phase is Phase.RUNNING:
-                # Routed agents are not restarted (the next change re-triggers
-                # the route: at-least-once by re-read), but every crash counts
-                # against the restart intensity, so a crash loop opens the
-                # breaker (exit 1) instead of spinning forever.
-                if not self.governor.record_restart(now):
-                    self.breaker_open = True
-                    self.telemetry.emit("governor.breaker_open", agent=agent.id, route=agent.route)
+            # Routed agents are not restarted (the next change re-triggers the
+            # route: at-least-once by re-read), but every crash counts against
+            # the restart intensity, so a crash loop opens the breaker (exit 1)
+            # instead of spinning forever.
+            if agent.role != "root" and self.phase is Phase.RUNNING and not self.governor.record_restart(now):
+                self.breaker_open = True
+                self.telemetry.emit("governor.breaker_open", agent=agent.id, route=agent.route)
 
     # -- self tools -------------------------------------------------------------------
 
@@ -747,7 +782,9 @@ class Reactor:
             session = agent.session or agent.id
             try:
                 route = self.router.add_route(
-                    RouteSpec(match=uri, disposition=Continue(session=session), route_id=f"self:{session}:{uri}"),
+                    RouteSpec(
+                        match=uri, disposition=Continue(session=session), route_id=f"self:{session}:{uri}"
+                    ),
                     front=True,
                     owner=session,
                 )
@@ -755,10 +792,14 @@ class Reactor:
                 reply.send_nowait({"error": str(exc)})
                 return
             if route.id.startswith(WATCH_ROUTE_PREFIX):
-                reply.send_nowait({"error": (
-                    f"{uri!r} is already watched by this session (route {route.id!r}); its changes arrive as "
-                    "watch notices: call watch_stop first to be woken by every change instead"
-                )})
+                reply.send_nowait(
+                    {
+                        "error": (
+                            f"{uri!r} is already watched by this session (route {route.id!r}); its changes arrive as "
+                            "watch notices: call watch_stop first to be woken by every change instead"
+                        )
+                    }
+                )
                 return
             if agent.session is None:
                 agent.session = session
@@ -820,7 +861,9 @@ class Reactor:
                 )
         route_id = f"{WATCH_ROUTE_PREFIX}{session}:{name}"
         route = self.router.add_route(
-            RouteSpec(match=uri, disposition=Continue(session=route_id), debounce=0.0, route_id=route_id, exact=True),
+            RouteSpec(
+                match=uri, disposition=Continue(session=route_id), debounce=0.0, route_id=route_id, exact=True
+            ),
             front=True,
         )
         route.owner = session  # a subscribe from another session names this owner
@@ -863,7 +906,9 @@ class Reactor:
         agent_id = self.sessions.get(ev.session)
         if agent_id is None:
             if self.phase is not Phase.RUNNING or self.budget.spent() is not None:
-                self.telemetry.emit("watch.notice_dropped", **fields, reason="no new turns (draining or budget)")
+                self.telemetry.emit(
+                    "watch.notice_dropped", **fields, reason="no new turns (draining or budget)"
+                )
                 return
             self._deliver_to_session(now, ev.session, ev.text, route=route)
             started = self.agents[self.sessions[ev.session]]
@@ -941,7 +986,11 @@ class Reactor:
     def _resume_with_notices(self, agent: Agent) -> None:
         pending, agent.notices = agent.notices, []
         self.telemetry.emit(
-            "session.deliver", session=agent.session, route=None, agent=agent.id, watch=[n.watch for n in pending]
+            "session.deliver",
+            session=agent.session,
+            route=None,
+            agent=agent.id,
+            watch=[n.watch for n in pending],
         )
         agent.notice_turn = pending
         self._resume(agent, "\n\n".join(n.text for n in pending))

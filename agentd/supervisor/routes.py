@@ -176,11 +176,15 @@ def build_router(settings: Any) -> Router:
             covered = any(r.match == uri for r in settings.routes)
             if not covered:
                 disposition: Spawn | Continue = (
-                    Continue(ROOT_SESSION) if warm_loop else Spawn(template=spawn_template(None, settings.instruction))
+                    Continue(ROOT_SESSION)
+                    if warm_loop
+                    else Spawn(template=spawn_template(None, settings.instruction))
                 )
                 router.add_route(RouteSpec(match=uri, disposition=disposition))
             continue
-        uri = glob.literal  # a literal '?' may be escaped (rfcs/0010); the default route is for the URI itself
+        uri = (
+            glob.literal
+        )  # a literal '?' may be escaped (rfcs/0010); the default route is for the URI itself
         if router.first_match(uri) is not None:
             continue
         spec = default_route_for(uri, settings.mode, ROOT_SESSION if warm_loop else None)

@@ -218,7 +218,10 @@ class Tree:
             raise
         child.state = ChildState.RUNNING
         self._telemetry.emit(
-            "subagent.started", agent=child.agent, pid=child.pid, zygote=proc is None,
+            "subagent.started",
+            agent=child.agent,
+            pid=child.pid,
+            zygote=proc is None,
             spawn_ms=round((trio.current_time() - child.spawned_at) * 1000, 3),
         )
         stream = trio.SocketStream(trio.socket.from_stdlib_socket(parent))

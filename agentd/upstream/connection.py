@@ -293,7 +293,10 @@ class Upstream:
                         # FAILED (exit 6 when required), not restart forever.
                         failures += 1
                         self._telemetry.emit(
-                            "upstream.unstable", server=self.name, attempt=failures, error=self.last_error,
+                            "upstream.unstable",
+                            server=self.name,
+                            attempt=failures,
+                            error=self.last_error,
                             note=f"the connection dropped within {STABLE_CONNECTION:g}s of connecting: counted as a failed attempt",
                         )
                 except _ConnectFailed as exc:

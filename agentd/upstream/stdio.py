@@ -254,12 +254,16 @@ class StdioTransport:
                     with suppress(ValueError):
                         request_id = int(raw)
             key = None if request_id is None else coerce_request_id(request_id)
-            self.telemetry.emit("upstream.oversized", server=self.server, id=request_id, cap=self.max_line_bytes)
+            self.telemetry.emit(
+                "upstream.oversized", server=self.server, id=request_id, cap=self.max_line_bytes
+            )
             if key is None or key not in outstanding:
                 return
             outstanding.discard(key)
             error = types.JSONRPCError(
-                jsonrpc="2.0", id=request_id, error=types.ErrorData(code=types.INTERNAL_ERROR, message=message)
+                jsonrpc="2.0",
+                id=request_id,
+                error=types.ErrorData(code=types.INTERNAL_ERROR, message=message),
             )
             with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
                 await read_send.send(SessionMessage(error))
@@ -329,7 +333,9 @@ class StdioTransport:
         def _track(message: types.JSONRPCMessage) -> None:
             if isinstance(message, types.JSONRPCRequest):
                 outstanding.add(coerce_request_id(message.id))
-            elif isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled":
+            elif (
+                isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled"
+            ):
                 request_id = (message.params or {}).get("requestId")
                 if isinstance(request_id, str | int):
                     outstanding.discard(coerce_request_id(request_id))

@@ -82,11 +82,18 @@ class Agentd:
         self._changed.set()
         self._changed = trio.Event()
 
-    def find(self, name: str, pred: Callable[[dict[str, Any]], bool] = lambda e: True) -> list[dict[str, Any]]:
+    def find(
+        self, name: str, pred: Callable[[dict[str, Any]], bool] = lambda e: True
+    ) -> list[dict[str, Any]]:
         return [e for e in self.events if e.get("event") == name and pred(e)]
 
     async def wait_event(
-        self, name: str, pred: Callable[[dict[str, Any]], bool] = lambda e: True, *, timeout: float = 20, count: int = 1
+        self,
+        name: str,
+        pred: Callable[[dict[str, Any]], bool] = lambda e: True,
+        *,
+        timeout: float = 20,
+        count: int = 1,
     ) -> dict[str, Any]:
         """Wait until ``count`` events named ``name`` (matching ``pred``) have arrived; returns the last."""
         with trio.fail_after(timeout):
@@ -118,7 +125,9 @@ class Agentd:
 class run_agentd:
     """``async with run_agentd(args, env=...) as a:`` — start agentd, always reap it."""
 
-    def __init__(self, args: Sequence[str], *, env: dict[str, str] | None = None, cwd: Path | None = None) -> None:
+    def __init__(
+        self, args: Sequence[str], *, env: dict[str, str] | None = None, cwd: Path | None = None
+    ) -> None:
         self.args = list(args)
         self.env = {**os.environ, **(env or {})}
         self.cwd = cwd or REPO
@@ -127,8 +136,12 @@ class run_agentd:
         self._nursery_cm = trio.open_nursery()
         nursery = await self._nursery_cm.__aenter__()
         proc = await trio.lowlevel.open_process(
-            agentd_cmd(*self.args), stdin=subprocess.DEVNULL,
-            stdout=-1, stderr=-1, env=self.env, cwd=str(self.cwd),
+            agentd_cmd(*self.args),
+            stdin=subprocess.DEVNULL,
+            stdout=-1,
+            stderr=-1,
+            env=self.env,
+            cwd=str(self.cwd),
         )
         self.a = Agentd(proc)
         nursery.start_soon(self.a._read_stderr)

@@ -18,7 +18,11 @@ async def test_exit_0_once_completed_with_a_real_mcp_tool(tmp_path):
     model = script(
         tmp_path,
         [
-            {"tool_calls": [{"name": "notes__set_note", "arguments": {"name": "todo", "text": "{instruction}"}}]},
+            {
+                "tool_calls": [
+                    {"name": "notes__set_note", "arguments": {"name": "todo", "text": "{instruction}"}}
+                ]
+            },
             {"tool_calls": [{"name": "read_resource", "arguments": {"uri": "note://todo"}}]},
             {"text": "the note reads: {last_tool_result}"},
         ],
@@ -98,12 +102,12 @@ async def test_exit_5_refusal(tmp_path):
 
 async def test_exit_6_required_server_failed(tmp_path):
     toml = tmp_path / "agentd.toml"
-    toml.write_text(
-        '[servers.broken]\ncommand = "false"\nrequired = true\n'
-    )
+    toml.write_text('[servers.broken]\ncommand = "false"\nrequired = true\n')
     model = script(tmp_path, [{"text": "x"}])
     env = {"AGENTD_RECONNECT_BACKOFF": "0.01,0.01,0.01,0.01,0.01"}
-    async with run_agentd(["--config", str(toml), "--mode", "reactive", "--model", model, "react"], env=env) as a:
+    async with run_agentd(
+        ["--config", str(toml), "--mode", "reactive", "--model", model, "react"], env=env
+    ) as a:
         assert await a.wait_exit() == ExitCode.REQUIRED_SERVER
     failed = a.find("server.state", lambda e: e["state"] == "failed")
     assert failed
@@ -113,7 +117,12 @@ async def test_exit_6_required_server_failed(tmp_path):
 async def test_exit_7_token_budget_without_partial(tmp_path):
     model = script(
         tmp_path,
-        [{"tool_calls": [{"name": "list_resources", "arguments": {}}], "usage": {"input_tokens": 50, "output_tokens": 50}}]
+        [
+            {
+                "tool_calls": [{"name": "list_resources", "arguments": {}}],
+                "usage": {"input_tokens": 50, "output_tokens": 50},
+            }
+        ]
         * 3,
     )
     async with run_agentd(["--model", model, "--max-tokens", "60", "work"]) as a:
