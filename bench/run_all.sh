@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Run every benchmark in bench/ (bench_*.py), one after another, with the project's venv.
-# Usage: bench/run_all.sh [PYTHON]     (default: /work/venv/bin/python, else .venv/bin/python, else python3)
+# Usage: bench/run_all.sh [PYTHON]     (default: the project's .venv/bin/python, else python3)
 # Exit status: the number of benchmarks that failed (0 when all ran).
 set -u
 here="$(cd "$(dirname "$0")" && pwd)"
 py="${1:-}"
 if [ -z "$py" ]; then
-  for cand in /work/venv/bin/python "$here/../.venv/bin/python"; do
+  for cand in "$here/../.venv/bin/python"; do
     if [ -x "$cand" ]; then py="$cand"; break; fi
   done
 fi
