@@ -279,7 +279,9 @@ class EventLogExtractor:
     Args:
         last_seq: Resume after this ``seq`` (from a persisted baseline).
             ``None`` with ``primed=False`` (the default): the first read is the
-            baseline and delivers nothing.
+            baseline and delivers nothing; an empty first read counts as
+            ``last_seq = 0`` (sequences start at 1), so events evicted from
+            the ring before the next read are reported as a ``GAP``.
         primed: Whether a baseline exists. ``last_seq=None, primed=True`` means
             the baseline read was empty: the next read delivers everything.
         watch, uri: Copied into every event.
@@ -321,7 +323,10 @@ class EventLogExtractor:
         raw = parse_event_log(body, uri=self.uri)
         if not self.primed:
             self.primed = True
-            self.last_seq = raw[-1]["seq"] if raw else None
+            # An empty log has emitted nothing yet: its sequence starts at 1,
+            # so a later read whose oldest event is above 1 missed events and
+            # must say so (GAP) rather than lose them silently.
+            self.last_seq = raw[-1]["seq"] if raw else 0
             return []
         out: list[Event] = []
         last = self.last_seq

@@ -96,9 +96,24 @@ def test_event_log_seq_reset_delivers_all_after_reset_gap():
 def test_event_log_empty_baseline_delivers_everything_next():
     x = EventLogExtractor()
     assert x.feed(log()) == []
-    assert x.baseline() == {"shape": "event-log", "last_seq": None}
+    assert x.baseline() == {"shape": "event-log", "last_seq": 0}
+    events = x.feed(log({"seq": 1, "type": "ADDED"}, {"seq": 2, "type": "ADDED"}))
+    assert [e["seq"] for e in events] == [1, 2]
+
+
+def test_event_log_empty_baseline_then_a_ring_that_moved_on_reports_the_gap():
+    # The log was empty at the baseline; by the next read its ring starts at 7:
+    # events 1..6 were evicted before this watch saw them.
+    x = EventLogExtractor()
+    assert x.feed(log()) == []
     events = x.feed(log({"seq": 7, "type": "ADDED"}))
-    assert [e["seq"] for e in events] == [7]
+    assert [e["type"] for e in events] == ["GAP", "ADDED"]
+    assert (events[0]["reason"], events[0]["first_seq"], events[0]["last_seq"], events[0]["missed"]) == (
+        "ring",
+        1,
+        6,
+        6,
+    )
 
 
 def test_event_log_in_band_error_passes_through():
