@@ -226,3 +226,36 @@ async def test_a_dead_self_subscribers_upstream_subscription_is_released(tmp_pat
         assert (released["uri"], released["server"]) == ("note://beta", "notes")
         await drain(a)
     assert len(a.find("subagent.spawn")) == 1
+
+
+async def test_list_changed_subscribes_a_new_uri_matching_a_glob_and_seeds_it(tmp_path):
+    # A declared glob subscription expands against the server's catalog. The
+    # root shift adds a note (the server announces resources/list_changed):
+    # agentd subscribes the new concrete URI and seeds it with one "possibly
+    # changed" event, which the glob route hands to a fresh agent.
+    model = script(
+        tmp_path,
+        [
+            {"tool_calls": [{"name": "notes__add_note", "arguments": {"name": "gamma", "text": "hello"}}]},
+            {"text": "added: {last_tool_result}"},
+        ],
+    )
+    args = [
+        "--mode", "loop", "--interval", "1h", "--session", "fresh", "--verbose",
+        "--mcp-stdio", notes_server(tmp_path),
+        "--subscribe", "notes:note://*",
+        "--route", "note://*=spawn",
+        "--model", model, "add a note",
+    ]  # fmt: skip
+    async with supervised(args, tmp_path) as a:
+        seeded = await a.wait_event(
+            "resource.updated", lambda e: e["uri"] == "note://gamma", timeout=RUN_TIMEOUT
+        )
+        spawned = await a.wait_event(
+            "subagent.spawn", lambda e: e.get("route") is not None, timeout=STEP_TIMEOUT
+        )
+        await a.wait_event("turn.end", lambda e: e["agent"] == spawned["agent"], timeout=STEP_TIMEOUT)
+        await drain(a)
+    assert seeded["kind"] == "synthetic"
+    assert seeded["route"] is not None
+    assert "catalog.changed" in {e["event"] for e in a.events}
