@@ -38,7 +38,7 @@ import string
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Final, Literal, TypeAlias, get_args
+from typing import Any, Final, Literal, TypeAlias, get_args
 
 from agentd.errors import RouteError
 from agentd.triggers.glob import Glob, GlobIndex, compile_glob
@@ -227,21 +227,24 @@ class RouteQueue:
     """A bounded, insertion-ordered queue of events keyed by URI.
 
     Push and pop are O(1) at any depth: a dict holds the live slot per URI and
-    a deque holds ``(stamp, uri)`` in arrival order. :meth:`discard` deletes
-    lazily (stale deque entries are skipped by stamp), so nothing ever pops
-    the front of a plain dict (quadratic, see FACTS.md).
+    a deque holds ``(uri, slot)`` in arrival order. A slot is a small mutable
+    cell ``[arrival order, event]``; coalescing replaces the event inside it,
+    so the URI keeps its place. :meth:`discard` deletes lazily: a deque entry
+    whose slot is no longer the URI's live one (checked by identity) is
+    skipped. Nothing ever pops the front of a plain dict (quadratic, see
+    FACTS.md).
     """
 
-    __slots__ = ("_order", "_slots", "_stamp", "cap")
+    __slots__ = ("_n", "_order", "_slots", "cap")
 
     def __init__(self, cap: int) -> None:
         if cap < 1:
             raise ValueError(f"queue_cap: {cap!r} is not valid: give a whole number >= 1")
         self.cap = cap
-        self._slots: dict[str, tuple[int, int, QueuedEvent]] = {}
-        """uri -> (stamp, arrival order, event)."""
-        self._order: deque[tuple[int, str]] = deque()
-        self._stamp = itertools.count(1)
+        self._slots: dict[str, list[Any]] = {}
+        """uri -> [arrival order, event] (the live cell)."""
+        self._order: deque[tuple[str, list[Any]]] = deque()
+        self._n = 0
 
     def __len__(self) -> int:
         return len(self._slots)
@@ -260,7 +263,7 @@ class RouteQueue:
         old = slots.get(uri)
         if old is not None:
             # Newest wins, but the URI keeps its place in line and its age.
-            slots[uri] = (old[0], old[1], QueuedEvent(uri, ev.server, ev.etag, ev.kind, old[2].first_seen))
+            old[1] = QueuedEvent(uri, ev.server, ev.etag, ev.kind, old[1].first_seen)
             return _COALESCED
         outcome = _ENQUEUED
         if len(slots) >= self.cap:
@@ -271,33 +274,35 @@ class RouteQueue:
                 return _BLOCKED
             else:  # drop_newest, and coalesce at cap (RFC 0011)
                 return _DROPPED_NEWEST
-        stamp = next(self._stamp)
-        slots[uri] = (stamp, stamp if order is None else order, ev)
-        self._order.append((stamp, uri))
+        if order is None:
+            self._n = order = self._n + 1
+        slot = [order, ev]
+        slots[uri] = slot
+        self._order.append((uri, slot))
         return outcome
 
-    def _live(self, stamp: int, uri: str) -> tuple[int, int, QueuedEvent] | None:
-        slot = self._slots.get(uri)
-        return slot if slot is not None and slot[0] == stamp else None
+    def _live(self, uri: str, slot: list[Any]) -> bool:
+        return self._slots.get(uri) is slot
 
     def pop(self) -> QueuedEvent | None:
         """Remove and return the oldest queued event, or None if empty."""
         order, slots = self._order, self._slots
         while order:
-            stamp, uri = order.popleft()
-            slot = slots.get(uri)
-            if slot is not None and slot[0] == stamp:
+            uri, slot = order.popleft()
+            if slots.get(uri) is slot:
                 del slots[uri]
-                return slot[2]
+                ev: QueuedEvent = slot[1]
+                return ev
         return None
 
     def oldest(self) -> QueuedEvent | None:
         """The event :meth:`pop` would return, without removing it."""
         order = self._order
         while order:
-            slot = self._live(*order[0])
-            if slot is not None:
-                return slot[2]
+            uri, slot = order[0]
+            if self._live(uri, slot):
+                ev: QueuedEvent = slot[1]
+                return ev
             order.popleft()  # stale entry left by discard()
         return None
 
@@ -307,11 +312,9 @@ class RouteQueue:
 
     def drain_with_order(self) -> list[tuple[int, QueuedEvent]]:
         """Like :meth:`drain`, with each event's arrival number (see :meth:`push`)."""
-        out: list[tuple[int, QueuedEvent]] = []
-        for stamp, uri in self._order:
-            slot = self._live(stamp, uri)
-            if slot is not None:
-                out.append((slot[1], slot[2]))
+        out: list[tuple[int, QueuedEvent]] = [
+            (slot[0], slot[1]) for uri, slot in self._order if self._live(uri, slot)
+        ]
         self._slots.clear()
         self._order.clear()
         return out
@@ -319,16 +322,16 @@ class RouteQueue:
     def get(self, uri: str) -> QueuedEvent | None:
         """The queued event for ``uri``, if queued."""
         slot = self._slots.get(uri)
-        return None if slot is None else slot[2]
+        return None if slot is None else slot[1]
 
     def discard(self, uri: str) -> QueuedEvent | None:
         """Remove ``uri`` wherever it is queued (O(1), lazy); return its event."""
         slot = self._slots.pop(uri, None)
-        return None if slot is None else slot[2]
+        return None if slot is None else slot[1]
 
     def peek_uris(self) -> list[str]:
         """Queued URIs, oldest first (for status pages and tests)."""
-        return [uri for stamp, uri in self._order if self._live(stamp, uri) is not None]
+        return [uri for uri, slot in self._order if self._live(uri, slot)]
 
 
 # --------------------------------------------------------------------------- routes
