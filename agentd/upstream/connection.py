@@ -671,8 +671,10 @@ class Upstream:
             )
 
     async def _establish(self, sub: _Sub, attempt: int) -> None:
-        await self._post(SubscriptionStateChanged(self.name, sub.uri, "established", attempt=attempt))
+        # The line first: whatever the reactor does about it (ready.changed, a
+        # delivery) is then logged after it, never before.
         self._telemetry.emit("subscription.established", server=self.name, uri=sub.uri, attempt=attempt)
+        await self._post(SubscriptionStateChanged(self.name, sub.uri, "established", attempt=attempt))
         if sub.established_once:
             # Read-after-subscribe: whatever changed while we were not listening is delivered now.
             await self._post(ResourceChanged(self.name, sub.uri, "synthetic"))
