@@ -61,15 +61,13 @@ def run(settings: Any) -> int:
 
     try:
         backoff = reconnect_backoff()
-        _WATCH_LIMITS["limits"] = watch_limits(settings.watches)
+        limits = watch_limits(settings.watches)
     except ConfigError as exc:
         print(f"agentd: {exc}", file=sys.stderr)
         return int(ExitCode.CONFIG)
-    settings = settings.model_copy(update={}) if hasattr(settings, "model_copy") else settings
     telemetry = Telemetry(verbose=bool(settings.verbose))
-    _BACKOFF["reconnect"] = backoff
     try:
-        return int(trio.run(_main, settings, telemetry))
+        return int(trio.run(_main, settings, telemetry, backoff, limits))
     except KeyboardInterrupt:
         return int(ExitCode.DRAIN_TIMEOUT)
     except Exception as exc:  # a bug: say so plainly, exit 1, never a hang
@@ -80,7 +78,9 @@ def run(settings: Any) -> int:
         return int(ExitCode.CRASHED)
 
 
-async def _main(settings: Any, telemetry: Telemetry) -> int:
+async def _main(
+    settings: Any, telemetry: Telemetry, backoff: tuple[float, ...] | None, watch_limits: Any
+) -> int:
     from agentd.errors import ConfigError
     from agentd.triggers import mode as modes
     from agentd.upstream import Upstream
@@ -115,7 +115,6 @@ async def _main(settings: Any, telemetry: Telemetry) -> int:
     governor = RestartGovernor(intensity=settings.max_restarts, period=settings.restart_period)
     clock = driver.source if isinstance(driver, modes.Schedule) else make_clock(settings, now=now)
 
-    reactor_box: dict[str, Reactor] = {}
     outputs: list[dict[str, Any]] = []
     json_out = settings.output == "json"
     once = settings.mode == "once"
@@ -148,17 +147,12 @@ async def _main(settings: Any, telemetry: Telemetry) -> int:
             }
             tree.spawn(agent.id, payload)
 
-        def subscribe(server: str, uri: str) -> None:
-            nursery.start_soon(_subscribe, upstreams[server], uri, telemetry)
-
         def unsubscribe(server: str, uri: str) -> None:
             nursery.start_soon(_unsubscribe, upstreams[server], uri)
 
         hooks = Hooks(
             spawn=spawn,
-            kill=lambda agent_id: tree.terminate_soon(agent_id),
             kill_all=lambda: nursery.start_soon(tree.terminate_all),
-            subscribe=subscribe,
             unsubscribe=unsubscribe,
             publish=publish,
         )
@@ -176,17 +170,16 @@ async def _main(settings: Any, telemetry: Telemetry) -> int:
             clock=clock,
             required=frozenset(n for n, s in settings.servers.items() if s.required),
         )
-        reactor_box["r"] = reactor
         for name, spec in settings.servers.items():
             extra: dict[str, Any] = {}
-            if _BACKOFF.get("reconnect"):
-                extra = {"backoff": _BACKOFF["reconnect"], "resubscribe_backoff": _BACKOFF["reconnect"]}
+            if backoff:
+                extra = {"backoff": backoff, "resubscribe_backoff": backoff}
             upstreams[name] = Upstream(
                 spec, reactor.send, telemetry, max_read_bytes=settings.max_read_bytes, **extra
             )
         hub = SupervisorHub(events=reactor.send, upstreams=upstreams, telemetry=telemetry)
         hub_holder["hub"] = hub
-        watches = _watch_manager(settings, reactor, hub, upstreams, telemetry)
+        watches = _watch_manager(settings, reactor, hub, upstreams, telemetry, watch_limits)
         tree = Tree(events=reactor.send, serve_child=partial(serve_child, hub), telemetry=telemetry)
 
         nursery.start_soon(_watch_signals, reactor)
@@ -196,7 +189,6 @@ async def _main(settings: Any, telemetry: Telemetry) -> int:
             starting.start_soon(_rehearse_server)
             for up in upstreams.values():
                 starting.start_soon(nursery.start, up.run)
-        hub.invalidate()
         await _declare_subscriptions(settings, reactor, upstreams, telemetry, nursery)
         await nursery.start(watches.run)
         try:
@@ -233,12 +225,13 @@ async def _main(settings: Any, telemetry: Telemetry) -> int:
     return int(code)
 
 
-_BACKOFF: dict[str, tuple[float, ...] | None] = {}
-_WATCH_LIMITS: dict[str, Any] = {}
-
-
 def _watch_manager(
-    settings: Any, reactor: Reactor, hub: SupervisorHub, upstreams: dict[str, Any], telemetry: Telemetry
+    settings: Any,
+    reactor: Reactor,
+    hub: SupervisorHub,
+    upstreams: dict[str, Any],
+    telemetry: Telemetry,
+    limits: Any,
 ) -> Any:
     """The watch manager, plugged into the hub (self-tools) and the reactor (routes, notices)."""
     from agentd.supervisor.routes import staged_routes
@@ -248,7 +241,7 @@ def _watch_manager(
         upstreams=upstreams,
         events=reactor.send,
         telemetry=telemetry,
-        limits=_WATCH_LIMITS.get("limits"),
+        limits=limits,
         server_for=hub.server_for,
         state_path=settings.watch_state,
     )
@@ -359,7 +352,7 @@ async def _declare_subscriptions(
             uri = g.literal
             if sub.server or _lists(up, uri) or len(servers) == 1:
                 wanted.append((name, uri))
-    reactor.declared = set(wanted)  # type: ignore[attr-defined]
+    reactor.declared = set(wanted)
     _size_queues(reactor)
     for server, uri in wanted:
         reactor.subscription_states[(server, uri)] = "pending"
@@ -371,19 +364,19 @@ async def _declare_subscriptions(
                 continue
             g = compile_glob(sub.uri)
             now_uris = {u for u in event.uris if g.match(u)}
-            had = {u for (s, u) in reactor.declared if s == event.server and g.match(u)}  # type: ignore[attr-defined]
+            had = {u for (s, u) in reactor.declared if s == event.server and g.match(u)}
             for uri in sorted(now_uris - had):
-                reactor.declared.add((event.server, uri))  # type: ignore[attr-defined]
+                reactor.declared.add((event.server, uri))
                 # A URI that appeared may already hold state worth acting on:
                 # seed it with one "possibly changed" once subscribed.
                 nursery.start_soon(_subscribe, upstreams[event.server], uri, telemetry, reactor.send)
             for uri in sorted(had - now_uris):
-                reactor.declared.discard((event.server, uri))  # type: ignore[attr-defined]
+                reactor.declared.discard((event.server, uri))
                 reactor.subscription_states.pop((event.server, uri), None)
                 nursery.start_soon(_unsubscribe, upstreams[event.server], uri)
         _size_queues(reactor)
 
-    reactor.on_catalog = on_catalog  # type: ignore[attr-defined]
+    reactor.on_catalog = on_catalog
 
 
 def _size_queues(reactor: Reactor) -> None:
@@ -391,7 +384,7 @@ def _size_queues(reactor: Reactor) -> None:
     from collections import Counter
 
     owned: Counter[str] = Counter()
-    for _server, uri in reactor.declared:  # type: ignore[attr-defined]
+    for _server, uri in reactor.declared:
         route = reactor.router.first_match(uri)
         if route is not None:
             owned[route.id] += 1

@@ -128,31 +128,40 @@ class SupervisorHub:
         self._telemetry = telemetry
         self.names = ToolNameMap()
         self._tools: list[types.Tool] | None = None
+        self._specs: list[dict[str, Any]] | None = None
+        self._tools_key: tuple[int, ...] = ()
         self.watches: WatchManager | None = None
         """The watch manager (set by the app); without it the watch tools report an error."""
 
     # -- tools ----------------------------------------------------------------------
 
-    def invalidate(self) -> None:
-        """Forget the tool list (an upstream reconnected or its tools changed)."""
-        self._tools = None
-
     def tools_for(self, agent: str) -> list[types.Tool]:
-        if self._tools is None:
+        # Rebuilt only when an upstream's tool list changed (a connection came
+        # up late, reconnected, or announced tools/list_changed): every
+        # connection bumps its ``tools_version`` when it refreshes its tools.
+        key = tuple(getattr(up, "tools_version", 0) for up in self.upstreams.values())
+        if self._tools is None or key != self._tools_key:
             tools = list(SELF_TOOLS)
             for server, up in self.upstreams.items():
                 for tool in getattr(up, "tools", None) or []:
                     name = self.names.add(server, tool.name)
                     tools.append(tool.model_copy(update={"name": name}))
-            self._tools = tools
+            self._tools, self._tools_key, self._specs = tools, key, None
         return self._tools
 
     def tool_specs(self) -> list[dict[str, Any]]:
-        """The tools as the spawn payload carries them (for the model's tool list)."""
-        return [
-            {"name": t.name, "description": t.description or "", "input_schema": dict(t.input_schema or _OBJ)}
-            for t in self.tools_for("")
-        ]
+        """The tools as the spawn payload carries them (for the model's tool list); cached per tool list."""
+        tools = self.tools_for("")
+        if self._specs is None:
+            self._specs = [
+                {
+                    "name": t.name,
+                    "description": t.description or "",
+                    "input_schema": dict(t.input_schema or _OBJ),
+                }
+                for t in tools
+            ]
+        return self._specs
 
     # -- calls ----------------------------------------------------------------------
 

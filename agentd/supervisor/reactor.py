@@ -121,12 +121,8 @@ class Hooks:
 
     spawn: Callable[[Agent], None]
     """Start the agent's child process (through the tree's chokepoint)."""
-    kill: Callable[[str], None]
-    """Run the kill ladder on an agent."""
     kill_all: Callable[[], None]
     """Kill every agent (drain timed out / second signal)."""
-    subscribe: Callable[[str, str], None]
-    """Subscribe to (server, uri) upstream; the result comes back as an event."""
     unsubscribe: Callable[[str, str], None]
     """Drop the upstream subscription to (server, uri)."""
     publish: Callable[[Agent, TerminalStatus, str, bool], None]
@@ -248,6 +244,10 @@ class Reactor:
         self.dropped_by_reason: Counter[str] = Counter()
         self.server_restarts: Counter[str] = Counter()
         self.agent_restarts = 0
+        self.declared: set[tuple[str, str]] = set()
+        """(server, uri) of every declared subscription (globs expanded against the catalogs)."""
+        self.on_catalog: Callable[[CatalogChanged], None] | None = None
+        """Re-expands glob subscriptions when a server's catalog changes (set by the app)."""
         self.watches: WatchHooks | None = None
         """The watch manager (set by the app)."""
         self.watch_sessions: dict[str, set[str]] = {}
@@ -444,9 +444,8 @@ class Reactor:
             self._watch_notice(event, now)
         elif isinstance(event, CatalogChanged):
             self.telemetry.emit("catalog.changed", server=event.server, uris=len(event.uris))
-            on_catalog = getattr(self, "on_catalog", None)
-            if on_catalog is not None:
-                on_catalog(event)
+            if self.on_catalog is not None:
+                self.on_catalog(event)
         elif isinstance(event, HealthProbe):
             event.reply.set()
 
@@ -882,7 +881,7 @@ class Reactor:
 
     def uri_needed(self, server: str, uri: str) -> bool:
         """Whether a route or a declared subscription other than a watch still needs ``uri``."""
-        if (server, uri) in getattr(self, "declared", set()):
+        if (server, uri) in self.declared:
             return True
         return any(r.glob.exact and r.glob.literal == uri for r in self.router.routes())
 

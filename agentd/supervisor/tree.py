@@ -254,13 +254,6 @@ class Tree:
 
     # -- the kill ladder -------------------------------------------------------
 
-    def terminate_soon(self, agent: str) -> None:
-        """Run the kill ladder for ``agent`` in the background."""
-        child = self.children.get(agent)
-        if child is None or self._nursery is None or child.state in (ChildState.STOPPING, ChildState.EXITED):
-            return
-        self._nursery.start_soon(self.terminate, child)
-
     async def terminate(self, child: ChildProc) -> None:
         """SIGTERM the child's process group, wait, SIGKILL, wait: bounded and shielded."""
         with trio.CancelScope(shield=True):

@@ -493,8 +493,8 @@ async def test_debounce_and_deadline_ignore_wall_clock_jumps(
         driver=modes.Reactive(), router=router, budget=Budget(deadline_at=10.0),
         governor=RestartGovernor(intensity=3, period=60.0),
         hooks=Hooks(
-            spawn=lambda agent: spawned.append((trio.current_time(), agent)), kill=lambda _a: None,
-            kill_all=lambda: None, subscribe=lambda _s, _u: None, unsubscribe=lambda _s, _u: None,
+            spawn=lambda agent: spawned.append((trio.current_time(), agent)),
+            kill_all=lambda: None, unsubscribe=lambda _s, _u: None,
             publish=lambda *_a: None,
         ),
         telemetry=telemetry, instruction="react", grace=5.0, mode="reactive", session="fresh",

@@ -121,9 +121,7 @@ async def stack(memo: Path, *routes: RouteConfig, state_path: Path | None = None
     spawned: list[Agent] = []
     hooks = Hooks(
         spawn=spawned.append,
-        kill=lambda _a: None,
         kill_all=lambda: None,
-        subscribe=lambda _s, _u: None,
         unsubscribe=lambda _s, _u: None,
         publish=lambda *_a: None,
     )

@@ -440,7 +440,7 @@ def _reactor(telemetry: Telemetry) -> Reactor:
         router=Router(),
         budget=Budget(max_steps=None, max_tokens=None, deadline_at=None),
         governor=RestartGovernor(intensity=3, period=60.0),
-        hooks=Hooks(spawn=noop, kill=noop, kill_all=noop, subscribe=noop, unsubscribe=noop, publish=noop),
+        hooks=Hooks(spawn=noop, kill_all=noop, unsubscribe=noop, publish=noop),
         telemetry=telemetry,
         instruction="",
         grace=25.0,

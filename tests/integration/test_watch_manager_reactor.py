@@ -60,9 +60,7 @@ def reactor() -> tuple[Reactor, list[Agent], Recording, FakeManager]:
     telemetry = Recording()
     hooks = Hooks(
         spawn=spawned.append,
-        kill=lambda _a: None,
         kill_all=lambda: None,
-        subscribe=lambda _s, _u: None,
         unsubscribe=lambda _s, _u: None,
         publish=lambda *_a: None,
     )

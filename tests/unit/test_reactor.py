@@ -54,10 +54,8 @@ class FakeHooks:
     """Records what the reactor asks for; spawns are also streamed to the test."""
 
     spawned: list[tuple[float, Agent]] = field(default_factory=list)
-    killed: list[str] = field(default_factory=list)
     kill_all_at: list[float] = field(default_factory=list)
     published: list[tuple[str, str, str]] = field(default_factory=list)
-    subscribed: list[tuple[str, str]] = field(default_factory=list)
     unsubscribed: list[tuple[str, str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -66,9 +64,7 @@ class FakeHooks:
     def hooks(self) -> Hooks:
         return Hooks(
             spawn=self._spawn,
-            kill=self.killed.append,
             kill_all=lambda: self.kill_all_at.append(trio.current_time()),
-            subscribe=lambda s, u: self.subscribed.append((s, u)),
             unsubscribe=lambda s, u: self.unsubscribed.append((s, u)),
             publish=lambda a, status, text, idle: self.published.append((a.id, status, text)),
         )
@@ -648,7 +644,7 @@ async def test_a_self_subscribed_spawn_agent_frees_its_route_slot_at_its_first_t
 
 async def test_a_dead_subscribers_upstream_subscription_is_released_unless_declared(autojump_clock):
     async with running("reactive", routes=[RouteSpec(match="memo://*", route_id="all")]) as h:
-        h.reactor.declared = {("memo", "memo://declared")}  # type: ignore[attr-defined]
+        h.reactor.declared = {("memo", "memo://declared")}
         await h.send(ResourceChanged(server="memo", uri="memo://x"))
         a1 = await h.hooks.next_spawn()
         assert await h.self_tool(a1.id, op="subscribe", uri="memo://mine", server="memo") == {"ok": True}
