@@ -219,6 +219,9 @@ class Upstream:
         """Bumped every time :attr:`tools` is replaced (see :meth:`wait_tools_changed`)."""
         self._tools_changed = trio.Event()
         self._subs: dict[str, _Sub] = {}
+        self._catalog_cache: (
+            tuple[list[types.Resource], list[types.ResourceTemplate], bool, Catalog] | None
+        ) = None
         self._conn: _Conn | None = None
 
     # ------------------------------------------------------------------ views
@@ -229,12 +232,28 @@ class Upstream:
         return frozenset(self._subs)
 
     def catalog(self) -> Catalog:
-        """The routing view of this server (for :func:`agentd.upstream.resolve_server_for_uri`)."""
-        return Catalog(
+        """The routing view of this server (for :func:`agentd.upstream.resolve_server_for_uri`).
+
+        Built once per catalog refresh (the lists are replaced, never mutated,
+        on refresh), not per call: every resource read and watch resolves a
+        URI through it, and building it parses the URI templates.
+        """
+        can = self._can_subscribe()
+        cached = self._catalog_cache
+        if (
+            cached is not None
+            and cached[0] is self.resources
+            and cached[1] is self.templates
+            and cached[2] == can
+        ):
+            return cached[3]
+        catalog = Catalog(
             uris=frozenset(str(r.uri) for r in self.resources),
             templates=tuple(t.uri_template for t in self.templates),
-            can_subscribe=self._can_subscribe(),
+            can_subscribe=can,
         )
+        self._catalog_cache = (self.resources, self.templates, can, catalog)
+        return catalog
 
     @property
     def server_pid(self) -> int | None:
