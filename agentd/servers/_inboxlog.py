@@ -543,7 +543,11 @@ class InboxLog:
                 break
             end = nl + 1
             line = data[pos:end]
-            if line.strip():
+            if end - pos > MAX_LINE_BYTES:
+                skipped = self._skip(self.head + pos, self.head + end)
+                if skipped is not None:
+                    out.entries.append(skipped)
+            elif line.strip():
                 parsed = self._message(line, self.head + pos)
                 if parsed is None:
                     out.stop = (self.head + pos, "a line that is not a JSON object")
@@ -561,18 +565,23 @@ class InboxLog:
 
         Returns the ERROR raised (None when a restart walk met the one raised before).
         """
-        start = self.head
-        earlier = self._adopt_ahead(start)
+        entry = self._skip(self.head, end)
         self.head = end
+        return entry
+
+    def _skip(self, start: int, end: int) -> Entry | None:
+        earlier = self._adopt_ahead(start)
         if any(e.offset == start for e in earlier):
             return None
-        self.head = start
-        note = self._raise_note(
-            f"the line at bytes {start}..{end} of the inbox is {end - start} bytes, over the "
-            f"{MAX_LINE_BYTES // (1024 * 1024)} MiB limit; it was skipped (split it into smaller messages)"
+        note = Note(
+            self.next_seq,
+            start,
+            (
+                f"the line at bytes {start}..{end} of the inbox is {end - start} bytes, over the "
+                f"{MAX_LINE_BYTES // (1024 * 1024)} MiB limit; it was skipped (split it into smaller messages)"
+            ),
         )
-        self.head = end
-        return note
+        return self._add_note(note)
 
     def finish_drain(self) -> list[Entry]:
         """End of one drain (one wake-up): count a deferral and raise its ERROR on the Nth time.
@@ -639,7 +648,9 @@ class InboxLog:
         return self._raise_note(message)
 
     def _raise_note(self, message: str) -> Entry:
-        note = Note(self.next_seq, self.head, message)
+        return self._add_note(Note(self.next_seq, self.head, message))
+
+    def _add_note(self, note: Note) -> Entry:
         self.next_seq += 1
         self.cursor.notes.append(note)
         live = [n for n in self.cursor.notes if self.is_pending(n.seq)]

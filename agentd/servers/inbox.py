@@ -702,7 +702,6 @@ class InboxServer:
                 nursery.start_soon(self._persister)
                 for warning in self.warnings:
                     self.log.error(warning)
-                await self._verify_start()
                 await self._drain()
                 self.gate.running()
                 nursery.start_soon(self._pump, ino)
@@ -738,32 +737,6 @@ class InboxServer:
 
     # ---------------------------------------------------------------- draining
 
-    async def _verify_start(self) -> None:
-        """Is the file still the one the cursor describes? (size, and the 4 KiB before the position)."""
-        offset = self.log.cursor.offset
-        if offset == 0:
-            return
-        try:
-            fd = self._open_inbox()
-        except FileNotFoundError:
-            await self._recover(None, 0, "the inbox file is gone")
-            return
-        except OSError as exc:
-            self._report_read_error(exc)
-            return
-        try:
-            size = os.fstat(fd).st_size
-            before = os.pread(fd, min(offset, PREFIX_CHECK_BYTES), offset - min(offset, PREFIX_CHECK_BYTES))
-            check = self.log.cursor.check
-            if size >= offset and (
-                hashlib.sha256(before).hexdigest() == check if check is not None else before.endswith(b"\n")
-            ):
-                self._tail = before
-                return
-            await self._recover(fd, size, "the inbox was rewritten or truncated while the server was down")
-        finally:
-            os.close(fd)
-
     def _report_read_error(self, exc: OSError) -> None:
         message = f"cannot read {self.inbox_path}: {exc.strerror}; fix it (it must be a regular file readable by the server)"
         if message != self._read_error:
@@ -776,13 +749,23 @@ class InboxServer:
         elif consumed:
             self._tail = (self._tail + consumed)[-PREFIX_CHECK_BYTES:]
 
-    def _rewritten(self, fd: int | None, size: int) -> bool:
+    def _rewritten(self, fd: int, size: int) -> bool:
+        """Does the file still hold, before the read position, what was read there? (size, last 4 KiB)"""
         head = self.log.head
         if size < head:
             return True
-        if fd is None or head == 0 or not self._tail:
+        if head == 0:
             return False
-        return os.pread(fd, len(self._tail), head - len(self._tail)) != self._tail
+        k = min(head, PREFIX_CHECK_BYTES)
+        before = os.pread(fd, k, head - k)
+        if self._tail:
+            return before != self._tail[-k:]
+        # Not read in this run yet (start-up): compare with what the cursor file recorded.
+        check = self.log.cursor.check if self.log.cursor.offset == head else None
+        ok = hashlib.sha256(before).hexdigest() == check if check is not None else before.endswith(b"\n")
+        if ok:
+            self._tail = before
+        return not ok
 
     async def _recover(self, fd: int | None, size: int, why: str) -> None:
         """The file no longer holds what was consumed: resume after the last acknowledged line."""
@@ -828,12 +811,17 @@ class InboxServer:
             self._report_read_error(exc)
             await self._publish(self.log.finish_drain())
             return
+        if fd is None:
+            # No inbox file (not created yet, or deleted): nothing to read. When one appears, the
+            # prefix check tells a continuation from a new file.
+            await self._publish(self.log.finish_drain())
+            return
         self._read_error = None
         try:
-            size = os.fstat(fd).st_size if fd is not None else 0
+            size = os.fstat(fd).st_size
             if self._rewritten(fd, size):
                 await self._recover(fd, size, "the inbox was rewritten or truncated")
-            while fd is not None and self.log.head < size:
+            while self.log.head < size:
                 head = self.log.head
                 if self._long_line_scanned > head:
                     if not await self._long_line(fd, size):
@@ -855,8 +843,7 @@ class InboxServer:
                     break
                 await trio.lowlevel.checkpoint()
         finally:
-            if fd is not None:
-                os.close(fd)
+            os.close(fd)
         before = self.log.deferral
         new += self.log.finish_drain()
         await self._publish(new)
@@ -1201,6 +1188,7 @@ class InboxServer:
 
     async def ack(self, msg_id: str | None, seq: int | None, seqs: list[int] | None) -> dict[str, Any]:
         await self.gate.wait_ready()
+        shown = self._shown()
         if seqs is not None:
             if len(seqs) > MAX_ACK_SEQS:
                 raise ToolError(
@@ -1231,7 +1219,7 @@ class InboxServer:
             if s in ids:
                 Ledger.put(self.log.ledger.acked, ids[s], ts)
         self.log.touch()
-        await self._committed()
+        await self._committed(shown)
         return {"acked": done, "pending": self.log.pending_count()}
 
     async def _entries_for(self, msg_id: str, seq: int | None) -> list[Entry]:
@@ -1258,25 +1246,34 @@ class InboxServer:
             f"unknown message id {msg_id!r}: use an id from {self.uri} events; pending ids include {recent}"
         )
 
-    async def _committed(self) -> None:
-        """After an acknowledgement: durable before the tool returns; refill the window; tell status readers."""
+    def _shown(self) -> set[int]:
+        return {e.seq for e in self.log.window()}
+
+    async def _committed(self, shown_before: set[int]) -> None:
+        """After an acknowledgement: durable before the tool returns; what slid into view is announced."""
         if self.log.needs_refill():
             self._request("refill")
         await self._persist_now()
+        revealed = [e for e in self.log.window() if e.seq not in shown_before]
+        if revealed:  # older pending events moved up into the window: readers have not seen them there
+            await self.server.notify_changed(self.uri)
+            await self._push_channel(revealed)
         await self.server.notify_changed(self.status_uri)
 
     async def ack_through(self, seq: int) -> dict[str, Any]:
         await self.gate.wait_ready()
+        shown = self._shown()
         ts = _now()
         for e in list(self.log.mem.values()):
             if e.seq <= seq and e.kind == "MESSAGE":
                 Ledger.put(self.log.ledger.acked, e.id, ts)
         count = self.log.ack_through(seq)
-        await self._committed()
+        await self._committed(shown)
         return {"through": seq, "acked": count, "pending": self.log.pending_count()}
 
     async def mark_handled(self, msg_id: str, note: str | None, seq: int | None) -> dict[str, Any]:
         await self.gate.wait_ready()
+        shown = self._shown()
         entries = await self._entries_for(msg_id, seq)
         if not entries and msg_id not in self.log.ledger.acked and msg_id not in self.log.ledger.handled:
             raise ToolError(self._unknown_id(msg_id))
@@ -1286,7 +1283,7 @@ class InboxServer:
         Ledger.put(self.log.ledger.handled, msg_id, {"ts": ts, "note": note})
         Ledger.put(self.log.ledger.acked, msg_id, ts)
         self.log.touch()
-        await self._committed()
+        await self._committed(shown)
         return {"id": msg_id, "handled": True, "pending": self.log.pending_count()}
 
     async def respond(self, msg_id: str, text: str, seq: int | None) -> dict[str, Any]:
@@ -1324,7 +1321,8 @@ class InboxServer:
         if entries:
             Ledger.put(self.log.ledger.senders, msg_id, sender)
         self.log.touch()
-        await self._committed()
+        await self._persist_now()
+        await self.server.notify_changed(self.status_uri)
         return {"to": sender, "inbox": target, "reply": reply}
 
 
