@@ -92,12 +92,20 @@ def _refuse(path: str, what: str) -> UnsafePath:
     )
 
 
-def open_regular(path: str, flags: int, mode: int = DEFAULT_NEW_MODE, *, dir_fd: int | None = None) -> int:
+def open_regular(
+    path: str,
+    flags: int,
+    mode: int = DEFAULT_NEW_MODE,
+    *,
+    dir_fd: int | None = None,
+    shown: str | None = None,
+) -> int:
     """Open ``path`` without following a final symlink and without blocking; it must be a regular file.
 
     ``flags`` are the access flags (``os.O_RDONLY``, ``os.O_WRONLY | os.O_APPEND | os.O_CREAT``, ...);
     ``O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC`` are added. The returned descriptor is blocking again
-    (harmless for regular files, and what callers expect).
+    (harmless for regular files, and what callers expect). ``shown`` is the path messages name
+    (default ``path``; useful with ``dir_fd``).
 
     Raises:
         FileNotFoundError: it does not exist (and ``O_CREAT`` was not given).
@@ -108,19 +116,19 @@ def open_regular(path: str, flags: int, mode: int = DEFAULT_NEW_MODE, *, dir_fd:
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode, dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise _refuse(path, "a symlink") from exc
+            raise _refuse(shown or path, "a symlink") from exc
         if exc.errno in (errno.ENXIO, errno.EISDIR):
             # ENXIO: a FIFO opened for writing with no reader (O_NONBLOCK), or a socket.
             try:
                 kind = describe_kind(os.lstat(path, dir_fd=dir_fd).st_mode)
             except OSError:
                 kind = "not a regular file"
-            raise _refuse(path, kind) from exc
+            raise _refuse(shown or path, kind) from exc
         raise
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise _refuse(path, describe_kind(st.st_mode))
+            raise _refuse(shown or path, describe_kind(st.st_mode))
         os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
@@ -152,7 +160,12 @@ def read_regular(path: str, limit: int | None = None, *, dir_fd: int | None = No
 
 
 def append_regular(
-    path: str, data: bytes, mode: int = DEFAULT_NEW_MODE, *, dir_fd: int | None = None
+    path: str,
+    data: bytes,
+    mode: int = DEFAULT_NEW_MODE,
+    *,
+    dir_fd: int | None = None,
+    shown: str | None = None,
 ) -> None:
     """Append ``data`` with one ``write`` on ``O_APPEND`` (never interleaves with other appenders).
 
@@ -162,7 +175,7 @@ def append_regular(
         UnsafePath: the path is a symlink, FIFO, device, ... (nothing is written).
         OSError: the write failed, or was short (the message says how much landed).
     """
-    fd = open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, mode, dir_fd=dir_fd)
+    fd = open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, mode, dir_fd=dir_fd, shown=shown)
     try:
         written = os.write(fd, data)
         if written != len(data):

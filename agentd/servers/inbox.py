@@ -144,7 +144,14 @@ from agentd.servers._inotify import (
     InotifyError,
 )
 from agentd.servers._intervals import IntervalSet
-from agentd.servers._safefs import UnsafePath, append_regular, open_regular, read_regular, write_atomic
+from agentd.servers._safefs import (
+    UnsafePath,
+    append_regular,
+    describe_kind,
+    open_regular,
+    read_regular,
+    write_atomic,
+)
 
 SUMMARY: Final = (
     "an agent's JSON Lines inbox delivered at least once (inbox://AGENT), with ack / respond / mark_handled"
@@ -347,6 +354,13 @@ class DrainerLock:
                 else:
                     self.took_over = info
             me = psutil.Process()
+            self._write_sentinel(me)
+        except BaseException:
+            self._close()
+            raise
+
+    def _write_sentinel(self, me: psutil.Process) -> None:
+        try:
             write_atomic(
                 self.names.sentinel,
                 orjson.dumps(
@@ -360,9 +374,14 @@ class DrainerLock:
                 ),
                 dir_fd=self.dir_fd,
             )
-        except BaseException:
-            self._close()
-            raise
+        except UnsafePath as exc:
+            try:
+                kind = describe_kind(os.lstat(self.names.sentinel, dir_fd=self.dir_fd).st_mode)
+            except OSError:
+                kind = "not a regular file"
+            raise ServerStartError(
+                f"{self.sentinel_path} is {kind}, not a regular file; remove it (the server writes its sentinel there)"
+            ) from exc
 
     def _busy_message(self, info: dict[str, Any] | None) -> str:
         who = f"pid {info.get('pid')} on {info.get('host')}" if info else "another process"
@@ -1310,7 +1329,7 @@ class InboxServer:
         }
         target = os.path.join(self.dir, f"{sender}.inbox")
         try:
-            append_regular(f"{sender}.inbox", orjson.dumps(reply) + b"\n", dir_fd=self.dir_fd)
+            append_regular(f"{sender}.inbox", orjson.dumps(reply) + b"\n", dir_fd=self.dir_fd, shown=target)
         except UnsafePath as exc:
             raise ToolError(f"refused to reply: {exc.strerror}") from exc
         except OSError as exc:

@@ -40,8 +40,8 @@ from hypothesis import strategies as st
 from agentd.durations import parse_size
 from agentd.errors import ConfigError
 from agentd.models.script import Script, parse_script
-from agentd.servers._jsonstream import JsonStreamParser, Malformed
 from agentd.servers._inboxlog import InboxLog, cursor_from_json
+from agentd.servers._jsonstream import JsonStreamParser, Malformed
 from agentd.telemetry import NullTelemetry
 from agentd.triggers.glob import Glob, compile_glob
 from agentd.triggers.timer import validate_cron
@@ -143,7 +143,9 @@ def test_inbox_feed_never_raises(lines: list[bytes], end: bytes, cut: int) -> No
     fed2 = log.feed(data[log.head :], at_eof=True)
     log.finish_drain()
     assert 0 <= log.head <= len(data)
-    assert all(isinstance(e.event, dict) and isinstance(e.event["seq"], int) for e in fed.entries + fed2.entries)
+    assert all(
+        isinstance(e.event, dict) and isinstance(e.event["seq"], int) for e in fed.entries + fed2.entries
+    )
     # Acknowledge everything shown; a restart from the cursor offers none of it again.
     log.ack_seqs([e.seq for e in log.window()])
     cursor, ledger = cursor_from_json(log.snapshot())

@@ -176,7 +176,9 @@ def test_a_reused_id_is_never_acknowledged_by_accident() -> None:
     log = InboxLog("bob", URI)
     drain(log, data)
     assert [(e.id, e.seq) for e in log.window()] == [("x", 1), ("x", 2)]
-    with pytest.raises(AckError, match=r"id 'x' names 2 pending messages \(seq 1: 'first', seq 2: 'second'\)"):
+    with pytest.raises(
+        AckError, match=r"id 'x' names 2 pending messages \(seq 1: 'first', seq 2: 'second'\)"
+    ):
         log.resolve_id("x")
     (chosen,) = log.resolve_id("x", seq=2)
     log.ack_seqs([chosen.seq])
