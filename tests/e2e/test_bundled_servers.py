@@ -157,7 +157,11 @@ async def test_inbox_an_appended_line_wakes_an_agent_that_reads_acks_and_respond
         [
             {"tool_calls": [{"name": "read_resource", "arguments": {"uri": "inbox://ops"}}]},
             # the reply quotes what the agent read, so the test can see it
-            {"tool_calls": [{"name": "inbox__respond", "arguments": {"id": "m-1", "text": "{last_tool_result}"}}]},
+            {
+                "tool_calls": [
+                    {"name": "inbox__respond", "arguments": {"id": "m-1", "text": "{last_tool_result}"}}
+                ]
+            },
             {"tool_calls": [{"name": "inbox__ack", "arguments": {"id": "m-1"}}]},
             {"tool_calls": [{"name": "read_resource", "arguments": {"uri": "inbox://ops"}}]},
             {"text": "inbox: {last_tool_result}"},

@@ -106,6 +106,10 @@ class RawClient:
         self._changed.set()
         self._changed = trio.Event()
 
+    def wake(self) -> None:
+        """Make :meth:`wait_until` re-check its predicate (it depends on something outside the client)."""
+        self._wake()
+
     async def _send(self, msg: dict[str, Any]) -> None:
         assert self.proc.stdin is not None
         try:
