@@ -500,15 +500,25 @@ class WatchableServer:
 
     async def notify_changed(self, uri: str) -> None:
         """Tell every subscriber of ``uri`` (both eras) that it changed."""
-        await self.bus.publish(ResourceUpdated(uri=uri))
         subs = self._legacy_subs.get(uri)
-        if not subs:
-            return
-        for key, session in list(subs.items()):
+        for key, session in list(subs.items()) if subs else ():
             try:
-                await session.send_resource_updated(uri)
+                if self._stdio is not None:  # one client on stdio: the line goes straight into the pipe
+                    await self._stdio.send_raw(
+                        orjson.dumps(
+                            {
+                                "jsonrpc": "2.0",
+                                "method": "notifications/resources/updated",
+                                "params": {"uri": uri},
+                            }
+                        )
+                        + b"\n"
+                    )
+                else:
+                    await session.send_resource_updated(uri)
             except _SEND_ERRORS:
                 self._forget(key)
+        await self.bus.publish(ResourceUpdated(uri=uri))
 
     def legacy_clients(self) -> list[LegacyClient]:
         """Every handshake-era client connected now."""

@@ -145,10 +145,8 @@ def message_id(value: object, agent: str, offset: int) -> str:
     return f"{agent}@{offset}"
 
 
-def _cap(text: str, limit: int, what: str) -> tuple[str, bool]:
-    if len(text) <= limit:
-        return text, False
-    return text[:limit] + f"… [{what}]", True
+def _capped(text: str, uri: str, msg_id: str) -> str:
+    return text[:TEXT_CAP] + f"… [{len(text)} characters; read {uri}/message/{msg_id}]"
 
 
 def parse_line(line: bytes, *, offset: int, seq: int, agent: str, uri: str) -> Entry | None:
@@ -161,40 +159,40 @@ def parse_line(line: bytes, *, offset: int, seq: int, agent: str, uri: str) -> E
         obj = orjson.loads(line)
     except orjson.JSONDecodeError:
         return None
-    if not isinstance(obj, dict):
+    if type(obj) is not dict:
         return None
-    msg_id = message_id(obj.get("id"), agent, offset)
+    raw_id = obj.get("id")
+    msg_id = raw_id if type(raw_id) is str and raw_id else message_id(raw_id, agent, offset)
     urgent = obj.get("urgent") is True
     sender = obj.get("from")
     raw_text = obj.get("text", "")
-    text = raw_text if isinstance(raw_text, str) else orjson.dumps(raw_text).decode()
+    text = raw_text if type(raw_text) is str else orjson.dumps(raw_text).decode()
     size = len(line)
-    event: dict[str, Any] = {"seq": seq, "type": "MESSAGE"}
-    truncated = False
+    truncated = len(text) > TEXT_CAP
     if size <= INLINE_LINE_BYTES:
-        for key, value in obj.items():
-            if key in ("seq", "type"):
-                event[f"message_{key}"] = value
-            else:
-                event[key] = value
-        event["id"] = msg_id
-        event.setdefault("urgent", False)
-        channel_text, truncated = _cap(text, TEXT_CAP, f"{len(text)} characters; read {uri}/message/{msg_id}")
+        if "seq" in obj or "type" in obj:
+            for key in ("seq", "type"):
+                if key in obj:
+                    obj[f"message_{key}"] = obj.pop(key)
+        event: dict[str, Any] = {"seq": seq, "type": "MESSAGE", **obj, "id": msg_id}
+        if "urgent" not in obj:
+            event["urgent"] = False
+        channel_text = _capped(text, uri, msg_id) if truncated else text
     else:
         truncated = True
-        shown, _ = _cap(text, TEXT_CAP, f"{len(text)} characters; read {uri}/message/{msg_id}")
-        event.update(
-            {
-                "id": msg_id,
-                "from": sender,
-                "ts": obj.get("ts"),
-                "urgent": urgent,
-                "text": shown,
-                "truncated": True,
-                "size": size,
-                "message_uri": f"{uri}/message/{msg_id}",
-            }
-        )
+        shown = _capped(text, uri, msg_id) if len(text) > TEXT_CAP else text
+        event = {
+            "seq": seq,
+            "type": "MESSAGE",
+            "id": msg_id,
+            "from": sender,
+            "ts": obj.get("ts"),
+            "urgent": urgent,
+            "text": shown,
+            "truncated": True,
+            "size": size,
+            "message_uri": f"{uri}/message/{msg_id}",
+        }
         channel_text = shown
     return Entry(
         seq=seq,
@@ -203,7 +201,7 @@ def parse_line(line: bytes, *, offset: int, seq: int, agent: str, uri: str) -> E
         end=offset + size,
         id=msg_id,
         urgent=urgent,
-        sender=sender if isinstance(sender, str) else None,
+        sender=sender if type(sender) is str else None,
         event=event,
         text=channel_text,
         truncated=truncated,
@@ -225,18 +223,38 @@ class Note:
         )
 
 
+_META_KEYS: dict[str, str] = {}  # field name -> its identifier form (a cache: names repeat)
+_SKIP_META: Final = frozenset({"text", "seq", "message", "id"})
+
+
+def _meta_key(key: str) -> str:
+    clean = _META_KEYS.get(key)
+    if clean is None:
+        clean = _META_KEY_RE.sub("_", key) or "_"
+        if len(_META_KEYS) < 4096:
+            _META_KEYS[key] = clean
+    return clean
+
+
 def channel_params(entry: Entry, *, agent: str) -> dict[str, Any]:
     """``notifications/claude/channel`` params for one event: ``content`` + string ``meta``."""
     meta: dict[str, str] = {"seq": str(entry.seq), "id": entry.id, "inbox": agent}
     for key, value in entry.event.items():
+        if key in _SKIP_META:
+            continue
         if len(meta) >= _META_KEYS_CAP:
             break
-        if key in ("text", "seq", "message"):
-            continue
-        clean = _META_KEY_RE.sub("_", key) or "_"
+        clean = _meta_key(key)
         if clean in meta:
             continue
-        text = value if isinstance(value, str) else orjson.dumps(value).decode()
+        if type(value) is str:
+            text = value
+        elif value is True:
+            text = "true"
+        elif value is False:
+            text = "false"
+        else:
+            text = orjson.dumps(value).decode()
         meta[clean] = text if len(text) <= _META_VALUE_CAP else text[:_META_VALUE_CAP] + "…"
     if entry.kind == "ERROR":
         meta["type"] = "ERROR"
@@ -620,7 +638,8 @@ class InboxLog:
 
     def _message(self, line: bytes, offset: int) -> Entry | object | None:
         """The pending entry for a line; ``_ACKED`` if its seq was acknowledged; None if not an object."""
-        self._adopt_ahead(offset)
+        if self._ahead:
+            self._adopt_ahead(offset)
         entry = parse_line(line, offset=offset, seq=self.next_seq, agent=self.agent, uri=self.uri)
         if entry is None:
             return None

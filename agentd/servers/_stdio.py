@@ -9,10 +9,12 @@ it. This transport
 
 * reads fd 0 with non-blocking reads (``trio.lowlevel.FdStream``): a
   cancellation (SIGTERM, SIGINT) ends it at once, whatever stdin does;
-* writes fd 1 from one writer task that batches whatever is queued into one
-  ``write``; :meth:`StdioTransport.wait_written` returns once everything queued
-  before the call is in the pipe (the client receives it even if this
-  process is SIGKILLed right after);
+* writes fd 1 at once when nothing is queued ahead (``send_raw`` puts the
+  bytes in the pipe before it returns), otherwise from one writer task that
+  batches whatever is queued into one ``write``;
+  :meth:`StdioTransport.wait_written` returns once everything queued before
+  the call is in the pipe (the client receives it even if this process is
+  SIGKILLed right after);
 * accepts pre-serialised JSON-RPC lines (:meth:`StdioTransport.send_raw`) in
   the same queue as the SDK's messages, so custom notifications keep their
   order without a pydantic round trip each.
@@ -82,6 +84,7 @@ class _CountingSend:
 
     async def send(self, item: SessionMessage, /) -> None:
         self._transport.queued += 1
+        self._transport._unwritten += 1
         await self._inner.send(item)
 
     async def aclose(self) -> None:
@@ -103,20 +106,61 @@ class StdioTransport:
         """Items handed to the writer so far."""
         self.written = 0
         """Items written to the pipe so far."""
+        self._unwritten = 0  # items accepted and not yet completely in the pipe
+        self._out_fd: int | None = None  # set when stdout can be written without blocking (a pipe, a tty)
         self._progress = trio.Event()
         self.closed = False
 
     # ---------------------------------------------------------------- sending
 
     async def send_raw(self, data: bytes) -> None:
-        """Queue pre-serialised JSON-RPC lines (each ending in a newline), after everything queued so far."""
+        """Send pre-serialised JSON-RPC lines (each ending in a newline), after everything queued so far.
+
+        With nothing queued ahead, the bytes are written to the pipe before this returns.
+        """
         if self._send is None or self.closed:
             raise trio.ClosedResourceError("the stdio transport is not serving")
         self.queued += 1
+        if self._unwritten == 0 and self._out_fd is not None:
+            try:
+                data = data[self._write_now(data) :]
+            except OSError as exc:
+                self.closed = True
+                raise trio.ClosedResourceError("the client went away") from exc
+            if not data:
+                self._wrote(1)
+                return
+        self._unwritten += 1
         try:
             await self._send.send(data)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
             raise trio.ClosedResourceError("the client went away") from exc
+
+    def _write_now(self, data: bytes) -> int:
+        """Write as much of ``data`` as the pipe takes without blocking; returns how much."""
+        assert self._out_fd is not None
+        view = memoryview(data)
+        done = 0
+        while done < len(data):
+            try:
+                done += os.write(self._out_fd, view[done:])
+            except BlockingIOError:
+                break
+        return done
+
+    async def _write_all(self, writer: Any, data: bytes) -> None:
+        if self._out_fd is None:
+            await writer.send_all(data)
+            return
+        done = self._write_now(data)
+        while done < len(data):
+            await trio.lowlevel.wait_writable(self._out_fd)
+            done += self._write_now(data[done:])
+
+    def _wrote(self, items: int) -> None:
+        self.written += items
+        self._progress.set()
+        self._progress = trio.Event()
 
     async def wait_written(self) -> None:
         """Return once every item queued before this call has been written to stdout."""
@@ -139,7 +183,12 @@ class StdioTransport:
         finally:
             os.close(devnull)
         reader: Any = trio.lowlevel.FdStream(in_fd) if _pollable(in_fd) else _ThreadFd(in_fd)
-        writer: Any = trio.lowlevel.FdStream(out_fd) if _pollable(out_fd) else _ThreadFd(out_fd)
+        writer: Any = _ThreadFd(out_fd)
+        out_was_blocking = True
+        if _pollable(out_fd):
+            out_was_blocking = os.get_blocking(out_fd)
+            os.set_blocking(out_fd, False)
+            self._out_fd = out_fd
         read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
         write_send, write_recv = anyio.create_memory_object_stream[SessionMessage | bytes](math.inf)
         self._send = write_send.clone()
@@ -153,6 +202,10 @@ class StdioTransport:
             self.closed = True
             self._progress.set()
             self._send.close()
+            if self._out_fd is not None:
+                with contextlib.suppress(OSError):
+                    os.set_blocking(out_fd, out_was_blocking)
+                self._out_fd = None
             with trio.CancelScope(shield=True):
                 await reader.aclose()
                 await writer.aclose()
@@ -219,13 +272,12 @@ class StdioTransport:
                     for item in batch
                 )
                 try:
-                    await writer.send_all(data)
+                    await self._write_all(writer, data)
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                     # The client is gone: nothing more can be delivered; stop serving.
                     self.closed = True
                     self._progress.set()
                     scope.cancel()
                     return
-                self.written += len(batch)
-                self._progress.set()
-                self._progress = trio.Event()
+                self._unwritten -= len(batch)
+                self._wrote(len(batch))

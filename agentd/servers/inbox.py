@@ -89,6 +89,7 @@ import logging
 import os
 import re
 import socket
+import stat
 import uuid
 from collections import deque
 from dataclasses import dataclass
@@ -161,8 +162,9 @@ log = logging.getLogger("agentd.servers.inbox")
 
 CHANNEL_METHOD: Final = "notifications/claude/channel"
 CHANNEL_CAPABILITY: Final = "claude/channel"
-DRAIN_CHUNK: Final = 1 << 20
-"""Bytes read (and parsed) per step of a drain; a bigger append is drained in steps, yielding between."""
+DRAIN_CHUNK: Final = 64 * 1024
+"""Bytes read (and parsed) per step of a drain: a big append is drained in steps, each pushed before the
+next is parsed, so clients receive the first messages while the rest are still being read."""
 PUBLISH_BATCH: Final = 4096
 """New messages pushed per step while a big append drains (bounds memory, keeps clients fed)."""
 PREFIX_CHECK_BYTES: Final = 4096
@@ -577,6 +579,8 @@ class InboxServer:
         self._refill_stuck: tuple[int, int] | None = None
         self._ino: Inotify | None = None
         self._dir_wd: int | None = None
+        self._fd: int | None = None  # the inbox, kept open between drains
+        self._fd_id: tuple[int, int] = (0, 0)
 
     # ---------------------------------------------------------------- start
 
@@ -617,10 +621,34 @@ class InboxServer:
             with contextlib.suppress(OSError):
                 self._write_cursor(self.dir_fd, self.log.snapshot())
         self.lock.release()
+        self._close_inbox()
         with contextlib.suppress(OSError):
             os.close(self.dir_fd)
 
     # ---------------------------------------------------------------- file access
+
+    def _current_inbox(self) -> tuple[int, int] | None:
+        """(fd, size) of the inbox file, kept open between drains; reopened when another file is at the path.
+
+        None when there is no inbox file. Raises what :func:`open_regular` raises.
+        """
+        try:
+            st = os.lstat(self.names.inbox, dir_fd=self.dir_fd)
+        except FileNotFoundError:
+            self._close_inbox()
+            return None
+        if self._fd is not None and (st.st_dev, st.st_ino) == self._fd_id and stat.S_ISREG(st.st_mode):
+            return self._fd, st.st_size
+        self._close_inbox()
+        fd = self._open_inbox()
+        opened = os.fstat(fd)
+        self._fd, self._fd_id = fd, (opened.st_dev, opened.st_ino)
+        return fd, opened.st_size
+
+    def _close_inbox(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
     def _open_inbox(self, dir_fd: int | None = None) -> int:
         return open_regular(self.names.inbox, os.O_RDONLY, dir_fd=self.dir_fd if dir_fd is None else dir_fd)
@@ -823,48 +851,40 @@ class InboxServer:
         """Read what was appended since the last read, make it pending, tell clients."""
         new: list[Entry] = []
         try:
-            fd: int | None = self._open_inbox()
-        except FileNotFoundError:
-            fd = None
+            current = self._current_inbox()
         except OSError as exc:
             self._report_read_error(exc)
             await self._publish(self.log.finish_drain())
             return
-        if fd is None:
+        if current is None:
             # No inbox file (not created yet, or deleted): nothing to read. When one appears, the
             # prefix check tells a continuation from a new file.
             await self._publish(self.log.finish_drain())
             return
         self._read_error = None
-        try:
-            size = os.fstat(fd).st_size
-            if self._rewritten(fd, size):
-                await self._recover(fd, size, "the inbox was rewritten or truncated")
-            while self.log.head < size:
-                head = self.log.head
-                if self._long_line_scanned > head:
-                    if not await self._long_line(fd, size):
-                        break
-                    continue
-                data = os.pread(fd, min(size - head, DRAIN_CHUNK), head)
-                if not data:
+        fd, size = current
+        if self._rewritten(fd, size):
+            await self._recover(fd, size, "the inbox was rewritten or truncated")
+        while self.log.head < size:
+            head = self.log.head
+            if self._long_line_scanned > head:
+                if not await self._long_line(fd, size):
                     break
-                fed = self.log.feed(data, at_eof=head + len(data) >= size)
-                self._remember_tail(data[: fed.consumed])
-                new += fed.entries
-                if len(new) >= PUBLISH_BATCH:
-                    await self._publish(new)
-                    new = []
-                if fed.long_line:
-                    self._long_line_scanned = head + len(data)
-                    continue
-                if fed.stop is not None or fed.consumed == 0:
-                    break
-                await trio.lowlevel.checkpoint()
-        finally:
-            os.close(fd)
+                continue
+            data = os.pread(fd, min(size - head, DRAIN_CHUNK), head)
+            if not data:
+                break
+            fed = self.log.feed(data, at_eof=head + len(data) >= size)
+            self._remember_tail(data[: fed.consumed])
+            if fed.entries:
+                await self._publish(fed.entries)
+            if fed.long_line:
+                self._long_line_scanned = head + len(data)
+                continue
+            if fed.stop is not None or fed.consumed == 0:
+                break
         before = self.log.deferral
-        new += self.log.finish_drain()
+        new = self.log.finish_drain()
         await self._publish(new)
         if not new and self.log.deferral != before:
             await self.server.notify_changed(self.status_uri)  # a waiting line's attempts are in the status
@@ -1010,6 +1030,7 @@ class InboxServer:
                 )
                 return True
             old_fd, old_lock = self.dir_fd, self.lock
+            self._close_inbox()
             self.dir_fd, self.lock = new_fd, new_lock
             old_lock.release()
             os.close(old_fd)
@@ -1088,8 +1109,8 @@ class InboxServer:
             return
         if any(e.kind == "ERROR" for e in entries):
             await self._persist_now_quiet()
-        await self.server.notify_changed(self.uri)
         await self._push_channel(entries)
+        await self.server.notify_changed(self.uri)
         await self.server.notify_changed(self.status_uri)
 
     async def on_client_ready(self, client: LegacyClient) -> None:
