@@ -555,7 +555,7 @@ class InboxLog:
                 if parsed is None:
                     out.stop = (self.head + pos, "an incomplete last line")
                     break
-                if parsed is not _ACKED:
+                if isinstance(parsed, Entry):
                     out.entries.append(parsed)
                 pos = n
                 break
@@ -570,7 +570,7 @@ class InboxLog:
                 if parsed is None:
                     out.stop = (self.head + pos, "a line that is not a JSON object")
                     break
-                if parsed is not _ACKED:
+                if isinstance(parsed, Entry):
                     out.entries.append(parsed)
             pos = end
         out.consumed = pos

@@ -1161,7 +1161,9 @@ class InboxServer:
         """``inbox://AGENT/message/{id}``: every message with this id, whole (pending ones first)."""
         await self.gate.wait_ready()
         pending = await self._find_pending(msg_id)
-        located = [(e.seq, e.offset, e.end, True) for e in pending if e.kind == "MESSAGE"]
+        located: list[tuple[int | None, int, int, bool]] = [
+            (e.seq, e.offset, e.end, True) for e in pending if e.kind == "MESSAGE"
+        ]
         if not located:
             located = await trio.to_thread.run_sync(self._scan_all, self.dir_fd, msg_id)
         if not located:
