@@ -999,36 +999,36 @@ class InboxServer:
         mine = os.fstat(self.dir_fd)
         if st is not None and (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino):
             return False
-        async with self._io_lock:
-            if st is None:
-                if not self._dir_missing:
-                    self._dir_missing = True
-                    entry = self.log.error(
-                        f"the inbox directory {self.dir} was moved away or deleted; waiting for it to be created "
-                        f"again ({self.log.pending_count()} pending message(s) of the old inbox stay in the "
-                        "moved directory, if it was moved)"
-                    )
-                    await self._publish([entry])
-                return True
-            self._dir_missing = False
-            new_fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            new_lock = DrainerLock(new_fd, self.dir, self.names)
-            try:
-                new_lock.acquire()
-            except ServerStartError as exc:
-                os.close(new_fd)
+        if st is None:
+            if not self._dir_missing:
+                self._dir_missing = True
                 entry = self.log.error(
-                    f"the inbox directory {self.dir} was replaced and the new one is drained by another server; "
-                    f"this server stops ({exc})"
+                    f"the inbox directory {self.dir} was moved away or deleted; waiting for it to be created "
+                    f"again ({self.log.pending_count()} pending message(s) of the old inbox stay in the "
+                    "moved directory, if it was moved)"
                 )
                 await self._publish([entry])
-                await self.server.wait_written()
-                self.server.fail(
-                    ServerStartError(
-                        f"the inbox directory {self.dir} was replaced and another server holds it: {exc}"
-                    )
+            return True
+        self._dir_missing = False
+        new_fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        new_lock = DrainerLock(new_fd, self.dir, self.names)
+        try:
+            new_lock.acquire()
+        except ServerStartError as exc:
+            os.close(new_fd)
+            entry = self.log.error(
+                f"the inbox directory {self.dir} was replaced and the new one is drained by another server; "
+                f"this server stops ({exc})"
+            )
+            await self._publish([entry])
+            await self.server.wait_written()
+            self.server.fail(
+                ServerStartError(
+                    f"the inbox directory {self.dir} was replaced and another server holds it: {exc}"
                 )
-                return True
+            )
+            return True
+        async with self._io_lock:  # no cursor write is in flight while the directory changes under it
             old_fd, old_lock = self.dir_fd, self.lock
             self._close_inbox()
             self.dir_fd, self.lock = new_fd, new_lock
@@ -1180,7 +1180,10 @@ class InboxServer:
                 except orjson.JSONDecodeError:
                     continue
                 if isinstance(obj, dict):
-                    out.append({"seq": seq, "offset": start, "pending": is_pending, **obj, "id": msg_id})
+                    for key in ("seq", "offset", "pending"):  # the line's own fields of these names are kept
+                        if key in obj:
+                            obj[f"message_{key}"] = obj.pop(key)
+                    out.append({**obj, "id": msg_id, "seq": seq, "offset": start, "pending": is_pending})
         finally:
             os.close(fd)
         return {"messages": out}

@@ -206,7 +206,7 @@ async def test_a_rewritten_inbox_offers_everything_after_the_last_acknowledged_m
 # --------------------------------------------------------------------------- directory replaced
 
 
-@pytest.mark.parametrize("how", ["moved away", "deleted"])
+@pytest.mark.parametrize("how", ["moved away", "deleted", "moved away, created again later"])
 async def test_a_replaced_directory_is_followed_with_an_error_and_the_lock_taken_again(
     tmp_path: Path, how: str
 ) -> None:
@@ -217,10 +217,16 @@ async def test_a_replaced_directory_is_followed_with_an_error_and_the_lock_taken
         await subscribed(client)
         assert await ids(client) == ["m1"]
         before = n_updates(client)
-        if how == "moved away":
+        if how.startswith("moved away"):
             box.rename(tmp_path / "box.old")
         else:
             shutil.rmtree(box)
+        if how.endswith("later"):
+            # Nothing there yet: reads keep answering and say what happened.
+            await updated(client, before)
+            gone = [e["message"] for e in await events(client) if e["type"] == "ERROR"]
+            assert any(f"the inbox directory {box} was moved away or deleted; waiting for it" in m for m in gone)
+            before = n_updates(client)
         box.mkdir()
         await updated(client, before)
         await client.wait_until(lambda: (box / f".~{AGENT}.lock").exists() or client.gone)
