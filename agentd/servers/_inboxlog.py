@@ -104,6 +104,8 @@ TEXT_CAP: Final = 8 * 1024
 """Characters of ``text`` kept in a summarised log event and in a channel notification."""
 MAX_LINE_BYTES: Final = 64 * 1024 * 1024
 """Longest line the server reads into memory; a longer one is skipped with an ``ERROR``."""
+GAP_URGENT_IDS: Final = 10
+"""Urgent messages below the window named by id in the ``gap`` summary."""
 _META_VALUE_CAP: Final = 256
 _META_KEYS_CAP: Final = 32
 _META_KEY_RE: Final = re.compile(r"[^A-Za-z0-9_]")
@@ -500,7 +502,13 @@ class InboxLog:
         floor = min(e.seq for e in shown) if shown else self.next_seq
         first = self.cursor.acked.first_missing(self.cursor.seq)
         last = self.cursor.acked.last_missing(floor)
-        return {
+        # Urgent ones just below the window (those held in memory): named, so they are not missed.
+        urgent = [
+            e.id
+            for s in reversed(self._order)
+            if s < floor and (e := self.mem.get(s)) is not None and e.urgent
+        ]
+        gap: dict[str, Any] = {
             "count": missing,
             "first_seq": first,
             "last_seq": last,
@@ -510,6 +518,10 @@ class InboxLog:
                 f"each is readable by id at {self.uri}/message/{{id}}"
             ),
         }
+        if urgent:
+            gap["urgent_ids"] = urgent[:GAP_URGENT_IDS]
+            gap["message"] += f"; urgent among them: {', '.join(repr(i) for i in urgent[:GAP_URGENT_IDS])}"
+        return gap
 
     def body(self) -> bytes:
         """The ``inbox://AGENT`` resource body: ``{"events": [...], "pending": N, "gap"?: {...}}``."""

@@ -225,7 +225,9 @@ async def test_a_replaced_directory_is_followed_with_an_error_and_the_lock_taken
             # Nothing there yet: reads keep answering and say what happened.
             await updated(client, before)
             gone = [e["message"] for e in await events(client) if e["type"] == "ERROR"]
-            assert any(f"the inbox directory {box} was moved away or deleted; waiting for it" in m for m in gone)
+            assert any(
+                f"the inbox directory {box} was moved away or deleted; waiting for it" in m for m in gone
+            )
             before = n_updates(client)
         box.mkdir()
         await updated(client, before)

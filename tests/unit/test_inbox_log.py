@@ -147,7 +147,7 @@ def test_acknowledging_a_later_message_acknowledges_the_errors_before_it() -> No
 
 
 def test_window_gap_and_refill_newest_first() -> None:
-    data = b"".join(line(id=f"m{i}") for i in range(1, 11))
+    data = b"".join(line(id=f"m{i}", urgent=i == 7) for i in range(1, 11))
     log = InboxLog("bob", URI, window=3, mem_cap=4)
     drain(log, data)
     assert [e.seq for e in log.window()] == [8, 9, 10]
@@ -155,6 +155,8 @@ def test_window_gap_and_refill_newest_first() -> None:
     assert gap is not None
     assert (gap["count"], gap["first_seq"], gap["last_seq"]) == (7, 1, 7)
     assert "7 older pending message(s) (seq 1..7) are not shown" in gap["message"]
+    assert gap["urgent_ids"] == ["m7"]  # an urgent one just below the window is named
+    assert gap["message"].endswith("urgent among them: 'm7'")
     body = json.loads(log.body())
     assert body["pending"] == 10
     assert body["gap"]["count"] == 7
@@ -163,8 +165,7 @@ def test_window_gap_and_refill_newest_first() -> None:
         log.ack_seqs([e.seq for e in log.window()])
         if log.needs_refill():
             refill(log, data)
-        shown = [e.seq for e in log.window()]
-        assert shown == sorted(shown)
+        shown = sorted(e.seq for e in log.window())
         assert not shown or max(shown) < min(seen)  # the hidden ones come back, newest first
         seen = shown + seen
     assert seen == list(range(1, 11))
