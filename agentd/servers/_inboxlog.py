@@ -325,6 +325,9 @@ class Deferral:
     offset: int
     attempts: int
     reason: str
+    end: int = 0
+    """End of the file when it was seen: an incomplete last line that is still growing is being
+    written, and does not count as another attempt."""
 
 
 @dataclass
@@ -462,6 +465,7 @@ class InboxLog:
         self._order: deque[int] = deque()  # seqs of ``mem``, ascending; may hold stale (acknowledged) ones
         self._ahead: deque[Note] = deque(n for n in self.cursor.notes if n.seq >= self.cursor.seq)
         self._stopped: tuple[int, str] | None = None
+        self._stopped_end = 0
 
     # ------------------------------------------------------------------ queries
 
@@ -586,6 +590,7 @@ class InboxLog:
                     out.entries.append(parsed)
             pos = end
         out.consumed = pos
+        self._stopped_end = self.head + n
         self.head += pos
         self._stopped = out.stop
         return out
@@ -626,8 +631,16 @@ class InboxLog:
         else:
             offset, reason = stop
             prev = self.deferral
-            attempts = prev.attempts + 1 if prev is not None and prev.offset == offset else 1
-            self.deferral = Deferral(offset, attempts, reason)
+            same = prev is not None and prev.offset == offset
+            if (
+                same
+                and reason == "an incomplete last line"
+                and prev is not None
+                and prev.end != self._stopped_end
+            ):
+                same = False  # still growing: a writer is in the middle of it
+            attempts = prev.attempts + 1 if same and prev is not None else 1
+            self.deferral = Deferral(offset, attempts, reason, self._stopped_end)
             if attempts == DEFER_WARN_AFTER:
                 raised.append(
                     self._raise_note(
@@ -773,7 +786,8 @@ class InboxLog:
             return
         cur.offset, cur.seq = offset, seq
         cur.acked.trim_below(seq)
-        cur.notes = [n for n in cur.notes if n.seq >= seq and n.seq not in cur.acked]
+        # Acknowledged notes above the position stay: their seqs are part of the numbering a restart replays.
+        cur.notes = [n for n in cur.notes if n.seq >= seq]
         cur.check = cur.anchor = None
         self.version += 1
 

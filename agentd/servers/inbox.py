@@ -1107,7 +1107,10 @@ class InboxServer:
         """Tell clients about new pending events (ERROR events are made durable first: their seqs are stable)."""
         if not entries:
             return
-        if any(e.kind == "ERROR" for e in entries):
+        errors = [e for e in entries if e.kind == "ERROR"]
+        if errors:
+            for e in errors:
+                log.warning("%s: %s", self.inbox_path, e.text)
             await self._persist_now_quiet()
         await self._push_channel(entries)
         await self.server.notify_changed(self.uri)

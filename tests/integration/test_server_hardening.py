@@ -99,6 +99,13 @@ async def test_the_inbox_position_file_is_private(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- memo writes
 
 
+def _cmdline(proc: psutil.Process) -> str:
+    try:
+        return " ".join(proc.cmdline())
+    except psutil.Error:  # a zombie or a process gone meanwhile (other tests' children)
+        return ""
+
+
 def memo_params(path: Path) -> StdioServerParameters:
     return StdioServerParameters(
         command=sys.executable,
@@ -126,7 +133,7 @@ async def test_memo_never_writes_through_a_planted_temp_symlink(tmp_path: Path) 
     victim = tmp_path / "victim.txt"
     victim.write_text("precious\n")
     async with Client(memo_params(notes)) as client:
-        (pid,) = [p.pid for p in psutil.Process().children() if "memo" in " ".join(p.cmdline())]
+        (pid,) = [p.pid for p in psutil.Process().children() if str(notes) in _cmdline(p)]
         (tmp_path / f".notes.json.tmp-{pid}").symlink_to(victim)
         assert not (await client.call_tool("memo_set", {"key": "k", "value": 1})).is_error
     assert victim.read_text() == "precious\n"

@@ -115,6 +115,21 @@ def test_an_invalid_line_blocks_and_is_named_after_three_drains() -> None:
     assert [e.kind for e in log.window()] == ["ERROR"]
 
 
+def test_a_last_line_still_being_written_is_not_a_failed_attempt() -> None:
+    log = InboxLog("bob", URI)
+    data = b'{"id": "a", "text": "'
+    for _ in range(DEFER_WARN_AFTER + 2):
+        data += b"more "  # a slow writer: the line grows between drains
+        assert [e for e in drain(log, data) if e.kind == "ERROR"] == []
+    assert log.deferral is not None
+    assert log.deferral.attempts == 1
+    errors = []
+    for _ in range(DEFER_WARN_AFTER):  # the writer stopped: these are real attempts
+        errors += [e for e in drain(log, data) if e.kind == "ERROR"]
+    assert len(errors) == 1
+    assert "is an incomplete last line after 3 attempts" in errors[0].event["message"]
+
+
 def test_restart_keeps_seqs_and_errors_and_drops_what_was_acknowledged() -> None:
     data = line(id="a") + b"junk\n"
     log = InboxLog("bob", URI)
@@ -144,6 +159,21 @@ def test_acknowledging_a_later_message_acknowledges_the_errors_before_it() -> No
     assert log.window() == []
     assert log.pending_count() == 0
     assert (log.cursor.offset, log.cursor.seq) == (len(data), 3)
+
+
+def test_an_acknowledged_error_above_the_position_keeps_its_place_in_the_numbering() -> None:
+    data = line(id="a") + line(id="b")
+    log = InboxLog("bob", URI)
+    drain(log, data)
+    log.error("something broke")  # seq 3
+    data += line(id="c")
+    drain(log, data)
+    log.ack_seqs([4])  # c; the error before it counts as read
+    log.ack_seqs([1])  # a: the position moves to b, below the acknowledged error and c
+    assert (log.cursor.seq, [e.id for e in log.window()]) == (2, ["b"])
+    data += line(id="d")
+    again = restarted(log, data)
+    assert [(e.id, e.seq) for e in again.window()] == [("b", 2), ("d", 5)]
 
 
 def test_window_gap_and_refill_newest_first() -> None:
@@ -337,6 +367,11 @@ class InboxModel(RuleBasedStateMachine):
         drain(self.log, self.data)
         self._look()
 
+    @rule()
+    def error(self) -> None:
+        self.log.error("an in-band error")
+        self._look()
+
     @rule(data=st.data())
     def ack_some_shown(self, data: st.DataObject) -> None:
         shown = [e for e in self.log.window() if e.kind == "MESSAGE"]
@@ -365,7 +400,8 @@ class InboxModel(RuleBasedStateMachine):
         gap = self.log.gap(shown)
         assert len(shown) + (gap["count"] if gap else 0) == self.log.pending_count()
         pending_ids = {f"m{i}" for i in range(1, self.n + 1)} - self.acked
-        assert self.log.pending_count() == len(pending_ids)
+        errors = sum(1 for n in self.log.cursor.notes if self.log.is_pending(n.seq))
+        assert self.log.pending_count() == len(pending_ids) + errors
 
     def teardown(self) -> None:
         # Drain everything the way a consumer does; every message must have been shown.
