@@ -58,7 +58,7 @@ from agentd.watches import state as state_file
 from agentd.watches.extract import Shape, shape_of
 from agentd.watches.limits import WatchLimits
 from agentd.watches.notices import error_line
-from agentd.watches.sandbox import FilterPool, WatchFilter, check_source, sample_event
+from agentd.watches.sandbox import FilterPool, WatchFilter, call_on_loop, check_source, sample_event
 from agentd.watches.stage import WatchStage
 from agentd.watches.state import WatchSpec
 
@@ -463,17 +463,14 @@ class WatchManager:
         return catalog, denied
 
     def _sync_call(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """A callable for the filter's worker thread that runs ``fn`` on the event loop, bounded."""
+        """A callable for the filter's worker thread that runs ``fn`` on the event loop.
 
-        async def bounded(*args: Any, **kwargs: Any) -> Any:
-            with trio.fail_after(CATALOG_CALL_TIMEOUT_SECS):
-                return await fn(*args, **kwargs)
+        Bounded by what is left of the filter run's time and by
+        :data:`CATALOG_CALL_TIMEOUT_SECS`, whichever ends first.
+        """
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return trio.from_thread.run(lambda: bounded(*args, **kwargs))
-            except trio.TooSlowError:
-                raise TimeoutError(f"no answer within {CATALOG_CALL_TIMEOUT_SECS:g} s") from None
+            return call_on_loop(lambda: fn(*args, **kwargs), cap=CATALOG_CALL_TIMEOUT_SECS)
 
         return call
 
@@ -1027,6 +1024,6 @@ def watch_limits(config: Any) -> WatchLimits:
         lines_per_notice=config.notice_lines,
         debounce_quiet_secs=float(config.debounce),
         debounce_max_secs=float(config.max_wait),
-        # The upstream connection does the resubscribing; 0 attempts there means "report at once".
-        resubscribe_attempts=max(1, config.resubscribe_attempts),
+        # The upstream connections do the resubscribing, with these attempts and delays.
+        resubscribe_attempts=config.resubscribe_attempts,
     )
