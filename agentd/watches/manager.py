@@ -543,7 +543,7 @@ class WatchManager:
             body, _ = await self._read(w.server, w.uri)
         except AgentdError as exc:
             message = f"re-reading {w.uri!r} failed: {exc}"
-            w.stage.buffer.add([error_line(w.name, message)], trio.current_time())
+            w.stage.buffer.add([error_line(w.name, message)], trio.current_time(), pinned=True)
             self._telemetry.emit(
                 "watch.event", **self._fields(w), type="ERROR", outcome="error", error=message
             )
@@ -780,7 +780,7 @@ class WatchManager:
                     f"the subscription to {w.uri!r} failed after {ev.attempt} attempts ({ev.error}); "
                     "no changes arrive until the server reconnects; call watch_stop to drop the watch"
                 )
-                w.stage.buffer.add([error_line(w.name, message)], trio.current_time())
+                w.stage.buffer.add([error_line(w.name, message)], trio.current_time(), pinned=True)
                 w.wake()
 
     def on_owner_exited(self, session: str, needed: Callable[[str, str], bool]) -> None:
