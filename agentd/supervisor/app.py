@@ -202,7 +202,7 @@ async def _main(
             nursery.cancel_scope.cancel()
             return int(ExitCode.CONFIG)
         # Before the reactor turns, so its handlers never race this direct route table.
-        await watches.restore(_StartupRoutes(reactor))
+        reactor.queue_startup_notices(await watches.restore(_StartupRoutes(reactor)))
         if settings.health_addr or settings.metrics_addr:
             await _start_health(settings, reactor, telemetry, nursery)
 

@@ -54,6 +54,7 @@ from agentd.supervisor.reactor import RouteNotice
 from agentd.supervisor.routes import StagedRoute
 from agentd.telemetry import Telemetry
 from agentd.upstream.naming import namespaced
+from agentd.upstream.resolve import resource_listing
 from agentd.watches import state as state_file
 from agentd.watches.extract import Shape, shape_of
 from agentd.watches.limits import WatchLimits
@@ -143,6 +144,9 @@ class Watch:
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     route: StagedRoute | None = None
     """The declared route this stage serves (``name`` is then the route id, ``session`` empty)."""
+    subscribed: bool = False
+    """The upstream subscription is established as far as this watch reported (``watch.subscribed``
+    once per establishment, ``watch.resubscribing`` once per loss)."""
 
     @property
     def route_id(self) -> str:
@@ -441,6 +445,9 @@ class WatchManager:
         nursery.start_soon(self._run_watch, w)
         fields = self._fields(w)
         self._telemetry.emit("watch.started", **fields, shape=w.shape, filter=w.on_event is not None)
+        # The upstream's own "established" for this subscription may reach on_subscription_state
+        # before or after this point; the flag makes it one watch.subscribed either way.
+        w.subscribed = True
         self._telemetry.emit("watch.subscribed", **fields)
         self._request_save()
         return {"name": name, "uri": uri, "shape": w.shape}
@@ -485,13 +492,8 @@ class WatchManager:
             return body
 
     async def _catalog_list(self) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        for server, up in self.upstreams.items():
-            for r in getattr(up, "resources", None) or []:
-                out.append({"uri": str(r.uri), "name": r.name, "server": server, "template": False})
-            for t in getattr(up, "templates", None) or []:
-                out.append({"uri": str(t.uri_template), "name": t.name, "server": server, "template": True})
-        return out
+        # The same entries as the list_resources self-tool.
+        return resource_listing(self.upstreams)
 
     def _tool_caller(self, server: str, tool: str) -> Callable[..., Any]:
         async def call(*args: Any, **kwargs: Any) -> Any:
@@ -757,7 +759,13 @@ class WatchManager:
                 w.wake()
 
     def on_subscription_state(self, ev: SubscriptionStateChanged) -> None:
-        """Report a watched subscription's state change as ``watch.*`` telemetry (never blocks)."""
+        """Report a watched subscription's state change as ``watch.*`` telemetry (never blocks).
+
+        Once per change of the watch's view: ``watch.subscribed`` when it comes
+        up, ``watch.resubscribing`` when it is lost (the upstream's ``lost`` and
+        ``resubscribing`` for one loss are one event), ``watch.failed`` plus one
+        ``ERROR`` line to the owning agent when the upstream gives up.
+        """
         for w in self._watches.values():
             if (
                 w.server != ev.server
@@ -769,16 +777,24 @@ class WatchManager:
             if ev.state == "established":
                 if w.status is WatchStatus.FAILED:
                     w.status = WatchStatus.RUNNING  # FAILED -> RUNNING
-                self._telemetry.emit("watch.subscribed", **fields, attempt=ev.attempt)
+                if not w.subscribed:
+                    w.subscribed = True
+                    self._telemetry.emit("watch.subscribed", **fields, attempt=ev.attempt)
             elif ev.state in ("lost", "resubscribing"):
-                self._telemetry.emit("watch.resubscribing", **fields, attempt=ev.attempt, error=ev.error)
-            elif ev.state == "failed" and w.status is WatchStatus.RUNNING:
+                if w.subscribed:
+                    w.subscribed = False
+                    self._telemetry.emit("watch.resubscribing", **fields, attempt=ev.attempt, error=ev.error)
+            elif ev.state == "failed":
+                w.subscribed = False
+                if w.status is not WatchStatus.RUNNING:
+                    continue
                 w.status = WatchStatus.FAILED  # RUNNING -> FAILED
                 self._telemetry.emit("watch.failed", **fields, attempts=ev.attempt, error=ev.error)
                 assert w.stage is not None
                 message = (
-                    f"the subscription to {w.uri!r} failed after {ev.attempt} attempts ({ev.error}); "
-                    "no changes arrive until the server reconnects; call watch_stop to drop the watch"
+                    f"the subscription to {w.uri!r} failed after {ev.attempt} resubscribe attempts "
+                    f"({ev.error}); no changes arrive until the server reconnects or you start the "
+                    "watch again; call watch_stop to drop it"
                 )
                 w.stage.buffer.add([error_line(w.name, message)], trio.current_time(), pinned=True)
                 w.wake()
@@ -855,7 +871,7 @@ class WatchManager:
 
     # ------------------------------------------------------------------ restore
 
-    async def restore(self, routes: RouteTable) -> None:
+    async def restore(self, routes: RouteTable) -> list[WatchNotice]:
         """Start every watch saved in ``--watch-state`` again (once, at startup).
 
         A corrupt file is moved aside and an unreadable one reported (watches
@@ -864,16 +880,22 @@ class WatchManager:
         start (its filter is refused, its name is invalid, over the limit) is
         dropped from the file; one that failed for a reason that may pass (the
         server is down, the read failed) is kept and listed by ``watch_list()``
-        with ``restore_failed``. Each owning session then gets one restore notice.
+        with ``restore_failed``.
+
+        Returns:
+            One restore notice per owning session (``kind="restore"``), for the
+            caller to deliver: the reactor folds each into the first turn of
+            its session when it starts that session itself (the loop root), so
+            a restart costs no extra turn.
         """
         if self.state_path is None:
-            return
+            return []
         try:
             specs, warnings = await trio.to_thread.run_sync(state_file.load, self.state_path)
         except WatchStateError as exc:
             self._state_problem = str(exc)
             self._telemetry.emit("watch.state_unavailable", path=str(self.state_path), error=str(exc))
-            return
+            return []
         for warning in warnings:
             self._telemetry.emit("watch.state_warning", path=str(self.state_path), warning=warning)
         restored: list[Watch] = []
@@ -945,10 +967,10 @@ class WatchManager:
         for spec, why in dropped:
             if spec.owner is not None:
                 sessions.setdefault(spec.owner, []).append(f"{spec.name} {spec.uri}: dropped ({why})")
-        for session, lines in sessions.items():
-            await self._post(
-                WatchNotice(session=session, watch="", uri="", text=render_restore(lines), kind="restore")
-            )
+        return [
+            WatchNotice(session=session, watch="", uri="", text=render_restore(lines), kind="restore")
+            for session, lines in sessions.items()
+        ]
 
     # ------------------------------------------------------------------ --watch-state
 

@@ -10,7 +10,9 @@ Resources:
 Tools (read-only ones are annotated so, and so usable from watch filters):
     ``get_key(key)`` read-only, answers at once.
     ``slow_get(key, seconds)`` read-only, answers after ``seconds``.
-    ``gate_wait(gate)`` read-only, answers once ``gate`` is opened.
+    ``gate_wait(gate)`` read-only, answers once ``gate`` is opened (the n-th
+    waiter publishes an update of ``gate://<gate>?waiters=<n>``, so a test can
+    wait until n filters are waiting).
     ``set_key(key, value)``, ``append_events(events, skip)``, ``gate_open(gate)``: mutating.
 
 How resource subscriptions (``subscriptions/listen`` with resource URIs) are
@@ -70,6 +72,7 @@ class World:
         self.flap_after: float = args.flap_after
         self.flap_catalog: bool = args.flap_catalog
         self.gates: dict[str, anyio.Event] = {}
+        self.waiters: dict[str, int] = {}
 
     def gate(self, name: str) -> anyio.Event:
         return self.gates.setdefault(name, anyio.Event())
@@ -164,7 +167,9 @@ def build(args: argparse.Namespace) -> tuple[MCPServer[Any], World]:
 
     @mcp.tool(annotations=READ_ONLY)
     async def gate_wait(gate: str) -> str:
-        """Answer once ``gate`` is opened."""
+        """Answer once ``gate`` is opened. The n-th waiter publishes ``gate://<gate>?waiters=<n>``."""
+        world.waiters[gate] = world.waiters.get(gate, 0) + 1
+        await bus.publish(ResourceUpdated(uri=f"gate://{gate}?waiters={world.waiters[gate]}"))
         await world.gate(gate).wait()
         return f"{gate} open"
 

@@ -7,6 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agentd.agent.loop import NextTurn, ToolResult, UsageVerdict, run_agent
+from agentd.models.script import ScriptModel, parse_script
 from agentd.watches.extract import EventLogExtractor, StateExtractor
 from agentd.watches.notices import (
     NOTICE_INSTRUCTION,
@@ -348,5 +350,31 @@ def test_render_notice_escapes_attributes_and_lines():
         ("`NO_REPLY`", False),
     ],
 )
-def test_is_no_reply(reply, suppressed):
+async def test_is_no_reply(reply, suppressed):
+    """The rule, and the agent loop reporting it at each turn end (what the supervisor acts on)."""
     assert is_no_reply(reply) is suppressed
+    if reply is None:
+        return
+    model = ScriptModel(
+        parse_script({"turns": [{"text": reply}], "then": "stop"}, source="t", spec="script:t")
+    )
+    link = _RecordingLink()
+    await run_agent(model, link, system=None, instruction="<watch-event>…</watch-event>", tools=[])
+    assert link.turn_ends == [("completed", reply, suppressed)]
+
+
+class _RecordingLink:
+    """A supervisor link that records each turn end and then says exit."""
+
+    def __init__(self) -> None:
+        self.turn_ends: list[tuple[str, str, bool]] = []
+
+    async def call_tool(self, name: str, arguments: dict[str, object]) -> ToolResult:
+        raise AssertionError(f"no tool calls expected, got {name}")
+
+    async def report_usage(self, **_usage: object) -> UsageVerdict:
+        return UsageVerdict(proceed=True)
+
+    async def turn_end(self, *, status: str, text: str, idle: bool) -> NextTurn:
+        self.turn_ends.append((status, text, idle))
+        return NextTurn(action="exit")
