@@ -28,6 +28,8 @@ is one JSON command (no polling: the server waits for the FIFO to be readable):
     ``{"op": "set", "key": k, "value": v}``, ``{"op": "delete", "key": k}``,
     ``{"op": "append", "events": [{...}], "skip": n}`` (``seq`` jumps by ``n``
     before the first event; each event is stored as given plus its ``seq``),
+    ``{"op": "append_many", "count": n, "type": "ADDED", "prefix": "o"}`` (``n``
+    events about objects ``o0`` .. ``o<n-1>`` in ``default``),
     ``{"op": "open", "gate": name}``, ``{"op": "listen", "mode": "flap"}``.
 Every change publishes ``notifications/resources/updated`` for its URI.
 
@@ -103,12 +105,21 @@ class World:
             await self.delete(command["key"])
         elif op == "append":
             await self.append(command.get("events", []), int(command.get("skip", 0)))
+        elif op == "append_many":
+            # Too many events for one FIFO line: named objects <prefix><i>, i = 0 .. count-1.
+            prefix, kind = command.get("prefix", "o"), command.get("type", "ADDED")
+            events = [{"type": kind, "object": _object(f"{prefix}{i}")} for i in range(int(command["count"]))]
+            await self.append(events, int(command.get("skip", 0)))
         elif op == "open":
             self.gate(command["gate"]).set()
         elif op == "listen":
             self.listen_mode = command["mode"]
         else:
             print(f"watch server: unknown control op {op!r}", file=sys.stderr, flush=True)
+
+
+def _object(name: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"}}
 
 
 class MisbehavingListen:

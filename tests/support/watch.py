@@ -86,6 +86,9 @@ class Control:
     def append(self, *events: dict[str, Any], skip: int = 0) -> None:
         self.send(op="append", events=list(events), skip=skip)
 
+    def append_many(self, count: int, *, prefix: str = "o", type: str = "ADDED") -> None:
+        self.send(op="append_many", count=count, prefix=prefix, type=type)
+
     def open(self, gate: str) -> None:
         self.send(op="open", gate=gate)
 
@@ -110,3 +113,16 @@ class Recording(Telemetry):
 
     def find(self, name: str, **where: Any) -> list[dict[str, Any]]:
         return [e for e in self.events if e["event"] == name and all(e.get(k) == v for k, v in where.items())]
+
+
+def watch_start(name: str, uri: str, on_event: str | None = None) -> dict[str, Any]:
+    """A script-model tool call of ``watch_start``."""
+    return {"name": "watch_start", "arguments": {"name": name, "uri": uri, "on_event": on_event}}
+
+
+def loop_args(model: str, *servers: str, extra: tuple[str, ...] = ()) -> list[str]:
+    """``agentd`` arguments for a warm loop agent (it stays up between notices) with ``servers``."""
+    args = ["--mode", "loop", "--session", "warm", "--interval", "1h", "--verbose", "--model", model]
+    for server in servers:
+        args += ["--mcp-stdio", server]
+    return [*args, *extra, "watch things"]
