@@ -372,7 +372,7 @@ class WatchManager:
                 )
             up = self.upstreams[server]
             w.server = server
-            catalog, denied = self._catalog()
+            catalog, denied = self.filter_catalog()
             if source is not None:
                 pool = await self._filter_pool()
                 source = await pool.avalidate(
@@ -452,8 +452,13 @@ class WatchManager:
         self._request_save()
         return {"name": name, "uri": uri, "shape": w.shape}
 
-    def _catalog(self) -> tuple[dict[str, Callable[..., Any]], set[str]]:
-        """The filter's read-only catalog and the names it is denied (mutating tools)."""
+    def filter_catalog(self) -> tuple[dict[str, Callable[..., Any]], set[str]]:
+        """The filter's read-only catalog and the names it is denied (mutating tools).
+
+        Catalog functions are called from a filter's worker thread; each runs
+        its call on the event loop, bounded by the run's time left
+        (:func:`agentd.watches.sandbox.call_on_loop`).
+        """
         catalog: dict[str, Callable[..., Any]] = {
             "read_resource": self._sync_call(self._catalog_read),
             "list_resources": self._sync_call(self._catalog_list),
@@ -620,7 +625,7 @@ class WatchManager:
         if not with_filter:
             return
         pool = await self._filter_pool()
-        catalog, denied = self._catalog()
+        catalog, denied = self.filter_catalog()
         for r in with_filter:
             try:
                 await pool.avalidate(
@@ -703,7 +708,7 @@ class WatchManager:
             return
         filt: WatchFilter | None = None
         if route.on_event is not None:
-            catalog, denied = self._catalog()
+            catalog, denied = self.filter_catalog()
             filt = WatchFilter(
                 route.on_event,
                 pool=await self._filter_pool(),

@@ -56,6 +56,7 @@ supervisor's wrappers re-enter trio with ``trio.from_thread.run``. Cancelling
 from __future__ import annotations
 
 import contextlib
+import heapq
 import os
 import re
 import signal
@@ -690,9 +691,10 @@ class _Watchdog:
     """Kills the sandbox worker of a run that is still going at ``at`` (``time.monotonic()``).
 
     Armed by the run's first catalog call (:meth:`arm`): without catalog calls,
-    Monty's own clock is the run's whole time and its limit stops the run. One
-    timer thread per run that calls the catalog, none otherwise. :meth:`stop`
-    disarms it and says whether it fired.
+    Monty's own clock is the run's whole time and its limit stops the run.
+    :meth:`stop` disarms it and says whether it fired. The waiting is done by
+    one shared thread (:class:`_Reaper`), so arming costs a heap push, not a
+    thread.
     """
 
     def __init__(self, at: float) -> None:
@@ -702,17 +704,20 @@ class _Watchdog:
         self.fired = False
         self._lock = threading.Lock()
         self._running = True
-        self._timer: threading.Timer | None = None
+        self._armed = False
 
     def arm(self) -> None:
         with self._lock:
-            if self._timer is not None or not self._running:
+            if self._armed or not self._running:
                 return
-            self._timer = threading.Timer(max(0.0, self.at - time.monotonic()), self._fire)
-            self._timer.daemon = True
-            self._timer.start()
+            self._armed = True
+        _REAPER.arm(self)
 
-    def _fire(self) -> None:
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    def fire(self) -> None:
         with self._lock:
             if not self._running or self.pid is None:
                 return
@@ -724,10 +729,46 @@ class _Watchdog:
     def stop(self) -> bool:
         with self._lock:
             self._running = False
-            timer = self._timer
-        if timer is not None:
-            timer.cancel()
         return self.fired
+
+
+class _Reaper:
+    """One daemon thread that fires armed :class:`_Watchdog` s at their time (started on first use)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, _Watchdog]] = []
+        self._count = 0
+        self._thread: threading.Thread | None = None
+
+    def arm(self, dog: _Watchdog) -> None:
+        with self._cond:
+            self._count += 1
+            heapq.heappush(self._heap, (dog.at, self._count, dog))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="agentd-filter-watchdog", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def _run(self) -> None:
+        with self._cond:
+            while True:
+                if not self._heap:
+                    self._cond.wait()
+                    continue
+                at, _, dog = self._heap[0]
+                if not dog.running:
+                    heapq.heappop(self._heap)  # its run ended in time
+                    continue
+                left = at - time.monotonic()
+                if left > 0:
+                    self._cond.wait(left)
+                    continue
+                heapq.heappop(self._heap)
+                dog.fire()
+
+
+_REAPER: Final = _Reaper()
 
 
 def _denier(name: str, attempted: list[str]) -> CatalogFunction:
