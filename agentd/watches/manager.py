@@ -67,10 +67,10 @@ from agentd.watches.state import WatchSpec
 WATCH_NAME_RE: Final = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 #: Bound on one catalog call a filter makes (``read_resource``, a read-only
-#: tool). The filter's worker thread waits for it, and one watch's events wait
-#: behind that thread: 5 s is far above a healthy call (~1 ms) and well below
+#: tool), on top of the filter run's own time limit (which usually ends it
+#: first, rfcs/0151): 5 s is far above a healthy call (~1 ms) and well below
 #: the upstream's own 30 s request timeout, so a hung server costs a filter
-#: an error line, not half a minute.
+#: an error line, not half a minute, even with a long ``filter_timeout``.
 CATALOG_CALL_TIMEOUT_SECS: Final = 5.0
 
 #: How long shutdown waits for the sandbox pool to stop its worker processes.
