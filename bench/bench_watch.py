@@ -28,6 +28,7 @@ from __future__ import annotations
 import io
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -205,9 +206,10 @@ async def tool_call_figures(n: int = 1500) -> dict[str, float]:
     send, recv = trio.open_memory_channel[object](10_000)
     telemetry = Telemetry(stream=io.StringIO())
     figures: dict[str, float] = {}
+    scratch = tempfile.TemporaryDirectory(prefix="agentd-bench-watch-")  # the server's control FIFO
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_drain, recv)
-        up = Upstream(watch_spec("watchy", Path("/tmp") / f"agentd-bench-{id(send)}.ctl"), send, telemetry)
+        up = Upstream(watch_spec("watchy", Path(scratch.name) / "ctl"), send, telemetry)
         await nursery.start(up.run)
         upstreams = {"watchy": up}
         manager = WatchManager(
@@ -267,6 +269,7 @@ async def tool_call_figures(n: int = 1500) -> dict[str, float]:
                 assert stage.filter is not None
                 await stage.filter.aclose()
         nursery.cancel_scope.cancel()
+    scratch.cleanup()
     return figures
 
 
