@@ -61,7 +61,7 @@ from pydantic_settings.sources.utils import parse_env_vars
 
 from agentd.durations import parse_duration, parse_size
 from agentd.errors import ConfigError
-from agentd.redact import REDACTED, is_secret_key, redact, secret_values
+from agentd.redact import REDACTED, redact, secret_values, secrets_in
 
 __all__ = [
     "DEFAULT_MAX_READ_BYTES",
@@ -769,11 +769,14 @@ class Settings(BaseSettings):
     def _watch_state(cls, v: Path | None) -> Path | None:
         if v is None:
             return v
+        from agentd.watches.state import refusal
+
         v = _expand_user(v)
         # Checked now so a daemon does not fail hours later on its first
-        # write; nothing is created here.
-        if v.is_dir():
-            raise ValueError("is a directory; give a file path (it is created on the first watch)")
+        # write; nothing is created here (the file is only read).
+        why = refusal(v)
+        if why is not None:
+            raise ValueError(why)
         parent = v.parent
         if not parent.is_dir():
             raise ValueError(f"its directory {str(parent)!r} does not exist; create it or pick another path")
@@ -1559,15 +1562,23 @@ def load_settings(
 def server_secrets(settings: Settings) -> list[str]:
     """Values of the servers' settings that are credentials: to hide wherever they appear.
 
-    Every ``headers`` value, and each ``env`` value whose name looks like a
-    credential or whose text holds one (``DATABASE_URL=postgres://u:pw@…``).
+    Every ``headers`` value (and the credential in ``Bearer …``), each ``env``
+    value whose name looks like a credential and the credentials inside the
+    others (``DATABASE_URL=postgres://u:pw@…``), the values of credential
+    flags in ``args`` (``-k VALUE``, ``--token=VALUE``) and the credentials in
+    a server URL (userinfo, secret query parameters).
     The CLI registers them (:func:`agentd.redact.register_secrets`) so that
     no error or event can print them; ``agentd check`` hides them too.
     """
     found: list[str] = []
     for spec in settings.servers.values():
         found += [v for v in spec.headers.values() if v]
-        found += [v for k, v in spec.env.items() if v and (is_secret_key(k) or redact(v) != v)]
+        for v in spec.headers.values():
+            found += secrets_in(v)
+        found += secret_values(spec.env)
+        found += secrets_in(spec.args)
+        if spec.url is not None:
+            found += secrets_in(spec.url)
     return found
 
 

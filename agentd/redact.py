@@ -45,6 +45,7 @@ __all__ = [
     "redact",
     "register_secrets",
     "secret_values",
+    "secrets_in",
 ]
 
 REDACTED: Final = "***"
@@ -189,8 +190,71 @@ def register_secrets(values: Iterable[str]) -> None:
 
 
 def secret_values(env: Mapping[str, str]) -> list[str]:
-    """The values of ``env`` entries whose names look like credentials (``OPENAI_API_KEY`` …)."""
-    return [v for k, v in env.items() if v and is_secret_key(k)]
+    """The credentials in an environment: the values of credential-named entries
+    (``OPENAI_API_KEY`` …) and the credentials inside any other value
+    (the password of ``DATABASE_URL=postgres://u:pw@…``, the ``api-key`` of
+    ``OPENAI_BASE_URL=…?api-key=…``; see :func:`secrets_in`)."""
+    found: list[str] = []
+    for k, v in env.items():
+        if not v:
+            continue
+        if is_secret_key(k):
+            found.append(v)
+        else:
+            found += secrets_in(v)
+    return found
+
+
+def secrets_in(value: str | Iterable[str]) -> list[str]:
+    """The credentials :func:`redact` would hide in ``value`` (a string, or a list of arguments).
+
+    Used to register them (:func:`register_secrets`), so that they stay hidden
+    even where they later appear alone: a server that prints the password of
+    its ``DATABASE_URL``, a provider that echoes the key it was given.
+    """
+    if not isinstance(value, str):
+        items = list(value)
+        found: list[str] = []
+        for before, item in zip(["", *items], items, strict=False):
+            if before.startswith("-") and "=" not in before and is_secret_flag(before):
+                found.append(item)
+            found += secrets_in(item)
+        return found
+    found = []
+    for m in _USERINFO.finditer(value):
+        userinfo = m[0][3:-1]
+        found.append(userinfo)
+        found += [part for part in userinfo.split(":", 1)[1:] if part]
+    for m in _TOKEN.finditer(value):
+        found.append(m[0])
+    return found + _named_secrets(value)
+
+
+# A value that is already a placeholder (``KEY=...`` in a message telling the user what to set).
+_PLACEHOLDER = re.compile(r"[.*]+")
+_SCHEME_WORD = re.compile(r"^(?i:bearer|basic|token)[ \t]+")
+
+
+def _named_secrets(text: str) -> list[str]:
+    found: list[str] = []
+    for m in _NAMED.finditer(text):
+        group = m.lastgroup
+        if group == "qval":
+            if is_secret_param(m["qname"]) and m["qval"]:
+                found.append(m["qval"])
+        elif group == "authval":
+            found.append(m["authval"])
+        elif group == "fval":
+            found += [m["fval"]] if is_secret_flag(m["flag"]) else _named_secrets(m["fval"])
+        elif group == "kvval":
+            if is_secret_key(m["kv"]):
+                found.append(m["kvval"])
+                bare = _SCHEME_WORD.sub("", m["kvval"])
+                if bare != m["kvval"]:
+                    found.append(bare)
+            else:
+                found += _named_secrets(m["kvval"])
+    return found
 
 
 def _replace_token(m: re.Match[str]) -> str:
@@ -208,7 +272,7 @@ def _replace_named(m: re.Match[str]) -> str:
             return m["flag"] + m["fsep"] + REDACTED
         return m["flag"] + m["fsep"] + _named(m["fval"])
     if group == "kvval":
-        if is_secret_key(m["kv"]):
+        if is_secret_key(m["kv"]) and not _PLACEHOLDER.fullmatch(m["kvval"]):
             return m["kv"] + m["kvsep"] + REDACTED
         # The value may itself hold a secret-named part (url=https://h/?token=...).
         return m["kv"] + m["kvsep"] + _named(m["kvval"])

@@ -61,13 +61,16 @@ def test_openai_odd_usage_values_fall_back_to_estimates() -> None:
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        ({}, r"openai: the response has no choices\[0\]"),
-        ({"choices": []}, r"no choices\[0\]"),
-        ({"choices": [{"finish_reason": "stop"}]}, r"no choices\[0\]\.message"),
+        ({}, r"openai returned an unexpected response: choices\[0\] is missing"),
+        ({"choices": []}, r"choices\[0\] is missing"),
+        ({"choices": [{"finish_reason": "stop"}]}, r"choices\[0\]\.message is missing"),
         (_oai({"content": ["x"]}), r"choices\[0\]\.message\.content is list, expected a string"),
-        (_oai({"tool_calls": ["x"]}), r"tool_calls\[0\] has no function object"),
+        (_oai({"tool_calls": ["x"]}), r"message\.tool_calls\[0\]\.function is missing"),
         (_oai({"tool_calls": 5}), r"message\.tool_calls is int, expected a list"),
-        (_oai({"tool_calls": [{"function": {"arguments": "{}"}}]}), r"tool_calls\[0\]\.function has no name"),
+        (
+            _oai({"tool_calls": [{"function": {"arguments": "{}"}}]}),
+            r"tool_calls\[0\]\.function\.name is missing or empty",
+        ),
     ],
 )
 def test_openai_unusable_bodies(body: dict[str, Any], message: str) -> None:
@@ -142,11 +145,11 @@ def test_anthropic_ignores_unknown_blocks_and_missing_usage() -> None:
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        ({"content": "hi"}, r"anthropic: the response has no content list"),
+        ({"content": "hi"}, r"anthropic returned an unexpected response: content is missing or not a list"),
         ({"content": [3]}, r"content\[0\] is not an object"),
         (
             {"content": [{"type": "tool_use", "name": "x", "input": {}}]},
-            r"content\[0\] is a tool_use without id or name",
+            r"content\[0\]\.(id|name) of a tool_use block is missing",
         ),
     ],
 )
