@@ -124,7 +124,9 @@ def run_child(payload: dict[str, Any], sock: socket.socket) -> int:
     try:
         return trio.run(amain, payload, sock)
     except BaseException as exc:  # the supervisor sees the crash as the socket closing
-        print(f"agentd child {payload.get('agent')}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        from agentd.redact import redact
+
+        print(redact(f"agentd child {payload.get('agent')}: {type(exc).__name__}: {exc}"), file=sys.stderr)
         return EXIT_CRASH
 
 

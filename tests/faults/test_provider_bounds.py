@@ -210,6 +210,7 @@ async def test_a_malformed_200_names_the_field_and_ends_with_exit_4(tmp_path: Pa
 # ------------------------------------------------------------------ tool-call arguments
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
 async def test_70mb_of_tool_arguments_go_back_to_the_model_as_a_tool_error(
     tmp_path: Path, provider: str
@@ -244,6 +245,7 @@ def _runaway(srv_requests: list[RecordedRequest]) -> Callable[[RecordedRequest],
     return reply
 
 
+@pytest.mark.slow
 async def test_a_model_that_calls_tools_forever_stops_at_the_default_cap_of_100(tmp_path: Path) -> None:
     async with provider_server() as srv:
         srv.push(*[_runaway(srv.requests)] * 150)
