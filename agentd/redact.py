@@ -32,6 +32,7 @@ argument after ``--token`` is hidden even when it was not a token).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any, Final, TypeVar, overload
@@ -108,6 +109,7 @@ _KEY_WORD: Final = "key"
 _SECRET_SHORT_FLAGS: Final = frozenset({"k"})
 
 
+@functools.lru_cache(maxsize=1024)
 def is_secret_key(name: str) -> bool:
     """Whether a field, variable, header or parameter called ``name`` holds a credential.
 
@@ -122,6 +124,7 @@ def is_secret_key(name: str) -> bool:
     return any(w in _SECRET_WORDS for w in words) or (len(words) > 1 and _KEY_WORD in words)
 
 
+@functools.lru_cache(maxsize=1024)
 def is_secret_param(name: str) -> bool:
     """Whether a URL query parameter called ``name`` holds a credential (``api-key``, ``key``, ``sig`` …)."""
     return is_secret_key(name) or name.lower() == _KEY_WORD
@@ -187,6 +190,7 @@ def register_secrets(values: Iterable[str]) -> None:
     if added:
         _known.update(added)
         _known_sorted = sorted(_known, key=len, reverse=True)
+        _cached_text.cache_clear()
 
 
 def secret_values(env: Mapping[str, str]) -> list[str]:
@@ -307,6 +311,27 @@ def _text(text: str, extra: Collection[str]) -> str:
     return out
 
 
+#: Shortest string that can hold anything to hide (a registered value, ``k=v12345``…).
+_SHORTEST = min(MIN_REGISTERED_CHARS, 6)
+
+#: Strings up to this long are remembered with their redacted form: telemetry
+#: repeats the same server names, URIs, routes and messages again and again.
+_CACHED_CHARS = 512
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_text(text: str) -> str:
+    return _text(text, ())
+
+
+def _string(text: str, extra: Collection[str]) -> str:
+    if len(text) < _SHORTEST:
+        return text
+    if extra or len(text) > _CACHED_CHARS:
+        return _text(text, extra)
+    return _cached_text(text)
+
+
 def _sequence(items: list[Any], extra: Collection[str]) -> list[Any]:
     out: list[Any] = []
     hide_next = False
@@ -351,7 +376,7 @@ def redact(value: Any, *, extra: Collection[str] = ()) -> Any:
             (``agentd check`` passes the values it hid under their names).
     """
     if isinstance(value, str):
-        return _text(value, extra)
+        return _string(value, extra)
     if isinstance(value, Mapping):
         return {
             k: (REDACTED if isinstance(k, str) and is_secret_key(k) and v else redact(v, extra=extra))

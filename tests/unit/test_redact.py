@@ -25,7 +25,10 @@ from agentd.supervisor.events import ServerState
 from agentd.telemetry import Telemetry
 
 SECRET_CHARS = string.ascii_letters + string.digits
-secrets = st.text(alphabet=SECRET_CHARS, min_size=12, max_size=40)
+# A letter and a digit in each: a generated secret must not be a word the output holds anyway.
+secrets = st.text(alphabet=SECRET_CHARS, min_size=12, max_size=40).filter(
+    lambda s: any(c.isdigit() for c in s) and any(c.isalpha() for c in s)
+)
 QUERY_NAMES = ["api-key", "api_key", "apikey", "key", "token", "access_token", "sig", "password", "secret",
                "X-Amz-Signature", "client_secret", "auth"]  # fmt: skip
 FLAGS = ["-k", "--api-key", "--token", "--password", "--secret", "--github-token", "--auth-token", "--key"]
