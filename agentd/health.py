@@ -411,8 +411,6 @@ class _Connections:
         self._held: dict[int, trio.CancelScope] = {}
         self._evictable: dict[int, None] = {}
         self._next = 0
-        self.evicted = 0
-        """Connections closed to make room (for tests and diagnostics)."""
 
     def admit(self, scope: trio.CancelScope) -> int:
         """Register a new connection (evictable at first); evict the oldest if over the limit."""
@@ -420,7 +418,6 @@ class _Connections:
             oldest = next(iter(self._evictable))
             self._evictable.pop(oldest)
             self._held.pop(oldest).cancel()
-            self.evicted += 1
         key = self._next
         self._next += 1
         self._held[key] = scope

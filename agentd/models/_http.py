@@ -2,7 +2,7 @@
 
 Retry policy (see ``rfcs/0021-model-http-retries.md``):
 
-* Retried: HTTP 408, 429, 500, 502, 503, 504, 529, and transport failures
+* Retried: HTTP 408, 429, 500, 502, 503, 504, 529, and request failures
   (connection refused/reset, timeouts, a connection dropped mid-answer).
 * Delay before retry *n* (1-based): the server's ``retry-after-ms`` /
   ``Retry-After`` (seconds or an HTTP date) when present, capped at
@@ -291,7 +291,7 @@ class JsonPoster:
                 async with self._client.stream("POST", url, content=payload, headers=headers) as response:
                     status = response.status_code
                     raw = await self._read_body(response, shown)
-            except httpx2.TransportError as exc:
+            except httpx2.RequestError as exc:  # transport failures, and a body that cannot be decoded
                 state.last_failure = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             except _BodyStalled as stalled:
                 state.last_failure = str(stalled)

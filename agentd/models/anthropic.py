@@ -25,7 +25,6 @@ Reply mapping: ``text`` blocks joined, ``tool_use`` blocks → tool calls;
 
 from __future__ import annotations
 
-import json
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -180,11 +179,11 @@ def _tool_call(index: int, block: dict[str, Any]) -> ToolCall:
     if not isinstance(call_id, str) or not call_id:
         raise _unexpected(f"content[{index}].id", f"of a tool_use block is missing: {block!r:.200}")
     args = block.get("input")
-    # orjson first: it measures a huge input in milliseconds, before anything keeps it.
+    # orjson: it measures a huge input in milliseconds, and any depth orjson parsed it serializes
+    # (json.dumps would hit Python's recursion limit on a deeply nested input).
     raw = orjson.dumps(args).decode()
     if len(raw) > MAX_TOOL_ARGUMENT_CHARS:
         return ToolCall.oversized(call_id, name, raw)
-    raw = json.dumps(args)
     if not isinstance(args, dict):
         return ToolCall(
             id=call_id,

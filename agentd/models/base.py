@@ -110,6 +110,17 @@ class ToolCall:
             return cls(id=id, name=name, arguments={}, raw_arguments=raw_arguments)
         try:
             parsed = json.loads(raw_arguments)
+        except RecursionError:
+            return cls(
+                id=id,
+                name=name,
+                arguments=None,
+                raw_arguments=raw_arguments[:_QUOTE_CHARS],
+                error=(
+                    f"the arguments for tool {name!r} are nested too deeply to read. "
+                    "Call the tool again with the arguments as one flat JSON object."
+                ),
+            )
         except json.JSONDecodeError as exc:
             return cls(
                 id=id,

@@ -23,13 +23,13 @@ tool calls are present: some servers say ``stop``), ``length`` → max_tokens,
 
 from __future__ import annotations
 
-import json
 import random
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import httpx2
+import orjson
 import trio
 
 from agentd.errors import ModelResponseError
@@ -175,7 +175,7 @@ def _tool_call(index: int, raw: Any) -> ToolCall:
     args = fn.get("arguments")
     if isinstance(args, dict):
         # Some compatible servers send the arguments as an object, not JSON text.
-        text = json.dumps(args)
+        text = orjson.dumps(args).decode()
         if len(text) > MAX_TOOL_ARGUMENT_CHARS:
             return ToolCall.oversized(call_id, name, text)
         return ToolCall(id=call_id, name=name, arguments=args, raw_arguments=text)
@@ -186,7 +186,7 @@ def _tool_call(index: int, raw: Any) -> ToolCall:
             id=call_id,
             name=name,
             arguments=None,
-            raw_arguments=json.dumps(args),
+            raw_arguments=orjson.dumps(args).decode(),
             error=f"the arguments for tool {name!r} are JSON {type(args).__name__}, not an object. "
             "Call the tool again with the arguments as one JSON object.",
         )

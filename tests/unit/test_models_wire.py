@@ -38,7 +38,7 @@ def test_openai_tool_call_without_id_or_with_object_arguments() -> None:
         estimated_input=12,
     )
     a, b, c = reply.tool_calls
-    assert (a.id, a.arguments, a.raw_arguments) == ("call_0", {"x": 1}, '{"x": 1}')
+    assert (a.id, a.arguments, a.raw_arguments) == ("call_0", {"x": 1}, '{"x":1}')
     assert (b.id, b.arguments, b.error) == ("call_1", {}, None)
     assert (c.id, c.arguments) == ("c3", None)
     assert c.error is not None
@@ -259,3 +259,36 @@ def test_anthropic_parse_never_crashes(body: dict[str, Any]) -> None:
     except ModelError:
         return
     assert reply.stop in ("end", "tool_use", "refusal", "max_tokens")
+
+
+def test_tool_arguments_nested_too_deeply_are_a_tool_error_not_a_crash() -> None:
+    deep = '{"a": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    reply = oai.parse_response(
+        _oai({"tool_calls": [{"id": "c1", "function": {"name": "t", "arguments": deep}}]})
+    )
+    (call,) = reply.tool_calls
+    assert call.arguments is None
+    assert call.error is not None
+    assert "nested too deeply" in call.error
+    assert len(call.raw_arguments) <= 200
+
+
+def test_oversized_tool_arguments_are_not_parsed_and_not_kept() -> None:
+    from agentd.models.base import MAX_TOOL_ARGUMENT_CHARS
+
+    huge = '{"x": "' + "a" * MAX_TOOL_ARGUMENT_CHARS + '"}'
+    reply = oai.parse_response(
+        _oai({"tool_calls": [{"id": "c1", "function": {"name": "t", "arguments": huge}}]})
+    )
+    (call,) = reply.tool_calls
+    assert call.error is not None
+    assert f"over the limit of {MAX_TOOL_ARGUMENT_CHARS}" in call.error
+    assert len(call.raw_arguments) <= 200
+    body = anth.parse_response(
+        {
+            "content": [
+                {"type": "tool_use", "id": "t1", "name": "t", "input": {"x": "a" * MAX_TOOL_ARGUMENT_CHARS}}
+            ]
+        }
+    )
+    assert body.tool_calls[0].error is not None
