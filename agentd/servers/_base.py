@@ -313,9 +313,9 @@ def read_token(token_file: str | None, env: Mapping[str, str]) -> str | None:
     if len(token) < MIN_TOKEN_LENGTH:
         raise ConfigError(
             source,
-            f"<{len(token)} characters>",
-            f"use a bearer token of at least {MIN_TOKEN_LENGTH} random characters "
-            "(e.g. from `openssl rand -hex 32`)",
+            "(hidden)",  # never echo a credential, even a bad one
+            f"it is {len(token)} characters long: use a bearer token of at least {MIN_TOKEN_LENGTH} random "
+            "characters (e.g. from `openssl rand -hex 32`)",
         )
     return token
 
@@ -345,15 +345,15 @@ def parse_http(
             raise ConfigError(
                 "--http",
                 value,
-                "bind a loopback address (127.0.0.1, ::1, localhost), or pass --allow-remote together "
-                f"with a bearer token (--token-file PATH or ${TOKEN_ENV}) to expose it deliberately",
+                "bind a loopback address (127.0.0.1, ::1, localhost), or pass --allow-remote with a bearer "
+                f"token ({TOKEN_ENV}, or a file named with --token-file) to expose it deliberately",
             )
         if token is None:
             raise ConfigError(
                 "--allow-remote",
                 value,
-                f"a non-loopback bind needs a bearer token: pass --token-file PATH or set ${TOKEN_ENV}; "
-                "clients send it as 'Authorization: Bearer TOKEN'",
+                f"a non-loopback bind needs a bearer token (set {TOKEN_ENV}, or name a file holding it with "
+                "--token-file); clients send it in their Authorization header",
             )
         if is_wildcard(host) and not allow_hosts:
             raise ConfigError(

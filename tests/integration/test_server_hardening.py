@@ -272,14 +272,15 @@ def test_a_non_loopback_bind_needs_allow_remote_and_a_token(tmp_path: Path) -> N
     no_token = run_cli("memo", "--http", "0.0.0.0:0", "--allow-remote", "--allow-host", "box.example")
     assert no_token.returncode == 2
     assert (
-        "a non-loopback bind needs a bearer token: pass --token-file PATH or set $AGENTD_SERVE_TOKEN"
-        in no_token.stderr
+        "a non-loopback bind needs a bearer token (set AGENTD_SERVE_TOKEN, or name a file holding it with "
+        "--token-file); clients send it in their Authorization header" in no_token.stderr
     )
     short = run_cli(
-        "memo", "--http", "0.0.0.0:0", "--allow-remote", env=server_env(AGENTD_SERVE_TOKEN="short")
+        "memo", "--http", "0.0.0.0:0", "--allow-remote", env=server_env(AGENTD_SERVE_TOKEN="tiny-tok")
     )
     assert short.returncode == 2
-    assert "use a bearer token of at least 16 random characters" in short.stderr
+    assert "it is 8 characters long: use a bearer token of at least 16 random characters" in short.stderr
+    assert "tiny-tok" not in short.stderr  # a credential is never echoed, even a bad one
     wildcard = run_cli(
         "memo", "--http", "0.0.0.0:0", "--allow-remote", env=server_env(AGENTD_SERVE_TOKEN=TOKEN)
     )
