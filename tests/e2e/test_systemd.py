@@ -14,61 +14,18 @@ import configparser
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx2
 import pytest
 import trio
 
-from tests.e2e.agentd_proc import PY, REPO, Agentd, run_agentd, script
+from tests.e2e.agentd_proc import PY, REPO, run_agentd, script
+from tests.support.sdnotify import STEP_TIMEOUT, lines, notify_socket
 
 UNIT = REPO / "deploy" / "systemd" / "agentd.service"
-STEP_TIMEOUT = 30
-"""Seconds for one expected notification (start-up imports and a server connect on a busy machine)."""
-
-
-class NotifyListener:
-    """The service manager's end of ``NOTIFY_SOCKET``: every datagram, in order."""
-
-    def __init__(self, sock: trio.socket.SocketType) -> None:
-        self._sock = sock
-        self.messages: list[str] = []
-
-    async def next(self) -> str:
-        with trio.fail_after(STEP_TIMEOUT):
-            data = await self._sock.recv(65536)
-        text = data.decode()
-        self.messages.append(text)
-        return text
-
-    async def until(self, line: str, agentd: Agentd) -> str:
-        """Read until a message holding ``line`` (e.g. ``READY=1``); fail early if agentd exits."""
-        while True:
-            with trio.move_on_after(STEP_TIMEOUT) as scope:
-                message = await self.next()
-            if scope.cancelled_caught:
-                raise AssertionError(f"no {line!r} in {self.messages}; agentd's stderr:\n{agentd.tail()}")
-            if line in message.split("\n"):
-                return message
-
-
-@asynccontextmanager
-async def notify_socket(address: str) -> AsyncIterator[NotifyListener]:
-    sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    try:
-        await sock.bind("\0" + address[1:] if address.startswith("@") else address)
-        yield NotifyListener(sock)
-    finally:
-        sock.close()
-
-
-def lines(messages: list[str]) -> list[str]:
-    return [line for m in messages for line in m.split("\n")]
 
 
 async def readyz(port: int) -> int:
@@ -98,7 +55,7 @@ async def test_ready_when_readyz_first_says_ready_and_stopping_on_sigterm(tmp_pa
     # A watchdog meant for another process (WATCHDOG_PID) is not agentd's to ping.
     env = {"NOTIFY_SOCKET": address, "WATCHDOG_USEC": "100000", "WATCHDOG_PID": "1"}
     async with notify_socket(address) as listener, run_agentd(args, env=env) as a:
-        ready = await listener.until("READY=1", a)
+        ready = await listener.until("READY=1", a.tail)
         port = (await a.wait_event("health.listening"))["port"]
         assert await readyz(port) == 200
         assert ready.split("\n") == ["READY=1", "STATUS=ready"]
@@ -110,7 +67,7 @@ async def test_ready_when_readyz_first_says_ready_and_stopping_on_sigterm(tmp_pa
         assert (await a.wait_event("sdnotify.enabled"))["watchdog_s"] is None
 
         a.signal(signal.SIGTERM)
-        stopping = await listener.until("STOPPING=1", a)
+        stopping = await listener.until("STOPPING=1", a.tail)
         assert stopping.split("\n") == ["STOPPING=1", "STATUS=draining: finishing running turns"]
         assert await a.wait_exit() == 0
         assert await listener.next() == "STATUS=stopping: exit code 0"
@@ -126,13 +83,13 @@ async def test_watchdog_pings_over_an_abstract_socket(tmp_path: Path) -> None:
     # A 1 s timeout: a ping every 0.5 s, each after the reactor answered a probe.
     env = {"NOTIFY_SOCKET": address, "WATCHDOG_USEC": "1000000"}
     async with notify_socket(address) as listener, run_agentd(args, env=env) as a:
-        await listener.until("READY=1", a)
+        await listener.until("READY=1", a.tail)
         enabled = await a.wait_event("sdnotify.enabled")
         assert (enabled["socket"], enabled["watchdog_s"]) == (address, 0.5)
         for _ in range(3):
             assert await listener.next() == "WATCHDOG=1"
         a.signal(signal.SIGTERM)
-        await listener.until("STOPPING=1", a)
+        await listener.until("STOPPING=1", a.tail)
         assert await a.wait_exit() == 0
     assert not a.find("sdnotify.failed")
 
