@@ -5,6 +5,7 @@
     agentd [--mode once|loop|reactive|schedule] [options] [INSTRUCTION]
     agentd check [options]          validate, print the effective config (redacted), exit 0 or 2
     agentd serve NAME [options]     run a bundled MCP server (agentd.servers)
+    agentd --version                print "agentd VERSION" and exit 0
 
 The first word selects ``check`` or ``serve``; an instruction that is exactly
 ``check`` or ``serve`` must be given with ``--instruction``.
@@ -25,6 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from agentd import __version__
 from agentd.config import ConfigErrors, Settings, effective_config, load_settings, server_secrets
 from agentd.errors import ConfigError
 from agentd.exitcodes import ExitCode
@@ -58,6 +60,7 @@ def build_parser(prog: str = "agentd") -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,
     )
+    p.add_argument("--version", action="version", version=f"agentd {__version__}")
     p.add_argument("instruction_arg", nargs="?", metavar="INSTRUCTION", help="the root agent's task")
     p.add_argument(
         "--instruction",
@@ -232,6 +235,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     register_secrets(server_secrets(settings))
     if command == "check":
         shown = effective_config(settings, os.environ, show_secrets=bool(getattr(ns, "show_secrets", False)))
+        # Which agentd validated it (not a setting: bug reports paste this output).
+        shown["agentd_version"] = __version__
         print(json.dumps(shown, sort_keys=True, indent=2))
         return int(ExitCode.OK)
     return _run(settings)

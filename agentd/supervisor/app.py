@@ -106,7 +106,11 @@ async def _main(
     )
     import datetime as _dt
 
+    from agentd.sdnotify import Notifier
     from agentd.supervisor.routes import build_router, make_clock
+
+    # Under systemd (Type=notify): read and drop NOTIFY_SOCKET before any child starts.
+    notifier = Notifier.from_environ(os.environ, telemetry=telemetry)
 
     driver = modes.make_driver(
         settings.mode,
@@ -167,6 +171,8 @@ async def _main(
             kill_all=lambda: nursery.start_soon(tree.terminate_all),
             unsubscribe=unsubscribe,
             publish=publish,
+            readiness=notifier.readiness,
+            draining=notifier.draining,
         )
         reactor = Reactor(
             driver=driver,
@@ -218,7 +224,12 @@ async def _main(
         if settings.health_addr or settings.metrics_addr:
             await _start_health(settings, reactor, telemetry, nursery)
 
+        if notifier.watchdog_interval is not None:  # WatchdogSec= only: otherwise no timer at all
+            from agentd.health import reactor_probe
+
+            nursery.start_soon(notifier.watchdog, reactor_probe(reactor.send))
         code = await reactor.run()
+        notifier.stopped(int(code))
         if once:
             _print_once(reactor, code, json_out, time.monotonic() - started_wall, telemetry)
         telemetry.emit(

@@ -127,6 +127,10 @@ class Hooks:
     """Drop the upstream subscription to (server, uri)."""
     publish: Callable[[Agent, TerminalStatus, str, bool], None]
     """Publish a turn's result on stdout (not called for NO_REPLY turns)."""
+    readiness: Callable[[bool, str], None] = lambda ready, reason: None
+    """The ``/readyz`` answer, at start and on every flip (the service manager hears it, rfcs/0162)."""
+    draining: Callable[[], None] = lambda: None
+    """The first signal started the drain (the service manager hears it, rfcs/0162)."""
 
 
 class WatchHooks(Protocol):
@@ -307,6 +311,7 @@ class Reactor:
         if ready != self._reported_ready:
             self._reported_ready = ready
             self.telemetry.emit("ready.changed", ready=ready, reason=reason)
+            self.hooks.readiness(ready, reason)
 
     def metrics_snapshot(self) -> Any:
         """A frozen copy of the numbers ``/metrics`` exposes."""
@@ -336,6 +341,7 @@ class Reactor:
         """Turn until the exit predicate fires; returns the exit code."""
         now = trio.current_time()
         self._start(now)
+        self._report_readiness()  # ready before any event (no required server, nothing declared)
         while True:
             code = self._exit_predicate(now)
             if code is not None:
@@ -1055,6 +1061,7 @@ class Reactor:
         self.drain_deadline = now + self.grace
         self.reenter_at = None
         self.telemetry.emit("drain.start", signal=name, grace_s=self.grace, agents=len(self.live_agents()))
+        self.hooks.draining()
         self._release_idle()
 
     def _release_idle(self) -> None:
