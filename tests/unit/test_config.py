@@ -87,6 +87,7 @@ PRECEDENCE: list[tuple[str, str, Any, str, Any, Any, Any, dict[str, Any]]] = [
     ("grace", "5", 5.0, "6s", 6.0, "700ms", 0.7, {}),
     ("max_restarts", "1", 1, "2", 2, "0", 0, {}),
     ("restart_period", '"10s"', 10.0, "20", 20.0, "1m", 60.0, {}),
+    ("spawn_timeout", '"2s"', 2.0, "3", 3.0, "750ms", 0.75, {}),
     ("output", '"json"', "json", "text", "text", "json", "json", {}),
     ("verbose", "true", True, "false", False, True, True, {}),
     ("system", '"sys file"', "sys file", "sys env", "sys env", "sys flag", "sys flag", {}),
