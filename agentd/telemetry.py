@@ -55,6 +55,7 @@ RATE_LIMITED: dict[str, tuple[str, ...]] = {
     "upstream.oversized_skipped": ("server",),
     "upstream.transport_error": ("server",),
     "model.retry": ("agent",),
+    "log": ("logger",),
 }
 #: Lines per source per window that pass; the rest are counted in one summary line.
 RATE_BURST = 10

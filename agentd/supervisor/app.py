@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
 import signal
 import sys
@@ -116,6 +117,11 @@ def run(settings: Any, *, closed_fds: frozenset[int] = frozenset()) -> int:
     telemetry = Telemetry(
         verbose=bool(settings.verbose), fd=2, buffer_bytes=buffer, fd_closed=2 in closed_fds
     )
+    # Libraries log through `logging` (the MCP SDK on a peer's bad message);
+    # unconfigured, that writes to stderr synchronously, from the reactor's
+    # thread. Route it through telemetry: buffered, rate-limited, never blocking.
+    log_handler = _LogToTelemetry(telemetry)
+    logging.getLogger().addHandler(log_handler)
     stdout = LineWriter(
         1,
         max_bytes=DEFAULT_OUTPUT_BUFFER,
@@ -136,9 +142,25 @@ def run(settings: Any, *, closed_fds: frozenset[int] = frozenset()) -> int:
             traceback="".join(traceback.format_exception(exc)),
         )
         code = int(ExitCode.CRASHED)
+    logging.getLogger().removeHandler(log_handler)
     stdout.close(EXIT_FLUSH_TIMEOUT)
     telemetry.close(EXIT_FLUSH_TIMEOUT)
     return code
+
+
+class _LogToTelemetry(logging.Handler):
+    """Library log records (WARNING and up) as ``log`` telemetry events."""
+
+    def __init__(self, telemetry: Telemetry) -> None:
+        super().__init__(level=logging.WARNING)
+        self._telemetry = telemetry
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = record.getMessage()
+        except Exception:  # a library's bad format string must not break anything
+            message = str(record.msg)
+        self._telemetry.emit("log", logger=record.name, level=record.levelname, message=message[:2000])
 
 
 async def _main(

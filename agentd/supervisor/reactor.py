@@ -37,6 +37,7 @@ from agentd.supervisor.events import (
     ChildMessage,
     HealthProbe,
     ReactorEvent,
+    Reply,
     ResourceChanged,
     ServerState,
     ServerStateChanged,
@@ -616,10 +617,9 @@ class Reactor:
 
     def _child_message(self, msg: ChildMessage, now: float) -> None:
         agent = self.agents.get(msg.agent)
-        reply = msg.payload.get("reply")
+        reply = Reply[dict[str, Any]](msg.payload.get("reply"))
         if agent is None:
-            if reply is not None:
-                reply.send_nowait({"error": f"unknown agent {msg.agent!r}"})
+            reply.answer({"error": f"unknown agent {msg.agent!r}"})
             return
         if msg.kind == "self_tool":
             self._self_tool(agent, msg.payload, reply, now)
@@ -846,7 +846,7 @@ class Reactor:
 
     # -- self tools -------------------------------------------------------------------
 
-    def _self_tool(self, agent: Agent, p: dict[str, Any], reply: Any, now: float) -> None:
+    def _self_tool(self, agent: Agent, p: dict[str, Any], reply: Reply[dict[str, Any]], now: float) -> None:
         op = p.get("op")
         if op in ("watch_session", "watch_route_add", "watch_route_remove"):
             self._watch_op(agent, op, p, reply)
@@ -866,11 +866,11 @@ class Reactor:
                     front=True,
                     owner=session,
                 )
-            except RouteError as exc:
-                reply.send_nowait({"error": str(exc)})
+            except (RouteError, ValueError) as exc:  # ValueError: a URI that is no valid match
+                reply.answer({"error": str(exc)})
                 return
             if route.id.startswith(WATCH_ROUTE_PREFIX):
-                reply.send_nowait(
+                reply.answer(
                     {
                         "error": (
                             f"{uri!r} is already watched by this session (route {route.id!r}); its changes arrive as "
@@ -886,18 +886,18 @@ class Reactor:
             if server:
                 agent.subscription_servers[uri] = str(server)
             self.telemetry.emit("self.subscribe", agent=agent.id, uri=uri, server=server)
-            reply.send_nowait({"ok": True})
+            reply.answer({"ok": True})
         elif op == "unsubscribe":
             existed = uri in agent.subscriptions
             self._drop_self_route(agent, uri)
-            reply.send_nowait({"ok": existed})
+            reply.answer({"ok": existed})
             self.telemetry.emit("self.unsubscribe", agent=agent.id, uri=uri)
         else:
-            reply.send_nowait({"error": f"unknown self-tool operation {op!r}"})
+            reply.answer({"error": f"unknown self-tool operation {op!r}"})
 
     # -- watches ----------------------------------------------------------------------
 
-    def _watch_op(self, agent: Agent, op: str, p: dict[str, Any], reply: Any) -> None:
+    def _watch_op(self, agent: Agent, op: str, p: dict[str, Any], reply: Reply[dict[str, Any]]) -> None:
         """``watch_session`` / ``watch_route_add`` / ``watch_route_remove`` for the hub (answered at once)."""
         from agentd.errors import RouteError
 
@@ -906,17 +906,17 @@ class Reactor:
             if p.get("register") and agent.session is None:
                 agent.session = session
                 self.sessions[session] = agent.id
-            reply.send_nowait({"session": session})
+            reply.answer({"session": session})
         elif op == "watch_route_add":
             try:
                 self.add_watch_route(str(p["session"]), str(p["name"]), str(p["uri"]))
-            except RouteError as exc:
-                reply.send_nowait({"error": str(exc)})
+            except (RouteError, ValueError) as exc:  # ValueError: a URI that is no valid match
+                reply.answer({"error": str(exc)})
                 return
-            reply.send_nowait({"ok": True})
+            reply.answer({"ok": True})
         else:
             self.remove_watch_route(str(p["session"]), str(p["name"]))
-            reply.send_nowait({"ok": True, "needed": self.uri_needed(str(p.get("server")), str(p["uri"]))})
+            reply.answer({"ok": True, "needed": self.uri_needed(str(p.get("server")), str(p["uri"]))})
 
     def add_watch_route(self, session: str, name: str, uri: str) -> str:
         """Add the exact, front route ``watch:<session>:<name>`` for ``uri``; return its id.
