@@ -248,7 +248,7 @@ class Tree:
                 pass_fds=(child.fileno(),),
                 start_new_session=True,
             )
-        except OSError as exc:
+        except (OSError, RuntimeError) as exc:  # EAGAIN, ENOMEM; RuntimeError: no thread to fork from
             parent.close()
             raise SpawnFailed(f"could not start the zygote: {exc}") from None
         finally:
@@ -279,7 +279,7 @@ class Tree:
         while True:
             try:
                 msg = await z.ctl.recv(4096)
-            except OSError:
+            except (OSError, trio.ClosedResourceError):  # closed by _kill_zygote / _stop_zygote
                 msg = b""
             if not msg:
                 for send in z.pending.values():
@@ -528,7 +528,9 @@ class Tree:
                 pass_fds=tuple(s.fileno() for s in fds),
                 start_new_session=True,
             )
-        except OSError as exc:  # EAGAIN under a pids limit, ENOMEM, a missing interpreter
+        except (OSError, RuntimeError) as exc:
+            # EAGAIN under a pids limit, ENOMEM, a missing interpreter; RuntimeError:
+            # trio could not start the worker thread that forks (the same limit).
             raise SpawnFailed(f"could not start a fresh interpreter: {exc}") from None
 
     async def _serve(self, child: ChildProc, channels: _Channels) -> None:
