@@ -226,13 +226,17 @@ def _reap(ctl: socket.socket, agents: dict[int, str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -P -m agentd.agent.zygote FD``."""
+    """``python -P -m agentd.agent.zygote FD SUPERVISOR_PID``."""
     args = sys.argv[1:] if argv is None else argv
-    # No PR_SET_PDEATHSIG here: the supervisor starts us from a trio worker
-    # thread, and the kernel fires it when that *thread* exits (trio retires
-    # idle workers after ~10 s). The control socket's EOF is our signal that
-    # the supervisor is gone; exiting then takes every child with us (theirs
-    # is tied to our main thread, which forked them).
+    # Two ways to learn that the supervisor is gone, and either takes every
+    # child with us (their death signal is tied to our main thread, which
+    # forked them): the control socket's EOF, and a death signal. The kernel
+    # fires PR_SET_PDEATHSIG when the *thread* that forked us exits; the
+    # supervisor forks us from its main thread, which lives as long as it
+    # does. SIGKILL reaches us even while we are stopped, when no EOF can.
+    set_pdeathsig()
+    if len(args) > 1 and os.getppid() != int(args[1]):
+        os._exit(0)  # the supervisor died before the death signal was set
     ctl = socket.socket(fileno=int(args[0]))
     prewarm()
     serve(ctl)

@@ -45,6 +45,7 @@ import itertools
 import os
 import signal
 import socket
+import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -89,7 +90,7 @@ EXIT_STATUS_WAIT = 1.0
 #: How a fresh-interpreter child starts; the two channel fds are appended.
 #: ``-P``: the working directory never shadows the installed package.
 CHILD_COMMAND: tuple[str, ...] = (sys.executable, "-P", "-m", "agentd.agent.child")
-#: How the zygote starts; its control socket's fd is appended.
+#: How the zygote starts; its control socket's fd and the supervisor's pid are appended.
 ZYGOTE_COMMAND: tuple[str, ...] = (sys.executable, "-P", "-m", "agentd.agent.zygote")
 
 
@@ -126,11 +127,50 @@ class _ZygoteUnusable(SpawnFailed):
     """The zygote could not fork this child: retire it and start a fresh interpreter instead."""
 
 
+class _ZygoteProcess:
+    """The zygote's process, started from the supervisor's main thread.
+
+    Not a ``trio.Process``: trio forks from a worker thread, and a death
+    signal (``PR_SET_PDEATHSIG``) fires when the *thread* that forked exits;
+    forked from the main thread, the zygote's death signal fires only when
+    the supervisor is gone. The fork and exec block the reactor for a few
+    milliseconds, once per zygote.
+    """
+
+    def __init__(self, popen: subprocess.Popen[bytes], nursery: trio.Nursery) -> None:
+        self._popen = popen
+        self.pid = popen.pid
+        self._exited = trio.Event()
+        nursery.start_soon(self._watch)
+
+    async def _watch(self) -> None:
+        pidfd = os.pidfd_open(self.pid)
+        try:
+            with trio.CancelScope(shield=True):  # it must be reaped, even at shutdown
+                await trio.lowlevel.wait_readable(pidfd)
+        finally:
+            os.close(pidfd)
+        self._popen.wait()  # it exited: this reaps at once
+        self._exited.set()
+
+    @property
+    def returncode(self) -> int | None:
+        return self._popen.returncode
+
+    def kill(self) -> None:
+        if self._popen.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+
+    async def wait(self) -> None:
+        await self._exited.wait()
+
+
 @dataclass(eq=False)
 class Zygote:
     """One zygote process and its control socket."""
 
-    proc: trio.Process
+    proc: _ZygoteProcess
     ctl: trio.socket.SocketType
     pid: int
     state: ZygoteState = ZygoteState.READY
@@ -243,16 +283,20 @@ class Tree:
         assert self._nursery is not None
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            proc = await trio.lowlevel.open_process(
-                [*ZYGOTE_COMMAND, str(child.fileno())],
+            # From this (the main) thread, so the zygote's death signal is tied
+            # to the supervisor's life; in a session of its own, so a signal to
+            # the supervisor's process group does not reach it.
+            popen = subprocess.Popen(  # noqa: ASYNC220 (see above: a few ms, once per zygote)
+                [*ZYGOTE_COMMAND, str(child.fileno()), str(os.getpid())],
                 pass_fds=(child.fileno(),),
                 start_new_session=True,
             )
-        except (OSError, RuntimeError) as exc:  # EAGAIN, ENOMEM; RuntimeError: no thread to fork from
+        except OSError as exc:  # EAGAIN under a pids limit, ENOMEM
             parent.close()
             raise SpawnFailed(f"could not start the zygote: {exc}") from None
         finally:
             child.close()
+        proc = _ZygoteProcess(popen, self._nursery)
         ctl = trio.socket.from_stdlib_socket(parent)
         first = b""
         with trio.move_on_after(ZYGOTE_READY_TIMEOUT):
@@ -262,8 +306,7 @@ class Tree:
             pid = int(orjson.loads(first)["ready"])
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
             ctl.close()
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
+            proc.kill()
             with trio.CancelScope(shield=True), trio.move_on_after(KILL_TIMEOUT):
                 await proc.wait()
             why = "exited during start-up (see its stderr above)" if first == b"" else f"said {first[:200]!r}"
@@ -360,8 +403,7 @@ class Tree:
 
     async def _kill_zygote(self, z: Zygote) -> None:
         with trio.CancelScope(shield=True):
-            with contextlib.suppress(ProcessLookupError):
-                z.proc.kill()  # SIGKILL: works on a stopped process too
+            z.proc.kill()  # SIGKILL: works on a stopped process too
             z.ctl.close()
             with trio.move_on_after(KILL_TIMEOUT):
                 await z.proc.wait()
@@ -375,8 +417,7 @@ class Tree:
         with trio.move_on_after(TERM_TIMEOUT):
             await z.proc.wait()
         if z.proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                z.proc.kill()
+            z.proc.kill()
             with trio.move_on_after(KILL_TIMEOUT):
                 await z.proc.wait()
         if z in self._zygotes:

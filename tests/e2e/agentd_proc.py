@@ -123,20 +123,31 @@ class Agentd:
 
 
 class run_agentd:
-    """``async with run_agentd(args, env=...) as a:`` — start agentd, always reap it."""
+    """``async with run_agentd(args, env=...) as a:`` — start agentd, always reap it.
+
+    ``prefix`` runs it under another program (``["setsid"]``, ``["tini", "-g", "--"]``);
+    ``command`` replaces ``python -m agentd`` (e.g. the installed console script).
+    """
 
     def __init__(
-        self, args: Sequence[str], *, env: dict[str, str] | None = None, cwd: Path | None = None
+        self,
+        args: Sequence[str],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+        prefix: Sequence[str] = (),
+        command: Sequence[str] | None = None,
     ) -> None:
         self.args = list(args)
         self.env = {**os.environ, **(env or {})}
         self.cwd = cwd or REPO
+        self.argv = [*prefix, *(command if command is not None else agentd_cmd()), *self.args]
 
     async def __aenter__(self) -> Agentd:
         self._nursery_cm = trio.open_nursery()
         nursery = await self._nursery_cm.__aenter__()
         proc = await trio.lowlevel.open_process(
-            agentd_cmd(*self.args),
+            self.argv,
             stdin=subprocess.DEVNULL,
             stdout=-1,
             stderr=-1,
