@@ -129,6 +129,10 @@ def run(settings: Any, *, closed_fds: frozenset[int] = frozenset()) -> int:
         on_error=lambda error: telemetry.emit("output.failed", stream="stdout", error=error),
         name="agentd-stdout",
     )
+    if 1 in closed_fds:
+        telemetry.emit(
+            "output.unavailable", stream="stdout", reason="closed when agentd started; results are lost (counted)"
+        )
     try:
         code = int(trio.run(_main, settings, telemetry, stdout, backoff, limits))
     except KeyboardInterrupt:

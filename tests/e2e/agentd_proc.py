@@ -70,7 +70,8 @@ class Agentd:
         self._wake()
 
     async def _read_stdout(self) -> None:
-        assert self.proc.stdout is not None
+        if self.proc.stdout is None:
+            return  # stdout goes somewhere the test chose
         while True:
             chunk = await self.proc.stdout.receive_some(65536)
             if not chunk:
@@ -126,7 +127,8 @@ class run_agentd:
     """``async with run_agentd(args, env=...) as a:`` — start agentd, always reap it.
 
     ``prefix`` runs it under another program (``["setsid"]``, ``["tini", "-g", "--"]``);
-    ``command`` replaces ``python -m agentd`` (e.g. the installed console script).
+    ``command`` replaces ``python -m agentd`` (e.g. the installed console script);
+    ``stdout`` is where its stdout goes (default: a pipe this object reads into ``out``).
     """
 
     def __init__(
@@ -137,7 +139,9 @@ class run_agentd:
         cwd: Path | None = None,
         prefix: Sequence[str] = (),
         command: Sequence[str] | None = None,
+        stdout: int = subprocess.PIPE,
     ) -> None:
+        self.stdout = stdout
         self.args = list(args)
         self.env = {**os.environ, **(env or {})}
         self.cwd = cwd or REPO
@@ -149,7 +153,7 @@ class run_agentd:
         proc = await trio.lowlevel.open_process(
             self.argv,
             stdin=subprocess.DEVNULL,
-            stdout=-1,
+            stdout=self.stdout,
             stderr=-1,
             env=self.env,
             cwd=str(self.cwd),
