@@ -229,9 +229,10 @@ class LineWriter:
             except InterruptedError:
                 continue
             except OSError as exc:
-                lost = view.tobytes().count(b"\n") or 1
+                lost = min(lines, view.tobytes().count(b"\n") or 1)
                 with self._cond:
                     self.dropped += lost
+                    self.written += lines - lost
                     self.last_error = os.strerror(exc.errno) if exc.errno else str(exc)
                 first = exc.errno not in self._errors
                 self._errors.add(exc.errno or 0)
