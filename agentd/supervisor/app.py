@@ -131,7 +131,9 @@ def run(settings: Any, *, closed_fds: frozenset[int] = frozenset()) -> int:
     )
     if 1 in closed_fds:
         telemetry.emit(
-            "output.unavailable", stream="stdout", reason="closed when agentd started; results are lost (counted)"
+            "output.unavailable",
+            stream="stdout",
+            reason="closed when agentd started; results are lost (counted)",
         )
     try:
         code = int(trio.run(_main, settings, telemetry, stdout, backoff, limits))

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+import trio
 
 from agentd.exitcodes import ExitCode
 from tests.e2e.agentd_proc import PY, Agentd, run_agentd, script
@@ -129,3 +130,31 @@ async def test_a_sigkilled_supervisor_leaves_no_process_behind_even_a_stopped_zy
     # The stopped zygote dies of its death signal, its child with it; the fresh
     # interpreter sees its control channel close; the memo server its stdin.
     assert wait_gone(tree, EXIT_BOUND) == []
+
+
+#: trio retires an idle worker thread after 10 s (trio/_core/_thread_cache.py); a death
+#: signal tied to such a thread would kill the zygote then.
+WORKER_IDLE_S = 10.0
+
+
+@pytest.mark.slow
+async def test_the_zygote_outlives_trios_idle_worker_threads(tmp_path: Path) -> None:
+    """The zygote's death signal is tied to the supervisor's main thread, not to a worker that retires."""
+    memo = tmp_path / "notes.json"
+    memo.write_text(json.dumps({"todo": "milk"}))
+    args = [
+        "--mode", "reactive", "--model", script(tmp_path, [{"text": "done"}]),
+        "--mcp-stdio", f"memo={PY} -m agentd serve memo --file {memo}",
+        "--subscribe", "memo:memo://notes", "--route", "memo://notes=spawn:1", "react",
+    ]  # fmt: skip
+    async with run_agentd(args, env=tagged_env(tmp_path)) as a:
+        zygote = (await a.wait_event("zygote.ready"))["pid"]
+        await a.wait_event("ready.changed", lambda e: e["ready"])
+        await trio.sleep(WORKER_IDLE_S + 3)  # the time itself is the condition: every idle worker retired
+        assert psutil.Process(zygote).status() != psutil.STATUS_ZOMBIE
+        memo.write_text(json.dumps({"todo": "eggs"}))
+        started = await a.wait_event("subagent.started")
+        assert started["zygote"] is True
+        assert not a.find("zygote.degraded")
+        a.signal(signal.SIGTERM)
+        assert await a.wait_exit() == ExitCode.OK, a.tail()

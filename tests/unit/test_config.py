@@ -373,6 +373,8 @@ def test_bad_duration(tmp_path: Path) -> None:
     )
     err(tmp_path, r"^--deadline: '0' is not valid: must be greater than zero", deadline="0")
     err(tmp_path, r"^--grace: '-1s' is not valid: a duration cannot be negative", grace="-1s")
+    err(tmp_path, r"^--spawn-timeout: '0' is not valid: must be greater than zero", spawn_timeout="0")
+    err(tmp_path, r"^--spawn-timeout: 'soon' is not valid: not a duration", spawn_timeout="soon")
 
 
 def test_bad_size(tmp_path: Path) -> None:
