@@ -6,9 +6,10 @@ fail (a full disk, ``2>/dev/full``, a closed descriptor, a pipe whose reader
 left) or block forever (a pipe nobody reads); the reactor must keep turning,
 ``/healthz`` must keep answering and SIGTERM must keep draining either way.
 
-* :class:`LineWriter` owns one descriptor. :meth:`LineWriter.put` appends a
-  line to a bounded buffer and returns at once (a lock held for
-  microseconds, never I/O); a daemon thread does the blocking writes. A line
+* :class:`LineWriter` owns one descriptor. :meth:`LineWriter.put` writes a
+  line at once when ``poll`` shows the pipe (socket, terminal) can take it
+  without blocking and nothing is queued, else appends it to a bounded
+  buffer that a daemon thread writes; either way it returns at once. A line
   that does not fit, or whose write fails, is dropped and counted
   (:attr:`LineWriter.dropped`). A blocked pipe blocks only that thread.
   Writes are blocking writes on the descriptor as the process inherited it:
@@ -28,6 +29,8 @@ import collections
 import contextlib
 import errno
 import os
+import select
+import stat
 import threading
 import time
 from collections.abc import Callable, Hashable
@@ -100,15 +103,24 @@ class RateLimiter:
 
 
 class LineWriter:
-    """Writes lines to one descriptor from a daemon thread; never blocks the caller.
+    """Writes lines to one descriptor without ever blocking the caller.
+
+    A line is written at once, from the caller's thread, when that cannot
+    block: nothing is queued ahead of it, it is at most ``PIPE_BUF`` bytes, the
+    descriptor is a pipe, socket or terminal, and ``poll`` says it is writable
+    (a pipe then has a free slot, so a write of up to ``PIPE_BUF`` bytes
+    returns at once). That keeps the order of lines across stdout and stderr
+    as the caller wrote them while the reader keeps up. Otherwise (a larger
+    line, a regular file, a reader that fell behind) the line is queued and a
+    daemon thread writes it.
 
     Args:
         fd: the descriptor (1 or 2).
-        max_bytes: bytes buffered at most; a line that does not fit is dropped.
+        max_bytes: bytes queued at most; a line that does not fit is dropped.
         closed: the descriptor was closed when agentd started: nothing is
             written, every line counts as dropped.
-        on_error: called once per distinct errno from the writer thread (e.g.
-            to emit one telemetry line); must not block.
+        on_error: called once per distinct errno (e.g. to emit one telemetry
+            line); must not block.
         on_tick: called from the writer thread when the time set with
             :meth:`wake_at` passes (the rate limiter's summaries).
         name: the thread's name.
@@ -132,10 +144,12 @@ class LineWriter:
         self._cond = threading.Condition(threading.Lock())
         self._lines: collections.deque[bytes] = collections.deque()
         self._bytes = 0
-        self._writing = False
+        self._busy = False
+        """Someone (the thread, or a caller writing directly) is in ``write(2)`` on the descriptor."""
         self._stopping = False
         self._wake_at: float | None = None
         self._errors: set[int] = set()
+        self._poll = _writable_poller(fd) if not closed else None
         self.dropped = 0
         """Lines dropped: buffer full, write failed, or the stream was closed at start."""
         self.written = 0
@@ -146,15 +160,31 @@ class LineWriter:
     # -- any thread ------------------------------------------------------------------
 
     def put(self, line: bytes) -> bool:
-        """Queue ``line`` (with its newline); False if it was dropped. Never blocks on I/O."""
+        """Write or queue ``line`` (with its newline); False if it was dropped. Never blocks on I/O."""
         with self._cond:
             if self._closed_at_start or self._stopping or self._bytes + len(line) > self._max_bytes:
                 self.dropped += 1
                 return False
-            self._lines.append(line)
-            self._bytes += len(line)
-            self._cond.notify()
-            return True
+            direct = (
+                self._poll is not None
+                and not self._busy
+                and not self._lines
+                and len(line) <= select.PIPE_BUF
+                and bool(self._poll.poll(0))
+            )
+            if not direct:
+                self._lines.append(line)
+                self._bytes += len(line)
+                self._cond.notify()
+                return True
+            self._busy = True
+        try:
+            self._write(line, 1)
+        finally:
+            with self._cond:
+                self._busy = False
+                self._cond.notify_all()
+        return True
 
     def wake_at(self, when: float) -> None:
         """Have the writer thread call ``on_tick`` at monotonic time ``when`` (the earliest asked wins)."""
@@ -167,7 +197,7 @@ class LineWriter:
         """Wait up to ``timeout`` s until everything queued was written (or dropped); True if it was."""
         deadline = time.monotonic() + timeout
         with self._cond:
-            while self._lines or self._writing:
+            while self._lines or self._busy:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -195,7 +225,7 @@ class LineWriter:
         while True:
             tick = False
             with self._cond:
-                while not self._lines and not self._stopping:
+                while (not self._lines or self._busy) and not self._stopping:
                     if self._wake_at is not None and time.monotonic() >= self._wake_at:
                         break
                     timeout = None if self._wake_at is None else max(0.0, self._wake_at - time.monotonic())
@@ -207,21 +237,25 @@ class LineWriter:
                     tick = True
                 batch: list[bytes] = []
                 size = 0
-                while self._lines and (not batch or size + len(self._lines[0]) <= WRITE_BATCH):
-                    line = self._lines.popleft()
-                    batch.append(line)
-                    size += len(line)
-                self._bytes -= size
-                self._writing = bool(batch)
+                if not self._busy:
+                    while self._lines and (not batch or size + len(self._lines[0]) <= WRITE_BATCH):
+                        line = self._lines.popleft()
+                        batch.append(line)
+                        size += len(line)
+                    self._bytes -= size
+                    self._busy = bool(batch)
             if tick and self._on_tick is not None:
                 self._on_tick()
             if batch:
-                self._write(b"".join(batch), len(batch))
-                with self._cond:
-                    self._writing = False
-                    self._cond.notify_all()
+                try:
+                    self._write(b"".join(batch), len(batch))
+                finally:
+                    with self._cond:
+                        self._busy = False
+                        self._cond.notify_all()
 
     def _write(self, data: bytes, lines: int) -> None:
+        """Write ``data`` (``lines`` lines) whole; on an error count what was not written. Caller holds ``_busy``."""
         view = memoryview(data)
         while view:
             try:
@@ -243,6 +277,19 @@ class LineWriter:
             view = view[n:]
         with self._cond:
             self.written += lines
+
+
+def _writable_poller(fd: int) -> select.poll | None:
+    """A poller for ``fd`` if writes to it can be checked before they block (pipe, socket, terminal)."""
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        return None
+    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or os.isatty(fd)):
+        return None  # a regular file or a device: always "writable"; the thread writes it
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return poller
 
 
 def claim_standard_fds() -> frozenset[int]:

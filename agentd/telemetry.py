@@ -55,7 +55,9 @@ RATE_LIMITED: dict[str, tuple[str, ...]] = {
     "upstream.oversized_skipped": ("server",),
     "upstream.transport_error": ("server",),
     "model.retry": ("agent",),
+    "tool.refused": ("agent",),
     "log": ("logger",),
+    "child.stderr": ("source",),
 }
 #: Lines per source per window that pass; the rest are counted in one summary line.
 RATE_BURST = 10

@@ -275,6 +275,9 @@ class SelfMcpLink:
     async def turn_end(self, **end: Any) -> NextTurn:
         return await self._control.turn_end(**end)
 
+    def tool_refused(self, name: str) -> None:
+        self._control.post_event("tool.refused", {"tool": name, "reason": "not offered to the model"})
+
 
 async def amain(payload: SpawnPayload, mcp_sock: socket.socket, control_sock: socket.socket) -> int:
     """Run one agent to the end; returns the process exit status."""

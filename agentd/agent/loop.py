@@ -60,6 +60,10 @@ class SupervisorLink(Protocol):
 
     async def turn_end(self, *, status: TerminalStatus, text: str, idle: bool) -> NextTurn: ...
 
+    def tool_refused(self, name: str) -> None:
+        """The model called ``name``, which it was not offered (reported, never forwarded)."""
+        ...
+
 
 @dataclass
 class RunState:
@@ -146,6 +150,7 @@ async def run_turn(
             if call.error is not None:
                 result = ToolResult(call.error, True)
             elif call.name not in offered_set:
+                link.tool_refused(call.name)
                 result = ToolResult(unknown_tool_text(call.name, offered), True)
             else:
                 result = await link.call_tool(call.name, dict(call.arguments or {}))

@@ -100,7 +100,7 @@ Message = Annotated[str, Field(max_length=MAX_MESSAGE_CHARS)]
 StopReason = Literal["tokens", "steps", "deadline", "draining"]
 """Why the supervisor tells an agent to stop at its next turn boundary."""
 
-ChildEventName = Literal["model.retry"]
+ChildEventName = Literal["model.retry", "tool.refused"]
 """Telemetry events a child may send (closed: anything else is a protocol error)."""
 
 EventFieldKey = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,31}$")]

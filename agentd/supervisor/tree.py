@@ -87,6 +87,9 @@ KILL_TIMEOUT = 2.0
 #: whatever is left of it (no child outlives its channels).
 EXIT_STATUS_WAIT = 1.0
 
+#: Longest line of a child's stderr kept in one ``child.stderr`` event.
+STDERR_LINE_CHARS = 2000
+
 #: How a fresh-interpreter child starts; the two channel fds are appended.
 #: ``-P``: the working directory never shadows the installed package.
 CHILD_COMMAND: tuple[str, ...] = (sys.executable, "-P", "-m", "agentd.agent.child")
@@ -290,12 +293,17 @@ class Tree:
                 [*ZYGOTE_COMMAND, str(child.fileno()), str(os.getpid())],
                 pass_fds=(child.fileno(),),
                 start_new_session=True,
+                stderr=subprocess.PIPE,
             )
         except OSError as exc:  # EAGAIN under a pids limit, ENOMEM
             parent.close()
             raise SpawnFailed(f"could not start the zygote: {exc}") from None
         finally:
             child.close()
+        assert popen.stderr is not None
+        stderr = trio.lowlevel.FdStream(os.dup(popen.stderr.fileno()))
+        popen.stderr.close()
+        self._nursery.start_soon(self._forward_stderr, stderr, "zygote")
         proc = _ZygoteProcess(popen, self._nursery)
         ctl = trio.socket.from_stdlib_socket(parent)
         first = b""
@@ -504,6 +512,9 @@ class Tree:
                 else:
                     proc = await self._start_fresh(theirs)
                     pid = proc.pid
+                    assert proc.stderr is not None
+                    assert self._nursery is not None
+                    self._nursery.start_soon(self._forward_stderr, proc.stderr, child.agent)
                 for sock in theirs:
                     sock.close()
                 mcp = trio.SocketStream(trio.socket.from_stdlib_socket(mcp_parent))
@@ -568,11 +579,39 @@ class Tree:
                 [*self._child_command, *(str(s.fileno()) for s in fds)],
                 pass_fds=tuple(s.fileno() for s in fds),
                 start_new_session=True,
+                stderr=subprocess.PIPE,
             )
         except (OSError, RuntimeError) as exc:
             # EAGAIN under a pids limit, ENOMEM, a missing interpreter; RuntimeError:
             # trio could not start the worker thread that forks (the same limit).
             raise SpawnFailed(f"could not start a fresh interpreter: {exc}") from None
+
+    async def _forward_stderr(self, stream: trio.abc.ReceiveStream, source: str) -> None:
+        """A child's stderr (the zygote's, shared by the agents it forks) as ``child.stderr`` telemetry.
+
+        Children never write to agentd's own stderr: what they print (a crash
+        traceback) goes through the bounded, rate-limited telemetry writer,
+        and no other process can fill the pipe agentd's telemetry goes to.
+        """
+        buf = b""
+        try:
+            async with stream:
+                while chunk := await stream.receive_some(65536):
+                    buf += chunk
+                    *lines, buf = buf.split(b"\n")
+                    if len(buf) > STDERR_LINE_CHARS:
+                        lines.append(buf)
+                        buf = b""
+                    for line in lines:
+                        if line.strip():
+                            text = line.decode(errors="replace")[:STDERR_LINE_CHARS]
+                            self._telemetry.emit("child.stderr", source=source, line=text)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+        if buf.strip():
+            self._telemetry.emit(
+                "child.stderr", source=source, line=buf.decode(errors="replace")[:STDERR_LINE_CHARS]
+            )
 
     async def _serve(self, child: ChildProc, channels: _Channels) -> None:
         """Serve both channels until either closes; a broken protocol rule kills the child."""

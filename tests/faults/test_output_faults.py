@@ -16,6 +16,7 @@ one summary with the count.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -29,6 +30,7 @@ import httpx2
 import trio
 
 from agentd.exitcodes import ExitCode
+from agentd.supervisor.app import EXIT_FLUSH_TIMEOUT
 from agentd.telemetry import RATE_BURST
 from tests.e2e.agentd_proc import PY, REPO, agentd_cmd, run_agentd, script
 from tests.faults.conftest import tagged_env
@@ -105,6 +107,49 @@ async def test_once_with_stderr_on_a_full_device_still_prints_its_result_and_exi
     assert out.read_text() == "the result\n"
 
 
+async def test_once_with_stderr_closed_still_prints_its_result_and_exits_0(
+    tmp_path: Path, allow_files: Any
+) -> None:
+    allow_files("out.txt")
+    model = script(tmp_path, [{"text": "the result"}])
+    out = tmp_path / "out.txt"
+    argv = ["sh", "-c", 'exec "$@" 2>&-', "sh", *agentd_cmd("--model", model, "do it")]
+    with fd(out) as stdout:
+        code = await run_once(argv, stdout=stdout, stderr=subprocess.DEVNULL, tmp_path=tmp_path)
+    assert code == ExitCode.OK
+    assert out.read_text() == "the result\n"
+
+
+async def test_sigterm_drains_while_stderr_is_still_blocked(tmp_path: Path) -> None:
+    """Nobody ever reads stderr: the drain still ends, with exit 0, within the grace plus the flush bound."""
+    model = script(tmp_path, [{"text": "tick"}], then="repeat")
+    argv = agentd_cmd(
+        "--mode", "schedule", "--interval", "200ms", "--verbose", "--model", model, "--grace", "20s", "t"
+    )
+    proc = await trio.lowlevel.open_process(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env=env(tmp_path, AGENTD_TELEMETRY_BUFFER="1KiB"), cwd=str(REPO),
+    )  # fmt: skip
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    fcntl.fcntl(proc.stderr.fileno(), fcntl.F_SETPIPE_SZ, 4096)
+    try:
+        published = b""
+        with trio.fail_after(WAIT_S):
+            while published.count(b"tick\n") < 5:  # the pipe is long full by now
+                chunk = await proc.stdout.receive_some(4096)
+                assert chunk, f"agentd exited early ({await proc.wait()})"
+                published += chunk
+        proc.send_signal(signal.SIGTERM)
+        with trio.fail_after(20 + EXIT_FLUSH_TIMEOUT + 10):
+            assert await proc.wait() == ExitCode.OK
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            with trio.CancelScope(shield=True):
+                await proc.wait()
+
+
 async def test_a_stderr_pipe_nobody_reads_never_blocks_the_daemon(tmp_path: Path) -> None:
     """Telemetry fills the pipe and the buffer; the daemon publishes, answers probes and drains."""
     port, metrics_port = free_port(), free_port()
@@ -115,42 +160,57 @@ async def test_a_stderr_pipe_nobody_reads_never_blocks_the_daemon(tmp_path: Path
     )  # fmt: skip
     proc = await trio.lowlevel.open_process(
         argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        env=env(tmp_path, AGENTD_TELEMETRY_BUFFER="1KiB"), cwd=str(REPO),
+        env=env(tmp_path, AGENTD_TELEMETRY_BUFFER="4KiB"), cwd=str(REPO),
     )  # fmt: skip
     assert proc.stdout is not None
     assert proc.stderr is not None
-    import fcntl
+    stdout, stderr = proc.stdout, proc.stderr
+    fcntl.fcntl(stderr.fileno(), fcntl.F_SETPIPE_SZ, 4096)  # one page
+    published = bytearray()
+    logged = bytearray()
+    changed = trio.Event()
 
-    fcntl.fcntl(proc.stderr.fileno(), fcntl.F_SETPIPE_SZ, 4096)  # one page: full after a few lines
-    try:
-        # Nobody reads stderr. Results keep coming: 8 roots ran (each writes a few
-        # hundred bytes of telemetry: the pipe and the buffer overflowed long ago).
-        published = b""
+    async def ticks(n: int) -> None:
         with trio.fail_after(WAIT_S):
-            while published.count(b"tick\n") < 8:
-                chunk = await proc.stdout.receive_some(4096)
-                assert chunk, (
-                    f"agentd exited ({await proc.wait()}): {await proc.stderr.receive_some(65536)!r}"
-                )
-                published += chunk
+            while published.count(b"tick\n") < n:
+                chunk = await stdout.receive_some(4096)
+                assert chunk, f"agentd exited early ({await proc.wait()})"
+                published.extend(chunk)
+
+    async def read_stderr() -> None:
+        nonlocal changed
+        while chunk := await stderr.receive_some(65536):
+            logged.extend(chunk)
+            changed.set()
+            changed = trio.Event()
+
+    try:
+        # Nobody reads stderr: 20 roots ran (each writes about 1 KB of telemetry, so the
+        # 4 KiB pipe and the 4 KiB buffer overflowed), and results kept coming.
+        await ticks(20)
         health = await http(port, "/healthz")
         assert health.status_code == 200
         metrics = await http(metrics_port, "/metrics")
         assert metric(metrics.text, "agentd_telemetry_dropped_total") > 0
-        # A SIGTERM still drains; then stderr is read again and the buffered tail arrives.
-        proc.send_signal(signal.SIGTERM)
-        stderr = b""
-        with trio.fail_after(WAIT_S):
-            while chunk := await proc.stderr.receive_some(65536):
-                stderr += chunk
-            assert await proc.wait() == ExitCode.OK
+        async with trio.open_nursery() as nursery:
+            # Someone reads stderr again: it catches up, and the drain's lines
+            # (supervisor.exit with the count) all get through.
+            nursery.start_soon(read_stderr)
+            # Caught up: the turn end of a root that starts after reading resumed is in.
+            caught_up = f'"event":"turn.end","agent":"a{published.count(b"tick") + 2}"'.encode()
+            with trio.fail_after(WAIT_S):
+                while caught_up not in logged:
+                    await changed.wait()
+            proc.send_signal(signal.SIGTERM)
+            with trio.fail_after(WAIT_S):
+                assert await proc.wait() == ExitCode.OK
     finally:
         if proc.returncode is None:
             proc.kill()
             with trio.CancelScope(shield=True):
                 await proc.wait()
-    exit_event = [e for e in events(stderr) if e.get("event") == "supervisor.exit"]
-    assert exit_event, stderr[-2000:]
+    exit_event = [e for e in events(bytes(logged)) if e.get("event") == "supervisor.exit"]
+    assert exit_event, bytes(logged[-2000:])
     assert exit_event[0]["exit_code"] == 0
     assert exit_event[0]["telemetry_dropped"] > 0
 
