@@ -25,10 +25,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agentd.config import ConfigErrors, Settings, effective_config, load_settings
+from agentd.config import ConfigErrors, Settings, effective_config, load_settings, server_secrets
 from agentd.errors import ConfigError
 from agentd.exitcodes import ExitCode
 from agentd.output import claim_standard_fds
+from agentd.redact import register_secrets, secret_values
 
 __all__ = ["build_parser", "flags_from_args", "main"]
 
@@ -109,6 +110,14 @@ def build_parser(prog: str = "agentd") -> argparse.ArgumentParser:
     g = p.add_argument_group("budgets and restarts")
     g.add_argument("--max-steps", metavar="N", help="tree-wide model-call ceiling")
     g.add_argument("--max-tokens", metavar="N", help="tree-wide token ceiling")
+    g.add_argument(
+        "--max-turn-steps", metavar="N", help="model calls per turn of one agent (default 100; 0 = no cap)"
+    )
+    g.add_argument(
+        "--model-timeout",
+        metavar="DURATION",
+        help="deadline of one model call, retries included (default 5m)",
+    )
     g.add_argument("--max-restarts", metavar="N", help="restarts allowed within --restart-period (default 5)")
     g.add_argument("--restart-period", metavar="DURATION", help="restart window (default 60s)")
 
@@ -132,12 +141,19 @@ def build_parser(prog: str = "agentd") -> argparse.ArgumentParser:
     )
     g.add_argument("--health-addr", metavar="HOST:PORT", help="serve /healthz and /readyz here")
     g.add_argument("--metrics-addr", metavar="HOST:PORT", help="serve Prometheus metrics here")
+    if prog.endswith("check"):
+        p.add_argument(
+            "--show-secrets",
+            action="store_true",
+            default=None,
+            help="print server env/header values and credentials as configured (redacted by default)",
+        )
     return p
 
 
 #: argparse dest -> settings field, where they differ.
 _RENAMES = {"subscribe": "subscriptions", "route": "routes"}
-_NOT_SETTINGS = {"config", "instruction_arg", "instruction"}
+_NOT_SETTINGS = {"config", "instruction_arg", "instruction", "show_secrets"}
 
 
 def flags_from_args(ns: argparse.Namespace) -> tuple[dict[str, Any], Path | None]:
@@ -214,13 +230,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         ns = parser.parse_args(args)
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2), already printed
         return exc.code if isinstance(exc.code, int) else int(ExitCode.CONFIG)
+    # Credentials from the environment are hidden from every message from here on,
+    # configuration errors included.
+    register_secrets(secret_values(os.environ))
     try:
         flags, config_file = flags_from_args(ns)
         settings = load_settings(flags, config_file=config_file, env=os.environ)
     except ConfigError as exc:
         _print_config_error(exc)
         return int(ExitCode.CONFIG)
+    register_secrets(server_secrets(settings))
     if command == "check":
-        print(json.dumps(effective_config(settings, os.environ), sort_keys=True, indent=2))
+        shown = effective_config(settings, os.environ, show_secrets=bool(getattr(ns, "show_secrets", False)))
+        print(json.dumps(shown, sort_keys=True, indent=2))
         return int(ExitCode.OK)
     return _run(settings, closed_fds)

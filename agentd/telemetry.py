@@ -2,8 +2,9 @@
 
 Every line has ``ts`` (RFC 3339, UTC, milliseconds) and ``event``; the other
 fields are the event's own. Routed events carry the owning ``route`` id
-(``None`` when no route matched). Secrets never reach a line: values of keys
-that look like credentials are replaced by ``"***"``.
+(``None`` when no route matched). Secrets never reach a line: every field
+goes through :func:`agentd.redact.redact` (credential-named keys, URL
+userinfo, secret query parameters, token shapes, registered values).
 
 Emitting never blocks and never fails: in agentd a line goes into a bounded
 buffer that a writer thread empties onto stderr (:class:`agentd.output.LineWriter`);
@@ -29,6 +30,11 @@ from typing import IO, Any
 import orjson
 
 from agentd.output import DEFAULT_TELEMETRY_BUFFER, LineWriter, RateLimiter
+
+# Re-exported: the one redaction function lives in agentd.redact.
+from agentd.redact import REDACTED as REDACTED
+from agentd.redact import is_secret_key as is_secret_key
+from agentd.redact import redact as redact
 
 #: Events written only with ``--verbose`` (everything else is always written).
 DEBUG_EVENTS: frozenset[str] = frozenset(
@@ -64,39 +70,10 @@ RATE_BURST = 10
 #: The rate limit's window, in seconds.
 RATE_WINDOW_S = 10.0
 
-_SECRET_MARKERS = (
-    "api_key",
-    "apikey",
-    "secret",
-    "password",
-    "passwd",
-    "authorization",
-    "credential",
-    "private_key",
-    "cookie",
-)
 
-REDACTED = "***"
-
-
-def is_secret_key(key: str) -> bool:
-    """Whether a field or setting named ``key`` holds a credential."""
-    k = key.lower().replace("-", "_")
-    # "token" alone, or "*_token" (access_token, GITHUB_TOKEN) is a credential;
-    # counts such as input_tokens / max_tokens are not.
-    return any(m in k for m in _SECRET_MARKERS) or k == "token" or k.endswith("_token")
-
-
-def redact(value: Any) -> Any:
-    """Return ``value`` with every credential-looking mapping entry replaced by ``***``."""
-    if isinstance(value, dict):
-        return {
-            k: (REDACTED if isinstance(k, str) and is_secret_key(k) and v else redact(v))
-            for k, v in value.items()
-        }
-    if isinstance(value, list | tuple):
-        return [redact(v) for v in value]
-    return value
+def _redacted_str(value: object) -> str:
+    """orjson's fallback for values it cannot encode (exceptions, paths): their text, redacted."""
+    return redact(str(value))
 
 
 def _now_rfc3339() -> str:
@@ -186,7 +163,7 @@ class Telemetry:
         for s in summaries:
             event, *values = s.key
             record: dict[str, Any] = {"ts": _now_rfc3339(), "event": "telemetry.suppressed", "of": event}
-            record.update(zip(RATE_LIMITED.get(event, ()), values, strict=False))
+            record.update(redact(dict(zip(RATE_LIMITED.get(event, ()), values, strict=False))))
             record.update(count=s.count, window_s=s.window_s)
             self._write(_encode(record))
 
@@ -224,9 +201,12 @@ class Telemetry:
 def _encode(record: dict[str, Any]) -> bytes:
     """One NDJSON line; a value orjson refuses (an integer past 64 bits) is written as text."""
     try:
-        return orjson.dumps(record, default=str) + b"\n"
+        return orjson.dumps(record, default=_redacted_str) + b"\n"
     except (TypeError, orjson.JSONEncodeError):
-        return orjson.dumps({k: (v if isinstance(v, str) else repr(v)) for k, v in record.items()}) + b"\n"
+        return (
+            orjson.dumps({k: (v if isinstance(v, str) else redact(repr(v))) for k, v in record.items()})
+            + b"\n"
+        )
 
 
 class NullTelemetry(Telemetry):

@@ -295,7 +295,8 @@ async def amain(payload: SpawnPayload, mcp_sock: socket.socket, control_sock: so
         )
     )
     mcp_stream = trio.SocketStream(trio.socket.from_stdlib_socket(mcp_sock))
-    model = make_model(payload.model, env=os.environ, telemetry=ChildTelemetry(control))
+    options: dict[str, Any] = {} if payload.model_timeout is None else {"timeout": payload.model_timeout}
+    model = make_model(payload.model, env=os.environ, telemetry=ChildTelemetry(control), **options)
     tools = [
         ToolSpec(name=t.name, description=t.description, input_schema=dict(t.input_schema))
         for t in payload.tools
@@ -308,7 +309,12 @@ async def amain(payload: SpawnPayload, mcp_sock: socket.socket, control_sock: so
                 link = SelfMcpLink(client, control)
                 try:
                     await run_agent(
-                        model, link, system=payload.system, instruction=payload.instruction, tools=tools
+                        model,
+                        link,
+                        system=payload.system,
+                        instruction=payload.instruction,
+                        tools=tools,
+                        max_turn_steps=payload.max_turn_steps,
                     )
                 except FatalInfraError as exc:
                     # Tell the supervisor why before going: it decides the exit code (4).
@@ -326,7 +332,9 @@ def run_child(payload: SpawnPayload, mcp_sock: socket.socket, control_sock: sock
     try:
         return trio.run(amain, payload, mcp_sock, control_sock)
     except BaseException as exc:  # the supervisor sees the crash as the channels closing
-        print(f"agentd child {payload.agent}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        from agentd.redact import redact
+
+        print(redact(f"agentd child {payload.agent}: {type(exc).__name__}: {exc}"), file=sys.stderr)
         return EXIT_CRASH
 
 

@@ -22,6 +22,7 @@ import orjson
 from agentd.exitcodes import TerminalStatus
 from agentd.models import Message, Model, ModelReply, ToolCall, ToolSpec
 from agentd.selfmcp.protocol import NextTurn, StopReason, UsageVerdict, unknown_tool_text
+from agentd.watches.notices import is_no_reply
 
 #: The same tool call with the same arguments this many times in a row is a stall.
 STALL_REPEATS = 3
@@ -79,12 +80,6 @@ class RunState:
     """The latest assistant text (the partial result if the turn stops early)."""
 
 
-def is_idle_reply(text: str) -> bool:
-    """A reply that is empty, or has a line that is only ``NO_REPLY``, publishes nothing."""
-    stripped = text.strip()
-    return not stripped or any(line.strip() == "NO_REPLY" for line in stripped.splitlines())
-
-
 def _fingerprint(call: ToolCall) -> str:
     args = (
         call.raw_arguments
@@ -104,13 +99,23 @@ def _cap(text: str) -> str:
 
 
 async def run_turn(
-    model: Model, link: SupervisorLink, state: RunState, *, system: str | None, tools: Sequence[ToolSpec]
+    model: Model,
+    link: SupervisorLink,
+    state: RunState,
+    *,
+    system: str | None,
+    tools: Sequence[ToolSpec],
+    max_turn_steps: int | None = None,
 ) -> TerminalStatus:
     """Run the loop until a final answer or a terminal condition; returns the status.
 
     Only the tools in ``tools`` are ever forwarded to the supervisor; a call of
     any other name (a hallucinated tool, or an attempt to reach the control
     plane) comes back to the model as an "unknown tool" result.
+
+    ``max_turn_steps`` caps the model calls of this turn: when the call that
+    reaches it still asks for tools, the turn ends ``exhausted_steps`` without
+    running them (None: no cap).
     """
     offered = [t.name for t in tools]
     offered_set = frozenset(offered)
@@ -143,6 +148,8 @@ async def run_turn(
             return "completed"
         if not verdict.proceed:
             return _status_for(verdict.reason)
+        if max_turn_steps is not None and state.turn_steps >= max_turn_steps:
+            return "exhausted_steps"
         for call in reply.tool_calls:
             fp = _fingerprint(call)
             state.recent_calls.append(fp)
@@ -178,13 +185,17 @@ async def run_agent(
     system: str | None,
     instruction: str,
     tools: Sequence[ToolSpec],
+    max_turn_steps: int | None = None,
 ) -> None:
-    """Run turns until the supervisor says exit. Each turn's status goes to ``turn_end``."""
+    """Run turns until the supervisor says exit. Each turn's status goes to ``turn_end``.
+
+    ``max_turn_steps``: see :func:`run_turn`.
+    """
     state = RunState(messages=[Message(role="user", content=instruction)])
     while True:
-        status = await run_turn(model, link, state, system=system, tools=tools)
+        status = await run_turn(model, link, state, system=system, tools=tools, max_turn_steps=max_turn_steps)
         text = state.last_text
-        nxt = await link.turn_end(status=status, text=text, idle=is_idle_reply(text))
+        nxt = await link.turn_end(status=status, text=text, idle=is_no_reply(text))
         if nxt.action == "exit":
             return
         state.last_text = ""

@@ -142,6 +142,9 @@ class SpawnPayload(Frame):
         system: the system prompt, if any.
         instruction: the first user message.
         tools: the only tools the model is offered (and the only ones it may call).
+        model_timeout: the deadline of one model call in seconds (None: the model's default).
+        max_turn_steps: model calls one turn may make before it ends
+            ``exhausted_steps`` (None: no cap).
     """
 
     type: Literal["spawn"] = "spawn"
@@ -150,13 +153,15 @@ class SpawnPayload(Frame):
     system: str | None = None
     instruction: str
     tools: tuple[ToolSpecFrame, ...] = ()
+    model_timeout: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    max_turn_steps: Annotated[int, Field(ge=1)] | None = None
 
 
 class UsageVerdict(Frame):
     """The answer to a :class:`UsageReport`: go on, or stop at this turn boundary (and why)."""
 
     type: Literal["usage_verdict"] = "usage_verdict"
-    id: NonNegInt
+    id: NonNegInt = 0
     proceed: bool
     reason: StopReason | None = None
 
@@ -165,7 +170,7 @@ class NextTurn(Frame):
     """The answer to a :class:`TurnEnd`: exit, or run another turn with ``input``."""
 
     type: Literal["next_turn"] = "next_turn"
-    id: NonNegInt
+    id: NonNegInt = 0
     action: Literal["exit", "continue"]
     input: str = ""
 

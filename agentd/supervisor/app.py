@@ -106,11 +106,14 @@ def run(settings: Any, *, closed_fds: frozenset[int] = frozenset()) -> int:
     """
     from agentd.errors import ConfigError
     from agentd.watches.manager import watch_limits
+    from agentd.watches.state import claim
 
     try:
         backoff = reconnect_backoff()
         limits = watch_limits(settings.watches)
         buffer = telemetry_buffer()
+        # One agentd per --watch-state file: held until this process exits.
+        state_lock = claim(settings.watch_state) if settings.watch_state is not None else None
     except ConfigError as exc:
         print(f"agentd: {exc}", file=sys.stderr)
         return int(ExitCode.CONFIG)
@@ -148,6 +151,9 @@ def run(settings: Any, *, closed_fds: frozenset[int] = frozenset()) -> int:
             traceback="".join(traceback.format_exception(exc)),
         )
         code = int(ExitCode.CRASHED)
+    finally:
+        if state_lock is not None:
+            state_lock.release()
     logging.getLogger().removeHandler(log_handler)
     stdout.close(EXIT_FLUSH_TIMEOUT)
     telemetry.close(EXIT_FLUSH_TIMEOUT)
@@ -177,17 +183,21 @@ async def _main(
     watch_limits: Any,
 ) -> int:
     from agentd.errors import ConfigError
+    from agentd.health import raise_open_files_limit
     from agentd.triggers import mode as modes
     from agentd.upstream import Upstream
 
     started_wall = time.monotonic()
     now = trio.current_time()
+    # Room for connection floods on the health port, and for many children and servers.
+    _nofile_before, nofile = raise_open_files_limit()
     telemetry.emit(
         "supervisor.start",
         mode=settings.mode,
         model=settings.model,
         servers=sorted(settings.servers),
         pid=os.getpid(),
+        open_files=nofile,
     )
     import datetime as _dt
 
@@ -239,6 +249,8 @@ async def _main(
                 system=settings.system,
                 instruction=agent.instruction,
                 tools=tuple(ToolSpecFrame.model_construct(**spec) for spec in hub.tool_specs()),
+                model_timeout=settings.model_timeout,
+                max_turn_steps=settings.max_turn_steps,
             )
             tree.spawn(agent.id, payload)
 
@@ -266,9 +278,13 @@ async def _main(
             required=frozenset(n for n, s in settings.servers.items() if s.required),
         )
         for name, spec in settings.servers.items():
-            extra: dict[str, Any] = {}
+            # [watches] resubscribe_attempts and its backoff govern every resource subscription.
+            extra: dict[str, Any] = {
+                "resubscribe_backoff": watch_limits.resubscribe_delays(),
+                "resubscribe_attempts": watch_limits.resubscribe_attempts,
+            }
             if backoff:
-                extra = {"backoff": backoff, "resubscribe_backoff": backoff}
+                extra.update(backoff=backoff, resubscribe_backoff=backoff)
             upstreams[name] = Upstream(
                 spec, reactor.send, telemetry, max_read_bytes=settings.max_read_bytes, **extra
             )
@@ -298,7 +314,7 @@ async def _main(
             nursery.cancel_scope.cancel()
             return int(ExitCode.CONFIG)
         # Before the reactor turns, so its handlers never race this direct route table.
-        await watches.restore(_StartupRoutes(reactor))
+        reactor.queue_startup_notices(await watches.restore(_StartupRoutes(reactor)))
 
         def snapshot() -> Any:
             return dataclasses.replace(reactor.metrics_snapshot(), outputs_lost=stdout.dropped)
@@ -392,22 +408,26 @@ async def _print_once(
     stdout: LineWriter,
 ) -> ExitCode:
     """Write the once run's result; the exit code, OUTPUT_FAILED if the result could not be written."""
+    from agentd.redact import redact
+
     text = reactor.root_text
     status = reactor.root_status
     line: bytes | None = None
     if json_out:
-        line = orjson.dumps(
-            {
-                "status": status,
-                "exit_code": int(code),
-                "result": text,
-                "usage": {
-                    "input_tokens": telemetry.counters.get("input_tokens", 0),
-                    "output_tokens": telemetry.counters.get("output_tokens", 0),
-                },
-                "duration_s": round(duration, 3),
-            }
-        )
+        result: dict[str, Any] = {
+            "status": status,
+            "exit_code": int(code),
+            "result": text,
+            "usage": {
+                "input_tokens": telemetry.counters.get("input_tokens", 0),
+                "output_tokens": telemetry.counters.get("output_tokens", 0),
+            },
+            "duration_s": round(duration, 3),
+        }
+        if reactor.fatal_infra is not None:
+            # Why the provider could not be used (HTTP status and its message), as in model.fatal.
+            result["error"] = redact(reactor.fatal_infra)
+        line = orjson.dumps(result)
     elif (
         text and status is not None and code in (ExitCode.OK, ExitCode.BUDGET_PARTIAL, ExitCode.REFUSED)
     ) or (text and status is not None and code == code_for_status(status, partial=True)):

@@ -140,12 +140,14 @@ class run_agentd:
         prefix: Sequence[str] = (),
         command: Sequence[str] | None = None,
         stdout: int = subprocess.PIPE,
+        preexec_fn: Callable[[], None] | None = None,
     ) -> None:
         self.stdout = stdout
         self.args = list(args)
         self.env = {**os.environ, **(env or {})}
         self.cwd = cwd or REPO
         self.argv = [*prefix, *(command if command is not None else agentd_cmd()), *self.args]
+        self.preexec_fn = preexec_fn
 
     async def __aenter__(self) -> Agentd:
         self._nursery_cm = trio.open_nursery()
@@ -157,6 +159,7 @@ class run_agentd:
             stderr=-1,
             env=self.env,
             cwd=str(self.cwd),
+            preexec_fn=self.preexec_fn,
         )
         self.a = Agentd(proc)
         nursery.start_soon(self.a._read_stderr)

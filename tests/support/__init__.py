@@ -1,1 +1,1 @@
-"""Helpers shared by tests (never test modules themselves)."""
+"""Helpers shared by tests (server launchers, recording telemetry); tests import these, never each other."""

@@ -23,7 +23,7 @@ import trio
 
 from agentd.exitcodes import ExitCode, TerminalStatus
 from agentd.supervisor.budget import Budget
-from agentd.supervisor.events import ChildExited, ChildMessage, ResourceChanged, SignalReceived
+from agentd.supervisor.events import ChildExited, ChildMessage, ResourceChanged, SignalReceived, WatchNotice
 from agentd.supervisor.governor import RestartGovernor
 from agentd.supervisor.reactor import Agent, AgentPhase, Hooks, Reactor
 from agentd.telemetry import Telemetry
@@ -196,8 +196,11 @@ def build(
 
 
 @asynccontextmanager
-async def running(mode: modes.Mode, **kw: Any) -> AsyncIterator[Harness]:
+async def running(
+    mode: modes.Mode, *, startup_notices: Sequence[WatchNotice] = (), **kw: Any
+) -> AsyncIterator[Harness]:
     reactor, hooks, telemetry = build(mode, **kw)
+    reactor.queue_startup_notices(list(startup_notices))
     h = Harness(reactor, hooks, telemetry)
 
     async def run() -> None:
@@ -666,3 +669,27 @@ async def test_a_dead_subscribers_upstream_subscription_is_released_unless_decla
     assert h.hooks.unsubscribed == [("memo", "memo://mine")]
     released = h.telemetry.named("self.unsubscribe")
     assert [(f["uri"], f["reason"]) for _, f in released] == [("memo://mine", "owner exited")]
+
+
+# --------------------------------------------------------------------------- watch restore
+
+
+def restore_notice(session: str) -> WatchNotice:
+    return WatchNotice(session=session, watch="", uri="", text=f"<watches-restored>{session}", kind="restore")
+
+
+async def test_the_restore_notice_rides_in_the_warm_roots_first_turn(autojump_clock):
+    """A restart costs no extra turn: the root's first turn carries the restore notice."""
+    notices = [restore_notice("root"), restore_notice("a7")]
+    async with running("loop", interval=2, session="warm", startup_notices=notices) as h:
+        root = await h.hooks.next_spawn()
+        assert root.instruction == "work\n\n<watches-restored>root"
+        # The other session (no agent yet) is started warm with its notice, as before.
+        other = await h.hooks.next_spawn()
+        assert (other.session, other.instruction) == ("a7", "work\n\n<watches-restored>a7")
+        t, msg = await answer(await h.end_turn(root.id, "NO_REPLY"))
+        # No follow-up turn for the notice: the next input is the loop's next shift.
+        assert (t, msg) == (2.0, {"action": "continue", "input": "work"})
+        [(_, suppressed)] = [e for e in h.telemetry.named("reply.suppressed") if e[1]["agent"] == root.id]
+        assert suppressed["watch"] == [""]
+    assert [a.id for _, a in h.hooks.spawned] == [root.id, other.id]
