@@ -128,7 +128,7 @@ async def main(window: float, watchdog: float | None) -> None:
                     rows.append(
                         [k, fmt(d.cpu_s, 3), d.vol, d.invol, f"+{d.threads_started} / -{d.threads_exited}"]
                     )
-                lost = [ln.ev for ln in a.lines if ln.ev.get("event") == "supervisor.zygote_lost"]
+                lost = [ln.ev for ln in a.lines if ln.ev.get("event") == "zygote.degraded"]
                 events = len(a.lines)
         finally:
             poller.kill()
