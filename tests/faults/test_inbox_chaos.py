@@ -153,6 +153,7 @@ async def consume_reader(client: RawClient, ledger: Ledger, ready: trio.Event) -
     acked: set[int] = set()
     while True:
         before = len(client.of(UPDATED))
+        was_complete = ledger.complete()
         body = await client.read_json(uri)
         pending = body["pending"]
         for e in body["events"]:
@@ -164,8 +165,13 @@ async def consume_reader(client: RawClient, ledger: Ledger, ready: trio.Event) -
             acked |= {e["seq"] for e in todo}
         if ledger.complete() and pending == 0:
             return
+        # Woken by an update, or by the writers finishing after this read already saw their last lines
+        # (no update follows then: the last read and acknowledgement are re-checked once).
         await client.wait_until(
-            lambda before=before: len(client.of(UPDATED)) > before, timeout=FINISH_BOUND_S
+            lambda before=before, was_complete=was_complete: (
+                len(client.of(UPDATED)) > before or (ledger.complete() and not was_complete)
+            ),
+            timeout=FINISH_BOUND_S,
         )
 
 
