@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agentd.config import ConfigErrors, Settings, effective_config, load_settings
+from agentd.config import ConfigErrors, Settings, effective_config, load_settings, missing_server_commands
 from agentd.errors import ConfigError
 from agentd.exitcodes import ExitCode
 
@@ -211,6 +211,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         _print_config_error(exc)
         return int(ExitCode.CONFIG)
     if command == "check":
-        print(json.dumps(effective_config(settings, os.environ), sort_keys=True, indent=2))
-        return int(ExitCode.OK)
+        return _check(settings)
     return _run(settings)
+
+
+def _check(settings: Settings) -> int:
+    """``agentd check``: what a run would refuse, then the effective config (redacted)."""
+    problems: list[ConfigError] = []
+    try:
+        from agentd.supervisor.app import reconnect_backoff
+
+        reconnect_backoff(os.environ)
+    except ConfigError as exc:
+        problems.append(exc)
+    for spec, problem in missing_server_commands(settings, os.environ):
+        if spec.required:
+            problems.append(problem)
+        else:
+            print(f"agentd: warning: {problem}", file=sys.stderr)
+    if problems:
+        for problem in problems:
+            _print_config_error(problem)
+        return int(ExitCode.CONFIG)
+    print(json.dumps(effective_config(settings, os.environ), sort_keys=True, indent=2))
+    return int(ExitCode.OK)

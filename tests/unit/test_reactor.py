@@ -568,14 +568,31 @@ async def test_self_subscribe_routes_ahead_of_declared_is_exclusive_and_unsubscr
         refused = await h.self_tool(a2.id, op="subscribe", uri="memo://notes", server="memo")
         assert "memo://notes" in refused["error"]
         assert repr(a1.id) in refused["error"]
-        # unsubscribe: the URI goes back to the declared route
-        assert await h.self_tool(a1.id, op="unsubscribe", uri="memo://notes") == {"ok": True}
-        assert await h.self_tool(a1.id, op="unsubscribe", uri="memo://notes") == {"ok": False}
-        await h.send(ResourceChanged(server="memo", uri="memo://notes"))
-        a3 = await h.hooks.next_spawn()
-        assert a3.role == "spawn"
-        assert a3.route == "all"
-    assert h.telemetry.named("resource.updated")[-1][1]["route"] == "all"
+        # unsubscribe removes the self route; nothing else needs the URI upstream
+        # (the hub path with a declared subscription: tests/e2e/test_routing.py)
+        assert await h.self_tool(a1.id, op="unsubscribe", uri="memo://notes", server="memo") == {
+            "ok": True,
+            "needed": False,
+        }
+        assert h.reactor.router.get(f"self:{a1.id}:memo://notes") is None
+
+
+async def test_unsubscribing_a_declared_uri_tells_the_hub_to_keep_the_upstream_subscription(autojump_clock):
+    async with running("reactive", routes=[RouteSpec(match="memo://*", route_id="all")]) as h:
+        h.reactor.declared = {("memo", "memo://notes")}
+        await h.send(ResourceChanged(server="memo", uri="memo://x"))
+        a1 = await h.hooks.next_spawn()
+        assert await h.self_tool(a1.id, op="subscribe", uri="memo://notes", server="memo") == {"ok": True}
+        answer = await h.self_tool(a1.id, op="unsubscribe", uri="memo://notes", server="memo")
+        assert answer == {"ok": True, "needed": True}
+        await h.end_turn(a1.id, "done")
+        await h.exited(a1.id)
+        await h.send(ResourceChanged(server="memo", uri="memo://y"))
+        await h.hooks.next_spawn()
+    # the agent exited without a subscription of its own: nothing is released
+    assert h.hooks.unsubscribed == []
+    [(_, unsub)] = h.telemetry.named("self.unsubscribe")
+    assert (unsub["uri"], unsub["kept"]) == ("memo://notes", True)
 
 
 async def test_unknown_self_tool_operation_is_an_error(autojump_clock):
