@@ -271,7 +271,9 @@ class Reactor:
         self.on_connected: Callable[[str], None] | None = None
         """A server (re)connected: (re)subscribe its declared URIs (set by the app)."""
         self.started = False
-        """The driver's ``on_start`` ran: every required server had connected (rfcs/0135)."""
+        """The driver's ``on_start`` ran (once every required server had connected, rfcs/0135)."""
+        self.open = not required
+        """Every required server has connected once: roots, clock fires and deliveries may start."""
         self.paused: dict[str, set[str]] = {}
         """Server -> the blocked routes it is paused for (``block`` overflow, rfcs/0131)."""
         self._blocked: frozenset[str] = frozenset()
@@ -366,6 +368,7 @@ class Reactor:
             draining=self.phase is not Phase.RUNNING,
             server_state=dict(self.server_states),
             subscription_state={k: v for k, v in self.subscription_states.items() if v != "pending"},  # type: ignore[misc]
+            subscriptions_unresolved=len(self.unresolved),
         )
 
     # -- the loop ---------------------------------------------------------------
@@ -466,7 +469,7 @@ class Reactor:
             reply.send_nowait(answer)
 
     def _next_deadline(self) -> float:
-        timers = self.phase is Phase.RUNNING and self.started
+        timers = self.phase is Phase.RUNNING and self.open
         candidates = [
             # Nothing is delivered while draining (or before the required
             # servers are up), so a debounce armed by a change meanwhile must
@@ -520,7 +523,7 @@ class Reactor:
                     note="required servers are not connected: no agent starts until they are",
                 )
             return
-        self.started = True
+        self.open = self.started = True
         for action in self.driver.on_start(self.view(now)):
             if isinstance(action, modes.SpawnRoot):
                 self._spawn_root(now)
@@ -542,7 +545,7 @@ class Reactor:
         if (
             self.clock is not None
             and self.phase is Phase.RUNNING
-            and self.started
+            and self.open
             and now >= self.clock.next_fire()
         ):
             self._clock_fire(now)
@@ -672,7 +675,7 @@ class Reactor:
             now,
             session_idle=self._session_idle,
             may_spawn=lambda: self.phase is Phase.RUNNING and self.budget.spent() is None,
-            draining=self.phase is not Phase.RUNNING or not self.started,
+            draining=self.phase is not Phase.RUNNING or not self.open,
         )
         for d in deliveries:
             if isinstance(d, SpawnDelivery):

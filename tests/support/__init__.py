@@ -1,0 +1,1 @@
+"""Shared test helpers (launchers, files, HTTP probes); tests import these, never each other."""
