@@ -628,8 +628,8 @@ class Upstream:
         flat and nothing is lost. Handshake era: updates share the connection
         with replies, which agents need to drain the route, so the connection
         keeps being read; an update for a subscribed URI is remembered (one
-        entry per URI) instead of posted. Tool calls and reads are unaffected.
-        Idempotent; synchronous (takes effect before the next update is read).
+        entry per URI) instead of posted. Either way nothing is posted while
+        paused. Tool calls and reads are unaffected. Idempotent; synchronous.
         """
         if self._updates_open.is_set():
             self._updates_open = trio.Event()
@@ -811,6 +811,9 @@ class Upstream:
                             event = await anext(stream)
                         except StopAsyncIteration:
                             break
+                        # Paused while this read was waiting: hold the one change
+                        # it returned until resumed (nothing is posted while paused).
+                        await self._updates_open.wait()
                         if isinstance(event, ResourceUpdated):
                             await self._post(ResourceChanged(self.name, event.uri, "updated"))
                 return "the server closed the listen stream", True
