@@ -805,15 +805,18 @@ class Upstream:
                     await self._establish(sub, attempt)
                     while True:
                         # Paused (rfcs/0131): the stream is not read; the client
-                        # keeps one pending change per URI meanwhile.
-                        await self._updates_open.wait()
+                        # keeps one pending change per URI meanwhile. (Checked
+                        # first, so an open gate adds no schedule point.)
+                        if not self._updates_open.is_set():
+                            await self._updates_open.wait()
                         try:
                             event = await anext(stream)
                         except StopAsyncIteration:
                             break
                         # Paused while this read was waiting: hold the one change
                         # it returned until resumed (nothing is posted while paused).
-                        await self._updates_open.wait()
+                        if not self._updates_open.is_set():
+                            await self._updates_open.wait()
                         if isinstance(event, ResourceUpdated):
                             await self._post(ResourceChanged(self.name, event.uri, "updated"))
                 return "the server closed the listen stream", True

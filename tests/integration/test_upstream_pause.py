@@ -47,17 +47,23 @@ async def test_paused_updates_are_held_and_come_back_once_per_uri_on_resume(tmp_
         missed = up.resume_updates()
         assert not up.updates_paused
         await up.post_possibly_changed(missed)
-        first = await events.next(ResourceChanged)
-        second = await events.next(ResourceChanged)
+        seen: list[ResourceChanged] = []
+        while {e.uri for e in seen} != {"note://alpha", "note://beta"}:
+            seen.append(await events.next(ResourceChanged))
         nursery.cancel_scope.cancel()
-    changed = sorted((e.uri, e.kind) for e in (first, second))
+    seen += [e for e in _posted(recv) if isinstance(e, ResourceChanged)]
     if era == "modern":
-        # The client kept one pending change per URI: delivered as pushed.
+        # Nothing was lost and nothing piled up: per URI, at most the change
+        # a read was holding when the pause landed plus the one the client
+        # kept pending (21 writes, at most 2 changes each), delivered as pushed.
         assert missed == []
-        assert changed == [("note://alpha", "updated"), ("note://beta", "updated")]
+        assert {e.kind for e in seen} == {"updated"}
+        assert all(1 <= [e.uri for e in seen].count(u) <= 2 for u in ("note://alpha", "note://beta"))
     else:
         # Handshake era: the connection was read on (replies share it); the
         # URIs seen meanwhile come back as one "possibly changed" each.
         assert missed == ["note://alpha", "note://beta"]
-        assert changed == [("note://alpha", "synthetic"), ("note://beta", "synthetic")]
-    assert [e for e in _posted(recv) if isinstance(e, ResourceChanged)] == []
+        assert sorted((e.uri, e.kind) for e in seen) == [
+            ("note://alpha", "synthetic"),
+            ("note://beta", "synthetic"),
+        ]
