@@ -112,8 +112,11 @@ def build_parser(prog: str = "agentd") -> argparse.ArgumentParser:
     g.add_argument(
         "--route",
         action="append",
-        metavar="'MATCH=spawn[:N]|continue[:SESSION]'",
-        help="route matching URIs (repeatable; MATCH @timer takes clock fires)",
+        metavar="'MATCH=spawn[:N]|continue[:SESSION][,KEY=VALUE...]'",
+        help=(
+            "route matching URIs (repeatable; MATCH @timer takes clock fires); KEY: debounce, max_wait, "
+            "overflow, queue_cap, name, reread_on_start, extract, template"
+        ),
     )
     g.add_argument("--watch-state", metavar="PATH", help="persist watch specs in this file")
     g.add_argument("--max-read-bytes", metavar="SIZE", help="cap on one resource read (default 8MiB)")

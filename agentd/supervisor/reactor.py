@@ -555,11 +555,15 @@ class Reactor:
     def _apply_backpressure(self) -> None:
         """Pause the servers feeding a ``block`` route whose queue is full; resume them once it has room."""
         blocked = self.router.blocked_routes()
-        if blocked == self._blocked:
-            return
-        for route_id in sorted(blocked - self._blocked):
+        if not blocked and not self._blocked:
+            return  # the common case: nothing is blocked, nothing to resume
+        # Every server whose events a blocked route holds is paused, including
+        # one whose first event arrived after the route blocked.
+        for route_id in sorted(blocked):
             for server in sorted(self.router.held_servers(route_id)):
                 routes = self.paused.setdefault(server, set())
+                if route_id in routes:
+                    continue
                 if not routes:
                     self.hooks.pause(server, True)
                     self.telemetry.emit("upstream.paused", server=server, route=route_id)

@@ -873,3 +873,20 @@ async def test_schedule_fires_go_to_a_declared_timer_route(autojump_clock):
         assert t == 5.0
         assert "agentd://timer" in msg["input"]
     assert len(h.hooks.spawned) == 1
+
+
+async def test_a_second_server_feeding_a_blocked_route_is_paused_too(autojump_clock):
+    routes = [
+        RouteSpec(
+            match="b://*", disposition=Spawn(max_inflight=1), queue_cap=1, overflow="block", debounce=0
+        ),
+    ]
+    async with running("reactive", routes=routes) as h:
+        for uri in ("b://1", "b://2", "b://3"):
+            await h.send(ResourceChanged(server="one", uri=uri))
+        await h.hooks.next_spawn()
+        await trio.sleep(1)
+        await h.send(ResourceChanged(server="two", uri="b://4"))  # the route is already blocked
+        await trio.sleep(1)
+    assert h.hooks.paused == [(0.0, "one", True), (1.0, "two", True)]
+    assert h.reactor.paused == {"one": {"r0"}, "two": {"r0"}}
