@@ -25,9 +25,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agentd.config import ConfigErrors, Settings, effective_config, load_settings, missing_server_commands
+from agentd.config import (
+    ConfigErrors,
+    Settings,
+    effective_config,
+    load_settings,
+    missing_server_commands,
+    server_secrets,
+)
 from agentd.errors import ConfigError
 from agentd.exitcodes import ExitCode
+from agentd.redact import register_secrets, secret_values
 
 __all__ = ["build_parser", "flags_from_args", "main"]
 
@@ -102,6 +110,14 @@ def build_parser(prog: str = "agentd") -> argparse.ArgumentParser:
     g = p.add_argument_group("budgets and restarts")
     g.add_argument("--max-steps", metavar="N", help="tree-wide model-call ceiling")
     g.add_argument("--max-tokens", metavar="N", help="tree-wide token ceiling")
+    g.add_argument(
+        "--max-turn-steps", metavar="N", help="model calls per turn of one agent (default 100; 0 = no cap)"
+    )
+    g.add_argument(
+        "--model-timeout",
+        metavar="DURATION",
+        help="deadline of one model call, retries included (default 5m)",
+    )
     g.add_argument("--max-restarts", metavar="N", help="restarts allowed within --restart-period (default 5)")
     g.add_argument("--restart-period", metavar="DURATION", help="restart window (default 60s)")
 
@@ -128,12 +144,19 @@ def build_parser(prog: str = "agentd") -> argparse.ArgumentParser:
     )
     g.add_argument("--health-addr", metavar="HOST:PORT", help="serve /healthz and /readyz here")
     g.add_argument("--metrics-addr", metavar="HOST:PORT", help="serve Prometheus metrics here")
+    if prog.endswith("check"):
+        p.add_argument(
+            "--show-secrets",
+            action="store_true",
+            default=None,
+            help="print server env/header values and credentials as configured (redacted by default)",
+        )
     return p
 
 
 #: argparse dest -> settings field, where they differ.
 _RENAMES = {"subscribe": "subscriptions", "route": "routes"}
-_NOT_SETTINGS = {"config", "instruction_arg", "instruction"}
+_NOT_SETTINGS = {"config", "instruction_arg", "instruction", "show_secrets"}
 
 
 def flags_from_args(ns: argparse.Namespace) -> tuple[dict[str, Any], Path | None]:
@@ -207,19 +230,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         ns = parser.parse_args(args)
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2), already printed
         return exc.code if isinstance(exc.code, int) else int(ExitCode.CONFIG)
+    # Credentials from the environment are hidden from every message from here on,
+    # configuration errors included.
+    register_secrets(secret_values(os.environ))
     try:
         flags, config_file = flags_from_args(ns)
         settings = load_settings(flags, config_file=config_file, env=os.environ)
     except ConfigError as exc:
         _print_config_error(exc)
         return int(ExitCode.CONFIG)
+    register_secrets(server_secrets(settings))
     if command == "check":
-        return _check(settings)
+        return _check(settings, show_secrets=bool(getattr(ns, "show_secrets", False)))
     return _run(settings)
 
 
-def _check(settings: Settings) -> int:
-    """``agentd check``: what a run would refuse, then the effective config (redacted)."""
+def _check(settings: Settings, *, show_secrets: bool) -> int:
+    """``agentd check``: what a run would refuse, then the effective config (redacted unless asked)."""
     problems: list[ConfigError] = []
     try:
         from agentd.supervisor.app import reconnect_backoff
@@ -236,5 +263,6 @@ def _check(settings: Settings) -> int:
         for problem in problems:
             _print_config_error(problem)
         return int(ExitCode.CONFIG)
-    print(json.dumps(effective_config(settings, os.environ), sort_keys=True, indent=2))
+    shown = effective_config(settings, os.environ, show_secrets=show_secrets)
+    print(json.dumps(shown, sort_keys=True, indent=2))
     return int(ExitCode.OK)

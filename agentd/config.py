@@ -39,7 +39,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -63,7 +63,7 @@ from pydantic_settings.sources.utils import parse_env_vars
 
 from agentd.durations import parse_duration, parse_size
 from agentd.errors import ConfigError
-from agentd.telemetry import REDACTED, is_secret_key
+from agentd.redact import REDACTED, redact, secret_values, secrets_in
 
 __all__ = [
     "DEFAULT_MAX_READ_BYTES",
@@ -87,6 +87,7 @@ __all__ = [
     "parse_mcp_servers_json",
     "parse_route_spec",
     "parse_subscription",
+    "server_secrets",
 ]
 
 Mode = Literal["once", "loop", "reactive", "schedule"]
@@ -111,6 +112,13 @@ _SCHEME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 _ADDR_RE = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9.-]*)):(?P<port>[0-9]{1,5})$")
 _ENV_REF_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
+#: Default deadline of one model call, retries included (``--model-timeout``):
+#: see ``agentd.models._http.DEFAULT_MODEL_TIMEOUT_S`` for why five minutes.
+DEFAULT_MODEL_TIMEOUT = 300.0
+#: Default cap on model calls in one turn of one agent (``--max-turn-steps``).
+#: Real tasks take a handful to a few dozen tool rounds; a hundred stops a
+#: model that calls tools forever within minutes instead of never.
+DEFAULT_MAX_TURN_STEPS = 100
 #: Default cap on one resource read: large enough for any sane state
 #: document, small enough that a runaway resource cannot balloon memory.
 DEFAULT_MAX_READ_BYTES = 8 * 1024 * 1024
@@ -709,6 +717,10 @@ class Settings(BaseSettings):
     """Tree-wide model-call ceiling (None: unlimited)."""
     max_tokens: int | None = None
     """Tree-wide token ceiling (None: unlimited)."""
+    max_turn_steps: int | None = DEFAULT_MAX_TURN_STEPS
+    """Model calls one agent may make in one turn before it ends ``exhausted_steps`` (0/None: no cap)."""
+    model_timeout: float = DEFAULT_MODEL_TIMEOUT
+    """Deadline of one model call in seconds, retries and backoff included."""
     deadline: float | None = None
     """Wall-clock limit in seconds for the whole run (exit 124)."""
     grace: float = 25.0
@@ -783,6 +795,22 @@ class Settings(BaseSettings):
     def _restarts(cls, v: object) -> int:
         return _integer(v, minimum=0)
 
+    @field_validator("max_turn_steps", mode="before")
+    @classmethod
+    def _turn_steps(cls, v: object) -> int | None:
+        if v is None:
+            return None
+        try:
+            steps = _integer(v, minimum=0)
+        except ValueError:
+            raise ValueError("must be a whole number ≥ 0 (0 turns the per-turn cap off)") from None
+        return steps or None
+
+    @field_validator("model_timeout", mode="before")
+    @classmethod
+    def _model_timeout(cls, v: object) -> float:
+        return _duration(v, positive=True)
+
     @field_validator("max_read_bytes", mode="before")
     @classmethod
     def _read_bytes(cls, v: object) -> int:
@@ -811,11 +839,14 @@ class Settings(BaseSettings):
     def _watch_state(cls, v: Path | None) -> Path | None:
         if v is None:
             return v
+        from agentd.watches.state import refusal
+
         v = _expand_user(v)
         # Checked now so a daemon does not fail hours later on its first
-        # write; nothing is created here.
-        if v.is_dir():
-            raise ValueError("is a directory; give a file path (it is created on the first watch)")
+        # write; nothing is created here (the file is only read).
+        why = refusal(v)
+        if why is not None:
+            raise ValueError(why)
         parent = v.parent
         if not parent.is_dir():
             raise ValueError(f"its directory {str(parent)!r} does not exist; create it or pick another path")
@@ -1741,81 +1772,53 @@ def missing_server_commands(
     return out
 
 
-_SECRET_ARG_RE = re.compile(
-    r"^--?[A-Za-z0-9_-]*(?:key|token|secret|password|auth)[A-Za-z0-9_-]*$", re.IGNORECASE
-)
+def server_secrets(settings: Settings) -> list[str]:
+    """Values of the servers' settings that are credentials: to hide wherever they appear.
+
+    Every ``headers`` value (and the credential in ``Bearer …``), each ``env``
+    value whose name looks like a credential and the credentials inside the
+    others (``DATABASE_URL=postgres://u:pw@…``), the values of credential
+    flags in ``args`` (``-k VALUE``, ``--token=VALUE``) and the credentials in
+    a server URL (userinfo, secret query parameters).
+    The CLI registers them (:func:`agentd.redact.register_secrets`) so that
+    no error or event can print them; ``agentd check`` hides them too.
+    """
+    found: list[str] = []
+    for spec in settings.servers.values():
+        found += [v for v in spec.headers.values() if v]
+        for v in spec.headers.values():
+            found += secrets_in(v)
+        found += secret_values(spec.env)
+        found += secrets_in(spec.args)
+        if spec.url is not None:
+            found += secrets_in(spec.url)
+    return found
 
 
-def _scrub_url(url: str) -> str:
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return url
-    netloc = parts.netloc
-    if "@" in netloc:
-        netloc = REDACTED + "@" + netloc.rsplit("@", 1)[1]
-    query = parts.query
-    if query:
-        pieces = []
-        for piece in query.split("&"):
-            k, eq, _v = piece.partition("=")
-            pieces.append(f"{k}={REDACTED}" if eq and is_secret_key(k) else piece)
-        query = "&".join(pieces)
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+def effective_config(
+    settings: Settings, env: Mapping[str, str] | None = None, *, show_secrets: bool = False
+) -> dict[str, Any]:
+    """The settings as a JSON-ready dict, with every credential replaced by ``***``.
 
+    Server ``env`` and ``headers`` show their keys only (every value is
+    ``***``); everything else goes through :func:`agentd.redact.redact`
+    (credential flags in ``args``, URL userinfo, secret query parameters,
+    token shapes), and any string containing the value of a credential-named
+    variable in ``env`` (``OPENAI_API_KEY`` …) or a server credential has
+    that value replaced, wherever it appears.
 
-def _redact_args(args: list[str]) -> list[str]:
-    out: list[str] = []
-    hide_next = False
-    for a in args:
-        if hide_next:
-            out.append(REDACTED)
-            hide_next = False
-            continue
-        flag, eq, _value = a.partition("=")
-        if _SECRET_ARG_RE.match(flag):
-            if eq:
-                out.append(f"{flag}={REDACTED}")
-            else:
-                out.append(a)
-                hide_next = True
-            continue
-        out.append(a)
-    return out
-
-
-def effective_config(settings: Settings, env: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The settings as a JSON-ready dict with every credential replaced by ``***``.
-
-    Redacted: server ``env`` values and ``headers`` whose names look like
-    credentials, the value after secret-looking args (``--api-key X``,
-    ``--token=X``), URL userinfo and secret query parameters, and, as a last
-    pass, any string containing the value of a credential-named variable in
-    ``env`` (``OPENAI_API_KEY`` …) wherever it appears.
+    Args:
+        settings: the validated settings.
+        env: the environment the credentials are read from (``os.environ`` by default).
+        show_secrets: show everything as configured (``agentd check --show-secrets``).
     """
     env = os.environ if env is None else env
-    data = settings.model_dump(mode="json")
-    secrets: set[str] = {v for k, v in env.items() if is_secret_key(k) and len(v) >= 4}
+    data: dict[str, Any] = settings.model_dump(mode="json")
+    if show_secrets:
+        return data
+    known = secret_values(env) + server_secrets(settings)
     for server in data["servers"].values():
         for table in ("env", "headers"):
-            for k, v in server[table].items():
-                if is_secret_key(k) and v:
-                    secrets.add(v)
-                    server[table][k] = REDACTED
-        server["args"] = _redact_args(server["args"])
-        if server["url"]:
-            server["url"] = _scrub_url(server["url"])
-
-    def scrub(value: Any) -> Any:
-        if isinstance(value, dict):
-            return {k: scrub(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [scrub(v) for v in value]
-        if isinstance(value, str):
-            for secret in sorted(secrets, key=len, reverse=True):
-                if secret in value:
-                    value = value.replace(secret, REDACTED)
-        return value
-
-    scrubbed: dict[str, Any] = scrub(data)
-    return scrubbed
+            server[table] = dict.fromkeys(server[table], REDACTED)
+    redacted: dict[str, Any] = redact(data, extra=sorted(set(known), key=len, reverse=True))
+    return redacted

@@ -4,10 +4,13 @@
 
     AgentdError                      base; ``exit_code`` says how the process ends
     ├── ConfigError                  invalid setting, found before any side effect (2)
-    ├── FatalInfraError              model provider unreachable / auth failed (4)
+    ├── FatalInfraError              the model provider cannot be used (4)
     │   ├── ModelAuthError           401/403 from the provider
-    │   └── ModelUnavailableError    retries exhausted on 429/5xx/connection errors
-    ├── ModelError                   a provider answered something unusable (1)
+    │   ├── ModelUnavailableError    retries exhausted on 429/5xx/connection errors, or the
+    │   │                            call's deadline (``--model-timeout``) passed
+    │   └── ModelError               the provider refused the request or answered something unusable
+    │       ├── ModelRequestError    a 4xx other than 401/403/408/429: status + the provider's message
+    │       └── ModelResponseError   a 2xx body that is malformed (names the field) or over the size cap
     ├── RequiredServerFailed         a required MCP server failed (6)
     ├── UpstreamError                an MCP server call failed (not fatal by itself)
     │   ├── ServerUnavailable        the server is not connected right now
@@ -22,17 +25,25 @@
 
 Errors that end the process carry their exit code; everything else is
 reported to whoever made the call (often the model, as a tool error).
+
+Every message goes through :func:`agentd.redact.redact` when it is turned
+into text (``str(exc)``), so a credential in a URL, an argument or a
+provider's answer never reaches a log line, a tool result or stderr.
 """
 
 from __future__ import annotations
 
 from agentd.exitcodes import ExitCode
+from agentd.redact import redact
 
 
 class AgentdError(Exception):
     """Base of every error agentd raises on purpose."""
 
     exit_code: ExitCode = ExitCode.CRASHED
+
+    def __str__(self) -> str:
+        return redact(super().__str__())
 
 
 class ConfigError(AgentdError):
@@ -58,11 +69,34 @@ class ModelAuthError(FatalInfraError):
 
 
 class ModelUnavailableError(FatalInfraError):
-    """The provider stayed unreachable or overloaded after every retry."""
+    """The provider stayed unreachable or overloaded after every retry, or the call's deadline passed."""
 
 
-class ModelError(AgentdError):
-    """The provider answered, but with something agentd cannot use."""
+class ModelError(FatalInfraError):
+    """The provider answered, but with something agentd cannot use.
+
+    Fatal (exit 4): sending the same request again cannot fix it (a wrong
+    model name, a request the provider rejects, a body agentd cannot read).
+    """
+
+
+class ModelRequestError(ModelError):
+    """The provider refused the request (a 4xx other than 401/403/408/429).
+
+    Attributes:
+        status: the HTTP status.
+        provider_message: the provider's own error message.
+    """
+
+    def __init__(self, message: str, *, status: int, provider_message: str) -> None:
+        self.status = status
+        self.provider_message = provider_message
+        super().__init__(message)
+
+
+class ModelResponseError(ModelError):
+    """The provider answered 2xx with a body agentd cannot use: not JSON, a missing or
+    mistyped field (named in the message), or more bytes than the response cap."""
 
 
 class RequiredServerFailed(AgentdError):

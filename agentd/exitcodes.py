@@ -10,7 +10,8 @@ if the manifests drift from this table.
 | 1 | once: root crashed; loop: restart breaker open; internal error |
 | 2 | configuration or usage error, found before any side effect |
 | 3 | budget exhausted, with a usable partial result on stdout |
-| 4 | fatal infra: model provider unreachable or auth failed after retries |
+| 4 | fatal infra: model provider unreachable or auth failed after retries, or it refused |
+|   | the request / answered unusably (the HTTP status and its message in ``model.fatal``) |
 | 5 | the model refused |
 | 6 | a required MCP server failed (could not start / reconnect) |
 | 7 | budget exhausted (tree token or step ceiling) |
@@ -36,7 +37,7 @@ class ExitCode(enum.IntEnum):
     BUDGET_PARTIAL = 3
     """Budget exhausted, but a usable partial result was printed."""
     FATAL_INFRA = 4
-    """Model provider unreachable or auth failed after retries."""
+    """Model provider unreachable or auth failed after retries, or it refused the request or answered unusably."""
     REFUSED = 5
     """The model refused."""
     REQUIRED_SERVER = 6

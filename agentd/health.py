@@ -21,18 +21,35 @@ through ``task_status.started(port)``:
 - :func:`serve_metrics` serves only ``/metrics`` (a separate ``--metrics-addr``).
 
 Every connection answers one request and is closed (``Connection: close``);
-probes and scrapes open a fresh connection each time anyway. Hostile or
-broken clients cost a bounded amount: the request head is capped at
-:data:`MAX_REQUEST_HEAD` bytes and must arrive within :data:`READ_TIMEOUT`,
-a response write is bounded by :data:`WRITE_TIMEOUT`, and at most
-:data:`MAX_CONNECTIONS` connections are served at once (more are closed at
-accept). A failing injected callable turns into a 503/500 for that request;
-the server keeps serving.
+probes and scrapes open a fresh connection each time anyway.
+
+Hostile or broken clients (anything that can reach the port: another pod, a
+port scanner, a slowloris script) cost a bounded amount and can never keep a
+probe from being answered:
+
+- every connection has deadlines: the request head (at most
+  :data:`MAX_REQUEST_HEAD` bytes) must arrive within :data:`READ_TIMEOUT`
+  (one byte a second does not extend it), the answer is bounded by the probe
+  timeout, and handing the answer to a client that does not read it is bounded
+  by :data:`WRITE_TIMEOUT`;
+- there is no small fixed connection cap a client could fill. Connections are
+  admitted up to :func:`connection_limit` (derived from the open-files limit,
+  which agentd raises to its hard limit at start-up, see
+  :func:`raise_open_files_limit`); past it the *oldest* connection that is
+  still waiting for its request (or stuck writing) is closed to make room, so
+  the newest connection, which is where a probe is, is always served;
+- concurrent ``/healthz`` requests share one probe of the reactor
+  (:class:`_SharedProbe`): a flood of requests puts at most one
+  ``HealthProbe`` at a time into the reactor's channel.
+
+A failing injected callable turns into a 503/500 for that request; the server
+keeps serving.
 """
 
 from __future__ import annotations
 
 import math
+import resource
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -43,18 +60,22 @@ import trio
 from agentd.errors import ConfigError
 from agentd.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from agentd.metrics import MetricsSnapshot, render
+from agentd.redact import redact
 from agentd.supervisor.events import HealthProbe
 
 __all__ = [
     "MAX_CONNECTIONS",
     "MAX_REQUEST_HEAD",
+    "MIN_CONNECTIONS",
     "PROBE_TIMEOUT",
     "READ_TIMEOUT",
     "WRITE_TIMEOUT",
     "Probe",
     "Ready",
     "Snapshot",
+    "connection_limit",
     "parse_addr",
+    "raise_open_files_limit",
     "reactor_probe",
     "serve_health",
     "serve_metrics",
@@ -67,21 +88,28 @@ synchronous step (say, a large route table rebuild) and stays well inside the
 5 s ``timeoutSeconds`` the manifests give the kubelet's liveness probe."""
 
 READ_TIMEOUT = 5.0
-"""Seconds a client has to send its whole request head. Probes and scrapers
-send it in one packet; the bound only stops slow-drip (slowloris) clients
-from holding a connection slot."""
+"""Seconds a client has to send its whole request head, counted from accept
+(a deadline, not an idle timeout: a byte a second does not extend it). Probes
+and scrapers send the head in one packet; the bound only stops slow-drip
+(slowloris) and idle clients from holding a connection."""
 
 WRITE_TIMEOUT = 5.0
 """Seconds to hand a response to a client that stopped reading; then the
-connection is dropped rather than holding a slot."""
+connection is dropped rather than held."""
 
 MAX_REQUEST_HEAD = 8 * 1024
 """Bytes of request line plus headers accepted (answers 431 past it). Real
 probe and scrape requests are a few hundred bytes."""
 
-MAX_CONNECTIONS = 32
-"""Connections served at once; more are closed at accept. A kubelet and one
-or two scrapers need a handful; the cap bounds what a flood can cost."""
+MAX_CONNECTIONS = 4096
+"""Most connections held open at once, whatever the open-files limit allows.
+A kubelet and one or two scrapers need a handful; the ceiling bounds what a
+flood costs (a task and an 8 KiB head buffer each: ~40 MiB at worst). It is
+not a refusal threshold: past the limit the oldest waiting connection is
+closed to admit the new one (see the module docstring)."""
+
+MIN_CONNECTIONS = 16
+"""Connections admitted even when the open-files limit is tiny."""
 
 _RECV_CHUNK = 4096
 
@@ -93,6 +121,43 @@ Ready = Callable[[], tuple[bool, str]]
 
 Snapshot = Callable[[], MetricsSnapshot]
 """Metrics source (sync, never blocks): a frozen copy of the reactor's numbers."""
+
+
+def raise_open_files_limit() -> tuple[int, int]:
+    """Raise this process's soft ``RLIMIT_NOFILE`` to its hard limit; return ``(before, after)``.
+
+    A daemon that any client can open connections to needs file descriptors
+    to spare: with the common soft limit of 1,024 a flood of idle connections
+    would exhaust them, and then no probe, child socket or server pipe could
+    be opened. Raising the soft limit up to the hard one needs no privilege.
+    Children inherit the raised limit. If the kernel refuses, the limit is
+    left as it was (``before == after``).
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard
+    if hard == resource.RLIM_INFINITY:
+        # "unlimited" is capped by the kernel's nr_open; ask for a large, always-valid value.
+        target = 1 << 20
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError):
+            return soft, soft
+        return soft, target
+    return soft, soft
+
+
+def connection_limit() -> int:
+    """How many connections one listener admits before it evicts the oldest waiting one.
+
+    Half the soft open-files limit (the other half stays for child sockets,
+    server pipes and pidfds), between :data:`MIN_CONNECTIONS` and
+    :data:`MAX_CONNECTIONS`.
+    """
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return MAX_CONNECTIONS
+    return max(MIN_CONNECTIONS, min(MAX_CONNECTIONS, soft // 2))
 
 
 def parse_addr(addr: str, *, setting: str = "--health-addr") -> tuple[str | None, int]:
@@ -169,9 +234,58 @@ class _BadRequest(Exception):
         self.reason = reason
 
 
+class _ProbeRun:
+    """One probe of the reactor in flight: its outcome once ``done`` is set."""
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.outcome: bool | BaseException = trio.TooSlowError()
+
+
+class _SharedProbe:
+    """One liveness probe at a time, shared by every concurrent ``/healthz`` request.
+
+    The probe runs in the server's own nursery, not in a request's task, so a
+    request that gives up (its client went away, its connection was evicted)
+    never strands the others. Each request waits for the outcome of the probe
+    in flight, or starts one; it stops waiting at its own deadline. A reactor
+    that does not answer therefore sees at most one probe per ``timeout``.
+    """
+
+    def __init__(self, probe: Probe, timeout: float, nursery: trio.Nursery) -> None:
+        self._probe = probe
+        self._timeout = timeout
+        self._nursery = nursery
+        self._current: _ProbeRun | None = None
+
+    async def _run(self, run: _ProbeRun) -> None:
+        with trio.move_on_after(self._timeout):
+            try:
+                run.outcome = bool(await self._probe())
+            except Exception as exc:
+                run.outcome = exc
+        self._current = None
+        run.done.set()
+
+    async def check(self) -> bool | BaseException:
+        """Wait (at most the probe timeout) for the probe in flight, starting one if none is.
+
+        Returns:
+            True/False from the probe, the exception it raised, or
+            :class:`trio.TooSlowError` when no answer came in time.
+        """
+        run = self._current
+        if run is None:
+            run = self._current = _ProbeRun()
+            self._nursery.start_soon(self._run, run)
+        with trio.move_on_after(self._timeout):
+            await run.done.wait()
+        return run.outcome
+
+
 @dataclass(frozen=True, slots=True)
 class _Endpoints:
-    probe: Probe | None
+    probe: _SharedProbe | None
     ready: Ready | None
     snapshot: Snapshot | None
     probe_timeout: float
@@ -194,26 +308,23 @@ class _Endpoints:
         if path == "/metrics" and self.snapshot is not None:
             return self._metrics(self.snapshot)
         return _Response(
-            HTTPStatus.NOT_FOUND, f"not found: {path!r}; this port serves {', '.join(self.paths())}\n"
+            HTTPStatus.NOT_FOUND, f"not found: {redact(path)!r}; this port serves {', '.join(self.paths())}\n"
         )
 
-    async def _healthz(self, probe: Probe) -> _Response:
-        healthy = False
-        with trio.move_on_after(self.probe_timeout) as scope:
-            try:
-                healthy = await probe()
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                return _Response(
-                    HTTPStatus.SERVICE_UNAVAILABLE, "unhealthy: the reactor's channel is closed\n"
-                )
-            except Exception as exc:
-                return _Response(HTTPStatus.SERVICE_UNAVAILABLE, f"unhealthy: the probe failed: {exc!r}\n")
-        if scope.cancelled_caught:
+    async def _healthz(self, probe: _SharedProbe) -> _Response:
+        outcome = await probe.check()
+        if isinstance(outcome, trio.TooSlowError):
             return _Response(
                 HTTPStatus.SERVICE_UNAVAILABLE,
                 f"unhealthy: the reactor did not answer within {self.probe_timeout:g} s\n",
             )
-        if not healthy:
+        if isinstance(outcome, trio.BrokenResourceError | trio.ClosedResourceError):
+            return _Response(HTTPStatus.SERVICE_UNAVAILABLE, "unhealthy: the reactor's channel is closed\n")
+        if isinstance(outcome, BaseException):
+            return _Response(
+                HTTPStatus.SERVICE_UNAVAILABLE, f"unhealthy: the probe failed: {redact(repr(outcome))}\n"
+            )
+        if not outcome:
             return _Response(HTTPStatus.SERVICE_UNAVAILABLE, "unhealthy: the probe reported failure\n")
         return _Response(HTTPStatus.OK, "ok\n")
 
@@ -223,8 +334,10 @@ class _Endpoints:
             is_ready, reason = ready()
         except Exception as exc:
             return _Response(
-                HTTPStatus.SERVICE_UNAVAILABLE, f"not ready: the readiness check failed: {exc!r}\n"
+                HTTPStatus.SERVICE_UNAVAILABLE,
+                f"not ready: the readiness check failed: {redact(repr(exc))}\n",
             )
+        reason = redact(reason)
         if is_ready:
             return _Response(HTTPStatus.OK, f"ready{': ' + reason if reason else ''}\n")
         return _Response(HTTPStatus.SERVICE_UNAVAILABLE, f"not ready: {reason or 'no reason given'}\n")
@@ -234,7 +347,7 @@ class _Endpoints:
         try:
             text = render(snapshot())
         except Exception as exc:
-            return _Response(HTTPStatus.INTERNAL_SERVER_ERROR, f"metrics unavailable: {exc!r}\n")
+            return _Response(HTTPStatus.INTERNAL_SERVER_ERROR, f"metrics unavailable: {redact(repr(exc))}\n")
         return _Response(HTTPStatus.OK, text, content_type=METRICS_CONTENT_TYPE)
 
 
@@ -283,65 +396,112 @@ async def _send(stream: trio.SocketStream, data: bytes) -> None:
         await stream.send_all(data)
 
 
-async def _handle(stream: trio.SocketStream, endpoints: _Endpoints, slots: trio.Semaphore) -> None:
-    try:
-        slots.acquire_nowait()
-    except trio.WouldBlock:
-        await trio.aclose_forcefully(stream)
-        return
-    try:
-        head: bytes | None = None
-        with trio.move_on_after(READ_TIMEOUT) as read_scope:
-            try:
-                head = await _read_head(stream)
-            except _BadRequest as bad:
-                await _send(stream, _Response(bad.status, bad.reason + "\n").encode(head_only=False))
-                return
-        if read_scope.cancelled_caught:
-            await _send(
-                stream,
-                _Response(HTTPStatus.REQUEST_TIMEOUT, "request head not received in time\n").encode(
-                    head_only=False
-                ),
-            )
-            return
-        if head is None:
-            return
+class _Connections:
+    """The connections one listener holds, oldest first, and who may be evicted.
+
+    A connection is *evictable* while it waits for its request head or while
+    its answer is being written: those are the phases a hostile client
+    controls. While the server computes an answer (bounded by the probe
+    timeout) it is not. When a new connection arrives and ``limit`` are held,
+    the oldest evictable one is cancelled (closed without an answer).
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._held: dict[int, trio.CancelScope] = {}
+        self._evictable: dict[int, None] = {}
+        self._next = 0
+
+    def admit(self, scope: trio.CancelScope) -> int:
+        """Register a new connection (evictable at first); evict the oldest if over the limit."""
+        while len(self._held) >= self.limit and self._evictable:
+            oldest = next(iter(self._evictable))
+            self._evictable.pop(oldest)
+            self._held.pop(oldest).cancel()
+        key = self._next
+        self._next += 1
+        self._held[key] = scope
+        self._evictable[key] = None
+        return key
+
+    def protect(self, key: int) -> None:
+        """The request arrived and is being answered: not evictable until :meth:`expose`."""
+        self._evictable.pop(key, None)
+
+    def expose(self, key: int) -> None:
+        """The answer is being written: evictable again (the client may not be reading)."""
+        if key in self._held:
+            self._evictable[key] = None
+
+    def release(self, key: int) -> None:
+        self._held.pop(key, None)
+        self._evictable.pop(key, None)
+
+
+async def _handle(stream: trio.SocketStream, endpoints: _Endpoints, conns: _Connections) -> None:
+    with trio.CancelScope() as scope:
+        key = conns.admit(scope)
         try:
-            method, path = _parse_head(head)
+            await _serve_one(stream, endpoints, conns, key)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            # The client went away mid-request; nothing to answer.
+            pass
+        finally:
+            conns.release(key)
+            await trio.aclose_forcefully(stream)
+
+
+async def _serve_one(stream: trio.SocketStream, endpoints: _Endpoints, conns: _Connections, key: int) -> None:
+    head: bytes | None = None
+    with trio.move_on_after(READ_TIMEOUT) as read_scope:
+        try:
+            head = await _read_head(stream)
         except _BadRequest as bad:
             await _send(stream, _Response(bad.status, bad.reason + "\n").encode(head_only=False))
             return
-        if method not in ("GET", "HEAD"):
-            response = _Response(
-                HTTPStatus.METHOD_NOT_ALLOWED, f"method {method} not allowed\n", allow="GET, HEAD"
-            )
-        else:
-            response = await endpoints.answer(path)
-        await _send(stream, response.encode(head_only=method == "HEAD"))
-    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-        # The client went away mid-request; nothing to answer.
-        pass
-    finally:
-        slots.release()
-        await trio.aclose_forcefully(stream)
+    if read_scope.cancelled_caught:
+        await _send(
+            stream,
+            _Response(HTTPStatus.REQUEST_TIMEOUT, "request head not received in time\n").encode(
+                head_only=False
+            ),
+        )
+        return
+    if head is None:
+        return
+    try:
+        method, path = _parse_head(head)
+    except _BadRequest as bad:
+        await _send(stream, _Response(bad.status, bad.reason + "\n").encode(head_only=False))
+        return
+    conns.protect(key)
+    if method not in ("GET", "HEAD"):
+        response = _Response(
+            HTTPStatus.METHOD_NOT_ALLOWED, f"method {method} not allowed\n", allow="GET, HEAD"
+        )
+    else:
+        response = await endpoints.answer(path)
+    conns.expose(key)
+    await _send(stream, response.encode(head_only=method == "HEAD"))
 
 
 async def _serve(
     addr: str,
     setting: str,
-    endpoints: _Endpoints,
+    make_endpoints: Callable[[trio.Nursery], _Endpoints],
     task_status: trio.TaskStatus[int],
 ) -> NoReturn:
     host, port = parse_addr(addr, setting=setting)
     listeners = await trio.open_tcp_listeners(port, host=host)
-    slots = trio.Semaphore(MAX_CONNECTIONS)
+    conns = _Connections(connection_limit())
     bound = listeners[0].socket.getsockname()[1]
 
-    async def handler(stream: trio.SocketStream) -> None:
-        await _handle(stream, endpoints, slots)
-
     async with trio.open_nursery() as nursery:
+        endpoints = make_endpoints(nursery)
+
+        async def handler(stream: trio.SocketStream) -> None:
+            await _handle(stream, endpoints, conns)
+
         await nursery.start(trio.serve_listeners, handler, listeners)
         task_status.started(bound)
     raise AssertionError("unreachable: serve_listeners never returns")
@@ -371,7 +531,11 @@ async def serve_health(
     """
     if not (probe_timeout > 0 and math.isfinite(probe_timeout)):
         raise ConfigError("probe_timeout", probe_timeout, "use a positive number of seconds, e.g. 2")
-    endpoints = _Endpoints(probe=probe, ready=ready, snapshot=snapshot, probe_timeout=probe_timeout)
+
+    def endpoints(nursery: trio.Nursery) -> _Endpoints:
+        shared = _SharedProbe(probe, probe_timeout, nursery)
+        return _Endpoints(probe=shared, ready=ready, snapshot=snapshot, probe_timeout=probe_timeout)
+
     await _serve(addr, "--health-addr", endpoints, task_status)
 
 
@@ -386,5 +550,8 @@ async def serve_metrics(
     ``task_status.started`` reports the bound port. An invalid ``addr`` raises
     ``ConfigError`` naming ``--metrics-addr``.
     """
-    endpoints = _Endpoints(probe=None, ready=None, snapshot=snapshot, probe_timeout=PROBE_TIMEOUT)
+
+    def endpoints(_nursery: trio.Nursery) -> _Endpoints:
+        return _Endpoints(probe=None, ready=None, snapshot=snapshot, probe_timeout=PROBE_TIMEOUT)
+
     await _serve(addr, "--metrics-addr", endpoints, task_status)

@@ -37,6 +37,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
+from agentd.redact import redact
 from agentd.supervisor.events import ServerState
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -109,7 +110,8 @@ def _family(name: str, kind: Literal["counter", "gauge"], help_text: str, sample
     lines = [f"# HELP {name} {escape_help(help_text)}", f"# TYPE {name} {kind}"]
     for labels, value in samples:
         if labels:
-            inner = ",".join(f'{k}="{escape_label_value(v)}"' for k, v in labels.items())
+            # Label values come from configuration and URIs: redacted like every other output.
+            inner = ",".join(f'{k}="{escape_label_value(redact(v))}"' for k, v in labels.items())
             lines.append(f"{name}{{{inner}}} {int(value)}")
         else:
             lines.append(f"{name} {int(value)}")

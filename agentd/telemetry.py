@@ -2,8 +2,9 @@
 
 Every line has ``ts`` (RFC 3339, UTC, milliseconds) and ``event``; the other
 fields are the event's own. Routed events carry the owning ``route`` id
-(``None`` when no route matched). Secrets never reach a line: values of keys
-that look like credentials are replaced by ``"***"``.
+(``None`` when no route matched). Secrets never reach a line: every field
+goes through :func:`agentd.redact.redact` (credential-named keys, URL
+userinfo, secret query parameters, token shapes, registered values).
 
 Emitting is synchronous and never blocks on anything but the write to
 stderr (a pipe the operator owns), so the reactor may emit freely.
@@ -18,6 +19,11 @@ from collections.abc import Iterable
 from typing import IO, Any
 
 import orjson
+
+# Re-exported: the one redaction function lives in agentd.redact.
+from agentd.redact import REDACTED as REDACTED
+from agentd.redact import is_secret_key as is_secret_key
+from agentd.redact import redact as redact
 
 #: Events written only with ``--verbose`` (everything else is always written).
 DEBUG_EVENTS: frozenset[str] = frozenset(
@@ -35,39 +41,10 @@ DEBUG_EVENTS: frozenset[str] = frozenset(
     }
 )
 
-_SECRET_MARKERS = (
-    "api_key",
-    "apikey",
-    "secret",
-    "password",
-    "passwd",
-    "authorization",
-    "credential",
-    "private_key",
-    "cookie",
-)
 
-REDACTED = "***"
-
-
-def is_secret_key(key: str) -> bool:
-    """Whether a field or setting named ``key`` holds a credential."""
-    k = key.lower().replace("-", "_")
-    # "token" alone, or "*_token" (access_token, GITHUB_TOKEN) is a credential;
-    # counts such as input_tokens / max_tokens are not.
-    return any(m in k for m in _SECRET_MARKERS) or k == "token" or k.endswith("_token")
-
-
-def redact(value: Any) -> Any:
-    """Return ``value`` with every credential-looking mapping entry replaced by ``***``."""
-    if isinstance(value, dict):
-        return {
-            k: (REDACTED if isinstance(k, str) and is_secret_key(k) and v else redact(v))
-            for k, v in value.items()
-        }
-    if isinstance(value, list | tuple):
-        return [redact(v) for v in value]
-    return value
+def _redacted_str(value: object) -> str:
+    """orjson's fallback for values it cannot encode (exceptions, paths): their text, redacted."""
+    return redact(str(value))
 
 
 def _now_rfc3339() -> str:
@@ -94,7 +71,7 @@ class Telemetry:
             return
         record: dict[str, Any] = {"ts": _now_rfc3339(), "event": event}
         record.update(redact(fields))
-        line = orjson.dumps(record, default=str).decode()
+        line = orjson.dumps(record, default=_redacted_str).decode()
         try:
             self._stream.write(line + "\n")
             self._stream.flush()

@@ -87,13 +87,18 @@ async def amain(payload: dict[str, Any], sock: socket.socket) -> int:
     from agentd.selfmcp.transport import stream_transport
 
     stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
-    model = make_model(payload["model"], env=os.environ)
+    model = make_model(payload["model"], env=os.environ, **_model_options(payload))
     tools = [ToolSpec(**t) for t in payload["tools"]]
     async with Client(stream_transport(stream), mode="2026-07-28", cache=None) as client:
         link = SelfMcpLink(client)
         try:
             await run_agent(
-                model, link, system=payload.get("system"), instruction=payload["instruction"], tools=tools
+                model,
+                link,
+                system=payload.get("system"),
+                instruction=payload["instruction"],
+                tools=tools,
+                max_turn_steps=payload.get("max_turn_steps"),
             )
         except FatalInfraError as exc:
             # Tell the supervisor why before going: it decides the exit code (4).
@@ -108,12 +113,20 @@ async def amain(payload: dict[str, Any], sock: socket.socket) -> int:
     return 0
 
 
+def _model_options(payload: dict[str, Any]) -> dict[str, Any]:
+    """``make_model`` keywords the spawn payload carries (absent: the model's defaults)."""
+    timeout = payload.get("model_timeout")
+    return {} if timeout is None else {"timeout": float(timeout)}
+
+
 def run_child(payload: dict[str, Any], sock: socket.socket) -> int:
     """Entry used after fork and by ``python -m``: run the agent under a fresh trio run."""
     try:
         return trio.run(amain, payload, sock)
     except BaseException as exc:  # the supervisor sees the crash as the socket closing
-        print(f"agentd child {payload.get('agent')}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        from agentd.redact import redact
+
+        print(redact(f"agentd child {payload.get('agent')}: {type(exc).__name__}: {exc}"), file=sys.stderr)
         return EXIT_CRASH
 
 

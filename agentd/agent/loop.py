@@ -113,9 +113,20 @@ def _cap(text: str) -> str:
 
 
 async def run_turn(
-    model: Model, link: SupervisorLink, state: RunState, *, system: str | None, tools: Sequence[ToolSpec]
+    model: Model,
+    link: SupervisorLink,
+    state: RunState,
+    *,
+    system: str | None,
+    tools: Sequence[ToolSpec],
+    max_turn_steps: int | None = None,
 ) -> TerminalStatus:
-    """Run the loop until a final answer or a terminal condition; returns the status."""
+    """Run the loop until a final answer or a terminal condition; returns the status.
+
+    ``max_turn_steps`` caps the model calls of this turn: when the call that
+    reaches it still asks for tools, the turn ends ``exhausted_steps`` without
+    running them (None: no cap).
+    """
     state.turn_steps = 0
     state.recent_calls.clear()
     while True:
@@ -145,6 +156,8 @@ async def run_turn(
             return "completed"
         if not verdict.proceed:
             return _status_for(verdict.reason)
+        if max_turn_steps is not None and state.turn_steps >= max_turn_steps:
+            return "exhausted_steps"
         for call in reply.tool_calls:
             fp = _fingerprint(call)
             state.recent_calls.append(fp)
@@ -177,11 +190,15 @@ async def run_agent(
     system: str | None,
     instruction: str,
     tools: Sequence[ToolSpec],
+    max_turn_steps: int | None = None,
 ) -> None:
-    """Run turns until the supervisor says exit. Each turn's status goes to ``turn_end``."""
+    """Run turns until the supervisor says exit. Each turn's status goes to ``turn_end``.
+
+    ``max_turn_steps``: see :func:`run_turn`.
+    """
     state = RunState(messages=[Message(role="user", content=instruction)])
     while True:
-        status = await run_turn(model, link, state, system=system, tools=tools)
+        status = await run_turn(model, link, state, system=system, tools=tools, max_turn_steps=max_turn_steps)
         text = state.last_text
         nxt = await link.turn_end(status=status, text=text, idle=is_idle_reply(text))
         if nxt.action == "exit":

@@ -11,8 +11,10 @@ Errors (from :mod:`agentd.errors`)::
     ConfigError              bad spec or script file (exit 2), before any I/O
     FatalInfraError          (exit 4)
     ├── ModelAuthError       401/403, at once
-    └── ModelUnavailableError  429/5xx/connection errors after every retry
-    ModelError               any other unusable answer (other 4xx, malformed body)
+    ├── ModelUnavailableError  429/5xx/connection errors after every retry, or the call's deadline
+    └── ModelError           any other unusable answer
+        ├── ModelRequestError   another 4xx: the status and the provider's own message
+        └── ModelResponseError  a malformed 2xx body (names the field) or one over the size cap
 """
 
 from agentd.models.base import (

@@ -2,7 +2,7 @@
 
 Retry policy (see ``rfcs/0021-model-http-retries.md``):
 
-* Retried: HTTP 408, 429, 500, 502, 503, 504, 529, and transport failures
+* Retried: HTTP 408, 429, 500, 502, 503, 504, 529, and request failures
   (connection refused/reset, timeouts, a connection dropped mid-answer).
 * Delay before retry *n* (1-based): the server's ``retry-after-ms`` /
   ``Retry-After`` (seconds or an HTTP date) when present, capped at
@@ -11,8 +11,22 @@ Retry policy (see ``rfcs/0021-model-http-retries.md``):
 * At most :data:`MAX_ATTEMPTS` attempts, then
   :class:`~agentd.errors.ModelUnavailableError`.
 * 401/403: :class:`~agentd.errors.ModelAuthError` at once (retrying cannot fix a key).
-* Any other non-2xx, or a 2xx whose body is not a JSON object:
-  :class:`~agentd.errors.ModelError` with the provider's own message.
+* Any other non-2xx: :class:`~agentd.errors.ModelRequestError` at once, with
+  the HTTP status and the provider's own message (a 404 "model not found", a
+  400 "invalid request").
+* A 2xx whose body is not a JSON object: :class:`~agentd.errors.ModelResponseError`.
+
+Bounds (see ``rfcs/0122-model-call-bounds.md``): one call, retries and
+backoff included, ends at its deadline (``--model-timeout``, default
+:data:`DEFAULT_MODEL_TIMEOUT_S`); once the answer's headers arrived, each
+body read must arrive within :data:`BODY_READ_TIMEOUT_S`; the body is
+streamed and the call fails as soon as it passes :data:`MAX_RESPONSE_BYTES`
+(a ``Content-Length`` above it fails before reading). Every failure is one of
+the :class:`~agentd.errors.FatalInfraError` family, so it ends the run with
+exit 4 and a message naming the status, the field or the bound.
+
+URLs in messages go through :func:`agentd.redact.redact`; a base URL's
+query string is kept on the request (:func:`join_url`).
 
 The pure parts (:func:`retry_after_seconds`, :func:`backoff_delay`) take the
 clock and the random source as arguments so tests assert exact delays.
@@ -21,17 +35,21 @@ clock and the random source as arguments so tests assert exact delays.
 from __future__ import annotations
 
 import email.utils
+import http
+import math
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx2
 import orjson
 import trio
 
 from agentd import __version__
-from agentd.errors import ModelAuthError, ModelError, ModelUnavailableError
+from agentd.errors import ModelAuthError, ModelRequestError, ModelResponseError, ModelUnavailableError
+from agentd.redact import redact
 from agentd.telemetry import NullTelemetry, Telemetry
 
 #: Attempts per model call, the first included. Five attempts with the
@@ -55,11 +73,27 @@ RETRY_AFTER_MAX_S = 60.0
 #: well under a second; ten allows a slow TLS handshake over a bad link.
 CONNECT_TIMEOUT_S = 10.0
 
-#: Time to wait for a whole (non-streaming) answer. A long generation of
-#: thousands of tokens takes minutes; the official SDKs use 10 minutes too.
-REQUEST_TIMEOUT_S = 600.0
+#: Default deadline of one model call, retries and backoff included
+#: (``--model-timeout``). A long non-streaming generation of thousands of
+#: tokens takes a minute or two on a hosted model; five minutes leaves room
+#: for that plus a retry, and still ends a hung or trickling provider in a
+#: time an operator would wait.
+DEFAULT_MODEL_TIMEOUT_S = 300.0
 
-#: HTTP statuses worth retrying: rate limits, overload and gateway errors.
+#: Once the response headers arrived, the longest wait for the next piece of
+#: the body. Providers send a non-streaming body in one go once it is ready;
+#: a minute of silence mid-body is a stalled connection.
+BODY_READ_TIMEOUT_S = 60.0
+
+#: Largest response body read. Real answers are kilobytes (a model's whole
+#: output limit is a few MB of JSON); the cap only stops a broken or hostile
+#: endpoint from growing a child's memory without end (peak memory stays
+#: within about twice the cap). It is set high enough that a runaway tool
+#: call of tens of MB still arrives whole and goes back to the model as a
+#: tool error (see ``MAX_TOOL_ARGUMENT_CHARS``) instead of ending the run.
+MAX_RESPONSE_BYTES = 128 * 1024 * 1024
+
+#: HTTP statuses worth retrying: timeouts, rate limits, overload and gateway errors.
 RETRY_STATUSES: frozenset[int] = frozenset({408, 429, 500, 502, 503, 504, 529})
 
 #: Statuses that mean the credentials are wrong: fatal at once.
@@ -69,6 +103,14 @@ AUTH_STATUSES: frozenset[int] = frozenset({401, 403})
 _SNIPPET_CHARS = 300
 
 _USER_AGENT = f"agentd/{__version__}"
+
+#: What to do about a refused request, by status (the default: read the provider's message).
+_REQUEST_FIXES = {
+    400: "the provider rejected the request as invalid; its message above says which part",
+    404: "check the model name{model} and the base URL ({base_url_var}); the provider does not know one of them",
+    413: "the request is too large for the provider: shorten the instruction, the system prompt or the tool results",
+    422: "the provider rejected the request as invalid; its message above says which part",
+}
 
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -116,7 +158,18 @@ def backoff_delay(attempt: int, *, retry_after: float | None, rng: random.Random
     return float(window * rng.random())
 
 
-def provider_message(body: bytes) -> str:
+def join_url(base: str, path: str) -> str:
+    """``base`` with ``path`` appended to its path, keeping its query string.
+
+    ``join_url("https://h/v1?api-version=1", "/chat/completions")`` is
+    ``https://h/v1/chat/completions?api-version=1`` (never ``…/v1?api-version=1/chat/completions``).
+    A fragment is dropped: it is never sent to a server.
+    """
+    parts = urlsplit(base)
+    return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/") + path, parts.query, ""))
+
+
+def provider_message(body: bytes | bytearray) -> str:
     """The provider's error message from an error body, or a short quote of the body.
 
     Both OpenAI and Anthropic answer ``{"error": {"message": ...}}``; some
@@ -144,6 +197,10 @@ class JsonPoster:
     Args:
         provider: the provider name used in messages and telemetry.
         auth_fix: what to tell the user on 401/403 (which variable to set).
+        model: the model name, for the fix of a 404.
+        base_url_var: the variable that sets the base URL, for messages.
+        timeout: the deadline of one call in seconds, retries included (``--model-timeout``).
+        max_response_bytes: the largest body accepted.
         sleep: awaited between attempts (``trio.sleep``; tests inject a recorder).
         rng: the jitter source (tests inject a fixed one).
         wall_clock: Unix time now, only for ``Retry-After`` HTTP dates.
@@ -157,6 +214,10 @@ class JsonPoster:
         *,
         provider: str,
         auth_fix: str,
+        model: str = "",
+        base_url_var: str = "the base URL",
+        timeout: float = DEFAULT_MODEL_TIMEOUT_S,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
         sleep: Sleep = trio.sleep,
         rng: random.Random | None = None,
         wall_clock: Callable[[], float] = time.time,
@@ -166,15 +227,26 @@ class JsonPoster:
     ) -> None:
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1, got {max_attempts!r}")
+        if not (timeout > 0 and math.isfinite(timeout)):
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        if max_response_bytes < 1:
+            raise ValueError(f"max_response_bytes must be at least 1, got {max_response_bytes!r}")
         self.provider = provider
         self._auth_fix = auth_fix
+        self._model = model
+        self._base_url_var = base_url_var
+        self.timeout = timeout
+        self.max_response_bytes = max_response_bytes
         self._sleep = sleep
         self._rng = rng if rng is not None else random.Random()
         self._wall_clock = wall_clock
         self._telemetry = telemetry if telemetry is not None else NullTelemetry()
         self.max_attempts = max_attempts
+        # Per-read bound: a non-streaming answer sends its first byte only when the
+        # whole generation is done, so the wait for it can be as long as the call's
+        # deadline; the deadline itself (below) bounds everything, trickles included.
         self._client = client or httpx2.AsyncClient(
-            timeout=httpx2.Timeout(REQUEST_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
+            timeout=httpx2.Timeout(timeout, connect=min(CONNECT_TIMEOUT_S, timeout))
         )
 
     async def aclose(self) -> None:
@@ -186,8 +258,10 @@ class JsonPoster:
 
         Raises:
             ModelAuthError: 401/403.
-            ModelUnavailableError: every attempt failed with a retryable status or transport error.
-            ModelError: another non-2xx status, or a 2xx body that is not a JSON object.
+            ModelUnavailableError: every attempt failed with a retryable status or transport
+                error, or the call's deadline passed.
+            ModelRequestError: another non-2xx status (the status and the provider's message).
+            ModelResponseError: a 2xx body that is not a JSON object, or larger than the cap.
         """
         payload = orjson.dumps(body)
         all_headers = {
@@ -196,29 +270,48 @@ class JsonPoster:
             "user-agent": _USER_AGENT,
             **headers,
         }
-        last_failure = "no attempt made"
+        shown = redact(url)
+        state = _Attempts()
+        with trio.move_on_after(self.timeout):
+            return await self._attempts(url, shown, payload, all_headers, state)
+        raise ModelUnavailableError(
+            f"{self.provider} at {shown} did not answer within {self.timeout:g}s "
+            f"(--model-timeout; {state.count} attempt(s), last: {state.last_failure}). "
+            "Fix: check that the provider is up and not overloaded, or raise --model-timeout "
+            "for very long generations"
+        )
+
+    async def _attempts(
+        self, url: str, shown: str, payload: bytes, headers: dict[str, str], state: _Attempts
+    ) -> dict[str, Any]:
         for attempt in range(1, self.max_attempts + 1):
+            state.count = attempt
             retry_after: float | None = None
             try:
-                response = await self._client.post(url, content=payload, headers=all_headers)
-            except httpx2.TransportError as exc:
-                last_failure = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                async with self._client.stream("POST", url, content=payload, headers=headers) as response:
+                    status = response.status_code
+                    raw = await self._read_body(response, shown)
+            except httpx2.RequestError as exc:  # transport failures, and a body that cannot be decoded
+                state.last_failure = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            except _BodyStalled as stalled:
+                state.last_failure = str(stalled)
             else:
-                status = response.status_code
-                raw = response.content
                 if 200 <= status < 300:
-                    return self._decode(url, status, raw)
+                    return self._decode(shown, status, raw)
                 message = provider_message(raw)
                 if status in AUTH_STATUSES:
                     raise ModelAuthError(
-                        f"{self.provider} rejected the credentials (HTTP {status} from {url}): "
+                        f"{self.provider} rejected the credentials (HTTP {status} from {shown}): "
                         f"{message}. Fix: {self._auth_fix}"
                     )
                 if status not in RETRY_STATUSES:
-                    raise ModelError(
-                        f"{self.provider} refused the request (HTTP {status} from {url}): {message}"
+                    raise ModelRequestError(
+                        f"{self.provider} refused the request with HTTP {status} {_phrase(status)} "
+                        f"from {shown}: {message}. Fix: {self._request_fix(status)}",
+                        status=status,
+                        provider_message=message,
                     )
-                last_failure = f"HTTP {status}: {message}"
+                state.last_failure = f"HTTP {status}: {message}"
                 retry_after = retry_after_seconds(response.headers, now_wall=self._wall_clock())
             if attempt == self.max_attempts:
                 break
@@ -228,27 +321,81 @@ class JsonPoster:
                 provider=self.provider,
                 attempt=attempt,
                 delay_s=round(delay, 3),
-                reason=last_failure,
+                reason=state.last_failure,
             )
             self._telemetry.incr("model.retries")
             await self._sleep(delay)
         raise ModelUnavailableError(
-            f"{self.provider} at {url} still failing after {self.max_attempts} attempts; "
-            f"last: {last_failure}. Fix: check the base URL and that the provider is up, then run again"
+            f"{self.provider} at {shown} still failing after {self.max_attempts} attempts; "
+            f"last: {state.last_failure}. Fix: check the base URL and that the provider is up, then run again"
         )
 
-    def _decode(self, url: str, status: int, raw: bytes) -> dict[str, Any]:
+    async def _read_body(self, response: httpx2.Response, shown: str) -> bytearray:
+        """The body, streamed: at most ``max_response_bytes``, each read within :data:`BODY_READ_TIMEOUT_S`."""
+        cap = self.max_response_bytes
+        declared = response.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > cap:
+            raise ModelResponseError(
+                f"{self.provider} at {shown} answered HTTP {response.status_code} with a "
+                f"{int(declared)}-byte body, over the {cap}-byte response cap; nothing was read. "
+                "Fix: check that the base URL points at a model provider's API"
+            )
+        body = bytearray()
+        chunks = response.aiter_bytes()
+        while True:
+            with trio.move_on_after(BODY_READ_TIMEOUT_S) as scope:
+                chunk = await anext(chunks, None)
+            if scope.cancelled_caught:
+                raise _BodyStalled(
+                    f"the body stalled: no data for {BODY_READ_TIMEOUT_S:g}s after {len(body)} bytes"
+                )
+            if chunk is None:
+                return body
+            body += chunk
+            if len(body) > cap:
+                raise ModelResponseError(
+                    f"{self.provider} at {shown} answered HTTP {response.status_code} with a body "
+                    f"over the {cap}-byte response cap; it was cut off there. "
+                    "Fix: check that the base URL points at a model provider's API"
+                )
+
+    def _request_fix(self, status: int) -> str:
+        fix = _REQUEST_FIXES.get(status)
+        if fix is None:
+            return "read the provider's message above; the same request will fail again"
+        return fix.format(model=f" ({self._model!r})" if self._model else "", base_url_var=self._base_url_var)
+
+    def _decode(self, shown: str, status: int, raw: bytearray) -> dict[str, Any]:
         try:
             data = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
-            snippet = raw[:_SNIPPET_CHARS].decode("utf-8", errors="replace")
-            raise ModelError(
-                f"{self.provider} answered HTTP {status} from {url} with a body that is not JSON "
-                f"({exc}): {snippet!r}"
+            snippet = bytes(raw[:_SNIPPET_CHARS]).decode("utf-8", errors="replace")
+            raise ModelResponseError(
+                f"{self.provider} returned an unexpected response: HTTP {status} from {shown} "
+                f"with a body that is not JSON ({exc}): {snippet!r}"
             ) from exc
         if not isinstance(data, dict):
-            raise ModelError(
-                f"{self.provider} answered HTTP {status} from {url} with JSON that is not an object: "
-                f"{type(data).__name__}"
+            raise ModelResponseError(
+                f"{self.provider} returned an unexpected response: HTTP {status} from {shown} "
+                f"with JSON that is not an object: {type(data).__name__}"
             )
         return data
+
+
+class _Attempts:
+    """How far one call got, for the deadline's message."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.last_failure = "no answer yet"
+
+
+class _BodyStalled(Exception):
+    """The body stopped arriving for :data:`BODY_READ_TIMEOUT_S` (retried like a dropped connection)."""
+
+
+def _phrase(status: int) -> str:
+    try:
+        return f"({http.HTTPStatus(status).phrase})"
+    except ValueError:
+        return ""

@@ -25,18 +25,27 @@ Reply mapping: ``text`` blocks joined, ``tool_use`` blocks → tool calls;
 
 from __future__ import annotations
 
-import json
 import random
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import httpx2
+import orjson
 import trio
 
-from agentd.errors import ModelError
-from agentd.models._http import MAX_ATTEMPTS, JsonPoster, Sleep
-from agentd.models.base import Message, ModelReply, StopReason, ToolCall, ToolSpec, Usage
+from agentd.errors import ModelResponseError
+from agentd.models._http import DEFAULT_MODEL_TIMEOUT_S, MAX_ATTEMPTS, JsonPoster, Sleep, join_url
+from agentd.models.base import (
+    MAX_TOOL_ARGUMENT_CHARS,
+    Message,
+    ModelReply,
+    StopReason,
+    ToolCall,
+    ToolSpec,
+    Usage,
+)
+from agentd.redact import redact
 from agentd.telemetry import Telemetry
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -128,16 +137,17 @@ def parse_response(body: dict[str, Any]) -> ModelReply:
     """The reply in a Messages API response body (pure).
 
     Raises:
-        ModelError: the body lacks ``content`` or has blocks of the wrong shape.
+        ModelResponseError: the body lacks ``content`` or has blocks of the wrong shape
+            ("anthropic returned an unexpected response: ...", naming the field).
     """
     content = body.get("content")
     if not isinstance(content, list):
-        raise ModelError(f"anthropic: the response has no content list: keys {sorted(body)!r:.200}")
+        raise _unexpected("content", f"is missing or not a list (keys {sorted(body)!r:.200})")
     texts: list[str] = []
     calls: list[ToolCall] = []
     for i, block in enumerate(content):
         if not isinstance(block, dict):
-            raise ModelError(f"anthropic: content[{i}] is not an object: {block!r:.200}")
+            raise _unexpected(f"content[{i}]", f"is not an object: {block!r:.200}")
         kind = block.get("type")
         if kind == "text":
             texts.append(str(block.get("text") or ""))
@@ -157,13 +167,23 @@ def parse_response(body: dict[str, Any]) -> ModelReply:
     return ModelReply(text=text, tool_calls=calls, stop=stop, usage=tokens, refusal=refusal)
 
 
+def _unexpected(field: str, problem: str) -> ModelResponseError:
+    return ModelResponseError(f"anthropic returned an unexpected response: {field} {problem}")
+
+
 def _tool_call(index: int, block: dict[str, Any]) -> ToolCall:
     name = block.get("name")
     call_id = block.get("id")
-    if not isinstance(name, str) or not name or not isinstance(call_id, str) or not call_id:
-        raise ModelError(f"anthropic: content[{index}] is a tool_use without id or name: {block!r:.200}")
+    if not isinstance(name, str) or not name:
+        raise _unexpected(f"content[{index}].name", f"of a tool_use block is missing: {block!r:.200}")
+    if not isinstance(call_id, str) or not call_id:
+        raise _unexpected(f"content[{index}].id", f"of a tool_use block is missing: {block!r:.200}")
     args = block.get("input")
-    raw = json.dumps(args)
+    # orjson: it measures a huge input in milliseconds, and any depth orjson parsed it serializes
+    # (json.dumps would hit Python's recursion limit on a deeply nested input).
+    raw = orjson.dumps(args).decode()
+    if len(raw) > MAX_TOOL_ARGUMENT_CHARS:
+        return ToolCall.oversized(call_id, name, raw)
     if not isinstance(args, dict):
         return ToolCall(
             id=call_id,
@@ -188,6 +208,7 @@ class AnthropicModel:
         base_url: the API root; ``/v1/messages`` is appended.
         api_key: sent as ``x-api-key``; ``None`` sends no key (a proxy that adds its own).
         max_tokens: the output-token limit per call.
+        timeout: the deadline of one call, retries included (``--model-timeout``).
         sleep, rng, wall_clock, telemetry, max_attempts, client: see
             :class:`agentd.models._http.JsonPoster` (injected by tests).
     """
@@ -201,6 +222,7 @@ class AnthropicModel:
         base_url: str = DEFAULT_BASE_URL,
         api_key: str | None = None,
         max_tokens: int = DEFAULT_MAX_TOKENS,
+        timeout: float = DEFAULT_MODEL_TIMEOUT_S,
         sleep: Sleep = trio.sleep,
         rng: random.Random | None = None,
         wall_clock: Callable[[], float] = time.time,
@@ -209,7 +231,7 @@ class AnthropicModel:
         client: httpx2.AsyncClient | None = None,
     ) -> None:
         self.name = name
-        self.url = base_url.rstrip("/") + "/v1/messages"
+        self.url = join_url(base_url, "/v1/messages")
         self.max_tokens = max_tokens
         self._headers = {"anthropic-version": API_VERSION}
         if api_key:
@@ -217,6 +239,9 @@ class AnthropicModel:
         self._poster = JsonPoster(
             provider=self.provider,
             auth_fix="set ANTHROPIC_API_KEY to a valid key for this base URL (ANTHROPIC_BASE_URL)",
+            model=name,
+            base_url_var="ANTHROPIC_BASE_URL",
+            timeout=timeout,
             sleep=sleep,
             rng=rng,
             wall_clock=wall_clock,
@@ -226,7 +251,7 @@ class AnthropicModel:
         )
 
     def __repr__(self) -> str:
-        return f"AnthropicModel({self.name!r}, url={self.url!r})"
+        return f"AnthropicModel({self.name!r}, url={redact(self.url)!r})"
 
     async def complete(
         self,

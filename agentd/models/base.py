@@ -25,6 +25,14 @@ Role = Literal["user", "assistant", "tool"]
 #: How much of a bad argument string an error message quotes back to the model.
 _QUOTE_CHARS = 200
 
+#: Longest tool-call arguments (JSON text, in characters) passed on to a tool.
+#: Real arguments are a few KB (a file written in one call: some hundred KB);
+#: 4 Mi leaves room for that and stays well under every channel the call
+#: crosses (self-MCP lines, an upstream server's stdio line cap). Longer
+#: arguments are not parsed: the model gets a tool error saying so, and the
+#: transcript keeps only their first characters.
+MAX_TOOL_ARGUMENT_CHARS = 4 * 1024 * 1024
+
 StopReason = Literal["end", "tool_use", "refusal", "max_tokens"]
 """Why a model turn ended.
 
@@ -71,16 +79,48 @@ class ToolCall:
     error: str | None = None
 
     @classmethod
+    def oversized(cls, id: str, name: str, raw_arguments: str) -> ToolCall:
+        """A call whose arguments exceed :data:`MAX_TOOL_ARGUMENT_CHARS`: an error, never parsed or run.
+
+        Only the first characters of the arguments are kept, so a runaway
+        model cannot fill the transcript (and every later request) with them.
+        """
+        return cls(
+            id=id,
+            name=name,
+            arguments=None,
+            raw_arguments=raw_arguments[:_QUOTE_CHARS],
+            error=(
+                f"the arguments for tool {name!r} are {len(raw_arguments)} characters long, over the "
+                f"limit of {MAX_TOOL_ARGUMENT_CHARS}; the tool was not called. Call it again with smaller "
+                "arguments (split the work into several calls)."
+            ),
+        )
+
+    @classmethod
     def from_raw(cls, id: str, name: str, raw_arguments: str) -> ToolCall:
-        """Parse the model's JSON argument text; bad JSON or a non-object sets ``error``.
+        """Parse the model's JSON argument text; bad JSON, a non-object or oversized text sets ``error``.
 
         An empty string counts as ``{}`` (some servers send that for tools
         without parameters).
         """
+        if len(raw_arguments) > MAX_TOOL_ARGUMENT_CHARS:
+            return cls.oversized(id, name, raw_arguments)
         if raw_arguments.strip() == "":
             return cls(id=id, name=name, arguments={}, raw_arguments=raw_arguments)
         try:
             parsed = json.loads(raw_arguments)
+        except RecursionError:
+            return cls(
+                id=id,
+                name=name,
+                arguments=None,
+                raw_arguments=raw_arguments[:_QUOTE_CHARS],
+                error=(
+                    f"the arguments for tool {name!r} are nested too deeply to read. "
+                    "Call the tool again with the arguments as one flat JSON object."
+                ),
+            )
         except json.JSONDecodeError as exc:
             return cls(
                 id=id,

@@ -26,7 +26,7 @@ import trio
 from agentd.errors import ConfigError
 from agentd.models import anthropic as _anthropic
 from agentd.models import openai as _openai
-from agentd.models._http import MAX_ATTEMPTS, Sleep
+from agentd.models._http import DEFAULT_MODEL_TIMEOUT_S, MAX_ATTEMPTS, Sleep
 from agentd.models.base import Model
 from agentd.models.script import ScriptModel, load_script
 from agentd.telemetry import Telemetry
@@ -117,6 +117,7 @@ def make_model(
     *,
     env: Mapping[str, str],
     max_tokens: int | None = None,
+    timeout: float = DEFAULT_MODEL_TIMEOUT_S,
     telemetry: Telemetry | None = None,
     sleep: Sleep = trio.sleep,
     rng: random.Random | None = None,
@@ -130,6 +131,8 @@ def make_model(
         env: where the provider's base URL and key are read from (``os.environ`` in production).
         max_tokens: the output-token limit per call (Anthropic default 8192;
             OpenAI: sent only when given).
+        timeout: the deadline of one model call in seconds, retries included
+            (``--model-timeout``; HTTP providers only).
         telemetry: receives ``model.retry`` events.
         sleep, rng, wall_clock, max_attempts: retry seams for tests.
 
@@ -146,6 +149,7 @@ def make_model(
             base_url=url,
             api_key=_check_key(spec, env, "OPENAI_API_KEY", url, _openai.DEFAULT_BASE_URL),
             max_tokens=max_tokens,
+            timeout=timeout,
             sleep=sleep,
             rng=rng,
             wall_clock=wall_clock,
@@ -159,6 +163,7 @@ def make_model(
             base_url=url,
             api_key=_check_key(spec, env, "ANTHROPIC_API_KEY", url, _anthropic.DEFAULT_BASE_URL),
             max_tokens=max_tokens if max_tokens is not None else _anthropic.DEFAULT_MAX_TOKENS,
+            timeout=timeout,
             sleep=sleep,
             rng=rng,
             wall_clock=wall_clock,

@@ -23,18 +23,19 @@ tool calls are present: some servers say ``stop``), ``length`` → max_tokens,
 
 from __future__ import annotations
 
-import json
 import random
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import httpx2
+import orjson
 import trio
 
-from agentd.errors import ModelError
-from agentd.models._http import MAX_ATTEMPTS, JsonPoster, Sleep
+from agentd.errors import ModelResponseError
+from agentd.models._http import DEFAULT_MODEL_TIMEOUT_S, MAX_ATTEMPTS, JsonPoster, Sleep, join_url
 from agentd.models.base import (
+    MAX_TOOL_ARGUMENT_CHARS,
     Message,
     ModelReply,
     StopReason,
@@ -44,6 +45,7 @@ from agentd.models.base import (
     estimate_input_tokens,
     estimate_tokens,
 )
+from agentd.redact import redact
 from agentd.telemetry import Telemetry
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -118,23 +120,22 @@ def parse_response(body: dict[str, Any], *, estimated_input: int = 0) -> ModelRe
         estimated_input: input tokens to report when the body has no usage.
 
     Raises:
-        ModelError: the body lacks ``choices[0].message`` or has the wrong types.
+        ModelResponseError: the body lacks ``choices[0].message`` or has the wrong types
+            ("openai returned an unexpected response: ...", naming the field).
     """
     choices = body.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        raise ModelError(f"openai: the response has no choices[0]: {_keys(body)}")
+        raise _unexpected("choices[0]", f"is missing ({_keys(body)})")
     choice = choices[0]
     message = choice.get("message")
     if not isinstance(message, dict):
-        raise ModelError(f"openai: the response has no choices[0].message: {_keys(choice)}")
+        raise _unexpected("choices[0].message", f"is missing ({_keys(choice)})")
     text = message.get("content") or ""
     if not isinstance(text, str):
-        raise ModelError(f"openai: choices[0].message.content is {type(text).__name__}, expected a string")
+        raise _unexpected("choices[0].message.content", f"is {type(text).__name__}, expected a string")
     raw_calls = message.get("tool_calls") or []
     if not isinstance(raw_calls, list):
-        raise ModelError(
-            f"openai: choices[0].message.tool_calls is {type(raw_calls).__name__}, expected a list"
-        )
+        raise _unexpected("choices[0].message.tool_calls", f"is {type(raw_calls).__name__}, expected a list")
     calls = [_tool_call(i, raw) for i, raw in enumerate(raw_calls)]
     refusal = message.get("refusal") or None
     finish = choice.get("finish_reason")
@@ -155,13 +156,18 @@ def parse_response(body: dict[str, Any], *, estimated_input: int = 0) -> ModelRe
     return ModelReply(text=text, tool_calls=calls, stop=stop, usage=tokens, refusal=refusal)
 
 
+def _unexpected(field: str, problem: str) -> ModelResponseError:
+    return ModelResponseError(f"openai returned an unexpected response: {field} {problem}")
+
+
 def _tool_call(index: int, raw: Any) -> ToolCall:
+    where = f"choices[0].message.tool_calls[{index}]"
     if not isinstance(raw, dict) or not isinstance(raw.get("function"), dict):
-        raise ModelError(f"openai: tool_calls[{index}] has no function object: {raw!r:.200}")
+        raise _unexpected(f"{where}.function", f"is missing: {raw!r:.200}")
     fn = raw["function"]
     name = fn.get("name")
     if not isinstance(name, str) or not name:
-        raise ModelError(f"openai: tool_calls[{index}].function has no name: {fn!r:.200}")
+        raise _unexpected(f"{where}.function.name", f"is missing or empty: {fn!r:.200}")
     # Some compatible servers omit the id; the transcript still needs one to
     # pair the result with the call.
     given_id = raw.get("id")
@@ -169,7 +175,10 @@ def _tool_call(index: int, raw: Any) -> ToolCall:
     args = fn.get("arguments")
     if isinstance(args, dict):
         # Some compatible servers send the arguments as an object, not JSON text.
-        return ToolCall(id=call_id, name=name, arguments=args, raw_arguments=json.dumps(args))
+        text = orjson.dumps(args).decode()
+        if len(text) > MAX_TOOL_ARGUMENT_CHARS:
+            return ToolCall.oversized(call_id, name, text)
+        return ToolCall(id=call_id, name=name, arguments=args, raw_arguments=text)
     if args is None:
         args = ""
     if not isinstance(args, str):
@@ -177,7 +186,7 @@ def _tool_call(index: int, raw: Any) -> ToolCall:
             id=call_id,
             name=name,
             arguments=None,
-            raw_arguments=json.dumps(args),
+            raw_arguments=orjson.dumps(args).decode(),
             error=f"the arguments for tool {name!r} are JSON {type(args).__name__}, not an object. "
             "Call the tool again with the arguments as one JSON object.",
         )
@@ -201,6 +210,7 @@ class OpenAIModel:
         base_url: the API root (``…/v1``); ``/chat/completions`` is appended.
         api_key: sent as ``Authorization: Bearer``; ``None`` sends no header.
         max_tokens: sent as ``max_completion_tokens`` when set (servers choose otherwise).
+        timeout: the deadline of one call, retries included (``--model-timeout``).
         sleep, rng, wall_clock, telemetry, max_attempts, client: see
             :class:`agentd.models._http.JsonPoster` (injected by tests).
     """
@@ -214,6 +224,7 @@ class OpenAIModel:
         base_url: str = DEFAULT_BASE_URL,
         api_key: str | None = None,
         max_tokens: int | None = None,
+        timeout: float = DEFAULT_MODEL_TIMEOUT_S,
         sleep: Sleep = trio.sleep,
         rng: random.Random | None = None,
         wall_clock: Callable[[], float] = time.time,
@@ -222,12 +233,15 @@ class OpenAIModel:
         client: httpx2.AsyncClient | None = None,
     ) -> None:
         self.name = name
-        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.url = join_url(base_url, "/chat/completions")
         self.max_tokens = max_tokens
         self._headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
         self._poster = JsonPoster(
             provider=self.provider,
             auth_fix="set OPENAI_API_KEY to a valid key for this base URL (OPENAI_BASE_URL)",
+            model=name,
+            base_url_var="OPENAI_BASE_URL",
+            timeout=timeout,
             sleep=sleep,
             rng=rng,
             wall_clock=wall_clock,
@@ -237,7 +251,7 @@ class OpenAIModel:
         )
 
     def __repr__(self) -> str:
-        return f"OpenAIModel({self.name!r}, url={self.url!r})"
+        return f"OpenAIModel({self.name!r}, url={redact(self.url)!r})"
 
     async def complete(
         self,

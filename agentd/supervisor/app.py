@@ -59,10 +59,13 @@ def run(settings: Any) -> int:
     """Run agentd with validated settings; returns the process exit code."""
     from agentd.errors import ConfigError
     from agentd.watches.manager import watch_limits
+    from agentd.watches.state import claim
 
     try:
         backoff = reconnect_backoff()
         limits = watch_limits(settings.watches)
+        # One agentd per --watch-state file: held until this process exits.
+        state_lock = claim(settings.watch_state) if settings.watch_state is not None else None
     except ConfigError as exc:
         print(f"agentd: {exc}", file=sys.stderr)
         return int(ExitCode.CONFIG)
@@ -77,23 +80,30 @@ def run(settings: Any) -> int:
         telemetry.emit("supervisor.internal_error", error=f"{type(exc).__name__}: {exc}")
         traceback.print_exception(exc, file=sys.stderr)
         return int(ExitCode.CRASHED)
+    finally:
+        if state_lock is not None:
+            state_lock.release()
 
 
 async def _main(
     settings: Any, telemetry: Telemetry, backoff: tuple[float, ...] | None, watch_limits: Any
 ) -> int:
     from agentd.errors import ConfigError
+    from agentd.health import raise_open_files_limit
     from agentd.triggers import mode as modes
     from agentd.upstream import Upstream
 
     started_wall = time.monotonic()
     now = trio.current_time()
+    # Room for connection floods on the health port, and for many children and servers.
+    _nofile_before, nofile = raise_open_files_limit()
     telemetry.emit(
         "supervisor.start",
         mode=settings.mode,
         model=settings.model,
         servers=sorted(settings.servers),
         pid=os.getpid(),
+        open_files=nofile,
     )
     import datetime as _dt
 
@@ -145,6 +155,8 @@ async def _main(
                 "system": settings.system,
                 "instruction": agent.instruction,
                 "tools": hub.tool_specs(),
+                "model_timeout": settings.model_timeout,
+                "max_turn_steps": settings.max_turn_steps,
             }
             tree.spawn(agent.id, payload)
 
@@ -299,24 +311,25 @@ class _StartupRoutes:
 def _print_once(
     reactor: Reactor, code: ExitCode, json_out: bool, duration: float, telemetry: Telemetry
 ) -> None:
+    from agentd.redact import redact
+
     text = reactor.root_text
     status = reactor.root_status
     if json_out:
-        print(
-            orjson.dumps(
-                {
-                    "status": status,
-                    "exit_code": int(code),
-                    "result": text,
-                    "usage": {
-                        "input_tokens": telemetry.counters.get("input_tokens", 0),
-                        "output_tokens": telemetry.counters.get("output_tokens", 0),
-                    },
-                    "duration_s": round(duration, 3),
-                }
-            ).decode(),
-            flush=True,
-        )
+        result: dict[str, Any] = {
+            "status": status,
+            "exit_code": int(code),
+            "result": text,
+            "usage": {
+                "input_tokens": telemetry.counters.get("input_tokens", 0),
+                "output_tokens": telemetry.counters.get("output_tokens", 0),
+            },
+            "duration_s": round(duration, 3),
+        }
+        if reactor.fatal_infra is not None:
+            # Why the provider could not be used (HTTP status and its message), as in model.fatal.
+            result["error"] = redact(reactor.fatal_infra)
+        print(orjson.dumps(result).decode(), flush=True)
     elif (
         text and status is not None and code in (ExitCode.OK, ExitCode.BUDGET_PARTIAL, ExitCode.REFUSED)
     ) or (text and status is not None and code == code_for_status(status, partial=True)):

@@ -23,6 +23,8 @@ import httpx2
 import trio
 from mcp.client.streamable_http import MCP_SESSION_ID, streamable_http_client
 
+from agentd.redact import redact
+
 __all__ = ["CONNECT_TIMEOUT", "HttpTransport"]
 
 CONNECT_TIMEOUT = 10.0
@@ -42,7 +44,7 @@ class _Watch(httpx2.AsyncBaseTransport):
             response = await self._inner.handle_async_request(request)
         except httpx2.TransportError as exc:
             self._owner.mark_lost(
-                f"server {self._owner.server!r} is unreachable at {self._owner.url}: {exc!r}"
+                f"server {self._owner.server!r} is unreachable at {redact(self._owner.url)}: {exc!r}"
             )
             raise
         if response.status_code == 404 and MCP_SESSION_ID in request.headers:

@@ -3,14 +3,23 @@
 Every ``watch_start`` and ``watch_stop`` rewrites the whole file (it is small:
 at most a few watches per agent) with the classic atomic sequence:
 
-1. write ``.<name>.tmp`` beside it and ``fsync`` it,
+1. write a uniquely named temp file ``.<name>.<pid>.<random>.tmp`` beside it
+   (created exclusively, never shared) and ``fsync`` it,
 2. ``rename`` it over the file (atomic on POSIX),
 3. ``fsync`` the directory, so the rename itself survives a power cut.
 
-A crash at any step leaves the old file or the new one, never a mix; a temp
-file a crash left behind is overwritten by the next write and renamed away.
-One process owns a state file; two agentd processes sharing one are not
-supported (the last writer wins).
+A crash at any step leaves the old file or the new one, never a mix.
+
+One agentd owns a state file: :func:`claim` takes an advisory lock
+(``flock``) on ``.<name>.lock`` beside it for the life of the process, and a
+second agentd given the same path is refused with a clear error (exit 2);
+under the lock, temp files that crashed writers left behind are removed.
+
+The path must be agentd's to use (:func:`refusal`, checked by ``agentd check``
+and at start): a regular file (never a directory, a device such as
+``/dev/zero`` or a FIFO) that is missing, empty, or agentd watch state. A file
+that is something else is refused, never renamed or overwritten: pointing
+``--watch-state`` at the wrong file must not destroy it.
 
 Format (JSON, versioned)::
 
@@ -21,16 +30,21 @@ Format (JSON, versioned)::
 ``baseline`` is :meth:`agentd.watches.extract.EventLogExtractor.baseline` or
 :meth:`~agentd.watches.extract.StateExtractor.baseline` output.
 
-Failures never stop the daemon: :func:`load` moves a corrupt file aside and
-carries on empty (with a warning); a directory that is read-only, full or gone
-raises :class:`WatchStateError`, which the supervisor reports before running
-with watches in memory only.
+Failures of agentd's own file never stop the daemon: :func:`load` moves a
+corrupt state file aside and carries on empty (with a warning); a directory
+that is read-only, full or gone raises :class:`WatchStateError`, which the
+supervisor reports before running with watches in memory only.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import glob
 import os
+import re
+import secrets
+import stat
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -39,6 +53,7 @@ from typing import Any, Final, Literal, TypeAlias
 
 import orjson
 
+from agentd.errors import ConfigError
 from agentd.errors import WatchStateError as WatchStateError  # re-exported
 
 #: The file format written (and the newest one read).
@@ -100,9 +115,150 @@ class WatchSpec:
         return cls(name=name, uri=uri, on_event=on_event, owner=owner, baseline=baseline)
 
 
-def temp_path(path: Path) -> Path:
-    """Where :func:`save` writes before renaming: ``.<name>.tmp`` beside ``path``."""
-    return path.with_name(f".{path.name}.tmp")
+def new_temp_path(path: Path) -> Path:
+    """A fresh temp name for one :func:`save`: ``.<name>.<pid>.<random>.tmp`` beside ``path``."""
+    return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(6)}.tmp")
+
+
+def leftover_temps(path: Path) -> list[Path]:
+    """Temp files of ``path``'s writers that still exist (a crash mid-write leaves one)."""
+    pattern = glob.escape(str(path.with_name(f".{path.name}."))) + "*.tmp"
+    return sorted(Path(p) for p in glob.glob(pattern))
+
+
+def lock_path(path: Path) -> Path:
+    """The advisory lock file of ``path``: ``.<name>.lock`` beside it (kept between runs)."""
+    return path.with_name(f".{path.name}.lock")
+
+
+# A file that does not parse but starts like agentd's own (a write cut short by disk
+# corruption) is agentd's and may be moved aside; anything else is not agentd's.
+_OWN_PREFIX = re.compile(rb'\A\s*\{\s*"version"\s*:')
+
+_FILE_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+_NOT_OURS_FIX = (
+    "agentd never overwrites or moves a file it did not write; point --watch-state at a new path "
+    "(the file is created on the first watch) or remove that file"
+)
+
+
+def _not_a_file(mode: int) -> str | None:
+    for test, kind in _FILE_KINDS:
+        if test(mode):
+            return kind
+    return None if stat.S_ISREG(mode) else "not a regular file"
+
+
+def _foreign(raw: bytes) -> str | None:
+    """Why ``raw`` is not agentd watch state (valid or corrupt), or None when it is agentd's."""
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        return None if _OWN_PREFIX.match(raw) else f"it is not JSON ({exc})"
+    if isinstance(doc, dict) and "version" in doc and "watches" in doc:
+        return None
+    shape = f"an object with keys {sorted(doc)[:5]!r}" if isinstance(doc, dict) else type(doc).__name__
+    return f'it is JSON {shape}, not {{"version": 1, "watches": [...]}}'
+
+
+def refusal(path: Path | str) -> str | None:
+    """Why agentd must not use ``path`` as its ``--watch-state`` file, or None when it may.
+
+    It may when the path is missing (created on the first watch), an empty
+    regular file, or a regular file of agentd watch state (a corrupt one
+    included: :func:`load` moves that aside). Not: a directory, a device, a
+    FIFO or socket (reading ``/dev/zero`` would never end), or a regular file
+    with other content. Reads the file; changes nothing.
+    """
+    path = Path(path)
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot inspect it ({exc.strerror or exc}); fix the path or its permissions"
+    kind = _not_a_file(mode)
+    if kind is not None:
+        return (
+            f"is {kind}, not a regular file; give the path of a file agentd may create and replace "
+            "(it is created on the first watch)"
+        )
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        return f"cannot read it ({exc.strerror or exc}); fix its permissions or point --watch-state elsewhere"
+    if not raw.strip():
+        return None
+    why = _foreign(raw)
+    return None if why is None else f"exists and is not an agentd watch-state file ({why}); {_NOT_OURS_FIX}"
+
+
+class StateLock:
+    """The advisory lock :func:`claim` holds on a state file for the life of the process."""
+
+    def __init__(self, path: Path, fd: int | None) -> None:
+        self.path = path
+        self._fd = fd
+
+    @property
+    def held(self) -> bool:
+        """Whether the lock is held (False when the directory did not allow a lock file)."""
+        return self._fd is not None
+
+    def release(self) -> None:
+        """Let go of the lock (the process exiting does the same)."""
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
+
+
+def claim(path: Path | str) -> StateLock:
+    """Make this process the one owner of ``path``; remove temp files crashed writers left.
+
+    Takes ``flock(LOCK_EX | LOCK_NB)`` on :func:`lock_path` and writes this
+    pid into it. A directory where no lock file can be made (read-only, full)
+    gives an unheld lock: the state cannot be written there anyway, and the
+    supervisor reports that at the first save and keeps watches in memory.
+
+    Raises:
+        ConfigError: (exit 2) another process holds the lock, or the path is
+            refused (:func:`refusal`).
+    """
+    path = Path(path)
+    why = refusal(path)
+    if why is not None:
+        raise ConfigError("--watch-state", str(path), why)
+    lock = lock_path(path)
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return StateLock(path, None)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        os.close(fd)
+        owner = f"pid {holder}" if holder.isdigit() else "another process"
+        raise ConfigError(
+            "--watch-state",
+            str(path),
+            f"another agentd ({owner}) is using it (it holds {str(lock)!r}); give each agentd its own "
+            "--watch-state file, or stop the other one first",
+        ) from None
+    with contextlib.suppress(OSError):  # a full disk must not stop a start: the pid is a courtesy
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    for leftover in leftover_temps(path):
+        with contextlib.suppress(OSError):
+            leftover.unlink()
+    return StateLock(path, fd)
 
 
 def encode(specs: Iterable[WatchSpec]) -> bytes:
@@ -139,10 +295,10 @@ def save(
     """
     path = Path(path)
     data = encode(specs)
-    tmp = temp_path(path)
+    tmp = new_temp_path(path)
     hook = step_hook or (lambda _step: None)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
             view = memoryview(data)
             while view:
@@ -176,9 +332,11 @@ def load(path: Path | str, *, now: float | None = None) -> tuple[list[WatchSpec]
     """Read the state file; return ``(specs, warnings)``.
 
     * A missing or empty file is an empty state (first start).
-    * A file that is not valid state (not JSON, wrong layout) is renamed to
+    * agentd's own file gone bad (cut short, wrong types) is renamed to
       ``PATH.corrupt-<UTC timestamp>`` and loading continues empty; the warning
       names both paths.
+    * A path that is not a regular file, or a file that is not agentd watch
+      state, is refused (:func:`refusal`) and left untouched.
     * A spec that is invalid on its own, or a repeated ``(owner, name)``, is
       skipped with a warning; the others load.
 
@@ -187,10 +345,21 @@ def load(path: Path | str, *, now: float | None = None) -> tuple[list[WatchSpec]
         now: Wall-clock seconds for the corrupt file's name (default: now).
 
     Raises:
-        WatchStateError: the file exists but cannot be read, or was written by
-            a newer agentd (it is left alone so a downgrade loses nothing).
+        WatchStateError: the file exists but cannot be read, is refused, or was
+            written by a newer agentd (it is left alone so a downgrade loses nothing).
     """
     path = Path(path)
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return [], []
+    except OSError as exc:
+        raise _unavailable("read", path, exc) from exc
+    kind = _not_a_file(mode)
+    if kind is not None:
+        raise WatchStateError(
+            f"--watch-state {str(path)!r} is {kind}, not a regular file; it is left untouched"
+        )
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -199,6 +368,12 @@ def load(path: Path | str, *, now: float | None = None) -> tuple[list[WatchSpec]
         raise _unavailable("read", path, exc) from exc
     if not raw.strip():
         return [], []  # e.g. created with `touch` by the operator: nothing saved yet
+    foreign = _foreign(raw)
+    if foreign is not None:
+        raise WatchStateError(
+            f"--watch-state file {str(path)!r} is not an agentd watch-state file ({foreign}); "
+            f"it is left untouched; {_NOT_OURS_FIX}"
+        )
     try:
         doc = orjson.loads(raw)
         if not isinstance(doc, dict) or not isinstance(doc.get("watches"), list):

@@ -126,11 +126,17 @@ class run_agentd:
     """``async with run_agentd(args, env=...) as a:`` — start agentd, always reap it."""
 
     def __init__(
-        self, args: Sequence[str], *, env: dict[str, str] | None = None, cwd: Path | None = None
+        self,
+        args: Sequence[str],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+        preexec_fn: Callable[[], None] | None = None,
     ) -> None:
         self.args = list(args)
         self.env = {**os.environ, **(env or {})}
         self.cwd = cwd or REPO
+        self.preexec_fn = preexec_fn
 
     async def __aenter__(self) -> Agentd:
         self._nursery_cm = trio.open_nursery()
@@ -142,6 +148,7 @@ class run_agentd:
             stderr=-1,
             env=self.env,
             cwd=str(self.cwd),
+            preexec_fn=self.preexec_fn,
         )
         self.a = Agentd(proc)
         nursery.start_soon(self.a._read_stderr)

@@ -18,6 +18,12 @@ or from synchronous code (e.g. a test that runs ``agentd`` as a subprocess)::
 Each request takes the next scripted :class:`Reply` (or calls a responder
 that builds one from the request). When the script runs out the server
 answers 500 with a body saying so, which makes a test's mistake obvious.
+
+Misbehaviour on demand (for the fault catalog): a :class:`Reply` can trickle
+its body (``trickle_s``: one byte per interval), or stream an endless or huge
+body in chunked encoding (``stream``: an iterable of chunks, stopped when the
+client hangs up); ``server.body_bytes_sent`` records how much of each body
+actually left, so a test can show a client stopped reading at its cap.
 """
 
 from __future__ import annotations
@@ -65,6 +71,9 @@ class Reply:
         body: raw body bytes (for malformed answers).
         headers: extra response headers (e.g. ``Retry-After``).
         drop: close the connection without answering (a transport error).
+        trickle_s: send the head at once, then the body one byte every ``trickle_s`` seconds.
+        stream: send the body as these chunks, ``Transfer-Encoding: chunked``,
+            until they run out or the client hangs up (``json``/``body`` ignored).
     """
 
     status: int = 200
@@ -72,6 +81,8 @@ class Reply:
     body: bytes | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
     drop: bool = False
+    trickle_s: float | None = None
+    stream: Iterable[bytes] | None = None
 
 
 Responder = Callable[[RecordedRequest], Reply]
@@ -83,6 +94,8 @@ class ProviderServer:
     def __init__(self, replies: Iterable[Reply | Responder] = ()) -> None:
         self._replies: list[Reply | Responder] = list(replies)
         self.requests: list[RecordedRequest] = []
+        self.body_bytes_sent: list[int] = []
+        """Body bytes that left for each answered request (a hang-up cuts it short)."""
         self.port = 0
 
     @property
@@ -129,10 +142,34 @@ class ProviderServer:
                 reply = self._next_reply(request)
                 if reply.drop:
                     return
-                try:
-                    await stream.send_all(_encode(reply))
-                except trio.BrokenResourceError:
+                if not await self._send(stream, reply):
                     return
+
+    async def _send(self, stream: trio.SocketStream, reply: Reply) -> bool:
+        """Send ``reply``; False when the client hung up (the connection is then done)."""
+        index = len(self.body_bytes_sent)
+        self.body_bytes_sent.append(0)
+        try:
+            if reply.stream is not None:
+                await stream.send_all(_head(reply, None, chunked=True))
+                for chunk in reply.stream:
+                    await stream.send_all(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    self.body_bytes_sent[index] += len(chunk)
+                await stream.send_all(b"0\r\n\r\n")
+                return True
+            body = _body(reply)
+            if reply.trickle_s is not None:
+                await stream.send_all(_head(reply, len(body)))
+                for i in range(len(body)):
+                    await stream.send_all(body[i : i + 1])
+                    self.body_bytes_sent[index] += 1
+                    await trio.sleep(reply.trickle_s)  # the misbehaviour itself: a slow drip
+                return True
+            await stream.send_all(_head(reply, len(body)) + body)
+            self.body_bytes_sent[index] = len(body)
+            return True
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return False
 
     @staticmethod
     async def _read_request(stream: trio.SocketStream, buf: bytearray) -> RecordedRequest | None:
@@ -170,17 +207,21 @@ class ProviderServer:
         return RecordedRequest(method=method, path=path, headers=headers, body=body)
 
 
-def _encode(reply: Reply) -> bytes:
-    body = reply.body if reply.body is not None else orjson.dumps(reply.json)
+def _body(reply: Reply) -> bytes:
+    return reply.body if reply.body is not None else orjson.dumps(reply.json)
+
+
+def _head(reply: Reply, length: int | None, *, chunked: bool = False) -> bytes:
     try:
         phrase = http.HTTPStatus(reply.status).phrase
     except ValueError:
         phrase = "Overloaded" if reply.status == 529 else "Unknown"
-    lines = [f"HTTP/1.1 {reply.status} {phrase}", f"content-length: {len(body)}"]
+    lines = [f"HTTP/1.1 {reply.status} {phrase}"]
+    lines.append("transfer-encoding: chunked" if chunked else f"content-length: {length}")
     if not any(k.lower() == "content-type" for k in reply.headers):
         lines.append("content-type: application/json")
     lines += [f"{k}: {v}" for k, v in reply.headers.items()]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
 @contextlib.asynccontextmanager
@@ -302,10 +343,12 @@ def openai_error(
     message: str,
     *,
     type_: str = "invalid_request_error",
+    code: str | None = None,
+    param: str | None = None,
     headers: Mapping[str, str] | None = None,
 ) -> Reply:
     """An OpenAI-style error body: ``{"error": {"message", "type", "param", "code"}}``."""
-    body = {"error": {"message": message, "type": type_, "param": None, "code": None}}
+    body = {"error": {"message": message, "type": type_, "param": param, "code": code}}
     return Reply(status, body, headers=dict(headers or {}))
 
 
@@ -319,6 +362,15 @@ def anthropic_error(
     """An Anthropic-style error body: ``{"type": "error", "error": {"type", "message"}}``."""
     body = {"type": "error", "error": {"type": type_, "message": message}, "request_id": "req_fake"}
     return Reply(status, body, headers=dict(headers or {}))
+
+
+def endless_chunks(total: int, chunk: int = 1024 * 1024) -> Iterator[bytes]:
+    """``total`` bytes of a JSON-looking body in ``chunk``-sized pieces, made lazily (never all in memory)."""
+    piece = b'{"pad": "' + b"x" * (chunk - 9)
+    sent = 0
+    while sent < total:
+        yield piece
+        sent += len(piece)
 
 
 # --- retry seams ------------------------------------------------------------------------

@@ -34,8 +34,9 @@ EXIT_BOUND = 5.0
 """Seconds a process that belongs to a finished test may take to exit: agentd's own
 shutdown ladder for a server is bounded by 2 s + 2 s (stdin close, SIGTERM)."""
 
-DEFAULT_ALLOWED = ("*.json", "*.toml", "*.grandchild")
-"""Files the catalog's tests make on purpose: state files, scripts, configs."""
+DEFAULT_ALLOWED = ("*.json", "*.toml", "*.grandchild", ".*.json.lock")
+"""Files the catalog's tests make on purpose: state files (and their ``--watch-state``
+lock files, which outlive a run by design), scripts, configs."""
 
 
 def tagged_env(tmp_path: Path, **extra: str) -> dict[str, str]:

@@ -30,7 +30,7 @@ import pytest
 import trio
 
 from agentd.watches.sandbox import MAX_LINE_CHARS
-from agentd.watches.state import WatchSpec, encode, save, temp_path
+from agentd.watches.state import WatchSpec, encode, leftover_temps, save
 from tests.e2e.agentd_proc import PY, REPO, Agentd, run_agentd, script
 from tests.faults.conftest import tagged_env
 
@@ -349,7 +349,7 @@ async def test_a_crash_mid_write_leaves_a_whole_state_file_that_agentd_restores(
     )
     assert state.read_bytes() == expected
     if crash_at in ("temp-written", "temp-synced"):
-        assert temp_path(state).exists()  # what the crash left behind
+        assert leftover_temps(state) != []  # what the crash left behind
     model = script(tmp_path, [{"text": "up"}])
     async with run_agentd(
         loop_args(model, memo, "--watch-state", str(state)), env=tagged_env(tmp_path, **WATCH_ENV)
@@ -358,7 +358,7 @@ async def test_a_crash_mid_write_leaves_a_whole_state_file_that_agentd_restores(
         await stop_and_check_no_orphans(a)
     assert a.find("watch.state_warning") == []  # never "corrupt"
     assert restored["restored"] == [f"root:{survivor}"]
-    assert not temp_path(state).exists()  # the next write replaced the crash's leftover
+    assert leftover_temps(state) == []  # the next owner removed the crash's leftover
 
 
 # ---------------------------------------------------------------------------- case 22

@@ -332,39 +332,86 @@ async def test_slowloris_is_cut_off_and_does_not_block_others(nursery, monkeypat
     assert trio.current_time() - start >= 0.25
 
 
-async def test_connection_cap_closes_extra_connections_at_accept(nursery, monkeypatch):
-    monkeypatch.setattr(health, "MAX_CONNECTIONS", 2)
-    both_inside = trio.Event()
+async def _answer_of(stream: trio.SocketStream) -> bytes:
+    out = bytearray()
+    while chunk := await stream.receive_some(65536):
+        out += chunk
+    await stream.aclose()
+    return bytes(out)
+
+
+async def test_past_the_limit_the_oldest_waiting_connection_makes_room(nursery, monkeypatch):
+    monkeypatch.setattr(health, "connection_limit", lambda: 2)
+    base = await _start_health(nursery)
+    port = _port(base)
+    with trio.fail_after(REQUEST_CEILING):
+        # Accepted in connection order (the kernel's accept queue is FIFO).
+        first = await trio.open_tcp_stream("127.0.0.1", port)
+        second = await trio.open_tcp_stream("127.0.0.1", port)
+        # A third connection (a probe) is served; the oldest idle one is closed unanswered.
+        assert (await _raw(port, b"GET /healthz HTTP/1.1\r\n\r\n")).startswith(b"HTTP/1.1 200 ")
+        assert await _answer_of(first) == b""
+        await second.send_all(b"GET /readyz HTTP/1.1\r\n\r\n")
+        assert (await _answer_of(second)).startswith(b"HTTP/1.1 200 ")
+
+
+async def test_a_connection_being_answered_is_never_evicted(nursery, monkeypatch):
+    monkeypatch.setattr(health, "connection_limit", lambda: 2)
+    entered = trio.Event()
     release = trio.Event()
-    inside = 0
 
     async def held_probe() -> bool:
-        # Each request holds its connection slot until the test releases it.
-        nonlocal inside
-        inside += 1
-        if inside == 2:
-            both_inside.set()
+        entered.set()
         await release.wait()
         return True
 
-    base = await _start_health(nursery, probe=held_probe)
+    base = await _start_health(nursery, probe=held_probe, probe_timeout=REQUEST_CEILING)
     port = _port(base)
-    results: list[bytes] = []
-
-    async def held_request() -> None:
-        results.append(await _raw(port, b"GET /healthz HTTP/1.1\r\n\r\n"))
-
     with trio.fail_after(REQUEST_CEILING):
+        answered = await trio.open_tcp_stream("127.0.0.1", port)
+        await answered.send_all(b"GET /healthz HTTP/1.1\r\n\r\n")
+        await entered.wait()
+        idle = await trio.open_tcp_stream("127.0.0.1", port)
+        # At the limit: the idle connection makes room, the one being answered does not.
+        assert (await _raw(port, b"GET /readyz HTTP/1.1\r\n\r\n")).startswith(b"HTTP/1.1 200 ")
+        assert await _answer_of(idle) == b""
+        release.set()
+        assert (await _answer_of(answered)).startswith(b"HTTP/1.1 200 ")
+
+
+async def test_concurrent_healthz_requests_share_one_probe(nursery):
+    """A flood of /healthz puts one probe at a time into the reactor, not one per request."""
+    calls = 0
+
+    async def stuck_probe() -> bool:
+        nonlocal calls
+        calls += 1
+        await trio.sleep_forever()
+        return True
+
+    timeout = 3.0
+    base = await _start_health(nursery, probe=stuck_probe, probe_timeout=timeout)
+    port = _port(base)
+    answers: list[bytes] = []
+
+    async def one() -> None:
+        answers.append(await _raw(port, b"GET /healthz HTTP/1.1\r\n\r\n"))
+
+    with trio.fail_after(timeout + REQUEST_CEILING):
         async with trio.open_nursery() as inner:
-            inner.start_soon(held_request)
-            inner.start_soon(held_request)
-            await both_inside.wait()
-            # Both slots are taken: a third connection is closed without an answer.
-            assert await _raw(port, b"GET /readyz HTTP/1.1\r\n\r\n") == b""
-            release.set()
-    assert [r.split(b"\r\n", 1)[0] for r in results] == [b"HTTP/1.1 200 OK"] * 2
-    # The slots were given back.
-    assert (await _get(base + "/readyz")).status_code == 200
+            for _ in range(20):
+                inner.start_soon(one)
+    assert [a.split(b"\r\n", 1)[0] for a in answers] == [b"HTTP/1.1 503 Service Unavailable"] * 20
+    assert all(b"did not answer within 3 s" in a for a in answers)
+    assert calls == 1
+
+
+def test_connection_limit_follows_the_open_files_limit(monkeypatch):
+    import resource
+
+    for soft, expected in [(20, health.MIN_CONNECTIONS), (1024, 512), (1 << 20, health.MAX_CONNECTIONS)]:
+        monkeypatch.setattr(resource, "getrlimit", lambda _r, soft=soft: (soft, 1 << 20))
+        assert health.connection_limit() == expected
 
 
 # --- addresses ------------------------------------------------------------------

@@ -227,7 +227,9 @@ async def test_unreachable_port_is_unavailable_after_retries() -> None:
 async def test_malformed_json_body_is_model_error() -> None:
     async with provider_server([Reply(200, body=b"event: ping\n\n")]) as server:
         model = _model(server.base_url)
-        with pytest.raises(ModelError, match=r"anthropic answered HTTP 200 .* not JSON"):
+        with pytest.raises(
+            ModelError, match=r"anthropic returned an unexpected response: HTTP 200 .* not JSON"
+        ):
             await model.complete(system=None, messages=[Message.user("hi")], tools=[])
         await model.aclose()
 
@@ -235,6 +237,8 @@ async def test_malformed_json_body_is_model_error() -> None:
 async def test_body_without_content_is_model_error() -> None:
     async with provider_server([Reply(200, {"type": "message", "stop_reason": "end_turn"})]) as server:
         model = _model(server.base_url)
-        with pytest.raises(ModelError, match=r"anthropic: the response has no content list"):
+        with pytest.raises(
+            ModelError, match=r"anthropic returned an unexpected response: content is missing"
+        ):
             await model.complete(system=None, messages=[Message.user("hi")], tools=[])
         await model.aclose()

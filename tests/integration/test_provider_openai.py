@@ -307,7 +307,9 @@ async def test_malformed_json_body_is_model_error() -> None:
 async def test_json_without_choices_is_model_error() -> None:
     async with provider_server([Reply(200, {"object": "list"})]) as server:
         model = _model(server.url("/v1"))
-        with pytest.raises(ModelError, match=r"openai: the response has no choices\[0\]"):
+        with pytest.raises(
+            ModelError, match=r"openai returned an unexpected response: choices\[0\] is missing"
+        ):
             await model.complete(system=None, messages=[Message.user("hi")], tools=[])
         await model.aclose()
 

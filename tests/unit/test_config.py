@@ -822,3 +822,30 @@ def test_missing_server_commands(tmp_path: Path) -> None:
         "install it, or give its full path"
     )
     assert found["c"].fix == "it is not an executable file; fix the path"
+
+
+def test_model_bounds_defaults_layers_and_validation(tmp_path: Path) -> None:
+    s = load(tmp_path)
+    assert (s.model_timeout, s.max_turn_steps) == (300.0, 100)
+    s = load(
+        tmp_path, toml='model_timeout = "90s"\nmax_turn_steps = 20\n', env={"AGENTD_MAX_TURN_STEPS": "7"}
+    )
+    assert (s.model_timeout, s.max_turn_steps) == (90.0, 7)
+    assert load(tmp_path, max_turn_steps="0").max_turn_steps is None  # 0 turns the cap off
+    assert load(tmp_path, model_timeout="1h").model_timeout == 3600.0
+    err(tmp_path, r"^--model-timeout: '0' is not valid: must be greater than zero", model_timeout="0")
+    err(
+        tmp_path,
+        r"^AGENTD_MODEL_TIMEOUT: 'x' is not valid: not a duration",
+        env={"AGENTD_MODEL_TIMEOUT": "x"},
+    )
+    err(tmp_path, r"^--max-turn-steps: '-3' is not valid: must be a whole number ≥ 0", max_turn_steps="-3")
+
+
+def test_watch_state_refuses_what_is_not_a_regular_agentd_file(tmp_path: Path) -> None:
+    foreign = tmp_path / "notes.txt"
+    foreign.write_text("my notes\n")
+    err(tmp_path, r"^--watch-state: .* is not valid: exists and is not an agentd watch-state file",
+        watch_state=str(foreign))  # fmt: skip
+    err(tmp_path, r"^--watch-state: '/dev/zero' is not valid: is a character device", watch_state="/dev/zero")
+    assert foreign.read_text() == "my notes\n"

@@ -275,11 +275,30 @@ def test_check_prints_effective_config_with_secrets_redacted(
     assert data["instruction"] == "task"
     assert data["system"] == "key is ***"
     api, web = data["servers"]["api"], data["servers"]["web"]
-    assert api["env"] == {"OPENAI_API_KEY": "***", "LOG_LEVEL": "debug"}
+    # env and headers show their keys only, every value hidden (they are where credentials live).
+    assert api["env"] == {"OPENAI_API_KEY": "***", "LOG_LEVEL": "***"}
     assert api["args"] == ["--api-key", "***", "--token=***"]
-    assert web["headers"] == {"Authorization": "***", "X-Trace": "on"}
+    assert web["headers"] == {"Authorization": "***", "X-Trace": "***"}
     assert web["url"] == "https://***@example.com/mcp?api_key=***&page=1"
     assert web["transport"] == "http"
+
+
+def test_check_show_secrets_prints_everything_as_configured(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = tmp_path / "model.json"
+    model.write_text(SCRIPT)
+    config = tmp_path / "agentd.toml"
+    config.write_text(
+        '[servers.db]\ncommand = "db-mcp"\nargs = ["--token", "tok-secret"]\n'
+        'env = { DATABASE_URL = "postgres://u:pw-secret@db/x" }\n'
+    )
+    code = cli.main(["check", "--config", str(config), "--model", f"script:{model}", "--show-secrets", "t"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    db = json.loads(out)["servers"]["db"]
+    assert db["env"] == {"DATABASE_URL": "postgres://u:pw-secret@db/x"}
+    assert db["args"] == ["--token", "tok-secret"]
 
 
 def test_effective_config_does_not_touch_settings(tmp_path: Path) -> None:

@@ -38,7 +38,7 @@ def test_openai_tool_call_without_id_or_with_object_arguments() -> None:
         estimated_input=12,
     )
     a, b, c = reply.tool_calls
-    assert (a.id, a.arguments, a.raw_arguments) == ("call_0", {"x": 1}, '{"x": 1}')
+    assert (a.id, a.arguments, a.raw_arguments) == ("call_0", {"x": 1}, '{"x":1}')
     assert (b.id, b.arguments, b.error) == ("call_1", {}, None)
     assert (c.id, c.arguments) == ("c3", None)
     assert c.error is not None
@@ -61,13 +61,16 @@ def test_openai_odd_usage_values_fall_back_to_estimates() -> None:
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        ({}, r"openai: the response has no choices\[0\]"),
-        ({"choices": []}, r"no choices\[0\]"),
-        ({"choices": [{"finish_reason": "stop"}]}, r"no choices\[0\]\.message"),
+        ({}, r"openai returned an unexpected response: choices\[0\] is missing"),
+        ({"choices": []}, r"choices\[0\] is missing"),
+        ({"choices": [{"finish_reason": "stop"}]}, r"choices\[0\]\.message is missing"),
         (_oai({"content": ["x"]}), r"choices\[0\]\.message\.content is list, expected a string"),
-        (_oai({"tool_calls": ["x"]}), r"tool_calls\[0\] has no function object"),
+        (_oai({"tool_calls": ["x"]}), r"message\.tool_calls\[0\]\.function is missing"),
         (_oai({"tool_calls": 5}), r"message\.tool_calls is int, expected a list"),
-        (_oai({"tool_calls": [{"function": {"arguments": "{}"}}]}), r"tool_calls\[0\]\.function has no name"),
+        (
+            _oai({"tool_calls": [{"function": {"arguments": "{}"}}]}),
+            r"tool_calls\[0\]\.function\.name is missing or empty",
+        ),
     ],
 )
 def test_openai_unusable_bodies(body: dict[str, Any], message: str) -> None:
@@ -142,11 +145,11 @@ def test_anthropic_ignores_unknown_blocks_and_missing_usage() -> None:
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        ({"content": "hi"}, r"anthropic: the response has no content list"),
+        ({"content": "hi"}, r"anthropic returned an unexpected response: content is missing or not a list"),
         ({"content": [3]}, r"content\[0\] is not an object"),
         (
             {"content": [{"type": "tool_use", "name": "x", "input": {}}]},
-            r"content\[0\] is a tool_use without id or name",
+            r"content\[0\]\.(id|name) of a tool_use block is missing",
         ),
     ],
 )
@@ -256,3 +259,36 @@ def test_anthropic_parse_never_crashes(body: dict[str, Any]) -> None:
     except ModelError:
         return
     assert reply.stop in ("end", "tool_use", "refusal", "max_tokens")
+
+
+def test_tool_arguments_nested_too_deeply_are_a_tool_error_not_a_crash() -> None:
+    deep = '{"a": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    reply = oai.parse_response(
+        _oai({"tool_calls": [{"id": "c1", "function": {"name": "t", "arguments": deep}}]})
+    )
+    (call,) = reply.tool_calls
+    assert call.arguments is None
+    assert call.error is not None
+    assert "nested too deeply" in call.error
+    assert len(call.raw_arguments) <= 200
+
+
+def test_oversized_tool_arguments_are_not_parsed_and_not_kept() -> None:
+    from agentd.models.base import MAX_TOOL_ARGUMENT_CHARS
+
+    huge = '{"x": "' + "a" * MAX_TOOL_ARGUMENT_CHARS + '"}'
+    reply = oai.parse_response(
+        _oai({"tool_calls": [{"id": "c1", "function": {"name": "t", "arguments": huge}}]})
+    )
+    (call,) = reply.tool_calls
+    assert call.error is not None
+    assert f"over the limit of {MAX_TOOL_ARGUMENT_CHARS}" in call.error
+    assert len(call.raw_arguments) <= 200
+    body = anth.parse_response(
+        {
+            "content": [
+                {"type": "tool_use", "id": "t1", "name": "t", "input": {"x": "a" * MAX_TOOL_ARGUMENT_CHARS}}
+            ]
+        }
+    )
+    assert body.tool_calls[0].error is not None

@@ -1,9 +1,11 @@
-"""The --watch-state file: round trip, corrupt files, unwritable directories, crash safety."""
+"""The --watch-state file: round trip, corrupt and foreign files, unwritable directories,
+crash safety, the one-owner lock."""
 
 from __future__ import annotations
 
 import errno
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -12,16 +14,20 @@ from pathlib import Path
 import orjson
 import pytest
 
+from agentd.errors import ConfigError
 from agentd.watches.extract import EventLogExtractor, StateExtractor, extractor_from_baseline
 from agentd.watches.state import (
     STATE_FORMAT_VERSION,
     WatchSpec,
     WatchStateError,
     WatchStateFile,
+    claim,
     encode,
+    leftover_temps,
     load,
+    lock_path,
+    refusal,
     save,
-    temp_path,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -51,7 +57,7 @@ def test_round_trip(tmp_path):
     loaded, warnings = load(path)
     assert warnings == []
     assert loaded == specs()
-    assert not temp_path(path).exists()
+    assert leftover_temps(path) == []
     # Baselines resume: the event-log one continues after seq 41.
     x = extractor_from_baseline(loaded[0].baseline, shape="event-log")
     assert [e["seq"] for e in x.feed('{"events": [{"seq": 41, "type": "A"}, {"seq": 42, "type": "B"}]}')] == [
@@ -77,14 +83,15 @@ def test_missing_or_empty_file_is_empty(tmp_path):
 @pytest.mark.parametrize(
     ("content", "problem"),
     [
-        (b"{not json", "unexpected"),
-        (b"[]", "expected"),
+        (b'{"version": 1, "watches": [{"name": "cm", "uri": ', "unexpected"),  # agentd's, cut short
         (b'{"version": "1", "watches": []}', "version is '1'"),
+        (b'{"version": 1, "watches": {}}', "expected"),
     ],
 )
-def test_corrupt_file_is_moved_aside_and_loading_continues(tmp_path, content, problem):
+def test_corrupt_state_file_is_moved_aside_and_loading_continues(tmp_path, content, problem):
     path = tmp_path / "watches.json"
     path.write_bytes(content)
+    assert refusal(path) is None  # agentd's own file, even broken: usable
     loaded, warnings = load(path, now=0.0)
     assert loaded == []
     aside = tmp_path / "watches.json.corrupt-19700101T000000Z"
@@ -95,9 +102,65 @@ def test_corrupt_file_is_moved_aside_and_loading_continues(tmp_path, content, pr
     assert problem.lower() in warning.lower()
     assert str(aside) in warning
     # A second corrupt file in the same second does not overwrite the first.
-    path.write_bytes(b"{")
+    path.write_bytes(b'{"version": ')
     load(path, now=0.0)
-    assert (tmp_path / "watches.json.corrupt-19700101T000000Z-2").read_bytes() == b"{"
+    assert (tmp_path / "watches.json.corrupt-19700101T000000Z-2").read_bytes() == b'{"version": '
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b"{not json", "it is not JSON"),
+        (b"[]", "it is JSON list"),
+        (b'{"name": "my-app", "version": "1.0.0"}', "it is JSON an object with keys ['name', 'version']"),
+        (b"export PATH=/usr/bin\n", "it is not JSON"),
+    ],
+)
+def test_a_file_that_is_not_agentds_is_refused_and_left_untouched(tmp_path, content, problem):
+    path = tmp_path / "notes.txt"
+    path.write_bytes(content)
+    why = refusal(path)
+    assert why is not None
+    assert why.startswith("exists and is not an agentd watch-state file")
+    assert problem in why
+    assert "never overwrites or moves a file it did not write" in why
+    with pytest.raises(WatchStateError, match="is not an agentd watch-state file"):
+        load(path)
+    with pytest.raises(ConfigError, match=r"--watch-state: .* is not valid: exists and is not an agentd"):
+        claim(path)
+    assert path.read_bytes() == content
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_paths_that_are_not_regular_files_are_refused(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path, kind in [
+        (Path("/dev/zero"), "a character device"),
+        (tmp_path, "a directory"),
+        (fifo, "a FIFO (named pipe)"),
+    ]:
+        why = refusal(path)
+        assert why is not None
+        assert why.startswith(f"is {kind}, not a regular file")
+        with pytest.raises(WatchStateError, match=re.escape(f"is {kind}, not a regular file")):
+            load(path)
+
+
+def test_one_owner_at_a_time_and_stale_temps_are_removed(tmp_path):
+    path = tmp_path / "w.json"
+    stale = tmp_path / ".w.json.4242.deadbeef.tmp"
+    stale.write_bytes(b"half")
+    first = claim(path)
+    assert first.held
+    assert not stale.exists()  # a crashed writer's temp, removed under the lock
+    assert lock_path(path).read_text().strip() == str(os.getpid())
+    with pytest.raises(ConfigError, match=rf"another agentd \(pid {os.getpid()}\) is using it"):
+        claim(path)
+    first.release()
+    second = claim(path)
+    assert second.held
+    second.release()
 
 
 def test_bad_entries_are_skipped_with_warnings(tmp_path):
@@ -159,13 +222,18 @@ def test_full_or_read_only_disk_keeps_old_file_and_no_temp(tmp_path, err):
     with pytest.raises(WatchStateError, match=os.strerror(err)):
         save(path, specs(), step_hook=fail)
     assert path.read_bytes() == before
-    assert not temp_path(path).exists()
+    assert leftover_temps(path) == []
 
 
-def test_unreadable_file_is_a_clear_error(tmp_path):
+def test_unreadable_file_is_a_clear_error(tmp_path, monkeypatch):
     path = tmp_path / "w.json"
-    path.mkdir()  # reading a directory fails even as root
-    with pytest.raises(WatchStateError, match=r"cannot read --watch-state file"):
+    save(path, specs())
+
+    def denied(self: Path) -> bytes:
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+
+    monkeypatch.setattr(Path, "read_bytes", denied)  # root reads any file: inject the error
+    with pytest.raises(WatchStateError, match=r"cannot read --watch-state file .*Permission denied"):
         load(path)
 
 
@@ -203,7 +271,8 @@ def test_crash_at_each_write_step_leaves_old_or_new_never_partial(tmp_path, cras
     loaded, warnings = load(path)
     assert warnings == []
     assert [s.name for s in loaded] == (["old"] if expected == old_bytes else ["new"])
-    # The next successful write replaces whatever temp file the crash left.
+    # The next owner removes whatever temp file the crash left.
+    claim(path).release()
     save(path, old)
     assert path.read_bytes() == old_bytes
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["w.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".w.json.lock", "w.json"]

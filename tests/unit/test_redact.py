@@ -1,0 +1,189 @@
+"""agentd.redact: the one redaction function, fuzzed with generated secrets in every shape it must hide."""
+
+from __future__ import annotations
+
+import json
+import string
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agentd.errors import ConfigError, ModelRequestError
+from agentd.metrics import MetricsSnapshot, render
+from agentd.models._http import join_url
+from agentd.redact import (
+    REDACTED,
+    is_secret_flag,
+    is_secret_key,
+    redact,
+    register_secrets,
+    secret_values,
+    secrets_in,
+)
+from agentd.supervisor.events import ServerState
+from agentd.telemetry import Telemetry
+
+SECRET_CHARS = string.ascii_letters + string.digits
+# A letter and a digit in each: a generated secret must not be a word the output holds anyway.
+secrets = st.text(alphabet=SECRET_CHARS, min_size=12, max_size=40).filter(
+    lambda s: any(c.isdigit() for c in s) and any(c.isalpha() for c in s)
+)
+QUERY_NAMES = ["api-key", "api_key", "apikey", "key", "token", "access_token", "sig", "password", "secret",
+               "X-Amz-Signature", "client_secret", "auth"]  # fmt: skip
+FLAGS = ["-k", "--api-key", "--token", "--password", "--secret", "--github-token", "--auth-token", "--key"]
+ENV_NAMES = ["GITHUB_TOKEN", "API_KEY", "STRIPE_SECRET_KEY", "PGPASSWORD", "OPENAI_API_KEY", "SLACK_BOT_TOKEN",
+             "AUTH", "X-Api-Key", "Authorization"]  # fmt: skip
+PREFIXES = ["ghp_", "gho_", "github_pat_", "sk-", "sk-ant-", "sk-proj-", "xoxb-", "xoxp-", "glpat-", "hf_"]
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["api_key", "X-Api-Key", "GITHUB_TOKEN", "token", "PGPASSWORD", "Authorization", "sig", "apiKey",
+     "client_secret", "STRIPE_KEY", "access-key", "refresh_token", "Cookie"],
+)  # fmt: skip
+def test_credential_names(name: str) -> None:
+    assert is_secret_key(name)
+
+
+@pytest.mark.parametrize(
+    "name", ["input_tokens", "max_tokens", "keyboard", "key", "monkey", "author", "session", "uri", "path"]
+)
+def test_names_that_are_not_credentials(name: str) -> None:
+    assert not is_secret_key(name)
+
+
+def test_flags() -> None:
+    assert all(is_secret_flag(f) for f in FLAGS)
+    assert not any(is_secret_flag(f) for f in ["--max-tokens", "-v", "--keyboard", "-", "token", "--author"])
+
+
+@given(secret=secrets, user=secrets, name=st.sampled_from(QUERY_NAMES), prefix=st.sampled_from(PREFIXES))
+def test_urls_lose_userinfo_and_secret_query_values(secret: str, user: str, name: str, prefix: str) -> None:
+    for url in (
+        f"https://{user}:{secret}@example.com:8443/v1?{name}={secret}",
+        f"postgres://{user}:{secret}@db.internal/app",
+        f"http://127.0.0.1/mcp?page=2&{name}={secret}#frag",
+        f"wss://{secret}@host/x",
+    ):
+        out = redact(f"cannot reach {url}: ConnectError('refused')")
+        assert secret not in out, out
+        assert REDACTED in out
+    kept = redact(f"https://example.com/v1?page={secret}")
+    assert kept == f"https://example.com/v1?page={secret}"  # not a credential name: kept
+
+
+@given(secret=secrets, flag=st.sampled_from(FLAGS), prefix=st.sampled_from(PREFIXES))
+def test_arguments_lose_flag_values_and_token_shapes(secret: str, flag: str, prefix: str) -> None:
+    args = ["server", flag, secret, f"{flag}={secret}x", "--verbose", f"{prefix}{secret}"]
+    out = redact(args)
+    assert all(secret not in a for a in out), out
+    assert (out[0], out[1], out[-2]) == ("server", flag, "--verbose")
+    text = redact(f"could not start 'server {flag} {secret} {flag}={secret}x {prefix}{secret}'")
+    assert secret not in text, text
+
+
+@given(secret=secrets, name=st.sampled_from(ENV_NAMES))
+def test_named_values_in_text_json_and_mappings(secret: str, name: str) -> None:
+    for text in (
+        f"{name}={secret}",
+        f"export {name}={secret} and run",
+        f"{name}: {secret}",
+        json.dumps({name: secret, "other": 1}),
+        repr({name: secret}),
+        f"Authorization: Bearer {secret}",
+        f"headers: Basic {secret}",
+    ):
+        out = redact(text)
+        assert secret not in out, (text, out)
+    assert redact({name: secret, "nested": [{"password": secret}], "count": 3}) == {
+        name: REDACTED,
+        "nested": [{"password": REDACTED}],
+        "count": 3,
+    }
+
+
+def test_registered_values_are_hidden_anywhere() -> None:
+    # One fixed value: the registry is process-wide and append-only.
+    secret = "registered-by-test-redact-0f3a"
+    register_secrets([secret, "short"])
+    assert redact(f"the server said: {secret}!") == f"the server said: {REDACTED}!"
+    assert redact([f"x{secret}y"]) == [f"x{REDACTED}y"]
+    assert redact("short stays") == "short stays"  # under MIN_REGISTERED_CHARS
+
+
+@given(secret=secrets)
+def test_extra_values_are_hidden_anywhere(secret: str) -> None:
+    assert redact(f"the server said: {secret}!", extra=[secret]) == f"the server said: {REDACTED}!"
+    assert redact({"a": [f"x{secret}y"]}, extra=[secret]) == {"a": [f"x{REDACTED}y"]}
+
+
+@given(secret=secrets, user=secrets)
+def test_secrets_in_finds_what_redact_hides(secret: str, user: str) -> None:
+    assert secret in secrets_in(f"postgres://{user}:{secret}@db/x")
+    assert secret in secrets_in(f"http://h/v1?api-key={secret}&x=1")
+    assert secret in secrets_in(["srv", "-k", secret])
+    assert secret in secrets_in([f"--token={secret}"])
+    assert secret in secrets_in(f"Authorization: Bearer {secret}")
+    env = {"DATABASE_URL": f"postgres://{user}:{secret}@db/x", "HOME": "/root"}
+    assert secret in secret_values(env)
+    assert "/root" not in secret_values(env)
+
+
+@given(secret=secrets)
+def test_errors_and_telemetry_are_redacted(secret: str) -> None:
+    url = f"http://u:{secret}@h/v1?token={secret}"
+    assert secret not in str(ConfigError("--mcp-http", f"x={url}", f"fix {url}"))
+    assert secret not in str(ModelRequestError(f"404 from {url}", status=404, provider_message="m"))
+    lines: list[str] = []
+
+    class _Sink:
+        def write(self, s: str) -> None:
+            lines.append(s)
+
+        def flush(self) -> None:
+            pass
+
+    Telemetry(_Sink()).emit("x.y", error=url, nested={"a": [url]}, exc=ValueError(url))  # type: ignore[arg-type]
+    assert secret not in "".join(lines)
+
+
+@given(secret=secrets)
+def test_metric_labels_are_redacted(secret: str) -> None:
+    uri = f"https://feed.example/items?token={secret}"
+    text = render(
+        MetricsSnapshot(
+            server_state={"web": ServerState.CONNECTED}, subscription_state={("web", uri): "established"}
+        )
+    )
+    assert secret not in text
+    assert 'uri="https://feed.example/items?token=***"' in text
+
+
+def test_ordinary_text_is_unchanged() -> None:
+    for text in (
+        "subagent.spawn agent a-3 role spawn route notes",
+        "memo://notes",
+        "server 'memo' did not answer tools/call 'get_note' within 30s (request_timeout)",
+        "--max-tokens: 'x' is not valid: must be a whole number ≥ 1",
+        "MODIFIED key=todo new=milk",
+        "export OPENAI_API_KEY=..., or point the base URL at a server that needs none",
+        "file:///tmp/inbox/a.jsonl",
+    ):
+        assert redact(text) == text
+
+
+@pytest.mark.parametrize(
+    ("base", "path", "expected"),
+    [
+        ("https://api.openai.com/v1", "/chat/completions", "https://api.openai.com/v1/chat/completions"),
+        ("https://h/v1/", "/chat/completions", "https://h/v1/chat/completions"),
+        ("https://h/v1?api-key=K", "/chat/completions", "https://h/v1/chat/completions?api-key=K"),
+        ("https://h/openai/deployments/d?api-version=2024-06-01", "/chat/completions",
+         "https://h/openai/deployments/d/chat/completions?api-version=2024-06-01"),
+        ("http://u:p@h:8080?key=K", "/v1/messages", "http://u:p@h:8080/v1/messages?key=K"),
+        ("https://h/v1#frag", "/chat/completions", "https://h/v1/chat/completions"),
+    ],
+)  # fmt: skip
+def test_join_url_appends_to_the_path_and_keeps_the_query(base: str, path: str, expected: str) -> None:
+    assert join_url(base, path) == expected
