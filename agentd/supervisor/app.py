@@ -235,11 +235,16 @@ async def _main(
         code = await reactor.run()
         await reactor.reap()
         if code is ExitCode.REQUIRED_SERVER and reactor.required_failed is not None:
+            from agentd.redact import redact
+
             name = reactor.required_failed
+            # The error may quote the server's stderr: redacted like every other message.
             print(
-                f"agentd: required server {name!r} could not be started or reconnected "
-                f"(last error: {upstreams[name].last_error}); fix its command or URL, or drop "
-                "`required` if agentd may run without it",
+                redact(
+                    f"agentd: required server {name!r} could not be started or reconnected "
+                    f"(last error: {upstreams[name].last_error}); fix its command or URL, or drop "
+                    "`required` if agentd may run without it"
+                ),
                 file=sys.stderr,
                 flush=True,
             )
