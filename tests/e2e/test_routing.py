@@ -251,7 +251,8 @@ def _check(tmp: Path, *args: str, env: dict[str, str] | None = None) -> subproce
         capture_output=True,
         text=True,
         timeout=START,
-        env={**os.environ, **(env or {})},
+        # PWD as a shell would set it for this cwd (check's redaction treats PWD's value as a secret).
+        env={**os.environ, "PWD": str(tmp), **(env or {})},
         cwd=tmp,
         check=False,
     )
@@ -396,7 +397,7 @@ async def test_drops_name_the_lost_uri_and_the_routers_reason_everywhere(
     tmp_path: Path, overflow: str
 ) -> None:
     # One agent at a time (busy), a queue of one: the 2nd change waits, the 3rd overflows.
-    model = script(tmp_path, [{"text": "busy", "latency_ms": 3000}])
+    model = script(tmp_path, [{"text": "busy", "latency_ms": 1500}])
     route = f"item://*=spawn:1,queue_cap=1,overflow={overflow},debounce=0,reread_on_start=false"
     args = [
         "--mode", "reactive", "--verbose", "--mcp-stdio", sdk_server(tmp_path, "many", "--items", "3", server=FAULT_SERVER),
