@@ -593,7 +593,9 @@ class WatchesConfig(_Frozen):
     max_wait: float = 15.0
     """Longest a notice waits while events keep coming."""
     resubscribe_attempts: int = 5
-    """Resubscribe attempts (1 s doubling to 16 s) before a watch gives up."""
+    """Resubscribe attempts in a row (1 s doubling to 16 s) before a lost subscription, and
+    every watch on it, gives up; a stream that ends right after it was acknowledged counts
+    as a failed attempt. 0: give up at the first loss."""
 
     @field_validator("filter_timeout", "debounce", "max_wait", mode="before")
     @classmethod

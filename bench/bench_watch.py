@@ -12,13 +12,26 @@ Figures (median of repeated batches, microseconds per event):
 * default lines     extract + default_line + dedupe + buffer, no filter
 * throughput        events/s through one watch: 100-event reads, filter on every event,
                     one ``run_batch`` thread hop per read
+
+Then, side by side against a real MCP server over stdio (``tests/servers/watch_server.py``),
+in the same run (microseconds per event or call, median of single timings taken round robin):
+
+* bare tool call    ``Upstream.call_tool`` of a read-only tool from trio (the floor)
+* filter, no call   one event through ``WatchStage.process_read`` with a filter (the thread hop)
+* filter + 1 call   the same filter making one call to that tool through the watch
+                    manager's catalog (``call_on_loop``: back onto the event loop, bounded
+                    by the run's time left, the same round trip)
 """
 
 from __future__ import annotations
 
+import io
 import statistics
+import sys
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import orjson
 import trio
@@ -28,6 +41,9 @@ from agentd.watches.extract import EventLogExtractor
 from agentd.watches.limits import WatchLimits
 from agentd.watches.notices import LineDeduper, NoticeBuffer, default_line, object_key
 from agentd.watches.sandbox import FilterPool, WatchFilter
+from agentd.watches.stage import WatchStage
+
+REPO = Path(__file__).resolve().parents[1]
 
 FILTER = """
 m = event["object"]["metadata"]
@@ -161,6 +177,105 @@ def main() -> None:
     for name, us in figures.items():
         print(f"{name:40} {us:10.1f} {us / floor:13.2f}")
     print(f"{'throughput, one watch (run_batch/read)':40} {eps:10.0f} events/s")
+
+    calls = trio.run(tool_call_figures)
+    bare = calls["bare tool call (Upstream.call_tool)"]
+    print(f"\n{'against a real MCP server (stdio)':40} {'µs':>10} {'× bare call':>13}")
+    for name, us in calls.items():
+        print(f"{name:40} {us:10.1f} {us / bare:13.2f}")
+
+
+#: The filter of the side-by-side figures: one read-only tool call per event.
+CALLING_FILTER = "v = watchy__get_key(key='k')\nf'{event[\"type\"]} {v}'"
+#: The same filter without the call.
+PLAIN_FILTER = "v = 1\nf'{event[\"type\"]} {v}'"
+
+
+def median_us(samples: list[float]) -> float:
+    return statistics.median(samples) * 1e6
+
+
+async def tool_call_figures(n: int = 1500) -> dict[str, float]:
+    """Per-event cost of a filter that calls a read-only tool once, beside the bare call, one run."""
+    sys.path.insert(0, str(REPO))
+    from agentd.telemetry import Telemetry
+    from agentd.upstream import Upstream, resolve_server_for_uri
+    from agentd.watches.manager import WatchManager
+    from tests.support.watch import watch_spec
+
+    send, recv = trio.open_memory_channel[object](10_000)
+    telemetry = Telemetry(stream=io.StringIO())
+    figures: dict[str, float] = {}
+    scratch = tempfile.TemporaryDirectory(prefix="agentd-bench-watch-")  # the server's control FIFO
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_drain, recv)
+        up = Upstream(watch_spec("watchy", Path(scratch.name) / "ctl"), send, telemetry)
+        await nursery.start(up.run)
+        upstreams = {"watchy": up}
+        manager = WatchManager(
+            upstreams=upstreams,
+            events=send,
+            telemetry=telemetry,
+            server_for=lambda uri: resolve_server_for_uri(uri, {"watchy": up.catalog()}),
+        )
+        catalog, denied = manager.filter_catalog()
+        for _ in range(50):  # warm the path
+            await up.call_tool("get_key", {"key": "k"})
+
+        async def bare() -> None:
+            await up.call_tool("get_key", {"key": "k"})
+
+        with FilterPool(max_sessions=4) as pool:
+            stages = {
+                name: WatchStage(
+                    name,
+                    "events://log",
+                    shape="event-log",
+                    filter=WatchFilter(source, pool=pool, catalog=catalog, denied=denied),
+                    baseline={"shape": "event-log", "last_seq": 0},
+                )
+                for name, source in (("plain", PLAIN_FILTER), ("calling", CALLING_FILTER))
+            }
+            seqs = {name: iter(range(1, 10**9)) for name in stages}
+
+            def one_event(name: str) -> Callable[[], object]:
+                async def run() -> None:
+                    s_ = next(seqs[name])
+                    report = await stages[name].process_read(read(range(s_, s_ + 1)), 0.0)
+                    assert report.outcomes[0].kind == "lines", report.outcomes[0]
+                    stages[name].flush(0.0, force=True)
+
+                return run
+
+            cases = {
+                "bare tool call (Upstream.call_tool)": bare,
+                "filter, no call (process_read)": one_event("plain"),
+                "filter + 1 read-only tool call": one_event("calling"),
+            }
+            samples: dict[str, list[float]] = {name: [] for name in cases}
+            for fn in cases.values():  # warm each path
+                for _ in range(20):
+                    await fn()
+            # Round robin, one call of each case at a time: the shared machine's load
+            # falls on all three alike; the median of single timings drops its spikes.
+            for _ in range(n):
+                for name, fn in cases.items():
+                    t = time.perf_counter()
+                    await fn()
+                    samples[name].append(time.perf_counter() - t)
+            for name in cases:
+                figures[name] = median_us(samples[name])
+            for stage in stages.values():
+                assert stage.filter is not None
+                await stage.filter.aclose()
+        nursery.cancel_scope.cancel()
+    scratch.cleanup()
+    return figures
+
+
+async def _drain(recv: trio.MemoryReceiveChannel[object]) -> None:
+    async for _ in recv:
+        pass
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ import orjson
 
 from agentd.exitcodes import TerminalStatus
 from agentd.models import Message, Model, ModelReply, ToolCall, ToolSpec
+from agentd.watches.notices import is_no_reply
 
 #: The same tool call with the same arguments this many times in a row is a stall.
 STALL_REPEATS = 3
@@ -86,12 +87,6 @@ class RunState:
     """Fingerprints of the latest tool calls, for stall detection (last STALL_REPEATS)."""
     last_text: str = ""
     """The latest assistant text (the partial result if the turn stops early)."""
-
-
-def is_idle_reply(text: str) -> bool:
-    """A reply that is empty, or has a line that is only ``NO_REPLY``, publishes nothing."""
-    stripped = text.strip()
-    return not stripped or any(line.strip() == "NO_REPLY" for line in stripped.splitlines())
 
 
 def _fingerprint(call: ToolCall) -> str:
@@ -200,7 +195,7 @@ async def run_agent(
     while True:
         status = await run_turn(model, link, state, system=system, tools=tools, max_turn_steps=max_turn_steps)
         text = state.last_text
-        nxt = await link.turn_end(status=status, text=text, idle=is_idle_reply(text))
+        nxt = await link.turn_end(status=status, text=text, idle=is_no_reply(text))
         if nxt.action == "exit":
             return
         state.last_text = ""

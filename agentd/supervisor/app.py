@@ -196,9 +196,13 @@ async def _main(
             required=frozenset(n for n, s in settings.servers.items() if s.required),
         )
         for name, spec in settings.servers.items():
-            extra: dict[str, Any] = {}
+            # [watches] resubscribe_attempts and its backoff govern every resource subscription.
+            extra: dict[str, Any] = {
+                "resubscribe_backoff": watch_limits.resubscribe_delays(),
+                "resubscribe_attempts": watch_limits.resubscribe_attempts,
+            }
             if backoff:
-                extra = {"backoff": backoff, "resubscribe_backoff": backoff}
+                extra.update(backoff=backoff, resubscribe_backoff=backoff)
             upstreams[name] = Upstream(
                 spec, reactor.send, telemetry, max_read_bytes=settings.max_read_bytes, **extra
             )
@@ -228,7 +232,7 @@ async def _main(
             nursery.cancel_scope.cancel()
             return int(ExitCode.CONFIG)
         # Before the reactor turns, so its handlers never race this direct route table.
-        await watches.restore(_StartupRoutes(reactor))
+        reactor.queue_startup_notices(await watches.restore(_StartupRoutes(reactor)))
         if settings.health_addr or settings.metrics_addr:
             await _start_health(settings, reactor, telemetry, nursery)
 

@@ -326,16 +326,10 @@ class SupervisorHub:
             return body
 
     async def list_resources(self) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        for server, up in self.upstreams.items():
-            subscribable = bool(
-                getattr(getattr(getattr(up, "capabilities", None), "resources", None), "subscribe", False)
-            )
-            for r in getattr(up, "resources", None) or []:
-                out.append(_describe(server, str(r.uri), False, r, subscribable))
-            for t in getattr(up, "templates", None) or []:
-                out.append(_describe(server, str(t.uri_template), True, t, subscribable))
-        return out
+        from agentd.upstream.resolve import resource_listing
+
+        # Shared with watch filters' list_resources, so both see the same fields.
+        return resource_listing(self.upstreams)
 
 
 class ReactorRoutes:
@@ -366,20 +360,3 @@ class ReactorRoutes:
             timeout=REACTOR_REPLY_TIMEOUT,
         )
         return bool(answer.get("needed", True))
-
-
-def _describe(server: str, uri: str, template: bool, r: Any, subscribable: bool) -> dict[str, Any]:
-    desc = r.description or ""
-    example = next(
-        (ln.strip() for ln in reversed(desc.splitlines()) if ln.strip().startswith("Example:")), None
-    )
-    return {
-        "uri": uri,
-        "template": template,
-        "name": r.name,
-        "description": desc,
-        "example": example,
-        "mime_type": getattr(r, "mime_type", None),
-        "server": server,
-        "subscribable": subscribable,
-    }

@@ -285,6 +285,9 @@ class Reactor:
         """Declared routes with a watch stage, by route id (set by the app; rfcs/0078)."""
         self.route_notices: dict[str, list[RouteNotice]] = {}
         """Spawn-route notices waiting for a free ``max_inflight`` slot, by route id."""
+        self._startup_notices: dict[str, list[WatchNotice]] = {}
+        """Notices known before the first turn (the watch restore), by session: the first turn
+        of a session the reactor starts itself carries them (see :meth:`queue_startup_notices`)."""
         """Session -> names of the watches it owns (their routes are ``watch:<session>:<name>``)."""
 
     # -- views ------------------------------------------------------------------
@@ -499,6 +502,16 @@ class Reactor:
 
     # -- start and time -----------------------------------------------------------
 
+    def queue_startup_notices(self, notices: list[WatchNotice]) -> None:
+        """Notices to deliver as the reactor starts (call before :meth:`run`).
+
+        A notice for the session of the agent the driver starts first (the
+        warm loop root) becomes part of that agent's first turn, so a restart
+        costs no extra turn; any other is delivered like a watch notice.
+        """
+        for notice in notices:
+            self._startup_notices.setdefault(notice.session, []).append(notice)
+
     def _start(self, now: float) -> None:
         self.telemetry.emit("reactor.start", mode=self.mode)
         self._maybe_start(now)
@@ -527,6 +540,10 @@ class Reactor:
         for action in self.driver.on_start(self.view(now)):
             if isinstance(action, modes.SpawnRoot):
                 self._spawn_root(now)
+        pending, self._startup_notices = self._startup_notices, {}
+        for notices in pending.values():
+            for notice in notices:
+                self._watch_notice(notice, now)
 
     def _on_time(self, now: float) -> None:
         if self.drain_deadline is not None and now >= self.drain_deadline and self.live_agents():
@@ -748,9 +765,20 @@ class Reactor:
 
     def _spawn_root(self, now: float) -> None:
         warm = self.mode == "loop" and self.session_mode == "warm"
-        self._spawn(
-            now, role="root", instruction=self.instruction, warm=warm, session="root" if warm else None
-        )
+        session = "root" if warm else None
+        folded = self._startup_notices.pop(session, []) if session is not None else []
+        # The restore notice rides in the root's first turn: one turn, not two.
+        instruction = "\n\n".join(t for t in [self.instruction, *(n.text for n in folded)] if t)
+        agent = self._spawn(now, role="root", instruction=instruction, warm=warm, session=session)
+        if folded:
+            agent.notice_turn = folded
+            self.telemetry.emit(
+                "session.deliver",
+                session=session,
+                route=None,
+                agent=agent.id,
+                watch=[n.watch for n in folded],
+            )
 
     def _spawn(
         self,

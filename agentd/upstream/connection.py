@@ -51,6 +51,9 @@ from agentd.upstream.backoff import (
     MAX_CONSECUTIVE_FAILURES,
     RECONNECT_BACKOFF,
     RESUBSCRIBE_BACKOFF,
+    STABLE_SUBSCRIPTION,
+    GiveUp,
+    ResubscribePolicy,
     delay_before_attempt,
 )
 from agentd.upstream.http import HttpTransport
@@ -130,6 +133,9 @@ class _Sub:
     """Set by :meth:`Upstream.subscribe` while it waits for the first outcome."""
     first_error: str | None = None
     scope: trio.CancelScope | None = None
+    failed: bool = False
+    """Re-opening gave up on this connection (see :class:`ResubscribePolicy`); the next
+    reconnect, or the next :meth:`Upstream.subscribe` of the URI, tries again."""
 
 
 @dataclass(eq=False)
@@ -171,6 +177,10 @@ class Upstream:
         max_read_bytes: largest resource body :meth:`read_resource` returns.
         backoff: seconds before reconnect attempt 1, 2, ... (tests pass short ones).
         resubscribe_backoff: seconds before re-opening a lost subscription, attempt 1, 2, ...
+        resubscribe_attempts: failed re-opens in a row before a subscription is given up
+            (``[watches] resubscribe_attempts``; 0: give up at the first loss).
+        stable_subscription: seconds a stream that delivered nothing must stay open
+            to count as healthy (see :class:`agentd.upstream.backoff.ResubscribePolicy`).
         max_line_bytes: cap on one stdout message from a stdio server.
     """
 
@@ -185,6 +195,8 @@ class Upstream:
         max_read_bytes: int = MAX_READ_BYTES,
         backoff: Sequence[float] = RECONNECT_BACKOFF,
         resubscribe_backoff: Sequence[float] = RESUBSCRIBE_BACKOFF,
+        resubscribe_attempts: int = MAX_CONSECUTIVE_FAILURES,
+        stable_subscription: float = STABLE_SUBSCRIPTION,
         max_line_bytes: int = MAX_LINE_BYTES,
     ) -> None:
         if (spec.command is None) == (spec.url is None):
@@ -200,6 +212,10 @@ class Upstream:
         self.max_read_bytes = max_read_bytes
         self._backoff = tuple(backoff)
         self._resubscribe_backoff = tuple(resubscribe_backoff)
+        self._resubscribe_attempts = resubscribe_attempts
+        self._stable_subscription = stable_subscription
+        # Checked here, not at the first lost stream: a bad schedule is a configuration error.
+        self._resubscribe_policy()
         self._max_line_bytes = max(max_line_bytes, 2 * max_read_bytes)
         self.state = ServerState.STARTING
         """Where the connection is in its lifecycle (see the module docstring)."""
@@ -560,21 +576,29 @@ class Upstream:
         if not (want_tools or want_resources):
             task_status.started()
             return
-        failures = 0
+        # Not a watch: list_changed streams keep the built-in attempt count, but a
+        # stream acknowledged and ended at once counts as a failure here too.
+        policy = ResubscribePolicy(
+            self._resubscribe_backoff, MAX_CONSECUTIVE_FAILURES, stable_after=self._stable_subscription
+        )
         started = False
-        while failures < MAX_CONSECUTIVE_FAILURES:
+        while True:
+            since: float | None = None
+            delivered = 0
             try:
                 async with conn.client.listen(
                     tools_list_changed=want_tools, resources_list_changed=want_resources
                 ) as stream:
-                    failures = 0
+                    since = trio.current_time()
                     if not started:
                         started = True
                         task_status.started()
                     async for event in stream:
                         if isinstance(event, ToolsListChanged):
+                            delivered += 1
                             self._request_refresh(conn, "tools")
                         elif isinstance(event, ResourcesListChanged):
+                            delivered += 1
                             self._request_refresh(conn, "resources")
             except Exception as exc:
                 self._telemetry.emit("upstream.catalog_stream_lost", server=self.name, error=_describe(exc))
@@ -583,12 +607,18 @@ class Upstream:
                 task_status.started()
             if conn.lost.is_set():
                 return
-            failures += 1
             # The stream ended on a live connection: anything may have changed meanwhile.
             self._request_refresh(conn, "tools")
             self._request_refresh(conn, "resources")
-            await trio.sleep(delay_before_attempt(failures, self._resubscribe_backoff))
-        self._telemetry.emit("upstream.catalog_stream_failed", server=self.name, attempts=failures)
+            decision = policy.on_end(
+                lived=None if since is None else trio.current_time() - since, delivered=delivered
+            )
+            if isinstance(decision, GiveUp):
+                self._telemetry.emit(
+                    "upstream.catalog_stream_failed", server=self.name, attempts=decision.attempts
+                )
+                return
+            await trio.sleep(decision.delay)
 
     async def _on_message(self, message: Any) -> None:
         """SDK message handler: handshake-era notifications (2026-07-28 ones come via listen)."""
@@ -668,8 +698,12 @@ class Upstream:
             UpstreamError: the server refused or did not answer in time.
         """
         self._gate_subscribe(uri, "subscribe to")
-        if uri in self._subs:
+        known = self._subs.get(uri)
+        if known is not None and not known.failed:
             return
+        if known is not None:
+            # Re-opening gave up on this connection: a new subscriber asks, so try again now.
+            self._forget(known)
         sub = _Sub(uri)
         self._subs[uri] = sub
         conn = self._conn
@@ -747,22 +781,31 @@ class Upstream:
             sub.waiter.set()
             sub.waiter = None
 
+    def _resubscribe_policy(self) -> ResubscribePolicy:
+        return ResubscribePolicy(
+            self._resubscribe_backoff, self._resubscribe_attempts, stable_after=self._stable_subscription
+        )
+
     async def _sub_task(self, conn: _Conn, sub: _Sub) -> None:
         """Keep ``sub`` established on ``conn`` (a reconnect starts a new task).
 
         A stream that ends on a live connection is reported ``lost`` and
-        re-opened after the resubscribe backoff; after
-        :data:`MAX_CONSECUTIVE_FAILURES` failed attempts in a row it is
-        reported ``failed`` and left alone until the next reconnect.
+        re-opened after the resubscribe backoff. A stream that was acknowledged
+        and ended before :data:`STABLE_SUBSCRIPTION` without delivering an
+        update counts as a failed attempt, as does a refused one
+        (:class:`ResubscribePolicy`), so a server that ends every stream right
+        after acknowledging it is given up after the configured attempts
+        (reported ``failed`` and left alone until the next reconnect or
+        :meth:`subscribe`) instead of being re-read every second forever.
         """
         with trio.CancelScope() as scope:
             sub.scope = scope
             if self._subs.get(sub.uri) is not sub:
                 return  # unsubscribed before this task started
-            failures = 0
+            policy = self._resubscribe_policy()
             attempt = 0
             while True:
-                reason, was_up = await self._hold(conn, sub, attempt)
+                reason, lived, delivered = await self._hold(conn, sub, attempt)
                 if conn.lost.is_set():
                     reason = f"the connection was lost ({conn.lost_reason})"
                 if sub.waiter is not None:
@@ -773,35 +816,56 @@ class Upstream:
                     return
                 if conn.lost.is_set():
                     return  # the reconnect re-establishes every remembered subscription
-                if was_up:
-                    failures = 0
-                    self._telemetry.emit("subscription.lost", server=self.name, uri=sub.uri, error=reason)
+                decision = policy.on_end(lived=lived, delivered=delivered)
+                if lived is not None:
+                    healthy = policy.healthy(lived=lived, delivered=delivered)
+                    self._telemetry.emit(
+                        "subscription.lost",
+                        server=self.name,
+                        uri=sub.uri,
+                        error=reason,
+                        lived_s=round(lived, 3),
+                        updates=delivered,
+                        counted_as_failure=not healthy,
+                    )
                     await self._post(SubscriptionStateChanged(self.name, sub.uri, "lost", error=reason))
-                else:
-                    failures += 1
-                    if failures >= MAX_CONSECUTIVE_FAILURES:
-                        self._telemetry.emit(
-                            "subscription.failed", server=self.name, uri=sub.uri, error=reason
+                if isinstance(decision, GiveUp):
+                    sub.failed = True
+                    self._telemetry.emit(
+                        "subscription.failed",
+                        server=self.name,
+                        uri=sub.uri,
+                        attempts=decision.attempts,
+                        error=reason,
+                    )
+                    await self._post(
+                        SubscriptionStateChanged(
+                            self.name, sub.uri, "failed", attempt=decision.attempts, error=reason
                         )
-                        await self._post(
-                            SubscriptionStateChanged(
-                                self.name, sub.uri, "failed", attempt=failures, error=reason
-                            )
-                        )
-                        return
-                attempt = failures + 1
+                    )
+                    return
+                attempt = decision.attempt
                 await self._post(
                     SubscriptionStateChanged(self.name, sub.uri, "resubscribing", attempt=attempt)
                 )
-                await trio.sleep(delay_before_attempt(attempt, self._resubscribe_backoff))
+                await trio.sleep(decision.delay)
 
-    async def _hold(self, conn: _Conn, sub: _Sub, attempt: int) -> tuple[str, bool]:
-        """Establish ``sub`` and hold it until it ends; returns (why it ended, whether it had been up)."""
-        up = False
+    async def _hold(self, conn: _Conn, sub: _Sub, attempt: int) -> tuple[str, float | None, int]:
+        """Establish ``sub`` and hold it until it ends.
+
+        Returns why it ended, how long it was established (``None``: it never
+        was) and how many updates it delivered.
+        """
+        since: float | None = None
+        delivered = 0
+
+        def lived() -> float | None:
+            return None if since is None else trio.current_time() - since
+
         try:
             if conn.modern:
                 async with conn.client.listen(resource_subscriptions=[sub.uri]) as stream:
-                    up = True
+                    since = trio.current_time()
                     await self._establish(sub, attempt)
                     while True:
                         # Paused (rfcs/0131): the stream is not read; the client
@@ -818,17 +882,18 @@ class Upstream:
                         if not self._updates_open.is_set():
                             await self._updates_open.wait()
                         if isinstance(event, ResourceUpdated):
+                            delivered += 1
                             await self._post(ResourceChanged(self.name, event.uri, "updated"))
-                return "the server closed the listen stream", True
+                return "the server closed the listen stream", lived(), delivered
             request = types.SubscribeRequest(params=types.SubscribeRequestParams(uri=sub.uri))
             with trio.fail_after(self.request_timeout):
                 await conn.client.session.send_request(request, types.EmptyResult)
-            up = True
+            since = trio.current_time()
             await self._establish(sub, attempt)
             # Handshake era: updates arrive through the message handler until the connection drops.
             await trio.sleep_forever()
         except Exception as exc:
-            return _describe(exc), up
+            return _describe(exc), lived(), delivered
         raise AssertionError("unreachable")  # pragma: no cover
 
     # ------------------------------------------------------------------ calls

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
 
-__all__ = ["Catalog", "resolve_server_for_uri"]
+__all__ = ["Catalog", "resolve_server_for_uri", "resource_listing"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,3 +58,42 @@ def resolve_server_for_uri(
         if catalog.can_subscribe:
             return name
     return None
+
+
+def resource_listing(upstreams: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """What ``list_resources`` returns, to agents and to watch filters alike.
+
+    One entry per concrete resource, then per template, of every server in
+    configuration order: ``uri`` (the template itself when ``template``),
+    ``template``, ``name``, ``description``, ``example`` (the description's
+    last ``Example:`` line, or ``None``), ``mime_type``, ``server``,
+    ``subscribable`` (the server advertises ``resources.subscribe``).
+    ``upstreams`` maps server names to objects with ``resources``,
+    ``templates`` and ``capabilities`` (:class:`agentd.upstream.Upstream`).
+    """
+    out: list[dict[str, Any]] = []
+    for server, up in upstreams.items():
+        resources = getattr(getattr(up, "capabilities", None), "resources", None)
+        subscribable = bool(getattr(resources, "subscribe", False))
+        for r in getattr(up, "resources", None) or []:
+            out.append(_describe(server, str(r.uri), False, r, subscribable))
+        for t in getattr(up, "templates", None) or []:
+            out.append(_describe(server, str(t.uri_template), True, t, subscribable))
+    return out
+
+
+def _describe(server: str, uri: str, template: bool, r: Any, subscribable: bool) -> dict[str, Any]:
+    desc = r.description or ""
+    example = next(
+        (ln.strip() for ln in reversed(desc.splitlines()) if ln.strip().startswith("Example:")), None
+    )
+    return {
+        "uri": uri,
+        "template": template,
+        "name": r.name,
+        "description": desc,
+        "example": example,
+        "mime_type": getattr(r, "mime_type", None),
+        "server": server,
+        "subscribable": subscribable,
+    }

@@ -54,10 +54,11 @@ from agentd.errors import MalformedReadError as MalformedReadError  # re-exporte
 Shape: TypeAlias = Literal["event-log", "state"]
 """How a watched resource's reads are interpreted."""
 
-GapReason: TypeAlias = Literal["ring", "overflow", "reset"]
+GapReason: TypeAlias = Literal["ring", "hole", "overflow", "reset"]
 """Why a ``GAP`` event was emitted.
 
 * ``ring``: the server's ring dropped events this watch never saw.
+* ``hole``: the read's own sequence skips numbers (the server's log jumped).
 * ``overflow``: more events arrived in one read than ``events_per_update``;
   the oldest were skipped (event-log) or the rest dropped (state).
 * ``reset``: the server's ``seq`` went backwards (it restarted); everything in
@@ -256,6 +257,7 @@ def gap_event(
     count = f"{missed} " if missed is not None else ""
     message = {
         "ring": f"missed {count}events ({span}): the server's ring moved on before they were read",
+        "hole": f"missed {count}events ({span}): the server's log has no events with these numbers",
         "overflow": f"skipped {count}events ({span}): more than this watch processes per update",
         "reset": "the server's event sequence restarted; events before the restart may be missing",
     }[reason]
@@ -275,6 +277,11 @@ def gap_event(
 
 class EventLogExtractor:
     """Deliver event-log events above the last seen ``seq``.
+
+    Every ``seq`` from the last one seen up to the newest one read is accounted
+    for exactly once: delivered, dropped as a no-op ``MODIFIED``, or inside
+    one ``GAP`` (``ring`` before the oldest event read, ``hole`` between two
+    events read, ``overflow`` beyond ``events_per_update``).
 
     Args:
         last_seq: Resume after this ``seq`` (from a persisted baseline).
@@ -330,28 +337,41 @@ class EventLogExtractor:
             return []
         out: list[Event] = []
         last = self.last_seq
+        first: int | None  # the first seq this read must account for
         if last is None:
-            new = raw
+            new, first = raw, None
         elif raw and raw[-1]["seq"] < last:
             out.append(self._gap("reset", None, None, None))
-            new = raw
+            new, first = raw, None
         else:
-            new = [ev for ev in raw if ev["seq"] > last]
+            new, first = [ev for ev in raw if ev["seq"] > last], last + 1
             if raw and raw[0]["seq"] > last + 1:
                 first_missed, last_missed = last + 1, raw[0]["seq"] - 1
                 out.append(self._gap("ring", first_missed, last_missed, last_missed - first_missed + 1))
+                first = raw[0]["seq"]
+        # What the read holds above ``first``, in seq order: events, and holes between them.
+        items: list[tuple[int, int, dict[str, Any] | None]] = []
+        for ev in new:
+            seq = ev["seq"]
+            if first is not None and seq > first:
+                items.append((first, seq - 1, None))
+            items.append((seq, seq, ev))
+            first = seq + 1
         budget = self.events_per_update - len(out)
-        if len(new) > budget:
+        if len(items) > budget:
             keep = budget - 1  # one slot for the overflow GAP
-            skipped = new[: len(new) - keep]
-            new = new[len(new) - keep :] if keep else []
-            out.append(self._gap("overflow", skipped[0]["seq"], skipped[-1]["seq"], len(skipped)))
+            skipped, items = items[: len(items) - keep], items[len(items) - keep :] if keep else []
+            lo, hi = skipped[0][0], skipped[-1][1]
+            out.append(self._gap("overflow", lo, hi, hi - lo + 1))
         if raw:
             # Non-reset reads never end below ``last``; after a reset the new
             # sequence is the one to follow.
             self.last_seq = raw[-1]["seq"]
-        for ev in new:
-            event = self._event(ev)
+        for lo, hi, item in items:
+            if item is None:
+                out.append(self._gap("hole", lo, hi, hi - lo + 1))
+                continue
+            event = self._event(item)
             if event is not None:
                 out.append(event)
         return out

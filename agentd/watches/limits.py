@@ -41,7 +41,10 @@ class WatchLimits:
         lines_per_notice: Lines shown in one notice before ``+N more``.
         debounce_quiet_secs: A notice is sent once no new line arrived for this long.
         debounce_max_secs: ... but no later than this after the burst's first line.
-        resubscribe_attempts: Consecutive failed resubscriptions before the watch fails.
+        resubscribe_attempts: Failed resubscriptions in a row before a subscription
+            (and every watch on it) fails; 0 fails it at the first loss. A stream
+            that is acknowledged and ends at once counts as failed (see
+            :class:`agentd.upstream.backoff.ResubscribePolicy`).
         resubscribe_initial_secs: First backoff delay; doubled after each failure.
         resubscribe_max_secs: Backoff ceiling.
     """
@@ -66,7 +69,14 @@ class WatchLimits:
                 raise ConfigError(f"watch limit {f.name}", value, "give a positive number")
             if isinstance(value, float) and not math.isfinite(value):
                 raise ConfigError(f"watch limit {f.name}", value, "give a finite positive number")
-            if value <= 0:
+            if f.name == "resubscribe_attempts":
+                if value < 0:
+                    raise ConfigError(
+                        f"watch limit {f.name}",
+                        value,
+                        "give 0 or more (0: a lost subscription fails at once)",
+                    )
+            elif value <= 0:
                 raise ConfigError(f"watch limit {f.name}", value, "give a number greater than 0")
         for name in (
             "max_watches",
@@ -99,7 +109,11 @@ class WatchLimits:
             )
 
     def resubscribe_delays(self) -> tuple[float, ...]:
-        """The backoff before each resubscribe attempt: 1, 2, 4, 8, 16 s by default."""
+        """The backoff before each resubscribe attempt: 1, 2, 4, 8, 16 s by default.
+
+        The supervisor hands this and :attr:`resubscribe_attempts` to every
+        upstream connection, which does the resubscribing.
+        """
         return tuple(
             min(self.resubscribe_initial_secs * 2**i, self.resubscribe_max_secs)
             for i in range(self.resubscribe_attempts)

@@ -54,11 +54,12 @@ from agentd.supervisor.reactor import RouteNotice
 from agentd.supervisor.routes import StagedRoute
 from agentd.telemetry import Telemetry
 from agentd.upstream.naming import namespaced
+from agentd.upstream.resolve import resource_listing
 from agentd.watches import state as state_file
 from agentd.watches.extract import Shape, shape_of
 from agentd.watches.limits import WatchLimits
 from agentd.watches.notices import error_line
-from agentd.watches.sandbox import FilterPool, WatchFilter, check_source, sample_event
+from agentd.watches.sandbox import FilterPool, WatchFilter, call_on_loop, check_source, sample_event
 from agentd.watches.stage import WatchStage
 from agentd.watches.state import WatchSpec
 
@@ -66,10 +67,10 @@ from agentd.watches.state import WatchSpec
 WATCH_NAME_RE: Final = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 #: Bound on one catalog call a filter makes (``read_resource``, a read-only
-#: tool). The filter's worker thread waits for it, and one watch's events wait
-#: behind that thread: 5 s is far above a healthy call (~1 ms) and well below
+#: tool), on top of the filter run's own time limit (which usually ends it
+#: first, rfcs/0151): 5 s is far above a healthy call (~1 ms) and well below
 #: the upstream's own 30 s request timeout, so a hung server costs a filter
-#: an error line, not half a minute.
+#: an error line, not half a minute, even with a long ``filter_timeout``.
 CATALOG_CALL_TIMEOUT_SECS: Final = 5.0
 
 #: How long shutdown waits for the sandbox pool to stop its worker processes.
@@ -143,6 +144,9 @@ class Watch:
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     route: StagedRoute | None = None
     """The declared route this stage serves (``name`` is then the route id, ``session`` empty)."""
+    subscribed: bool = False
+    """The upstream subscription is established as far as this watch reported (``watch.subscribed``
+    once per establishment, ``watch.resubscribing`` once per loss)."""
 
     @property
     def route_id(self) -> str:
@@ -368,7 +372,7 @@ class WatchManager:
                 )
             up = self.upstreams[server]
             w.server = server
-            catalog, denied = self._catalog()
+            catalog, denied = self.filter_catalog()
             if source is not None:
                 pool = await self._filter_pool()
                 source = await pool.avalidate(
@@ -441,12 +445,20 @@ class WatchManager:
         nursery.start_soon(self._run_watch, w)
         fields = self._fields(w)
         self._telemetry.emit("watch.started", **fields, shape=w.shape, filter=w.on_event is not None)
+        # The upstream's own "established" for this subscription may reach on_subscription_state
+        # before or after this point; the flag makes it one watch.subscribed either way.
+        w.subscribed = True
         self._telemetry.emit("watch.subscribed", **fields)
         self._request_save()
         return {"name": name, "uri": uri, "shape": w.shape}
 
-    def _catalog(self) -> tuple[dict[str, Callable[..., Any]], set[str]]:
-        """The filter's read-only catalog and the names it is denied (mutating tools)."""
+    def filter_catalog(self) -> tuple[dict[str, Callable[..., Any]], set[str]]:
+        """The filter's read-only catalog and the names it is denied (mutating tools).
+
+        Catalog functions are called from a filter's worker thread; each runs
+        its call on the event loop, bounded by the run's time left
+        (:func:`agentd.watches.sandbox.call_on_loop`).
+        """
         catalog: dict[str, Callable[..., Any]] = {
             "read_resource": self._sync_call(self._catalog_read),
             "list_resources": self._sync_call(self._catalog_list),
@@ -463,17 +475,14 @@ class WatchManager:
         return catalog, denied
 
     def _sync_call(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """A callable for the filter's worker thread that runs ``fn`` on the event loop, bounded."""
+        """A callable for the filter's worker thread that runs ``fn`` on the event loop.
 
-        async def bounded(*args: Any, **kwargs: Any) -> Any:
-            with trio.fail_after(CATALOG_CALL_TIMEOUT_SECS):
-                return await fn(*args, **kwargs)
+        Bounded by what is left of the filter run's time and by
+        :data:`CATALOG_CALL_TIMEOUT_SECS`, whichever ends first.
+        """
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return trio.from_thread.run(lambda: bounded(*args, **kwargs))
-            except trio.TooSlowError:
-                raise TimeoutError(f"no answer within {CATALOG_CALL_TIMEOUT_SECS:g} s") from None
+            return call_on_loop(lambda: fn(*args, **kwargs), cap=CATALOG_CALL_TIMEOUT_SECS)
 
         return call
 
@@ -488,13 +497,8 @@ class WatchManager:
             return body
 
     async def _catalog_list(self) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        for server, up in self.upstreams.items():
-            for r in getattr(up, "resources", None) or []:
-                out.append({"uri": str(r.uri), "name": r.name, "server": server, "template": False})
-            for t in getattr(up, "templates", None) or []:
-                out.append({"uri": str(t.uri_template), "name": t.name, "server": server, "template": True})
-        return out
+        # The same entries as the list_resources self-tool.
+        return resource_listing(self.upstreams)
 
     def _tool_caller(self, server: str, tool: str) -> Callable[..., Any]:
         async def call(*args: Any, **kwargs: Any) -> Any:
@@ -546,7 +550,7 @@ class WatchManager:
             body, _ = await self._read(w.server, w.uri)
         except AgentdError as exc:
             message = f"re-reading {w.uri!r} failed: {exc}"
-            w.stage.buffer.add([error_line(w.name, message)], trio.current_time())
+            w.stage.buffer.add([error_line(w.name, message)], trio.current_time(), pinned=True)
             self._telemetry.emit(
                 "watch.event", **self._fields(w), type="ERROR", outcome="error", error=message
             )
@@ -621,7 +625,7 @@ class WatchManager:
         if not with_filter:
             return
         pool = await self._filter_pool()
-        catalog, denied = self._catalog()
+        catalog, denied = self.filter_catalog()
         for r in with_filter:
             try:
                 await pool.avalidate(
@@ -704,7 +708,7 @@ class WatchManager:
             return
         filt: WatchFilter | None = None
         if route.on_event is not None:
-            catalog, denied = self._catalog()
+            catalog, denied = self.filter_catalog()
             filt = WatchFilter(
                 route.on_event,
                 pool=await self._filter_pool(),
@@ -760,7 +764,13 @@ class WatchManager:
                 w.wake()
 
     def on_subscription_state(self, ev: SubscriptionStateChanged) -> None:
-        """Report a watched subscription's state change as ``watch.*`` telemetry (never blocks)."""
+        """Report a watched subscription's state change as ``watch.*`` telemetry (never blocks).
+
+        Once per change of the watch's view: ``watch.subscribed`` when it comes
+        up, ``watch.resubscribing`` when it is lost (the upstream's ``lost`` and
+        ``resubscribing`` for one loss are one event), ``watch.failed`` plus one
+        ``ERROR`` line to the owning agent when the upstream gives up.
+        """
         for w in self._watches.values():
             if (
                 w.server != ev.server
@@ -772,18 +782,26 @@ class WatchManager:
             if ev.state == "established":
                 if w.status is WatchStatus.FAILED:
                     w.status = WatchStatus.RUNNING  # FAILED -> RUNNING
-                self._telemetry.emit("watch.subscribed", **fields, attempt=ev.attempt)
+                if not w.subscribed:
+                    w.subscribed = True
+                    self._telemetry.emit("watch.subscribed", **fields, attempt=ev.attempt)
             elif ev.state in ("lost", "resubscribing"):
-                self._telemetry.emit("watch.resubscribing", **fields, attempt=ev.attempt, error=ev.error)
-            elif ev.state == "failed" and w.status is WatchStatus.RUNNING:
+                if w.subscribed:
+                    w.subscribed = False
+                    self._telemetry.emit("watch.resubscribing", **fields, attempt=ev.attempt, error=ev.error)
+            elif ev.state == "failed":
+                w.subscribed = False
+                if w.status is not WatchStatus.RUNNING:
+                    continue
                 w.status = WatchStatus.FAILED  # RUNNING -> FAILED
                 self._telemetry.emit("watch.failed", **fields, attempts=ev.attempt, error=ev.error)
                 assert w.stage is not None
                 message = (
-                    f"the subscription to {w.uri!r} failed after {ev.attempt} attempts ({ev.error}); "
-                    "no changes arrive until the server reconnects; call watch_stop to drop the watch"
+                    f"the subscription to {w.uri!r} failed after {ev.attempt} resubscribe attempts "
+                    f"({ev.error}); no changes arrive until the server reconnects or you start the "
+                    "watch again; call watch_stop to drop it"
                 )
-                w.stage.buffer.add([error_line(w.name, message)], trio.current_time())
+                w.stage.buffer.add([error_line(w.name, message)], trio.current_time(), pinned=True)
                 w.wake()
 
     def on_owner_exited(self, session: str, needed: Callable[[str, str], bool]) -> None:
@@ -858,7 +876,7 @@ class WatchManager:
 
     # ------------------------------------------------------------------ restore
 
-    async def restore(self, routes: RouteTable) -> None:
+    async def restore(self, routes: RouteTable) -> list[WatchNotice]:
         """Start every watch saved in ``--watch-state`` again (once, at startup).
 
         A corrupt file is moved aside and an unreadable one reported (watches
@@ -867,16 +885,22 @@ class WatchManager:
         start (its filter is refused, its name is invalid, over the limit) is
         dropped from the file; one that failed for a reason that may pass (the
         server is down, the read failed) is kept and listed by ``watch_list()``
-        with ``restore_failed``. Each owning session then gets one restore notice.
+        with ``restore_failed``.
+
+        Returns:
+            One restore notice per owning session (``kind="restore"``), for the
+            caller to deliver: the reactor folds each into the first turn of
+            its session when it starts that session itself (the loop root), so
+            a restart costs no extra turn.
         """
         if self.state_path is None:
-            return
+            return []
         try:
             specs, warnings = await trio.to_thread.run_sync(state_file.load, self.state_path)
         except WatchStateError as exc:
             self._state_problem = str(exc)
             self._telemetry.emit("watch.state_unavailable", path=str(self.state_path), error=str(exc))
-            return
+            return []
         for warning in warnings:
             self._telemetry.emit("watch.state_warning", path=str(self.state_path), warning=warning)
         restored: list[Watch] = []
@@ -948,10 +972,10 @@ class WatchManager:
         for spec, why in dropped:
             if spec.owner is not None:
                 sessions.setdefault(spec.owner, []).append(f"{spec.name} {spec.uri}: dropped ({why})")
-        for session, lines in sessions.items():
-            await self._post(
-                WatchNotice(session=session, watch="", uri="", text=render_restore(lines), kind="restore")
-            )
+        return [
+            WatchNotice(session=session, watch="", uri="", text=render_restore(lines), kind="restore")
+            for session, lines in sessions.items()
+        ]
 
     # ------------------------------------------------------------------ --watch-state
 
@@ -1027,6 +1051,6 @@ def watch_limits(config: Any) -> WatchLimits:
         lines_per_notice=config.notice_lines,
         debounce_quiet_secs=float(config.debounce),
         debounce_max_secs=float(config.max_wait),
-        # The upstream connection does the resubscribing; 0 attempts there means "report at once".
-        resubscribe_attempts=max(1, config.resubscribe_attempts),
+        # The upstream connections do the resubscribing, with these attempts and delays.
+        resubscribe_attempts=config.resubscribe_attempts,
     )

@@ -11,7 +11,8 @@ the filter:
 3. :class:`NoticeBuffer` — trailing debounce: every line pushes the flush
    ``quiet`` seconds out, but never past ``max_wait`` after the burst's first
    line. :meth:`NoticeBuffer.flush` collapses repeats to ``line ×N`` and caps
-   the notice at ``max_lines`` lines plus ``+N more``.
+   the notice at ``max_lines`` lines, ``+N more`` included, keeping ``GAP`` /
+   ``ERROR`` lines and then the newest.
 4. :func:`render_notice` — the text the agent receives.
 
 :func:`is_no_reply` decides whether the agent's answer to a notice is to be
@@ -229,8 +230,9 @@ class Notice:
     """One flushed batch of lines, ready for :func:`render_notice`.
 
     Attributes:
-        lines: The lines to show: repeats collapsed to ``line ×N``, at most
-            ``max_lines`` of them, then ``+N more`` if lines were left out.
+        lines: The lines to show, at most ``max_lines`` of them including the
+            ``+N more`` line: repeats collapsed to ``line ×N``, in the order
+            they first arrived, ``+N more`` where the left-out lines were.
         total: Raw lines that went into this notice (before collapsing).
         first_at: When the burst's first line arrived.
         flushed_at: When the notice was flushed.
@@ -242,6 +244,13 @@ class Notice:
     flushed_at: float
 
 
+@dataclass(slots=True)
+class _Entry:
+    first: int
+    """Arrival index of the line's first occurrence (its place in the notice)."""
+    count: int = 1
+
+
 class NoticeBuffer:
     """Trailing debounce for one watch's lines.
 
@@ -250,8 +259,12 @@ class NoticeBuffer:
     timer at :meth:`deadline` and calls :meth:`flush` when it fires; nothing
     runs while the buffer is empty.
 
-    Memory stays bounded: only ``max_lines`` distinct lines are kept; later
-    distinct lines are counted for ``+N more``.
+    A notice shows at most ``max_lines`` lines, the ``+N more`` line included.
+    When more arrived, the **newest** are kept (they describe the current
+    world; the left-out ones are older news) and **pinned** lines (``GAP`` and
+    ``ERROR`` lines: something was missed or failed) are kept before any
+    other. Memory stays bounded: at most ``max_lines`` distinct lines of each
+    kind are held; older ones only count toward ``+N more``.
     """
 
     def __init__(self, *, quiet: float = 3.0, max_wait: float = 15.0, max_lines: int = 20) -> None:
@@ -263,8 +276,15 @@ class NoticeBuffer:
         self.quiet = quiet
         self.max_wait = max_wait
         self.max_lines = max_lines
-        self._counts: dict[str, int] = {}
-        self._more = 0
+        self._reset()
+
+    def _reset(self) -> None:
+        # Each ordered by last occurrence, least recent first: what is left out first.
+        self._plain: OrderedDict[str, _Entry] = OrderedDict()
+        self._pinned: OrderedDict[str, _Entry] = OrderedDict()
+        self._arrivals = 0
+        self._omitted = 0
+        self._omitted_first: int | None = None
         self._total = 0
         self._first_at: float | None = None
         self._last_at = 0.0
@@ -273,19 +293,39 @@ class NoticeBuffer:
         """Raw lines waiting."""
         return self._total
 
-    def add(self, lines: Iterable[str], now: float) -> None:
-        """Queue ``lines`` that arrived at ``now``; an empty batch changes nothing."""
+    def add(self, lines: Iterable[str], now: float, *, pinned: bool = False) -> None:
+        """Queue ``lines`` that arrived at ``now``; an empty batch changes nothing.
+
+        ``pinned`` lines (``GAP``, ``ERROR``) are left out of a full notice
+        only after every other line.
+        """
         for line in lines:
             if self._first_at is None:
                 self._first_at = now
             self._last_at = now
             self._total += 1
-            if line in self._counts:
-                self._counts[line] += 1
-            elif len(self._counts) < self.max_lines:
-                self._counts[line] = 1
+            self._arrivals += 1
+            entry = self._pinned.get(line)
+            if entry is not None:
+                entry.count += 1
+                self._pinned.move_to_end(line)
+            elif line in self._plain:
+                entry = self._plain.pop(line) if pinned else self._plain[line]
+                entry.count += 1
+                if pinned:
+                    self._pinned[line] = entry  # a line once pinned stays pinned
+                else:
+                    self._plain.move_to_end(line)
             else:
-                self._more += 1
+                (self._pinned if pinned else self._plain)[line] = _Entry(first=self._arrivals)
+            for held in (self._plain, self._pinned):
+                while len(held) > self.max_lines:
+                    self._leave_out(held.popitem(last=False)[1])
+
+    def _leave_out(self, entry: _Entry) -> None:
+        self._omitted += entry.count
+        if self._omitted_first is None or entry.first < self._omitted_first:
+            self._omitted_first = entry.first
 
     def deadline(self) -> float | None:
         """When the pending lines are due, or ``None`` if nothing is pending."""
@@ -302,15 +342,27 @@ class NoticeBuffer:
         due = self.deadline()
         if due is None or (now < due and not force):
             return None
-        lines = [line if n == 1 else f"{line} ×{n}" for line, n in self._counts.items()]
-        if self._more:
-            lines.append(f"+{self._more} more")
+        pinned, plain = list(self._pinned.items()), list(self._plain.items())
+        if self._omitted or len(pinned) + len(plain) > self.max_lines:
+            room = self.max_lines - 1  # one line says how many were left out
+            keep_pinned = pinned[len(pinned) - min(room, len(pinned)) :]
+            room -= len(keep_pinned)
+            keep_plain = plain[len(plain) - room :] if room else []
+            for _, entry in [
+                *pinned[: len(pinned) - len(keep_pinned)],
+                *plain[: len(plain) - len(keep_plain)],
+            ]:
+                self._leave_out(entry)
+            pinned, plain = keep_pinned, keep_plain
+        kept = sorted([*pinned, *plain], key=lambda item: item[1].first)
+        lines = [line if entry.count == 1 else f"{line} ×{entry.count}" for line, entry in kept]
+        if self._omitted:
+            assert self._omitted_first is not None
+            at = next((i for i, (_, e) in enumerate(kept) if e.first > self._omitted_first), len(kept))
+            lines.insert(at, f"+{self._omitted} more")
         assert self._first_at is not None
         notice = Notice(lines=tuple(lines), total=self._total, first_at=self._first_at, flushed_at=now)
-        self._counts = {}
-        self._more = 0
-        self._total = 0
-        self._first_at = None
+        self._reset()
         return notice
 
 

@@ -10,40 +10,61 @@ Safety model
 * The sandbox (Monty) is a separate interpreter in a worker subprocess: no
   filesystem, network, environment, subprocesses or host objects. Isolation is
   at the language level only (same uid, no seccomp), so the pod runs non-root.
-* Per event: :attr:`WatchLimits.filter_time_secs` of execution, a heap cap,
-  a recursion cap, and ``sleep`` returning at once (Monty's time limit does
-  not count sleeping, so a sleeping filter would otherwise hold its thread).
+* Per event: :attr:`WatchLimits.filter_time_secs` for the **whole run**, time
+  spent waiting in catalog calls included (see "Time" below), a heap cap, a
+  recursion cap, and ``sleep`` returning at once (Monty's time limit does not
+  count sleeping, so a sleeping filter would otherwise hold its thread).
 * The only host functions are the **read-only catalog** the supervisor hands
   in (``read_resource``, ``list_resources``, tools annotated read-only), at most
   :attr:`WatchLimits.filter_tool_calls` calls per event. Names in ``denied``
   (mutating tools, and always ``watch_start``/``watch_stop``/``subscribe``/
   ``unsubscribe``) are bound to stubs that refuse: the call is an error in the
   filter and nothing happens on the host. The event's outcome is an error even
-  if the filter catches the refusal.
+  if the filter catches the refusal, and the ``watch_start`` dry run refuses a
+  filter that made such a call, caught or not.
 * A session that hit the time or memory limit, or whose worker died, is thrown
   away; the next event gets a fresh session. **The filter's variables are lost
   then** (the error says so): Monty gives no guarantee about a heap it stopped
   mid-operation, and a dump after every event would cost more than the filter.
 
+Time
+----
+Monty's own clock counts only time the sandbox executes, never time it waits
+for the host. So each run has a wall-clock deadline of ``filter_time_secs``
+from its start, and:
+
+* a catalog call made after the deadline is refused with ``TimeoutError``; one
+  in flight is bounded by the time left (:func:`run_deadline` tells the
+  catalog's implementation, in the calling thread, when the run must end);
+* a run whose catalog call ran out of time is an error even if the filter
+  caught the ``TimeoutError`` (its session is kept: nothing was interrupted);
+* a run still going :data:`WATCHDOG_GRACE_SECS` after its deadline (a filter
+  that caught the ``TimeoutError`` and kept computing) has its worker killed:
+  the run is an error and the filter's variables are reset.
+
 Threads
 -------
 Monty calls block, so :meth:`WatchFilter.run` runs them in a worker thread
-(``trio.to_thread.run_sync`` under the pool's ``CapacityLimiter``) and never
-blocks the reactor. Catalog callables are called in that worker thread; the
+(``trio.to_thread.run_sync``) and never blocks the reactor. Each filter has
+its own thread limiter (one run at a time per watch) and nothing is shared
+between filters, so one watch's slow filter never delays another's, in this
+session or any other. Catalog callables are called in that worker thread; the
 supervisor's wrappers re-enter trio with ``trio.from_thread.run``. Cancelling
-``run`` waits for the feed to end, which the time limit bounds (host time spent
-in catalog calls is the catalog's to bound).
+``run`` waits for the feed to end, which the deadline bounds.
 """
 
 from __future__ import annotations
 
 import contextlib
+import heapq
+import os
 import re
+import signal
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal, TypeAlias
+from typing import Any, Final, Literal, TypeAlias, TypeVar
 
 import trio
 from pydantic_monty import (
@@ -66,6 +87,8 @@ FilterOutcomeKind: TypeAlias = Literal["dropped", "lines", "error"]
 """What a filter run decided: drop the event, emit lines, or it failed."""
 
 CatalogFunction: TypeAlias = Callable[..., Any]
+
+_T = TypeVar("_T")
 
 #: Self-tools a filter may never call, whatever the catalog says: a filter
 #: cannot start or stop watches or subscriptions (seed ADR 0005, invariant 2).
@@ -116,6 +139,51 @@ _PASSTHROUGH_ERRORS: Final = frozenset(
 
 _SESSION_POLICY: Final[OSPolicy] = {"sleep": "zero"}
 
+#: A run still going this long after its deadline has its sandbox worker
+#: killed. Monty stops a filter that only computes at the limit by itself (a
+#: ``TimeoutError`` with a precise position); the grace lets that happen first,
+#: even on a loaded machine, and bounds a filter that caught a catalog call's
+#: ``TimeoutError`` and went on computing.
+WATCHDOG_GRACE_SECS: Final = 0.5
+
+#: Part of the message of the ``TimeoutError`` a catalog call raises when the
+#: run's time is up (so it is told apart from Monty's own time limit).
+_OUT_OF_TIME: Final = "the filter's time per event ran out"
+
+_run_state = threading.local()
+
+
+def run_deadline() -> float | None:
+    """The ``time.monotonic()`` deadline of the filter run in this thread, or ``None``.
+
+    Catalog functions are called in the thread of the run that calls them;
+    an implementation that waits (a tool call, a read) bounds its wait by this.
+    """
+    deadline: float | None = getattr(_run_state, "deadline", None)
+    return deadline
+
+
+def call_on_loop(afn: Callable[[], Awaitable[_T]], *, cap: float) -> _T:
+    """Run ``afn`` on the trio loop from a filter's worker thread, and wait for it.
+
+    The wait is bounded by what is left of the calling run's time
+    (:func:`run_deadline`) and by ``cap`` seconds, whichever ends first.
+
+    Raises:
+        TimeoutError: the bound passed first (``afn`` is cancelled).
+    """
+    deadline = run_deadline()
+    timeout = cap if deadline is None else min(cap, max(0.0, deadline - time.monotonic()))
+
+    async def bounded() -> _T:
+        with trio.fail_after(timeout):
+            return await afn()
+
+    try:
+        return trio.from_thread.run(bounded)
+    except trio.TooSlowError:
+        raise TimeoutError(f"no answer within {timeout:.3g} s") from None
+
 
 @dataclass(frozen=True, slots=True)
 class FilterOutcome:
@@ -151,9 +219,13 @@ class FilterPool:
     warm worker and grows to ``max_sessions``. Each live watch holds one worker
     for its persistent session.
 
+    There is no limiter shared by the filters: each :class:`WatchFilter` runs
+    in its own thread (one run at a time), so a filter waiting on a slow tool
+    never holds up another watch. Threads in use are bounded by the filters
+    alive, which ``max_sessions`` bounds.
+
     Args:
         max_sessions: Cap on live sandbox workers (= watches with a filter).
-        max_threads: Filter runs in flight at once (threads in use).
         request_timeout: See :data:`DEFAULT_REQUEST_TIMEOUT_SECS`.
     """
 
@@ -161,7 +233,6 @@ class FilterPool:
         self,
         *,
         max_sessions: int = 32,
-        max_threads: int = 4,
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT_SECS,
     ) -> None:
         self._monty = Monty(
@@ -171,7 +242,6 @@ class FilterPool:
             request_timeout=request_timeout,
         )
         self._entered = False
-        self.limiter = trio.CapacityLimiter(max_threads)
 
     def __enter__(self) -> FilterPool:
         self._monty.__enter__()
@@ -219,9 +289,10 @@ class FilterPool:
 
         Raises:
             FilterRejected: not text (e.g. a function object), empty, a
-                ``SyntaxError``, a ``NameError``, a call to a denied function,
-                or the dry run hit the time or memory limit. The message has
-                the line and column when known and says how to fix it.
+                ``SyntaxError``, a ``NameError``, a call to a denied function
+                (whether or not the filter caught the refusal), or the dry run
+                hit the time or memory limit. The message has the line and
+                column when known and says how to fix it.
         """
         text = check_source(source)
         limits = limits or WatchLimits()
@@ -286,6 +357,13 @@ class FilterPool:
             raise FilterRejected(f"on_event could not be checked: {exc}") from None
         finally:
             _exit_quietly(session)
+        if attempted:
+            # The filter caught the refusal and carried on: every real event would fail the same way.
+            raise FilterRejected(
+                f"on_event calls {attempted[0]!r}, which a watch filter may not use (the call was refused "
+                "even though the filter caught the error): filters are read-only; remove the call and act "
+                "on the event in your turn instead"
+            )
         return text
 
     async def avalidate(
@@ -304,7 +382,8 @@ class FilterPool:
                 source, limits=limits, catalog_names=catalog_names, denied=denied, sample=sample
             )
 
-        return await trio.to_thread.run_sync(call, limiter=self.limiter)
+        # Its own limiter: a dry run never waits behind another watch's filter.
+        return await trio.to_thread.run_sync(call, limiter=trio.CapacityLimiter(1))
 
 
 def check_source(source: object) -> str:
@@ -399,6 +478,8 @@ class WatchFilter:
             del self._catalog[name]
         self._session: MontySession | None = None
         self._lock = trio.Lock()
+        # This filter's own: runs of other filters never wait for it, nor it for them.
+        self._limiter = trio.CapacityLimiter(1)
         self._closed = False
         self.resets = 0
 
@@ -407,7 +488,7 @@ class WatchFilter:
         async with self._lock:
             if self._closed:
                 return FilterOutcome(kind="error", error="the watch filter is closed")
-            return await trio.to_thread.run_sync(self.run_sync, event, limiter=self._pool.limiter)
+            return await trio.to_thread.run_sync(self.run_sync, event, limiter=self._limiter)
 
     async def run_batch(self, events: Sequence[Event]) -> list[FilterOutcome]:
         """Run the filter on each event of one read, in order, in one worker-thread hop.
@@ -421,32 +502,45 @@ class WatchFilter:
             if self._closed:
                 return [FilterOutcome(kind="error", error="the watch filter is closed") for _ in events]
             return await trio.to_thread.run_sync(
-                lambda: [self.run_sync(ev) for ev in events], limiter=self._pool.limiter
+                lambda: [self.run_sync(ev) for ev in events], limiter=self._limiter
             )
 
     def run_sync(self, event: Event) -> FilterOutcome:
-        """Run the filter on one event in the calling thread (blocks; see :meth:`run`)."""
+        """Run the filter on one event in the calling thread (blocks; see :meth:`run`).
+
+        The whole run, catalog calls included, is bounded by
+        :attr:`WatchLimits.filter_time_secs` (see the module docstring, "Time").
+        """
         started = time.perf_counter()
-        calls = _CallBudget(self.limits.filter_tool_calls)
+        deadline = time.monotonic() + self.limits.filter_time_secs
+        watchdog = _Watchdog(deadline + WATCHDOG_GRACE_SECS)
+        calls = _CallBudget(
+            self.limits.filter_tool_calls, deadline, self.limits.filter_time_secs, on_call=watchdog.arm
+        )
         lookup: dict[str, Any] = {name: calls.wrap(name, fn) for name, fn in self._catalog.items()}
         for name in self._denied:
             lookup[name] = _denier(name, calls.denied)
         printed = _PrintSink()
         reset = False
+        _run_state.deadline = deadline
         try:
             if self._session is None:
                 self._session = self._pool.checkout(self.limits)
+            watchdog.pid = self._session.worker_pid
             value = self._session.feed_run(
                 self.source, inputs={"event": event}, external_lookup=lookup, print_callback=printed
             )
         except MontyRuntimeError as exc:
             inner = exc.exception()
-            if isinstance(inner, TimeoutError | MemoryError):
+            ours = calls.timed_out and _OUT_OF_TIME in str(inner)
+            if isinstance(inner, TimeoutError | MemoryError) and not ours:
                 reset = self._discard()
             if calls.denied:
                 error = _denied_message(calls.denied[0], self._catalog)
             elif calls.over_limit:
                 error = _over_limit_message(self.limits)
+            elif calls.timed_out:
+                error = _out_of_time_message(self.limits, calls.timed_out, reset=reset)
             else:
                 error = _runtime_message(exc, reset=reset, limits=self.limits)
             return self._failed(error, printed, calls, reset, started)
@@ -461,22 +555,34 @@ class WatchFilter:
             )
         except MontyCrashedError as exc:
             reset = self._discard()
-            return self._failed(
-                f"the filter's sandbox worker died ({exc}); its variables were reset",
-                printed,
-                calls,
-                reset,
-                started,
-            )
+            if watchdog.fired:
+                error = _out_of_time_message(self.limits, calls.timed_out, reset=reset, killed=True)
+            else:
+                error = f"the filter's sandbox worker died ({exc}); its variables were reset"
+            return self._failed(error, printed, calls, reset, started)
         except (MontyError, SandboxError, TimeoutError) as exc:
             # TimeoutError here is the pool's checkout timeout: no free worker.
             return self._failed(f"on_event could not run: {exc}", printed, calls, False, started)
+        finally:
+            _run_state.deadline = None
+            if watchdog.stop():
+                # Killed just as the feed returned: the worker is gone either way.
+                reset = self._discard() or reset
         if calls.denied:
             return self._failed(
                 _denied_message(calls.denied[0], self._catalog), printed, calls, False, started
             )
         if calls.over_limit:
             return self._failed(_over_limit_message(self.limits), printed, calls, False, started)
+        if calls.timed_out or watchdog.fired:
+            # The filter caught the TimeoutError: the event still took too long.
+            return self._failed(
+                _out_of_time_message(self.limits, calls.timed_out, reset=reset, killed=watchdog.fired),
+                printed,
+                calls,
+                reset,
+                started,
+            )
         lines = printed.lines()
         if value is not None:
             lines.extend(_value_lines(value))
@@ -531,14 +637,27 @@ def _resource_limits(limits: WatchLimits) -> ResourceLimits:
 
 
 class _CallBudget:
-    """Counts catalog calls for one event and refuses those over the limit."""
+    """Counts catalog calls for one event, refuses those over the limit, and keeps the deadline.
 
-    def __init__(self, limit: int) -> None:
+    ``timed_out`` names the call that ran out of the run's time (``None`` if none did).
+    """
+
+    def __init__(
+        self, limit: int, deadline: float, seconds: float, *, on_call: Callable[[], None] = lambda: None
+    ) -> None:
         self.limit = limit
+        self._on_call = on_call
         self.count = 0
         self.over_limit = False
         self.denied: list[str] = []
+        self.deadline = deadline
+        self.seconds = seconds
+        self.timed_out: str | None = None
         self._lock = threading.Lock()
+
+    def _out_of_time(self, name: str) -> TimeoutError:
+        self.timed_out = self.timed_out or name
+        return TimeoutError(f"{name}: {_OUT_OF_TIME} ({self.seconds:g} s, tool calls included)")
 
     def wrap(self, name: str, fn: CatalogFunction) -> CatalogFunction:
         def call(*args: Any, **kwargs: Any) -> Any:
@@ -549,15 +668,107 @@ class _CallBudget:
                         f"{name}: this filter already made {self.limit} catalog calls for this event (the limit)"
                     )
                 self.count += 1
+            self._on_call()
+            if time.monotonic() >= self.deadline:
+                raise self._out_of_time(name)
             try:
-                return fn(*args, **kwargs)
+                result = fn(*args, **kwargs)
             except Exception as exc:
+                if time.monotonic() >= self.deadline:
+                    raise self._out_of_time(name) from None
                 if type(exc) in _PASSTHROUGH_ERRORS:
                     raise type(exc)(f"{name}: {exc}") from None
                 # Host exception types do not cross into the sandbox; keep the message.
                 raise RuntimeError(f"{name} failed: {exc}") from None
+            if time.monotonic() >= self.deadline:
+                raise self._out_of_time(name)
+            return result
 
         return call
+
+
+class _Watchdog:
+    """Kills the sandbox worker of a run that is still going at ``at`` (``time.monotonic()``).
+
+    Armed by the run's first catalog call (:meth:`arm`): without catalog calls,
+    Monty's own clock is the run's whole time and its limit stops the run.
+    :meth:`stop` disarms it and says whether it fired. The waiting is done by
+    one shared thread (:class:`_Reaper`), so arming costs a heap push, not a
+    thread.
+    """
+
+    def __init__(self, at: float) -> None:
+        self.at = at
+        self.pid: int | None = None
+        """The worker to kill (set once the run has its session)."""
+        self.fired = False
+        self._lock = threading.Lock()
+        self._running = True
+        self._armed = False
+
+    def arm(self) -> None:
+        with self._lock:
+            if self._armed or not self._running:
+                return
+            self._armed = True
+        _REAPER.arm(self)
+
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    def fire(self) -> None:
+        with self._lock:
+            if not self._running or self.pid is None:
+                return
+            self.fired = True
+            # The pool replaces a dead worker; the run sees MontyCrashedError at once.
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+
+    def stop(self) -> bool:
+        with self._lock:
+            self._running = False
+        return self.fired
+
+
+class _Reaper:
+    """One daemon thread that fires armed :class:`_Watchdog` s at their time (started on first use)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, _Watchdog]] = []
+        self._count = 0
+        self._thread: threading.Thread | None = None
+
+    def arm(self, dog: _Watchdog) -> None:
+        with self._cond:
+            self._count += 1
+            heapq.heappush(self._heap, (dog.at, self._count, dog))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="agentd-filter-watchdog", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def _run(self) -> None:
+        with self._cond:
+            while True:
+                if not self._heap:
+                    self._cond.wait()
+                    continue
+                at, _, dog = self._heap[0]
+                if not dog.running:
+                    heapq.heappop(self._heap)  # its run ended in time
+                    continue
+                left = at - time.monotonic()
+                if left > 0:
+                    self._cond.wait(left)
+                    continue
+                heapq.heappop(self._heap)
+                dog.fire()
+
+
+_REAPER: Final = _Reaper()
 
 
 def _denier(name: str, attempted: list[str]) -> CatalogFunction:
@@ -573,6 +784,19 @@ def _denied_message(name: str, catalog: Mapping[str, Any]) -> str:
     return (
         f"on_event called {name!r}, which a watch filter may not use: filters are read-only "
         f"and cannot start or stop watches (available: {allowed}); nothing was changed"
+    )
+
+
+def _out_of_time_message(
+    limits: WatchLimits, during: str | None, *, reset: bool, killed: bool = False
+) -> str:
+    where = f"; it ran out while waiting for {during!r}" if during else ""
+    if killed:
+        where += f" and went on running, so its sandbox was stopped {WATCHDOG_GRACE_SECS:g} s later"
+    suffix = "; the filter's variables were reset" if reset else ""
+    return (
+        f"on_event stopped after the {limits.filter_time_secs:g} s limit per event "
+        f"(time spent in tool calls counts){where}{suffix}"
     )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from agentd.watches.extract import Event, Extractor, MalformedReadError, Shape, extractor_from_baseline
 from agentd.watches.limits import WatchLimits
@@ -24,6 +24,11 @@ from agentd.watches.notices import (
     render_notice,
 )
 from agentd.watches.sandbox import FilterOutcome, WatchFilter
+
+#: Event types a filter cannot keep out of the notice: a ``GAP`` says events
+#: were missed, an in-band ``ERROR`` that the source failed. The filter still
+#: sees them (and may add lines); the agent always learns of them.
+MANDATORY_TYPES: Final = frozenset({"GAP", "ERROR"})
 
 
 @dataclass(slots=True)
@@ -41,6 +46,11 @@ class ReadReport:
     outcomes: list[FilterOutcome] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)
     error: str | None = None
+
+
+def is_mandatory(event: Event) -> bool:
+    """Whether the event's own line is in the notice whatever the filter does (``GAP``, ``ERROR``)."""
+    return event.get("type") in MANDATORY_TYPES
 
 
 class WatchStage:
@@ -85,33 +95,45 @@ class WatchStage:
     async def process_read(self, body: str | bytes, now: float) -> ReadReport:
         """Extract the read's events, filter them, and buffer the surviving lines.
 
-        A malformed read or a failing filter becomes an ``ERROR`` line in the
-        notice (the watch keeps running); the report carries the message.
+        ``GAP`` and in-band ``ERROR`` events always put their default line in
+        the notice, whatever the filter does with them (it may add lines, it
+        cannot drop these). A malformed read or a failing filter becomes an
+        ``ERROR`` line in the notice (the watch keeps running); the report
+        carries the message. These lines are pinned: a full notice leaves them
+        out last.
         """
         report = ReadReport()
         try:
             report.events = self.extractor.feed(body)
         except MalformedReadError as exc:
             report.error = str(exc)
-            self._add(None, [error_line(self.name, str(exc))], now, report)
+            self._add(None, [error_line(self.name, str(exc))], now, report, pinned=True)
             return report
         if self.filter is None:
             for ev in report.events:
-                self._add(object_key(ev), [default_line(ev)], now, report)
+                self._add(object_key(ev), [default_line(ev)], now, report, pinned=is_mandatory(ev))
             return report
         report.outcomes = await self.filter.run_batch(report.events)
         for ev, outcome in zip(report.events, report.outcomes, strict=True):
+            mandatory = is_mandatory(ev)
+            own = default_line(ev) if mandatory else None
+            if own is not None:
+                self._add(None, [own], now, report, pinned=True)
             if outcome.kind == "error":
                 message = outcome.error or "on_event failed"
                 report.error = message
-                self._add(None, [*outcome.lines, error_line(self.name, message)], now, report)
+                self._add(None, [line for line in outcome.lines if line != own], now, report)
+                self._add(None, [error_line(self.name, message)], now, report, pinned=True)
             elif outcome.kind == "lines":
-                self._add(object_key(ev), list(outcome.lines), now, report)
+                lines = [line for line in outcome.lines if line != own]
+                self._add(None if mandatory else object_key(ev), lines, now, report)
         return report
 
-    def _add(self, key: str | None, lines: list[str], now: float, report: ReadReport) -> None:
+    def _add(
+        self, key: str | None, lines: list[str], now: float, report: ReadReport, *, pinned: bool = False
+    ) -> None:
         kept = self.dedupe.admit(key, lines)
-        self.buffer.add(kept, now)
+        self.buffer.add(kept, now, pinned=pinned)
         report.kept.extend(kept)
 
     def deadline(self) -> float | None:

@@ -7,12 +7,15 @@ wait is on telemetry with a timeout; nothing sleeps.
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import signal
 from pathlib import Path
 
 from tests.e2e.agentd_proc import PY, run_agentd, script
+from tests.support.watch import Control, mcp_stdio, watch_start
+from tests.support.watch import loop_args as watch_loop_args
 
 #: Short debounce so a notice follows an edit within a fraction of a second.
 FAST_WATCHES = {"AGENTD_WATCHES__DEBOUNCE": "0.2", "AGENTD_WATCHES__MAX_WAIT": "1"}
@@ -126,18 +129,56 @@ async def test_watch_state_restores_after_a_restart_and_reports_changes_made_whi
 
     second = script(
         tmp_path,
-        [{"text": "hello"}, {"text": "in: {input}"}, {"text": "in: {input}"}],
+        [{"text": "first: {instruction}"}, {"text": "in: {input}"}, {"text": "in: {input}"}],
         name="second.json",
     )
     async with run_agentd(loop_args(second, memo, "--watch-state", str(state)), env=FAST_WATCHES) as a:
         restored = await a.wait_event("watch.restored")
         assert restored["restored"] == ["root:todo"]
         await a.wait_event("watch.notice")
-        # The restore notice and the change notice, in one or two follow-up turns of the root.
-        while "MODIFIED todo=buy bread" not in a.out or "<watches-restored>" not in a.out:
-            await a.wait_event("turn.end", count=len(a.find("turn.end")) + 1)
+        await a.wait_event("turn.end", count=2)  # the first turn, then the change made while down
         a.signal(signal.SIGTERM)
         assert await a.wait_exit() == 0
-    assert "<watches-restored>\ntodo memo://notes (state)\n</watches-restored>" in a.out
-    assert "ADDED late=while down" in a.out
+    # The restore notice rides in the root's first turn: no turn of its own.
+    assert len(a.find("turn.end")) == 2
+    first, change = a.out.split("\nin: ", 1)
+    assert first.startswith("first: watch my notes\n\n<watches-restored>\ntodo memo://notes (state)\n")
+    assert "</watches-restored>" in first
+    assert "ADDED late=while down" in change
+    assert "MODIFIED todo=buy bread" in change
     assert {e["agent"] for e in a.find("turn.end")} == {"a1"}
+    # Telemetry says it once: one watch.subscribed for the restored watch, no resubscribing.
+    assert len(a.find("watch.subscribed", lambda e: e["watch"] == "todo")) == 1
+    assert a.find("watch.resubscribing") == []
+
+
+async def test_the_filter_sees_the_same_list_resources_as_the_agent(tmp_path: Path) -> None:
+    """One listing for both: the self-tool's fields, the same entries, from a filter and a turn."""
+    ctl = Control(tmp_path / "ctl")
+    model = script(
+        tmp_path,
+        [
+            {"tool_calls": [watch_start("cat", "state://doc", "list_resources()")]},
+            {"tool_calls": [{"name": "list_resources", "arguments": {}}]},
+            {"text": "agent sees: {last_tool_result}"},
+            {"text": "filter sees: {input}"},
+        ],
+    )
+    server = mcp_stdio("watchy", tmp_path / "ctl")
+    async with run_agentd(watch_loop_args(model, server), env=FAST_WATCHES) as a:
+        await a.wait_event("turn.end")
+        ctl.set("k", 1)
+        await a.wait_event("turn.end", count=2)
+        a.signal(signal.SIGTERM)
+        assert await a.wait_exit() == 0
+    agent_line = next(line for line in a.out.splitlines() if line.startswith("agent sees: "))
+    from_tool = json.loads(agent_line.removeprefix("agent sees: "))
+    block = a.out.split("<watch-event ", 1)[1].split("\n</watch-event>")[0]
+    [filter_line] = block.split("\n")[1:]
+    from_filter = json.loads(html.unescape(filter_line))
+    assert from_filter == from_tool
+    assert sorted(e["uri"] for e in from_tool) == ["events://log", "state://doc"]
+    assert all(
+        set(e) == {"uri", "template", "name", "description", "example", "mime_type", "server", "subscribable"}
+        for e in from_tool
+    )

@@ -15,6 +15,7 @@ import os
 import signal
 import socket
 import subprocess
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -506,7 +507,12 @@ async def test_08_storm_of_10000_per_second_on_one_uri_is_coalesced_with_bounded
     agents = of(a, "subagent.spawn")
     counters = exit_event["counters"]
     assert after - before < STORM_RSS_GROWTH
-    assert len(agents) <= 20  # 10,000 changes woke a handful of agents
+    # 10,000 changes woke a handful of agents: at most one delivery per max_wait
+    # (0.5 s) while the storm lasted, plus the trailing one and the end marker's.
+    # A busy machine stretches the storm, so the bound is in its measured length.
+    stamps = [datetime.fromisoformat(e["ts"].replace("Z", "+00:00")).timestamp() for e in alpha]
+    assert len(agents) <= (max(stamps) - min(stamps)) / 0.5 + 3
+    assert len(agents) <= 100
     assert counters["coalesced"] >= 1
     assert counters["coalesced"] == len(of(a, "route.coalesced"))
     assert counters["routed"] == len(alpha) + len(of(a, "resource.updated", uri="note://beta"))

@@ -1,158 +1,24 @@
 """The WatchManager against real MCP servers over stdio (the bundled memo server, the notes server).
 
-The reactor's part is played by :class:`Rig`: a real :class:`Router` holds the
-watch routes (exact, debounce 0), upstream changes are ingested into it, and
-due watch routes are handed to ``manager.on_changed`` exactly as the reactor's
-``_deliver`` does. Notices are collected instead of starting turns. No sleeps:
-every wait is on a channel or an event, bounded by ``trio.fail_after``.
+The reactor's part is played by :class:`tests.support.watch_rig.Rig`. No
+sleeps: every wait is on a channel or an event, bounded by ``trio.fail_after``.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import sys
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
-import trio
 
 from agentd.errors import FilterRejected, WatchError
-from agentd.supervisor.events import ResourceChanged, SubscriptionStateChanged, WatchNotice
-from agentd.telemetry import Telemetry
-from agentd.triggers.router import Continue, ContinueDelivery, QueuedEvent, Router, RouteSpec
-from agentd.upstream import Upstream, resolve_server_for_uri
 from agentd.watches.limits import WatchLimits
-from agentd.watches.manager import WatchManager
 from agentd.watches.state import load
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.servers.helpers import Spec, notes_spec
-
-#: Short debounce so a notice follows a change within a fraction of a second.
-FAST = WatchLimits(debounce_quiet_secs=0.05, debounce_max_secs=0.5)
-
-#: Bound on any single wait in these tests (generous for a loaded 2-core machine).
-WAIT = 15.0
-
-
-class Recording(Telemetry):
-    """Telemetry that keeps every event (debug ones included) for assertions."""
-
-    def __init__(self) -> None:
-        super().__init__(stream=io.StringIO(), verbose=True)
-        self.events: list[dict[str, Any]] = []
-
-    def emit(self, event: str, /, **fields: Any) -> None:
-        self.events.append({"event": event, **fields})
-
-    def find(self, name: str) -> list[dict[str, Any]]:
-        return [e for e in self.events if e["event"] == name]
-
-
-def memo_spec(path: Path) -> Spec:
-    return Spec(
-        name="memo", command=sys.executable, args=["-m", "agentd", "serve", "memo", "--file", str(path)]
-    )
-
-
-@dataclass
-class Rig:
-    """The manager plus the reactor's routing part, over real upstream connections."""
-
-    manager: WatchManager
-    upstreams: dict[str, Upstream]
-    router: Router
-    telemetry: Recording
-    notices: list[WatchNotice] = field(default_factory=list)
-    _arrived: trio.Event = field(default_factory=trio.Event)
-
-    async def add(self, *, session: str, name: str, uri: str, server: str) -> None:
-        rid = f"watch:{session}:{name}"
-        self.router.add_route(
-            RouteSpec(match=uri, disposition=Continue(session=rid), debounce=0.0, route_id=rid, exact=True),
-            front=True,
-        )
-
-    async def remove(self, *, session: str, name: str, uri: str, server: str) -> bool:
-        self.router.remove_route(f"watch:{session}:{name}")
-        return any(r.glob.exact and r.glob.literal == uri for r in self.router.routes())
-
-    async def pump(self, recv: trio.MemoryReceiveChannel[Any]) -> None:
-        async for ev in recv:
-            now = trio.current_time()
-            if isinstance(ev, ResourceChanged):
-                self.router.ingest(QueuedEvent(ev.uri, ev.server, ev.etag, ev.kind, now), now)
-            elif isinstance(ev, SubscriptionStateChanged):
-                self.manager.on_subscription_state(ev)
-            elif isinstance(ev, WatchNotice):
-                self.notices.append(ev)
-                self._arrived.set()
-                self._arrived = trio.Event()
-            for d in self.router.take_deliveries(
-                now, session_idle=lambda _s: True, may_spawn=lambda: True, draining=False
-            ):
-                assert isinstance(d, ContinueDelivery)
-                self.router.on_session_idle(d.session)
-                self.manager.on_changed(d.route_id, [e.uri for e in d.events])
-
-    async def notice(
-        self, count: int = 1, pred: Callable[[WatchNotice], bool] = lambda n: True
-    ) -> WatchNotice:
-        """Wait for the ``count``-th notice matching ``pred``."""
-        with trio.fail_after(WAIT):
-            while True:
-                found = [n for n in self.notices if pred(n)]
-                if len(found) >= count:
-                    return found[count - 1]
-                await self._arrived.wait()
-
-    async def start(
-        self, name: str, uri: str, on_event: object = None, *, session: str = "s1"
-    ) -> dict[str, Any]:
-        return await self.manager.start(session=session, name=name, uri=uri, on_event=on_event, routes=self)
-
-    async def memo_set(self, key: str, value: Any) -> None:
-        result = await self.upstreams["memo"].call_tool("memo_set", {"key": key, "value": value})
-        assert not result.is_error, result
-
-
-@asynccontextmanager
-async def rig(
-    specs: list[Spec], *, limits: WatchLimits = FAST, state_path: Path | None = None
-) -> AsyncIterator[Rig]:
-    send, recv = trio.open_memory_channel[Any](1000)
-    telemetry = Recording()
-    upstreams = {s.name: Upstream(s, send, telemetry) for s in specs}
-
-    def server_for(uri: str) -> str | None:
-        return resolve_server_for_uri(uri, {n: u.catalog() for n, u in upstreams.items()})
-
-    manager = WatchManager(
-        upstreams=upstreams,
-        events=send,
-        telemetry=telemetry,
-        limits=limits,
-        server_for=server_for,
-        state_path=state_path,
-    )
-    r = Rig(manager=manager, upstreams=upstreams, router=Router(), telemetry=telemetry)
-    async with trio.open_nursery() as nursery:
-        for up in upstreams.values():
-            await nursery.start(up.run)
-        nursery.start_soon(r.pump, recv)
-        await nursery.start(manager.run)
-        yield r
-        nursery.cancel_scope.cancel()
-
-
-def lines(n: WatchNotice) -> list[str]:
-    body = n.text.split("\n</watch-event>")[0]
-    return body.split("\n")[1:]
+from tests.servers.helpers import notes_spec
+from tests.support.watch_rig import lines, memo_spec, rig
 
 
 async def test_bad_uri_fails_the_call_and_leaves_nothing_subscribed(tmp_path: Path) -> None:
@@ -240,17 +106,22 @@ async def test_filter_is_denied_mutating_tools_and_may_use_read_only_ones(tmp_pa
 
 
 async def test_changes_in_one_burst_become_one_notice(tmp_path: Path) -> None:
-    limits = WatchLimits(debounce_quiet_secs=1.0, debounce_max_secs=5.0)
+    """Three writes in a burst: one notice with every change, held back by the trailing debounce.
+
+    Each write adds a key, so however the reads fall (one read seeing all three,
+    or one per write) the diffs add up to the same three lines, in order.
+    """
+    limits = WatchLimits(debounce_quiet_secs=1.5, debounce_max_secs=10.0)
     async with rig([memo_spec(tmp_path / "notes.json")], limits=limits) as r:
         await r.start("all", "memo://notes")
         await r.memo_set("a", 1)
         await r.memo_set("b", 2)
-        await r.memo_set("a", 3)
+        await r.memo_set("c", 3)
         n = await r.notice()
-        # Writes that land before one read become the net change; either way, one notice.
-        assert sorted(lines(n)) in (["ADDED a", "ADDED b"], ["ADDED a", "ADDED b", "MODIFIED a (1→3)"])
+        assert lines(n) == ["ADDED a", "ADDED b", "ADDED c"]  # all of the burst: one notice
         [notice] = r.telemetry.find("watch.notice")
-        assert notice["waited_s"] >= 1.0  # the trailing debounce held it back
+        assert (notice["lines"], notice["total"]) == (3, 3)
+        assert notice["waited_s"] >= 1.5  # the trailing debounce held it back
 
 
 async def test_watch_stop_unsubscribes_and_list_counts(tmp_path: Path) -> None:
@@ -310,13 +181,13 @@ async def test_restore_reports_changes_made_while_down(tmp_path: Path) -> None:
     memo.write_text(json.dumps({"first": 1, "late": 2}))
 
     async with rig([memo_spec(memo)], state_path=state) as r:
-        await r.manager.restore(r)
-        restore = await r.notice(pred=lambda n: n.kind == "restore" and n.session == "s1")
+        # The restore notices come back to the caller (the reactor folds them into first turns).
+        restore, gone = await r.manager.restore(r)
+        assert (restore.kind, restore.session, gone.kind, gone.session) == ("restore", "s1", "restore", "s2")
         assert restore.text.startswith(
             "<watches-restored>\ntodo memo://notes (state)\nbad memo://notes: dropped"
         )
         assert "NameError" in restore.text
-        gone = await r.notice(pred=lambda n: n.kind == "restore" and n.session == "s2")
         assert "gone other://x: could not start again" in gone.text
         change = await r.notice(pred=lambda n: n.kind == "notice")
         assert lines(change) == ["ADDED late"]

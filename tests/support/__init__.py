@@ -1,1 +1,1 @@
-"""Shared test helpers (launchers, files, HTTP probes); tests import these, never each other."""
+"""Helpers shared by tests (server launchers, recording telemetry, files, HTTP probes); tests import these, never each other."""

@@ -29,6 +29,7 @@ from agentd.supervisor.events import (
     ServerState,
     ServerStateChanged,
     SignalReceived,
+    WatchNotice,
 )
 from agentd.supervisor.governor import RestartGovernor
 from agentd.supervisor.reactor import Agent, AgentPhase, Hooks, Reactor
@@ -197,8 +198,11 @@ def build(
 
 
 @asynccontextmanager
-async def running(mode: modes.Mode, **kw: Any) -> AsyncIterator[Harness]:
+async def running(
+    mode: modes.Mode, *, startup_notices: Sequence[WatchNotice] = (), **kw: Any
+) -> AsyncIterator[Harness]:
     reactor, hooks, telemetry = build(mode, **kw)
+    reactor.queue_startup_notices(list(startup_notices))
     h = Harness(reactor, hooks, telemetry)
 
     async def run() -> None:
@@ -890,3 +894,27 @@ async def test_a_second_server_feeding_a_blocked_route_is_paused_too(autojump_cl
         await trio.sleep(1)
     assert h.hooks.paused == [(0.0, "one", True), (1.0, "two", True)]
     assert h.reactor.paused == {"one": {"r0"}, "two": {"r0"}}
+
+
+# --------------------------------------------------------------------------- watch restore
+
+
+def restore_notice(session: str) -> WatchNotice:
+    return WatchNotice(session=session, watch="", uri="", text=f"<watches-restored>{session}", kind="restore")
+
+
+async def test_the_restore_notice_rides_in_the_warm_roots_first_turn(autojump_clock):
+    """A restart costs no extra turn: the root's first turn carries the restore notice."""
+    notices = [restore_notice("root"), restore_notice("a7")]
+    async with running("loop", interval=2, session="warm", startup_notices=notices) as h:
+        root = await h.hooks.next_spawn()
+        assert root.instruction == "work\n\n<watches-restored>root"
+        # The other session (no agent yet) is started warm with its notice, as before.
+        other = await h.hooks.next_spawn()
+        assert (other.session, other.instruction) == ("a7", "work\n\n<watches-restored>a7")
+        t, msg = await answer(await h.end_turn(root.id, "NO_REPLY"))
+        # No follow-up turn for the notice: the next input is the loop's next shift.
+        assert (t, msg) == (2.0, {"action": "continue", "input": "work"})
+        [(_, suppressed)] = [e for e in h.telemetry.named("reply.suppressed") if e[1]["agent"] == root.id]
+        assert suppressed["watch"] == [""]
+    assert [a.id for _, a in h.hooks.spawned] == [root.id, other.id]

@@ -18,10 +18,13 @@ from agentd.watches.limits import WatchLimits
 from agentd.watches.sandbox import (
     MAX_LINE_CHARS,
     MAX_LINES_PER_EVENT,
+    WATCHDOG_GRACE_SECS,
     FilterPool,
     FilterRejected,
     WatchFilter,
+    call_on_loop,
     check_source,
+    run_deadline,
     sample_event,
 )
 
@@ -291,6 +294,28 @@ def test_validate_dry_run_does_not_reach_the_catalog_and_refuses_denied_calls(po
         pool.validate('watch_start(name="a", uri="b")', limits=FAST)
 
 
+@pytest.mark.parametrize(
+    ("source", "name"),
+    [
+        ('try:\n    ctl__ctl_set(v="x")\nexcept Exception:\n    pass\n"ok"', "ctl__ctl_set"),
+        ('try:\n    ctl__ctl_set(v="x")\nexcept PermissionError as e:\n    str(e)', "ctl__ctl_set"),
+        ("try:\n    watch_start(name='a', uri='b')\nexcept BaseException:\n    None", "watch_start"),
+        (
+            "def quiet(f):\n    try:\n        return f(key='k', value=1)\n    except Exception:\n"
+            "        return None\nquiet(ctl__ctl_set)\n'fine'",
+            "ctl__ctl_set",
+        ),
+    ],
+)
+def test_validate_refuses_a_denied_call_even_when_the_filter_catches_the_refusal(pool, source, name):
+    with pytest.raises(
+        FilterRejected,
+        match=rf"calls '{name}', which a watch filter may not use \(the call was refused even though "
+        r"the filter caught the error\)",
+    ):
+        pool.validate(source, limits=FAST, catalog_names=["read_resource"], denied=["ctl__ctl_set"])
+
+
 async def test_avalidate_runs_in_a_thread(pool):
     with pytest.raises(FilterRejected, match=r"NameError"):
         await pool.avalidate("undefined_thing + 1", limits=FAST)
@@ -419,3 +444,156 @@ async def test_run_batch_matches_run_per_event(pool):
     await f.aclose()
     (closed,) = await f.run_batch([EVENT])
     assert closed.kind == "error"
+
+
+# ------------------------------------- time in catalog calls counts toward the limit
+
+#: Slack on wall-time upper bounds for a shared, loaded 2-core machine.
+SLACK_S = 1.5
+
+
+def slow_catalog(seconds: float = 30.0) -> dict:
+    """A read-only tool that answers after ``seconds``, waited for on the trio loop as agentd does."""
+
+    async def answer_late() -> str:
+        await trio.sleep(seconds)
+        return "late"
+
+    def slow(**_kwargs: object) -> str:
+        return call_on_loop(answer_late, cap=60.0)
+
+    return {"slow": slow}
+
+
+COUNTER = "try:\n    n += 1\nexcept NameError:\n    n = 1\n"
+
+
+@pytest.mark.realclock
+async def test_time_waiting_for_tool_calls_counts_toward_the_limit(pool):
+    """Four calls to a tool that takes 30 s: the event ends at the 0.4 s limit, not after 2 minutes."""
+    f = make(
+        pool,
+        COUNTER + "if event['type'] == 'SLOW':\n    for i in range(4):\n        slow()\nf'n={n}'",
+        catalog=slow_catalog(),
+    )
+    started = time.monotonic()
+    out = await f.run({**EVENT, "type": "SLOW"})
+    elapsed = time.monotonic() - started
+    assert out.kind == "error"
+    assert out.error == (
+        "on_event stopped after the 0.4 s limit per event (time spent in tool calls counts); "
+        "it ran out while waiting for 'slow'"
+    )
+    assert 0.35 <= elapsed < 0.4 + SLACK_S
+    assert out.tool_calls == 1
+    assert not out.session_reset  # stopped at a call boundary: the variables are intact
+    assert (await f.run(EVENT)).lines == ("n=2",)
+    f.close()
+
+
+@pytest.mark.realclock
+async def test_many_short_tool_calls_add_up_to_the_limit(pool):
+    f = make(pool, "for i in range(50):\n    slow()\n'done'", catalog=slow_catalog(0.05))
+    started = time.monotonic()
+    out = await f.run(EVENT)
+    elapsed = time.monotonic() - started
+    assert out.kind == "error"
+    assert "stopped after the 0.4 s limit per event (time spent in tool calls counts)" in (out.error or "")
+    assert 0.35 <= elapsed < 0.4 + SLACK_S
+    assert 4 <= out.tool_calls <= 10
+    f.close()
+
+
+@pytest.mark.realclock
+async def test_catching_the_timeout_does_not_escape_the_limit(pool):
+    f = make(pool, "try:\n    slow()\nexcept TimeoutError:\n    pass\n'made it'", catalog=slow_catalog())
+    started = time.monotonic()
+    out = await f.run(EVENT)
+    assert time.monotonic() - started < 0.4 + SLACK_S
+    assert out.kind == "error"
+    assert "stopped after the 0.4 s limit per event" in (out.error or "")
+    assert out.lines == ()
+    f.close()
+
+
+@pytest.mark.realclock
+async def test_computing_on_after_a_caught_timeout_is_stopped_by_the_watchdog(pool):
+    limit = 1.0
+    f = make(
+        pool,
+        COUNTER + "if event['type'] == 'EVIL':\n    try:\n        slow()\n    except TimeoutError:\n"
+        "        pass\n    while True:\n        pass\nf'n={n}'",
+        catalog=slow_catalog(),
+        limits=WatchLimits(filter_time_secs=limit),
+    )
+    assert (await f.run(EVENT)).lines == ("n=1",)
+    started = time.monotonic()
+    out = await f.run({**EVENT, "type": "EVIL"})
+    elapsed = time.monotonic() - started
+    assert out.kind == "error"
+    # Stopped by the watchdog at the deadline plus the grace (Monty's own clock, which
+    # does not count the wait, would have let it compute for another second).
+    assert out.error == (
+        "on_event stopped after the 1 s limit per event (time spent in tool calls counts); it ran out "
+        f"while waiting for 'slow' and went on running, so its sandbox was stopped {WATCHDOG_GRACE_SECS:g} s "
+        "later; the filter's variables were reset"
+    )
+    assert out.session_reset
+    assert limit + WATCHDOG_GRACE_SECS * 0.9 <= elapsed < limit + WATCHDOG_GRACE_SECS + SLACK_S
+    assert (await f.run(EVENT)).lines == ("n=1",)  # a fresh session
+    f.close()
+
+
+async def test_catalog_functions_see_the_run_deadline(pool):
+    seen: list[float | None] = []
+
+    def probe() -> str:
+        seen.append(run_deadline())
+        return "ok"
+
+    f = make(pool, "probe()", catalog={"probe": probe})
+    before = time.monotonic()
+    assert (await f.run(EVENT)).lines == ("ok",)
+    [deadline] = seen
+    assert deadline is not None
+    assert before + 0.4 <= deadline <= time.monotonic() + 0.4
+    assert run_deadline() is None  # outside a run
+    f.close()
+
+
+async def test_a_filter_waiting_on_a_tool_does_not_hold_up_other_filters(pool):
+    """Four filters blocked in a tool call; a fifth (another watch, any session) runs at once."""
+    patient = WatchLimits(filter_time_secs=60.0)
+    gate = trio.Event()
+    inside = 0
+    all_inside = trio.Event()
+
+    async def wait_gate() -> str:
+        nonlocal inside
+        inside += 1
+        if inside == 4:
+            all_inside.set()
+        await gate.wait()
+        return "open"
+
+    def gate_wait() -> str:
+        return call_on_loop(wait_gate, cap=60.0)
+
+    blocked = [make(pool, "gate_wait()", limits=patient, catalog={"gate_wait": gate_wait}) for _ in range(4)]
+    other = make(pool, "'other ' + event['type']", limits=patient)
+    outcomes: list[tuple[str, ...]] = []
+
+    async def run_blocked(f: WatchFilter) -> None:
+        outcomes.append((await f.run(EVENT)).lines)
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            for f in blocked:
+                nursery.start_soon(run_blocked, f)
+            await all_inside.wait()
+            assert (await other.run(EVENT)).lines == ("other ADDED",)
+            assert outcomes == []  # the four are still waiting
+            gate.set()
+    assert outcomes == [("open",)] * 4
+    for f in [*blocked, other]:
+        f.close()

@@ -14,6 +14,7 @@ from agentd.watches.extract import (
     item_key,
     shape_of,
 )
+from agentd.watches.notices import default_line
 
 
 def log(*events: dict) -> str:
@@ -164,6 +165,54 @@ def test_event_log_ring_gap_and_overflow_fit_the_limit():
     assert [e["type"] for e in events] == ["GAP", "GAP", "ADDED", "ADDED"]
     assert [e["reason"] for e in events[:2]] == ["ring", "overflow"]
     assert [e["seq"] for e in events[2:]] == [13, 14]
+
+
+def test_event_log_gap_of_exactly_one_event_before_the_ring():
+    x = EventLogExtractor(4)
+    events = x.feed(log({"seq": 6, "type": "ADDED"}, {"seq": 7, "type": "ADDED"}))
+    assert [(e["type"], e.get("seq")) for e in events] == [("GAP", None), ("ADDED", 6), ("ADDED", 7)]
+    gap = events[0]
+    assert (gap["reason"], gap["first_seq"], gap["last_seq"], gap["missed"]) == ("ring", 5, 5, 1)
+    assert default_line(gap) == (
+        "GAP: missed 1 events (seq 5..5): the server's ring moved on before they were read"
+    )
+
+
+def test_event_log_seq_jumps_inside_a_read_are_gaps():
+    x = EventLogExtractor(1)
+    events = x.feed(
+        log(*({"seq": s, "type": "ADDED"} for s in (1, 2, 4, 5, 9)), {"seq": 10, "type": "DELETED"})
+    )
+    assert [(e["type"], e.get("seq"), e.get("first_seq"), e.get("last_seq")) for e in events] == [
+        ("ADDED", 2, None, None),
+        ("GAP", None, 3, 3),
+        ("ADDED", 4, None, None),
+        ("ADDED", 5, None, None),
+        ("GAP", None, 6, 8),
+        ("ADDED", 9, None, None),
+        ("DELETED", 10, None, None),
+    ]
+    assert {e["reason"] for e in events if e["type"] == "GAP"} == {"hole"}
+    assert events[1]["missed"] == 1
+    assert (
+        events[4]["message"]
+        == "missed 3 events (seq 6..8): the server's log has no events with these numbers"
+    )
+
+
+def test_event_log_overflow_gap_covers_holes_among_the_skipped_events():
+    x = EventLogExtractor(0, events_per_update=4)
+    events = x.feed(log(*({"seq": s, "type": "ADDED"} for s in (1, 2, 5, 6, 7, 9, 10))))
+    # Items: 1, 2, hole 3..4, 5, 6, 7, hole 8, 9, 10 -> keep the newest 3, one overflow GAP.
+    assert [
+        (e["type"], e.get("reason"), e.get("seq"), e.get("first_seq"), e.get("last_seq")) for e in events
+    ] == [
+        ("GAP", "overflow", None, 1, 7),
+        ("GAP", "hole", None, 8, 8),
+        ("ADDED", None, 9, None, None),
+        ("ADDED", None, 10, None, None),
+    ]
+    assert events[0]["missed"] == 7
 
 
 def test_event_log_duplicate_and_unsorted_seq():

@@ -41,3 +41,48 @@ def test_configurable_and_backoff_capped():
 def test_invalid_limits_name_the_field_and_fix(kwargs, match):
     with pytest.raises(ConfigError, match=match):
         WatchLimits(**kwargs)
+
+
+def test_zero_resubscribe_attempts_means_fail_at_the_first_loss():
+    lim = WatchLimits(resubscribe_attempts=0)
+    assert lim.resubscribe_delays() == ()
+    with pytest.raises(ConfigError, match=r"resubscribe_attempts: -1 .* give 0 or more"):
+        WatchLimits(resubscribe_attempts=-1)
+
+
+def test_every_watches_setting_reaches_the_limits():
+    """Each ``[watches]`` key, changed from its default, lands in the field the stage obeys."""
+    from agentd.config import WatchesConfig
+    from agentd.watches.manager import watch_limits
+
+    config = WatchesConfig(
+        max_watches=2,
+        filter_timeout=0.5,
+        filter_tool_calls=3,
+        events_per_update=7,
+        notice_lines=4,
+        debounce=0.25,
+        max_wait=2.0,
+        resubscribe_attempts=0,
+    )
+    assert set(WatchesConfig.model_fields) == {
+        "max_watches",
+        "filter_timeout",
+        "filter_tool_calls",
+        "events_per_update",
+        "notice_lines",
+        "debounce",
+        "max_wait",
+        "resubscribe_attempts",
+    }, "a new [watches] setting needs a place in watch_limits() and a test that sees its effect"
+    lim = watch_limits(config)
+    assert (
+        lim.max_watches,
+        lim.filter_time_secs,
+        lim.filter_tool_calls,
+        lim.events_per_update,
+        lim.lines_per_notice,
+        lim.debounce_quiet_secs,
+        lim.debounce_max_secs,
+        lim.resubscribe_attempts,
+    ) == (2, 0.5, 3, 7, 4, 0.25, 2.0, 0)

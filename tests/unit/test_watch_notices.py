@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from agentd.agent.loop import NextTurn, ToolResult, UsageVerdict, run_agent
+from agentd.models.script import ScriptModel, parse_script
 from agentd.watches.extract import EventLogExtractor, StateExtractor
 from agentd.watches.notices import (
     NOTICE_INSTRUCTION,
@@ -172,15 +176,133 @@ def test_identical_lines_collapse_with_count():
 
 
 def test_at_most_max_lines_then_plus_more():
+    """20 lines in all, ``+N more`` included; the newest are kept, where the left-out ones were."""
     b = NoticeBuffer(max_lines=20)
     b.add([f"ADDED n{i}" for i in range(25)], now=0.0)
-    b.add(["ADDED n0"], now=0.5)  # a repeat of a shown line still collapses
-    notice = b.flush(3.5)
+    b.add(["ADDED n24"], now=0.5)  # a repeat of a line still held collapses
+    b.add(["ADDED n0"], now=0.6)  # the oldest was left out already: it comes back as the newest
+    notice = b.flush(3.6)
     assert notice is not None
-    assert len(notice.lines) == 21
-    assert notice.lines[0] == "ADDED n0 ×2"
-    assert notice.lines[19] == "ADDED n19"
-    assert notice.lines[20] == "+5 more"
+    assert len(notice.lines) == 20
+    assert notice.lines == (
+        "+7 more",  # n0 (its first time) and n1..n6
+        *(f"ADDED n{i}" for i in range(7, 24)),
+        "ADDED n24 ×2",
+        "ADDED n0",
+    )
+    assert notice.total == 27
+
+
+def test_exactly_max_lines_need_no_plus_more():
+    b = NoticeBuffer(max_lines=20)
+    b.add([f"ADDED n{i}" for i in range(20)], now=0.0)
+    notice = b.flush(0.0, force=True)
+    assert notice is not None
+    assert notice.lines == tuple(f"ADDED n{i}" for i in range(20))
+
+
+def test_an_overflowing_read_keeps_its_gap_and_the_newest_events():
+    """150 events in one read: the overflow GAP, ``+N more``, then the newest events up to o149."""
+    x = EventLogExtractor(0)
+    x.feed(orjson.dumps({"events": []}))
+    events = x.feed(
+        orjson.dumps(
+            {
+                "events": [
+                    {"seq": i + 1, "type": "ADDED", "object": {"metadata": {"name": f"o{i}"}}}
+                    for i in range(150)
+                ]
+            }
+        )
+    )
+    b = NoticeBuffer(max_lines=20)
+    for ev in events:
+        b.add([default_line(ev)], now=0.0, pinned=ev["type"] == "GAP")
+    notice = b.flush(0.0, force=True)
+    assert notice is not None
+    assert len(notice.lines) == 20
+    assert notice.lines[0] == "GAP: skipped 51 events (seq 1..51): more than this watch processes per update"
+    assert notice.lines[1] == "+81 more"
+    assert notice.lines[2:] == tuple(f"ADDED o{i}" for i in range(132, 150))
+
+
+def test_gap_and_error_lines_are_kept_before_any_other_line():
+    b = NoticeBuffer(max_lines=5)
+    b.add(["GAP: missed 3 events"], now=0.0, pinned=True)
+    b.add([f"ADDED n{i}" for i in range(10)], now=0.0)
+    b.add(["ERROR: the source failed"], now=0.1, pinned=True)
+    b.add([f"ADDED m{i}" for i in range(10)], now=0.2)
+    notice = b.flush(0.0, force=True)
+    assert notice is not None
+    # In arrival order; "+18 more" stands where the left-out lines were (n0 came before the ERROR).
+    assert notice.lines == (
+        "GAP: missed 3 events",
+        "+18 more",
+        "ERROR: the source failed",
+        "ADDED m8",
+        "ADDED m9",
+    )
+
+
+def test_too_many_pinned_lines_keep_the_newest_of_them():
+    b = NoticeBuffer(max_lines=3)
+    b.add([f"ERROR: e{i}" for i in range(6)], now=0.0, pinned=True)
+    b.add(["ADDED x"], now=0.0)
+    notice = b.flush(0.0, force=True)
+    assert notice is not None
+    assert notice.lines == ("+5 more", "ERROR: e4", "ERROR: e5")
+
+
+def test_a_line_seen_plain_then_pinned_stays_pinned_and_counts_once():
+    b = NoticeBuffer(max_lines=2)
+    b.add(["ERROR: x"], now=0.0)
+    b.add(["ERROR: x"], now=0.0, pinned=True)
+    b.add(["ADDED a", "ADDED b", "ADDED c"], now=0.0)
+    notice = b.flush(0.0, force=True)
+    assert notice is not None
+    assert notice.lines == ("ERROR: x ×2", "+3 more")
+
+
+def test_one_line_notices_still_say_how_many_were_left_out():
+    b = NoticeBuffer(max_lines=1)
+    b.add(["ADDED a"], now=0.0)
+    assert b.flush(0.0, force=True).lines == ("ADDED a",)  # type: ignore[union-attr]
+    b.add(["ADDED a", "ADDED b"], now=0.0)
+    assert b.flush(0.0, force=True).lines == ("+2 more",)  # type: ignore[union-attr]
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(
+    st.lists(st.tuples(st.sampled_from([f"L{i}" for i in range(30)]), st.booleans()), max_size=120),
+    st.integers(1, 25),
+)
+def test_a_notice_never_exceeds_its_lines_and_accounts_for_every_line(arrivals, max_lines):
+    b = NoticeBuffer(max_lines=max_lines)
+    for line, pinned in arrivals:
+        b.add([line], now=0.0, pinned=pinned)
+    notice = b.flush(0.0, force=True)
+    if not arrivals:
+        assert notice is None
+        return
+    assert notice is not None
+    assert len(notice.lines) <= max_lines
+    shown = 0
+    for line in notice.lines:
+        if line.startswith("+"):
+            shown += int(line[1:].split(" ")[0])
+        else:
+            _, _, times = line.partition(" ×")
+            shown += int(times) if times else 1
+    assert shown == len(arrivals) == notice.total  # every line shown, counted, or in "+N more"
+    assert sum(1 for line in notice.lines if line.startswith("+")) <= 1
+    # GAP/ERROR (pinned) lines come first; then the newest line makes it.
+    pinned = {line for line, p in arrivals if p}
+    newest, newest_pinned = arrivals[-1]
+    if max_lines > 1 and (newest_pinned or len(pinned) < max_lines - 1):
+        assert any(line == newest or line.startswith(newest + " ×") for line in notice.lines)
+    if len(pinned) < max_lines:
+        for line in pinned:
+            assert any(shown_line.split(" ×")[0] == line for shown_line in notice.lines), line
 
 
 def test_buffer_rejects_bad_settings():
@@ -228,5 +350,31 @@ def test_render_notice_escapes_attributes_and_lines():
         ("`NO_REPLY`", False),
     ],
 )
-def test_is_no_reply(reply, suppressed):
+async def test_is_no_reply(reply, suppressed):
+    """The rule, and the agent loop reporting it at each turn end (what the supervisor acts on)."""
     assert is_no_reply(reply) is suppressed
+    if reply is None:
+        return
+    model = ScriptModel(
+        parse_script({"turns": [{"text": reply}], "then": "stop"}, source="t", spec="script:t")
+    )
+    link = _RecordingLink()
+    await run_agent(model, link, system=None, instruction="<watch-event>…</watch-event>", tools=[])
+    assert link.turn_ends == [("completed", reply, suppressed)]
+
+
+class _RecordingLink:
+    """A supervisor link that records each turn end and then says exit."""
+
+    def __init__(self) -> None:
+        self.turn_ends: list[tuple[str, str, bool]] = []
+
+    async def call_tool(self, name: str, arguments: dict[str, object]) -> ToolResult:
+        raise AssertionError(f"no tool calls expected, got {name}")
+
+    async def report_usage(self, **_usage: object) -> UsageVerdict:
+        return UsageVerdict(proceed=True)
+
+    async def turn_end(self, *, status: str, text: str, idle: bool) -> NextTurn:
+        self.turn_ends.append((status, text, idle))
+        return NextTurn(action="exit")

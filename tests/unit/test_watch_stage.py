@@ -106,3 +106,60 @@ async def test_filter_lines_dedupe_and_errors(pool):
     assert "ValueError: bad" in r.kept[1]
     assert stage.deadline() == 13.0
     await f.aclose()
+
+
+#: The design's own example filter: it reads ``event["object"]``, which GAP and ERROR events lack.
+DESIGN_EXAMPLE = """
+m = event["object"]["metadata"]
+f'{event["type"].lower()} {m["namespace"]}/{m["name"]}' if event["type"] in ("ADDED", "DELETED") else None
+"""
+
+
+async def test_gap_and_in_band_error_reach_the_notice_when_the_filter_fails_on_them(pool):
+    """A read jumping from seq 1 to 7 plus an in-band ERROR, through a filter that breaks on both."""
+    f = WatchFilter(DESIGN_EXAMPLE, pool=pool, limits=WatchLimits(filter_time_secs=0.5))
+    stage = WatchStage("cm", "u", shape="event-log", filter=f, baseline={"shape": "event-log", "last_seq": 1})
+    r = await stage.process_read(
+        log(
+            {"seq": 7, "type": "ADDED", "object": bid("Won", "7")},
+            {"seq": 8, "type": "ERROR", "message": "watch of configmaps expired"},
+        ),
+        0.0,
+    )
+    assert [e["type"] for e in r.events] == ["GAP", "ADDED", "ERROR"]
+    assert [o.kind for o in r.outcomes] == ["error", "lines", "error"]
+    flushed = stage.flush(0.0, force=True)
+    assert flushed is not None
+    lines = flushed[0].lines
+    assert lines == (
+        "GAP: missed 5 events (seq 2..6): the server's ring moved on before they were read",
+        "ERROR in watch 'cm': on_event failed at line 2, column 5: KeyError: object ×2",
+        "added m/bid-1",
+        "ERROR: watch of configmaps expired",
+    )
+    await f.aclose()
+
+
+async def test_a_filter_that_drops_everything_cannot_drop_gap_or_error_but_may_add_lines(pool):
+    f = WatchFilter(
+        'f"note: {event[\'type\']}" if event["type"] == "GAP" else None',
+        pool=pool,
+        limits=WatchLimits(filter_time_secs=0.5),
+    )
+    stage = WatchStage("cm", "u", shape="event-log", filter=f, baseline={"shape": "event-log", "last_seq": 0})
+    r = await stage.process_read(
+        log(
+            {"seq": 1, "type": "ADDED", "object": bid("Won", "1")},
+            {"seq": 3, "type": "ERROR", "message": "source down"},
+        ),
+        0.0,
+    )
+    assert [o.kind for o in r.outcomes] == ["dropped", "lines", "dropped"]
+    flushed = stage.flush(0.0, force=True)
+    assert flushed is not None
+    assert flushed[0].lines == (
+        "GAP: missed 1 events (seq 2..2): the server's log has no events with these numbers",
+        "note: GAP",
+        "ERROR: source down",
+    )
+    await f.aclose()

@@ -1,0 +1,138 @@
+"""Re-opening subscriptions on a server that ends them: the flap counting of :class:`Upstream`.
+
+A real MCP server (``tests/servers/watch_server.py``) acknowledges each
+``subscriptions/listen`` and ends it at once (``--listen flap``), or after a
+while (``--flap-after``). Only the backoff waits are shortened; every stream is
+a real one over stdio. Nothing sleeps: tests await the upstream's events.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import trio
+
+from agentd.supervisor.events import ResourceChanged, SubscriptionStateChanged
+from agentd.upstream import Upstream
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.servers.helpers import Events
+from tests.support.watch import Recording, watch_spec
+
+#: Resubscribe waits for these tests (the schedule's shape is the pure policy's test).
+FAST = (0.01, 0.02, 0.04)
+
+#: Bound on one awaited event.
+WAIT = 15.0
+
+
+async def test_a_server_that_ends_every_subscription_at_once_is_given_up_after_the_attempts(
+    tmp_path: Path,
+) -> None:
+    send, recv = trio.open_memory_channel[object](1000)
+    events = Events(recv)
+    telemetry = Recording()
+    spec = watch_spec("flappy", tmp_path / "ctl", "--listen", "flap")
+    up = Upstream(spec, send, telemetry, resubscribe_backoff=FAST, resubscribe_attempts=3)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(up.run)
+        await up.subscribe("state://doc")
+        failed = await events.next(SubscriptionStateChanged, within=WAIT, state="failed")
+        # A failed subscription is not re-opened on the live connection: the next
+        # thing on the channel is what this test posts itself.
+        send.send_nowait("marker")
+        assert await events.next(str, within=WAIT) == "marker"
+        nursery.cancel_scope.cancel()
+    assert (failed.uri, failed.attempt) == ("state://doc", 3)
+    states = [(e.state, e.attempt) for e in events.of(SubscriptionStateChanged)]
+    assert states == [
+        ("established", 0),
+        ("lost", 0),
+        ("resubscribing", 1),
+        ("established", 1),
+        ("lost", 0),
+        ("resubscribing", 2),
+        ("established", 2),
+        ("lost", 0),
+        ("resubscribing", 3),
+        ("established", 3),
+        ("lost", 0),
+        ("failed", 3),
+    ]
+    # One synthetic re-read per re-establishment, none for the first: 3 in all, then nothing.
+    assert events.of(ResourceChanged) == [ResourceChanged("flappy", "state://doc", "synthetic")] * 3
+    lost = telemetry.find("subscription.lost")
+    assert len(lost) == 4
+    assert all(e["counted_as_failure"] and e["updates"] == 0 for e in lost)
+    [gave_up] = telemetry.find("subscription.failed")
+    assert gave_up["attempts"] == 3
+
+
+async def test_zero_attempts_gives_up_at_the_first_loss(tmp_path: Path) -> None:
+    send, recv = trio.open_memory_channel[object](100)
+    events = Events(recv)
+    spec = watch_spec("flappy", tmp_path / "ctl", "--listen", "flap")
+    up = Upstream(spec, send, Recording(), resubscribe_backoff=FAST, resubscribe_attempts=0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(up.run)
+        await up.subscribe("state://doc")
+        failed = await events.next(SubscriptionStateChanged, within=WAIT, state="failed")
+        nursery.cancel_scope.cancel()
+    assert failed.attempt == 0
+    assert [e.state for e in events.of(SubscriptionStateChanged)] == ["established", "lost", "failed"]
+    assert events.of(ResourceChanged) == []
+
+
+async def test_a_stream_that_stayed_up_long_enough_resets_the_count(tmp_path: Path) -> None:
+    """Streams that live past ``stable_subscription`` are healthy: every re-open is attempt 1."""
+    send, recv = trio.open_memory_channel[object](1000)
+    events = Events(recv)
+    spec = watch_spec("slowflap", tmp_path / "ctl", "--listen", "flap", "--flap-after", "0.3")
+    up = Upstream(
+        spec, send, Recording(), resubscribe_backoff=FAST, resubscribe_attempts=2, stable_subscription=0.1
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(up.run)
+        await up.subscribe("state://doc")
+        for _ in range(4):
+            await events.next(SubscriptionStateChanged, within=WAIT, state="resubscribing")
+        nursery.cancel_scope.cancel()
+    attempts = [e.attempt for e in events.of(SubscriptionStateChanged) if e.state == "resubscribing"]
+    assert attempts == [1, 1, 1, 1]
+    assert all(e.state != "failed" for e in events.of(SubscriptionStateChanged))
+
+
+async def test_subscribing_again_after_giving_up_tries_again(tmp_path: Path) -> None:
+    send, recv = trio.open_memory_channel[object](1000)
+    events = Events(recv)
+    spec = watch_spec("flappy", tmp_path / "ctl", "--listen", "flap")
+    up = Upstream(spec, send, Recording(), resubscribe_backoff=FAST, resubscribe_attempts=1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(up.run)
+        await up.subscribe("state://doc")
+        await events.next(SubscriptionStateChanged, within=WAIT, state="failed")
+        await up.subscribe("state://doc")  # a new watch asks for it: a fresh first attempt
+        await events.next(SubscriptionStateChanged, within=WAIT, state="failed")
+        nursery.cancel_scope.cancel()
+    established = [e for e in events.of(SubscriptionStateChanged) if e.state == "established"]
+    assert [e.attempt for e in established] == [0, 1, 0, 1]
+
+
+async def test_list_changed_streams_that_end_at_once_are_given_up_too(tmp_path: Path) -> None:
+    send, _recv = trio.open_memory_channel[object](1000)
+    telemetry = Recording()
+    spec = watch_spec("flappy", tmp_path / "ctl", "--flap-catalog")
+    up = Upstream(spec, send, telemetry, resubscribe_backoff=FAST)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(up.run)
+        with trio.fail_after(WAIT):
+            while not telemetry.find("upstream.catalog_stream_failed"):
+                # Each lost stream asks for a catalog refresh: wait for the next one.
+                await up.wait_tools_changed(up.tools_version)
+        # The connection itself stays up and serves calls.
+        result = await up.call_tool("get_key", {"key": "x"})
+        nursery.cancel_scope.cancel()
+    assert not result.is_error
+    [failed] = telemetry.find("upstream.catalog_stream_failed")
+    assert failed["attempts"] == 5

@@ -1,0 +1,128 @@
+"""Driving ``tests/servers/watch_server.py`` from tests: server specs, the control FIFO, telemetry.
+
+The watch server is a real MCP server (``mcp`` SDK, stdio) whose resources
+change, and whose subscriptions flap or are refused, on command. Commands go
+through a FIFO the server reads (see the server's docstring); :class:`Control`
+writes them. Nothing here sleeps: a command is one atomic write.
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentd.telemetry import Telemetry
+
+REPO = Path(__file__).resolve().parents[2]
+WATCH_SERVER = REPO / "tests" / "servers" / "watch_server.py"
+
+#: ``resources/read`` mime type of the server's event-log resource.
+EVENT_LOG_MIME = "application/vnd.agentd.events+json"
+
+
+@dataclass
+class Spec:
+    """Quacks like ``agentd.config.ServerSpec`` (for :class:`agentd.upstream.Upstream`)."""
+
+    name: str
+    command: str | None = None
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    required: bool = False
+
+
+def server_args(control: Path, *extra: str) -> list[str]:
+    """The watch server's argv (after the interpreter), controlled through ``control``."""
+    return [str(WATCH_SERVER), "--control", str(control), *extra]
+
+
+def watch_spec(name: str, control: Path, *extra: str) -> Spec:
+    """A stdio spec running the watch server."""
+    return Spec(name=name, command=sys.executable, args=server_args(control, *extra))
+
+
+def mcp_stdio(name: str, control: Path, *extra: str) -> str:
+    """An ``agentd --mcp-stdio`` value running the watch server."""
+    return " ".join([f"{name}={sys.executable}", *server_args(control, *extra)])
+
+
+class Control:
+    """Writes JSON commands into a running watch server's control FIFO."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def send(self, **command: Any) -> None:
+        """Send one command (``op=...``); the server applies it and publishes the change.
+
+        Raises:
+            AssertionError: no server has the FIFO open (it has not started, or it died).
+        """
+        line = (json.dumps(command) + "\n").encode()
+        assert len(line) <= 4096, "one command must fit one atomic FIFO write (PIPE_BUF)"
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            if exc.errno in (errno.ENXIO, errno.ENOENT):
+                raise AssertionError(f"no watch server is reading {self.path}") from exc
+            raise
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+
+    def set(self, key: str, value: Any) -> None:
+        self.send(op="set", key=key, value=value)
+
+    def append(self, *events: dict[str, Any], skip: int = 0) -> None:
+        self.send(op="append", events=list(events), skip=skip)
+
+    def append_many(self, count: int, *, prefix: str = "o", type: str = "ADDED") -> None:
+        self.send(op="append_many", count=count, prefix=prefix, type=type)
+
+    def open(self, gate: str) -> None:
+        self.send(op="open", gate=gate)
+
+    def listen(self, mode: str) -> None:
+        self.send(op="listen", mode=mode)
+
+
+def obj(name: str, **extra: Any) -> dict[str, Any]:
+    """A Kubernetes-like object named ``name`` (default lines read ``TYPE default/<name>``)."""
+    return {"metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"}, **extra}
+
+
+class Recording(Telemetry):
+    """Telemetry that keeps every event (debug ones included) for assertions."""
+
+    def __init__(self) -> None:
+        super().__init__(stream=io.StringIO(), verbose=True)
+        self.events: list[dict[str, Any]] = []
+
+    def emit(self, event: str, /, **fields: Any) -> None:
+        self.events.append({"event": event, **fields})
+
+    def find(self, name: str, **where: Any) -> list[dict[str, Any]]:
+        return [e for e in self.events if e["event"] == name and all(e.get(k) == v for k, v in where.items())]
+
+
+def watch_start(name: str, uri: str, on_event: str | None = None) -> dict[str, Any]:
+    """A script-model tool call of ``watch_start``."""
+    return {"name": "watch_start", "arguments": {"name": name, "uri": uri, "on_event": on_event}}
+
+
+def loop_args(model: str, *servers: str, extra: tuple[str, ...] = ()) -> list[str]:
+    """``agentd`` arguments for a warm loop agent (it stays up between notices) with ``servers``."""
+    args = ["--mode", "loop", "--session", "warm", "--interval", "1h", "--verbose", "--model", model]
+    for server in servers:
+        args += ["--mcp-stdio", server]
+    return [*args, *extra, "watch things"]
