@@ -147,21 +147,26 @@ async def test_an_agent_unsubscribing_a_declared_uri_leaves_the_daemon_listening
 # --------------------------------------------------------------------------- required servers, once
 
 
-@pytest.mark.parametrize("command", ["/bin/false", "no-such-server-command"])
+@pytest.mark.parametrize(("command", "output"), [("/bin/false", "text"), ("no-such-server-command", "json")])
 async def test_once_with_a_required_server_that_never_starts_never_runs_the_root_and_exits_6(
-    tmp_path: Path, command: str
+    tmp_path: Path, command: str, output: str
 ) -> None:
     model = script(tmp_path, [{"text": "ran without its tools"}])
-    args = ["--mcp-stdio", f"memo={command}", "--require", "memo", "--model", model, "use the memo"]
-    async with supervised(args, env=FAST_BACKOFF) as a:
+    args = ["--mcp-stdio", f"memo={command}", "--require", "memo", "--output", output]
+    async with supervised([*args, "--model", model, "use the memo"], env=FAST_BACKOFF) as a:
         assert await a.wait_exit(START) == ExitCode.REQUIRED_SERVER
     assert a.find("reactor.waiting")[0]["servers"] == ["memo"]
     assert len(a.find("upstream.connect_failed")) == 5  # the whole backoff schedule
     assert a.find("subagent.spawn") == []
-    assert a.out == ""
-    [message] = [line for line in a.raw_stderr if line.startswith("agentd: ")]
-    assert message.startswith("agentd: required server 'memo' could not be started or reconnected")
-    assert command in message or "exited" in message
+    [failed] = a.find("supervisor.required_server_failed")
+    message = failed["error"]
+    assert message.startswith("required server 'memo' could not be started or reconnected after 5 attempts")
+    assert "fix its command or URL" in message
+    if output == "json":
+        result = json.loads(a.out)
+        assert (result["status"], result["exit_code"], result["error"]) == (None, 6, message)
+    else:
+        assert a.out == ""
 
 
 async def test_once_root_starts_only_once_a_late_required_server_connected(tmp_path: Path) -> None:

@@ -30,6 +30,8 @@ FULL = MetricsSnapshot(
     subagents_running=3,
     warm_sessions=2,
     draining=True,
+    telemetry_dropped=17,
+    outputs_lost=2,
     server_state={"memo": ServerState.CONNECTED, "kube": ServerState.RESTARTING},
     subscription_state={("memo", "memo://a"): "established", ("kube", "kube://pods"): "resubscribing"},
 )
@@ -59,6 +61,8 @@ def test_every_family_parses_with_the_right_type_and_prefix():
         "agentd_server_restarts",
         "agentd_agent_restarts",
         "agentd_tokens",
+        "agentd_telemetry_dropped",
+        "agentd_outputs_lost",
         "agentd_server_state",
         "agentd_subscription_state",
         "agentd_subscriptions_unresolved",
@@ -90,6 +94,8 @@ def test_values_round_trip():
     assert _value(f["agentd_agent_restarts"][1]) == 1
     assert _value(f["agentd_tokens"][1], direction="input") == 1000
     assert _value(f["agentd_tokens"][1], direction="output") == 250
+    assert _value(f["agentd_telemetry_dropped"][1]) == 17
+    assert _value(f["agentd_outputs_lost"][1]) == 2
 
 
 def test_state_sets_have_one_sample_per_state_and_exactly_one_set():
