@@ -22,9 +22,12 @@ exposes::
 
 :func:`main` parses ``argv`` (everything after ``serve``), builds, then
 ``trio.run(server.run, transport)``. Unknown NAME prints the list of servers
-and returns 2. stdio is the default transport; ``--http HOST:PORT`` serves
-Streamable HTTP at ``http://HOST:PORT/mcp`` (hypercorn on trio), refusing a
-non-loopback HOST unless ``--allow-remote`` is given.
+and returns 2. stdio is the default transport (``_stdio.py``: cancellable
+reads, batched writes); ``--http HOST:PORT`` serves Streamable HTTP at
+``http://HOST:PORT/mcp`` (hypercorn on trio). Every HTTP request's ``Host``
+and ``Origin`` are checked whatever the bind address (``_httpguard.py``); a
+non-loopback HOST needs ``--allow-remote`` and a bearer token
+(``--token-file PATH`` or ``$AGENTD_SERVE_TOKEN``).
 
 Building a server
 -----------------
@@ -40,8 +43,10 @@ Building a server
     gate.running() / gate.failed(msg)        # from the source task
     await gate.wait_ready()                  # first line of a watched read
     await server.notify_changed(uri)         # after every change
-    await server.notify_custom(method, params, capability="claude/channel")
-    write_atomic(path, data)                 # temp + fsync + rename + dir fsync
+    server.on_client_ready(push_backlog)     # async def push_backlog(client: LegacyClient)
+    await server.send_custom(client, method, [params, ...])   # one handshake-era client
+    server.fail(ServerStartError(...))       # stop serving; main() exits with its code
+    write_atomic(path, data)                 # temp + fsync + rename + dir fsync (_safefs)
 
 Resource shapes: *state* (``STATE_MIME``, any JSON) or *event-log*
 (``EVENTS_MIME``, body ``{"events": [{"seq", "type", ...}]}`` from an
@@ -54,17 +59,15 @@ running. No ``ttlMs`` on watched resources (they are never given cache hints).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import enum
 import importlib
-import ipaddress
 import logging
 import os
 import signal
 import sys
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Final, Literal
 
@@ -73,8 +76,8 @@ import orjson
 import trio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
-from mcp.server.stdio import stdio_server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ResourceUpdated
+from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from mcp.shared.uri_template import UriTemplate
 from mcp_types import (
@@ -90,6 +93,9 @@ from pydantic import BaseModel
 from agentd import __version__
 from agentd.errors import AgentdError, ConfigError
 from agentd.exitcodes import ExitCode
+from agentd.servers._httpguard import MIN_TOKEN_LENGTH, HostOriginGuard, HttpPolicy, is_loopback, is_wildcard
+from agentd.servers._safefs import write_atomic
+from agentd.servers._stdio import StdioTransport
 
 __all__ = [
     "EVENTS_MIME",
@@ -99,6 +105,7 @@ __all__ = [
     "STATE_MIME",
     "ConfigError",
     "EventRing",
+    "LegacyClient",
     "ResourceError",
     "ServerStartError",
     "SourceGate",
@@ -110,6 +117,7 @@ __all__ = [
     "example_line",
     "main",
     "parse_http",
+    "read_token",
     "write_atomic",
 ]
 
@@ -132,7 +140,8 @@ SERVERS: Final[Mapping[str, str]] = {
     "kube": "agentd.servers.kube",
 }
 
-_LOOPBACK_NAMES: Final = frozenset({"localhost"})
+TOKEN_ENV: Final = "AGENTD_SERVE_TOKEN"
+"""Environment variable holding the bearer token of an HTTP server (or use ``--token-file``)."""
 
 
 class ServerStartError(AgentdError):
@@ -210,34 +219,6 @@ class EventRing:
         return orjson.dumps({"events": list(self._events)}).decode()
 
 
-# --------------------------------------------------------------------------- files
-
-
-def write_atomic(path: str, data: bytes) -> None:
-    """Replace ``path`` with ``data`` so a reader sees the old or the new file, never a mix.
-
-    temp file in the same directory -> write -> fsync -> rename -> fsync(dir).
-    """
-    directory = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp-{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-
-
 # --------------------------------------------------------------------------- source readiness
 
 
@@ -304,23 +285,54 @@ class Transport:
     host: str = "127.0.0.1"
     port: int = 0
     path: str = "/mcp"
+    allow_hosts: tuple[str, ...] = ()
+    """Extra names the HTTP server answers for (``--allow-host``)."""
+    token: str | None = None
+    """Bearer token every HTTP request must carry (required for a non-loopback bind)."""
+
+    def policy(self) -> HttpPolicy:
+        return HttpPolicy.for_bind(self.host, self.allow_hosts, self.token)
 
 
-def _is_loopback(host: str) -> bool:
-    if host in _LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+def read_token(token_file: str | None, env: Mapping[str, str]) -> str | None:
+    """The bearer token from ``--token-file`` (first line) or ``$AGENTD_SERVE_TOKEN``; None when neither.
+
+    Raises:
+        ConfigError: the file cannot be read, or the token is shorter than 16 characters.
+    """
+    if token_file:
+        try:
+            with open(token_file, encoding="utf-8") as f:
+                token, source = f.readline().strip(), "--token-file"
+        except OSError as exc:
+            raise ConfigError("--token-file", token_file, f"it cannot be read ({exc.strerror})") from exc
+    elif env.get(TOKEN_ENV):
+        token, source = env[TOKEN_ENV].strip(), TOKEN_ENV
+    else:
+        return None
+    if len(token) < MIN_TOKEN_LENGTH:
+        raise ConfigError(
+            source,
+            "(hidden)",  # never echo a credential, even a bad one
+            f"it is {len(token)} characters long: use a bearer token of at least {MIN_TOKEN_LENGTH} random "
+            "characters (e.g. from `openssl rand -hex 32`)",
+        )
+    return token
 
 
-def parse_http(value: str, *, allow_remote: bool) -> Transport:
+def parse_http(
+    value: str,
+    *,
+    allow_remote: bool,
+    allow_hosts: Sequence[str] = (),
+    token: str | None = None,
+) -> Transport:
     """Parse ``--http HOST:PORT`` (``[v6]:PORT`` for IPv6; ``:PORT`` means 127.0.0.1; port 0 = any free port,
     printed on stderr as ``listening on URL``).
 
     Raises:
-        ConfigError: malformed, or a non-loopback host without ``--allow-remote``.
+        ConfigError: malformed; a non-loopback host without ``--allow-remote``
+            or without a bearer token; a wildcard host without ``--allow-host``.
     """
     host, sep, port_text = value.rpartition(":")
     if not sep or not port_text.isdigit() or not 0 <= int(port_text) < 65536:
@@ -328,14 +340,29 @@ def parse_http(value: str, *, allow_remote: bool) -> Transport:
             "--http", value, "give HOST:PORT with a port in 0-65535 (0 picks a free one), e.g. 127.0.0.1:8765"
         )
     host = host.strip("[]") or "127.0.0.1"
-    if not allow_remote and not _is_loopback(host):
-        raise ConfigError(
-            "--http",
-            value,
-            "this server has no authentication; bind a loopback address (127.0.0.1, ::1, localhost) "
-            "or pass --allow-remote to expose it deliberately",
-        )
-    return Transport("http", host, int(port_text))
+    if not is_loopback(host):
+        if not allow_remote:
+            raise ConfigError(
+                "--http",
+                value,
+                "bind a loopback address (127.0.0.1, ::1, localhost), or pass --allow-remote with a bearer "
+                f"token ({TOKEN_ENV}, or a file named with --token-file) to expose it deliberately",
+            )
+        if token is None:
+            raise ConfigError(
+                "--allow-remote",
+                value,
+                f"a non-loopback bind needs a bearer token (set {TOKEN_ENV}, or name a file holding it with "
+                "--token-file); clients send it in their Authorization header",
+            )
+        if is_wildcard(host) and not allow_hosts:
+            raise ConfigError(
+                "--http",
+                value,
+                "a wildcard bind answers on every interface: name the host clients use with "
+                "--allow-host NAME (repeatable), so requests for other names are refused",
+            )
+    return Transport("http", host, int(port_text), allow_hosts=tuple(allow_hosts), token=token)
 
 
 # --------------------------------------------------------------------------- the server
@@ -368,6 +395,27 @@ def _declares(session: Any, capability: str) -> bool:
 _SEND_ERRORS = (anyio.BrokenResourceError, anyio.ClosedResourceError, trio.BrokenResourceError, OSError)
 
 
+@dataclass(eq=False)
+class LegacyClient:
+    """One handshake-era client connection (the only kind that can receive unsolicited notifications)."""
+
+    key: object
+    session: Any
+    state: dict[str, Any] = field(default_factory=dict)
+    """Per-connection scratch space for the server built on top (e.g. what was pushed to it)."""
+
+    def declares(self, capability: str) -> bool:
+        """Whether the client listed ``capability`` under ``experimental`` (or ``extensions``)."""
+        return _declares(self.session, capability)
+
+    @property
+    def client_name(self) -> str | None:
+        params = getattr(self.session, "client_params", None)
+        info = getattr(params, "client_info", None)
+        name = getattr(info, "name", None)
+        return name if isinstance(name, str) else None
+
+
 class WatchableServer:
     """An ``MCPServer`` that serves both subscription eras and runs change sources.
 
@@ -395,10 +443,15 @@ class WatchableServer:
         self.experimental = dict(experimental) if experimental else None
         self._sources: list[Callable[[], Awaitable[None]]] = []
         self._cleanups: list[Callable[[], None]] = []
+        self._ready_hooks: list[Callable[[LegacyClient], Awaitable[None]]] = []
         # uri -> connection key -> a session of that connection (handshake era)
         self._legacy_subs: dict[str, dict[object, Any]] = {}
         # every handshake-era connection seen, for custom notifications
-        self._legacy_sessions: dict[object, Any] = {}
+        self._legacy: dict[object, LegacyClient] = {}
+        self._stdio: StdioTransport | None = None
+        self._nursery: trio.Nursery | None = None
+        self.failure: ServerStartError | None = None
+        """Set by :meth:`fail`: why the server stopped; :func:`main` exits with its code."""
         low = self.mcp._lowlevel_server
         low.add_request_handler("resources/subscribe", SubscribeRequestParams, self._on_subscribe)
         low.add_request_handler("resources/unsubscribe", UnsubscribeRequestParams, self._on_unsubscribe)
@@ -423,6 +476,10 @@ class WatchableServer:
         """Run ``fn()`` once when the server stops (after the transport and sources end), LIFO."""
         self._cleanups.append(fn)
 
+    def on_client_ready(self, hook: Callable[[LegacyClient], Awaitable[None]]) -> None:
+        """Run ``await hook(client)`` (in its own task) once a handshake-era client finished initializing."""
+        self._ready_hooks.append(hook)
+
     def close(self) -> None:
         """Run the registered cleanups (idempotent); :func:`main` calls it on every exit path."""
         while self._cleanups:
@@ -432,47 +489,95 @@ class WatchableServer:
             except Exception:  # one failed cleanup must not skip the others
                 log.exception("cleanup %r of %s failed", fn, self.name)
 
+    def fail(self, error: ServerStartError) -> None:
+        """Stop serving because of ``error`` (e.g. the inbox lock was lost); :func:`main` exits with its code."""
+        log.error("%s", error)
+        self.failure = error
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
+
     # ---------------------------------------------------------------- notifications
 
     async def notify_changed(self, uri: str) -> None:
         """Tell every subscriber of ``uri`` (both eras) that it changed."""
-        await self.bus.publish(ResourceUpdated(uri=uri))
         subs = self._legacy_subs.get(uri)
-        if not subs:
-            return
-        for key, session in list(subs.items()):
+        for key, session in list(subs.items()) if subs else ():
             try:
-                await session.send_resource_updated(uri)
+                if self._stdio is not None:  # one client on stdio: the line goes straight into the pipe
+                    await self._stdio.send_raw(
+                        orjson.dumps(
+                            {
+                                "jsonrpc": "2.0",
+                                "method": "notifications/resources/updated",
+                                "params": {"uri": uri},
+                            }
+                        )
+                        + b"\n"
+                    )
+                else:
+                    await session.send_resource_updated(uri)
             except _SEND_ERRORS:
                 self._forget(key)
+        await self.bus.publish(ResourceUpdated(uri=uri))
+
+    def legacy_clients(self) -> list[LegacyClient]:
+        """Every handshake-era client connected now."""
+        return list(self._legacy.values())
+
+    def is_subscribed(self, client: LegacyClient, uri: str) -> bool:
+        """Whether ``client`` subscribed to ``uri`` with ``resources/subscribe``."""
+        return client.key in self._legacy_subs.get(uri, {})
+
+    async def send_custom(
+        self, client: LegacyClient, method: str, params: Sequence[Mapping[str, Any]]
+    ) -> bool:
+        """Send one ``method`` notification per ``params`` to ``client``, in order.
+
+        Over stdio the lines go straight into the transport's write queue
+        (serialised once, no model round trip). Returns False when the client
+        is gone (it is forgotten).
+        """
+        if not params:
+            return True
+        try:
+            if self._stdio is not None:
+                await self._stdio.send_raw(
+                    b"".join(
+                        orjson.dumps({"jsonrpc": "2.0", "method": method, "params": p}) + b"\n"
+                        for p in params
+                    )
+                )
+            else:
+                for p in params:
+                    await client.session.send_notification(
+                        _ChannelNotification(method=method, params=dict(p))
+                    )
+        except _SEND_ERRORS:
+            self._forget(client.key)
+            return False
+        return True
 
     async def notify_custom(self, method: str, params: Mapping[str, Any], *, capability: str | None) -> int:
-        """Send a custom notification to every handshake-era client that declared ``capability``.
-
-        A client declares it under ``capabilities.experimental`` (or
-        ``extensions``). 2026-07-28 connections have no standing stream for
-        unsolicited notifications, so they are skipped. ``capability=None``
-        sends to every handshake-era client. Returns how many
-        clients it was sent to.
-        """
+        """Send a custom notification to every handshake-era client that declared ``capability``
+        (every one when None). Returns how many clients it was sent to."""
         sent = 0
-        note = _ChannelNotification(method=method, params=dict(params))
-        for key, session in list(self._legacy_sessions.items()):
-            if capability is not None and not _declares(session, capability):
+        for client in self.legacy_clients():
+            if capability is not None and not client.declares(capability):
                 continue
-            try:
-                await session.send_notification(note)
-            except _SEND_ERRORS:
-                self._forget(key)
-                continue
-            sent += 1
+            if await self.send_custom(client, method, [params]):
+                sent += 1
         return sent
+
+    async def wait_written(self) -> None:
+        """Over stdio: return once everything queued so far is in the pipe (no-op over HTTP)."""
+        if self._stdio is not None:
+            await self._stdio.wait_written()
 
     def legacy_subscriber_count(self, uri: str) -> int:
         return len(self._legacy_subs.get(uri, ()))
 
     def _forget(self, key: object) -> None:
-        self._legacy_sessions.pop(key, None)
+        self._legacy.pop(key, None)
         for subs in self._legacy_subs.values():
             subs.pop(key, None)
 
@@ -486,15 +591,25 @@ class WatchableServer:
             session = ctx.session
             key = _connection_key(session)
             if (
-                key not in self._legacy_sessions
+                key not in self._legacy
                 and getattr(session, "client_params", None) is not None
                 and session.protocol_version not in MODERN_PROTOCOL_VERSIONS
             ):
-                self._legacy_sessions[key] = session
+                client = LegacyClient(key, session)
+                self._legacy[key] = client
                 stack = getattr(key, "exit_stack", None)
                 if stack is not None:
                     stack.callback(self._forget, key)
+                if self._nursery is not None:
+                    for hook in self._ready_hooks:
+                        self._nursery.start_soon(self._run_hook, hook, client)
         return result
+
+    async def _run_hook(self, hook: Callable[[LegacyClient], Awaitable[None]], client: LegacyClient) -> None:
+        try:
+            await hook(client)
+        except Exception:  # a hook's failure must not take the connection down
+            log.exception("client-ready hook %r of %s failed", hook, self.name)
 
     async def _on_subscribe(self, ctx: Any, params: SubscribeRequestParams) -> EmptyResult:
         uri = str(params.uri)
@@ -542,8 +657,9 @@ class WatchableServer:
     # ---------------------------------------------------------------- running
 
     async def run(self, transport: Transport = Transport()) -> None:
-        """Serve until stdin closes (stdio), or SIGTERM/SIGINT; then stop the sources."""
+        """Serve until stdin closes (stdio), SIGTERM/SIGINT, or :meth:`fail`; then stop the sources."""
         async with trio.open_nursery() as nursery:
+            self._nursery = nursery
             nursery.start_soon(self._watch_signals, nursery.cancel_scope)
             for source in self._sources:
                 nursery.start_soon(self._run_source, source)
@@ -571,9 +687,8 @@ class WatchableServer:
         return low.create_initialization_options(experimental_capabilities=self.experimental)
 
     async def _serve_stdio(self) -> None:
-        low = self.mcp._lowlevel_server
-        async with stdio_server() as (read_stream, write_stream):
-            await low.run(read_stream, write_stream, self._init_options())
+        self._stdio = StdioTransport()
+        await self._stdio.serve(self.mcp._lowlevel_server, self._init_options())
 
     async def _serve_http(self, transport: Transport) -> None:
         from hypercorn.config import Config
@@ -589,13 +704,19 @@ class WatchableServer:
                 return original(*args, **kwargs)
 
             low.create_initialization_options = with_experimental  # type: ignore[method-assign]
-        app = self.mcp.streamable_http_app(host=transport.host)
+        # Our guard checks Host, Origin and the token for every bind address;
+        # the SDK's own check (only for three literal hosts) is switched off.
+        app = self.mcp.streamable_http_app(
+            host=transport.host,
+            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        )
+        guarded = HostOriginGuard(app, transport.policy())
         config = Config()
         host = f"[{transport.host}]" if ":" in transport.host else transport.host
         config.bind = [f"{host}:{transport.port}"]
         config.accesslog = None
         async with trio.open_nursery() as nursery:
-            binds = await nursery.start(partial(serve, app, config, mode="asgi"))  # type: ignore[arg-type]
+            binds = await nursery.start(partial(serve, guarded, config, mode="asgi"))  # type: ignore[arg-type]
             # Printed once the socket is bound, so a launcher can wait for this line.
             for bind in binds:
                 print(
@@ -639,7 +760,21 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--http", metavar="HOST:PORT", help="serve Streamable HTTP instead of stdio")
     parser.add_argument(
-        "--allow-remote", action="store_true", help="allow --http on a non-loopback address (no auth!)"
+        "--allow-remote",
+        action="store_true",
+        help=f"allow --http on a non-loopback address (needs a bearer token: --token-file or ${TOKEN_ENV})",
+    )
+    parser.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a host name clients use to reach --http (checked against Host/Origin); repeatable",
+    )
+    parser.add_argument(
+        "--token-file",
+        metavar="PATH",
+        help=f"file whose first line is the bearer token HTTP clients must send (or set ${TOKEN_ENV})",
     )
     module.add_arguments(parser)
     try:
@@ -647,7 +782,16 @@ def main(argv: list[str]) -> int:
     except SystemExit as exc:  # argparse already printed the message
         return int(exc.code) if isinstance(exc.code, int) else int(ExitCode.CONFIG)
     try:
-        transport = parse_http(args.http, allow_remote=args.allow_remote) if args.http else Transport()
+        transport = (
+            parse_http(
+                args.http,
+                allow_remote=args.allow_remote,
+                allow_hosts=args.allow_host,
+                token=read_token(args.token_file, os.environ),
+            )
+            if args.http
+            else Transport()
+        )
         server: WatchableServer = module.build(args)
     except ConfigError as exc:
         print(f"agentd serve {name}: {exc}", file=sys.stderr)
@@ -660,6 +804,9 @@ def main(argv: list[str]) -> int:
         trio.run(server.run, transport)
     finally:
         server.close()
+    if server.failure is not None:
+        print(f"agentd serve {name}: {server.failure}", file=sys.stderr)
+        return int(server.failure.exit_code)
     return int(ExitCode.OK)
 
 

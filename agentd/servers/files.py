@@ -72,6 +72,7 @@ from agentd.servers._inotify import (
     RecursiveWatcher,
     TreeEvent,
 )
+from agentd.servers._safefs import UnsafePath, open_regular
 
 __all__ = [
     "COALESCE_MAX_S",
@@ -277,27 +278,33 @@ def dirty_paths(batch: Iterable[TreeEvent], snapshot: TreeSnapshot) -> tuple[set
 def file_body(root: str, path: str, *, max_text_bytes: int) -> dict[str, Any]:
     """The ``file:///`` body for a regular file.
 
+    The file is opened without following a final symlink and without
+    blocking, and must be a regular file (checked on the open descriptor): a
+    FIFO, device or socket is refused at once, never read.
+
     Raises:
         FileNotFoundError: it does not exist.
         IsADirectoryError: it is a directory.
+        UnsafePath: it is a FIFO, device, socket (or a symlink swapped in).
         PermissionError: it is not readable.
     """
-    st = os.stat(path)
-    if stat.S_ISDIR(st.st_mode):
+    if os.path.isdir(path):
         raise IsADirectoryError(errno.EISDIR, "is a directory", path)
     rel = relative(root, path)
-    if st.st_size <= max_text_bytes:
-        with open(path, "rb") as f:
+    fd = open_regular(path, os.O_RDONLY)
+    with os.fdopen(fd, "rb") as f:
+        if os.fstat(fd).st_size <= max_text_bytes:
             data = f.read(max_text_bytes + 1)
-        if len(data) <= max_text_bytes and b"\0" not in data:
-            try:
-                return {"path": rel, "size": len(data), "text": data.decode("utf-8")}
-            except UnicodeDecodeError:
-                pass
-        return {"path": rel, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-    digest = hashlib.sha256()
-    size = 0
-    with open(path, "rb") as f:
+            if len(data) <= max_text_bytes and b"\0" not in data:
+                try:
+                    return {"path": rel, "size": len(data), "text": data.decode("utf-8")}
+                except UnicodeDecodeError:
+                    pass
+            if len(data) <= max_text_bytes:
+                return {"path": rel, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+            digest, size = hashlib.sha256(data), len(data)
+        else:
+            digest, size = hashlib.sha256(), 0
         while chunk := f.read(_HASH_CHUNK):
             digest.update(chunk)
             size += len(chunk)
@@ -744,6 +751,10 @@ def build(args: argparse.Namespace) -> WatchableServer:
             ) from exc
         except IsADirectoryError as exc:
             raise ResourceError(f"{path!r} is a directory; watch it with file-events://{path}") from exc
+        except UnsafePath as exc:
+            raise ResourceError(
+                f"{path!r} is not a regular file (a FIFO, device or socket); only regular files are served"
+            ) from exc
         except PermissionError as exc:
             raise ResourceError(f"{path!r} is not readable by the server: {exc.strerror}") from exc
         return orjson.dumps(body).decode()

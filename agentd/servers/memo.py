@@ -5,7 +5,10 @@ any JSON value. Tools ``memo_set(key, value)`` and ``memo_delete(key)`` change
 it and notify subscribers; ``memo_get(key)`` reads one note (read-only).
 
 With ``--file PATH`` the notes persist in PATH (a JSON object), written
-atomically (temp file, fsync, rename, directory fsync). Edits other programs
+atomically (temp file, fsync, rename, directory fsync) with PATH's permission
+bits kept (a 0600 file stays 0600). PATH must be a regular file: a symlink,
+FIFO or device there is refused (at start, and on every read and write), so
+the server never writes through a link or blocks on a pipe. Edits other programs
 make to PATH are picked up through inotify on its directory and pushed like
 our own changes; our own writes are recognised by content and not pushed
 twice. A file that is not a JSON object is reported as the resource's read
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
+import stat
 from typing import Any, Final
 
 import orjson
@@ -32,7 +35,6 @@ from agentd.servers._base import (
     ToolError,
     WatchableServer,
     describe,
-    write_atomic,
 )
 from agentd.servers._inotify import (
     IN_CLOSE_WRITE,
@@ -42,6 +44,7 @@ from agentd.servers._inotify import (
     Inotify,
     InotifyError,
 )
+from agentd.servers._safefs import UnsafePath, copy_regular, describe_kind, read_regular, write_atomic
 
 SUMMARY: Final = "a JSON key/value notebook (memo://notes), optionally persisted to a file"
 
@@ -72,8 +75,7 @@ class MemoStore:
         assert self.path is not None
         before = (self.notes, self.error)
         try:
-            with open(self.path, "rb") as f:
-                raw = f.read()
+            raw = read_regular(self.path)
         except FileNotFoundError:
             self.notes, self.error = {}, None
             return before != (self.notes, self.error)
@@ -108,8 +110,8 @@ class MemoStore:
     def commit(self, notes: dict[str, Any]) -> None:
         """Make ``notes`` current, persisting first; on a write error nothing changes."""
         if self.path is not None:
-            if self.error is not None and os.path.exists(self.path):
-                shutil.copyfile(self.path, self.path + ".corrupt")
+            if self.error is not None and os.path.lexists(self.path):
+                copy_regular(self.path, self.path + ".corrupt")
             write_atomic(self.path, orjson.dumps(notes, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
         self.notes, self.error = notes, None
 
@@ -126,8 +128,17 @@ def build(args: argparse.Namespace) -> WatchableServer:
         directory = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(directory):
             raise ConfigError("--file", path, f"its directory {directory!r} does not exist; create it first")
-        if os.path.isdir(path):
-            raise ConfigError("--file", path, "it is a directory; give a file path such as notes.json")
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            mode = None
+        if mode is not None and not stat.S_ISREG(mode):
+            raise ConfigError(
+                "--file",
+                path,
+                f"it is {describe_kind(mode)}; give the path of a regular file such as notes.json "
+                "(the server never writes through a link or reads a pipe)",
+            )
     store = MemoStore(path)
     server = WatchableServer(
         "memo",
@@ -153,6 +164,8 @@ def build(args: argparse.Namespace) -> WatchableServer:
     async def apply(notes: dict[str, Any]) -> None:
         try:
             store.commit(notes)
+        except UnsafePath as exc:
+            raise ToolError(f"could not write the memo file: {exc.strerror}") from exc
         except OSError as exc:
             raise ToolError(
                 f"could not write the memo file {store.path!r}: {exc.strerror}; "

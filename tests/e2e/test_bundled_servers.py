@@ -156,8 +156,13 @@ async def test_inbox_an_appended_line_wakes_an_agent_that_reads_acks_and_respond
         tmp_path,
         [
             {"tool_calls": [{"name": "read_resource", "arguments": {"uri": "inbox://ops"}}]},
+            # the reply quotes what the agent read, so the test can see it
+            {
+                "tool_calls": [
+                    {"name": "inbox__respond", "arguments": {"id": "m-1", "text": "{last_tool_result}"}}
+                ]
+            },
             {"tool_calls": [{"name": "inbox__ack", "arguments": {"id": "m-1"}}]},
-            {"tool_calls": [{"name": "inbox__respond", "arguments": {"id": "m-1", "text": "on it"}}]},
             {"tool_calls": [{"name": "read_resource", "arguments": {"uri": "inbox://ops"}}]},
             {"text": "inbox: {last_tool_result}"},
         ],
@@ -183,25 +188,28 @@ async def test_inbox_an_appended_line_wakes_an_agent_that_reads_acks_and_respond
         await a.wait_event("turn.end", lambda e: e["agent"] == spawn["agent"])
         tree.snapshot()
         await drain(a, tree, server="inbox")
-    (message,) = json.loads(a.out.split("inbox: ", 1)[1])["events"]
-    assert (message["type"], message["id"], message["from"], message["text"]) == (
-        "MESSAGE", "m-1", "alice", "build is red",
-    )  # fmt: skip
+    # After the ack the message left the log: nothing is pending.
+    assert json.loads(a.out.split("inbox: ", 1)[1]) == {"events": [], "pending": 0}
     calls = [(c["server"], c["tool"], c["error"]) for c in a.find("tool.call")]
     assert calls == [
         ("agentd", "read_resource", None),
-        ("inbox", "ack", None),
         ("inbox", "respond", None),
+        ("inbox", "ack", None),
         ("agentd", "read_resource", None),
     ]
-    # The reply landed in the sender's inbox; the ack and the reply are in the inbox state.
+    # The reply landed in the sender's inbox, quoting the message as the agent read it.
     (reply,) = [json.loads(x) for x in (box / "alice.inbox").read_text().splitlines()]
-    assert (reply["from"], reply["in_reply_to"], reply["text"]) == ("ops", "m-1", "on it")
-    state = json.loads((box / ".ops.state").read_text())
-    assert set(state["acked"]) == {"m-1"}
-    assert state["responded"] == {"m-1": reply["id"]}
-    assert json.loads((box / ".ops.hwm").read_text())["last_id"] == "m-1"
-    assert not (box / ".ops.watcher-active").exists()  # the server stopped cleanly (sentinel removed)
+    assert (reply["from"], reply["in_reply_to"]) == ("ops", "m-1")
+    (message,) = json.loads(reply["text"])["events"]
+    assert (message["type"], message["id"], message["from"], message["text"]) == (
+        "MESSAGE", "m-1", "alice", "build is red",
+    )  # fmt: skip
+    cursor = json.loads((box / ".~ops.cursor").read_text())
+    assert set(cursor["ledger"]["acked"]) == {"m-1"}
+    assert cursor["ledger"]["responded"] == {"m-1": reply["id"]}
+    # The acknowledged message is behind the persisted position: a restart will not offer it again.
+    assert cursor["offset"] == (box / "ops.inbox").stat().st_size
+    assert not (box / ".~ops.watcher-active").exists()  # the server stopped cleanly (sentinel removed)
 
 
 # --------------------------------------------------------------------------- kube

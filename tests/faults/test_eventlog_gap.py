@@ -1,10 +1,11 @@
 """Catalog case 12, watch half: an event-log watch reports ``GAP`` instead of losing events silently.
 
-The bundled inbox server keeps a ring of 256 events. A burst of 600 messages
-written in one go is drained as one batch, so by the time the watch re-reads,
-the oldest event in the ring is far beyond the last ``seq`` it saw: the watch
-must say so with a ``GAP`` line (how many were missed) and still deliver what
-the ring holds. The same extraction runs whatever made the watch miss events
+The bundled inbox server shows the newest 256 pending messages. A burst of 600
+messages written in one go is drained as one batch, so by the time the watch
+re-reads, the oldest event shown is far beyond the last ``seq`` it saw: the
+watch must say so with a ``GAP`` line (how many were missed) and still deliver
+what is shown. (The hidden messages stay pending in the inbox until
+acknowledged; the watch does not acknowledge.) The same extraction runs whatever made the watch miss events
 (a listen stream the SDK ended on a full backlog, a reconnect, a slow reader).
 """
 
@@ -28,7 +29,7 @@ FAST_WATCHES = {"AGENTD_WATCHES__DEBOUNCE": "0.2", "AGENTD_WATCHES__MAX_WAIT": "
 async def test_12_event_log_watch_reports_gap_when_the_ring_moved_on(
     tmp_path: Path, allow_files: Any
 ) -> None:
-    allow_files("inbox/ops.inbox", "inbox/.ops.*")
+    allow_files("inbox/ops.inbox", "inbox/.~ops.*")
     box = tmp_path / "inbox"
     box.mkdir()
     (box / "ops.inbox").write_text("")

@@ -17,6 +17,8 @@ import trio
 from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
+from tests.support.rawmcp import raw_server
+
 REPO = str(Path(__file__).resolve().parents[2])
 #: A push must reach the client well within this; measured p50 is ~1 ms.
 PUSH_TIMEOUT = 10.0
@@ -126,7 +128,7 @@ async def test_burst_is_one_batch_urgent_first(era: str, tmp_path: Path) -> None
         await pushes.until(URI)
         got = await messages(client)
         assert [m["id"] for m in got] == ["m2", "m4", "m1", "m3"]
-        assert [m["seq"] for m in got] == [1, 2, 3, 4]
+        assert [m["seq"] for m in got] == [2, 4, 1, 3]  # seq is the file order; urgent ones are listed first
         assert got[3]["thread"] == "t9"
         assert got[0]["from"] == "alice"
         assert got[0]["text"] == "hi 2"
@@ -170,18 +172,22 @@ async def test_invalid_line_blocks_warns_after_three_attempts_and_is_never_skipp
         assert [m["id"] for m in await messages(client)] == ["m0", "m1"]
 
 
-async def test_restart_delivers_exactly_what_was_appended_while_down(tmp_path: Path) -> None:
+async def test_restart_offers_what_was_not_acknowledged_and_what_arrived_while_down(tmp_path: Path) -> None:
     async with connect("modern", tmp_path) as (client, pushes):
         append(tmp_path, msg(1), msg(2))
         await pushes.until(URI)
-        assert [m["id"] for m in await messages(client)] == ["m1", "m2"]
-    assert not (tmp_path / f".{AGENT}.watcher-active").exists(), "sentinel removed on a clean stop"
+        assert [(m["id"], m["seq"]) for m in await messages(client)] == [("m1", 1), ("m2", 2)]
+        assert (await client.call_tool("ack", {"id": "m1"})).structured_content["acked"] == [1]
+    assert not (tmp_path / f".~{AGENT}.watcher-active").exists(), "sentinel removed on a clean stop"
     append(tmp_path, msg(3), msg(4, urgent=True))
     async with connect("legacy", tmp_path) as (client, _):
-        assert [m["id"] for m in await messages(client)] == ["m4", "m3"]
-    # And once more with nothing new: nothing is re-delivered.
+        # m2 was read but never acknowledged: it is still there, with the same seq.
+        assert [(m["id"], m["seq"]) for m in await messages(client)] == [("m4", 4), ("m2", 2), ("m3", 3)]
+        assert not (await client.call_tool("ack", {"seqs": [2, 3, 4]})).is_error
+    # Once everything is acknowledged, nothing comes back.
     async with connect("modern", tmp_path) as (client, _):
         assert await messages(client) == []
+        assert (await read_json(client, STATUS))["pending"] == 0
 
 
 async def test_reply_tools_and_status(tmp_path: Path) -> None:
@@ -201,14 +207,20 @@ async def test_reply_tools_and_status(tmp_path: Path) -> None:
         assert list(status["acked"]) == ["m1"]
         assert status["handled"]["m1"]["note"] == "fixed"
         assert status["responded"]["m1"] == reply["id"]
-        assert status["hwm"]["last_id"] == "m1"
+        assert (status["cursor"], status["pending"]) == (
+            {"offset": tmp_path.joinpath("bob.inbox").stat().st_size, "seq": 2},
+            0,
+        )
         # Bad input: unknown id, missing argument, unknown URI; the server keeps answering.
         unknown = await client.call_tool("ack", {"id": "nope"})
         assert unknown.is_error
         assert (
-            "unknown message id 'nope': use an id from inbox:// events; recent ids: 'm1'"
-            in unknown.content[0].text
-        )  # type: ignore[union-attr]
+            "unknown message id 'nope': use an id from inbox://bob events; pending ids include (none pending)"
+            in unknown.content[0].text  # type: ignore[union-attr]
+        )
+        never = await client.call_tool("ack", {"seqs": [99]})
+        assert never.is_error
+        assert "seq 99 is not an event of inbox://bob (the newest is 1)" in never.content[0].text  # type: ignore[union-attr]
         assert (await client.call_tool("respond", {"id": "m1"})).is_error
         with pytest.raises(
             MCPError, match=r"unknown resource 'inbox://alice': this server serves inbox://bob"
@@ -246,7 +258,7 @@ async def test_stale_sentinel_is_taken_over(staleness: str, tmp_path: Path) -> N
         pid, start = 2**22 + 17, 0.0  # above the kernel's largest pid_max: never a live process
     else:
         pid, start = os.getpid(), psutil.Process().create_time() - 1000.0
-    sentinel = tmp_path / f".{AGENT}.watcher-active"
+    sentinel = tmp_path / f".~{AGENT}.watcher-active"
     sentinel.write_text(json.dumps({"pid": pid, "start_time": start, "host": None}))
     async with connect("legacy", tmp_path) as (client, _):
         await read_json(client, STATUS)
@@ -256,67 +268,24 @@ async def test_stale_sentinel_is_taken_over(staleness: str, tmp_path: Path) -> N
     assert not sentinel.exists()
 
 
-async def test_channel_notification_only_for_clients_that_declare_it(tmp_path: Path) -> None:
-    """A raw handshake-era JSON-RPC client declaring experimental claude/channel."""
-    proc = await trio.lowlevel.open_process(
-        [sys.executable, *argv(tmp_path)], cwd=REPO, env=env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE
-    )
-    assert proc.stdin is not None
-    assert proc.stdout is not None
-    buf = b""
-
-    async def send(obj: dict[str, Any]) -> None:
-        assert proc.stdin is not None
-        await proc.stdin.send_all(json.dumps(obj).encode() + b"\n")
-
-    async def receive() -> dict[str, Any]:
-        nonlocal buf
-        assert proc.stdout is not None
-        while b"\n" not in buf:
-            chunk = await proc.stdout.receive_some()
-            assert chunk, "server closed stdout"
-            buf += chunk
-        line, buf = buf.split(b"\n", 1)
-        return json.loads(line)
-
-    try:
-        with trio.fail_after(PUSH_TIMEOUT * 2):
-            await send(
-                {
-                    "jsonrpc": "2.0",
-                    "id": 1,
-                    "method": "initialize",
-                    "params": {
-                        "protocolVersion": "2025-11-25",
-                        "capabilities": {"experimental": {"claude/channel": {}}},
-                        "clientInfo": {"name": "raw", "version": "0"},
-                    },
-                }
-            )
-            init = await receive()
-            assert init["result"]["capabilities"]["experimental"] == {"claude/channel": {}}
-            assert init["result"]["capabilities"]["resources"]["subscribe"] is True
-            await send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-            await send({"jsonrpc": "2.0", "id": 2, "method": "resources/read", "params": {"uri": STATUS}})
-            assert (await receive())["id"] == 2
-            append(tmp_path, msg(1, urgent=True))
-            note = await receive()
-            while note.get("method") != "notifications/claude/channel":
-                note = await receive()
-            assert note["params"]["content"] == "hi 1"
-            assert note["params"]["meta"]["id"] == "m1"
-            assert note["params"]["meta"]["from"] == "alice"
-            assert note["params"]["meta"]["urgent"] == "true"
-    finally:
-        await proc.stdin.aclose()
-        with trio.move_on_after(5):
-            await proc.wait()
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+async def test_channel_reaches_a_client_that_declares_what_claude_code_declares(tmp_path: Path) -> None:
+    """Claude Code declares only roots: the default --channel auto must still reach it."""
+    async with raw_server([sys.executable, *argv(tmp_path)]) as client:
+        init = await client.initialize()  # capabilities {"roots": {"listChanged": true}}
+        assert init["capabilities"]["experimental"] == {"claude/channel": {}}
+        assert init["capabilities"]["resources"]["subscribe"] is True
+        await client.read_json(STATUS)
+        append(tmp_path, msg(1, urgent=True))
+        note = await client.next_notification("notifications/claude/channel")
+        assert note.params["content"] == "hi 1"
+        assert note.params["meta"]["id"] == "m1"
+        assert note.params["meta"]["seq"] == "1"
+        assert note.params["meta"]["from"] == "alice"
+        assert note.params["meta"]["urgent"] == "true"
+        assert note.params["meta"]["inbox"] == AGENT
 
 
-async def test_no_channel_notification_without_the_capability(tmp_path: Path) -> None:
+async def test_no_channel_notification_for_a_client_that_reads_the_log(tmp_path: Path) -> None:
     seen: list[str] = []
     updated = trio.Event()
 

@@ -62,10 +62,18 @@ def test_descriptions_end_with_the_example_line() -> None:
 def test_parse_http() -> None:
     assert parse_http("127.0.0.1:8080", allow_remote=False).port == 8080
     assert parse_http("[::1]:9", allow_remote=False).host == "::1"
-    assert parse_http("0.0.0.0:9", allow_remote=True).host == "0.0.0.0"
-    with pytest.raises(
-        ConfigError, match=r"--http: '10\.0\.0\.1:80' is not valid: this server has no authentication"
-    ):
+    token = "t" * 32
+    remote = parse_http("0.0.0.0:9", allow_remote=True, allow_hosts=["box.example"], token=token)
+    assert (remote.host, remote.token, remote.allow_hosts) == ("0.0.0.0", token, ("box.example",))
+    assert parse_http("10.0.0.1:80", allow_remote=True, token=token).policy().allowed_hosts == {"10.0.0.1"}
+    with pytest.raises(ConfigError, match=r"--http: '10\.0\.0\.1:80' is not valid: bind a loopback address"):
         parse_http("10.0.0.1:80", allow_remote=False)
+    with pytest.raises(
+        ConfigError,
+        match=r"--allow-remote: '10\.0\.0\.1:80' is not valid: a non-loopback bind needs a bearer token",
+    ):
+        parse_http("10.0.0.1:80", allow_remote=True)
+    with pytest.raises(ConfigError, match=r"a wildcard bind answers on every interface: name the host"):
+        parse_http("0.0.0.0:9", allow_remote=True, token=token)
     with pytest.raises(ConfigError, match=r"give HOST:PORT with a port in 0-65535"):
         parse_http("localhost", allow_remote=False)
