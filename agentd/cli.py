@@ -27,7 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from agentd import __version__
-from agentd.config import ConfigErrors, Settings, effective_config, load_settings, server_secrets
+from agentd.config import (
+    ConfigErrors,
+    Settings,
+    effective_config,
+    load_settings,
+    missing_server_commands,
+    server_secrets,
+)
 from agentd.errors import ConfigError
 from agentd.exitcodes import ExitCode
 from agentd.output import claim_standard_fds
@@ -131,8 +138,11 @@ def build_parser(prog: str = "agentd") -> argparse.ArgumentParser:
     g.add_argument(
         "--route",
         action="append",
-        metavar="'MATCH=spawn[:N]|continue[:SESSION]'",
-        help="route matching URIs (repeatable; MATCH @timer takes clock fires)",
+        metavar="'MATCH=spawn[:N]|continue[:SESSION][,KEY=VALUE...]'",
+        help=(
+            "route matching URIs (repeatable; MATCH @timer takes clock fires); KEY: debounce, max_wait, "
+            "overflow, queue_cap, name, reread_on_start, extract, template"
+        ),
     )
     g.add_argument("--watch-state", metavar="PATH", help="persist watch specs in this file")
     g.add_argument("--max-read-bytes", metavar="SIZE", help="cap on one resource read (default 8MiB)")
@@ -244,9 +254,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(ExitCode.CONFIG)
     register_secrets(server_secrets(settings))
     if command == "check":
-        shown = effective_config(settings, os.environ, show_secrets=bool(getattr(ns, "show_secrets", False)))
-        # Which agentd validated it (not a setting: bug reports paste this output).
-        shown["agentd_version"] = __version__
-        print(json.dumps(shown, sort_keys=True, indent=2))
-        return int(ExitCode.OK)
+        return _check(settings, show_secrets=bool(getattr(ns, "show_secrets", False)))
     return _run(settings, closed_fds)
+
+
+def _check(settings: Settings, *, show_secrets: bool) -> int:
+    """``agentd check``: what a run would refuse, then the effective config (redacted unless asked)."""
+    problems: list[ConfigError] = []
+    try:
+        from agentd.supervisor.app import reconnect_backoff
+
+        reconnect_backoff(os.environ)
+    except ConfigError as exc:
+        problems.append(exc)
+    for spec, problem in missing_server_commands(settings, os.environ):
+        if spec.required:
+            problems.append(problem)
+        else:
+            print(f"agentd: warning: {problem}", file=sys.stderr)
+    if problems:
+        for problem in problems:
+            _print_config_error(problem)
+        return int(ExitCode.CONFIG)
+    shown = effective_config(settings, os.environ, show_secrets=show_secrets)
+    # Which agentd validated it (not a setting: bug reports paste this output).
+    shown["agentd_version"] = __version__
+    print(json.dumps(shown, sort_keys=True, indent=2))
+    return int(ExitCode.OK)

@@ -31,6 +31,8 @@ import json
 import os
 import re
 import shlex
+import shutil
+import sys
 import tomllib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -81,6 +83,7 @@ __all__ = [
     "WatchesConfig",
     "effective_config",
     "load_settings",
+    "missing_server_commands",
     "parse_mcp_servers_json",
     "parse_route_spec",
     "parse_subscription",
@@ -129,7 +132,10 @@ DEFAULT_MAX_INFLIGHT = 4
 DEFAULT_ROUTE_DEBOUNCE = 0.25
 MODEL_PREFIXES = ("openai", "anthropic", "script")
 MODEL_FORMS = "openai:MODEL (e.g. openai:gpt-4o-mini), anthropic:MODEL (e.g. anthropic:claude-sonnet-4-5) or script:FILE"
-ROUTE_FORMS = "MATCH=spawn[:MAX_INFLIGHT] or MATCH=continue[:SESSION] (e.g. 'file:///inbox/*=spawn:2'); MATCH @timer binds the timer"
+ROUTE_FORMS = (
+    "MATCH=spawn[:MAX_INFLIGHT] or MATCH=continue[:SESSION], then optional ,KEY=VALUE settings "
+    "(e.g. 'file:///inbox/*=spawn:2,debounce=50ms,overflow=block'); MATCH @timer binds the timer"
+)
 
 _FLAG_NAMES: dict[str, str] = {
     "subscriptions": "--subscribe",
@@ -333,6 +339,19 @@ class ServerSpec(_Frozen):
         """``"stdio"`` for a command, ``"http"`` for a URL."""
         return "stdio" if self.command is not None else "http"
 
+    @model_validator(mode="before")
+    @classmethod
+    def _agentd_itself(cls, data: Any) -> Any:
+        # `agentd serve NAME` as a server command means this installation's
+        # agentd, wherever it is installed (a venv's bin/ need not be on PATH).
+        if (
+            isinstance(data, dict)
+            and data.get("command") == "agentd"
+            and isinstance(data.get("args", []), list)
+        ):
+            data = {**data, "command": sys.executable, "args": ["-m", "agentd", *data.get("args", [])]}
+        return data
+
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
@@ -383,7 +402,18 @@ class SubscriptionSpec(_Frozen):
     def _uri(cls, v: str) -> str:
         if not v.strip() or any(c.isspace() for c in v):
             raise ValueError("a resource URI is non-empty and has no spaces, e.g. file:///var/inbox.jsonl")
+        _check_glob(v)
         return v
+
+
+def _check_glob(pattern: str) -> None:
+    """Raise ValueError (the fix) if ``pattern`` does not compile as a route/subscription glob."""
+    from agentd.triggers.glob import compile_glob
+
+    try:
+        compile_glob(pattern)
+    except ValueError as exc:
+        raise ValueError(str(exc).removeprefix("route match: ")) from None
 
 
 class RouteConfig(_Frozen):
@@ -415,6 +445,37 @@ class RouteConfig(_Frozen):
     """Run the watch stage on this route (None: plain routing)."""
     on_event: str | None = None
     """Python source of a watch filter; implies ``extract = "auto"`` when extract is unset."""
+    reread_on_start: bool = True
+    """Deliver one "possibly changed" per owned URI once subscribed at start-up (rfcs/0130)."""
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        if not _SESSION_NAME_RE.fullmatch(v):
+            raise ValueError(
+                "a route name is 1-64 letters, digits, '.', '_' or '-' (it is the route's id in telemetry)"
+            )
+        if re.fullmatch(r"r[0-9]+", v):
+            raise ValueError("names r0, r1, ... are the ids of unnamed routes; pick another name")
+        return v
+
+    @field_validator("match")
+    @classmethod
+    def _match(cls, v: str | None) -> str | None:
+        if v is not None and v.strip():
+            _check_glob(v)
+        return v
+
+    @field_validator("template")
+    @classmethod
+    def _template(cls, v: str | None) -> str | None:
+        if v is not None:
+            from agentd.triggers.router import validate_template
+
+            validate_template(v)  # ValueError names the placeholder and the fix
+        return v
 
     @field_validator("debounce", mode="before")
     @classmethod
@@ -494,6 +555,15 @@ class RouteConfig(_Frozen):
                     ("session",),
                     self.session,
                     "session applies to continue routes; remove it or use continue",
+                )
+            )
+        if self.disposition == "continue" and self.template is not None:
+            problems.append(
+                _Problem(
+                    ("template",),
+                    self.template,
+                    "template applies to spawn routes; a continue route delivers the queued set into its "
+                    'session as it is: remove template, or use disposition = "spawn"',
                 )
             )
         if self.max_wait is not None and self.max_wait < self.debounce:
@@ -868,6 +938,32 @@ class Settings(BaseSettings):
                 fix = f"--mode {mode} needs an instruction: pass it as the argument, --instruction TEXT or --instruction @FILE"
             add(_Problem(("instruction",), self.instruction, fix))
 
+        if self.session == "warm" and mode in ("once", "reactive"):
+            add(
+                _Problem(
+                    ("session",),
+                    self.session,
+                    "a once run has one root and no sessions: remove it"
+                    if mode == "once"
+                    else "reactive sessions are set per route: deliver into a warm session with a continue "
+                    "route (--route 'MATCH=continue:NAME'), and remove session",
+                )
+            )
+        seen_ids: dict[str, int] = {}
+        for i, r in enumerate(self.routes):
+            rid = r.name if r.name is not None else f"r{i}"
+            if rid in seen_ids:
+                add(
+                    _Problem(
+                        ("routes", i, "name"),
+                        rid,
+                        f"route id {rid!r} is already used by routes[{seen_ids[rid]}] (unnamed routes are "
+                        "r0, r1, ... in order); give each route a unique name",
+                    )
+                )
+            else:
+                seen_ids[rid] = i
+
         if mode == "once":
             if self.interval is not None:
                 add(_Problem(("interval",), self.interval, _once_timer_fix("--interval")))
@@ -963,32 +1059,36 @@ class Settings(BaseSettings):
 
 
 def _once_timer_fix(flag: str) -> str:
-    return (
-        f"{flag} does not apply to --mode once; use --mode loop/schedule/reactive, "
-        "or run --mode once from a Kubernetes CronJob"
+    modes = (
+        "--mode schedule (a fresh root per fire) or --mode reactive with an '@timer' route"
+        if flag == "--cron"
+        else "--mode loop, --mode schedule, or --mode reactive with an '@timer' route"
     )
+    return f"{flag} does not apply to --mode once; use {modes}, or run --mode once from a Kubernetes CronJob"
 
 
 # --------------------------------------------------------------------------- parsing helpers
 
 
-def parse_route_spec(text: str) -> dict[str, Any]:
-    """Parse a ``--route`` value into :class:`RouteConfig` fields.
+#: Route settings ``--route`` takes after the disposition (``,KEY=VALUE``); the
+#: others (``on_event``: Python source) need a TOML ``[[routes]]`` table.
+ROUTE_FLAG_KEYS = (
+    "name",
+    "debounce",
+    "max_wait",
+    "queue_cap",
+    "overflow",
+    "reread_on_start",
+    "extract",
+    "template",
+)
 
-    Forms: ``MATCH=spawn``, ``MATCH=spawn:MAX_INFLIGHT``, ``MATCH=continue``,
-    ``MATCH=continue:SESSION``. MATCH may itself contain ``=`` (the last one
-    separates the disposition). ``@timer`` as MATCH declares the timer route.
+_OPTION_RE = re.compile(r"^\s*([a-z_]+)\s*=(.*)$", re.DOTALL)
 
-    Raises:
-        ConfigError: setting ``--route``, the text, and the accepted forms.
-    """
-    if not isinstance(text, str) or "=" not in text:
-        raise ConfigError("--route", text, f"write {ROUTE_FORMS}")
-    match, _, disposition = text.rpartition("=")
-    match = match.strip()
+
+def _disposition(text: str, match: str, disposition: str) -> dict[str, Any]:
+    """``spawn[:N]`` / ``continue[:SESSION]`` after MATCH; raises ConfigError naming ``text``."""
     kind, sep, arg = disposition.strip().partition(":")
-    if not match:
-        raise ConfigError("--route", text, f"the MATCH before '=' is empty; write {ROUTE_FORMS}")
     out: dict[str, Any] = {"timer": True} if match == "@timer" else {"match": match}
     if kind == "spawn":
         out["disposition"] = "spawn"
@@ -1010,6 +1110,63 @@ def parse_route_spec(text: str) -> dict[str, Any]:
         raise ConfigError(
             "--route", text, f"unknown disposition {kind!r}: use spawn[:MAX_INFLIGHT] or continue[:SESSION]"
         )
+    return out
+
+
+def _is_disposition(text: str) -> bool:
+    kind = text.strip().partition(":")[0]
+    return kind in ("spawn", "continue")
+
+
+def parse_route_spec(text: str) -> dict[str, Any]:
+    """Parse a ``--route`` value into :class:`RouteConfig` fields.
+
+    Forms: ``MATCH=spawn``, ``MATCH=spawn:MAX_INFLIGHT``, ``MATCH=continue``,
+    ``MATCH=continue:SESSION``, each optionally followed by ``,KEY=VALUE``
+    settings (:data:`ROUTE_FLAG_KEYS`: ``debounce``, ``max_wait``,
+    ``overflow`` …), e.g. ``'memo://*=spawn:2,debounce=50ms,overflow=block'``.
+    MATCH may itself contain ``=`` and ``,`` (a query string): the
+    disposition is the first ``=spawn``/``=continue`` after which only
+    ``KEY=VALUE`` pieces follow. ``@timer`` as MATCH declares the timer route.
+
+    Raises:
+        ConfigError: setting ``--route``, the text, and the accepted forms.
+    """
+    if not isinstance(text, str) or "=" not in text:
+        raise ConfigError("--route", text, f"write {ROUTE_FORMS}")
+    pieces = text.split(",")
+    for k in range(1, len(pieces) + 1):
+        base, rest = ",".join(pieces[:k]), pieces[k:]
+        match, eq, disposition = base.rpartition("=")
+        if not eq or not _is_disposition(disposition):
+            continue
+        if not all(_OPTION_RE.match(p) for p in rest):
+            continue
+        break
+    else:
+        # No recognisable disposition: report it as the old single form would.
+        match, _, disposition = text.rpartition("=")
+        rest = []
+    match = match.strip()
+    if not match:
+        raise ConfigError("--route", text, f"the MATCH before '=' is empty; write {ROUTE_FORMS}")
+    out = _disposition(text, match, disposition)
+    for piece in rest:
+        m = _OPTION_RE.match(piece)
+        assert m is not None
+        key, value = m.group(1), m.group(2).strip()
+        if key not in ROUTE_FLAG_KEYS:
+            close = difflib.get_close_matches(key, ROUTE_FLAG_KEYS, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise ConfigError(
+                "--route",
+                text,
+                f"unknown route setting {key!r}; {hint}--route takes {', '.join(ROUTE_FLAG_KEYS)} "
+                "(other settings need a [[routes]] table in the config file)",
+            )
+        if key in out:
+            raise ConfigError("--route", text, f"{key} is given twice; keep one")
+        out[key] = value
     return out
 
 
@@ -1317,6 +1474,29 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError("--config", str(path), f"not valid TOML: {exc}") from None
 
 
+def _file_relative(data: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """``data`` (a parsed config file) with the relative input paths it names made relative to ``folder``."""
+
+    def anchor(path: str) -> str:
+        expanded = _expand_user(Path(path))
+        return str(expanded if expanded.is_absolute() else folder / expanded)
+
+    out = dict(data)
+    model = out.get("model")
+    if isinstance(model, str) and model.startswith("script:") and model[len("script:") :].strip():
+        out["model"] = "script:" + anchor(model[len("script:") :])
+    for key in ("instruction", "system"):
+        value = out.get(key)
+        if isinstance(value, str) and value.startswith("@") and not value.startswith("@@") and len(value) > 1:
+            out[key] = "@" + anchor(value[1:])
+    mcp = out.get("mcp_config")
+    if isinstance(mcp, str):
+        out["mcp_config"] = anchor(mcp)
+    elif isinstance(mcp, list):
+        out["mcp_config"] = [anchor(v) if isinstance(v, str) else v for v in mcp]
+    return out
+
+
 def _as_path_list(value: object, where: str) -> list[Path]:
     if isinstance(value, str | Path):
         return [Path(value)]
@@ -1496,10 +1676,11 @@ def load_settings(
     if config_file is not None:
         config_file = _expand_user(Path(config_file))
         file_label = str(config_file)
-        # Relative paths in the file (model script:, @FILE, watch_state,
-        # mcp_config) resolve against the working directory, like flags do
-        # (rfcs/0032).
-        file_data = _read_toml(config_file)
+        # Relative paths the file reads (model script:, @FILE, mcp_config)
+        # resolve against the file's folder, so a config and its scripts move
+        # together; watch_state, where agentd writes, stays relative to the
+        # working directory (rfcs/0137).
+        file_data = _file_relative(_read_toml(config_file), config_file.parent)
         if "subscribe" in file_data:
             if "subscriptions" in file_data:
                 problems.append(
@@ -1561,6 +1742,38 @@ def load_settings(
 
 
 # --------------------------------------------------------------------------- check output
+
+
+def missing_server_commands(
+    settings: Settings, env: Mapping[str, str] | None = None
+) -> list[tuple[ServerSpec, ConfigError]]:
+    """Each stdio server whose command cannot be run, with the problem (``agentd check`` reports them).
+
+    A bare command is looked up on ``PATH`` (the server's own ``env.PATH``
+    when it sets one); a path must be an executable file (relative to the
+    server's ``cwd`` when it has one). Nothing is started. ``check`` exits 2
+    for a required server and warns for the others: an optional server that
+    cannot start is only reported as ``failed`` at run time.
+    """
+    env = os.environ if env is None else env
+    out: list[tuple[ServerSpec, ConfigError]] = []
+    for spec in settings.servers.values():
+        command = spec.command
+        if command is None:
+            continue
+        if os.sep in command:
+            path = _expand_user(Path(command))
+            if not path.is_absolute() and spec.cwd:
+                path = Path(spec.cwd) / path
+            found = path.is_file() and os.access(path, os.X_OK)
+            fix = "it is not an executable file; fix the path"
+        else:
+            search = spec.env.get("PATH", env.get("PATH", os.defpath))
+            found = shutil.which(command, path=search) is not None
+            fix = "it is not on PATH; install it, or give its full path"
+        if not found:
+            out.append((spec, ConfigError(f"server {spec.name} ({spec.source}) command", command, fix)))
+    return out
 
 
 def server_secrets(settings: Settings) -> list[str]:

@@ -25,6 +25,7 @@ family                                 type     labels
 ``agentd_outputs_lost_total``          counter  (none)
 ``agentd_server_state``                gauge    ``server``, ``state``: 0/1
 ``agentd_subscription_state``          gauge    ``server``, ``uri``, ``state``: 0/1
+``agentd_subscriptions_unresolved``    gauge    (none): declared patterns matching nothing
 =====================================  =======  ==========================
 
 The two ``*_state`` families are state sets: for every server (subscription)
@@ -93,6 +94,8 @@ class MetricsSnapshot:
     """Current state of every configured upstream server, by name."""
     subscription_state: Mapping[tuple[str, str], SubscriptionState] = field(default_factory=dict)
     """Current state of every subscription, keyed by ``(server, uri)``."""
+    subscriptions_unresolved: int = 0
+    """Declared subscription patterns that resolve to no resource right now (rfcs/0134)."""
 
 
 def escape_label_value(value: str) -> str:
@@ -226,6 +229,12 @@ def render(snap: MetricsSnapshot) -> str:
             "gauge",
             "1 for the current state of each resource subscription, 0 for the others.",
             subscription_states,
+        ),
+        _family(
+            "agentd_subscriptions_unresolved",
+            "gauge",
+            "Declared subscription patterns that resolve to no resource of any server.",
+            [({}, snap.subscriptions_unresolved)],
         ),
     ]
     return "".join(parts)

@@ -61,6 +61,7 @@ name = "idle"
 match = "storm://*"
 disposition = "continue"
 session = "s"
+reread_on_start = false
 """
 
 

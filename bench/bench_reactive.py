@@ -96,6 +96,7 @@ match = "{glob}"
 disposition = "continue"
 session = "s"
 debounce = "{debounce}"
+reread_on_start = false
 {extra}
 """
 

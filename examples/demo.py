@@ -2,7 +2,8 @@
 
 1. starts ``agentd --mode reactive`` with the bundled memo server and the
    script model (no API key, no network);
-2. waits until the subscription to ``memo://notes`` is established;
+2. waits until the subscription to ``memo://notes`` is established and the
+   start-up re-read has woken one agent to read the notes as they are;
 3. edits the notes file the way another program would (write + rename);
 4. waits for the woken agent's answer on agentd's stdout;
 5. sends SIGTERM and waits for the clean drain (exit 0).
@@ -82,19 +83,24 @@ async def main(verbose: bool) -> int:
         nursery.start_soon(pump, proc.stdout, out, False)
         try:
             await wait_for(lambda e: e.get("event") == "subscription.established", "subscription")
-            print("1. subscribed to memo://notes; the daemon is idle (no agent running)")
+            print("1. subscribed to memo://notes")
+            await wait_for(lambda s: s.startswith("The notes now say: {}"), "output")
+            print("2. start-up re-read: one agent read the notes as they are (anything changed while")
+            print("   agentd was down is handled at start); now the daemon is idle")
             tmp = notes.with_suffix(".tmp")
             tmp.write_text(json.dumps({"todo": "ship the release", "owner": "sam"}))
             os.replace(tmp, notes)
-            print("2. another program edited the notes file")
-            spawn = await wait_for(lambda e: e.get("event") == "subagent.spawn", "spawn")
-            print(f"3. the change was routed ({spawn.get('route')}) and woke agent {spawn['agent']}")
-            await wait_for(lambda s: s.startswith("The notes now say"), "output")
-            print("4. the agent read the resource and answered (above)")
+            print("3. another program edited the notes file")
+            spawn = await wait_for(
+                lambda e: e.get("event") == "subagent.spawn" and e.get("agent") != "a1", "spawn"
+            )
+            print(f"4. the change was routed ({spawn.get('route')}) and woke agent {spawn['agent']}")
+            await wait_for(lambda s: "ship the release" in s, "output")
+            print("5. the agent read the resource and answered (above)")
             proc.send_signal(signal.SIGTERM)
             with trio.fail_after(STEP_TIMEOUT):
                 code = await proc.wait()
-            print(f"5. SIGTERM -> drained cleanly, exit code {code}")
+            print(f"6. SIGTERM -> drained cleanly, exit code {code}")
             return code
         finally:
             if proc.returncode is None:

@@ -38,6 +38,7 @@ from agentd.output import DEFAULT_OUTPUT_BUFFER, DEFAULT_TELEMETRY_BUFFER, LineW
 from agentd.selfmcp.protocol import SpawnPayload, ToolSpecFrame
 from agentd.selfmcp.server import serve_child
 from agentd.supervisor.budget import Budget
+from agentd.supervisor.declared import DeclaredSubscriptions
 from agentd.supervisor.events import SignalReceived
 from agentd.supervisor.governor import RestartGovernor
 from agentd.supervisor.hub import SupervisorHub
@@ -261,11 +262,23 @@ async def _main(
         def unsubscribe(server: str, uri: str) -> None:
             nursery.start_soon(_unsubscribe, upstreams[server], uri)
 
+        def pause(server: str, paused: bool) -> None:
+            up = upstreams.get(server)
+            if up is None:
+                return
+            if paused:
+                up.pause_updates()
+                return
+            missed = up.resume_updates()
+            if missed:
+                nursery.start_soon(up.post_possibly_changed, missed)
+
         hooks = Hooks(
             spawn=spawn,
             kill_all=lambda: nursery.start_soon(tree.terminate_all),
             unsubscribe=unsubscribe,
             publish=publish,
+            pause=pause,
             readiness=notifier.readiness,
             draining=notifier.draining,
         )
@@ -311,7 +324,12 @@ async def _main(
             starting.start_soon(_rehearse_server)
             for up in upstreams.values():
                 starting.start_soon(nursery.start, up.run)
-        await _declare_subscriptions(settings, reactor, upstreams, telemetry, nursery)
+        # The first attempts settled: the reactor starts from what the servers are now.
+        reactor.server_states.update({name: up.state for name, up in upstreams.items()})
+        declared = DeclaredSubscriptions(settings.subscriptions, upstreams, reactor, telemetry, nursery)
+        declared.refresh("start")
+        reactor.on_catalog = lambda _event: declared.refresh("catalog")
+        reactor.on_connected = lambda _server: declared.refresh("connected")
         await nursery.start(watches.run)
         try:
             await watches.check_routes()  # a declared on_event the sandbox refuses is a config error
@@ -334,6 +352,13 @@ async def _main(
             nursery.start_soon(notifier.watchdog, reactor_probe(reactor.send))
         code = await reactor.run()
         notifier.stopped(int(code))
+        await reactor.reap()
+        if code is ExitCode.REQUIRED_SERVER and reactor.required_failed_error is not None:
+            telemetry.emit(
+                "supervisor.required_server_failed",
+                server=reactor.required_failed,
+                error=reactor.required_failed_error,
+            )
         if once:
             code = await _print_once(
                 reactor, code, json_out, time.monotonic() - started_wall, telemetry, stdout
@@ -356,6 +381,7 @@ async def _main(
                 "outputs_lost": stdout.dropped,
             },
             router=router.counters(),
+            dropped=reactor.dropped_by_reason(),
             telemetry_dropped=telemetry.dropped,
         )
         nursery.cancel_scope.cancel()
@@ -438,6 +464,8 @@ async def _print_once(
         if reactor.fatal_infra is not None:
             # Why the provider could not be used (HTTP status and its message), as in model.fatal.
             result["error"] = redact(reactor.fatal_infra)
+        elif reactor.required_failed_error is not None:
+            result["error"] = redact(reactor.required_failed_error)
         line = orjson.dumps(result)
     elif (
         text and status is not None and code in (ExitCode.OK, ExitCode.BUDGET_PARTIAL, ExitCode.REFUSED)
@@ -475,93 +503,11 @@ async def _watch_signals(reactor: Reactor) -> None:
             await reactor.send.send(SignalReceived(signum=signum))
 
 
-async def _subscribe(upstream: Any, uri: str, telemetry: Telemetry, seed: Any = None) -> None:
-    """Subscribe; with ``seed`` (the reactor channel), follow up with one synthetic "possibly changed"."""
-    from agentd.errors import AgentdError
-    from agentd.supervisor.events import ResourceChanged
-
-    try:
-        await upstream.subscribe(uri)
-    except AgentdError as exc:
-        telemetry.emit("subscription.failed", server=upstream.spec.name, uri=uri, error=str(exc))
-        return
-    if seed is not None:
-        await seed.send(ResourceChanged(server=upstream.spec.name, uri=uri, kind="synthetic"))
-
-
 async def _unsubscribe(upstream: Any, uri: str) -> None:
     from agentd.errors import AgentdError
 
     with contextlib.suppress(AgentdError):
         await upstream.unsubscribe(uri)
-
-
-async def _declare_subscriptions(
-    settings: Any, reactor: Reactor, upstreams: dict[str, Any], telemetry: Telemetry, nursery: trio.Nursery
-) -> None:
-    """Subscribe to every declared URI (globs expand against the servers' catalogs)."""
-    from agentd.triggers.glob import compile_glob, is_glob
-
-    wanted: list[tuple[str, str]] = []
-    for sub in settings.subscriptions:
-        servers = [sub.server] if sub.server else list(upstreams)
-        for name in servers:
-            up = upstreams.get(name)
-            if up is None:
-                continue
-            g = compile_glob(sub.uri)
-            if not g.exact:
-                wanted += [
-                    (name, str(r.uri)) for r in (getattr(up, "resources", None) or []) if g.match(str(r.uri))
-                ]
-                continue
-            # An exact pattern may escape a literal '?' (a query string, rfcs/0010): subscribe
-            # to the URI itself, never to the escaped spelling.
-            uri = g.literal
-            if sub.server or _lists(up, uri) or len(servers) == 1:
-                wanted.append((name, uri))
-    reactor.declared = set(wanted)
-    _size_queues(reactor)
-    for server, uri in wanted:
-        reactor.subscription_states[(server, uri)] = "pending"
-        nursery.start_soon(_subscribe, upstreams[server], uri, telemetry)
-
-    def on_catalog(event: Any) -> None:
-        for sub in settings.subscriptions:
-            if not is_glob(sub.uri) or (sub.server and sub.server != event.server):
-                continue
-            g = compile_glob(sub.uri)
-            now_uris = {u for u in event.uris if g.match(u)}
-            had = {u for (s, u) in reactor.declared if s == event.server and g.match(u)}
-            for uri in sorted(now_uris - had):
-                reactor.declared.add((event.server, uri))
-                # A URI that appeared may already hold state worth acting on:
-                # seed it with one "possibly changed" once subscribed.
-                nursery.start_soon(_subscribe, upstreams[event.server], uri, telemetry, reactor.send)
-            for uri in sorted(had - now_uris):
-                reactor.declared.discard((event.server, uri))
-                reactor.subscription_states.pop((event.server, uri), None)
-                nursery.start_soon(_unsubscribe, upstreams[event.server], uri)
-        _size_queues(reactor)
-
-    reactor.on_catalog = on_catalog
-
-
-def _size_queues(reactor: Reactor) -> None:
-    """Default queue caps = the number of declared URIs each route owns (a queue holds one entry per URI)."""
-    from collections import Counter
-
-    owned: Counter[str] = Counter()
-    for _server, uri in reactor.declared:
-        route = reactor.router.first_match(uri)
-        if route is not None:
-            owned[route.id] += 1
-    for route_id, count in owned.items():
-        reactor.router.set_watched(route_id, count)
-
-
-def _lists(up: Any, uri: str) -> bool:
-    return any(str(r.uri) == uri for r in (getattr(up, "resources", None) or []))
 
 
 async def _start_health(

@@ -67,12 +67,18 @@ class ServerState(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class ResourceChanged:
-    """A server says ``uri`` changed (or may have: ``kind == "synthetic"``)."""
+    """A server says ``uri`` changed (or may have: ``kind == "synthetic"``).
+
+    ``startup`` marks the one synthetic event that follows a declared
+    subscription's first establishment (rfcs/0130): the owning route may
+    switch it off (``reread_on_start = false``).
+    """
 
     server: str
     uri: str
     kind: ChangeKind = "updated"
     etag: str | None = None
+    startup: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -269,10 +269,15 @@ class SupervisorHub:
                 return text_result(f"subscribe {uri!r} failed: {exc}", is_error=True)
             return text_result(f"subscribed to {uri} on {server}; end your turn, a change wakes this session")
         answer = await self.ask_reactor(
-            agent, "self_tool", {"op": "unsubscribe", "uri": uri}, timeout=REACTOR_REPLY_TIMEOUT
+            agent,
+            "self_tool",
+            {"op": "unsubscribe", "uri": uri, "server": server},
+            timeout=REACTOR_REPLY_TIMEOUT,
         )
         still_watched = server is not None and self.watches is not None and self.watches.needs(server, uri)
-        if server is not None and answer.get("ok") and not still_watched:
+        # A declared subscription (or another route) keeps the upstream
+        # subscription: releasing it would make the daemon deaf to the URI.
+        if server is not None and answer.get("ok") and not still_watched and not answer.get("needed"):
             with contextlib.suppress(AgentdError):
                 await self.upstreams[server].unsubscribe(uri)
         return text_result("unsubscribed" if answer.get("ok") else f"you were not subscribed to {uri!r}")

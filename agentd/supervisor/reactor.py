@@ -52,7 +52,22 @@ from agentd.supervisor.governor import RestartGovernor
 from agentd.supervisor.routes import StagedRoute
 from agentd.telemetry import Telemetry
 from agentd.triggers import mode as modes
-from agentd.triggers.router import ContinueDelivery, QueuedEvent, Router, SpawnDelivery, render_template
+from agentd.triggers.router import (
+    ContinueDelivery,
+    PushOutcome,
+    QueuedEvent,
+    Router,
+    SpawnDelivery,
+    render_template,
+)
+
+#: After the run ended, seconds an agent that was told to exit gets to do so
+#: before the kill ladder: an agent exits within milliseconds of its answer.
+REAP_EXIT_WAIT = 2.0
+
+#: After the kill ladder started, seconds to wait for the remaining exits: the
+#: tree's SIGTERM wait (2 s) plus its SIGKILL wait (2 s) plus slack.
+REAP_KILL_WAIT = 5.0
 
 #: Capacity of the reactor's channel. Producers block when it is full, which
 #: is the backpressure a notification storm needs; the reactor drains it at
@@ -134,6 +149,8 @@ class Hooks:
     """Drop the upstream subscription to (server, uri)."""
     publish: Callable[[Agent, TerminalStatus, str, bool], None]
     """Publish a turn's result on stdout (not called for NO_REPLY turns)."""
+    pause: Callable[[str, bool], None] = lambda server, paused: None
+    """Stop (True) or resume (False) reading ``server``'s update streams (``block`` overflow, rfcs/0131)."""
     readiness: Callable[[bool, str], None] = lambda ready, reason: None
     """The ``/readyz`` answer, at start and on every flip (the service manager hears it, rfcs/0162)."""
     draining: Callable[[], None] = lambda: None
@@ -242,6 +259,8 @@ class Reactor:
         self.forced_exit: ExitCode | None = None
         self.fatal_infra: str | None = None
         self.required_failed: str | None = None
+        self.required_failed_error: str | None = None
+        """Why :attr:`required_failed` ended the run, for the user (exit 6, rfcs/0135)."""
         self.breaker_open = False
         self.root_status: TerminalStatus | None = None
         self.root_text = ""
@@ -254,13 +273,26 @@ class Reactor:
         self._reported_ready: bool | None = None
         self.routed_by_route: Counter[str] = Counter()
         self.coalesced_by_route: Counter[str] = Counter()
-        self.dropped_by_reason: Counter[str] = Counter()
         self.server_restarts: Counter[str] = Counter()
         self.agent_restarts = 0
         self.declared: set[tuple[str, str]] = set()
         """(server, uri) of every declared subscription (globs expanded against the catalogs)."""
+        self.unresolved: dict[str, str] = {}
+        """Declared subscription patterns that resolve to nothing now -> why (rfcs/0134)."""
+        self.unresolved_required: set[str] = set()
+        """The patterns of :attr:`unresolved` that name a required server: readiness fails."""
         self.on_catalog: Callable[[CatalogChanged], None] | None = None
         """Re-expands glob subscriptions when a server's catalog changes (set by the app)."""
+        self.on_connected: Callable[[str], None] | None = None
+        """A server (re)connected: (re)subscribe its declared URIs (set by the app)."""
+        self.started = False
+        """The driver's ``on_start`` ran (once every required server had connected, rfcs/0135)."""
+        self.open = not required
+        """Every required server has connected once: roots, clock fires and deliveries may start."""
+        self.paused: dict[str, set[str]] = {}
+        """Server -> the blocked routes it is paused for (``block`` overflow, rfcs/0131)."""
+        self._blocked: frozenset[str] = frozenset()
+        self._waiting_reported = False
         self.watches: WatchHooks | None = None
         """The watch manager (set by the app)."""
         self.watch_sessions: dict[str, set[str]] = {}
@@ -306,8 +338,14 @@ class Reactor:
                     f"required server {name!r} is {self.server_states.get(name, ServerState.STARTING).value}",
                 )
         bad = [f"{s}:{u}" for (s, u), st in self.subscription_states.items() if st != "established"]
+        # A declared subscription with no state at all was released or never
+        # made: the daemon would be deaf to it, so it is not ready either.
+        bad += [f"{s}:{u}" for (s, u) in self.declared if (s, u) not in self.subscription_states]
         if bad:
             return False, f"subscriptions not established: {', '.join(sorted(bad)[:5])}"
+        if self.unresolved_required:
+            pattern = sorted(self.unresolved_required)[0]
+            return False, f"declared subscription {pattern!r} resolves to nothing: {self.unresolved[pattern]}"
         if self.zygote_problem is not None:
             return (
                 False,
@@ -328,6 +366,13 @@ class Reactor:
             self.telemetry.emit("ready.changed", ready=ready, reason=reason)
             self.hooks.readiness(ready, reason)
 
+    def dropped_by_reason(self) -> dict[str, int]:
+        """Dropped events by the router's reason (``coalesce_cap``, ``drop_oldest``, ...), non-zero only."""
+        prefix = "dropped_events."
+        return {
+            k.removeprefix(prefix): v for k, v in self.router.counters().items() if k.startswith(prefix) and v
+        }
+
     def metrics_snapshot(self) -> Any:
         """A frozen copy of the numbers ``/metrics`` exposes."""
         from agentd.metrics import MetricsSnapshot
@@ -338,7 +383,7 @@ class Reactor:
             routed=dict(self.routed_by_route),
             unrouted=counters.get("unrouted", 0),
             coalesced=dict(self.coalesced_by_route),
-            dropped=dict(self.dropped_by_reason),
+            dropped=self.dropped_by_reason(),
             server_restarts=dict(self.server_restarts),
             agent_restarts=self.agent_restarts,
             tokens_input=counters.get("input_tokens", 0),
@@ -349,6 +394,7 @@ class Reactor:
             draining=self.phase is not Phase.RUNNING,
             server_state=dict(self.server_states),
             subscription_state={k: v for k, v in self.subscription_states.items() if v != "pending"},  # type: ignore[misc]
+            subscriptions_unresolved=len(self.unresolved),
         )
 
     # -- the loop ---------------------------------------------------------------
@@ -374,15 +420,87 @@ class Reactor:
             self._on_time(now)
             self._report_readiness()
 
+    async def reap(self) -> None:
+        """After :meth:`run` returned: every spawned agent gets its ``subagent.exit`` (bounded).
+
+        Agents told to exit get :data:`REAP_EXIT_WAIT` to do so; anything
+        still running (mid-turn when the run ended: deadline, a failed
+        required server, a second signal ...) is killed through the tree's
+        kill ladder and awaited for at most :data:`REAP_KILL_WAIT`. An agent
+        whose exit is not seen even then is reported with ``returncode``
+        None, so ``subagent.spawn`` and ``subagent.exit`` always pair up.
+        """
+        code = self.exit_code
+        self._release_idle()
+        killing = any(a.phase is not AgentPhase.EXITING for a in self.live_agents())
+        if killing:
+            self.hooks.kill_all()
+        deadline = trio.current_time() + (REAP_KILL_WAIT if killing else REAP_EXIT_WAIT)
+        while self.live_agents():
+            event: ReactorEvent | None = None
+            with trio.move_on_at(deadline):
+                event = await self._recv.receive()
+            if event is None:
+                if killing:
+                    break
+                killing = True
+                self.hooks.kill_all()
+                deadline = trio.current_time() + REAP_KILL_WAIT
+            elif isinstance(event, ChildExited):
+                self._reaped(event, code)
+            elif isinstance(event, UsageReported | TurnEnded | ChildMessage):
+                self._refuse_while_stopping(event)
+            elif isinstance(event, HealthProbe):
+                event.reply.set()
+        for agent in self.live_agents():
+            self._reaped(ChildExited(agent=agent.id, pid=-1, returncode=None), code)
+
+    def _reaped(self, ev: ChildExited, code: ExitCode | None) -> None:
+        """An agent's exit after the run ended: telemetry only (no routes, no restarts)."""
+        agent = self.agents.get(ev.agent)
+        if agent is None or agent.phase is AgentPhase.EXITED:
+            return
+        was = agent.phase
+        agent.phase = AgentPhase.EXITED
+        agent.held = None
+        stopped = was in (AgentPhase.STARTING, AgentPhase.TURN) or agent.status is None
+        status: TerminalStatus
+        if stopped:
+            status = "deadline" if code is ExitCode.DEADLINE else "crashed"
+        else:
+            status = agent.status or "completed"
+        self.telemetry.emit(
+            "subagent.exit",
+            agent=agent.id,
+            status=status,
+            returncode=ev.returncode,
+            exit_code=int(code_for_status(status, partial=bool(agent.text.strip()))),
+            **({"stopped": True} if stopped else {}),
+        )
+
+    def _refuse_while_stopping(self, msg: UsageReported | TurnEnded | ChildMessage) -> None:
+        """A child asked something after the run ended: tell it to stop (it is about to be reaped)."""
+        if isinstance(msg, UsageReported):
+            msg.reply.answer(UsageVerdict(id=msg.report.id, proceed=False, reason="draining"))
+        elif isinstance(msg, TurnEnded):
+            agent = self.agents.get(msg.agent)
+            if agent is not None and agent.phase is not AgentPhase.EXITED:
+                agent.phase = AgentPhase.EXITING  # TURN -> EXITING
+            msg.reply.answer(NextTurn(id=msg.end.id, action="exit"))
+        else:
+            Reply[dict[str, Any]](msg.payload.get("reply")).answer({"error": "agentd is stopping"})
+
     def _next_deadline(self) -> float:
+        timers = self.phase is Phase.RUNNING and self.open
         candidates = [
-            # Nothing is delivered while draining, so a debounce armed by a late
-            # change must not bound the wait (it would spin the loop hot).
-            self.router.next_deadline() if self.phase is Phase.RUNNING else None,
+            # Nothing is delivered while draining (or before the required
+            # servers are up), so a debounce armed by a change meanwhile must
+            # not bound the wait (it would spin the loop hot).
+            self.router.next_deadline() if timers else None,
             self.reenter_at,
             self.drain_deadline,
             self.budget.next_deadline(),
-            self.clock.next_fire() if self.clock is not None and self.phase is Phase.RUNNING else None,
+            self.clock.next_fire() if self.clock is not None and timers else None,
         ]
         present = [c for c in candidates if c is not None]
         return min(present) if present else float("inf")
@@ -415,6 +533,29 @@ class Reactor:
 
     def _start(self, now: float) -> None:
         self.telemetry.emit("reactor.start", mode=self.mode)
+        self._maybe_start(now)
+
+    def _maybe_start(self, now: float) -> None:
+        """Run the driver's ``on_start`` once every required server is connected (rfcs/0135).
+
+        Until then no root starts, no clock fires and no route delivers: an
+        agent must never run without the tools of a server declared required.
+        A required server that never connects ends the run with exit 6 (its
+        ``FAILED`` state), whatever the mode.
+        """
+        if self.started:
+            return
+        waiting = sorted(n for n in self.required if self.server_states.get(n) is not ServerState.CONNECTED)
+        if waiting:
+            if not self._waiting_reported:
+                self._waiting_reported = True
+                self.telemetry.emit(
+                    "reactor.waiting",
+                    servers=waiting,
+                    note="required servers are not connected: no agent starts until they are",
+                )
+            return
+        self.open = self.started = True
         for action in self.driver.on_start(self.view(now)):
             if isinstance(action, modes.SpawnRoot):
                 self._spawn_root(now)
@@ -437,16 +578,48 @@ class Reactor:
         if self.reenter_at is not None and now >= self.reenter_at:
             self.reenter_at = None
             self._reenter(now)
-        if self.clock is not None and self.phase is Phase.RUNNING and now >= self.clock.next_fire():
+        if (
+            self.clock is not None
+            and self.phase is Phase.RUNNING
+            and self.open
+            and now >= self.clock.next_fire()
+        ):
             self._clock_fire(now)
         self._deliver(now)
+        self._apply_backpressure()
+
+    def _apply_backpressure(self) -> None:
+        """Pause the servers feeding a ``block`` route whose queue is full; resume them once it has room."""
+        blocked = self.router.blocked_routes()
+        if not blocked and not self._blocked:
+            return  # the common case: nothing is blocked, nothing to resume
+        # Every server whose events a blocked route holds is paused, including
+        # one whose first event arrived after the route blocked.
+        for route_id in sorted(blocked):
+            for server in sorted(self.router.held_servers(route_id)):
+                routes = self.paused.setdefault(server, set())
+                if route_id in routes:
+                    continue
+                if not routes:
+                    self.hooks.pause(server, True)
+                    self.telemetry.emit("upstream.paused", server=server, route=route_id)
+                routes.add(route_id)
+        for route_id in sorted(self._blocked - blocked):
+            for server in sorted(self.paused):
+                routes = self.paused[server]
+                routes.discard(route_id)
+                if not routes:
+                    del self.paused[server]
+                    self.hooks.pause(server, False)
+                    self.telemetry.emit("upstream.resumed", server=server, route=route_id)
+        self._blocked = blocked
 
     def _clock_fire(self, now: float) -> None:
         import datetime as _dt
 
         self.clock.fire(now, _dt.datetime.now(_dt.UTC))
         self.telemetry.emit("timer.fire")
-        if isinstance(self.driver, modes.Schedule):
+        if isinstance(self.driver, modes.Schedule) and self.router.timer_route is None:
             for action in self.driver.on_fire(self.view(now), now):
                 if isinstance(action, modes.SpawnRoot):
                     self._spawn_root(now)
@@ -473,6 +646,9 @@ class Reactor:
             self._signal(event, now)
         elif isinstance(event, ServerStateChanged):
             self._server_state(event)
+            if event.state is ServerState.CONNECTED and self.on_connected is not None:
+                self.on_connected(event.server)
+            self._maybe_start(now)
         elif isinstance(event, SubscriptionStateChanged):
             # The connection already wrote subscription.<state> telemetry.
             self.subscription_states[(event.server, event.uri)] = event.state
@@ -495,6 +671,12 @@ class Reactor:
             self.zygote_problem = (event.reason or "unavailable") if event.state == "degraded" else None
 
     def _resource_changed(self, ev: ResourceChanged, now: float) -> None:
+        if ev.startup:
+            owner = self.router.first_match(ev.uri)
+            if owner is not None and not owner.spec.reread_on_start:
+                # The route opted out of the start-up re-read (rfcs/0130).
+                self.telemetry.emit("resource.reread_skipped", server=ev.server, uri=ev.uri, route=owner.id)
+                return
         result = self.router.ingest(
             QueuedEvent(uri=ev.uri, server=ev.server, etag=ev.etag, kind=ev.kind, first_seen=now), now
         )
@@ -504,24 +686,33 @@ class Reactor:
             uri=ev.uri,
             kind=ev.kind,
             route=result.route_id,
-            outcome=str(getattr(result.outcome, "name", result.outcome)).lower()
-            if result.outcome is not None
-            else None,
+            outcome=None if result.outcome is None else result.outcome.value,
+            **({"startup": True} if ev.startup else {}),
+            **({"reason": result.reason} if result.reason is not None else {}),
         )
         if result.route_id is None:
             self.telemetry.incr("unrouted")
             return
         self.telemetry.incr("routed")
         self.routed_by_route[result.route_id] += 1
-        name = getattr(result.outcome, "name", "")
-        if name == "COALESCED":
+        outcome = result.outcome
+        if outcome is PushOutcome.COALESCED:
             self.telemetry.incr("coalesced")
             self.coalesced_by_route[result.route_id] += 1
             self.telemetry.emit("route.coalesced", route=result.route_id, uri=ev.uri)
-        elif name.startswith("DROPPED"):
+        elif result.reason is not None:
+            # One vocabulary: the router's reason, and the URI that was lost
+            # (under drop_oldest that is the oldest queued one, not this one).
             self.telemetry.incr("dropped_events")
-            self.dropped_by_reason[name.lower()] += 1
-            self.telemetry.emit("route.dropped", route=result.route_id, uri=ev.uri, reason=name.lower())
+            self.telemetry.emit(
+                "route.dropped",
+                route=result.route_id,
+                uri=result.dropped_uri,
+                reason=result.reason,
+                **({"incoming": ev.uri} if result.dropped_uri != ev.uri else {}),
+            )
+        elif outcome is PushOutcome.BLOCKED:
+            self.telemetry.emit("route.blocked", route=result.route_id, uri=ev.uri)
         else:
             self.telemetry.emit("route.enqueued", route=result.route_id, uri=ev.uri)
 
@@ -530,7 +721,7 @@ class Reactor:
             now,
             session_idle=self._session_idle,
             may_spawn=lambda: self.phase is Phase.RUNNING and self.budget.spent() is None,
-            draining=self.phase is not Phase.RUNNING,
+            draining=self.phase is not Phase.RUNNING or not self.open,
         )
         for d in deliveries:
             if isinstance(d, SpawnDelivery):
@@ -586,7 +777,13 @@ class Reactor:
             return
         agent = self.agents[agent_id]
         self.telemetry.emit("session.deliver", session=session, route=route, agent=agent.id)
+        self._real_work(agent)
         self._resume(agent, text)
+
+    def _real_work(self, agent: Agent) -> None:
+        """A delivery reached ``agent``: for the warm loop root that is real work (resets the idle backoff)."""
+        if agent.role == "root" and isinstance(self.driver, modes.Loop):
+            self.driver.on_delivery()
 
     def _resume(self, agent: Agent, text: str) -> None:
         """Answer an idle agent's held turn end with its next input (IDLE -> TURN)."""
@@ -924,8 +1121,13 @@ class Reactor:
         elif op == "unsubscribe":
             existed = uri in agent.subscriptions
             self._drop_self_route(agent, uri)
-            reply.answer({"ok": existed})
-            self.telemetry.emit("self.unsubscribe", agent=agent.id, uri=uri)
+            agent.subscription_servers.pop(uri, None)
+            # A declared subscription (or another route or watch) still needs
+            # the upstream subscription: the hub must keep it, and the URI goes
+            # back to its declared route (rfcs/0134).
+            needed = server is not None and self.uri_needed(str(server), uri)
+            reply.answer({"ok": existed, "needed": needed})
+            self.telemetry.emit("self.unsubscribe", agent=agent.id, uri=uri, server=server, kept=needed)
         else:
             reply.answer({"error": f"unknown self-tool operation {op!r}"})
 
@@ -1032,6 +1234,7 @@ class Reactor:
                 "session.deliver", session=ev.session, route=route, agent=agent.id, watch=ev.watch
             )
             agent.notice_turn = [ev]
+            self._real_work(agent)
             self._resume(agent, ev.text)
         elif agent.phase in (AgentPhase.STARTING, AgentPhase.TURN):
             agent.notices.append(ev)  # one follow-up turn carries every notice queued meanwhile
@@ -1105,6 +1308,7 @@ class Reactor:
             watch=[n.watch for n in pending],
         )
         agent.notice_turn = pending
+        self._real_work(agent)
         self._resume(agent, "\n\n".join(n.text for n in pending))
 
     def _release_upstream(self, agent: Agent, uri: str) -> None:
@@ -1160,6 +1364,11 @@ class Reactor:
         )
         if ev.state is ServerState.FAILED and ev.required:
             self.required_failed = ev.server
+            self.required_failed_error = (
+                f"required server {ev.server!r} could not be started or reconnected after {ev.attempt} "
+                f"attempts (last error: {ev.error}); fix its command or URL, or drop `required` if agentd "
+                "may run without it"
+            )
 
 
 def render_delivery(events: list[QueuedEvent]) -> str:

@@ -21,6 +21,7 @@ from typing import Any, Final, Literal
 from agentd.triggers.glob import compile_glob
 from agentd.triggers.router import (
     DEFAULT_TEMPLATE,
+    DEFAULT_TIMER_TEMPLATE,
     Continue,
     Router,
     RouteSpec,
@@ -38,10 +39,16 @@ def _escape(text: str) -> str:
     return text.replace("{", "{{").replace("}", "}}")
 
 
-def spawn_template(route_template: str | None, instruction: str | None) -> str:
-    """A spawn route's instruction template: the route's own, else the main instruction plus the event."""
+def spawn_template(route_template: str | None, instruction: str | None, *, timer: bool = False) -> str:
+    """A spawn route's instruction template: the route's own, else the main instruction plus the event.
+
+    A timer route's fire carries no resource: without a template of its own it
+    runs the main instruction as is (or says that a scheduled run started).
+    """
     if route_template is not None:
         return route_template
+    if timer:
+        return _escape(instruction) if instruction else DEFAULT_TIMER_TEMPLATE
     if instruction:
         return f"{_escape(instruction)}\n\n{DEFAULT_TEMPLATE}"
     return DEFAULT_TEMPLATE
@@ -139,12 +146,14 @@ def route_specs(settings: Any) -> list[RouteSpec]:
                     queue_cap=rc.queue_cap,
                     overflow=rc.overflow,
                     route_id=staged[i].route_id,
+                    reread_on_start=rc.reread_on_start,
                 )
             )
             continue
         if rc.disposition == "spawn":
             disposition: Spawn | Continue = Spawn(
-                max_inflight=rc.max_inflight or 4, template=spawn_template(rc.template, settings.instruction)
+                max_inflight=rc.max_inflight or 4,
+                template=spawn_template(rc.template, settings.instruction, timer=rc.timer),
             )
         else:
             disposition = Continue(session=rc.session or ROOT_SESSION)
@@ -158,6 +167,7 @@ def route_specs(settings: Any) -> list[RouteSpec]:
                 overflow=rc.overflow,
                 route_id=rc.name,
                 timer=rc.timer,
+                reread_on_start=rc.reread_on_start,
             )
         )
     return specs

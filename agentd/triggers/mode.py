@@ -248,6 +248,10 @@ class Loop:
     def on_start(self, view: SupervisorView) -> list[Action]:
         return [] if view.draining else [SpawnRoot()]
 
+    def on_delivery(self) -> None:
+        """A routed change or a notice was delivered into the warm root: real work, so the idle backoff resets."""
+        self.backoff.reset()
+
     def reentry(self) -> Action:
         """What a due :class:`ReEnterAfter` turns into."""
         return ContinueRoot() if self.session == "warm" else SpawnRoot()

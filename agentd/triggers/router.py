@@ -24,10 +24,15 @@ full queue (a URI already queued always coalesces in place):
   ``coalesce_cap`` (RFC 0011 explains why not evict the oldest);
 * ``drop_oldest``: the oldest queued URI is dropped, the new one is queued;
 * ``drop_newest``: the new URI is dropped;
-* ``block``: the new URI is held aside (coalesced, never lost) and the route is
-  reported in :meth:`Router.blocked_routes`; the reactor stops reading the
-  sources feeding it until the route leaves that set (after a delivery makes
-  room, the held events move into the queue).
+* ``block``: the new URI is held aside (coalesced by URI, never lost) and the
+  route is reported in :meth:`Router.blocked_routes`. The reactor then pauses
+  the update streams of the servers feeding it (:meth:`Router.held_servers`)
+  and resumes them once the route leaves that set: deliveries make room, the
+  held events move into the queue, oldest first (rfcs/0131).
+
+Every drop has one reason from :data:`DropReason`; :class:`IngestResult` names
+the URI that was lost (the new one, or the oldest one under ``drop_oldest``).
+Telemetry, ``/metrics`` and ``supervisor.exit`` all use these reasons.
 """
 
 from __future__ import annotations
@@ -161,6 +166,9 @@ class RouteSpec:
         timer: this is the one route clock fires go to (no URI matching).
         exact: treat ``match`` literally even if it holds ``*`` or ``?``;
             None = infer (a pattern without unescaped wildcards is exact).
+        reread_on_start: deliver one synthetic "possibly changed" event for
+            each URI this route owns once its subscription is established at
+            start-up (rfcs/0130); False skips it for this route.
     """
 
     match: str
@@ -172,6 +180,7 @@ class RouteSpec:
     route_id: str | None = None
     timer: bool = False
     exact: bool | None = None
+    reread_on_start: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.disposition, Spawn | Continue):
@@ -477,6 +486,7 @@ class Router:
         self._front = itertools.count()
         self._seq = itertools.count()
         self._busy: set[str] = set()
+        self._blocked: set[str] = set()
         self._counters: dict[str, int] = {
             "unrouted": 0,
             "coalesced": 0,
@@ -567,6 +577,7 @@ class Router:
             self._drop("route_removed", lost)
         route.queue.drain()
         route.held.clear()
+        self._blocked.discard(route_id)
         route.deadline = route.first_armed = None
         route.ready = False
         return route
@@ -671,6 +682,7 @@ class Router:
             dropped_uri = ev.uri
         else:  # BLOCKED
             self._counters["blocked"] += 1
+            self._blocked.add(route.id)
             old = route.held.get(ev.uri)
             route.held[ev.uri] = (
                 (seq, ev)
@@ -785,6 +797,8 @@ class Router:
                 break
             q.push(ev, "block", seq)
             del route.held[uri]
+        if not route.held:
+            self._blocked.discard(route.id)
 
     def on_spawn_done(self, route_id: str) -> None:
         """A root spawned from ``route_id`` ended; frees one inflight slot.
@@ -811,9 +825,17 @@ class Router:
         """Routes holding ``block``-overflow events: pause the sources feeding them.
 
         Resume a source when none of its routes is in this set any more (check
-        after :meth:`take_deliveries`).
+        after :meth:`take_deliveries`). O(blocked routes), not O(routes): the
+        set is kept as events are held and released.
         """
-        return frozenset(r.id for r in self._routes.values() if r.held)
+        return frozenset(self._blocked)
+
+    def held_servers(self, route_id: str) -> frozenset[str]:
+        """The servers whose events ``route_id`` holds (the sources to pause); timer fires have none."""
+        route = self._routes.get(route_id)
+        if route is None:
+            return frozenset()
+        return frozenset(ev.server for _, ev in route.held.values() if ev.server is not None)
 
     def counters(self) -> dict[str, int]:
         """A snapshot of the routing counters."""

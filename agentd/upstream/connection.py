@@ -235,6 +235,11 @@ class Upstream:
         """Bumped every time :attr:`tools` is replaced (see :meth:`wait_tools_changed`)."""
         self._tools_changed = trio.Event()
         self._subs: dict[str, _Sub] = {}
+        self._updates_open = trio.Event()
+        """Set while update streams are read; cleared by :meth:`pause_updates` (rfcs/0131)."""
+        self._updates_open.set()
+        self._missed: set[str] = set()
+        """Handshake-era URIs notified while paused (at most one entry per subscribed URI)."""
         self._catalog_cache: (
             tuple[list[types.Resource], list[types.ResourceTemplate], bool, Catalog] | None
         ) = None
@@ -625,7 +630,9 @@ class Upstream:
             return
         if isinstance(message, types.ResourceUpdatedNotification):
             uri = str(message.params.uri)
-            if uri in self._subs:
+            if uri in self._subs and not self._updates_open.is_set():
+                self._missed.add(uri)  # posted as "possibly changed" on resume
+            elif uri in self._subs:
                 await self._post(ResourceChanged(self.name, uri, "updated"))
             else:
                 # Nobody subscribed (or it was just unsubscribed): never routed, but counted.
@@ -635,6 +642,44 @@ class Upstream:
             self._request_refresh(conn, "resources")
         elif isinstance(message, types.ToolListChangedNotification):
             self._request_refresh(conn, "tools")
+
+    # ------------------------------------------------------------------ backpressure
+
+    @property
+    def updates_paused(self) -> bool:
+        """Whether :meth:`pause_updates` is in force."""
+        return not self._updates_open.is_set()
+
+    def pause_updates(self) -> None:
+        """Stop reading this server's update streams (a ``block`` route is full; rfcs/0131).
+
+        2026-07-28: the listen streams are not read any more; the client keeps
+        at most one pending change per URI (it drops repeats), so memory stays
+        flat and nothing is lost. Handshake era: updates share the connection
+        with replies, which agents need to drain the route, so the connection
+        keeps being read; an update for a subscribed URI is remembered (one
+        entry per URI) instead of posted. Either way nothing is posted while
+        paused. Tool calls and reads are unaffected. Idempotent; synchronous.
+        """
+        if self._updates_open.is_set():
+            self._updates_open = trio.Event()
+
+    def resume_updates(self) -> list[str]:
+        """Read update streams again; returns the URIs changed while paused (handshake era).
+
+        The caller posts one synthetic "possibly changed" per returned URI
+        (:meth:`post_possibly_changed`). Idempotent; synchronous.
+        """
+        self._updates_open.set()
+        missed = sorted(self._missed)
+        self._missed.clear()
+        return missed
+
+    async def post_possibly_changed(self, uris: Iterable[str]) -> None:
+        """Post one synthetic change per URI still subscribed (after a pause, rfcs/0131)."""
+        for uri in uris:
+            if uri in self._subs:
+                await self._post(ResourceChanged(self.name, uri, "synthetic"))
 
     # ------------------------------------------------------------------ subscriptions
 
@@ -822,7 +867,20 @@ class Upstream:
                 async with conn.client.listen(resource_subscriptions=[sub.uri]) as stream:
                     since = trio.current_time()
                     await self._establish(sub, attempt)
-                    async for event in stream:
+                    while True:
+                        # Paused (rfcs/0131): the stream is not read; the client
+                        # keeps one pending change per URI meanwhile. (Checked
+                        # first, so an open gate adds no schedule point.)
+                        if not self._updates_open.is_set():
+                            await self._updates_open.wait()
+                        try:
+                            event = await anext(stream)
+                        except StopAsyncIteration:
+                            break
+                        # Paused while this read was waiting: hold the one change
+                        # it returned until resumed (nothing is posted while paused).
+                        if not self._updates_open.is_set():
+                            await self._updates_open.wait()
                         if isinstance(event, ResourceUpdated):
                             delivered += 1
                             await self._post(ResourceChanged(self.name, event.uri, "updated"))

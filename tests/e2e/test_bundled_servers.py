@@ -414,7 +414,7 @@ async def test_memo_over_http_a_set_from_another_client_wakes_an_agent(tmp_path:
             "Report the notes.",
             "--mcp-http", f"memo={url}",
             "--subscribe", "memo:memo://notes",
-            "--route", "memo://notes=spawn",
+            "--route", "memo://notes=spawn,reread_on_start=false",
         )  # fmt: skip
         async with run_agentd(args) as a:
             tree = Tree(a)

@@ -80,6 +80,7 @@ match = "{NOTES}"
 disposition = "spawn"
 debounce = "0s"
 max_inflight = {max_inflight}
+reread_on_start = false
 """
     )
     return path

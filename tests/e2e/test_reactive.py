@@ -66,7 +66,8 @@ async def test_a_burst_is_one_spawn_and_quiet_separated_writes_are_two(tmp_path)
     toml = config(
         tmp_path,
         'subscribe = ["memo:memo://notes"]\n'
-        '[[routes]]\nname = "notes"\nmatch = "memo://notes"\ndisposition = "spawn"\ndebounce = "200ms"\n',
+        '[[routes]]\nname = "notes"\nmatch = "memo://notes"\ndisposition = "spawn"\ndebounce = "200ms"\n'
+        "reread_on_start = false\n",
     )
     args = ["--mode", "reactive", "--config", toml, "--mcp-stdio", server, "--verbose"]
     args += ["--model", script(tmp_path, READ_NOTES), "report the notes"]
@@ -90,7 +91,7 @@ async def test_a_continue_route_delivers_both_changes_into_one_named_session(tmp
         tmp_path,
         'subscribe = ["memo:memo://notes"]\n'
         '[[routes]]\nname = "ops"\nmatch = "memo://notes"\ndisposition = "continue"\nsession = "ops"\n'
-        'debounce = "100ms"\n',
+        'debounce = "100ms"\nreread_on_start = false\n',
     )
     model = script(tmp_path, [{"text": "first wake"}, {"text": "second wake: {input}"}])
     args = [
@@ -175,7 +176,9 @@ async def test_a_killed_server_is_restarted_resubscribed_and_a_change_made_while
         "--subscribe", "notes:note://alpha", "--verbose", "--model", model, "report alpha",
     ]  # fmt: skip
     async with supervised(args, tmp_path, env=FAST_RECONNECT) as a:
+        # The start-up re-read comes first (rfcs/0130): one agent reads alpha as it is.
         await a.wait_event("subscription.established", timeout=RUN_TIMEOUT)
+        await a.wait_event("turn.end", timeout=STEP_TIMEOUT)
         [server] = [
             p for p in psutil.Process(a.proc.pid).children(recursive=True)
             if "notes_server.py" in " ".join(p.cmdline())
@@ -184,24 +187,26 @@ async def test_a_killed_server_is_restarted_resubscribed_and_a_change_made_while
         state = tmp_path / "notes.json"
         edit(state, {**json.loads(state.read_text()), "alpha": "written while down"})
         synthetic = await a.wait_event(
-            "resource.updated", lambda e: e["kind"] == "synthetic", timeout=STEP_TIMEOUT
+            "resource.updated",
+            lambda e: e["kind"] == "synthetic" and not e.get("startup"),
+            timeout=STEP_TIMEOUT,
         )
         assert synthetic["uri"] == "note://alpha"
         assert synthetic["route"] is not None
-        await a.wait_event("turn.end", timeout=STEP_TIMEOUT)
+        await a.wait_event("turn.end", count=2, timeout=STEP_TIMEOUT)
         await drain(a)
     assert len(a.find("subscription.established")) == 2
     assert a.find("server.state", lambda e: e["state"] == "restarting")
-    assert a.out.splitlines() == ["alpha is: written while down"]
+    assert a.out.splitlines() == ["alpha is: first note", "alpha is: written while down"]
     assert not psutil.pid_exists(server.pid) or server.status() == psutil.STATUS_ZOMBIE
 
 
 async def test_a_dead_self_subscribers_upstream_subscription_is_released(tmp_path):
-    # a1 (woken by a memo edit) subscribes itself to note://beta, then dies:
+    # a1 (woken by the start-up re-read of memo://notes) subscribes itself to note://beta, then dies:
     # its route goes, and so does the upstream subscription nobody else needs.
     # (Unrouted counting is covered by tests/unit/test_reactor.py and by the
     # fault catalog's misbehaving server.)
-    notes, server = memo(tmp_path)
+    _notes, server = memo(tmp_path)
     model = script(
         tmp_path,
         [
@@ -215,7 +220,6 @@ async def test_a_dead_self_subscribers_upstream_subscription_is_released(tmp_pat
     ]  # fmt: skip
     async with supervised(args, tmp_path, env=FAST_RECONNECT) as a:
         await a.wait_event("subscription.established", lambda e: e["server"] == "memo", timeout=RUN_TIMEOUT)
-        edit(notes, {"v": 1})
         await a.wait_event("turn.end", timeout=STEP_TIMEOUT)
         assert a.find("self.subscribe")[0]["uri"] == "note://beta"
         agent_pid = a.find("subagent.started")[0]["pid"]
@@ -244,7 +248,7 @@ async def test_list_changed_subscribes_a_new_uri_matching_a_glob_and_seeds_it(tm
         "--mode", "loop", "--interval", "1h", "--session", "fresh", "--verbose",
         "--mcp-stdio", notes_server(tmp_path),
         "--subscribe", "notes:note://*",
-        "--route", "note://*=spawn",
+        "--route", "note://*=spawn,reread_on_start=false",
         "--model", model, "add a note",
     ]  # fmt: skip
     async with supervised(args, tmp_path) as a:

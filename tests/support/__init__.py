@@ -1,1 +1,1 @@
-"""Helpers shared by tests (server launchers, recording telemetry); tests import these, never each other."""
+"""Helpers shared by tests (server launchers, recording telemetry, files, HTTP probes); tests import these, never each other."""

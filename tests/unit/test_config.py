@@ -280,6 +280,32 @@ def test_on_event_implies_auto_extract() -> None:
         ("memo://notes=continue:ops", {"match": "memo://notes", "disposition": "continue", "session": "ops"}),
         ("http://h/x?a=b=spawn", {"match": "http://h/x?a=b", "disposition": "spawn"}),
         ("@timer=spawn", {"timer": True, "disposition": "spawn"}),
+        (
+            "memo://*=spawn:2,debounce=50ms,max_wait=1s,overflow=block",
+            {
+                "match": "memo://*",
+                "disposition": "spawn",
+                "max_inflight": 2,
+                "debounce": "50ms",
+                "max_wait": "1s",
+                "overflow": "block",
+            },
+        ),
+        (
+            "x://y?a=1,b=2=continue:ops,queue_cap=4,reread_on_start=false,name=ops",
+            {
+                "match": "x://y?a=1,b=2",
+                "disposition": "continue",
+                "session": "ops",
+                "queue_cap": "4",
+                "reread_on_start": "false",
+                "name": "ops",
+            },
+        ),
+        (
+            "@timer=spawn,template=tick at {kind}",
+            {"timer": True, "disposition": "spawn", "template": "tick at {kind}"},
+        ),
     ],
 )
 def test_parse_route_spec(text: str, fields: dict[str, Any]) -> None:
@@ -298,6 +324,12 @@ def test_parse_route_spec(text: str, fields: dict[str, Any]) -> None:
         ("x=spawn:0", "MAX_INFLIGHT after spawn: is a whole number ≥ 1"),
         ("x=spawn:many", "MAX_INFLIGHT after spawn: is a whole number ≥ 1"),
         ("x=continue:bad name", "SESSION after continue: is 1-64 letters"),
+        (
+            "x=spawn,debounse=1s",
+            r"unknown route setting 'debounse'; did you mean 'debounce'\? --route takes name, ",
+        ),
+        ("x=spawn,on_event=x", r"unknown route setting 'on_event'; .*need a \[\[routes\]\] table"),
+        ("x=spawn,debounce=1s,debounce=2s", "debounce is given twice; keep one"),
     ],
 )
 def test_parse_route_spec_rejects(text: str, message: str) -> None:
@@ -634,6 +666,165 @@ def test_timer_route_refuses_a_watch_stage(tmp_path):
     )
     with pytest.raises(ConfigError, match=r"routes\[0\]\.extract: .*a timer route has no resource to read"):
         load_settings({}, config_file=cfg, env={})
+
+
+# -------------------------------------------------------------------- routing, second pass
+
+
+def test_route_flags_set_every_route_key_and_are_validated(tmp_path: Path) -> None:
+    s = load(
+        tmp_path,
+        mode="reactive",
+        routes=[
+            "memo://*=spawn,debounce=50ms,max_wait=2s,overflow=drop_oldest,queue_cap=3,reread_on_start=no"
+        ],
+    )
+    [r] = s.routes
+    assert (r.debounce, r.max_wait, r.overflow, r.queue_cap, r.reread_on_start) == (
+        0.05,
+        2.0,
+        "drop_oldest",
+        3,
+        False,
+    )
+    err(
+        tmp_path,
+        r"^--route\[0\]\.overflow: 'spill' is not valid: choose one of",
+        mode="reactive",
+        routes=["x=spawn,overflow=spill"],
+    )
+    err(
+        tmp_path,
+        r"^--route\[0\]\.debounce: 'soon' is not valid",
+        mode="reactive",
+        routes=["x=spawn,debounce=soon"],
+    )
+
+
+def test_settings_that_would_fail_at_run_time_are_refused(tmp_path: Path) -> None:
+    err(
+        tmp_path,
+        r"routes\[0\]\.template: '\{bogus\}' is not valid: template '\{bogus\}': unknown placeholder \{bogus\}",
+        mode="reactive",
+        toml='[[routes]]\nmatch = "x://*"\ntemplate = "{bogus}"\n',
+    )
+    err(
+        tmp_path,
+        r"routes\[0\]\.match: 'x://y\\\\' is not valid: 'x://y\\\\' ends in a lone backslash",
+        mode="reactive",
+        toml='[[routes]]\nmatch = "x://y\\\\"\n',
+    )
+    err(
+        tmp_path,
+        r"^--subscribe\[0\]\.uri: .* ends in a lone backslash",
+        mode="reactive",
+        subscriptions=["x://y\\"],
+    )
+    err(
+        tmp_path,
+        r"^--route\[1\]\.name: 'a' is not valid: route id 'a' is already used by routes\[0\]",
+        mode="reactive",
+        routes=["x://1=spawn,name=a", "x://2=spawn,name=a"],
+    )
+    err(
+        tmp_path,
+        r"names r0, r1, \.\.\. are the ids of unnamed routes",
+        mode="reactive",
+        routes=["x=spawn,name=r3"],
+    )
+    err(tmp_path, r"a route name is 1-64 letters", mode="reactive", routes=["x=spawn,name=watch:x"])
+
+
+def test_settings_that_would_be_ignored_are_refused(tmp_path: Path) -> None:
+    err(
+        tmp_path,
+        r"^--session: 'warm' is not valid: reactive sessions are set per route",
+        mode="reactive",
+        session="warm",
+    )
+    err(tmp_path, r"^--session: 'warm' is not valid: a once run has one root", session="warm")
+    err(
+        tmp_path,
+        r"routes\[0\]\.template: 'x' is not valid: template applies to spawn routes",
+        mode="reactive",
+        toml='[[routes]]\nmatch = "x://*"\ndisposition = "continue"\ntemplate = "x"\n',
+    )
+    e = err(tmp_path, r"^--cron: .* does not apply to --mode once", cron="*/5 * * * *")
+    assert "use --mode schedule" in e.fix
+    assert "--mode loop" not in e.fix
+    e = err(tmp_path, r"^--interval: .* does not apply to --mode once", interval="5m")
+    assert "--mode loop" in e.fix
+    # ... and what the hints suggest is accepted:
+    load(tmp_path, mode="schedule", cron="*/5 * * * *")
+    load(tmp_path, mode="loop", interval="5m")
+    load(tmp_path, mode="reactive", interval="5m", routes=["@timer=spawn"])
+    # A declared timer route in schedule mode is honoured (its session, template, max_inflight).
+    s = load(tmp_path, mode="schedule", interval="1m", routes=["@timer=continue:ticks"])
+    assert s.routes[0].session == "ticks"
+
+
+def test_paths_a_config_file_reads_resolve_against_its_folder(tmp_path: Path) -> None:
+    conf = tmp_path / "conf"
+    (conf / "scripts").mkdir(parents=True)
+    (conf / "scripts" / "s.json").write_text(SCRIPT)
+    (conf / "task.md").write_text("the task")
+    (conf / "mcp.json").write_text('{"mcpServers": {"m": {"command": "true"}}}')
+    (conf / "agentd.toml").write_text(
+        'model = "script:scripts/s.json"\ninstruction = "@task.md"\nmcp_config = "mcp.json"\n'
+        'system = "@@literal"\nwatch_state = "w.json"\n'
+    )
+    s = load_settings({}, config_file=conf / "agentd.toml", env={})
+    assert s.model == f"script:{conf / 'scripts' / 's.json'}"
+    assert s.instruction == "the task"
+    assert s.system == "@literal"
+    assert "m" in s.servers
+    assert s.watch_state == Path("w.json")  # where agentd writes: the working directory
+    # Flags and the environment still resolve against the working directory.
+    err(
+        tmp_path,
+        r"the script file 'scripts/s.json' does not exist",
+        base=False,
+        model="script:scripts/s.json",
+        instruction="x",
+    )
+
+
+def test_agentd_as_a_server_command_is_this_interpreter(tmp_path: Path) -> None:
+    import sys
+
+    s = load(tmp_path, mcp_stdio=["memo=agentd serve memo --file /tmp/x"])
+    assert (s.servers["memo"].command, s.servers["memo"].args) == (
+        sys.executable,
+        ["-m", "agentd", "serve", "memo", "--file", "/tmp/x"],
+    )
+    s = load(tmp_path, toml='[servers.memo]\ncommand = "agentd"\nargs = ["serve", "memo"]\n')
+    assert s.servers["memo"].args == ["-m", "agentd", "serve", "memo"]
+    s = load(tmp_path, mcp_stdio=["memo=/opt/agentd serve memo"])
+    assert s.servers["memo"].command == "/opt/agentd"  # a path is taken as written
+
+
+def test_missing_server_commands(tmp_path: Path) -> None:
+    from agentd.config import missing_server_commands
+
+    tool = tmp_path / "bin" / "tool"
+    tool.parent.mkdir()
+    tool.write_text("#!/bin/sh\n")
+    tool.chmod(0o755)
+    plain = tmp_path / "plain"
+    plain.write_text("x")
+    s = load(
+        tmp_path,
+        mcp_stdio=["a=tool", "b=nope-not-here", f"c={plain}", f"d={tool}", "e=./bin/tool"],
+        mcp_http=["f=http://127.0.0.1:1/mcp"],
+        toml=f'[servers.g]\ncommand = "tool"\nenv = {{ PATH = "{tool.parent}" }}\n[servers.h]\ncommand = "./bin/tool"\ncwd = "{tmp_path}"\n',
+    )
+    found = {spec.name: problem for spec, problem in missing_server_commands(s, {"PATH": "/nonexistent"})}
+    assert sorted(found) == ["a", "b", "c", "e"]
+    assert str(found["b"]) == (
+        "server b (--mcp-stdio b) command: 'nope-not-here' is not valid: it is not on PATH; "
+        "install it, or give its full path"
+    )
+    assert found["c"].fix == "it is not an executable file; fix the path"
 
 
 def test_model_bounds_defaults_layers_and_validation(tmp_path: Path) -> None:

@@ -65,6 +65,7 @@ def test_every_family_parses_with_the_right_type_and_prefix():
         "agentd_outputs_lost",
         "agentd_server_state",
         "agentd_subscription_state",
+        "agentd_subscriptions_unresolved",
     }
     for name, (kind, samples) in families.items():
         assert name.startswith("agentd_")

@@ -23,7 +23,15 @@ import trio
 
 from agentd.exitcodes import ExitCode, TerminalStatus
 from agentd.supervisor.budget import Budget
-from agentd.supervisor.events import ChildExited, ChildMessage, ResourceChanged, SignalReceived, WatchNotice
+from agentd.supervisor.events import (
+    ChildExited,
+    ChildMessage,
+    ResourceChanged,
+    ServerState,
+    ServerStateChanged,
+    SignalReceived,
+    WatchNotice,
+)
 from agentd.supervisor.governor import RestartGovernor
 from agentd.supervisor.reactor import Agent, AgentPhase, Hooks, Reactor
 from agentd.telemetry import Telemetry
@@ -59,6 +67,7 @@ class FakeHooks:
     kill_all_at: list[float] = field(default_factory=list)
     published: list[tuple[str, str, str]] = field(default_factory=list)
     unsubscribed: list[tuple[str, str]] = field(default_factory=list)
+    paused: list[tuple[float, str, bool]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._send, self._recv = trio.open_memory_channel[Agent](math.inf)
@@ -69,6 +78,7 @@ class FakeHooks:
             kill_all=lambda: self.kill_all_at.append(trio.current_time()),
             unsubscribe=lambda s, u: self.unsubscribed.append((s, u)),
             publish=lambda a, status, text, idle: self.published.append((a.id, status, text)),
+            pause=lambda server, paused: self.paused.append((trio.current_time(), server, paused)),
         )
 
     def _spawn(self, agent: Agent) -> None:
@@ -164,6 +174,7 @@ def build(
     clock: Any = None,
     instruction: str = "work",
     deadline: float | None = None,
+    required: frozenset[str] = frozenset(),
 ) -> tuple[Reactor, FakeHooks, RecTelemetry]:
     now = trio.current_time()
     driver = modes.make_driver(mode, interval=interval, session=session, now_mono=now)
@@ -191,6 +202,7 @@ def build(
         mode=mode,
         session=session_mode,
         clock=clock,
+        required=required,
     )
     return reactor, hooks, telemetry
 
@@ -581,14 +593,31 @@ async def test_self_subscribe_routes_ahead_of_declared_is_exclusive_and_unsubscr
         refused = await h.self_tool(a2.id, op="subscribe", uri="memo://notes", server="memo")
         assert "memo://notes" in refused["error"]
         assert repr(a1.id) in refused["error"]
-        # unsubscribe: the URI goes back to the declared route
-        assert await h.self_tool(a1.id, op="unsubscribe", uri="memo://notes") == {"ok": True}
-        assert await h.self_tool(a1.id, op="unsubscribe", uri="memo://notes") == {"ok": False}
-        await h.send(ResourceChanged(server="memo", uri="memo://notes"))
-        a3 = await h.hooks.next_spawn()
-        assert a3.role == "spawn"
-        assert a3.route == "all"
-    assert h.telemetry.named("resource.updated")[-1][1]["route"] == "all"
+        # unsubscribe removes the self route; nothing else needs the URI upstream
+        # (the hub path with a declared subscription: tests/e2e/test_routing.py)
+        assert await h.self_tool(a1.id, op="unsubscribe", uri="memo://notes", server="memo") == {
+            "ok": True,
+            "needed": False,
+        }
+        assert h.reactor.router.get(f"self:{a1.id}:memo://notes") is None
+
+
+async def test_unsubscribing_a_declared_uri_tells_the_hub_to_keep_the_upstream_subscription(autojump_clock):
+    async with running("reactive", routes=[RouteSpec(match="memo://*", route_id="all")]) as h:
+        h.reactor.declared = {("memo", "memo://notes")}
+        await h.send(ResourceChanged(server="memo", uri="memo://x"))
+        a1 = await h.hooks.next_spawn()
+        assert await h.self_tool(a1.id, op="subscribe", uri="memo://notes", server="memo") == {"ok": True}
+        answer = await h.self_tool(a1.id, op="unsubscribe", uri="memo://notes", server="memo")
+        assert answer == {"ok": True, "needed": True}
+        await h.end_turn(a1.id, "done")
+        await h.exited(a1.id)
+        await h.send(ResourceChanged(server="memo", uri="memo://y"))
+        await h.hooks.next_spawn()
+    # the agent exited without a subscription of its own: nothing is released
+    assert h.hooks.unsubscribed == []
+    [(_, unsub)] = h.telemetry.named("self.unsubscribe")
+    assert (unsub["uri"], unsub["kept"]) == ("memo://notes", True)
 
 
 async def test_unknown_self_tool_operation_is_an_error(autojump_clock):
@@ -669,6 +698,212 @@ async def test_a_dead_subscribers_upstream_subscription_is_released_unless_decla
     assert h.hooks.unsubscribed == [("memo", "memo://mine")]
     released = h.telemetry.named("self.unsubscribe")
     assert [(f["uri"], f["reason"]) for _, f in released] == [("memo://mine", "owner exited")]
+
+
+# --------------------------------------------------------------------------- required servers and reaping
+
+
+async def test_once_starts_the_root_only_when_every_required_server_connected(autojump_clock):
+    async with running("once", required=frozenset({"memo", "files"})) as h:
+        await trio.sleep(5)
+        assert h.hooks.spawned == []
+        [(_, waiting)] = h.telemetry.named("reactor.waiting")
+        assert waiting["servers"] == ["files", "memo"]
+        await h.send(ServerStateChanged("memo", ServerState.CONNECTED, required=True))
+        await h.send(ServerStateChanged("files", ServerState.RESTARTING, required=True, attempt=1))
+        await trio.sleep(1)
+        assert h.hooks.spawned == []
+        await h.send(ServerStateChanged("files", ServerState.CONNECTED, required=True))
+        root = await h.hooks.next_spawn()
+        assert (trio.current_time(), root.role) == (6.0, "root")
+        await answer(await h.end_turn(root.id, "done"))
+        _, code = await h.exit_code()
+    assert code == ExitCode.OK
+
+
+async def test_once_with_a_required_server_that_fails_exits_6_and_never_starts_the_root(autojump_clock):
+    async with running("once", required=frozenset({"memo"})) as h:
+        await h.send(ServerStateChanged("memo", ServerState.FAILED, required=True, attempt=5, error="exited"))
+        _, code = await h.exit_code()
+    assert code == ExitCode.REQUIRED_SERVER
+    assert h.hooks.spawned == []
+
+
+async def test_nothing_is_delivered_and_no_clock_fires_before_the_required_servers_connect(autojump_clock):
+    routes = [RouteSpec(match="memo://*", route_id="all", debounce=0.5)]
+    async with running("reactive", routes=routes, required=frozenset({"memo"})) as h:
+        await h.send(ResourceChanged(server="memo", uri="memo://x"))
+        await trio.sleep(10)
+        assert h.hooks.spawned == []
+        await h.send(ServerStateChanged("memo", ServerState.CONNECTED, required=True))
+        a1 = await h.hooks.next_spawn()
+        assert (trio.current_time(), a1.route) == (10.0, "all")
+
+
+async def test_reap_writes_the_once_roots_subagent_exit(autojump_clock):
+    async with running("once") as h:
+        root = await h.hooks.next_spawn()
+        await answer(await h.end_turn(root.id, "done"))  # told to exit
+        await h.exit_code()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(h.reactor.reap)
+            await h.exited(root.id)
+        assert trio.current_time() == 0.0  # no wait beyond the child's own exit
+    [(_, ex)] = h.telemetry.named("subagent.exit")
+    assert (ex["agent"], ex["status"], ex["returncode"], ex.get("stopped")) == (root.id, "completed", 0, None)
+    assert h.hooks.kill_all_at == []
+
+
+async def test_reap_kills_agents_still_running_and_reports_unseen_exits(autojump_clock):
+    from agentd.supervisor.reactor import REAP_KILL_WAIT
+
+    async with running("once", deadline=3) as h:
+        root = await h.hooks.next_spawn()
+        t, code = await h.exit_code()
+        assert (t, code) == (3.0, ExitCode.DEADLINE)
+        await h.reactor.reap()  # the root never reports its exit
+        assert h.hooks.kill_all_at == [3.0]
+        assert trio.current_time() == 3.0 + REAP_KILL_WAIT
+    [(_, ex)] = h.telemetry.named("subagent.exit")
+    assert (ex["agent"], ex["status"], ex["returncode"], ex["stopped"]) == (root.id, "deadline", None, True)
+
+
+# --------------------------------------------------------------------------- loop: deliveries are real work
+
+
+async def test_a_delivery_into_the_warm_loop_root_resets_the_idle_backoff(autojump_clock):
+    routes = [RouteSpec(match="memo://notes", disposition=Continue("root"), debounce=0.0, route_id="notes")]
+    async with running("loop", interval=0, routes=routes) as h:
+        root = await h.hooks.next_spawn()
+        for _ in range(3):  # idle shifts wait 1, 2, 4 s (t = 7)
+            await answer(await h.end_turn(root.id, "NO_REPLY"))
+        held = await h.end_turn(root.id, "NO_REPLY")  # the next wait would be 8 s
+        await trio.sleep(2)
+        await h.send(ResourceChanged(server="memo", uri="memo://notes"))
+        t, msg = await answer(held)
+        assert (t, "memo://notes" in msg["input"]) == (9.0, True)
+        held = await h.end_turn(root.id, "NO_REPLY")  # the delivered turn answered nothing
+        t, msg = await answer(held)
+        assert (t, msg["input"]) == (10.0, "work")  # the next shift came after the base wait
+    waits = [f["after_s"] for _, f in h.telemetry.named("loop.reenter")]
+    assert waits == [1.0, 2.0, 4.0, 8.0, 1.0]
+
+
+# --------------------------------------------------------------------------- start-up re-read, drops, block
+
+
+async def test_a_route_that_opts_out_skips_only_the_start_up_re_read(autojump_clock):
+    routes = [
+        RouteSpec(match="memo://quiet", route_id="quiet", reread_on_start=False),
+        RouteSpec(match="memo://*", route_id="all"),
+    ]
+    async with running("reactive", routes=routes) as h:
+        await h.send(ResourceChanged(server="memo", uri="memo://quiet", kind="synthetic", startup=True))
+        await h.send(ResourceChanged(server="memo", uri="memo://loud", kind="synthetic", startup=True))
+        a1 = await h.hooks.next_spawn()
+        assert a1.route == "all"
+        await h.send(ResourceChanged(server="memo", uri="memo://quiet", kind="synthetic"))  # a reconnect's
+        a2 = await h.hooks.next_spawn()
+        assert a2.route == "quiet"
+    [(_, skipped)] = h.telemetry.named("resource.reread_skipped")
+    assert (skipped["uri"], skipped["route"]) == ("memo://quiet", "quiet")
+
+
+async def test_drop_telemetry_and_metrics_use_the_routers_reasons(autojump_clock):
+    routes = [
+        RouteSpec(
+            match="o://*", disposition=Spawn(max_inflight=1), queue_cap=1, overflow="drop_oldest", debounce=0
+        ),
+        RouteSpec(match="c://*", disposition=Spawn(max_inflight=1), queue_cap=1, debounce=0),
+    ]
+    async with running("reactive", routes=routes) as h:
+        for uri in ("o://1", "o://2", "o://3", "c://1", "c://2", "c://3"):
+            await h.send(ResourceChanged(server="s", uri=uri))
+        await h.hooks.next_spawn()
+        await h.hooks.next_spawn()
+        await trio.sleep(1)
+        snapshot = h.reactor.metrics_snapshot()
+    dropped = [f for _, f in h.telemetry.named("route.dropped")]
+    assert dropped == [
+        {"route": "r0", "uri": "o://2", "reason": "drop_oldest", "incoming": "o://3"},
+        {"route": "r1", "uri": "c://3", "reason": "coalesce_cap"},
+    ]
+    assert snapshot.dropped == {"drop_oldest": 1, "coalesce_cap": 1}
+    reasons = [f.get("reason") for _, f in h.telemetry.named("resource.updated")]
+    assert reasons == [None, None, "drop_oldest", None, None, "coalesce_cap"]
+
+
+async def test_a_full_block_route_pauses_its_server_until_there_is_room(autojump_clock):
+    routes = [
+        RouteSpec(
+            match="b://*", disposition=Spawn(max_inflight=1), queue_cap=1, overflow="block", debounce=0
+        ),
+    ]
+    async with running("reactive", routes=routes) as h:
+        for uri in ("b://1", "b://2", "b://3"):
+            await h.send(ResourceChanged(server="slow", uri=uri))
+        a1 = await h.hooks.next_spawn()
+        await trio.sleep(1)
+        assert h.hooks.paused == [(0.0, "slow", True)]
+        await answer(await h.end_turn(a1.id))  # frees the slot: b://2 goes, b://3 moves into the queue
+        await h.hooks.next_spawn()
+        await trio.sleep(1)
+    assert h.hooks.paused == [(0.0, "slow", True), (1.0, "slow", False)]
+    assert [f["server"] for _, f in h.telemetry.named("upstream.paused")] == ["slow"]
+    assert [f["server"] for _, f in h.telemetry.named("upstream.resumed")] == ["slow"]
+
+
+# --------------------------------------------------------------------------- readiness
+
+
+async def test_readiness_fails_for_a_declared_subscription_that_was_released_or_resolves_to_nothing(
+    autojump_clock,
+):
+    async with running("reactive") as h:
+        h.reactor.declared = {("memo", "memo://notes")}
+        assert h.reactor.ready() == (False, "subscriptions not established: memo:memo://notes")
+        h.reactor.subscription_states[("memo", "memo://notes")] = "established"
+        assert h.reactor.ready() == (True, "ok")
+        h.reactor.unresolved = {"notes:file:///*": "no concrete resource matches"}
+        assert h.reactor.ready() == (True, "ok")  # an optional server: a warning only
+        h.reactor.unresolved_required = {"notes:file:///*"}
+        assert h.reactor.ready() == (
+            False,
+            "declared subscription 'notes:file:///*' resolves to nothing: no concrete resource matches",
+        )
+        assert h.reactor.metrics_snapshot().subscriptions_unresolved == 1
+
+
+# --------------------------------------------------------------------------- schedule: a declared timer route
+
+
+async def test_schedule_fires_go_to_a_declared_timer_route(autojump_clock):
+    routes = [RouteSpec(match="", timer=True, disposition=Continue("ticks"), debounce=0.0, route_id="tick")]
+    async with running("schedule", interval=5, routes=routes) as h:
+        a1 = await h.hooks.next_spawn()
+        assert (trio.current_time(), a1.role, a1.session) == (0.0, "session", "ticks")
+        held = await h.end_turn(a1.id, "tick")
+        t, msg = await answer(held)
+        assert t == 5.0
+        assert "agentd://timer" in msg["input"]
+    assert len(h.hooks.spawned) == 1
+
+
+async def test_a_second_server_feeding_a_blocked_route_is_paused_too(autojump_clock):
+    routes = [
+        RouteSpec(
+            match="b://*", disposition=Spawn(max_inflight=1), queue_cap=1, overflow="block", debounce=0
+        ),
+    ]
+    async with running("reactive", routes=routes) as h:
+        for uri in ("b://1", "b://2", "b://3"):
+            await h.send(ResourceChanged(server="one", uri=uri))
+        await h.hooks.next_spawn()
+        await trio.sleep(1)
+        await h.send(ResourceChanged(server="two", uri="b://4"))  # the route is already blocked
+        await trio.sleep(1)
+    assert h.hooks.paused == [(0.0, "one", True), (1.0, "two", True)]
+    assert h.reactor.paused == {"one": {"r0"}, "two": {"r0"}}
 
 
 # --------------------------------------------------------------------------- watch restore

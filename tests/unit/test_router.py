@@ -364,6 +364,19 @@ def test_block_holds_events_and_reports_the_route() -> None:
     assert r.counters()["dropped_events"] == 0
 
 
+def test_block_names_the_servers_to_pause_and_a_removed_route_is_unblocked() -> None:
+    r = Router()
+    route = r.add_route(RouteSpec("b://*", Spawn(max_inflight=1), queue_cap=1, overflow="block", debounce=0))
+    r.ingest(QueuedEvent("b://1", "one", None, "updated", 0.0), 0.0)
+    r.ingest(QueuedEvent("b://2", "one", None, "updated", 0.0), 0.0)
+    r.ingest(QueuedEvent("b://3", "two", None, "updated", 0.0), 0.0)
+    assert r.held_servers(route.id) == {"one", "two"}  # b://1 is queued, not held
+    assert r.held_servers("nope") == frozenset()
+    r.remove_route(route.id)
+    assert r.blocked_routes() == frozenset()
+    assert r.counters()["dropped_events.route_removed"] == 3
+
+
 def test_timer_route_coalesces_fires() -> None:
     r = Router()
     tr = r.add_route(RouteSpec("", Spawn(max_inflight=1), timer=True, debounce=0))

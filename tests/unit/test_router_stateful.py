@@ -220,6 +220,12 @@ class RouterMachine(RuleBasedStateMachine):
         assert {r.id for r in self.router.routes()} == set(self.live)
 
     @invariant()
+    def blocked_set_is_the_routes_holding_events(self) -> None:
+        # Kept incrementally (the reactor reads it after every event): it must
+        # always equal the routes that hold block-overflow events.
+        assert self.router.blocked_routes() == {r.id for r in self.router.routes() if r.held}
+
+    @invariant()
     def deadline_is_min(self) -> None:
         ds = [r.deadline for r in self.router.routes() if r.deadline is not None]
         assert self.router.next_deadline() == (min(ds) if ds else None)

@@ -1,0 +1,192 @@
+"""Helpers for end-to-end routing tests: the real ``agentd`` command, real MCP servers.
+
+Every wait is on agentd's NDJSON telemetry, a process exit or an HTTP answer,
+bounded by a timeout; nothing sleeps to wait for a condition.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import psutil
+import trio
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.e2e.agentd_proc import PY, REPO, Agentd, run_agentd
+
+#: A whole agentd start on this shared 2-core machine (interpreter, zygote,
+#: servers' SDK imports), with room for a busy CI box.
+START = 40.0
+
+#: One reactive step (a change travelling server -> agentd -> an agent -> its answer).
+STEP = 20.0
+
+#: Bound on one HTTP request to agentd's endpoints.
+HTTP = 10.0
+
+NOTES_SERVER = REPO / "tests/servers/notes_server.py"
+FAULT_SERVER = REPO / "tests/faults/servers/fault_server.py"
+
+#: ``AGENTD_RECONNECT_BACKOFF`` for tests: restarts are real, only the waits are short.
+FAST_BACKOFF = {"AGENTD_RECONNECT_BACKOFF": "0.2,0.2,0.2,0.2,0.2"}
+
+
+def memo_server(path: Path, name: str = "memo") -> str:
+    """An ``--mcp-stdio`` value for the bundled memo server persisting to ``path`` (created as ``{}``)."""
+    if not path.exists():
+        path.write_text("{}")
+    return f"{name}={PY} -m agentd serve memo --file {path}"
+
+
+def sdk_server(tmp: Path, name: str, *extra: str, server: Path = NOTES_SERVER, era: str = "modern") -> str:
+    """An ``--mcp-stdio`` value for an SDK-written test server with its state in ``tmp/<name>.json``."""
+    return f"{name}={PY} {server} --era {era} --state {tmp / (name + '.json')} {' '.join(extra)}".strip()
+
+
+def edit(path: Path, value: Any) -> None:
+    """Replace a JSON file the way an editor does (temp file, rename)."""
+    tmp = path.with_name(path.name + ".edit")
+    tmp.write_text(json.dumps(value))
+    os.replace(tmp, path)
+
+
+def script(tmp: Path, turns: list[dict[str, Any]], then: str = "no_reply", name: str = "script.json") -> str:
+    """Write a ``script:`` model file; returns the model spec."""
+    path = tmp / name
+    path.write_text(json.dumps({"turns": turns, "then": then}))
+    return f"script:{path}"
+
+
+def write(tmp: Path, name: str, text: str) -> str:
+    """Write ``tmp/name``; returns its path as text."""
+    path = tmp / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return str(path)
+
+
+def _descendants(pid: int) -> set[int]:
+    try:
+        return {p.pid for p in psutil.Process(pid).children(recursive=True)}
+    except psutil.NoSuchProcess:
+        return set()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@asynccontextmanager
+async def supervised(
+    args: Sequence[str], *, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> AsyncIterator[Agentd]:
+    """Run the real ``agentd``; afterwards no process it started (seen while it ran) may be left.
+
+    Processes on their way out get :data:`HTTP` seconds, awaited on their pidfds.
+    """
+    seen: set[int] = set()
+    async with run_agentd(list(args), env=env, cwd=cwd) as a:
+
+        async def track() -> None:
+            while a.proc.returncode is None:
+                seen.update(_descendants(a.proc.pid))
+                await a._changed.wait()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(track)
+            try:
+                yield a
+            finally:
+                nursery.cancel_scope.cancel()
+    left = [pid for pid in sorted(seen) if _alive(pid)]
+    with trio.move_on_after(HTTP):
+        for pid in left:
+            await _wait_gone(pid)
+    described = []
+    for pid in left:
+        if _alive(pid):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                described.append(f"{pid}: {' '.join(psutil.Process(pid).cmdline())[:160]}")
+                os.kill(pid, signal.SIGKILL)
+    assert not described, "processes outlived agentd:\n" + "\n".join(described)
+
+
+async def _wait_gone(pid: int) -> None:
+    """Wait until ``pid`` exits: its pidfd becomes readable (no polling)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    try:
+        await trio.lowlevel.wait_readable(fd)
+    finally:
+        os.close(fd)
+
+
+async def drain(a: Agentd) -> int:
+    """SIGTERM, then the exit code."""
+    a.signal(signal.SIGTERM)
+    return await a.wait_exit(START)
+
+
+async def get(url: str) -> httpx2.Response:
+    with trio.fail_after(HTTP):
+        async with httpx2.AsyncClient() as client:
+            return await client.get(url)
+
+
+async def health_base(a: Agentd) -> str:
+    """The base URL of the health (and metrics) endpoint of an agentd run with ``--health-addr 127.0.0.1:0``."""
+    listening = await a.wait_event("health.listening", timeout=START)
+    return f"http://127.0.0.1:{listening['port']}"
+
+
+async def scrape(base: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """``/metrics`` parsed by prometheus_client: {(sample name, sorted labels): value}."""
+    r = await get(base + "/metrics")
+    assert r.status_code == 200
+    out = {}
+    for family in text_string_to_metric_families(r.text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def spawn_exit_pairs(a: Agentd) -> tuple[set[str], set[str]]:
+    """The agents with a ``subagent.spawn`` and those with a ``subagent.exit``."""
+    return {e["agent"] for e in a.find("subagent.spawn")}, {e["agent"] for e in a.find("subagent.exit")}
+
+
+def server_process(a: Agentd, marker: str) -> psutil.Process:
+    """The one descendant of agentd whose command line contains ``marker``."""
+    [proc] = [
+        p for p in psutil.Process(a.proc.pid).children(recursive=True) if marker in " ".join(p.cmdline())
+    ]
+    return proc
+
+
+async def wait_until(a: Agentd, done: Callable[[], bool], *, timeout: float) -> None:
+    """Until ``done()`` holds; re-checked whenever agentd writes a telemetry or stdout line."""
+    with trio.fail_after(timeout):
+        while not done():
+            if a.stderr_closed:
+                code = await a.proc.wait()
+                raise AssertionError(f"agentd exited ({code}) first:\n{a.tail()}")
+            await a._changed.wait()
+
+
+async def run_storm(a: Agentd, state: Path, spec: dict[str, Any]) -> None:
+    """Start a storm in the fault server whose state file is ``state`` (``<state>.storm`` + SIGUSR1)."""
+    await trio.Path(str(state) + ".storm").write_text(json.dumps(spec))
+    server_process(a, str(state)).send_signal(signal.SIGUSR1)

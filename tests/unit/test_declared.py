@@ -1,0 +1,257 @@
+"""Declared subscriptions: resolution against catalogs (pure) and the shell that keeps them made."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from agentd.supervisor.budget import Budget
+from agentd.supervisor.declared import DeclaredSubscriptions, pattern_label, resolve
+from agentd.supervisor.events import ResourceChanged, ServerState, SubscriptionStateChanged
+from agentd.supervisor.governor import RestartGovernor
+from agentd.supervisor.reactor import Hooks, Reactor
+from agentd.telemetry import Telemetry
+from agentd.triggers import mode as modes
+from agentd.triggers.router import Router, RouteSpec
+from agentd.upstream.resolve import Catalog
+
+NOTES = Catalog(
+    uris=frozenset({"note://alpha", "note://beta", "config://server"}),
+    templates=("note://{name}",),
+    can_subscribe=True,
+)
+MEMO = Catalog(uris=frozenset({"memo://notes"}), can_subscribe=True)
+
+
+@dataclass(frozen=True)
+class Sub:
+    uri: str
+    server: str | None = None
+
+
+def test_a_glob_expands_against_concrete_resources_only() -> None:
+    r = resolve([Sub("note://*", "notes")], {"notes": NOTES})
+    assert r.pairs == (("notes", "note://alpha"), ("notes", "note://beta"))
+    assert r.unresolved == {}
+
+
+def test_a_glob_matching_nothing_says_what_the_server_offers() -> None:
+    r = resolve([Sub("file:///*", "notes")], {"notes": NOTES}, frozenset({"notes"}))
+    assert r.pairs == ()
+    why = r.unresolved["notes:file:///*"]
+    assert why.startswith(
+        "no concrete resource matches the glob 'file:///*' (resource templates are not subscribable)"
+    )
+    assert (
+        "server 'notes' offers resources config://server, note://alpha, note://beta and templates note://{name}"
+        in why
+    )
+    assert r.required == {"notes:file:///*"}
+
+
+def test_an_exact_uri_resolves_by_prefix_listing_template_or_the_only_server() -> None:
+    cats = {"notes": NOTES, "memo": MEMO}
+    assert resolve([Sub("x://y", "memo")], cats).pairs == (("memo", "x://y"),)  # a prefix is trusted
+    assert resolve([Sub("memo://notes")], cats).pairs == (("memo", "memo://notes"),)  # listed
+    assert resolve([Sub("note://gamma")], cats).pairs == (("notes", "note://gamma"),)  # template
+    assert resolve([Sub("x://y")], {"memo": MEMO}).pairs == (("memo", "x://y"),)  # the only server
+    r = resolve([Sub("x://y")], cats, frozenset({"memo"}))
+    assert r.pairs == ()
+    assert "prefix it with the server's name (e.g. notes:x://y)" in r.unresolved["x://y"]
+    assert r.required == {"x://y"}  # it could only be served by one of them, and one is required
+
+
+def test_an_escaped_query_resolves_to_the_uri_itself() -> None:
+    r = resolve([Sub("pods\\?ns=a", "kube")], {"kube": None})
+    assert r.pairs == (("kube", "pods?ns=a"),)
+
+
+def test_a_server_that_never_connected_is_named() -> None:
+    r = resolve([Sub("note://*", "notes")], {"notes": None})
+    assert "server 'notes' has not connected yet" in r.unresolved["notes:note://*"]
+    assert r.required == frozenset()
+
+
+def test_offers_are_sampled() -> None:
+    many = Catalog(uris=frozenset(f"item://{i}" for i in range(12)))
+    why = resolve([Sub("x://*", "m")], {"m": many}).unresolved["m:x://*"]
+    assert "and 7 more" in why
+
+
+def test_pattern_label() -> None:
+    assert pattern_label(Sub("u://x", "s")) == "s:u://x"
+    assert pattern_label(Sub("u://x")) == "u://x"
+
+
+# --------------------------------------------------------------------------- the shell
+
+
+class Rec(Telemetry):
+    def __init__(self) -> None:
+        super().__init__(stream=None, verbose=True)
+        self.events: list[tuple[str, dict[str, Any]]] = []
+
+    def emit(self, event: str, /, **fields: Any) -> None:
+        self.events.append((event, fields))
+
+
+@dataclass
+class FakeUpstream:
+    """Quacks like :class:`agentd.upstream.Upstream` for subscribing."""
+
+    name: str
+    cat: Catalog | None
+    state: ServerState = ServerState.CONNECTED
+    subs: set[str] = field(default_factory=set)
+    calls: list[str] = field(default_factory=list)
+    spec: Any = None
+
+    @property
+    def subscriptions(self) -> frozenset[str]:
+        return frozenset(self.subs)
+
+    @property
+    def capabilities(self) -> Any:
+        return None if self.cat is None else object()
+
+    def catalog(self) -> Catalog:
+        assert self.cat is not None
+        return self.cat
+
+    async def subscribe(self, uri: str) -> None:
+        self.calls.append(uri)
+        await trio.lowlevel.checkpoint()
+        self.subs.add(uri)
+
+    async def unsubscribe(self, uri: str) -> None:
+        self.subs.discard(uri)
+
+
+def _reactor(routes: list[RouteSpec], required: frozenset[str] = frozenset()) -> Reactor:
+    router = Router()
+    for spec in routes:
+        router.add_route(spec)
+    return Reactor(
+        driver=modes.make_driver("reactive"),
+        router=router,
+        budget=Budget(max_steps=None, max_tokens=None, deadline_at=None),
+        governor=RestartGovernor(intensity=3, period=60),
+        hooks=Hooks(
+            spawn=lambda a: None,
+            kill_all=lambda: None,
+            unsubscribe=lambda s, u: None,
+            publish=lambda *a: None,
+        ),
+        telemetry=Rec(),
+        instruction="x",
+        grace=1.0,
+        mode="reactive",
+        session="fresh",
+        required=required,
+    )
+
+
+def _drain(reactor: Reactor) -> list[Any]:
+    out = []
+    while True:
+        try:
+            out.append(reactor._recv.receive_nowait())
+        except trio.WouldBlock:
+            return out
+
+
+async def test_start_up_subscribes_then_posts_one_startup_re_read_per_uri() -> None:
+    reactor = _reactor([RouteSpec("note://*", route_id="notes")])
+    up = FakeUpstream("notes", NOTES)
+    tel = Rec()
+    async with trio.open_nursery() as nursery:
+        d = DeclaredSubscriptions([Sub("note://*", "notes")], {"notes": up}, reactor, tel, nursery)
+        d.refresh("start")
+        assert reactor.declared == {("notes", "note://alpha"), ("notes", "note://beta")}
+        assert set(reactor.subscription_states.values()) == {"pending"}
+        d.refresh("connected")  # in flight: not subscribed twice
+    assert sorted(up.calls) == ["note://alpha", "note://beta"]
+    events = _drain(reactor)
+    assert sorted((e.uri, e.kind, e.startup) for e in events) == [
+        ("note://alpha", "synthetic", True),
+        ("note://beta", "synthetic", True),
+    ]
+    assert reactor.router.get("notes").queue.cap == 16  # type: ignore[union-attr]
+
+
+async def test_a_released_declared_subscription_is_made_again_when_its_server_connects() -> None:
+    reactor = _reactor([])
+    up = FakeUpstream("memo", MEMO)
+    async with trio.open_nursery() as nursery:
+        d = DeclaredSubscriptions([Sub("memo://notes", "memo")], {"memo": up}, reactor, Rec(), nursery)
+        d.refresh("start")
+    _drain(reactor)
+    up.subs.clear()  # lost (e.g. refused on a reconnect, forgotten by the connection)
+    async with trio.open_nursery() as nursery:
+        d._nursery = nursery
+        d.refresh("connected")
+    assert up.calls == ["memo://notes", "memo://notes"]
+    [again] = _drain(reactor)
+    assert (again.kind, again.startup) == ("synthetic", False)  # a re-read, but no start-up one
+
+
+async def test_a_server_not_connected_at_start_is_subscribed_when_it_connects() -> None:
+    reactor = _reactor([])
+    up = FakeUpstream("memo", None, state=ServerState.RESTARTING)
+    tel = Rec()
+    async with trio.open_nursery() as nursery:
+        d = DeclaredSubscriptions([Sub("memo://*", "memo")], {"memo": up}, reactor, tel, nursery)
+        d.refresh("start")
+        assert up.calls == []
+        [(_name, fields)] = [e for e in tel.events if e[0] == "subscription.unresolved"]
+        assert "has not connected yet" in fields["error"]
+        up.cat, up.state = MEMO, ServerState.CONNECTED
+        d.refresh("connected")
+    assert up.calls == ["memo://notes"]
+    assert reactor.unresolved == {}
+    [seed] = _drain(reactor)
+    assert seed.startup is True  # its first establishment since agentd started
+
+
+async def test_a_uri_that_left_the_catalog_is_released_and_one_that_appeared_is_seeded() -> None:
+    reactor = _reactor([])
+    cat = Catalog(uris=frozenset({"note://alpha"}), can_subscribe=True)
+    up = FakeUpstream("notes", cat)
+    async with trio.open_nursery() as nursery:
+        d = DeclaredSubscriptions([Sub("note://*", "notes")], {"notes": up}, reactor, Rec(), nursery)
+        d.refresh("start")
+    _drain(reactor)
+    up.cat = Catalog(uris=frozenset({"note://gamma"}), can_subscribe=True)
+    async with trio.open_nursery() as nursery:
+        d._nursery = nursery
+        d.refresh("catalog")
+    assert up.subs == {"note://gamma"}
+    assert reactor.declared == {("notes", "note://gamma")}
+    [seed] = _drain(reactor)
+    assert (seed.uri, seed.startup) == ("note://gamma", False)
+
+
+async def test_a_refused_subscription_is_reported_failed() -> None:
+    from agentd.errors import CapabilityMissing
+
+    class Refusing(FakeUpstream):
+        async def subscribe(self, uri: str) -> None:
+            raise CapabilityMissing("server 'memo' cannot subscribe")
+
+    reactor = _reactor([])
+    tel = Rec()
+    async with trio.open_nursery() as nursery:
+        d = DeclaredSubscriptions(
+            [Sub("memo://notes", "memo")], {"memo": Refusing("memo", MEMO)}, reactor, tel, nursery
+        )
+        d.refresh("start")
+    [failed] = _drain(reactor)
+    assert isinstance(failed, SubscriptionStateChanged)
+    assert (failed.state, failed.error) == ("failed", "server 'memo' cannot subscribe")
+    assert [e[0] for e in tel.events] == ["subscription.failed"]
+
+
+def test_only_the_start_up_re_read_is_marked() -> None:
+    assert ResourceChanged("s", "u", "synthetic").startup is False
