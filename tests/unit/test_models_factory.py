@@ -37,13 +37,19 @@ def test_parse_good_specs(spec: str, expected: tuple[str, str]) -> None:
     ("spec", "message"),
     [
         ("gpt-4o", r"^model: 'gpt-4o' is not valid: name the provider before the model, e.g\. openai:gpt-4o"),
-        ("claude-3-haiku", r"e\.g\. anthropic:claude-3-haiku \(providers: openai, anthropic, script\)"),
+        (
+            "claude-3-haiku",
+            r"e\.g\. anthropic:claude-3-haiku \(providers: openai, openai-responses, anthropic, azure, bedrock, "
+            r"vertex, script\)",
+        ),
         ("", r"^model: '' is not valid: name the provider before the model, e\.g\. openai:MODEL"),
         (
             "opneai:gpt-4o",
-            r"unknown provider 'opneai'; did you mean openai:gpt-4o\? use one of openai, anthropic, script",
+            r"unknown provider 'opneai'; did you mean openai:gpt-4o\? use one of openai, openai-responses, "
+            r"anthropic, azure, bedrock, vertex, script",
         ),
-        ("bedrock:x", r"unknown provider 'bedrock'; use one of openai, anthropic, script"),
+        ("bedrok:x", r"unknown provider 'bedrok'; did you mean bedrock:x\? use one of openai"),
+        ("local:x", r"unknown provider 'local'; use one of .* or declare it as \[providers\.NAME\]"),
         ("openai:", r"the model name after 'openai:' is empty"),
         ("anthropic:  ", r"the model name after 'anthropic:' is empty"),
         ("script:", r"the script file after 'script:' is empty"),
@@ -102,7 +108,7 @@ async def test_make_model_builds_each_provider(tmp_path: Path) -> None:
         "anthropic",
         "m2",
         "https://api.anthropic.com/v1/messages",
-        8192,
+        16384,
     )
     assert isinstance(s, ScriptModel)
     for m in (o, a, s):

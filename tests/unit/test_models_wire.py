@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentd.errors import ModelError
-from agentd.models import Message, ToolCall
+from agentd.models import Message, ModelSettings, ToolCall
 from agentd.models import anthropic as anth
 from agentd.models import openai as oai
 
@@ -108,6 +108,7 @@ def test_anthropic_empty_assistant_turn_and_consecutive_users_merge() -> None:
         messages=[Message.user("a"), Message.assistant(""), Message.user("b"), Message.user("c")],
         tools=[],
         max_tokens=10,
+        settings=ModelSettings(prompt_cache="off"),
     )
     assert body["messages"] == [
         {"role": "user", "content": "a"},
@@ -120,7 +121,9 @@ def test_anthropic_empty_assistant_turn_and_consecutive_users_merge() -> None:
 def test_anthropic_invalid_call_is_sent_with_empty_input() -> None:
     bad = ToolCall(id="t1", name="x", arguments=None, raw_arguments="[1]", error="not an object")
     body = anth.build_request("m", system=None, messages=[Message.assistant("", [bad])], tools=[])
-    assert body["messages"][0]["content"] == [{"type": "tool_use", "id": "t1", "name": "x", "input": {}}]
+    assert body["messages"][0]["content"] == [
+        {"type": "tool_use", "id": "t1", "name": "x", "input": {}, "cache_control": {"type": "ephemeral"}}
+    ]
 
 
 def test_anthropic_ignores_unknown_blocks_and_missing_usage() -> None:
