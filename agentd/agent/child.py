@@ -115,8 +115,19 @@ async def amain(payload: dict[str, Any], sock: socket.socket) -> int:
 
 def _model_options(payload: dict[str, Any]) -> dict[str, Any]:
     """``make_model`` keywords the spawn payload carries (absent: the model's defaults)."""
+    from agentd.models import ModelSettings, ProviderConfig
+
+    options: dict[str, Any] = {}
     timeout = payload.get("model_timeout")
-    return {} if timeout is None else {"timeout": float(timeout)}
+    if timeout is not None:
+        options["timeout"] = float(timeout)
+    if payload.get("model_settings"):
+        options["settings"] = ModelSettings.from_mapping(payload["model_settings"])
+    if payload.get("providers"):
+        options["providers"] = {
+            name: ProviderConfig.from_payload(table) for name, table in payload["providers"].items()
+        }
+    return options
 
 
 def run_child(payload: dict[str, Any], sock: socket.socket) -> int:

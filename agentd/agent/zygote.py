@@ -50,6 +50,11 @@ def set_pdeathsig(sig: int = signal.SIGKILL) -> None:
         pass
 
 
+#: Environment variable naming the model specs the children will use (a JSON
+#: list), so the zygote prepares their providers before it forks.
+PREWARM_MODELS_ENV = "AGENTD_PREWARM_MODELS"
+
+
 def prewarm() -> None:
     """Import everything a child needs, so forks inherit it for free."""
     import mcp
@@ -60,6 +65,11 @@ def prewarm() -> None:
     import agentd.agent.loop
     import agentd.models
     import agentd.selfmcp.transport  # noqa: F401
+
+    # The providers' expensive setup: a TLS context, the HTTP transport, the
+    # price database, and the cloud SDKs when a bedrock:/vertex: model is used.
+    specs = orjson.loads(os.environ.get(PREWARM_MODELS_ENV) or "[]")
+    agentd.models.prewarm([str(s) for s in specs] if isinstance(specs, list) else [])
 
     # The SDK does much of its work lazily (imports, pydantic validators built
     # on first use): one in-process self-MCP exchange here makes every forked

@@ -291,25 +291,28 @@ def validate_model_spec(
         _named(spec, providers[provider], env)
 
 
-def prewarm(specs: list[str], providers: Providers | None = None) -> None:
+def prewarm(specs: list[str]) -> None:
     """Do, before forking, the expensive setup the children of these model specs need.
 
     The TLS context and HTTP transport for every HTTP provider, the price
     database, and the official SDK of ``bedrock:`` / ``vertex:`` (only when
-    one of them is used). Invalid specs are skipped (they were reported already).
+    one of them is used); nothing for ``script:`` alone. Specs are not
+    validated here (they were, before anything started).
     """
     from agentd.models import _http, pricing
 
-    _http.prewarm()
-    pricing.prewarm()
+    prefixes = set()
     for spec in specs:
-        try:
-            provider, _ = parse_model_spec(spec, providers)
-        except ConfigError:
-            continue
-        if provider in ("bedrock", "vertex"):
-            from agentd.models import cloud
+        prefix, sep, _ = spec.partition(":")
+        if sep:
+            prefixes.add(prefix)
+    if prefixes - {"script"}:
+        _http.prewarm()
+        pricing.prewarm()
+    for provider in sorted(prefixes & {"bedrock", "vertex"}):
+        from agentd.models import cloud
 
+        if not cloud.missing_modules(provider):  # type: ignore[arg-type]
             cloud.prewarm(provider)  # type: ignore[arg-type]
 
 

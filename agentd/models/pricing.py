@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import warnings
 from functools import lru_cache
+from typing import Any
 
 from agentd.models.base import Usage
 
@@ -69,6 +70,25 @@ def has_price(provider_id: str | None, model_ref: str) -> bool:
     if provider_id is None:
         return False
     return price_usd(provider_id, model_ref, Usage(1000, 1000)) is not None
+
+
+#: The ``genai-prices`` provider id of each built-in provider (None: never priced).
+PRICE_PROVIDERS: dict[str, str | None] = {
+    "openai": "openai",
+    "openai-responses": "openai",
+    "azure": "azure",
+    "anthropic": "anthropic",
+    "bedrock": "aws",
+    "vertex": "google",
+    "script": None,
+}
+
+
+def price_provider_for(prefix: str, named: Any = None) -> str | None:
+    """The ``genai-prices`` provider id a model spec's calls are priced as (``named``: its ``[providers.NAME]``)."""
+    if prefix in PRICE_PROVIDERS:
+        return PRICE_PROVIDERS[prefix]
+    return getattr(named, "prices", None)
 
 
 def known_provider_ids() -> tuple[str, ...]:

@@ -243,14 +243,16 @@ class ModelSettings:
 
 
 def _number(key: str, raw: object, low: float, high: float, *, low_open: bool = False) -> float:
+    given = raw
     if isinstance(raw, str):
         try:
             raw = float(raw.strip())
         except ValueError:
-            raise SettingError(key, raw, f"give a number from {low:g} to {high:g}") from None
+            raise SettingError(key, given, f"give a number from {low:g} to {high:g}") from None
     if isinstance(raw, bool) or not isinstance(raw, int | float) or not math.isfinite(raw):
-        raise SettingError(key, raw, f"give a number from {low:g} to {high:g}")
+        raise SettingError(key, given, f"give a number from {low:g} to {high:g}")
     value = float(raw)
+    raw = given
     if value > high or value < low or (low_open and value == low):
         bound = f"above {low:g}" if low_open else f"from {low:g}"
         raise SettingError(key, raw, f"give a number {bound} up to {high:g}")

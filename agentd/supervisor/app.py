@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 import trio
 
+from agentd.agent.zygote import PREWARM_MODELS_ENV
 from agentd.exitcodes import ExitCode, TerminalStatus, code_for_status
 from agentd.selfmcp.server import serve_child
 from agentd.supervisor.budget import Budget
@@ -118,10 +119,12 @@ async def _main(
     )
     router = build_router(settings)
     budget = Budget(
-        max_steps=settings.max_steps,
-        max_tokens=settings.max_tokens,
+        max_steps=settings.budget_steps,
+        max_tokens=settings.budget_tokens,
         deadline_at=(now + settings.deadline) if settings.deadline else None,
+        max_usd=settings.budget_usd,
     )
+    _model_telemetry(settings, telemetry)
     governor = RestartGovernor(intensity=settings.max_restarts, period=settings.restart_period)
     clock = driver.source if isinstance(driver, modes.Schedule) else make_clock(settings, now=now)
 
@@ -141,6 +144,9 @@ async def _main(
         print(line, flush=True)
         outputs.append({"agent": agent.id, "status": status})
 
+    model_settings = settings.model_settings.to_model_settings().given()
+    providers = {name: _provider_payload(name, p) for name, p in settings.providers.items()}
+
     async with trio.open_nursery() as nursery:
         reactor: Reactor
         upstreams: dict[str, Any] = {}
@@ -156,6 +162,8 @@ async def _main(
                 "tools": hub.tool_specs(),
                 "model_timeout": settings.model_timeout,
                 "max_turn_steps": settings.max_turn_steps,
+                "model_settings": model_settings,
+                "providers": providers,
             }
             tree.spawn(agent.id, payload)
 
@@ -196,7 +204,13 @@ async def _main(
         hub = SupervisorHub(events=reactor.send, upstreams=upstreams, telemetry=telemetry)
         hub_holder["hub"] = hub
         watches = _watch_manager(settings, reactor, hub, upstreams, telemetry, watch_limits)
-        tree = Tree(events=reactor.send, serve_child=partial(serve_child, hub), telemetry=telemetry)
+        tree = Tree(
+            events=reactor.send,
+            serve_child=partial(serve_child, hub),
+            telemetry=telemetry,
+            # The zygote prepares these models' providers (TLS, prices, a cloud SDK) before forking.
+            zygote_env={PREWARM_MODELS_ENV: orjson.dumps([settings.model]).decode()},
+        )
 
         nursery.start_soon(_watch_signals, reactor)
         # The zygote's imports (~0.4 s) and the servers' start-ups overlap.
@@ -231,14 +245,54 @@ async def _main(
                     "coalesced",
                     "dropped_events",
                     "restarts",
+                    "model_calls",
                     "input_tokens",
                     "output_tokens",
+                    "cached_input_tokens",
+                    "cache_creation_input_tokens",
+                    "unpriced_calls",
                 ]
             ),
+            cost_usd=budget.cost_usd(),
             router=router.counters(),
         )
         nursery.cancel_scope.cancel()
     return int(code)
+
+
+def _provider_payload(name: str, spec: Any) -> dict[str, Any]:
+    """A ``[providers.NAME]`` table as the child's model factory takes it."""
+    from agentd.models import ProviderConfig
+
+    return ProviderConfig(
+        name=name,
+        base_url=spec.base_url,
+        api=spec.api,
+        api_key_env=spec.api_key_env,
+        headers=dict(spec.headers),
+        prices=spec.prices,
+    ).to_payload()
+
+
+def _model_telemetry(settings: Any, telemetry: Telemetry) -> None:
+    """Warnings about the model configuration: deprecated names, a USD budget that cannot see a price."""
+    from agentd.config import deprecations
+
+    for old in deprecations(settings):
+        telemetry.emit("config.deprecated", setting=old.old, use=old.new)
+    if settings.budget_usd is not None and settings.model is not None:
+        from agentd.models.pricing import has_price, price_provider_for
+
+        provider, _, name = settings.model.partition(":")  # validated: PROVIDER:NAME
+        price_id = price_provider_for(provider, settings.providers.get(provider))
+        if not has_price(price_id, name):
+            # Not an error: the provider may answer with a priced model name (an Azure
+            # deployment's model), or the model may be free (a local server).
+            telemetry.emit(
+                "budget.unpriced_model",
+                model=settings.model,
+                reason="genai-prices has no price for it: its calls count 0 USD toward --budget-usd",
+            )
 
 
 def _watch_manager(
@@ -298,7 +352,11 @@ def _print_once(
             "usage": {
                 "input_tokens": telemetry.counters.get("input_tokens", 0),
                 "output_tokens": telemetry.counters.get("output_tokens", 0),
+                "cached_input_tokens": telemetry.counters.get("cached_input_tokens", 0),
+                "cache_creation_input_tokens": telemetry.counters.get("cache_creation_input_tokens", 0),
+                "model_calls": telemetry.counters.get("model_calls", 0),
             },
+            "cost_usd": reactor.budget.cost_usd(),
             "duration_s": round(duration, 3),
         }
         if reactor.fatal_infra is not None:

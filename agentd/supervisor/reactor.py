@@ -323,6 +323,10 @@ class Reactor:
             agent_restarts=self.agent_restarts,
             tokens_input=counters.get("input_tokens", 0),
             tokens_output=counters.get("output_tokens", 0),
+            tokens_cached_input=counters.get("cached_input_tokens", 0),
+            tokens_cache_creation_input=counters.get("cache_creation_input_tokens", 0),
+            cost_usd=self.budget.usd,
+            unpriced_calls=self.budget.unpriced_calls,
             subagents_running=len(live),
             warm_sessions=sum(1 for a in live if a.warm or a.subscriptions),
             draining=self.phase is not Phase.RUNNING,
@@ -623,13 +627,22 @@ class Reactor:
     def _usage(self, agent: Agent, p: dict[str, Any], reply: Any, now: float) -> None:
         if agent.phase is AgentPhase.STARTING:
             agent.phase = AgentPhase.TURN
+        cost = usage_cost(p.get("cost_usd"))
+        cached = int(p.get("cached_input_tokens", 0))
+        written = int(p.get("cache_creation_input_tokens", 0))
         self.budget.charge(
             input_tokens=int(p.get("input_tokens", 0)),
             output_tokens=int(p.get("output_tokens", 0)),
             steps=int(p.get("steps", 1)),
+            cost_usd=cost,
         )
         self.telemetry.incr("input_tokens", int(p.get("input_tokens", 0)))
         self.telemetry.incr("output_tokens", int(p.get("output_tokens", 0)))
+        self.telemetry.incr("cached_input_tokens", cached)
+        self.telemetry.incr("cache_creation_input_tokens", written)
+        self.telemetry.incr("model_calls")
+        if cost is None:
+            self.telemetry.incr("unpriced_calls")
         self.telemetry.emit(
             "model.call",
             agent=agent.id,
@@ -637,6 +650,9 @@ class Reactor:
             model=p.get("model"),
             input_tokens=p.get("input_tokens"),
             output_tokens=p.get("output_tokens"),
+            cached_input_tokens=cached,
+            cache_creation_input_tokens=written,
+            cost_usd="unknown" if cost is None else cost,
             latency_ms=round(float(p.get("latency_ms", 0.0)), 3),
         )
         spent = self.budget.spent()
@@ -646,7 +662,8 @@ class Reactor:
             # Nothing new will start, so idle warm sessions must exit too, or
             # the budget exit predicate (nothing running) never fires.
             self._release_idle()
-        reason: str | None = spent
+        # The USD ceiling ends turns exactly as the token ceiling does (exhausted_tokens).
+        reason: str | None = "tokens" if spent == "usd" else spent
         if reason is None and self.budget.deadline_reached(now):
             reason = "deadline"
         reply.send_nowait({"continue": reason is None, "reason": reason})
@@ -1074,6 +1091,18 @@ class Reactor:
         )
         if ev.state is ServerState.FAILED and ev.required:
             self.required_failed = ev.server
+
+
+#: Largest cost one usage report may carry, in USD: far above any single model call.
+MAX_CALL_COST_USD = 1_000_000.0
+
+
+def usage_cost(value: Any) -> float | None:
+    """A usage report's ``cost_usd``: a finite amount in ``[0, MAX_CALL_COST_USD]``, else unknown (None)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    cost = float(value)
+    return cost if 0.0 <= cost <= MAX_CALL_COST_USD else None
 
 
 def render_delivery(events: list[QueuedEvent]) -> str:

@@ -22,7 +22,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,6 +87,7 @@ class Tree:
         serve_child: serves a child's self-MCP channel until EOF.
         telemetry: for ``subagent.spawn`` / kill events.
         use_zygote: fork from a pre-warmed zygote (fast) or start fresh interpreters.
+        zygote_env: variables added to the zygote's environment (what it should prewarm).
     """
 
     def __init__(
@@ -96,11 +97,13 @@ class Tree:
         serve_child: ServeChild,
         telemetry: Telemetry,
         use_zygote: bool = True,
+        zygote_env: Mapping[str, str] | None = None,
     ) -> None:
         self._events = events
         self._serve_child = serve_child
         self._telemetry = telemetry
         self.use_zygote = use_zygote
+        self._zygote_env = dict(zygote_env or {})
         self.children: dict[str, ChildProc] = {}
         self._nursery: trio.Nursery | None = None
         self._ctl: trio.socket.SocketType | None = None
@@ -130,6 +133,7 @@ class Tree:
                 [sys.executable, "-m", "agentd.agent.zygote", str(child.fileno())],
                 pass_fds=(child.fileno(),),
                 start_new_session=False,
+                env={**os.environ, **self._zygote_env} if self._zygote_env else None,
             )
         finally:
             child.close()

@@ -65,8 +65,11 @@ def test_defaults(tmp_path: Path) -> None:
     assert s.interval is None
     assert s.cron is None
     assert s.deadline is None
-    assert s.max_steps is None
-    assert s.max_tokens is None
+    assert s.budget_steps is None
+    assert s.budget_tokens is None
+    assert s.budget_usd is None
+    assert s.model_settings.to_model_settings().given() == {}
+    assert s.providers == {}
     w = s.watches
     assert (w.max_watches, w.filter_timeout, w.filter_tool_calls, w.events_per_update) == (5, 2.0, 10, 100)
     assert (w.notice_lines, w.debounce, w.max_wait, w.resubscribe_attempts) == (20, 3.0, 15.0, 5)
@@ -81,8 +84,9 @@ def test_settings_are_frozen(tmp_path: Path) -> None:
 # (field, TOML literal, value from file, env text, value from env, flag text, value from flag, other flags)
 PRECEDENCE: list[tuple[str, str, Any, str, Any, Any, Any, dict[str, Any]]] = [
     ("mode", '"loop"', "loop", "reactive", "reactive", "once", "once", {}),
-    ("max_steps", "10", 10, "20", 20, "30", 30, {}),
-    ("max_tokens", "1000", 1000, "2000", 2000, "3000", 3000, {}),
+    ("budget_steps", "10", 10, "20", 20, "30", 30, {}),
+    ("budget_tokens", "1000", 1000, "2000", 2000, "3000", 3000, {}),
+    ("budget_usd", "2.5", 2.5, "3", 3.0, "$4.25", 4.25, {}),
     ("deadline", '"1m"', 60.0, "90s", 90.0, "2h", 7200.0, {}),
     ("grace", "5", 5.0, "6s", 6.0, "700ms", 0.7, {}),
     ("max_restarts", "1", 1, "2", 2, "0", 0, {}),
@@ -195,13 +199,13 @@ def test_lists_from_a_higher_layer_replace_lower_ones(tmp_path: Path) -> None:
 
 
 def test_empty_env_values_are_ignored(tmp_path: Path) -> None:
-    assert load(tmp_path, env={"AGENTD_MAX_STEPS": ""}).max_steps is None
+    assert load(tmp_path, env={"AGENTD_BUDGET_STEPS": ""}).budget_steps is None
 
 
 def test_agentd_config_env_names_the_file(tmp_path: Path) -> None:
-    (tmp_path / "x.toml").write_text("max_steps = 4\n")
+    (tmp_path / "x.toml").write_text("budget_steps = 4\n")
     s = load(tmp_path, env={"AGENTD_CONFIG": str(tmp_path / "x.toml")})
-    assert s.max_steps == 4
+    assert s.budget_steps == 4
 
 
 def test_session_defaults(tmp_path: Path) -> None:
@@ -353,8 +357,8 @@ def test_errors_are_spelled_by_the_layer_that_set_them(tmp_path: Path) -> None:
 def test_unknown_toml_key_suggests_the_right_one(tmp_path: Path) -> None:
     err(
         tmp_path,
-        r"max_step: 4 is not valid: unknown setting; did you mean 'max_steps'\?",
-        toml="max_step = 4\n",
+        r"budget_step: 4 is not valid: unknown setting; did you mean 'budget_steps'\?",
+        toml="budget_step = 4\n",
     )
     err(
         tmp_path,

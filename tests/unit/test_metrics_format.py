@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import re
 from typing import get_args, get_type_hints
 
@@ -27,6 +29,10 @@ FULL = MetricsSnapshot(
     agent_restarts=1,
     tokens_input=1000,
     tokens_output=250,
+    tokens_cached_input=600,
+    tokens_cache_creation_input=40,
+    cost_usd=0.0123456,
+    unpriced_calls=2,
     subagents_running=3,
     warm_sessions=2,
     draining=True,
@@ -59,6 +65,9 @@ def test_every_family_parses_with_the_right_type_and_prefix():
         "agentd_server_restarts",
         "agentd_agent_restarts",
         "agentd_tokens",
+        "agentd_cache_tokens",
+        "agentd_cost_usd",
+        "agentd_model_calls_unpriced",
         "agentd_server_state",
         "agentd_subscription_state",
     }
@@ -89,6 +98,10 @@ def test_values_round_trip():
     assert _value(f["agentd_agent_restarts"][1]) == 1
     assert _value(f["agentd_tokens"][1], direction="input") == 1000
     assert _value(f["agentd_tokens"][1], direction="output") == 250
+    assert _value(f["agentd_cache_tokens"][1], kind="read") == 600
+    assert _value(f["agentd_cache_tokens"][1], kind="write") == 40
+    assert _value(f["agentd_cost_usd"][1]) == pytest.approx(0.0123456)
+    assert _value(f["agentd_model_calls_unpriced"][1]) == 2
 
 
 def test_state_sets_have_one_sample_per_state_and_exactly_one_set():
