@@ -25,7 +25,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agentd.config import ConfigErrors, Settings, deprecations, effective_config, load_settings, server_secrets
+from agentd.config import (
+    ConfigErrors,
+    Settings,
+    deprecations,
+    effective_config,
+    load_settings,
+    server_secrets,
+)
 from agentd.errors import ConfigError
 from agentd.exitcodes import ExitCode
 from agentd.redact import register_secrets, secret_values
@@ -90,7 +97,9 @@ def build_parser(prog: str = "agentd") -> argparse.ArgumentParser:
         "--reasoning-effort", metavar="none|minimal|low|medium|high|xhigh", help="OpenAI reasoning effort"
     )
     g.add_argument(
-        "--thinking-budget", metavar="N", help="Anthropic extended thinking budget in tokens (>= 1024; 0 = off)"
+        "--thinking-budget",
+        metavar="N",
+        help="Anthropic extended thinking budget in tokens (>= 1024; 0 = off)",
     )
 
     g = p.add_argument_group("MCP servers")
@@ -123,12 +132,16 @@ def build_parser(prog: str = "agentd") -> argparse.ArgumentParser:
     g.add_argument("--grace", metavar="DURATION", help="drain time after SIGTERM (default 25s)")
 
     g = p.add_argument_group("budgets and restarts")
-    g.add_argument("--budget-steps", metavar="N", help="tree-wide model-call ceiling (exit 7, or 3 with a result)")
+    g.add_argument(
+        "--budget-steps", metavar="N", help="tree-wide model-call ceiling (exit 7, or 3 with a result)"
+    )
     g.add_argument(
         "--budget-tokens", metavar="N", help="tree-wide token ceiling, cached tokens included (exit 7 / 3)"
     )
     g.add_argument(
-        "--budget-usd", metavar="AMOUNT", help="tree-wide cost ceiling in US dollars, from genai-prices (exit 7 / 3)"
+        "--budget-usd",
+        metavar="AMOUNT",
+        help="tree-wide cost ceiling in US dollars, from genai-prices (exit 7 / 3)",
     )
     g.add_argument("--max-steps", metavar="N", help="deprecated name of --budget-steps")
     g.add_argument("--max-tokens", metavar="N", help="deprecated name of --budget-tokens")

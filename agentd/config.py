@@ -520,7 +520,9 @@ class ProviderSpec(_Frozen):
         if v not in known:
             close = difflib.get_close_matches(v, known, n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
-            raise ValueError(f"not a genai-prices provider; {hint}known: {', '.join(known) or 'none installed'}")
+            raise ValueError(
+                f"not a genai-prices provider; {hint}known: {', '.join(known) or 'none installed'}"
+            )
         return v
 
 
@@ -906,7 +908,9 @@ class Settings(BaseSettings):
                 continue
             if name in MODEL_PREFIXES:
                 problems.append(
-                    _Problem((name,), name, f"{name!r} is a built-in provider; give this endpoint another name")
+                    _Problem(
+                        (name,), name, f"{name!r} is a built-in provider; give this endpoint another name"
+                    )
                 )
                 continue
             if isinstance(table, dict) and isinstance(table.get("headers"), dict):
@@ -914,7 +918,9 @@ class Settings(BaseSettings):
                     table = {
                         **table,
                         "headers": {
-                            k: _expand_env_refs(h, env, f"providers.{name}.headers.{k}") if isinstance(h, str) else h
+                            k: _expand_env_refs(h, env, f"providers.{name}.headers.{k}")
+                            if isinstance(h, str)
+                            else h
                             for k, h in table["headers"].items()
                         },
                     }
@@ -1808,7 +1814,9 @@ def _renamed_settings(flags: dict[str, Any], ctx: _LoadContext) -> list[Deprecat
         flag_old, flag_new = "--" + old.replace("_", "-"), "--" + new.replace("_", "-")
         if old in flags:
             if new in flags:
-                problems.append(ConfigError(flag_old, flags[old], f"{flag_old} is the old name of {flag_new}; give one"))
+                problems.append(
+                    ConfigError(flag_old, flags[old], f"{flag_old} is the old name of {flag_new}; give one")
+                )
             else:
                 flags[new] = flags.pop(old)
                 ctx.aliases[("flag", new)] = flag_old
@@ -1817,7 +1825,9 @@ def _renamed_settings(flags: dict[str, Any], ctx: _LoadContext) -> list[Deprecat
         if env_old is not None:
             if any(k.upper() == f"AGENTD_{new.upper()}" for k in env):
                 problems.append(
-                    ConfigError(env_old, env[env_old], f"{env_old} is the old name of AGENTD_{new.upper()}; set one")
+                    ConfigError(
+                        env_old, env[env_old], f"{env_old} is the old name of AGENTD_{new.upper()}; set one"
+                    )
                 )
             else:
                 env[f"AGENTD_{new.upper()}"] = env.pop(env_old)
@@ -1826,7 +1836,9 @@ def _renamed_settings(flags: dict[str, Any], ctx: _LoadContext) -> list[Deprecat
         if old in ctx.file_data:
             where = f"{ctx.file_label}: {old}"
             if new in ctx.file_data:
-                problems.append(ConfigError(where, ctx.file_data[old], f"{old} is the old name of {new}; keep one"))
+                problems.append(
+                    ConfigError(where, ctx.file_data[old], f"{old} is the old name of {new}; keep one")
+                )
             else:
                 ctx.file_data[new] = ctx.file_data.pop(old)
                 ctx.aliases[("file", new)] = old

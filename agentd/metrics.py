@@ -217,7 +217,10 @@ def render(snap: MetricsSnapshot) -> str:
             "agentd_cache_tokens_total",
             "counter",
             "Input tokens read from (kind=read) or written to (kind=write) a provider's prompt cache.",
-            [({"kind": "read"}, snap.tokens_cached_input), ({"kind": "write"}, snap.tokens_cache_creation_input)],
+            [
+                ({"kind": "read"}, snap.tokens_cached_input),
+                ({"kind": "write"}, snap.tokens_cache_creation_input),
+            ],
         ),
         _family(
             "agentd_cost_usd_total",

@@ -64,7 +64,7 @@ def prewarm() -> None:
     import agentd.agent.child
     import agentd.agent.loop
     import agentd.models
-    import agentd.selfmcp.transport  # noqa: F401
+    import agentd.selfmcp.transport
 
     # The providers' expensive setup: a TLS context, the HTTP transport, the
     # price database, and the cloud SDKs when a bedrock:/vertex: model is used.

@@ -67,7 +67,7 @@ from agentd.models.base import (
     ToolSpec,
     Usage,
 )
-from agentd.models.pricing import price_usd
+from agentd.models.pricing import price_call
 from agentd.models.settings import ModelSettings
 from agentd.redact import redact
 from agentd.telemetry import Telemetry
@@ -446,7 +446,7 @@ class AnthropicModel:
         answer = await self._poster.post(self.url, headers=self._headers, body=body)
         reply = parse_response(answer)
         return replace(
-            reply, cost_usd=price_usd(self.price_provider, response_model(answer) or self.name, reply.usage)
+            reply, cost_usd=price_call(self.price_provider, (response_model(answer), self.name), reply.usage)
         )
 
     async def aclose(self) -> None:

@@ -190,7 +190,8 @@ class CloudAnthropicModel:
         client: Any = None,
     ) -> None:
         self.name = name
-        self.provider = provider
+        self.provider: str = provider
+        self.cloud: CloudProvider = provider
         self.price_provider: str | None = PRICE_PROVIDERS[provider]
         self.settings = settings or ModelSettings()
         self.timeout = timeout
@@ -233,20 +234,23 @@ class CloudAnthropicModel:
             return await self._client.messages.create(**keywords, extra_body=extra_body, timeout=self.timeout)
         except anthropic.APIStatusError as exc:
             raise self._status_error(exc) from exc
-        except anthropic.APIConnectionError as exc:  # timeouts included, after the SDK's retries
-            raise ModelUnavailableError(
-                f"{self.provider} could not be reached after {MAX_ATTEMPTS} attempts: {type(exc).__name__}: "
-                f"{redact(str(exc))}. Fix: check the network, the region and the endpoint "
-                "(ANTHROPIC_BEDROCK_BASE_URL / ANTHROPIC_VERTEX_BASE_URL)"
-            ) from exc
-        except anthropic.APIResponseValidationError as exc:
-            raise ModelResponseError(f"{self.provider} returned an unexpected response: {exc}") from exc
         except Exception as exc:
-            if _is_credential_error(exc):
+            # A credential that cannot be resolved or refreshed surfaces bare (boto,
+            # google-auth) or inside a connection error, depending on where it failed.
+            cause = _credential_cause(exc)
+            if cause is not None:
                 raise ModelAuthError(
-                    f"{self.provider}: no usable credentials ({type(exc).__name__}: {redact(str(exc))}). "
-                    f"Fix: {AUTH_FIXES[self.provider]}"  # type: ignore[index]
+                    f"{self.provider}: no usable credentials ({type(cause).__name__}: {redact(str(cause))}). "
+                    f"Fix: {AUTH_FIXES[self.cloud]}"
                 ) from exc
+            if isinstance(exc, anthropic.APIConnectionError):  # timeouts included, after the SDK's retries
+                raise ModelUnavailableError(
+                    f"{self.provider} could not be reached after {MAX_ATTEMPTS} attempts: {type(exc).__name__}: "
+                    f"{redact(str(exc))}. Fix: check the network, the region and the endpoint "
+                    "(ANTHROPIC_BEDROCK_BASE_URL / ANTHROPIC_VERTEX_BASE_URL)"
+                ) from exc
+            if isinstance(exc, anthropic.APIResponseValidationError):
+                raise ModelResponseError(f"{self.provider} returned an unexpected response: {exc}") from exc
             raise
 
     def _status_error(self, exc: Any) -> Exception:
@@ -255,7 +259,7 @@ class CloudAnthropicModel:
         if status in (401, 403):
             return ModelAuthError(
                 f"{self.provider} rejected the credentials (HTTP {status}): {message}. "
-                f"Fix: {AUTH_FIXES[self.provider]}"  # type: ignore[index]
+                f"Fix: {AUTH_FIXES[self.cloud]}"
             )
         if status in (408, 409, 429) or status >= 500:
             return ModelUnavailableError(
@@ -290,16 +294,24 @@ def _provider_message(exc: Any) -> str:
     return redact(str(getattr(exc, "message", "") or exc))[:300]
 
 
-def _is_credential_error(exc: Exception) -> bool:
-    """A credential that could not be resolved or refreshed (boto's and google-auth's own errors)."""
-    names = {cls.__name__ for cls in type(exc).__mro__}
-    return bool(
-        names
-        & {
-            "NoCredentialsError",
-            "PartialCredentialsError",
-            "DefaultCredentialsError",
-            "RefreshError",
-            "GoogleAuthError",
-        }
-    ) or (isinstance(exc, RuntimeError) and "credentials" in str(exc).lower())
+#: Error classes (by name, so neither SDK is imported here) of credentials that
+#: could not be resolved, signed with or refreshed. botocore only runs to sign
+#: (the HTTP is the SDK's own), so any of its errors is a credential problem.
+_CREDENTIAL_ERRORS = frozenset(
+    {"BotoCoreError", "GoogleAuthError", "DefaultCredentialsError", "RefreshError"}
+)
+
+
+def _credential_cause(exc: BaseException) -> BaseException | None:
+    """The credential error behind ``exc`` (itself, or what it was raised from), if any."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        names = {cls.__name__ for cls in type(current).__mro__}
+        if names & _CREDENTIAL_ERRORS or (
+            isinstance(current, RuntimeError) and "credentials" in str(current).lower()
+        ):
+            return current
+        current = current.__cause__ or current.__context__
+    return None

@@ -410,15 +410,12 @@ def make_model(
             base_url_var="AZURE_OPENAI_ENDPOINT; the deployment is the name after 'azure:'",
             **seams,
         )
-    if provider in ("bedrock", "vertex"):
+    if provider == "bedrock" or provider == "vertex":
         from agentd.models.cloud import CloudAnthropicModel
 
+        cloud: Literal["bedrock", "vertex"] = "bedrock" if provider == "bedrock" else "vertex"
         return CloudAnthropicModel(
-            name,
-            provider=provider,
-            settings=settings,
-            timeout=timeout,
-            max_attempts=max_attempts,  # type: ignore[arg-type]
+            name, provider=cloud, settings=settings, timeout=timeout, max_attempts=max_attempts
         )
     if provider == "script":
         return ScriptModel(load_script(name, spec=spec), name=name, sleep=sleep)

@@ -59,7 +59,7 @@ from agentd.models.base import (
     estimate_input_tokens,
     estimate_tokens,
 )
-from agentd.models.pricing import price_usd
+from agentd.models.pricing import price_call
 from agentd.models.settings import TOOL_CHOICE_WORDS, ModelSettings
 from agentd.redact import redact
 from agentd.telemetry import Telemetry
@@ -349,7 +349,7 @@ class OpenAIModel:
         body = build_request(self.name, system=system, messages=messages, tools=tools, settings=self.settings)
         answer = await self._poster.post(self.url, headers=self._headers, body=body)
         reply = parse_response(answer, estimated_input=estimate_input_tokens(system, messages, tools))
-        cost = price_usd(self.price_provider, response_model(answer) or self.name, reply.usage)
+        cost = price_call(self.price_provider, (response_model(answer), self.name), reply.usage)
         return replace(reply, cost_usd=cost)
 
     async def aclose(self) -> None:

@@ -64,6 +64,16 @@ def price_usd(provider_id: str | None, model_ref: str, usage: Usage) -> float | 
     return round(float(result.total_price), COST_DECIMALS)
 
 
+def price_call(provider_id: str | None, models: tuple[str | None, ...], usage: Usage) -> float | None:
+    """:func:`price_usd` by the first of ``models`` the database knows (e.g. the reported name, then the configured one)."""
+    for model in models:
+        if model:
+            cost = price_usd(provider_id, model, usage)
+            if cost is not None:
+                return cost
+    return None
+
+
 @lru_cache(maxsize=256)
 def has_price(provider_id: str | None, model_ref: str) -> bool:
     """Whether ``genai-prices`` knows a price for this model (no I/O; imports the database)."""

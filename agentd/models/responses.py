@@ -65,7 +65,7 @@ from agentd.models.openai import (
     response_model,
     usage_from,
 )
-from agentd.models.pricing import price_usd
+from agentd.models.pricing import price_call
 from agentd.models.settings import TOOL_CHOICE_WORDS, ModelSettings
 from agentd.redact import redact
 from agentd.telemetry import Telemetry
@@ -310,7 +310,7 @@ class ResponsesModel:
         answer = await self._poster.post(self.url, headers=self._headers, body=body)
         reply = parse_response(answer, estimated_input=estimate_input_tokens(system, messages, tools))
         return replace(
-            reply, cost_usd=price_usd(self.price_provider, response_model(answer) or self.name, reply.usage)
+            reply, cost_usd=price_call(self.price_provider, (response_model(answer), self.name), reply.usage)
         )
 
     async def aclose(self) -> None:

@@ -206,10 +206,10 @@ class ModelSettings:
     def for_api(self, api: WireApi) -> ModelSettings:
         """Only the settings ``api`` can carry (used for inherited settings; see the module docstring)."""
         keep = SUPPORTED[api]
-        return replace(
-            self,
-            **{f.name: (None if f.name != "extra" else {}) for f in fields(self) if f.name not in keep},
-        )
+        cleared: dict[str, Any] = {
+            f.name: (None if f.name != "extra" else {}) for f in fields(self) if f.name not in keep
+        }
+        return replace(self, **cleared)
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> ModelSettings:

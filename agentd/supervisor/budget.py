@@ -52,7 +52,9 @@ class Budget:
         if self.deadline_at is not None and not math.isfinite(self.deadline_at):
             raise ValueError(f"deadline_at: {self.deadline_at!r} is not valid: give a finite monotonic time")
         if self.max_usd is not None and not (math.isfinite(self.max_usd) and self.max_usd > 0):
-            raise ValueError(f"max_usd: {self.max_usd!r} is not valid: give a positive amount, or leave it unset")
+            raise ValueError(
+                f"max_usd: {self.max_usd!r} is not valid: give a positive amount, or leave it unset"
+            )
 
     def charge(
         self, *, input_tokens: int, output_tokens: int, steps: int = 0, cost_usd: float | None = 0.0
@@ -71,7 +73,9 @@ class Budget:
                 "is not valid: counts must be >= 0"
             )
         if cost_usd is not None and not (math.isfinite(cost_usd) and cost_usd >= 0):
-            raise ValueError(f"usage report cost_usd={cost_usd!r} is not valid: a cost is a finite amount >= 0")
+            raise ValueError(
+                f"usage report cost_usd={cost_usd!r} is not valid: a cost is a finite amount >= 0"
+            )
         self.tokens += input_tokens + output_tokens
         self.steps += steps
         if cost_usd is None:

@@ -170,8 +170,14 @@ def test_check_prints_redacted_effective_config(site: Path) -> None:
         9,
         1000,
     )
-    assert "agentd: warning: --max-steps is deprecated and will be removed in the next release; use --budget-steps" in result.stderr
-    assert "agentd: warning: AGENTD_MAX_TOKENS is deprecated and will be removed in the next release; use AGENTD_BUDGET_TOKENS" in result.stderr
+    assert (
+        "agentd: warning: --max-steps is deprecated and will be removed in the next release; use --budget-steps"
+        in result.stderr
+    )
+    assert (
+        "agentd: warning: AGENTD_MAX_TOKENS is deprecated and will be removed in the next release; use AGENTD_BUDGET_TOKENS"
+        in result.stderr
+    )
     assert sorted(config["servers"]) == ["gh", "probe", "web"]
     assert config["servers"]["web"]["headers"] == {"Authorization": "***"}
     assert config["servers"]["gh"]["env"] == {"GITHUB_TOKEN": "***"}

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
-
 import re
 from typing import get_args, get_type_hints
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
