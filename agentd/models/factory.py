@@ -224,7 +224,7 @@ def _azure(spec: str, deployment: str, env: Mapping[str, str]) -> _Azure:
         raise ConfigError(
             "model",
             spec,
-            "azure: no credential: export AZURE_OPENAI_API_KEY=... (the resource's key) or "
+            "azure: neither a key nor a token is set: export AZURE_OPENAI_API_KEY=... (the resource's key) or "
             "AZURE_OPENAI_AD_TOKEN=... (a Microsoft Entra access token)",
         )
     version = env.get("OPENAI_API_VERSION") or AZURE_API_VERSION
@@ -248,7 +248,7 @@ def _named(spec: str, config: ProviderConfig, env: Mapping[str, str]) -> str | N
         raise ConfigError(
             "model",
             spec,
-            f"[providers.{config.name}] api_key_env = {config.api_key_env!r}, but {config.api_key_env} is not set: "
+            f"[providers.{config.name}] takes its key from {config.api_key_env}, which is not set: "
             f"export {config.api_key_env}=..., or remove api_key_env for a server that needs no key",
         )
     return key

@@ -662,3 +662,134 @@ def test_watch_state_refuses_what_is_not_a_regular_agentd_file(tmp_path: Path) -
         watch_state=str(foreign))  # fmt: skip
     err(tmp_path, r"^--watch-state: '/dev/zero' is not valid: is a character device", watch_state="/dev/zero")
     assert foreign.read_text() == "my notes\n"
+
+
+# --- model settings, providers, renamed budgets -------------------------------------------
+
+OPENAI = {"OPENAI_API_KEY": "sk-test"}
+
+
+def test_model_settings_merge_key_by_key_across_layers(tmp_path: Path) -> None:
+    toml = '[model_settings]\ntemperature = 0.1\ntop_p = 0.5\nstop = ["A"]\nextra = { seed = 1 }\n'
+    env = {**OPENAI, "AGENTD_MODEL_SETTINGS__TOP_P": "0.6", "AGENTD_MODEL_SETTINGS__EXTRA": '{"user": "u"}'}
+    s = load(tmp_path, toml=toml, env=env, model="openai:gpt-4o", temperature="0.2", max_output_tokens="99")
+    assert s.model_settings.to_model_settings().given() == {
+        "temperature": 0.2,
+        "top_p": 0.6,
+        "max_output_tokens": 99,
+        "stop": ["A"],
+        "extra": {"seed": 1, "user": "u"},  # extra merges key by key too
+    }
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"top_p": "0"}, r"^--top-p: '0' is not valid: give a number above 0 up to 1$"),
+        (
+            {"env": {**OPENAI, "AGENTD_MODEL_SETTINGS__TEMPERATURE": "warm"}},
+            r"^AGENTD_MODEL_SETTINGS__TEMPERATURE: 'warm' is not valid: give a number from 0 to 2$",
+        ),
+        (
+            {"toml": "[model_settings]\nthinking_budget = 100\n"},
+            r"agentd\.toml: model_settings\.thinking_budget: 100 is not valid: Anthropic's smallest",
+        ),
+        (
+            {"toml": "[model_settings]\ntop_k = 5\n"},
+            r"agentd\.toml: model_settings\.top_k: 5 is not valid: unknown setting; did you mean 'top_p'",
+        ),
+        (
+            {"toml": '[model_settings]\nprompt_cache = "5m"\n', "temperature": "0.3"},
+            r"agentd\.toml: model_settings\.prompt_cache: '5m' is not valid: openai:gpt-4o cannot take prompt_cache",
+        ),
+        ({"reasoning_effort": "huge"}, r"^--reasoning-effort: 'huge' is not valid: choose one of none"),
+        (
+            {"budget_usd": "free"},
+            r"^--budget-usd: 'free' is not valid: must be an amount in US dollars above 0",
+        ),
+    ],
+)
+def test_bad_model_settings_are_spelled_by_their_layer(
+    tmp_path: Path, kw: dict[str, Any], message: str
+) -> None:
+    kw.setdefault("env", OPENAI)
+    err(tmp_path, message, model="openai:gpt-4o", **kw)
+
+
+def test_old_budget_names_still_work_and_are_reported(tmp_path: Path) -> None:
+    from agentd.config import deprecations
+
+    s = load(tmp_path, toml="max_steps = 3\n", env={"AGENTD_MAX_TOKENS": "500"})
+    assert (s.budget_steps, s.budget_tokens) == (3, 500)
+    assert [(d.old, d.new) for d in deprecations(s)] == [
+        ("AGENTD_MAX_TOKENS", "AGENTD_BUDGET_TOKENS"),
+        (f"{tmp_path / 'agentd.toml'}: max_steps", f"{tmp_path / 'agentd.toml'}: budget_steps"),
+    ]
+    assert "is deprecated and will be removed in the next release; use" in deprecations(s)[0].message()
+    assert deprecations(load(tmp_path, budget_steps="3")) == ()
+    err(
+        tmp_path,
+        r"^--max-tokens: '5' is not valid: --max-tokens is the old name of --budget-tokens; give one$",
+        max_tokens="5",
+        budget_tokens="6",
+    )
+
+
+def test_providers_tables(tmp_path: Path) -> None:
+    toml = (
+        '[providers.vllm]\nbase_url = "http://127.0.0.1:8000/v1"\n'
+        '[providers.gw]\nbase_url = "https://gw.example/v1"\napi = "responses"\napi_key_env = "GW_KEY"\n'
+        'headers = { "X-Org" = "${ORG}" }\nprices = "openai"\n'
+    )
+    s = load(tmp_path, toml=toml, env={"GW_KEY": "k", "ORG": "team-7"}, model="gw:gpt-5")
+    assert s.providers["gw"].headers == {"X-Org": "team-7"}
+    assert (s.providers["gw"].api, s.providers["vllm"].api) == ("responses", "chat")
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        (
+            '[providers.Local]\nbase_url = "http://h/v1"\n',
+            r"providers\.Local: 'Local' is not valid: a provider name is 1-32 lower",
+        ),
+        (
+            '[providers.azure]\nbase_url = "http://h/v1"\n',
+            r"providers\.azure: 'azure' is not valid: 'azure' is a built-in provider",
+        ),
+        (
+            '[providers.x]\nbase_url = "h:8000"\n',
+            r"providers\.x\.base_url: 'h:8000' is not valid: write an http:// or https:// URL",
+        ),
+        (
+            '[providers.x]\nbase_url = "http://h"\napi_key_env = "sk-123"\n',
+            r"providers\.x\.api_key_env: .* the name of an environment variable",
+        ),
+        (
+            '[providers.x]\nbase_url = "http://h"\nprices = "opnai"\n',
+            r"providers\.x\.prices: 'opnai' is not valid: not a genai-prices provider; did you mean 'openai'",
+        ),
+        (
+            '[providers.x]\nbase_url = "http://h"\napi = "grpc"\n',
+            r"providers\.x\.api: 'grpc' is not valid: choose one of chat, responses, messages",
+        ),
+        (
+            '[providers.x]\nbase_url = "http://h"\nheaders = { A = "${NOPE}" }\n',
+            r"environment variable NOPE is not set",
+        ),
+    ],
+)
+def test_bad_providers_name_the_fix(tmp_path: Path, toml: str, message: str) -> None:
+    err(tmp_path, message, toml=toml)
+
+
+def test_check_hides_provider_headers(tmp_path: Path) -> None:
+    from agentd.config import effective_config, server_secrets
+
+    toml = (
+        '[providers.gw]\nbase_url = "https://gw/v1"\nheaders = { Authorization = "Bearer gw-secret-123" }\n'
+    )
+    s = load(tmp_path, toml=toml)
+    shown = effective_config(s, env={})
+    assert shown["providers"]["gw"]["headers"] == {"Authorization": "***"}
+    assert "gw-secret-123" in server_secrets(s)

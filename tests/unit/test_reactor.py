@@ -683,3 +683,22 @@ async def test_the_restore_notice_rides_in_the_warm_roots_first_turn(autojump_cl
         [(_, suppressed)] = [e for e in h.telemetry.named("reply.suppressed") if e[1]["agent"] == root.id]
         assert suppressed["watch"] == [""]
     assert [a.id for _, a in h.hooks.spawned] == [root.id, other.id]
+
+
+@pytest.mark.parametrize(
+    ("value", "cost"),
+    [
+        (0.25, 0.25),
+        (0, 0.0),
+        (None, None),
+        (True, None),
+        ("0.1", None),
+        (-1.0, None),
+        (2e6, None),
+        (float("nan"), None),
+    ],
+)
+def test_usage_cost_from_a_child_is_a_bounded_amount_or_unknown(value: object, cost: float | None) -> None:
+    from agentd.supervisor.reactor import usage_cost
+
+    assert usage_cost(value) == cost
