@@ -260,9 +260,16 @@ class Agentd:
 class run_agentd:
     """``async with run_agentd(args) as a:``: start ``python -m agentd ARGS``; always reaped on exit."""
 
-    def __init__(self, args: Sequence[str], *, keep: Callable[[dict[str, Any]], bool] | None = None) -> None:
+    def __init__(
+        self,
+        args: Sequence[str],
+        *,
+        keep: Callable[[dict[str, Any]], bool] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.args = [PY, "-m", "agentd", *args]
         self.keep = keep
+        self.env = ENV if env is None else env
 
     async def __aenter__(self) -> Agentd:
         self._cm = trio.open_nursery()
@@ -272,7 +279,7 @@ class run_agentd:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            env=ENV,
+            env=self.env,
             cwd=str(REPO),
         )
         self.a = Agentd(proc)

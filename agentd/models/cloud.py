@@ -143,10 +143,16 @@ def check_environment(provider: CloudProvider, spec: str, env: Mapping[str, str]
 def prewarm(provider: CloudProvider) -> None:
     """Import the SDK client (and its auth libraries) now, so forked children inherit them."""
     if provider == "bedrock":
-        import anthropic.lib.aws._auth  # noqa: F401
+        import boto3
         import botocore.auth
         import botocore.awsrequest  # noqa: F401
         from anthropic import AsyncAnthropicBedrock  # noqa: F401
+
+        # The SDK signs with a boto3 session of its own, made in the child on
+        # its first call; the import (~0.3 s) and one session here load what
+        # every session shares. Credentials are not resolved here: they may
+        # need the network (an instance role) and belong to each child.
+        boto3.Session()
     else:
         import google.auth
         import google.auth.transport.requests
