@@ -1783,7 +1783,7 @@ def load_settings(
 
 
 def deprecations(settings: Settings) -> tuple[Deprecation, ...]:
-    """The deprecated setting names ``settings`` was loaded with (to warn about; see ``rfcs/0169``)."""
+    """The deprecated setting names ``settings`` was loaded with (to warn about; see ``rfcs/0167``)."""
     return settings._deprecations
 
 

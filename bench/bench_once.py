@@ -21,7 +21,9 @@ The phase table splits agentd's median run by telemetry arrival time.
 the answer: two model requests), with this checkout's code and with the code
 of ``--prev-ref`` (default: the merge base with ``main``), runs of the two
 alternating; and with ``bedrock:`` (the official SDK) on this checkout's
-code. It reports the whole command and spawn → first ``model.call``.
+code. It reports the whole command, ``supervisor.start`` → the root's
+``subagent.spawn`` (start-up: zygote and memo server ready) and spawn →
+first ``model.call``, the last two from agentd's own timestamps (ms).
 """
 
 from __future__ import annotations
@@ -61,7 +63,12 @@ PHASES = [
 
 
 async def run_agentd_once(model: str, env: dict[str, str] | None = None) -> tuple[float, dict[str, float]]:
-    """One ``agentd --mode once``; returns (wall seconds, first arrival of each telemetry event in s)."""
+    """One ``agentd --mode once``; returns (wall seconds, first arrival of each telemetry event in s).
+
+    ``ts:EVENT`` keys hold agentd's own timestamp of each event's first
+    occurrence (Unix seconds, millisecond resolution): arrival here can batch
+    lines that were written apart.
+    """
     args = ["--mode", "once", "--model", model, "--mcp-stdio", "memo=" + " ".join(SERVER), "save it"]
     t0 = time.perf_counter()
     async with run_agentd(args, env=env) as a:
@@ -74,7 +81,15 @@ async def run_agentd_once(model: str, env: dict[str, str] | None = None) -> tupl
     firsts: dict[str, float] = {"exit": wall}
     for ln in a.lines:
         firsts.setdefault(ln.ev["event"], ln.t - t0)
+        if "ts" in ln.ev:
+            firsts.setdefault("ts:" + ln.ev["event"], _unix(ln.ev["ts"]))
     return wall, firsts
+
+
+def _unix(ts: str) -> float:
+    import datetime as dt
+
+    return dt.datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
 
 
 async def sdk_in_process() -> float:
@@ -167,6 +182,7 @@ async def providers_main(n: int, prev_ref: str | None) -> None:
     )
     walls: dict[tuple[str, str], list[float]] = {}
     spawn_to_call: dict[tuple[str, str], list[float]] = {}
+    start_to_spawn: dict[tuple[str, str], list[float]] = {}
 
     def replies(provider: str) -> list[Any]:
         if provider == "openai":
@@ -184,7 +200,10 @@ async def providers_main(n: int, prev_ref: str | None) -> None:
         if record:
             walls.setdefault((provider, side), []).append(wall)
             spawn_to_call.setdefault((provider, side), []).append(
-                firsts["model.call"] - firsts["subagent.spawn"]
+                firsts["ts:model.call"] - firsts["ts:subagent.spawn"]
+            )
+            start_to_spawn.setdefault((provider, side), []).append(
+                firsts["ts:subagent.spawn"] - firsts["ts:supervisor.start"]
             )
 
     with tempfile.TemporaryDirectory(prefix="agentd-bench-") as tmp, previous_code(ref) as prev:
@@ -199,6 +218,7 @@ async def providers_main(n: int, prev_ref: str | None) -> None:
     for (provider, side), xs in walls.items():
         base = walls.get((provider, "previous"), xs)
         calls = spawn_to_call[(provider, side)]
+        starts = start_to_spawn[(provider, side)]
         rows.append(
             [
                 SPECS[provider].split(":")[0] + ":",
@@ -207,12 +227,22 @@ async def providers_main(n: int, prev_ref: str | None) -> None:
                 fmt(p50(xs) * 1000, 0),
                 fmt(min(xs) * 1000, 0),
                 fmt(p50(xs) / p50(base)),
+                fmt(p50(starts) * 1000, 0),
                 fmt(p50(calls) * 1000, 1),
             ]
         )
     table(
         "agentd --mode once against a loopback provider (tool call + answer); ms; ratio = p50 / previous code's p50",
-        ["model", "code", "n", "p50 ms", "min ms", "x previous", "spawn -> 1st model.call ms"],
+        [
+            "model",
+            "code",
+            "n",
+            "p50 ms",
+            "min ms",
+            "x previous",
+            "start -> root spawned ms",
+            "spawn -> 1st model.call ms",
+        ],
         rows,
     )
 

@@ -66,10 +66,9 @@ def prewarm() -> None:
     import agentd.models
     import agentd.selfmcp.transport
 
-    # The providers' expensive setup: a TLS context, the HTTP transport, the
-    # price database, and the cloud SDKs when a bedrock:/vertex: model is used.
-    specs = orjson.loads(os.environ.get(PREWARM_MODELS_ENV) or "[]")
-    agentd.models.prewarm([str(s) for s in specs] if isinstance(specs, list) else [])
+    # A cloud SDK (bedrock:/vertex:) takes seconds to import: before "ready",
+    # where the supervisor's generous start-up bound applies, never in a spawn.
+    agentd.models.prewarm(_prewarm_specs(), http=False)
 
     # The SDK does much of its work lazily (imports, pydantic validators built
     # on first use): one in-process self-MCP exchange here makes every forked
@@ -105,6 +104,23 @@ async def _rehearse() -> None:
             await client.call_tool(USAGE_TOOL, {"input_tokens": 0})
             await client.call_tool(USAGE_TOOL, {"input_tokens": 0})
         nursery.cancel_scope.cancel()
+
+
+def _prewarm_specs() -> list[str]:
+    specs = orjson.loads(os.environ.get(PREWARM_MODELS_ENV) or "[]")
+    return [str(s) for s in specs] if isinstance(specs, list) else []
+
+
+def prewarm_http() -> None:
+    """The HTTP providers' TLS context and transport, and the price database (~0.35 s).
+
+    Done right after the zygote said "ready": the supervisor's start-up goes
+    on meanwhile (servers, endpoints), and a spawn request that arrives
+    sooner waits at most this long.
+    """
+    import agentd.models
+
+    agentd.models.prewarm(_prewarm_specs(), sdks=False)
 
 
 def _child(ctl: socket.socket, fd: int, agent: str) -> None:
@@ -143,6 +159,7 @@ def serve(ctl: socket.socket) -> None:
     sel.register(ctl, selectors.EVENT_READ, "ctl")
     sel.register(rpipe, selectors.EVENT_READ, "chld")
     ctl.send(orjson.dumps({"ready": os.getpid()}))
+    prewarm_http()
     while True:
         for key, _ in sel.select():
             if key.data == "chld":

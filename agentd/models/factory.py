@@ -291,13 +291,14 @@ def validate_model_spec(
         _named(spec, providers[provider], env)
 
 
-def prewarm(specs: list[str]) -> None:
+def prewarm(specs: list[str], *, sdks: bool = True, http: bool = True) -> None:
     """Do, before forking, the expensive setup the children of these model specs need.
 
-    The TLS context and HTTP transport for every HTTP provider, the price
-    database, and the official SDK of ``bedrock:`` / ``vertex:`` (only when
-    one of them is used); nothing for ``script:`` alone. Specs are not
-    validated here (they were, before anything started).
+    ``sdks``: import the official SDK of ``bedrock:`` / ``vertex:`` when one
+    of them is used (2-3 s). ``http``: the TLS context and HTTP transport
+    every HTTP provider uses, and the price database (about 0.35 s
+    together); nothing for ``script:`` alone. Specs are not validated here
+    (they were, before anything started).
     """
     from agentd.models import _http, pricing
 
@@ -306,14 +307,15 @@ def prewarm(specs: list[str]) -> None:
         prefix, sep, _ = spec.partition(":")
         if sep:
             prefixes.add(prefix)
-    if prefixes - {"script"}:
+    if http and prefixes - {"script"}:
         _http.prewarm()
         pricing.prewarm()
-    for provider in sorted(prefixes & {"bedrock", "vertex"}):
-        from agentd.models import cloud
+    if sdks:
+        for provider in sorted(prefixes & {"bedrock", "vertex"}):
+            from agentd.models import cloud
 
-        if not cloud.missing_modules(provider):  # type: ignore[arg-type]
-            cloud.prewarm(provider)  # type: ignore[arg-type]
+            if not cloud.missing_modules(provider):  # type: ignore[arg-type]
+                cloud.prewarm(provider)  # type: ignore[arg-type]
 
 
 def make_model(
