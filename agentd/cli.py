@@ -5,6 +5,7 @@
     agentd [--mode once|loop|reactive|schedule] [options] [INSTRUCTION]
     agentd check [options]          validate, print the effective config (redacted), exit 0 or 2
     agentd serve NAME [options]     run a bundled MCP server (agentd.servers)
+    agentd --version                print "agentd VERSION" and exit 0
 
 The first word selects ``check`` or ``serve``; an instruction that is exactly
 ``check`` or ``serve`` must be given with ``--instruction``.
@@ -25,6 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from agentd import __version__
 from agentd.config import (
     ConfigErrors,
     Settings,
@@ -35,6 +37,7 @@ from agentd.config import (
 )
 from agentd.errors import ConfigError
 from agentd.exitcodes import ExitCode
+from agentd.output import claim_standard_fds
 from agentd.redact import register_secrets, secret_values
 
 __all__ = ["build_parser", "flags_from_args", "main"]
@@ -47,7 +50,8 @@ lists and tables take JSON (AGENTD_ROUTES='[{"match": "file:///x", "disposition"
 AGENTD_MCP_CONFIG mcpServers JSON files (path-separated), AGENTD_SERVERS a JSON object of servers.
 Durations: 250ms, 30s, 5m, 1h, 1h30m or plain seconds. Sizes: 10MB, 512KiB or bytes.
 exit codes: 0 ok, 1 crashed, 2 config/usage, 3 partial, 4 infra, 5 refused, 6 required server,
-7 budget, 124 deadline, 143 drain timeout.
+7 budget, 8 result not written, 124 deadline, 143 drain timeout.
+signals: SIGTERM, SIGINT and SIGHUP drain (exit 0 within --grace, else 143); a second one stops at once.
 """
 
 
@@ -65,6 +69,7 @@ def build_parser(prog: str = "agentd") -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,
     )
+    p.add_argument("--version", action="version", version=f"agentd {__version__}")
     p.add_argument("instruction_arg", nargs="?", metavar="INSTRUCTION", help="the root agent's task")
     p.add_argument(
         "--instruction",
@@ -129,7 +134,12 @@ def build_parser(prog: str = "agentd") -> argparse.ArgumentParser:
     g.add_argument("--cron", metavar="'EXPR'", help="5-field UTC cron expression (schedule, reactive)")
     g.add_argument("--session", metavar="fresh|warm", help="fresh root per shift/fire, or one warm session")
     g.add_argument("--deadline", metavar="DURATION", help="wall-clock limit for the run (exit 124)")
-    g.add_argument("--grace", metavar="DURATION", help="drain time after SIGTERM (default 25s)")
+    g.add_argument("--grace", metavar="DURATION", help="drain time after SIGTERM/SIGINT/SIGHUP (default 25s)")
+    g.add_argument(
+        "--spawn-timeout",
+        metavar="DURATION",
+        help="bound on one attempt to start an agent child (default 5s)",
+    )
 
     g = p.add_argument_group("budgets and restarts")
     g.add_argument(
@@ -233,7 +243,7 @@ def _serve(argv: list[str]) -> int:
     return servers_main(argv)
 
 
-def _run(settings: Settings) -> int:
+def _run(settings: Settings, closed_fds: frozenset[int]) -> int:
     try:
         from agentd.supervisor.app import run
     except ImportError as exc:
@@ -245,11 +255,14 @@ def _run(settings: Settings) -> int:
             file=sys.stderr,
         )
         return int(ExitCode.CRASHED)
-    return int(run(settings))
+    return int(run(settings, closed_fds=closed_fds))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``agentd`` command with ``argv`` (``sys.argv[1:]`` when None); return the exit code."""
+    # First: a closed stdin/stdout/stderr gets /dev/null before anything
+    # opens a file or socket that would take its number.
+    closed_fds = claim_standard_fds()
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] == "serve":
         return _serve(args[1:])
@@ -276,6 +289,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"agentd: {old_name.message()}", file=sys.stderr)
     if command == "check":
         shown = effective_config(settings, os.environ, show_secrets=bool(getattr(ns, "show_secrets", False)))
+        # Which agentd validated it (not a setting: bug reports paste this output).
+        shown["agentd_version"] = __version__
         print(json.dumps(shown, sort_keys=True, indent=2))
         return int(ExitCode.OK)
-    return _run(settings)
+    return _run(settings, closed_fds)

@@ -808,6 +808,8 @@ class Settings(BaseSettings):
     """Wall-clock limit in seconds for the whole run (exit 124)."""
     grace: float = 25.0
     """Drain time after SIGTERM before children are killed (exit 143 when exceeded)."""
+    spawn_timeout: float = 5.0
+    """Bound on one attempt to start an agent child (a zygote fork, or a fresh interpreter)."""
     max_restarts: int = 5
     """Restart intensity: more than this many restarts within ``restart_period`` opens the breaker."""
     restart_period: float = 60.0
@@ -860,7 +862,7 @@ class Settings(BaseSettings):
     def _interval(cls, v: object) -> float | None:
         return None if v is None else _duration(v)
 
-    @field_validator("deadline", "restart_period", mode="before")
+    @field_validator("deadline", "restart_period", "spawn_timeout", mode="before")
     @classmethod
     def _positive_durations(cls, v: object) -> float | None:
         return None if v is None else _duration(v, positive=True)

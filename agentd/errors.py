@@ -21,6 +21,7 @@
     │   └── FilterRejected           ``on_event`` refused at ``watch_start`` (line, column)
     ├── WatchError                   a watch cannot start or stop (limit, name taken, bad URI)
     ├── WatchStateError              the ``--watch-state`` file cannot be read or written
+    ├── ProtocolError                a child broke the control protocol (the child is killed)
     └── LifecycleError               an illegal state transition (a bug: names both states)
 
 Errors that end the process carry their exit code; everything else is
@@ -171,3 +172,11 @@ class WatchStateError(AgentdError):
 
 class LifecycleError(AgentdError):
     """An illegal state transition; the message names the current and allowed states."""
+
+
+class ProtocolError(AgentdError):
+    """A frame on a child's control channel broke the protocol (malformed, out of bounds, out of turn).
+
+    The supervisor kills that child and reports the message as the reason in
+    ``subagent.exit``; nothing of the frame reaches the reactor.
+    """

@@ -15,6 +15,7 @@ if the manifests drift from this table.
 | 5 | the model refused |
 | 6 | a required MCP server failed (could not start / reconnect) |
 | 7 | budget exhausted (tree token or step ceiling) |
+| 8 | once: the result could not be written to stdout (closed, full, not read) |
 | 124 | deadline reached |
 | 143 | drain did not finish within the grace period (or a second signal) |
 """
@@ -44,6 +45,8 @@ class ExitCode(enum.IntEnum):
     """A required MCP server failed (could not start or reconnect)."""
     BUDGET = 7
     """Tree token or step ceiling spent."""
+    OUTPUT_FAILED = 8
+    """once: the run ended but its result could not be written to stdout (closed, full, or not read)."""
     DEADLINE = 124
     """The wall-clock deadline was reached (the value ``timeout(1)`` uses)."""
     DRAIN_TIMEOUT = 143

@@ -24,6 +24,8 @@ family                                 type     labels
 ``agentd_cache_tokens_total``          counter  ``kind`` (read/write): parts of the input tokens
 ``agentd_cost_usd_total``              counter  (none): US dollars of the priced model calls
 ``agentd_model_calls_unpriced_total``  counter  (none): calls whose price is unknown
+``agentd_telemetry_dropped_total``     counter  (none)
+``agentd_outputs_lost_total``          counter  (none)
 ``agentd_server_state``                gauge    ``server``, ``state``: 0/1
 ``agentd_subscription_state``          gauge    ``server``, ``uri``, ``state``: 0/1
 =====================================  =======  ==========================
@@ -93,7 +95,11 @@ class MetricsSnapshot:
     warm_sessions: int = 0
     """Continue-route sessions alive and waiting for their next delivery."""
     draining: bool = False
-    """True once the first SIGTERM/SIGINT arrived."""
+    """True once the first SIGTERM/SIGINT/SIGHUP arrived."""
+    telemetry_dropped: int = 0
+    """Telemetry lines dropped because stderr was full, closed or not read."""
+    outputs_lost: int = 0
+    """Published results that could not be written to stdout (daemons keep running)."""
     server_state: Mapping[str, ServerState] = field(default_factory=dict)
     """Current state of every configured upstream server, by name."""
     subscription_state: Mapping[tuple[str, str], SubscriptionState] = field(default_factory=dict)
@@ -233,6 +239,18 @@ def render(snap: MetricsSnapshot) -> str:
             "counter",
             "Model calls whose price is unknown (a model genai-prices does not list).",
             [({}, snap.unpriced_calls)],
+        ),
+        _family(
+            "agentd_telemetry_dropped_total",
+            "counter",
+            "Telemetry lines dropped because stderr was full, closed or not read.",
+            [({}, snap.telemetry_dropped)],
+        ),
+        _family(
+            "agentd_outputs_lost_total",
+            "counter",
+            "Published results that could not be written to stdout.",
+            [({}, snap.outputs_lost)],
         ),
         _family(
             "agentd_server_state",

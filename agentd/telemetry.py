@@ -6,19 +6,30 @@ fields are the event's own. Routed events carry the owning ``route`` id
 goes through :func:`agentd.redact.redact` (credential-named keys, URL
 userinfo, secret query parameters, token shapes, registered values).
 
-Emitting is synchronous and never blocks on anything but the write to
-stderr (a pipe the operator owns), so the reactor may emit freely.
+Emitting never blocks and never fails: in agentd a line goes into a bounded
+buffer that a writer thread empties onto stderr (:class:`agentd.output.LineWriter`);
+when stderr is full, closed or not read, lines are dropped and counted
+(:attr:`Telemetry.dropped`, ``agentd_telemetry_dropped_total``, and
+``telemetry_dropped`` in ``supervisor.exit``). Warnings that a source can
+repeat without bound (:data:`RATE_LIMITED`: an MCP server printing garbage,
+a confused server's stray responses, a child's events) pass ten per source
+per ten seconds; the rest of each window is folded into one
+``telemetry.suppressed`` line with the count. Counters are never folded.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import sys
+import threading
+import time
 from collections import Counter
 from collections.abc import Iterable
 from typing import IO, Any
 
 import orjson
+
+from agentd.output import DEFAULT_TELEMETRY_BUFFER, LineWriter, RateLimiter
 
 # Re-exported: the one redaction function lives in agentd.redact.
 from agentd.redact import REDACTED as REDACTED
@@ -41,6 +52,24 @@ DEBUG_EVENTS: frozenset[str] = frozenset(
     }
 )
 
+#: Warnings a source can repeat without bound, and the fields that name the source.
+RATE_LIMITED: dict[str, tuple[str, ...]] = {
+    "upstream.stdout_garbage": ("server",),
+    "upstream.unknown_response": ("server",),
+    "upstream.unsubscribed_update": ("server",),
+    "upstream.oversized": ("server",),
+    "upstream.oversized_skipped": ("server",),
+    "upstream.transport_error": ("server",),
+    "model.retry": ("agent",),
+    "tool.refused": ("agent",),
+    "log": ("logger",),
+    "child.stderr": ("source",),
+}
+#: Lines per source per window that pass; the rest are counted in one summary line.
+RATE_BURST = 10
+#: The rate limit's window, in seconds.
+RATE_WINDOW_S = 10.0
+
 
 def _redacted_str(value: object) -> str:
     """orjson's fallback for values it cannot encode (exceptions, paths): their text, redacted."""
@@ -56,29 +85,107 @@ class Telemetry:
     """Writes NDJSON events and keeps named counters.
 
     Args:
-        stream: where lines go (stderr by default).
+        stream: write lines synchronously to this text stream (tests; stderr
+            when neither it nor ``fd`` is given).
         verbose: also write the events in :data:`DEBUG_EVENTS`.
+        fd: write to this descriptor through a bounded, threaded
+            :class:`~agentd.output.LineWriter` (agentd's stderr: 2), with rate limits.
+        buffer_bytes: the writer's bound.
+        fd_closed: the descriptor was closed at start: every line is dropped (and counted).
     """
 
-    def __init__(self, stream: IO[str] | None = None, *, verbose: bool = False) -> None:
-        self._stream = stream if stream is not None else sys.stderr
+    def __init__(
+        self,
+        stream: IO[str] | None = None,
+        *,
+        verbose: bool = False,
+        fd: int | None = None,
+        buffer_bytes: int = DEFAULT_TELEMETRY_BUFFER,
+        fd_closed: bool = False,
+    ) -> None:
+        self._limiter = RateLimiter(burst=RATE_BURST, window=RATE_WINDOW_S)
+        self._lock = threading.Lock()
+        self._writer = (
+            LineWriter(
+                fd,
+                max_bytes=buffer_bytes,
+                closed=fd_closed,
+                on_tick=self.flush_suppressed,
+                name="agentd-telemetry",
+            )
+            if fd is not None
+            else None
+        )
+        self._stream = stream if stream is not None or fd is not None else sys.stderr
         self.verbose = verbose
         self.counters: Counter[str] = Counter()
 
+    @property
+    def dropped(self) -> int:
+        """Lines dropped because stderr was full, closed or not read (0 without a writer)."""
+        return self._writer.dropped if self._writer is not None else 0
+
     def emit(self, event: str, /, **fields: Any) -> None:
-        """Write one event line (debug events only when verbose)."""
+        """Write one event line (debug events only when verbose). Never blocks, never raises."""
         if event in DEBUG_EVENTS and not self.verbose:
             return
         record: dict[str, Any] = {"ts": _now_rfc3339(), "event": event}
         record.update(redact(fields))
-        line = orjson.dumps(record, default=_redacted_str).decode()
+        if self._writer is None:
+            self._write(_encode(record))
+            return
+        key_fields = RATE_LIMITED.get(event)
+        if key_fields is None:
+            self._write(_encode(record))
+            return
+        key = (event, *(str(fields.get(k)) for k in key_fields))
+        now = time.monotonic()
+        with self._lock:
+            summaries = self._limiter.due(now)
+            admitted = self._limiter.admit(key, now)
+            wake = self._limiter.next_due()
+        self._write_summaries(summaries)
+        if admitted:
+            self._write(_encode(record))
+        if wake is not None:
+            self._writer.wake_at(wake)
+
+    def flush_suppressed(self, *, all_: bool = False) -> None:
+        """Write the summaries of rate-limit windows that ended (every pending one with ``all_``)."""
+        with self._lock:
+            summaries = self._limiter.due(time.monotonic(), all_=all_)
+            wake = self._limiter.next_due()
+        self._write_summaries(summaries)
+        if wake is not None and self._writer is not None:
+            self._writer.wake_at(wake)
+
+    def _write_summaries(self, summaries: list[Any]) -> None:
+        for s in summaries:
+            event, *values = s.key
+            record: dict[str, Any] = {"ts": _now_rfc3339(), "event": "telemetry.suppressed", "of": event}
+            record.update(redact(dict(zip(RATE_LIMITED.get(event, ()), values, strict=False))))
+            record.update(count=s.count, window_s=s.window_s)
+            self._write(_encode(record))
+
+    def _write(self, line: bytes) -> None:
+        if self._writer is not None:
+            self._writer.put(line)
+            return
         try:
-            self._stream.write(line + "\n")
+            assert self._stream is not None
+            self._stream.write(line.decode())
             self._stream.flush()
-        except (BrokenPipeError, ValueError):
-            # stderr closed under us (the reader went away): telemetry is
-            # best-effort and must never take the supervisor down.
+        except (OSError, ValueError):
+            # stderr closed or full under us: telemetry is best-effort and
+            # must never take the supervisor down.
             pass
+
+    def close(self, timeout: float) -> bool:
+        """Write pending summaries and flush, waiting at most ``timeout`` s; True if all was written."""
+        self.flush_suppressed(all_=True)
+        if self._writer is None:
+            return True
+        return self._writer.close(timeout)
 
     def incr(self, name: str, n: int = 1) -> None:
         """Add ``n`` to counter ``name``."""
@@ -89,6 +196,17 @@ class Telemetry:
         if names is None:
             return dict(self.counters)
         return {n: self.counters.get(n, 0) for n in names}
+
+
+def _encode(record: dict[str, Any]) -> bytes:
+    """One NDJSON line; a value orjson refuses (an integer past 64 bits) is written as text."""
+    try:
+        return orjson.dumps(record, default=_redacted_str) + b"\n"
+    except (TypeError, orjson.JSONEncodeError):
+        return (
+            orjson.dumps({k: (v if isinstance(v, str) else redact(repr(v))) for k, v in record.items()})
+            + b"\n"
+        )
 
 
 class NullTelemetry(Telemetry):

@@ -161,7 +161,7 @@ def write_script(path: Path, turns: list[dict[str, Any]], then: str = "no_reply"
 
 
 class ZygoteLost(RuntimeError):
-    """agentd reported ``supervisor.zygote_lost`` while a benchmark waited (see bench/README.md, Findings)."""
+    """agentd reported ``zygote.degraded`` while a benchmark waited (see bench/README.md, Findings)."""
 
 
 @dataclass
@@ -182,7 +182,7 @@ class Agentd:
     raw: list[str] = field(default_factory=list)
     keep: Callable[[dict[str, Any]], bool] = lambda e: True
     zygote_lost: dict[str, Any] | None = None
-    """The ``supervisor.zygote_lost`` event, once seen: waits then raise :class:`ZygoteLost`."""
+    """The ``zygote.degraded`` event, once seen: waits then raise :class:`ZygoteLost`."""
     _changed: trio.Event = field(default_factory=trio.Event)
     _eof: bool = False
 
@@ -199,7 +199,7 @@ class Agentd:
                 except ValueError:
                     self.raw.append(raw.decode(errors="replace"))
                     continue
-                if ev.get("event") == "supervisor.zygote_lost":
+                if ev.get("event") == "zygote.degraded":
                     self.zygote_lost = ev
                 if self.keep(ev):
                     self.lines.append(Line(now, ev))
@@ -269,7 +269,7 @@ class run_agentd:
     ) -> None:
         self.args = [PY, "-m", "agentd", *args]
         self.keep = keep
-        self.env = ENV if env is None else env
+        self.env = {**ENV, **(env or {})}
 
     async def __aenter__(self) -> Agentd:
         self._cm = trio.open_nursery()

@@ -451,10 +451,10 @@ async def _all_delivered(a: Any, mark: int, n_uris: int) -> tuple[float, set[str
                 return max(ln.t for ln in tail if ln.ev["event"] == "route.deliver"), lost
             if a._eof:
                 raise RuntimeError("agentd ended during the storm:\n" + "\n".join(a.raw[-20:]))
-            if any(ln.ev["event"] in ("subagent.exit", "supervisor.zygote_lost") for ln in a.lines[mark:]):
+            if any(ln.ev["event"] in ("subagent.exit", "zygote.degraded") for ln in a.lines[mark:]):
                 raise SessionLost(
                     "the warm session's child died during the storm "
-                    f"({[ln.ev for ln in a.lines[mark:] if ln.ev['event'] in ('subagent.exit', 'supervisor.zygote_lost')]}); "
+                    f"({[ln.ev for ln in a.lines[mark:] if ln.ev['event'] in ('subagent.exit', 'zygote.degraded')]}); "
                     "see bench/README.md, Findings 1-2 (zygote killed by PR_SET_PDEATHSIG ~10 s after start; "
                     "a continue route stays busy after its session crashes)"
                 )

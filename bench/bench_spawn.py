@@ -4,18 +4,19 @@ Run: ``/work/venv/bin/python bench/bench_spawn.py [--quick]`` (about 30-40 s; ``
 
 The :class:`agentd.supervisor.tree.Tree` runs in this process with a minimal
 hub (no upstream servers) and a loop standing in for the reactor that answers
-the children's ``usage`` and ``turn_end`` messages. The model is ``script:``.
+the children's usage reports and turn ends. The model is ``script:``.
 
-*Ready* is the arrival here of the child's first ``usage`` ChildMessage. The
-child sends it right after its first model call returns, so with the script
-model (which answers in microseconds) it is an **upper bound** on "the
-child's first model request was sent": it also includes the script model's
-answer and one self-MCP request from the child to the hub.
+*Ready* is the arrival here of the child's first usage report (a control
+frame, validated by the child's reader task). The child sends it right after
+its first model call returns, so with the script model (which answers in
+microseconds) it is an **upper bound** on "the child's first model request
+was sent": it also includes the script model's answer and one frame from the
+child to the supervisor.
 
 Rows:
 
 * ``zygote fork``: agentd's fast path (fork of the pre-warmed zygote).
-* ``fresh interpreter``: ``use_zygote=False`` (``python -m agentd.agent.child FD``),
+* ``fresh interpreter``: ``use_zygote=False`` (``python -P -m agentd.agent.child FD FD``),
   the naive way to start a child: the ``python -c "import trio, mcp"`` class.
 * floors measured in the same run: ``fork of a warm template`` (a process that
   imported trio and mcp forks; the child writes one byte), ``python -S -c pass``
@@ -61,8 +62,9 @@ from _util import (
     write_script,
 )
 
+from agentd.selfmcp.protocol import NextTurn, SpawnPayload, ToolSpecFrame, UsageVerdict
 from agentd.selfmcp.server import serve_child
-from agentd.supervisor.events import ChildExited, ChildMessage
+from agentd.supervisor.events import ChildExited, TurnEnded, UsageReported
 from agentd.supervisor.hub import SupervisorHub
 from agentd.supervisor.tree import Tree
 from agentd.telemetry import NullTelemetry
@@ -89,17 +91,15 @@ async def _answer(recv: trio.MemoryReceiveChannel[Any], agent: str, *, hold: boo
     while True:
         with trio.fail_after(STEP_TIMEOUT):
             ev = await recv.receive()
-        if isinstance(ev, ChildMessage):
-            reply = ev.payload["reply"]
-            if ev.kind == "usage":
-                if first is None:
-                    first = time.perf_counter()
-                reply.send_nowait({"continue": True, "reason": None})
-            elif ev.kind == "turn_end":
-                assert first is not None
-                if hold:
-                    return first, reply
-                reply.send_nowait({"action": "exit"})
+        if isinstance(ev, UsageReported):
+            if first is None:
+                first = time.perf_counter()
+            ev.reply.answer(UsageVerdict(id=ev.report.id, proceed=True))
+        elif isinstance(ev, TurnEnded):
+            assert first is not None
+            if hold:
+                return first, ev
+            ev.reply.answer(NextTurn(id=ev.end.id, action="exit"))
         elif isinstance(ev, ChildExited) and ev.agent == agent:
             assert first is not None, f"child {agent} exited before its first model call: {ev}"
             return first, None
@@ -115,7 +115,11 @@ async def tree_path(use_zygote: bool, n: int, hold: int, model: str) -> tuple[li
     tree = Tree(
         events=send, serve_child=partial(serve_child, hub), telemetry=NullTelemetry(), use_zygote=use_zygote
     )
-    payload = {"model": model, "system": None, "instruction": "hi", "tools": hub.tool_specs()}
+    tools = tuple(ToolSpecFrame(**spec) for spec in hub.tool_specs())
+
+    def payload(agent: str) -> SpawnPayload:
+        return SpawnPayload(agent=agent, model=model, system=None, instruction="hi", tools=tools)
+
     ready: list[float] = []
     held_uss: list[int] = []
     async with trio.open_nursery() as nursery:
@@ -125,22 +129,22 @@ async def tree_path(use_zygote: bool, n: int, hold: int, model: str) -> tuple[li
         for i in range(WARMUP + n):
             agent = f"s{i}"
             t0 = time.perf_counter()
-            tree.spawn(agent, {**payload, "agent": agent})
+            tree.spawn(agent, payload(agent))
             first, _ = await _answer(recv, agent, hold=False)
             if i >= WARMUP:
                 ready.append((first - t0) * 1000)
         replies = []
         for i in range(hold):
             agent = f"h{i}"
-            tree.spawn(agent, {**payload, "agent": agent})
+            tree.spawn(agent, payload(agent))
             _, reply = await _answer(recv, agent, hold=True)
             replies.append(reply)
         for i in range(hold):
             pid = tree.children[f"h{i}"].pid
             assert pid is not None
             held_uss.append(uss(pid))
-        for reply in replies:
-            reply.send_nowait({"action": "exit"})
+        for held in replies:
+            held.reply.answer(NextTurn(id=held.end.id, action="exit"))
         with trio.fail_after(STEP_TIMEOUT):
             while tree.live_count():
                 await recv.receive()
@@ -285,7 +289,7 @@ async def _provider_spawns(provider: str, n: int, tmp: Path) -> dict[str, Any]:
 
             extra["zygote_env"] = {"AGENTD_PREWARM_MODELS": orjson.dumps([SPECS[provider]]).decode()}
         tree = Tree(events=send, serve_child=partial(serve_child, hub), telemetry=NullTelemetry(), **extra)
-        payload = {"model": SPECS[provider], "system": None, "instruction": "hi", "tools": hub.tool_specs()}
+        tools = tuple(ToolSpecFrame(**spec) for spec in hub.tool_specs())
         requests: list[float] = []
         usages: list[float] = []
         async with trio.open_nursery() as nursery:
@@ -296,7 +300,9 @@ async def _provider_spawns(provider: str, n: int, tmp: Path) -> dict[str, Any]:
                 agent = f"p{i}"
                 before = len(fake.arrivals)
                 t0 = time.perf_counter()
-                tree.spawn(agent, {**payload, "agent": agent})
+                tree.spawn(
+                    agent, SpawnPayload(agent=agent, model=SPECS[provider], instruction="hi", tools=tools)
+                )
                 first, _ = await _answer(recv, agent, hold=False)
                 if i >= WARMUP:
                     requests.append((fake.arrivals[before] - t0) * 1000)

@@ -1,170 +1,407 @@
-"""The agent child process: connect to the supervisor over self-MCP, run the loop.
+"""The agent child process: run the loop, talk to the supervisor over two private channels.
 
 A child starts in one of two ways, with the same code after that:
 
 * forked from the zygote (:mod:`agentd.agent.zygote`), the fast path: the
   heavy imports are already done, so a child is ready in milliseconds;
-* as a fresh interpreter, ``python -m agentd.agent.child FD`` with the spawn
-  payload as one JSON line on that socket, the fallback when no zygote runs.
+* as a fresh interpreter, ``python -P -m agentd.agent.child MCP_FD CONTROL_FD``,
+  the fallback when no zygote is usable.
 
-The child's only channel to the world is the socket ``fd``: it is an MCP
-client of the supervisor there. Model calls go straight to the provider.
-Exit status: 0 after the supervisor said exit; 3 when the model provider is
-unusable (the supervisor already got the reason as a turn end); 1 on a bug.
+Its two channels to the supervisor are sockets it inherited:
+
+* ``MCP_FD``: it is an MCP client of the supervisor there, for the tools the
+  model was offered and nothing else;
+* ``CONTROL_FD``: typed frames (:mod:`agentd.selfmcp.protocol`). The first
+  frame is the spawn payload; then the child reports usage after every model
+  call and its turn ends, and sends telemetry events (``model.retry``).
+
+Model calls go straight to the provider. When the supervisor goes away (its
+end of the control channel closes) the child stops at once, whatever it is
+doing: a child never outlives its supervisor, even without a death signal.
+
+Exit status: 0 after the supervisor said exit (or went away); 4 when the
+model provider is unusable (the supervisor already got the reason as a turn
+end); 1 on a bug.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import sys
-from typing import Any
+from typing import Any, get_args
 
-import orjson
 import trio
 
+from agentd.selfmcp.control import FrameStream, read_first_line
+from agentd.selfmcp.protocol import (
+    MAX_CALL_COST_USD,
+    MAX_CHILD_FRAME_BYTES,
+    MAX_EVENT_FIELDS,
+    MAX_EVENT_TEXT,
+    MAX_ID,
+    MAX_LATENCY_MS,
+    MAX_MESSAGE_CHARS,
+    MAX_NAME_CHARS,
+    MAX_SUPERVISOR_FRAME_BYTES,
+    MAX_TEXT_CHARS,
+    MAX_TOKENS_PER_CALL,
+    RESERVED_EVENT_FIELDS,
+    ChildEvent,
+    ChildEventName,
+    Frame,
+    NextTurn,
+    SpawnPayload,
+    TurnEnd,
+    UsageReport,
+    UsageVerdict,
+    parse_supervisor_frame,
+)
+from agentd.telemetry import Telemetry
+
+#: Exit status after the supervisor said exit, or went away.
+EXIT_OK = 0
 #: Exit status of a child whose provider failed fatally (auth / unreachable).
 EXIT_FATAL_INFRA = 4
 #: Exit status of a child that hit an unexpected error.
 EXIT_CRASH = 1
 
-#: How long a child waits on one self-MCP request before treating the
-#: supervisor as gone. Turn ends of warm sessions wait without this bound.
+#: How long a child waits for the answer to a usage report (or a self-MCP
+#: request) before treating the supervisor as gone. Turn ends of warm
+#: sessions wait without this bound.
 LINK_TIMEOUT = 120.0
+
+#: Telemetry frames queued for the supervisor before new ones are dropped
+#: (a child never blocks on telemetry).
+EVENT_BACKLOG = 64
+
+#: How long closing the model's HTTP pool may take once the child is stopping.
+MODEL_CLOSE_TIMEOUT = 1.0
+
+_CHILD_EVENTS = frozenset(get_args(ChildEventName))
+
+
+class ControlLink:
+    """The child's end of the control channel: requests with typed answers, and telemetry.
+
+    :meth:`run` must be running (it writes the queued frames and reads the
+    answers). When the supervisor closes the channel, ``run`` records it in
+    :attr:`supervisor_gone` and cancels ``scope``: the child stops at once.
+    """
+
+    def __init__(self, frames: FrameStream) -> None:
+        self._frames = frames
+        self._out_send, self._out_recv = trio.open_memory_channel[Frame](EVENT_BACKLOG)
+        self._answer_send, self._answer_recv = trio.open_memory_channel[UsageVerdict | NextTurn](1)
+        self._last_id = 0
+        self.supervisor_gone = False
+        self.dropped_events = 0
+
+    async def run(self, scope: trio.CancelScope) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._writer)
+            await self._reader()
+            nursery.cancel_scope.cancel()
+        self.supervisor_gone = True
+        scope.cancel()
+
+    async def _writer(self) -> None:
+        async for frame in self._out_recv:
+            try:
+                await self._frames.send(frame)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                return  # the reader sees the EOF and stops the child
+
+    async def _reader(self) -> None:
+        from agentd.errors import ProtocolError
+
+        while True:
+            line = await self._frames.receive_line()
+            if line is None:
+                return
+            frame = parse_supervisor_frame(line)
+            if isinstance(frame, SpawnPayload):
+                raise ProtocolError("a second spawn payload arrived")
+            try:
+                self._answer_send.send_nowait(frame)
+            except trio.WouldBlock:
+                raise ProtocolError(f"an unrequested {frame.type} frame arrived") from None
+
+    async def _request(
+        self, frame: UsageReport | TurnEnd, *, timeout: float | None
+    ) -> UsageVerdict | NextTurn:
+        from agentd.errors import ProtocolError
+
+        await self._out_send.send(frame)
+        with trio.fail_after(math.inf if timeout is None else timeout):
+            answer = await self._answer_recv.receive()
+        expected = UsageVerdict if isinstance(frame, UsageReport) else NextTurn
+        if answer.id != frame.id or not isinstance(answer, expected):
+            raise ProtocolError(
+                f"answer {answer.type} #{answer.id} does not match request {frame.type} #{frame.id}"
+            )
+        return answer
+
+    def _next_id(self) -> int:
+        self._last_id += 1
+        return self._last_id
+
+    async def report_usage(
+        self,
+        *,
+        input_tokens: int,
+        output_tokens: int,
+        steps: int,
+        latency_ms: float,
+        provider: str,
+        model: str,
+        cached_input_tokens: int = 0,
+        cache_creation_input_tokens: int = 0,
+        cost_usd: float | None = None,
+    ) -> UsageVerdict:
+        """Report one model call; the answer says whether to go on.
+
+        Values are clamped into the protocol's bounds here, so what a provider
+        reports (a negative or absurd token count) never turns an honest
+        child into one the supervisor must kill.
+        """
+        total_in = _clamp(input_tokens, MAX_TOKENS_PER_CALL)
+        cached = _clamp(cached_input_tokens, total_in)
+        report = UsageReport(
+            id=self._next_id(),
+            input_tokens=total_in,
+            output_tokens=_clamp(output_tokens, MAX_TOKENS_PER_CALL),
+            steps=_clamp(steps, 1000),
+            latency_ms=min(max(float(latency_ms), 0.0), MAX_LATENCY_MS) if math.isfinite(latency_ms) else 0.0,
+            provider=str(provider)[:MAX_NAME_CHARS],
+            model=str(model)[:MAX_NAME_CHARS],
+            cached_input_tokens=cached,
+            cache_creation_input_tokens=_clamp(cache_creation_input_tokens, total_in - cached),
+            cost_usd=_cost(cost_usd),
+        )
+        answer = await self._request(report, timeout=LINK_TIMEOUT)
+        assert isinstance(answer, UsageVerdict)
+        return answer
+
+    async def turn_end(
+        self, *, status: Any, text: str, idle: bool, fatal_infra: str | None = None
+    ) -> NextTurn:
+        """End a turn; the answer is exit, or the next turn's input (a warm session waits for it)."""
+        if len(text) > MAX_TEXT_CHARS:
+            note = f"\n[agentd: result cut at {MAX_TEXT_CHARS} of {len(text)} characters]"
+            text = text[: MAX_TEXT_CHARS - len(note)] + note
+        end = TurnEnd(
+            id=self._next_id(),
+            status=status,
+            text=text,
+            idle=bool(idle),
+            fatal_infra=None if fatal_infra is None else fatal_infra[:MAX_MESSAGE_CHARS],
+        )
+        answer = await self._request(end, timeout=None)
+        assert isinstance(answer, NextTurn)
+        return answer
+
+    def post_event(self, event: str, fields: dict[str, Any]) -> None:
+        """Queue a telemetry event for the supervisor; dropped (and counted) if the queue is full."""
+        from pydantic import ValidationError
+
+        if event not in _CHILD_EVENTS:
+            return
+        try:
+            frame = ChildEvent(event=event, fields=_event_fields(fields))  # type: ignore[arg-type]
+        except ValidationError:
+            self.dropped_events += 1
+            return
+        try:
+            self._out_send.send_nowait(frame)
+        except trio.WouldBlock:
+            self.dropped_events += 1
+
+
+def _cost(value: Any) -> float | None:
+    """A call's cost as the protocol carries it: a finite amount within bounds, else unknown."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value) if 0 <= value <= MAX_CALL_COST_USD else None
+
+
+def _clamp(value: Any, top: int) -> int:
+    try:
+        n = int(value)
+    except (TypeError, ValueError, OverflowError):
+        return 0
+    return min(max(n, 0), top)
+
+
+def _event_fields(fields: dict[str, Any]) -> dict[str, Any]:
+    """Fields coerced into what a child event may carry (scalars, bounded texts, plain keys)."""
+    import re
+
+    out: dict[str, Any] = {}
+    for key, value in fields.items():
+        if len(out) >= MAX_EVENT_FIELDS:
+            break
+        if key in RESERVED_EVENT_FIELDS or not re.fullmatch(r"[a-z][a-z0-9_]{0,31}", key):
+            continue
+        plain = (
+            value is None
+            or isinstance(value, bool)
+            or (isinstance(value, int) and -MAX_ID <= value <= MAX_ID)
+            or (isinstance(value, float) and math.isfinite(value))
+        )
+        out[key] = value if plain else str(value)[:MAX_EVENT_TEXT]
+    return out
+
+
+class ChildTelemetry(Telemetry):
+    """Telemetry inside a child: events go to the supervisor as control frames (never to stderr)."""
+
+    def __init__(self, link: ControlLink) -> None:
+        super().__init__(stream=None)
+        self._link = link
+
+    def emit(self, event: str, /, **fields: Any) -> None:
+        self._link.post_event(event, fields)
 
 
 class SelfMcpLink:
-    """:class:`agentd.agent.loop.SupervisorLink` over an MCP client session."""
+    """:class:`agentd.agent.loop.SupervisorLink`: tools over MCP, usage and turn ends over control frames."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, control: ControlLink) -> None:
         self._client = client
-
-    async def _call(self, name: str, arguments: dict[str, Any], *, timeout: float | None) -> tuple[str, bool]:
-        if timeout is None:
-            result = await self._client.call_tool(name, arguments)
-        else:
-            with trio.fail_after(timeout):
-                result = await self._client.call_tool(name, arguments)
-        text = "\n".join(getattr(c, "text", "") or "" for c in result.content)
-        return text, bool(result.is_error)
+        self._control = control
 
     async def call_tool(self, name: str, arguments: dict[str, object]) -> Any:
         from agentd.agent.loop import ToolResult
 
         try:
-            text, is_error = await self._call(name, dict(arguments), timeout=LINK_TIMEOUT)
+            with trio.fail_after(LINK_TIMEOUT):
+                result = await self._client.call_tool(name, dict(arguments))
         except trio.TooSlowError:
             return ToolResult(f"tool {name!r} did not answer within {LINK_TIMEOUT:g}s", True)
         except Exception as exc:  # an MCPError from the supervisor: the model sees it
             return ToolResult(f"tool {name!r} failed: {exc}", True)
-        return ToolResult(text, is_error)
+        text = "\n".join(getattr(c, "text", "") or "" for c in result.content)
+        return ToolResult(text, bool(result.is_error))
 
-    async def report_usage(self, **usage: Any) -> Any:
-        from agentd.agent.loop import UsageVerdict
-        from agentd.selfmcp.protocol import USAGE_TOOL
+    async def report_usage(self, **usage: Any) -> UsageVerdict:
+        return await self._control.report_usage(**usage)
 
-        text, _ = await self._call(USAGE_TOOL, usage, timeout=LINK_TIMEOUT)
-        data = orjson.loads(text)
-        return UsageVerdict(proceed=bool(data["continue"]), reason=data.get("reason"))
+    async def turn_end(self, **end: Any) -> NextTurn:
+        return await self._control.turn_end(**end)
 
-    async def turn_end(self, **end: Any) -> Any:
-        from agentd.agent.loop import NextTurn
-        from agentd.selfmcp.protocol import TURN_END_TOOL
-
-        text, _ = await self._call(TURN_END_TOOL, end, timeout=None)
-        data = orjson.loads(text)
-        return NextTurn(action=data["action"], input=data.get("input", ""))
+    def tool_refused(self, name: str) -> None:
+        self._control.post_event("tool.refused", {"tool": name, "reason": "not offered to the model"})
 
 
-async def amain(payload: dict[str, Any], sock: socket.socket) -> int:
+async def amain(payload: SpawnPayload, mcp_sock: socket.socket, control_sock: socket.socket) -> int:
     """Run one agent to the end; returns the process exit status."""
     from mcp import Client
 
     from agentd.agent.loop import run_agent
     from agentd.errors import FatalInfraError
     from agentd.models import ToolSpec, make_model
-    from agentd.selfmcp.protocol import TURN_END_TOOL
     from agentd.selfmcp.transport import stream_transport
 
-    stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
-    model = make_model(payload["model"], env=os.environ, **_model_options(payload))
-    tools = [ToolSpec(**t) for t in payload["tools"]]
-    async with Client(stream_transport(stream), mode="2026-07-28", cache=None) as client:
-        link = SelfMcpLink(client)
+    control = ControlLink(
+        FrameStream(
+            trio.SocketStream(trio.socket.from_stdlib_socket(control_sock)),
+            max_line=MAX_SUPERVISOR_FRAME_BYTES,
+        )
+    )
+    mcp_stream = trio.SocketStream(trio.socket.from_stdlib_socket(mcp_sock))
+    model = make_model(
+        payload.model, env=os.environ, telemetry=ChildTelemetry(control), **_model_options(payload)
+    )
+    tools = [
+        ToolSpec(name=t.name, description=t.description, input_schema=dict(t.input_schema))
+        for t in payload.tools
+    ]
+    code = EXIT_OK
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(control.run, nursery.cancel_scope)
         try:
-            await run_agent(
-                model,
-                link,
-                system=payload.get("system"),
-                instruction=payload["instruction"],
-                tools=tools,
-                max_turn_steps=payload.get("max_turn_steps"),
-            )
-        except FatalInfraError as exc:
-            # Tell the supervisor why before going: it decides the exit code (4).
-            await link._call(
-                TURN_END_TOOL,
-                {"status": "crashed", "text": "", "idle": False, "fatal_infra": str(exc)},
-                timeout=LINK_TIMEOUT,
-            )
-            return EXIT_FATAL_INFRA
+            async with Client(stream_transport(mcp_stream), mode="2026-07-28", cache=None) as client:
+                link = SelfMcpLink(client, control)
+                try:
+                    await run_agent(
+                        model,
+                        link,
+                        system=payload.system,
+                        instruction=payload.instruction,
+                        tools=tools,
+                        max_turn_steps=payload.max_turn_steps,
+                    )
+                except FatalInfraError as exc:
+                    # Tell the supervisor why before going: it decides the exit code (4).
+                    await control.turn_end(status="crashed", text="", idle=False, fatal_infra=str(exc))
+                    code = EXIT_FATAL_INFRA
         finally:
-            await model.aclose()
-    return 0
+            with trio.CancelScope(shield=True), trio.move_on_after(MODEL_CLOSE_TIMEOUT):
+                await model.aclose()
+        nursery.cancel_scope.cancel()
+    return EXIT_OK if control.supervisor_gone else code
 
 
-def _model_options(payload: dict[str, Any]) -> dict[str, Any]:
+def _model_options(payload: SpawnPayload) -> dict[str, Any]:
     """``make_model`` keywords the spawn payload carries (absent: the model's defaults)."""
     from agentd.models import ModelSettings, ProviderConfig
 
     options: dict[str, Any] = {}
-    timeout = payload.get("model_timeout")
-    if timeout is not None:
-        options["timeout"] = float(timeout)
-    if payload.get("model_settings"):
-        options["settings"] = ModelSettings.from_mapping(payload["model_settings"])
-    if payload.get("providers"):
+    if payload.model_timeout is not None:
+        options["timeout"] = payload.model_timeout
+    if payload.model_settings:
+        options["settings"] = ModelSettings.from_mapping(payload.model_settings)
+    if payload.providers:
         options["providers"] = {
-            name: ProviderConfig.from_payload(table) for name, table in payload["providers"].items()
+            name: ProviderConfig.from_payload(table.model_dump()) for name, table in payload.providers.items()
         }
     return options
 
 
-def run_child(payload: dict[str, Any], sock: socket.socket) -> int:
+def run_child(payload: SpawnPayload, mcp_sock: socket.socket, control_sock: socket.socket) -> int:
     """Entry used after fork and by ``python -m``: run the agent under a fresh trio run."""
     try:
-        return trio.run(amain, payload, sock)
-    except BaseException as exc:  # the supervisor sees the crash as the socket closing
+        return trio.run(amain, payload, mcp_sock, control_sock)
+    except BaseException as exc:  # the supervisor sees the crash as the channels closing
         from agentd.redact import redact
 
-        print(redact(f"agentd child {payload.get('agent')}: {type(exc).__name__}: {exc}"), file=sys.stderr)
+        print(redact(f"agentd child {payload.agent}: {type(exc).__name__}: {exc}"), file=sys.stderr)
         return EXIT_CRASH
 
 
-def read_payload(sock: socket.socket) -> dict[str, Any]:
-    """Read the one JSON line of the spawn payload from a freshly started child's socket."""
-    buf = b""
-    while b"\n" not in buf:
-        chunk = sock.recv(65536)
-        if not chunk:
-            raise EOFError("supervisor closed the channel before sending the spawn payload")
-        buf += chunk
-    line, _, rest = buf.partition(b"\n")
-    if rest:
-        raise ValueError("unexpected bytes after the spawn payload")
-    payload: dict[str, Any] = orjson.loads(line)
-    return payload
+def read_spawn_payload(control_sock: socket.socket) -> SpawnPayload:
+    """Read and validate the spawn payload, the first frame on a fresh child's control channel.
+
+    Raises:
+        EOFError: the supervisor closed the channel first.
+        ProtocolError: the first frame is not a valid spawn payload.
+    """
+    from agentd.errors import ProtocolError
+
+    frame = parse_supervisor_frame(read_first_line(control_sock, max_line=MAX_SUPERVISOR_FRAME_BYTES))
+    if not isinstance(frame, SpawnPayload):
+        raise ProtocolError(f"the first frame is {frame.type!r}, not the spawn payload")
+    return frame
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m agentd.agent.child FD``: the slow path (no zygote)."""
+    """``python -P -m agentd.agent.child MCP_FD CONTROL_FD``: the slow path (no zygote).
+
+    The supervisor starts this in a session of its own (so a signal to its
+    process group does not reach us) and without a death signal (it starts
+    us from a worker thread, whose exit would fire one): a dead supervisor
+    closes our control channel, and that stops us.
+    """
     args = sys.argv[1:] if argv is None else argv
-    # No PR_SET_PDEATHSIG on this path: we are started from a trio worker
-    # thread, whose exit would fire it. A dead supervisor closes our socket.
-    os.setpgid(0, 0)
-    sock = socket.socket(fileno=int(args[0]))
-    payload = read_payload(sock)
-    return run_child(payload, sock)
+    mcp_sock = socket.socket(fileno=int(args[0]))
+    control_sock = socket.socket(fileno=int(args[1]))
+    payload = read_spawn_payload(control_sock)
+    return run_child(payload, mcp_sock, control_sock)
+
+
+__all__ = ["MAX_CHILD_FRAME_BYTES", "ChildTelemetry", "ControlLink", "SelfMcpLink", "main", "run_child"]
 
 
 if __name__ == "__main__":

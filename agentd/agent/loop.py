@@ -6,8 +6,8 @@ one process; between turns it waits for its next delivery inside
 :meth:`SupervisorLink.turn_end`.
 
 The loop talks to the world only through two seams, both injected: a
-:class:`agentd.models.Model` and a :class:`SupervisorLink` (the self-MCP
-channel in production, a fake in unit tests).
+:class:`agentd.models.Model` and a :class:`SupervisorLink` (the child's
+private channels in production, a fake in unit tests).
 """
 
 from __future__ import annotations
@@ -15,12 +15,13 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Protocol
 
 import orjson
 
 from agentd.exitcodes import TerminalStatus
 from agentd.models import Message, Model, ModelReply, ToolCall, ToolSpec
+from agentd.selfmcp.protocol import NextTurn, StopReason, UsageVerdict, unknown_tool_text
 from agentd.watches.notices import is_no_reply
 
 #: The same tool call with the same arguments this many times in a row is a stall.
@@ -28,8 +29,6 @@ STALL_REPEATS = 3
 
 #: Longest tool result passed back to the model, in characters; longer ones are cut with a note.
 MAX_TOOL_RESULT_CHARS = 64_000
-
-StopReason = Literal["tokens", "steps", "deadline", "draining"]
 
 
 @dataclass
@@ -40,24 +39,12 @@ class ToolResult:
     is_error: bool = False
 
 
-@dataclass
-class UsageVerdict:
-    """The supervisor's answer to a usage report."""
-
-    proceed: bool
-    reason: StopReason | None = None
-
-
-@dataclass
-class NextTurn:
-    """The supervisor's answer at a turn boundary: exit, or run another turn with ``input``."""
-
-    action: Literal["exit", "continue"]
-    input: str = ""
-
-
 class SupervisorLink(Protocol):
-    """What the loop needs from the supervisor (the self-MCP channel)."""
+    """What the loop needs from the supervisor: tools (self-MCP), usage and turn ends (control frames).
+
+    The answers are the control protocol's own frames
+    (:class:`~agentd.selfmcp.protocol.UsageVerdict`, :class:`~agentd.selfmcp.protocol.NextTurn`).
+    """
 
     async def call_tool(self, name: str, arguments: dict[str, object]) -> ToolResult: ...
 
@@ -76,6 +63,10 @@ class SupervisorLink(Protocol):
     ) -> UsageVerdict: ...
 
     async def turn_end(self, *, status: TerminalStatus, text: str, idle: bool) -> NextTurn: ...
+
+    def tool_refused(self, name: str) -> None:
+        """The model called ``name``, which it was not offered (reported, never forwarded)."""
+        ...
 
 
 @dataclass
@@ -121,10 +112,16 @@ async def run_turn(
 ) -> TerminalStatus:
     """Run the loop until a final answer or a terminal condition; returns the status.
 
+    Only the tools in ``tools`` are ever forwarded to the supervisor; a call of
+    any other name (a hallucinated tool, or an attempt to reach the control
+    plane) comes back to the model as an "unknown tool" result.
+
     ``max_turn_steps`` caps the model calls of this turn: when the call that
     reaches it still asks for tools, the turn ends ``exhausted_steps`` without
     running them (None: no cap).
     """
+    offered = [t.name for t in tools]
+    offered_set = frozenset(offered)
     state.turn_steps = 0
     state.recent_calls.clear()
     while True:
@@ -164,6 +161,9 @@ async def run_turn(
             del state.recent_calls[:-STALL_REPEATS]
             if call.error is not None:
                 result = ToolResult(call.error, True)
+            elif call.name not in offered_set:
+                link.tool_refused(call.name)
+                result = ToolResult(unknown_tool_text(call.name, offered), True)
             else:
                 result = await link.call_tool(call.name, dict(call.arguments or {}))
             state.messages.append(

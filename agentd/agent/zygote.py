@@ -2,24 +2,31 @@
 
 A fresh interpreter that imports trio and mcp costs ~430 ms here; a fork of a
 process that already did costs a few milliseconds and shares its pages
-copy-on-write. The supervisor starts one zygote at startup and asks it for
-children over a ``SOCK_SEQPACKET`` control socket:
+copy-on-write. The supervisor starts one zygote at startup (and a new one
+whenever the current one stops answering) and asks it for children over a
+``SOCK_SEQPACKET`` control socket:
 
 supervisor → zygote
     one message per spawn: JSON ``{"agent": ID}`` plus, as ``SCM_RIGHTS``,
-    the child's end of a fresh socketpair (its private self-MCP channel).
+    the child's ends of its two fresh socketpairs (its MCP channel, then its
+    control channel).
 zygote → supervisor
     ``{"ready": PID}`` once warm; ``{"spawned": ID, "pid": PID}`` per fork;
-    ``{"exited": ID, "pid": PID, "returncode": RC}`` when it reaps a child
-    (negative RC: killed by that signal).
+    ``{"error": ID, "errno": N, "message": TEXT}`` when a spawn failed (a
+    ``fork()`` refused by the kernel, e.g. EAGAIN under a pids limit: the
+    zygote reports it and keeps serving); ``{"exited": ID, "pid": PID,
+    "returncode": RC}`` when it reaps a child (negative RC: killed by that signal).
 
 The zygote is plain synchronous Python (it must never run trio: forking a
 running event loop is unsafe) and waits in ``selectors`` on the control
-socket and a SIGCHLD wakeup pipe: no timers, no polling. Each child gets
-``PR_SET_PDEATHSIG(SIGKILL)`` and its own process group: if the supervisor
-is SIGKILLed, the
-zygote sees its control socket close and exits, and every agent child
-(whose death signal is tied to the zygote) dies with it: no orphan survives.
+socket and a SIGCHLD wakeup pipe: no timers, no polling. The supervisor
+starts it in a session of its own, so a signal sent to the supervisor's
+process group (a terminal's Ctrl-C, ``kill -- -PGID``, systemd's
+``KillMode=control-group``, ``tini -g``) reaches the supervisor only, which
+then drains. Each child gets ``PR_SET_PDEATHSIG(SIGKILL)`` and its own
+process group: if the supervisor is SIGKILLed, the zygote sees its control
+socket close and exits, and every agent child (whose death signal is tied to
+the zygote) dies with it: no orphan survives.
 """
 
 from __future__ import annotations
@@ -80,16 +87,30 @@ async def _rehearse() -> None:
     import mcp_types as types
     from mcp import Client
 
-    from agentd.selfmcp.protocol import USAGE_TOOL
+    from agentd.selfmcp import protocol
     from agentd.selfmcp.server import build_server, text_result
     from agentd.selfmcp.transport import stream_transport
 
     class _Hub:
         def tools_for(self, agent: str) -> list[types.Tool]:
-            return [types.Tool(name=USAGE_TOOL, input_schema={"type": "object"})]
+            return [types.Tool(name="rehearsal", input_schema={"type": "object"})]
 
         async def call(self, agent: str, name: str, arguments: dict[str, object]) -> types.CallToolResult:
-            return text_result('{"continue": true}')
+            return text_result("{}")
+
+    # The control frames' validators are built lazily too.
+    for frame in (
+        protocol.UsageReport(id=1, input_tokens=0, output_tokens=0),
+        protocol.TurnEnd(id=2, status="completed", text="", idle=True),
+        protocol.ChildEvent(event="model.retry", fields={"attempt": 1}),
+    ):
+        protocol.parse_child_frame(protocol.encode(frame)[:-1])
+    for answer in (
+        protocol.UsageVerdict(id=1, proceed=True),
+        protocol.NextTurn(id=2, action="exit"),
+        protocol.SpawnPayload(agent="a", model="script:x", instruction=""),
+    ):
+        protocol.parse_supervisor_frame(protocol.encode(answer)[:-1])
 
     a, b = trio.socket.socketpair()
     server = build_server("rehearsal", _Hub())
@@ -101,8 +122,8 @@ async def _rehearse() -> None:
 
         nursery.start_soon(serve)
         async with Client(stream_transport(trio.SocketStream(b)), mode="2026-07-28", cache=None) as client:
-            await client.call_tool(USAGE_TOOL, {"input_tokens": 0})
-            await client.call_tool(USAGE_TOOL, {"input_tokens": 0})
+            await client.call_tool("rehearsal", {"input_tokens": 0})
+            await client.call_tool("rehearsal", {"input_tokens": 0})
         nursery.cancel_scope.cancel()
 
 
@@ -123,7 +144,7 @@ def prewarm_http() -> None:
     agentd.models.prewarm(_prewarm_specs(), sdks=False)
 
 
-def _child(ctl: socket.socket, fd: int, agent: str) -> None:
+def _child(ctl: socket.socket, mcp_fd: int, control_fd: int, agent: str) -> None:
     """In the forked child: detach from the zygote's plumbing and run the agent."""
     ctl.close()
     for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
@@ -131,12 +152,13 @@ def _child(ctl: socket.socket, fd: int, agent: str) -> None:
     signal.set_wakeup_fd(-1)
     set_pdeathsig()
     os.setpgid(0, 0)
-    from agentd.agent.child import read_payload, run_child
+    from agentd.agent.child import read_spawn_payload, run_child
 
-    sock = socket.socket(fileno=fd)
+    mcp_sock = socket.socket(fileno=mcp_fd)
+    control_sock = socket.socket(fileno=control_fd)
     try:
-        payload = read_payload(sock)
-        rc = run_child(payload, sock)
+        payload = read_spawn_payload(control_sock)
+        rc = run_child(payload, mcp_sock, control_sock)
     except BaseException as exc:
         print(f"agentd child {agent}: {type(exc).__name__}: {exc}", file=sys.stderr)
         rc = 1
@@ -151,8 +173,9 @@ def serve(ctl: socket.socket) -> None:
     signal.set_wakeup_fd(wpipe)
     # A handler (not SIG_IGN) so SIGCHLD is delivered and wakes the pipe.
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    # The supervisor owns shutdown: a Ctrl-C in the terminal reaches the
-    # whole foreground group, and the zygote must not die before the drain.
+    # The supervisor owns shutdown. It starts us in a session of our own, so
+    # a terminal's Ctrl-C does not reach us; ignoring SIGINT keeps that true
+    # for a zygote someone started in the foreground by hand.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     agents: dict[int, str] = {}
     sel = selectors.DefaultSelector()
@@ -173,19 +196,44 @@ def serve(ctl: socket.socket) -> None:
                 msg, fds = b"", []
             if not msg:
                 return  # the supervisor is gone: exiting takes the children with us
-            req = orjson.loads(msg)
-            agent = str(req["agent"])
-            if len(fds) != 1:
+            agent = _agent_of(msg)
+            if len(fds) != 2 or agent is None:
                 for fd in fds:
                     os.close(fd)
-                ctl.send(orjson.dumps({"error": agent, "message": "spawn request without exactly one fd"}))
+                _send(
+                    ctl,
+                    {"error": agent, "errno": 0, "message": "spawn request needs an agent id and two fds"},
+                )
                 continue
-            pid = os.fork()
+            try:
+                pid = os.fork()
+            except OSError as exc:
+                # EAGAIN under a pids limit, ENOMEM: report it and keep serving;
+                # the supervisor decides (a fresh interpreter, or a new zygote).
+                for fd in fds:
+                    os.close(fd)
+                _send(ctl, {"error": agent, "errno": exc.errno, "message": f"fork failed: {exc}"})
+                continue
             if pid == 0:
-                _child(ctl, fds[0], agent)
-            os.close(fds[0])
+                _child(ctl, fds[0], fds[1], agent)
+            for fd in fds:
+                os.close(fd)
             agents[pid] = agent
-            ctl.send(orjson.dumps({"spawned": agent, "pid": pid}))
+            _send(ctl, {"spawned": agent, "pid": pid})
+
+
+def _agent_of(msg: bytes) -> str | None:
+    try:
+        req = orjson.loads(msg)
+    except orjson.JSONDecodeError:
+        return None
+    agent = req.get("agent") if isinstance(req, dict) else None
+    return agent if isinstance(agent, str) else None
+
+
+def _send(ctl: socket.socket, msg: dict[str, object]) -> None:
+    with contextlib.suppress(OSError):
+        ctl.send(orjson.dumps(msg))
 
 
 def _reap(ctl: socket.socket, agents: dict[int, str]) -> None:
@@ -205,13 +253,17 @@ def _reap(ctl: socket.socket, agents: dict[int, str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m agentd.agent.zygote FD``."""
+    """``python -P -m agentd.agent.zygote FD SUPERVISOR_PID``."""
     args = sys.argv[1:] if argv is None else argv
-    # No PR_SET_PDEATHSIG here: the supervisor starts us from a trio worker
-    # thread, and the kernel fires it when that *thread* exits (trio retires
-    # idle workers after ~10 s). The control socket's EOF is our signal that
-    # the supervisor is gone; exiting then takes every child with us (theirs
-    # is tied to our main thread, which forked them).
+    # Two ways to learn that the supervisor is gone, and either takes every
+    # child with us (their death signal is tied to our main thread, which
+    # forked them): the control socket's EOF, and a death signal. The kernel
+    # fires PR_SET_PDEATHSIG when the *thread* that forked us exits; the
+    # supervisor forks us from its main thread, which lives as long as it
+    # does. SIGKILL reaches us even while we are stopped, when no EOF can.
+    set_pdeathsig()
+    if len(args) > 1 and os.getppid() != int(args[1]):
+        os._exit(0)  # the supervisor died before the death signal was set
     ctl = socket.socket(fileno=int(args[0]))
     prewarm()
     serve(ctl)

@@ -1,12 +1,13 @@
-"""Self-MCP: the private MCP channel between the supervisor and each agent child.
+"""The supervisor's private channels to each agent child.
 
-A child is an MCP *client* of the supervisor over a socket it inherited at
-fork. The supervisor serves it every upstream tool (namespaced
-``server__tool``) plus the self-tools, and two control tools the model never
-sees (:data:`USAGE_TOOL`, :data:`TURN_END_TOOL`) that carry token usage and
-turn boundaries.
+A child is an MCP client of the supervisor over one socket (the tools the
+model was offered: every upstream tool, namespaced ``server__tool``, plus the
+self-tools) and exchanges typed control frames over a second one (spawn
+payload, usage reports, turn ends, telemetry; :mod:`agentd.selfmcp.protocol`).
+The model can reach the first only through the tools it was offered and the
+second not at all.
 """
 
-from agentd.selfmcp.protocol import CONTROL_TOOLS, TURN_END_TOOL, USAGE_TOOL
+from agentd.selfmcp.protocol import SELF_TOOL_NAMES
 
-__all__ = ["CONTROL_TOOLS", "TURN_END_TOOL", "USAGE_TOOL"]
+__all__ = ["SELF_TOOL_NAMES"]

@@ -1,28 +1,49 @@
-"""Names and payload shapes of the self-MCP control tools.
+"""The control protocol between the supervisor and each agent child: typed frames.
 
-Both are ordinary ``tools/call`` requests on the child's private channel, so
-the whole conversation between a child and the supervisor is MCP:
+A child has two private channels to the supervisor, both socketpairs the
+supervisor made for it:
 
-``_agentd_usage`` (after every model call)
-    arguments: ``{"input_tokens": int, "output_tokens": int, "steps": int}``
-    result (JSON text): ``{"continue": bool, "reason": str | None}``; ``continue``
-    false means the tree budget is spent (or the deadline passed): the child
-    stops at this turn boundary.
+* the **MCP channel**: the child is an MCP client of the supervisor there
+  (``tools/call`` and nothing else the model can reach). It carries only the
+  tools the model was offered; any other name, including anything that looks
+  like a control message, is answered "unknown tool".
+* the **control channel** (this module): typed frames, one JSON object per
+  line, that the model can never produce because no tool call reaches it.
 
-``_agentd_turn_end`` (when a turn reaches a terminal status)
-    arguments: ``{"status": TerminalStatus, "text": str, "idle": bool}``
-    result (JSON text): ``{"action": "exit"}`` or
-    ``{"action": "continue", "input": str}``; a warm session's call stays
-    pending, at zero CPU, until the next delivery (or drain) answers it.
+Frames, by ``type``::
+
+    supervisor → child
+      spawn          SpawnPayload   first frame, exactly once: the agent's task and tools
+      usage_verdict  UsageVerdict   answers a UsageReport (same id)
+      next_turn      NextTurn       answers a TurnEnd (same id); for a warm session the
+                                    answer waits, at zero CPU, for its next delivery
+    child → supervisor
+      usage          UsageReport    after every model call: tokens, latency
+      turn_end       TurnEnd        when a turn reaches a terminal status
+      event          ChildEvent     a telemetry event for the supervisor's stream
+
+Rules a child must keep, or be killed (``subagent.exit`` names the broken rule):
+
+* every line is one frame of the child → supervisor union, within
+  :data:`MAX_CHILD_FRAME_BYTES`; integers are non-negative and bounded, texts
+  are bounded (:data:`MAX_TEXT_CHARS` for a turn's result), statuses and event
+  names come from closed vocabularies, unknown keys are refused;
+* at most one request (``usage`` or ``turn_end``) is outstanding; ``id``
+  numbers the requests, 1, 2, 3, …, and the answer carries the same ``id``.
+
+Validation happens in the per-child reader task (:mod:`agentd.supervisor.channel`),
+outside the reactor: the reactor only ever sees frames that passed it.
 """
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Iterable
+from typing import Annotated, Any, Final, Literal, TypeAlias
 
-USAGE_TOOL: Final = "_agentd_usage"
-TURN_END_TOOL: Final = "_agentd_turn_end"
-CONTROL_TOOLS: Final = frozenset({USAGE_TOOL, TURN_END_TOOL})
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+
+from agentd.errors import ProtocolError
+from agentd.exitcodes import TerminalStatus
 
 #: Self-tools the model sees as ordinary tools (ARCHITECTURE.md decision 5).
 SELF_TOOL_NAMES: Final = (
@@ -34,3 +55,271 @@ SELF_TOOL_NAMES: Final = (
     "watch_stop",
     "watch_list",
 )
+
+
+def unknown_tool_text(name: str, offered: Iterable[str]) -> str:
+    """The tool result for a call of a tool the model was not offered.
+
+    The child's loop and the supervisor's hub both answer with it: the model
+    sees the same words whichever side refused the call.
+    """
+    return f"unknown tool {name[:MAX_NAME_CHARS]!r}; the tools you can call are: {', '.join(offered)}"
+
+
+# -- bounds ---------------------------------------------------------------------------
+
+#: Longest child → supervisor line. A valid frame is at most a turn's result
+#: (:data:`MAX_TEXT_CHARS`, up to 6 bytes each once JSON-escaped) plus small fields.
+MAX_CHILD_FRAME_BYTES: Final = 8 * 1024 * 1024
+#: Longest supervisor → child line (the spawn payload carries the instruction and
+#: every tool's schema; the same cap as an MCP line on the self-MCP channel).
+MAX_SUPERVISOR_FRAME_BYTES: Final = 64 * 1024 * 1024
+#: Longest turn result a child may report, in characters (a child cuts longer
+#: answers with a note). Far beyond any model's output limit.
+MAX_TEXT_CHARS: Final = 1_000_000
+#: Longest short text (a provider or model name, an error message).
+MAX_NAME_CHARS: Final = 256
+MAX_MESSAGE_CHARS: Final = 4096
+#: Tokens one model call may report (input or output). No model context comes close.
+MAX_TOKENS_PER_CALL: Final = 100_000_000
+#: Steps one usage report may carry (the loop reports 1 per model call).
+MAX_STEPS_PER_REPORT: Final = 1000
+#: Cost one usage report may carry, in US dollars: far above any single model call.
+MAX_CALL_COST_USD: Final = 1_000_000.0
+#: Latency one usage report may carry: a day, in milliseconds.
+MAX_LATENCY_MS: Final = 86_400_000.0
+#: Request ids: a child makes two per model call at most; 2**53 keeps them exact in JSON.
+MAX_ID: Final = 2**53
+#: A child telemetry event: at most this many fields, each key and text this long.
+MAX_EVENT_FIELDS: Final = 16
+MAX_EVENT_TEXT: Final = 1024
+
+NonNegInt = Annotated[int, Field(ge=0, le=MAX_ID)]
+Tokens = Annotated[int, Field(ge=0, le=MAX_TOKENS_PER_CALL)]
+Name = Annotated[str, Field(max_length=MAX_NAME_CHARS)]
+Message = Annotated[str, Field(max_length=MAX_MESSAGE_CHARS)]
+
+StopReason = Literal["tokens", "steps", "deadline", "draining"]
+"""Why the supervisor tells an agent to stop at its next turn boundary."""
+
+ChildEventName = Literal["model.retry", "tool.refused"]
+"""Telemetry events a child may send (closed: anything else is a protocol error)."""
+
+EventFieldKey = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,31}$")]
+EventFieldValue = (
+    Annotated[str, Field(max_length=MAX_EVENT_TEXT)]
+    | Annotated[int, Field(ge=-MAX_ID, le=MAX_ID)]
+    | Annotated[float, Field(allow_inf_nan=False)]
+    | bool
+    | None
+)
+
+#: Field names a child event may not set: the supervisor writes them itself.
+RESERVED_EVENT_FIELDS: Final = frozenset({"ts", "event", "agent"})
+
+
+class Frame(BaseModel):
+    """Base of every frame: immutable, strict types, unknown keys refused."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+# -- supervisor → child -----------------------------------------------------------------
+
+
+class ToolSpecFrame(Frame):
+    """One tool offered to the model (already namespaced, e.g. ``memo__memo_set``)."""
+
+    name: str
+    description: str = ""
+    input_schema: dict[str, Any] = Field(default_factory=dict)
+
+
+class ProviderFrame(Frame):
+    """A ``[providers.NAME]`` endpoint (see :class:`agentd.models.ProviderConfig`)."""
+
+    name: str
+    base_url: str
+    api: Literal["chat", "responses", "messages"] = "chat"
+    api_key_env: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    prices: str | None = None
+
+
+class SpawnPayload(Frame):
+    """What a new child runs: the first frame on its control channel.
+
+    Attributes:
+        agent: the agent id the supervisor gave it.
+        model: the model spec (``openai:…``, ``anthropic:…``, ``script:…``).
+        system: the system prompt, if any.
+        instruction: the first user message.
+        tools: the only tools the model is offered (and the only ones it may call).
+        model_timeout: the deadline of one model call in seconds (None: the model's default).
+        max_turn_steps: model calls one turn may make before it ends
+            ``exhausted_steps`` (None: no cap).
+        model_settings: the model settings, as :meth:`agentd.models.ModelSettings.given` writes them.
+        providers: the ``[providers.NAME]`` endpoints a ``NAME:MODEL`` spec may name.
+    """
+
+    type: Literal["spawn"] = "spawn"
+    agent: str
+    model: str
+    system: str | None = None
+    instruction: str
+    tools: tuple[ToolSpecFrame, ...] = ()
+    model_timeout: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    max_turn_steps: Annotated[int, Field(ge=1)] | None = None
+    model_settings: dict[str, Any] = Field(default_factory=dict)
+    providers: dict[str, ProviderFrame] = Field(default_factory=dict)
+
+
+class UsageVerdict(Frame):
+    """The answer to a :class:`UsageReport`: go on, or stop at this turn boundary (and why)."""
+
+    type: Literal["usage_verdict"] = "usage_verdict"
+    id: NonNegInt = 0
+    proceed: bool
+    reason: StopReason | None = None
+
+
+class NextTurn(Frame):
+    """The answer to a :class:`TurnEnd`: exit, or run another turn with ``input``."""
+
+    type: Literal["next_turn"] = "next_turn"
+    id: NonNegInt = 0
+    action: Literal["exit", "continue"]
+    input: str = ""
+
+
+SupervisorFrame: TypeAlias = Annotated[SpawnPayload | UsageVerdict | NextTurn, Field(discriminator="type")]
+
+# -- child → supervisor -----------------------------------------------------------------
+
+
+class UsageReport(Frame):
+    """Sent after every model call; the answer is a :class:`UsageVerdict`."""
+
+    type: Literal["usage"] = "usage"
+    id: NonNegInt
+    input_tokens: Tokens
+    output_tokens: Tokens
+    steps: Annotated[int, Field(ge=0, le=MAX_STEPS_PER_REPORT)] = 1
+    latency_ms: Annotated[float, Field(ge=0, le=MAX_LATENCY_MS, allow_inf_nan=False)] = 0.0
+    provider: Name = ""
+    model: Name = ""
+    cached_input_tokens: Tokens = 0
+    """The part of ``input_tokens`` read from the provider's prompt cache."""
+    cache_creation_input_tokens: Tokens = 0
+    """The part of ``input_tokens`` written to the provider's prompt cache."""
+    cost_usd: Annotated[float, Field(ge=0, le=MAX_CALL_COST_USD, allow_inf_nan=False)] | None = None
+    """What the call cost in US dollars (``genai-prices``); None: unknown."""
+
+    @model_validator(mode="after")
+    def _cache_within_input(self) -> UsageReport:
+        if self.cached_input_tokens + self.cache_creation_input_tokens > self.input_tokens:
+            raise ValueError("cached_input_tokens + cache_creation_input_tokens exceed input_tokens")
+        return self
+
+
+class TurnEnd(Frame):
+    """Sent when a turn reaches a terminal status; the answer is a :class:`NextTurn`.
+
+    Attributes:
+        status: the turn's terminal status.
+        text: the turn's result (the final or partial answer).
+        idle: the reply publishes nothing (empty, or a ``NO_REPLY`` line).
+        fatal_infra: set when the model provider is unusable (auth failed,
+            unreachable after retries): the reason, which ends the run with exit 4.
+    """
+
+    type: Literal["turn_end"] = "turn_end"
+    id: NonNegInt
+    status: TerminalStatus
+    text: Annotated[str, Field(max_length=MAX_TEXT_CHARS)] = ""
+    idle: bool = False
+    fatal_infra: Message | None = None
+
+
+class ChildEvent(Frame):
+    """A telemetry event from the child, written to the supervisor's stream with ``agent`` added."""
+
+    type: Literal["event"] = "event"
+    event: ChildEventName
+    fields: Annotated[dict[EventFieldKey, EventFieldValue], Field(max_length=MAX_EVENT_FIELDS)] = Field(
+        default_factory=dict
+    )
+
+
+ChildFrame: TypeAlias = Annotated[UsageReport | TurnEnd | ChildEvent, Field(discriminator="type")]
+
+_CHILD_FRAME: TypeAdapter[UsageReport | TurnEnd | ChildEvent] = TypeAdapter(ChildFrame)
+_SUPERVISOR_FRAME: TypeAdapter[SpawnPayload | UsageVerdict | NextTurn] = TypeAdapter(SupervisorFrame)
+
+
+def _describe(exc: ValidationError) -> str:
+    """The first problem of a validation error, without echoing the (untrusted, maybe huge) input."""
+    errors = exc.errors(include_input=False, include_url=False, include_context=False)
+    if not errors:
+        return "invalid frame"
+    first = errors[0]
+    where = ".".join(str(p) for p in first.get("loc", ()))
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{where + ': ' if where else ''}{first.get('msg', 'invalid')}{more}"[:MAX_MESSAGE_CHARS]
+
+
+def parse_child_frame(line: bytes) -> UsageReport | TurnEnd | ChildEvent:
+    """Validate one line from a child.
+
+    Raises:
+        ProtocolError: the line is not a valid child frame (the reason names the field).
+    """
+    try:
+        frame = _CHILD_FRAME.validate_json(line)
+    except ValidationError as exc:
+        raise ProtocolError(f"invalid frame from the child: {_describe(exc)}") from None
+    if isinstance(frame, ChildEvent) and RESERVED_EVENT_FIELDS & frame.fields.keys():
+        taken = sorted(RESERVED_EVENT_FIELDS & frame.fields.keys())
+        raise ProtocolError(f"invalid frame from the child: event fields {taken} are reserved")
+    return frame
+
+
+def parse_supervisor_frame(line: bytes) -> SpawnPayload | UsageVerdict | NextTurn:
+    """Validate one line from the supervisor (the child's side).
+
+    Raises:
+        ProtocolError: the line is not a valid supervisor frame.
+    """
+    try:
+        return _SUPERVISOR_FRAME.validate_json(line)
+    except ValidationError as exc:
+        raise ProtocolError(f"invalid frame from the supervisor: {_describe(exc)}") from None
+
+
+def encode(frame: Frame) -> bytes:
+    """One frame as a JSON line (with its newline)."""
+    return frame.model_dump_json().encode() + b"\n"
+
+
+__all__ = [
+    "MAX_CHILD_FRAME_BYTES",
+    "MAX_SUPERVISOR_FRAME_BYTES",
+    "MAX_TEXT_CHARS",
+    "SELF_TOOL_NAMES",
+    "ChildEvent",
+    "ChildEventName",
+    "ChildFrame",
+    "Frame",
+    "NextTurn",
+    "SpawnPayload",
+    "StopReason",
+    "SupervisorFrame",
+    "ToolSpecFrame",
+    "TurnEnd",
+    "UsageReport",
+    "UsageVerdict",
+    "encode",
+    "parse_child_frame",
+    "parse_supervisor_frame",
+    "unknown_tool_text",
+]

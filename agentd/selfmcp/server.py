@@ -2,8 +2,10 @@
 
 The server is a thin shell: every request is answered by a :class:`Hub`
 (the supervisor), which knows the upstream connections, the self-tools and
-the reactor. The server serves whichever protocol era the child opens with
-(children pin 2026-07-28).
+the reactor. It lists exactly the tools the model is offered and nothing
+else (control traffic has its own channel, :mod:`agentd.selfmcp.protocol`).
+The server serves whichever protocol era the child opens with (children pin
+2026-07-28).
 """
 
 from __future__ import annotations
@@ -14,20 +16,7 @@ import mcp_types as types
 import trio
 from mcp.server.lowlevel.server import Server
 
-from agentd.selfmcp.protocol import TURN_END_TOOL, USAGE_TOOL
 from agentd.selfmcp.transport import stream_transport
-
-#: The control tools, listed so the SDK client can validate their results
-#: without asking again; the model never sees them (its tool list comes from
-#: the spawn payload).
-CONTROL_TOOL_DEFS = [
-    types.Tool(
-        name=USAGE_TOOL, description="agentd internal: report model usage", input_schema={"type": "object"}
-    ),
-    types.Tool(
-        name=TURN_END_TOOL, description="agentd internal: end a turn", input_schema={"type": "object"}
-    ),
-]
 
 
 class Hub(Protocol):
@@ -38,7 +27,7 @@ class Hub(Protocol):
         ...
 
     async def call(self, agent: str, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
-        """Answer ``tools/call`` from ``agent``; errors come back as ``is_error`` results."""
+        """Answer ``tools/call`` from ``agent``; errors (an unknown tool too) come back as ``is_error`` results."""
         ...
 
 
@@ -46,7 +35,7 @@ def build_server(agent: str, hub: Hub) -> Server[Any]:
     """An MCP server bound to one agent child."""
 
     async def on_list_tools(_ctx: Any, _params: Any) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=[*hub.tools_for(agent), *CONTROL_TOOL_DEFS])
+        return types.ListToolsResult(tools=hub.tools_for(agent))
 
     async def on_call_tool(_ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         return await hub.call(agent, params.name, dict(params.arguments or {}))

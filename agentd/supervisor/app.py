@@ -6,11 +6,23 @@ connection per upstream MCP server, the signal watcher, the optional health
 and metrics endpoints, and the reactor, whose exit code ends the process.
 Nothing here decides anything: decisions live in the reactor, the drivers
 and the router.
+
+Output never stops the supervisor: telemetry and published results go
+through bounded buffers written by threads (:mod:`agentd.output`). A daemon
+whose stdout is closed or full keeps running and counts the lost results
+(``outputs_lost``); a once run whose one result cannot be written exits
+:attr:`~agentd.exitcodes.ExitCode.OUTPUT_FAILED` and says why.
+
+Signals: SIGTERM, SIGINT and SIGHUP drain (no new work; running turns
+finish; exit 0 within ``--grace``, else 143); a second one stops at once
+(143). SIGHUP does not reload anything.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import logging
 import os
 import signal
 import sys
@@ -23,6 +35,8 @@ import trio
 
 from agentd.agent.zygote import PREWARM_MODELS_ENV
 from agentd.exitcodes import ExitCode, TerminalStatus, code_for_status
+from agentd.output import DEFAULT_OUTPUT_BUFFER, DEFAULT_TELEMETRY_BUFFER, LineWriter
+from agentd.selfmcp.protocol import ProviderFrame, SpawnPayload, ToolSpecFrame
 from agentd.selfmcp.server import serve_child
 from agentd.supervisor.budget import Budget
 from agentd.supervisor.events import SignalReceived
@@ -55,8 +69,42 @@ def reconnect_backoff(env: Any = os.environ) -> tuple[float, ...] | None:
     return values
 
 
-def run(settings: Any) -> int:
-    """Run agentd with validated settings; returns the process exit code."""
+#: How long agentd waits at exit for stderr and stdout to take what is still
+#: buffered; a stream nobody reads is then given up on (the exit code stands).
+EXIT_FLUSH_TIMEOUT = 5.0
+
+
+def telemetry_buffer(env: Any = os.environ) -> int:
+    """``AGENTD_TELEMETRY_BUFFER``: bytes of telemetry held while stderr is slow or blocked.
+
+    An operator knob (default 8MiB); beyond it lines are dropped and counted.
+
+    Raises:
+        ConfigError: not a size of at least 1 KiB.
+    """
+    from agentd.durations import parse_size
+    from agentd.errors import ConfigError
+
+    raw = env.get("AGENTD_TELEMETRY_BUFFER")
+    if raw is None or raw == "":
+        return DEFAULT_TELEMETRY_BUFFER
+    try:
+        size = parse_size(raw)
+    except ValueError:
+        size = -1
+    if size < 1024:
+        raise ConfigError("AGENTD_TELEMETRY_BUFFER", raw, "give a size of at least 1KiB, e.g. 8MiB")
+    return size
+
+
+def run(settings: Any, *, closed_fds: frozenset[int] = frozenset()) -> int:
+    """Run agentd with validated settings; returns the process exit code.
+
+    Args:
+        settings: the validated settings.
+        closed_fds: which of stdin/stdout/stderr were closed when agentd
+            started (:func:`agentd.output.claim_standard_fds`).
+    """
     from agentd.errors import ConfigError
     from agentd.watches.manager import watch_limits
     from agentd.watches.state import claim
@@ -64,29 +112,76 @@ def run(settings: Any) -> int:
     try:
         backoff = reconnect_backoff()
         limits = watch_limits(settings.watches)
+        buffer = telemetry_buffer()
         # One agentd per --watch-state file: held until this process exits.
         state_lock = claim(settings.watch_state) if settings.watch_state is not None else None
     except ConfigError as exc:
         print(f"agentd: {exc}", file=sys.stderr)
         return int(ExitCode.CONFIG)
-    telemetry = Telemetry(verbose=bool(settings.verbose))
+    telemetry = Telemetry(
+        verbose=bool(settings.verbose), fd=2, buffer_bytes=buffer, fd_closed=2 in closed_fds
+    )
+    # Libraries log through `logging` (the MCP SDK on a peer's bad message);
+    # unconfigured, that writes to stderr synchronously, from the reactor's
+    # thread. Route it through telemetry: buffered, rate-limited, never blocking.
+    log_handler = _LogToTelemetry(telemetry)
+    logging.getLogger().addHandler(log_handler)
+    stdout = LineWriter(
+        1,
+        max_bytes=DEFAULT_OUTPUT_BUFFER,
+        closed=1 in closed_fds,
+        on_error=lambda error: telemetry.emit("output.failed", stream="stdout", error=error),
+        name="agentd-stdout",
+    )
+    if 1 in closed_fds:
+        telemetry.emit(
+            "output.unavailable",
+            stream="stdout",
+            reason="closed when agentd started; results are lost (counted)",
+        )
     try:
-        return int(trio.run(_main, settings, telemetry, backoff, limits))
+        code = int(trio.run(_main, settings, telemetry, stdout, backoff, limits))
     except KeyboardInterrupt:
-        return int(ExitCode.DRAIN_TIMEOUT)
+        code = int(ExitCode.DRAIN_TIMEOUT)
     except Exception as exc:  # a bug: say so plainly, exit 1, never a hang
         import traceback
 
-        telemetry.emit("supervisor.internal_error", error=f"{type(exc).__name__}: {exc}")
-        traceback.print_exception(exc, file=sys.stderr)
-        return int(ExitCode.CRASHED)
+        telemetry.emit(
+            "supervisor.internal_error",
+            error=f"{type(exc).__name__}: {exc}",
+            traceback="".join(traceback.format_exception(exc)),
+        )
+        code = int(ExitCode.CRASHED)
     finally:
         if state_lock is not None:
             state_lock.release()
+    logging.getLogger().removeHandler(log_handler)
+    stdout.close(EXIT_FLUSH_TIMEOUT)
+    telemetry.close(EXIT_FLUSH_TIMEOUT)
+    return code
+
+
+class _LogToTelemetry(logging.Handler):
+    """Library log records (WARNING and up) as ``log`` telemetry events."""
+
+    def __init__(self, telemetry: Telemetry) -> None:
+        super().__init__(level=logging.WARNING)
+        self._telemetry = telemetry
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = record.getMessage()
+        except Exception:  # a library's bad format string must not break anything
+            message = str(record.msg)
+        self._telemetry.emit("log", logger=record.name, level=record.levelname, message=message[:2000])
 
 
 async def _main(
-    settings: Any, telemetry: Telemetry, backoff: tuple[float, ...] | None, watch_limits: Any
+    settings: Any,
+    telemetry: Telemetry,
+    stdout: LineWriter,
+    backoff: tuple[float, ...] | None,
+    watch_limits: Any,
 ) -> int:
     from agentd.errors import ConfigError
     from agentd.health import raise_open_files_limit
@@ -107,7 +202,11 @@ async def _main(
     )
     import datetime as _dt
 
+    from agentd.sdnotify import Notifier
     from agentd.supervisor.routes import build_router, make_clock
+
+    # Under systemd (Type=notify): read and drop NOTIFY_SOCKET before any child starts.
+    notifier = Notifier.from_environ(os.environ, telemetry=telemetry)
 
     driver = modes.make_driver(
         settings.mode,
@@ -136,12 +235,12 @@ async def _main(
         if once:
             return  # once prints its one result at exit
         if json_out:
-            line = orjson.dumps(
-                {"agent": agent.id, "route": agent.route, "status": status, "result": text}
-            ).decode()
+            line = orjson.dumps({"agent": agent.id, "route": agent.route, "status": status, "result": text})
         else:
-            line = text
-        print(line, flush=True)
+            line = text.encode(errors="replace")
+        # Never blocks: a full, closed or unread stdout loses this result
+        # (counted as outputs_lost), never the daemon.
+        stdout.put(line + b"\n")
         outputs.append({"agent": agent.id, "status": status})
 
     model_settings = settings.model_settings.to_model_settings().given()
@@ -154,17 +253,17 @@ async def _main(
 
         def spawn(agent: Agent) -> None:
             hub = hub_holder["hub"]
-            payload = {
-                "agent": agent.id,
-                "model": settings.model,
-                "system": settings.system,
-                "instruction": agent.instruction,
-                "tools": hub.tool_specs(),
-                "model_timeout": settings.model_timeout,
-                "max_turn_steps": settings.max_turn_steps,
-                "model_settings": model_settings,
-                "providers": providers,
-            }
+            payload = SpawnPayload(
+                agent=agent.id,
+                model=settings.model,
+                system=settings.system,
+                instruction=agent.instruction,
+                tools=tuple(ToolSpecFrame.model_construct(**spec) for spec in hub.tool_specs()),
+                model_timeout=settings.model_timeout,
+                max_turn_steps=settings.max_turn_steps,
+                model_settings=model_settings,
+                providers=providers,
+            )
             tree.spawn(agent.id, payload)
 
         def unsubscribe(server: str, uri: str) -> None:
@@ -175,6 +274,8 @@ async def _main(
             kill_all=lambda: nursery.start_soon(tree.terminate_all),
             unsubscribe=unsubscribe,
             publish=publish,
+            readiness=notifier.readiness,
+            draining=notifier.draining,
         )
         reactor = Reactor(
             driver=driver,
@@ -208,6 +309,7 @@ async def _main(
             events=reactor.send,
             serve_child=partial(serve_child, hub),
             telemetry=telemetry,
+            spawn_timeout=settings.spawn_timeout,
             # The zygote prepares these models' providers (TLS, prices, a cloud SDK) before forking.
             zygote_env={PREWARM_MODELS_ENV: orjson.dumps([settings.model]).decode()},
         )
@@ -229,49 +331,62 @@ async def _main(
             return int(ExitCode.CONFIG)
         # Before the reactor turns, so its handlers never race this direct route table.
         reactor.queue_startup_notices(await watches.restore(_StartupRoutes(reactor)))
-        if settings.health_addr or settings.metrics_addr:
-            await _start_health(settings, reactor, telemetry, nursery)
 
+        def snapshot() -> Any:
+            return dataclasses.replace(reactor.metrics_snapshot(), outputs_lost=stdout.dropped)
+
+        if settings.health_addr or settings.metrics_addr:
+            await _start_health(settings, reactor, telemetry, nursery, snapshot)
+
+        if notifier.watchdog_interval is not None:  # WatchdogSec= only: otherwise no timer at all
+            from agentd.health import reactor_probe
+
+            nursery.start_soon(notifier.watchdog, reactor_probe(reactor.send))
         code = await reactor.run()
+        notifier.stopped(int(code))
         if once:
-            _print_once(reactor, code, json_out, time.monotonic() - started_wall, telemetry)
+            code = await _print_once(
+                reactor, code, json_out, time.monotonic() - started_wall, telemetry, stdout
+            )
         telemetry.emit(
             "supervisor.exit",
             exit_code=int(code),
-            counters=telemetry.snapshot(
-                [
-                    "routed",
-                    "unrouted",
-                    "coalesced",
-                    "dropped_events",
-                    "restarts",
-                    "model_calls",
-                    "input_tokens",
-                    "output_tokens",
-                    "cached_input_tokens",
-                    "cache_creation_input_tokens",
-                    "unpriced_calls",
-                ]
-            ),
+            counters={
+                **telemetry.snapshot(
+                    [
+                        "routed",
+                        "unrouted",
+                        "coalesced",
+                        "dropped_events",
+                        "restarts",
+                        "model_calls",
+                        "input_tokens",
+                        "output_tokens",
+                        "cached_input_tokens",
+                        "cache_creation_input_tokens",
+                        "unpriced_calls",
+                    ]
+                ),
+                "outputs_lost": stdout.dropped,
+            },
             cost_usd=budget.cost_usd(),
             router=router.counters(),
+            telemetry_dropped=telemetry.dropped,
         )
         nursery.cancel_scope.cancel()
     return int(code)
 
 
-def _provider_payload(name: str, spec: Any) -> dict[str, Any]:
-    """A ``[providers.NAME]`` table as the child's model factory takes it."""
-    from agentd.models import ProviderConfig
-
-    return ProviderConfig(
+def _provider_payload(name: str, spec: Any) -> ProviderFrame:
+    """A ``[providers.NAME]`` table as the spawn payload carries it."""
+    return ProviderFrame(
         name=name,
         base_url=spec.base_url,
         api=spec.api,
         api_key_env=spec.api_key_env,
         headers=dict(spec.headers),
         prices=spec.prices,
-    ).to_payload()
+    )
 
 
 def _model_telemetry(settings: Any, telemetry: Telemetry) -> None:
@@ -337,13 +452,26 @@ class _StartupRoutes:
         return self._reactor.uri_needed(server, uri)
 
 
-def _print_once(
-    reactor: Reactor, code: ExitCode, json_out: bool, duration: float, telemetry: Telemetry
-) -> None:
+#: How long a once run waits for stdout to take its result before it gives up
+#: (exit OUTPUT_FAILED): a reader that is slow is waited for, one that never
+#: reads does not hold the process forever.
+RESULT_WRITE_TIMEOUT = 30.0
+
+
+async def _print_once(
+    reactor: Reactor,
+    code: ExitCode,
+    json_out: bool,
+    duration: float,
+    telemetry: Telemetry,
+    stdout: LineWriter,
+) -> ExitCode:
+    """Write the once run's result; the exit code, OUTPUT_FAILED if the result could not be written."""
     from agentd.redact import redact
 
     text = reactor.root_text
     status = reactor.root_status
+    line: bytes | None = None
     if json_out:
         result: dict[str, Any] = {
             "status": status,
@@ -362,11 +490,26 @@ def _print_once(
         if reactor.fatal_infra is not None:
             # Why the provider could not be used (HTTP status and its message), as in model.fatal.
             result["error"] = redact(reactor.fatal_infra)
-        print(orjson.dumps(result).decode(), flush=True)
+        line = orjson.dumps(result)
     elif (
         text and status is not None and code in (ExitCode.OK, ExitCode.BUDGET_PARTIAL, ExitCode.REFUSED)
     ) or (text and status is not None and code == code_for_status(status, partial=True)):
-        print(text, flush=True)
+        line = text.encode(errors="replace")
+    if line is None:
+        return code
+    lost_before = stdout.dropped
+    stdout.put(line + b"\n")
+    flushed = await trio.to_thread.run_sync(stdout.flush, RESULT_WRITE_TIMEOUT, abandon_on_cancel=True)
+    if flushed and stdout.dropped == lost_before:
+        return code
+    if stdout.closed_at_start:
+        why = "stdout was closed when agentd started"
+    elif not flushed:
+        why = f"stdout did not take it within {RESULT_WRITE_TIMEOUT:g}s (a pipe nobody reads?)"
+    else:
+        why = f"writing to stdout failed: {stdout.last_error}"
+    telemetry.emit("result.unwritten", status=status, exit_code=int(ExitCode.OUTPUT_FAILED), error=why)
+    return ExitCode.OUTPUT_FAILED
 
 
 async def _rehearse_server() -> None:
@@ -377,7 +520,9 @@ async def _rehearse_server() -> None:
 
 
 async def _watch_signals(reactor: Reactor) -> None:
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+    # SIGHUP drains like SIGTERM: a daemon whose terminal or supervisor hangs
+    # up stops cleanly instead of dying mid-turn (there is no reload).
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async for signum in signals:
             await reactor.send.send(SignalReceived(signum=signum))
 
@@ -471,7 +616,9 @@ def _lists(up: Any, uri: str) -> bool:
     return any(str(r.uri) == uri for r in (getattr(up, "resources", None) or []))
 
 
-async def _start_health(settings: Any, reactor: Reactor, telemetry: Telemetry, nursery: trio.Nursery) -> None:
+async def _start_health(
+    settings: Any, reactor: Reactor, telemetry: Telemetry, nursery: trio.Nursery, snapshot: Any
+) -> None:
     """Serve /healthz and /readyz (and /metrics) without ever blocking the reactor."""
     from agentd.health import reactor_probe, serve_health, serve_metrics
 
@@ -483,12 +630,10 @@ async def _start_health(settings: Any, reactor: Reactor, telemetry: Telemetry, n
                 settings.health_addr,
                 probe=reactor_probe(reactor.send),
                 ready=reactor.ready,
-                snapshot=reactor.metrics_snapshot if same and settings.metrics_addr else None,
+                snapshot=snapshot if same and settings.metrics_addr else None,
             )
         )
         telemetry.emit("health.listening", addr=settings.health_addr, port=port)
     if settings.metrics_addr and not (same and settings.health_addr):
-        port = await nursery.start(
-            partial(serve_metrics, settings.metrics_addr, snapshot=reactor.metrics_snapshot)
-        )
+        port = await nursery.start(partial(serve_metrics, settings.metrics_addr, snapshot=snapshot))
         telemetry.emit("metrics.listening", addr=settings.metrics_addr, port=port)

@@ -9,9 +9,45 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
+from agentd.selfmcp.protocol import NextTurn, TurnEnd, UsageReport, UsageVerdict
 from agentd.triggers.router import ChangeKind
+
+T = TypeVar("T")
+
+
+class Reply(Generic[T]):
+    """The one answer to a request the reactor handles (a one-slot channel behind it).
+
+    :meth:`answer` never raises: the asker may be gone (its child died while
+    the request waited in the reactor's channel), and a request answered
+    twice keeps its first answer. The reactor can answer freely.
+
+    Args:
+        send: the sending end of a one-slot memory channel the asker waits on.
+    """
+
+    __slots__ = ("_answered", "_send")
+
+    def __init__(self, send: Any) -> None:
+        self._send = send
+        self._answered = False
+
+    @property
+    def answered(self) -> bool:
+        return self._answered
+
+    def answer(self, value: T) -> bool:
+        """Deliver ``value``; False if already answered or the asker is gone."""
+        if self._answered:
+            return False
+        self._answered = True
+        try:
+            self._send.send_nowait(value)
+        except Exception:  # trio.WouldBlock / BrokenResourceError / ClosedResourceError: the asker is gone
+            return False
+        return True
 
 
 class ServerState(enum.Enum):
@@ -72,27 +108,74 @@ class SubscriptionStateChanged:
 
 @dataclass(frozen=True, slots=True)
 class SignalReceived:
-    """SIGTERM or SIGINT arrived (``signum``); the first drains, the second stops."""
+    """SIGTERM, SIGINT or SIGHUP arrived (``signum``); the first drains, the second stops."""
 
     signum: int
 
 
 @dataclass(slots=True)
 class ChildMessage:
-    """Something a child agent told the supervisor over its self-MCP channel."""
+    """A self-tool request of a child's model (``subscribe``, watches), relayed by the hub."""
 
     agent: str
-    kind: Literal["usage", "turn_end", "ready", "self_tool"]
+    kind: Literal["self_tool"]
     payload: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
+class UsageReported:
+    """A child reported one model call (a validated control frame); the reactor answers the verdict."""
+
+    agent: str
+    report: UsageReport
+    reply: Reply[UsageVerdict]
+
+
+@dataclass(frozen=True, slots=True)
+class TurnEnded:
+    """A child's turn reached a terminal status (a validated control frame).
+
+    The reactor answers exit, or keeps the request (``Agent.held``) and answers
+    it with the warm session's next delivery.
+    """
+
+    agent: str
+    end: TurnEnd
+    reply: Reply[NextTurn]
+
+
+@dataclass(frozen=True, slots=True)
 class ChildExited:
-    """A child process ended (detected at once from its pidfd / channel EOF)."""
+    """A child process ended (detected at once from its channels' EOF), or never started.
+
+    Attributes:
+        agent: the agent id.
+        pid: its process id (-1 when it never started).
+        returncode: its exit status when known (negative: killed by that signal).
+        reason: why the supervisor ended it, when it did (a broken protocol
+            rule, a failed spawn); None for a child that exited on its own.
+        spawned: False when the process never started (the spawn failed):
+            whatever it was started for is queued again.
+    """
 
     agent: str
     pid: int
     returncode: int | None
+    reason: str | None = None
+    spawned: bool = True
+
+
+ZygoteState = Literal["ready", "degraded"]
+"""The agent zygote forks children (``ready``), or is being replaced while
+children start as fresh interpreters (``degraded``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ZygoteStateChanged:
+    """The zygote became unusable (stopped, dead, failing forks) or ready again; readiness shows it."""
+
+    state: ZygoteState
+    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +215,10 @@ ReactorEvent = (
     | SubscriptionStateChanged
     | SignalReceived
     | ChildMessage
+    | UsageReported
+    | TurnEnded
     | ChildExited
+    | ZygoteStateChanged
     | HealthProbe
     | WatchNotice
 )

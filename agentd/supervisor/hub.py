@@ -1,9 +1,15 @@
 """The hub: how the supervisor answers its children's self-MCP requests.
 
-Each child's self-MCP handler task calls :meth:`SupervisorHub.call`. Upstream
-tool calls and resource reads are plain I/O on the shared upstream
-connections and run in the handler's task. Anything that touches supervisor
-state (usage, turn ends, subscribe/unsubscribe) becomes a
+Each child's self-MCP handler task calls :meth:`SupervisorHub.call` with
+whatever tool call its model made. Only the tools the supervisor offers
+(upstream tools namespaced ``server__tool``, and the self-tools) are
+answered; any other name is an "unknown tool" result, whatever it looks
+like: usage reports and turn ends are control frames on another channel
+(:mod:`agentd.supervisor.channel`), never tools a model could call.
+
+Upstream tool calls and resource reads are plain I/O on the shared upstream
+connections and run in the handler's task. Self-tools that touch supervisor
+state (subscribe/unsubscribe, watch routes) become a
 :class:`~agentd.supervisor.events.ChildMessage` for the reactor, which
 answers through a one-slot reply channel.
 """
@@ -20,7 +26,7 @@ import orjson
 import trio
 
 from agentd.errors import AgentdError, RouteError
-from agentd.selfmcp.protocol import TURN_END_TOOL, USAGE_TOOL
+from agentd.selfmcp.protocol import unknown_tool_text
 from agentd.selfmcp.server import text_result
 from agentd.supervisor.events import ChildMessage, ReactorEvent
 from agentd.telemetry import Telemetry
@@ -128,6 +134,7 @@ class SupervisorHub:
         self._telemetry = telemetry
         self.names = ToolNameMap()
         self._tools: list[types.Tool] | None = None
+        self._tool_names: frozenset[str] = frozenset()
         self._specs: list[dict[str, Any]] | None = None
         self._tools_key: tuple[int, ...] = ()
         self.watches: WatchManager | None = None
@@ -147,7 +154,13 @@ class SupervisorHub:
                     name = self.names.add(server, tool.name)
                     tools.append(tool.model_copy(update={"name": name}))
             self._tools, self._tools_key, self._specs = tools, key, None
+            self._tool_names = frozenset(t.name for t in tools)
         return self._tools
+
+    def offers(self, agent: str, name: str) -> bool:
+        """Whether ``name`` is a tool ``agent`` may call (an upstream tool or a self-tool)."""
+        self.tools_for(agent)
+        return name in self._tool_names
 
     def tool_specs(self) -> list[dict[str, Any]]:
         """The tools as the spawn payload carries them (for the model's tool list); cached per tool list."""
@@ -177,12 +190,11 @@ class SupervisorHub:
             return await recv.receive()
 
     async def call(self, agent: str, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
-        if name == USAGE_TOOL:
-            answer = await self.ask_reactor(agent, "usage", arguments, timeout=REACTOR_REPLY_TIMEOUT)
-            return text_result(orjson.dumps(answer).decode())
-        if name == TURN_END_TOOL:
-            answer = await self.ask_reactor(agent, "turn_end", arguments, timeout=None)
-            return text_result(orjson.dumps(answer).decode())
+        if not self.offers(agent, name):
+            # Checked here as well as in the child: a child's code is not trusted either.
+            return text_result(
+                unknown_tool_text(name, [t.name for t in self.tools_for(agent)]), is_error=True
+            )
         started = time.monotonic()
         server, tool = "agentd", name
         error: str | None = None
@@ -195,9 +207,8 @@ class SupervisorHub:
                 try:
                     server, tool = self.names.resolve(name)
                 except KeyError:
-                    known = ", ".join(t.name for t in self.tools_for(agent))
                     return text_result(
-                        f"unknown tool {name!r}; the tools you can call are: {known}", is_error=True
+                        unknown_tool_text(name, [t.name for t in self.tools_for(agent)]), is_error=True
                     )
                 up = self.upstreams.get(server)
                 if up is None:
@@ -230,6 +241,12 @@ class SupervisorHub:
             text = value if isinstance(value, str) else orjson.dumps(value).decode()
             return text_result(text)
         server = args.get("server") or self.server_for(uri)
+        if server is not None and (not isinstance(server, str) or server not in self.upstreams):
+            known = ", ".join(sorted(self.upstreams)) or "none"
+            return text_result(
+                f"{name}: 'server' must be the name of a configured server ({known}), got {server!r:.200}",
+                is_error=True,
+            )
         if name == "subscribe":
             if server is None:
                 return text_result(

@@ -29,6 +29,7 @@ from typing import Any, Literal, Protocol
 import trio
 
 from agentd.exitcodes import ExitCode, TerminalStatus, code_for_status
+from agentd.selfmcp.protocol import NextTurn, StopReason, UsageVerdict
 from agentd.supervisor.budget import Budget
 from agentd.supervisor.events import (
     CatalogChanged,
@@ -36,12 +37,16 @@ from agentd.supervisor.events import (
     ChildMessage,
     HealthProbe,
     ReactorEvent,
+    Reply,
     ResourceChanged,
     ServerState,
     ServerStateChanged,
     SignalReceived,
     SubscriptionStateChanged,
+    TurnEnded,
+    UsageReported,
     WatchNotice,
+    ZygoteStateChanged,
 )
 from agentd.supervisor.governor import RestartGovernor
 from agentd.supervisor.routes import StagedRoute
@@ -98,8 +103,8 @@ class Agent:
     warm: bool = False
     """Held between turns instead of exiting."""
     phase: AgentPhase = AgentPhase.STARTING
-    held: Any = None
-    """The reply channel of its pending turn-end call while IDLE."""
+    held: TurnEnded | None = None
+    """Its pending turn end while IDLE (answered with the next delivery, or exit)."""
     status: TerminalStatus | None = None
     text: str = ""
     turns: int = 0
@@ -113,6 +118,8 @@ class Agent:
     """Watch notices that arrived mid-turn: all of them become ONE follow-up turn."""
     notice_turn: list[WatchNotice] = field(default_factory=list)
     """The notices the current turn answers (for ``reply.suppressed`` telemetry)."""
+    origin: list[QueuedEvent] = field(default_factory=list)
+    """The routed changes it was started for: queued again if its spawn fails."""
 
 
 @dataclass
@@ -127,6 +134,10 @@ class Hooks:
     """Drop the upstream subscription to (server, uri)."""
     publish: Callable[[Agent, TerminalStatus, str, bool], None]
     """Publish a turn's result on stdout (not called for NO_REPLY turns)."""
+    readiness: Callable[[bool, str], None] = lambda ready, reason: None
+    """The ``/readyz`` answer, at start and on every flip (the service manager hears it, rfcs/0162)."""
+    draining: Callable[[], None] = lambda: None
+    """The first signal started the drain (the service manager hears it, rfcs/0162)."""
 
 
 class WatchHooks(Protocol):
@@ -235,6 +246,8 @@ class Reactor:
         self.root_status: TerminalStatus | None = None
         self.root_text = ""
         self.server_states: dict[str, ServerState] = {}
+        self.zygote_problem: str | None = None
+        """Why the agent zygote is unusable (None: ready, or not used); readiness reports it."""
         self.subscription_states: dict[tuple[str, str], str] = {}
         self.budget_reported = False
         self.exit_code: ExitCode | None = None
@@ -295,6 +308,12 @@ class Reactor:
         bad = [f"{s}:{u}" for (s, u), st in self.subscription_states.items() if st != "established"]
         if bad:
             return False, f"subscriptions not established: {', '.join(sorted(bad)[:5])}"
+        if self.zygote_problem is not None:
+            return (
+                False,
+                f"agent zygote degraded ({self.zygote_problem}); agents start as fresh interpreters "
+                "until its replacement is ready",
+            )
         return True, "ok"
 
     def _report_readiness(self) -> None:
@@ -307,6 +326,7 @@ class Reactor:
         if ready != self._reported_ready:
             self._reported_ready = ready
             self.telemetry.emit("ready.changed", ready=ready, reason=reason)
+            self.hooks.readiness(ready, reason)
 
     def metrics_snapshot(self) -> Any:
         """A frozen copy of the numbers ``/metrics`` exposes."""
@@ -327,6 +347,7 @@ class Reactor:
             tokens_cache_creation_input=counters.get("cache_creation_input_tokens", 0),
             cost_usd=self.budget.usd,
             unpriced_calls=self.budget.unpriced_calls,
+            telemetry_dropped=self.telemetry.dropped,
             subagents_running=len(live),
             warm_sessions=sum(1 for a in live if a.warm or a.subscriptions),
             draining=self.phase is not Phase.RUNNING,
@@ -340,6 +361,7 @@ class Reactor:
         """Turn until the exit predicate fires; returns the exit code."""
         now = trio.current_time()
         self._start(now)
+        self._report_readiness()  # ready before any event (no required server, nothing declared)
         while True:
             code = self._exit_predicate(now)
             if code is not None:
@@ -443,6 +465,10 @@ class Reactor:
         """Apply one event (synchronous; never blocks)."""
         if isinstance(event, ResourceChanged):
             self._resource_changed(event, now)
+        elif isinstance(event, UsageReported):
+            self._usage(event, now)
+        elif isinstance(event, TurnEnded):
+            self._turn_end(event, now)
         elif isinstance(event, ChildMessage):
             self._child_message(event, now)
         elif isinstance(event, ChildExited):
@@ -469,6 +495,8 @@ class Reactor:
                 self.on_catalog(event)
         elif isinstance(event, HealthProbe):
             event.reply.set()
+        elif isinstance(event, ZygoteStateChanged):
+            self.zygote_problem = (event.reason or "unavailable") if event.state == "degraded" else None
 
     def _resource_changed(self, ev: ResourceChanged, now: float) -> None:
         result = self.router.ingest(
@@ -511,7 +539,8 @@ class Reactor:
         for d in deliveries:
             if isinstance(d, SpawnDelivery):
                 self.telemetry.emit("route.deliver", route=d.route_id, uris=[d.event.uri])
-                self._spawn(now, role="spawn", instruction=d.instruction, route=d.route_id)
+                agent = self._spawn(now, role="spawn", instruction=d.instruction, route=d.route_id)
+                agent.origin = [d.event]
             elif isinstance(d, ContinueDelivery):
                 uris = [e.uri for e in d.events]
                 self.telemetry.emit("route.deliver", route=d.route_id, uris=uris)
@@ -528,7 +557,9 @@ class Reactor:
                     if self.watches is not None:
                         self.watches.on_route_changed(d.route_id, [(e.uri, e.server) for e in d.events])
                     continue
-                self._deliver_to_session(now, d.session, render_delivery(d.events), route=d.route_id)
+                self._deliver_to_session(
+                    now, d.session, render_delivery(d.events), route=d.route_id, origin=d.events
+                )
         if self.route_notices:
             self._spawn_route_notices(now)
 
@@ -539,11 +570,22 @@ class Reactor:
         agent = self.agents[agent_id]
         return agent.phase is AgentPhase.IDLE
 
-    def _deliver_to_session(self, now: float, session: str, text: str, *, route: str | None) -> None:
+    def _deliver_to_session(
+        self,
+        now: float,
+        session: str,
+        text: str,
+        *,
+        route: str | None,
+        origin: list[QueuedEvent] | None = None,
+    ) -> None:
         agent_id = self.sessions.get(session)
         if agent_id is None:
             instruction = f"{self.instruction}\n\n{text}" if self.instruction else text
-            self._spawn(now, role="session", instruction=instruction, route=route, session=session, warm=True)
+            started = self._spawn(
+                now, role="session", instruction=instruction, route=route, session=session, warm=True
+            )
+            started.origin = list(origin or ())
             self.telemetry.emit("session.deliver", session=session, route=route, started=True)
             return
         agent = self.agents[agent_id]
@@ -551,11 +593,12 @@ class Reactor:
         self._resume(agent, text)
 
     def _resume(self, agent: Agent, text: str) -> None:
-        """Answer an idle agent's held turn-end with its next input."""
+        """Answer an idle agent's held turn end with its next input (IDLE -> TURN)."""
         held = agent.held
         agent.held = None
         agent.phase = AgentPhase.TURN
-        held.send_nowait({"action": "continue", "input": text})
+        if held is not None:
+            held.reply.answer(NextTurn(id=held.end.id, action="continue", input=text))
 
     # -- agents -----------------------------------------------------------------------
 
@@ -612,48 +655,64 @@ class Reactor:
 
     def _child_message(self, msg: ChildMessage, now: float) -> None:
         agent = self.agents.get(msg.agent)
-        reply = msg.payload.get("reply")
+        reply = Reply[dict[str, Any]](msg.payload.get("reply"))
         if agent is None:
-            if reply is not None:
-                reply.send_nowait({"error": f"unknown agent {msg.agent!r}"})
+            reply.answer({"error": f"unknown agent {msg.agent!r}"})
             return
-        if msg.kind == "usage":
-            self._usage(agent, msg.payload, reply, now)
-        elif msg.kind == "turn_end":
-            self._turn_end(agent, msg.payload, reply, now)
-        elif msg.kind == "self_tool":
+        if msg.kind == "self_tool":
             self._self_tool(agent, msg.payload, reply, now)
 
-    def _usage(self, agent: Agent, p: dict[str, Any], reply: Any, now: float) -> None:
-        if agent.phase is AgentPhase.STARTING:
-            agent.phase = AgentPhase.TURN
-        cost = usage_cost(p.get("cost_usd"))
-        cached = int(p.get("cached_input_tokens", 0))
-        written = int(p.get("cache_creation_input_tokens", 0))
-        self.budget.charge(
-            input_tokens=int(p.get("input_tokens", 0)),
-            output_tokens=int(p.get("output_tokens", 0)),
-            steps=int(p.get("steps", 1)),
-            cost_usd=cost,
+    def _refuse(self, ev: UsageReported | TurnEnded, agent: Agent | None) -> None:
+        """A report that cannot happen in the agent's phase (only a broken child sends one): stop it.
+
+        Nothing of the report is applied; the child is told to stop (usage)
+        or exit (turn end). The channel's protocol rules make this
+        unreachable for an honest child; it is the reactor's own guard.
+        """
+        kind = "usage" if isinstance(ev, UsageReported) else "turn_end"
+        self.telemetry.emit(
+            "reactor.refused",
+            agent=ev.agent,
+            report=kind,
+            phase=agent.phase.value if agent is not None else "unknown",
         )
-        self.telemetry.incr("input_tokens", int(p.get("input_tokens", 0)))
-        self.telemetry.incr("output_tokens", int(p.get("output_tokens", 0)))
-        self.telemetry.incr("cached_input_tokens", cached)
-        self.telemetry.incr("cache_creation_input_tokens", written)
+        if isinstance(ev, UsageReported):
+            ev.reply.answer(UsageVerdict(id=ev.report.id, proceed=False, reason="draining"))
+        else:
+            ev.reply.answer(NextTurn(id=ev.end.id, action="exit"))
+
+    def _usage(self, ev: UsageReported, now: float) -> None:
+        agent = self.agents.get(ev.agent)
+        if agent is None or agent.phase not in (AgentPhase.STARTING, AgentPhase.TURN):
+            self._refuse(ev, agent)
+            return
+        report = ev.report
+        if agent.phase is AgentPhase.STARTING:
+            agent.phase = AgentPhase.TURN  # STARTING -> TURN
+        self.budget.charge(
+            input_tokens=report.input_tokens,
+            output_tokens=report.output_tokens,
+            steps=report.steps,
+            cost_usd=report.cost_usd,
+        )
+        self.telemetry.incr("input_tokens", report.input_tokens)
+        self.telemetry.incr("output_tokens", report.output_tokens)
+        self.telemetry.incr("cached_input_tokens", report.cached_input_tokens)
+        self.telemetry.incr("cache_creation_input_tokens", report.cache_creation_input_tokens)
         self.telemetry.incr("model_calls")
-        if cost is None:
+        if report.cost_usd is None:
             self.telemetry.incr("unpriced_calls")
         self.telemetry.emit(
             "model.call",
             agent=agent.id,
-            provider=p.get("provider"),
-            model=p.get("model"),
-            input_tokens=p.get("input_tokens"),
-            output_tokens=p.get("output_tokens"),
-            cached_input_tokens=cached,
-            cache_creation_input_tokens=written,
-            cost_usd="unknown" if cost is None else cost,
-            latency_ms=round(float(p.get("latency_ms", 0.0)), 3),
+            provider=report.provider,
+            model=report.model,
+            input_tokens=report.input_tokens,
+            output_tokens=report.output_tokens,
+            cached_input_tokens=report.cached_input_tokens,
+            cache_creation_input_tokens=report.cache_creation_input_tokens,
+            cost_usd="unknown" if report.cost_usd is None else report.cost_usd,
+            latency_ms=round(report.latency_ms, 3),
         )
         spent = self.budget.spent()
         if spent is not None and not self.budget_reported:
@@ -663,20 +722,25 @@ class Reactor:
             # the budget exit predicate (nothing running) never fires.
             self._release_idle()
         # The USD ceiling ends turns exactly as the token ceiling does (exhausted_tokens).
-        reason: str | None = "tokens" if spent == "usd" else spent
+        reason: StopReason | None = "tokens" if spent == "usd" else spent
         if reason is None and self.budget.deadline_reached(now):
             reason = "deadline"
-        reply.send_nowait({"continue": reason is None, "reason": reason})
+        ev.reply.answer(UsageVerdict(id=report.id, proceed=reason is None, reason=reason))
 
-    def _turn_end(self, agent: Agent, p: dict[str, Any], reply: Any, now: float) -> None:
-        status: TerminalStatus = p.get("status", "crashed")
-        text = str(p.get("text", ""))
-        idle = bool(p.get("idle", False))
+    def _turn_end(self, ev: TurnEnded, now: float) -> None:
+        agent = self.agents.get(ev.agent)
+        if agent is None or agent.phase not in (AgentPhase.STARTING, AgentPhase.TURN):
+            self._refuse(ev, agent)
+            return
+        end = ev.end
+        status: TerminalStatus = end.status
+        text = end.text
+        idle = end.idle
         agent.turns += 1
         agent.status = status
         agent.text = text
-        if p.get("fatal_infra"):
-            self.fatal_infra = str(p["fatal_infra"])
+        if end.fatal_infra:
+            self.fatal_infra = end.fatal_infra
             self.telemetry.emit("model.fatal", agent=agent.id, error=self.fatal_infra)
         answered, agent.notice_turn = agent.notice_turn, []
         if idle and status == "completed":
@@ -695,11 +759,11 @@ class Reactor:
         self.telemetry.emit("turn.end", agent=agent.id, status=status, route=agent.route, idle=idle)
         hold = self._should_hold(agent, status)
         if hold:
-            agent.phase = AgentPhase.IDLE
-            agent.held = reply
+            agent.phase = AgentPhase.IDLE  # TURN -> IDLE
+            agent.held = ev
         else:
-            agent.phase = AgentPhase.EXITING
-            reply.send_nowait({"action": "exit"})
+            agent.phase = AgentPhase.EXITING  # TURN -> EXITING
+            ev.reply.answer(NextTurn(id=end.id, action="exit"))
         self._after_terminal(agent, status, idle, now)
         if agent.notices and agent.phase is AgentPhase.IDLE and agent.held is not None:
             self._resume_with_notices(agent)
@@ -781,7 +845,10 @@ class Reactor:
             agent.notices.clear()
         if agent.session is not None and self.sessions.get(agent.session) == agent.id:
             del self.sessions[agent.session]
-            self._stop_watches(agent.session)
+            if ev.spawned:
+                # A session whose agent never started keeps its watches: the
+                # notice it was started for starts it again (below).
+                self._stop_watches(agent.session)
             # The router must not keep a dead session marked busy: the next
             # delivery for it starts a new session.
             self.router.on_session_idle(agent.session)
@@ -798,10 +865,13 @@ class Reactor:
             status=status,
             returncode=ev.returncode,
             exit_code=int(code_for_status(status, partial=bool(agent.text.strip()))),
+            reason=ev.reason,
         )
         if crashed:
             agent.status = "crashed"
             self._after_terminal(agent, "crashed", False, now)
+            if not ev.spawned:
+                self._requeue(agent, now)
             # Routed agents are not restarted (the next change re-triggers the
             # route: at-least-once by re-read), but every crash counts against
             # the restart intensity, so a crash loop opens the breaker (exit 1)
@@ -810,9 +880,23 @@ class Reactor:
                 self.breaker_open = True
                 self.telemetry.emit("governor.breaker_open", agent=agent.id, route=agent.route)
 
+    def _requeue(self, agent: Agent, now: float) -> None:
+        """An agent whose process never started: queue what it was started for again (at-least-once)."""
+        origin, agent.origin = agent.origin, []
+        for queued in origin:
+            result = self.router.ingest(queued, now)
+            self.telemetry.emit("route.requeued", agent=agent.id, route=result.route_id, uri=queued.uri)
+        notices, agent.notice_turn = agent.notice_turn, []
+        for notice in notices:
+            self.telemetry.emit("route.requeued", agent=agent.id, session=notice.session, watch=notice.watch)
+            if isinstance(notice, RouteNotice):
+                self._route_notice(notice, now)
+            else:
+                self._watch_notice(notice, now)
+
     # -- self tools -------------------------------------------------------------------
 
-    def _self_tool(self, agent: Agent, p: dict[str, Any], reply: Any, now: float) -> None:
+    def _self_tool(self, agent: Agent, p: dict[str, Any], reply: Reply[dict[str, Any]], now: float) -> None:
         op = p.get("op")
         if op in ("watch_session", "watch_route_add", "watch_route_remove"):
             self._watch_op(agent, op, p, reply)
@@ -832,11 +916,11 @@ class Reactor:
                     front=True,
                     owner=session,
                 )
-            except RouteError as exc:
-                reply.send_nowait({"error": str(exc)})
+            except (RouteError, ValueError) as exc:  # ValueError: a URI that is no valid match
+                reply.answer({"error": str(exc)})
                 return
             if route.id.startswith(WATCH_ROUTE_PREFIX):
-                reply.send_nowait(
+                reply.answer(
                     {
                         "error": (
                             f"{uri!r} is already watched by this session (route {route.id!r}); its changes arrive as "
@@ -852,18 +936,18 @@ class Reactor:
             if server:
                 agent.subscription_servers[uri] = str(server)
             self.telemetry.emit("self.subscribe", agent=agent.id, uri=uri, server=server)
-            reply.send_nowait({"ok": True})
+            reply.answer({"ok": True})
         elif op == "unsubscribe":
             existed = uri in agent.subscriptions
             self._drop_self_route(agent, uri)
-            reply.send_nowait({"ok": existed})
+            reply.answer({"ok": existed})
             self.telemetry.emit("self.unsubscribe", agent=agent.id, uri=uri)
         else:
-            reply.send_nowait({"error": f"unknown self-tool operation {op!r}"})
+            reply.answer({"error": f"unknown self-tool operation {op!r}"})
 
     # -- watches ----------------------------------------------------------------------
 
-    def _watch_op(self, agent: Agent, op: str, p: dict[str, Any], reply: Any) -> None:
+    def _watch_op(self, agent: Agent, op: str, p: dict[str, Any], reply: Reply[dict[str, Any]]) -> None:
         """``watch_session`` / ``watch_route_add`` / ``watch_route_remove`` for the hub (answered at once)."""
         from agentd.errors import RouteError
 
@@ -872,17 +956,17 @@ class Reactor:
             if p.get("register") and agent.session is None:
                 agent.session = session
                 self.sessions[session] = agent.id
-            reply.send_nowait({"session": session})
+            reply.answer({"session": session})
         elif op == "watch_route_add":
             try:
                 self.add_watch_route(str(p["session"]), str(p["name"]), str(p["uri"]))
-            except RouteError as exc:
-                reply.send_nowait({"error": str(exc)})
+            except (RouteError, ValueError) as exc:  # ValueError: a URI that is no valid match
+                reply.answer({"error": str(exc)})
                 return
-            reply.send_nowait({"ok": True})
+            reply.answer({"ok": True})
         else:
             self.remove_watch_route(str(p["session"]), str(p["name"]))
-            reply.send_nowait({"ok": True, "needed": self.uri_needed(str(p.get("server")), str(p["uri"]))})
+            reply.answer({"ok": True, "needed": self.uri_needed(str(p.get("server")), str(p["uri"]))})
 
     def add_watch_route(self, session: str, name: str, uri: str) -> str:
         """Add the exact, front route ``watch:<session>:<name>`` for ``uri``; return its id.
@@ -1072,6 +1156,7 @@ class Reactor:
         self.drain_deadline = now + self.grace
         self.reenter_at = None
         self.telemetry.emit("drain.start", signal=name, grace_s=self.grace, agents=len(self.live_agents()))
+        self.hooks.draining()
         self._release_idle()
 
     def _release_idle(self) -> None:
@@ -1079,8 +1164,8 @@ class Reactor:
         for agent in self.live_agents():
             if agent.phase is AgentPhase.IDLE and agent.held is not None:
                 held, agent.held = agent.held, None
-                agent.phase = AgentPhase.EXITING
-                held.send_nowait({"action": "exit"})
+                agent.phase = AgentPhase.EXITING  # IDLE -> EXITING
+                held.reply.answer(NextTurn(id=held.end.id, action="exit"))
 
     def _server_state(self, ev: ServerStateChanged) -> None:
         self.server_states[ev.server] = ev.state
@@ -1091,18 +1176,6 @@ class Reactor:
         )
         if ev.state is ServerState.FAILED and ev.required:
             self.required_failed = ev.server
-
-
-#: Largest cost one usage report may carry, in USD: far above any single model call.
-MAX_CALL_COST_USD = 1_000_000.0
-
-
-def usage_cost(value: Any) -> float | None:
-    """A usage report's ``cost_usd``: a finite amount in ``[0, MAX_CALL_COST_USD]``, else unknown (None)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    cost = float(value)
-    return cost if 0.0 <= cost <= MAX_CALL_COST_USD else None
 
 
 def render_delivery(events: list[QueuedEvent]) -> str:

@@ -1,12 +1,35 @@
 """Child processes: the spawn chokepoint, the zygote client, the kill ladder.
 
 Every agent child starts through :meth:`Tree.spawn` (the one chokepoint).
-The fast path asks the zygote (:mod:`agentd.agent.zygote`) to fork; without a
-zygote a fresh interpreter runs ``python -m agentd.agent.child``. Either way
-the supervisor keeps one end of a socketpair: the child's private self-MCP
-channel. When a child dies its end closes, so the supervisor learns at once
-(a stream read returning EOF, not a timer) and posts
+The supervisor keeps one end of two socketpairs per child: its MCP channel
+(served by the hub) and its control channel (served by
+:func:`agentd.supervisor.channel.serve_control`; the first frame on it is the
+spawn payload). When a child dies its ends close, so the supervisor learns at
+once (a stream read returning EOF, not a timer) and posts
 :class:`~agentd.supervisor.events.ChildExited` into the reactor's channel.
+A child that breaks the control protocol is SIGKILLed and its
+``ChildExited`` carries the reason.
+
+Spawning is bounded. The fast path asks the zygote (:mod:`agentd.agent.zygote`)
+to fork; it must answer, and the child take its spawn payload, within
+``spawn_timeout``. A zygote that does not answer in time (stopped, wedged),
+reports a failed ``fork()`` (EAGAIN under a pids limit) or has exited is
+*retired*: this spawn and the next ones start fresh interpreters
+(``python -P -m agentd.agent.child``, the same bound), a replacement zygote
+starts in the background (backoff between failed starts), and the reactor
+hears :class:`~agentd.supervisor.events.ZygoteStateChanged` so readiness
+reports it. A retired zygote is killed once the last child it forked is gone
+(killing it earlier would take those children with it). So a spawn ends
+within two attempts, at most ``2 × spawn_timeout``; if both fail the child
+"exits" unspawned and the reactor queues its work again.
+
+Helper processes start with ``-P`` (the working directory is never put on
+their import path, so a folder named ``agentd`` in it cannot shadow the
+package) and in sessions of their own: a signal to the supervisor's process
+group reaches the supervisor only, which then drains them. No orphan
+survives a SIGKILLed supervisor: the zygote exits when its control socket
+closes and takes its children with it (their death signal is tied to it); a
+fresh-interpreter child stops when its control channel closes.
 
 Shutdown contract (:meth:`Tree.terminate`): SIGTERM to the child's process
 group, wait at most :data:`TERM_TIMEOUT`, then SIGKILL, wait at most
@@ -18,22 +41,38 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import itertools
 import os
 import signal
 import socket
+import subprocess
 import sys
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 import trio
 
-from agentd.supervisor.events import ChildExited, ReactorEvent
+from agentd.errors import ProtocolError
+from agentd.selfmcp.control import FrameStream
+from agentd.selfmcp.protocol import MAX_CHILD_FRAME_BYTES, SpawnPayload
+from agentd.supervisor.channel import serve_control
+from agentd.supervisor.events import ChildExited, ReactorEvent, ZygoteStateChanged
 from agentd.telemetry import Telemetry
 
 #: Time for the zygote to import trio, mcp and the agent code (~0.5 s here); generous for slow disks.
 ZYGOTE_READY_TIMEOUT = 30.0
+
+#: Default bound on one spawn attempt (the zygote's fork, or a fresh
+#: interpreter's start, plus handing over the spawn payload). A fork answers
+#: in milliseconds; the bound only trips on a stopped or wedged zygote.
+DEFAULT_SPAWN_TIMEOUT = 5.0
+
+#: Seconds between failed starts of a replacement zygote (the last repeats):
+#: a zygote that cannot start (out of memory, out of pids) is retried without
+#: burning the CPU the fallback children need.
+ZYGOTE_RESTART_BACKOFF = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
 
 #: Time a child gets to exit after SIGTERM before SIGKILL. Children hold no
 #: state worth saving, so this only lets them close sockets cleanly.
@@ -43,22 +82,105 @@ TERM_TIMEOUT = 2.0
 #: unkillable (D-state) process runs this out.
 KILL_TIMEOUT = 2.0
 
-#: After a child's channel closes, how long to wait for the zygote's report of
-#: its exit status before reporting it unknown.
+#: After a child's channels close, how long to wait for its exit status (from
+#: the zygote, or our own wait) before reporting it unknown and SIGKILLing
+#: whatever is left of it (no child outlives its channels).
 EXIT_STATUS_WAIT = 1.0
+
+#: Longest line of a child's stderr kept in one ``child.stderr`` event.
+STDERR_LINE_CHARS = 2000
+
+#: How a fresh-interpreter child starts; the two channel fds are appended.
+#: ``-P``: the working directory never shadows the installed package.
+CHILD_COMMAND: tuple[str, ...] = (sys.executable, "-P", "-m", "agentd.agent.child")
+#: How the zygote starts; its control socket's fd and the supervisor's pid are appended.
+ZYGOTE_COMMAND: tuple[str, ...] = (sys.executable, "-P", "-m", "agentd.agent.zygote")
 
 
 class ChildState(enum.Enum):
     """Lifecycle of one agent child process (as the tree sees it)."""
 
     STARTING = "starting"
-    """Spawn requested; no pid yet."""
+    """Spawn requested; no process handed its payload yet."""
     RUNNING = "running"
-    """The process exists and its channel is open."""
+    """The process exists, took its payload, and its channels are open."""
     STOPPING = "stopping"
     """The kill ladder is running."""
     EXITED = "exited"
-    """The channel closed; the process is gone (or going)."""
+    """The channels closed; the process is gone (or going), or never started."""
+
+
+class ZygoteState(enum.Enum):
+    """Lifecycle of one zygote process."""
+
+    READY = "ready"
+    """Warm and answering: spawns fork here."""
+    RETIRED = "retired"
+    """Stopped answering, failed a fork or exited: asked for nothing more; killed
+    once the last child it forked is gone."""
+    STOPPED = "stopped"
+    """Killed (or exited) and its control socket closed."""
+
+
+class SpawnFailed(Exception):
+    """A spawn attempt did not produce a running child within its bound."""
+
+
+class _ZygoteUnusable(SpawnFailed):
+    """The zygote could not fork this child: retire it and start a fresh interpreter instead."""
+
+
+class _ZygoteProcess:
+    """The zygote's process, started from the supervisor's main thread.
+
+    Not a ``trio.Process``: trio forks from a worker thread, and a death
+    signal (``PR_SET_PDEATHSIG``) fires when the *thread* that forked exits;
+    forked from the main thread, the zygote's death signal fires only when
+    the supervisor is gone. The fork and exec block the reactor for a few
+    milliseconds, once per zygote.
+    """
+
+    def __init__(self, popen: subprocess.Popen[bytes], nursery: trio.Nursery) -> None:
+        self._popen = popen
+        self.pid = popen.pid
+        self._exited = trio.Event()
+        nursery.start_soon(self._watch)
+
+    async def _watch(self) -> None:
+        pidfd = os.pidfd_open(self.pid)
+        try:
+            with trio.CancelScope(shield=True):  # it must be reaped, even at shutdown
+                await trio.lowlevel.wait_readable(pidfd)
+        finally:
+            os.close(pidfd)
+        self._popen.wait()  # it exited: this reaps at once
+        self._exited.set()
+
+    @property
+    def returncode(self) -> int | None:
+        return self._popen.returncode
+
+    def kill(self) -> None:
+        if self._popen.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+
+    async def wait(self) -> None:
+        await self._exited.wait()
+
+
+@dataclass(eq=False)
+class Zygote:
+    """One zygote process and its control socket."""
+
+    proc: _ZygoteProcess
+    ctl: trio.socket.SocketType
+    pid: int
+    state: ZygoteState = ZygoteState.READY
+    pending: dict[str, trio.MemorySendChannel[tuple[str, Any]]] = field(default_factory=dict)
+    """Spawn requests waiting for the zygote's answer, by agent id."""
+    children: set[str] = field(default_factory=set)
+    """Agents it forked whose channels are still open."""
 
 
 @dataclass
@@ -73,21 +195,38 @@ class ChildProc:
     exited: trio.Event = field(default_factory=trio.Event)
     status_known: trio.Event = field(default_factory=trio.Event)
     spawned_at: float = 0.0
+    zygote: Zygote | None = None
+    """The zygote that forked it (None: a fresh interpreter)."""
+    proc: trio.Process | None = None
+    """Its process handle when it is a fresh interpreter (our own child)."""
+    reason: str | None = None
+    """Why the supervisor ended it (a broken protocol rule), if it did."""
 
 
 ServeChild = Callable[[str, trio.SocketStream], Awaitable[None]]
 """Serves one child's self-MCP channel until it closes (provided by the supervisor)."""
 
 
+@dataclass
+class _Channels:
+    mcp: trio.SocketStream
+    control: FrameStream
+
+
 class Tree:
-    """Owns every agent child process.
+    """Owns every agent child process and the zygote that forks them.
 
     Args:
-        events: the reactor's channel; :class:`ChildExited` goes there.
+        events: the reactor's channel; :class:`ChildExited`, the control
+            channel's requests and :class:`ZygoteStateChanged` go there.
         serve_child: serves a child's self-MCP channel until EOF.
-        telemetry: for ``subagent.spawn`` / kill events.
-        use_zygote: fork from a pre-warmed zygote (fast) or start fresh interpreters.
-        zygote_env: variables added to the zygote's environment (what it should prewarm).
+        telemetry: for ``subagent.*`` and ``zygote.*`` events.
+        use_zygote: fork from a pre-warmed zygote (fast) or start fresh interpreters only.
+        spawn_timeout: bound on one spawn attempt, in seconds (``--spawn-timeout``).
+        child_command: how a fresh-interpreter child starts (its two channel
+            fds are appended); :data:`CHILD_COMMAND` unless a test starts
+            its own child that speaks the same protocol.
+        zygote_env: variables added to the zygote's environment (the models it prepares for).
     """
 
     def __init__(
@@ -97,93 +236,208 @@ class Tree:
         serve_child: ServeChild,
         telemetry: Telemetry,
         use_zygote: bool = True,
+        spawn_timeout: float = DEFAULT_SPAWN_TIMEOUT,
+        child_command: Sequence[str] = CHILD_COMMAND,
         zygote_env: Mapping[str, str] | None = None,
     ) -> None:
         self._events = events
         self._serve_child = serve_child
         self._telemetry = telemetry
         self.use_zygote = use_zygote
+        self.spawn_timeout = spawn_timeout
+        self._child_command = tuple(child_command)
         self._zygote_env = dict(zygote_env or {})
         self.children: dict[str, ChildProc] = {}
         self._nursery: trio.Nursery | None = None
-        self._ctl: trio.socket.SocketType | None = None
-        self._zygote: trio.Process | None = None
-        self.zygote_pid: int | None = None
+        self.zygote: Zygote | None = None
+        """The zygote spawns fork from (None while it is being replaced)."""
+        self._zygotes: list[Zygote] = []
+        """Every zygote process still alive (the current one and retired ones)."""
+        self._replacing = False
+
+    @property
+    def zygote_pid(self) -> int | None:
+        return self.zygote.pid if self.zygote is not None else None
 
     # -- lifecycle -----------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Start the zygote (when enabled) and serve children until cancelled."""
+        """Start the zygote (when enabled) and serve children until cancelled.
+
+        A zygote that cannot start does not stop agentd: children start as
+        fresh interpreters while a replacement is retried in the background.
+        """
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             try:
                 if self.use_zygote:
-                    await self._start_zygote(nursery)
+                    try:
+                        self.zygote = await self._start_zygote()
+                        self._telemetry.emit("zygote.ready", pid=self.zygote.pid, replaced=False)
+                    except SpawnFailed as exc:
+                        self._degrade(str(exc))
                 task_status.started()
                 await trio.sleep_forever()
             finally:
                 with trio.CancelScope(shield=True):
                     await self.terminate_all()
-                    await self._stop_zygote()
+                    for z in list(self._zygotes):
+                        await self._stop_zygote(z)
 
-    async def _start_zygote(self, nursery: trio.Nursery) -> None:
+    async def _start_zygote(self) -> Zygote:
+        """Start a zygote and wait for its ``ready``; raises SpawnFailed when it does not come."""
+        assert self._nursery is not None
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            self._zygote = await trio.lowlevel.open_process(
-                [sys.executable, "-m", "agentd.agent.zygote", str(child.fileno())],
+            # From this (the main) thread, so the zygote's death signal is tied
+            # to the supervisor's life; in a session of its own, so a signal to
+            # the supervisor's process group does not reach it.
+            popen = subprocess.Popen(  # noqa: ASYNC220 (see above: a few ms, once per zygote)
+                [*ZYGOTE_COMMAND, str(child.fileno()), str(os.getpid())],
                 pass_fds=(child.fileno(),),
-                start_new_session=False,
+                start_new_session=True,
+                stderr=subprocess.PIPE,
                 env={**os.environ, **self._zygote_env} if self._zygote_env else None,
             )
+        except OSError as exc:  # EAGAIN under a pids limit, ENOMEM
+            parent.close()
+            raise SpawnFailed(f"could not start the zygote: {exc}") from None
         finally:
             child.close()
-        self._ctl = trio.socket.from_stdlib_socket(parent)
-        with trio.fail_after(ZYGOTE_READY_TIMEOUT):
-            first = await self._ctl.recv(4096)
-        if not first:
-            raise RuntimeError("the agent zygote exited during start-up; see its stderr above")
-        self.zygote_pid = int(orjson.loads(first)["ready"])
-        nursery.start_soon(self._read_zygote)
+        assert popen.stderr is not None
+        stderr = trio.lowlevel.FdStream(os.dup(popen.stderr.fileno()))
+        popen.stderr.close()
+        self._nursery.start_soon(self._forward_stderr, stderr, "zygote")
+        proc = _ZygoteProcess(popen, self._nursery)
+        ctl = trio.socket.from_stdlib_socket(parent)
+        first = b""
+        with trio.move_on_after(ZYGOTE_READY_TIMEOUT):
+            with contextlib.suppress(OSError):
+                first = await ctl.recv(4096)
+        try:
+            pid = int(orjson.loads(first)["ready"])
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            ctl.close()
+            proc.kill()
+            with trio.CancelScope(shield=True), trio.move_on_after(KILL_TIMEOUT):
+                await proc.wait()
+            why = "exited during start-up (see its stderr above)" if first == b"" else f"said {first[:200]!r}"
+            raise SpawnFailed(
+                f"the zygote {why}, or was not ready within {ZYGOTE_READY_TIMEOUT:g}s"
+            ) from None
+        z = Zygote(proc=proc, ctl=ctl, pid=pid)
+        self._zygotes.append(z)
+        self._nursery.start_soon(self._read_zygote, z)
+        return z
 
-    async def _read_zygote(self) -> None:
-        assert self._ctl is not None
+    async def _read_zygote(self, z: Zygote) -> None:
         while True:
             try:
-                msg = await self._ctl.recv(4096)
-            except OSError:
+                msg = await z.ctl.recv(4096)
+            except (OSError, trio.ClosedResourceError):  # closed by _kill_zygote / _stop_zygote
                 msg = b""
             if not msg:
-                # The zygote died: fall back to fresh interpreters for new spawns.
-                self._telemetry.emit("supervisor.zygote_lost")
-                self.use_zygote = False
+                for send in z.pending.values():
+                    with contextlib.suppress(trio.WouldBlock):
+                        send.send_nowait(("error", "the zygote exited"))
+                z.pending.clear()
+                if z.state is ZygoteState.READY:
+                    self._retire(z, f"the zygote (pid {z.pid}) exited")
                 return
-            data = orjson.loads(msg)
-            if "spawned" in data:
-                child = self.children.get(data["spawned"])
-                if child is not None:
-                    child.pid = int(data["pid"])
-                    child.pid_known.set()
-            elif "exited" in data:
-                child = self.children.get(data["exited"])
-                if child is not None:
-                    child.returncode = int(data["returncode"])
-                    child.status_known.set()
+            try:
+                self._zygote_said(z, orjson.loads(msg))
+            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, trio.WouldBlock):
+                continue  # our own zygote never says this; a garbled message is ignored
 
-    async def _stop_zygote(self) -> None:
-        if self._ctl is not None:
-            self._ctl.close()
-            self._ctl = None
-        if self._zygote is not None:
-            with trio.move_on_after(TERM_TIMEOUT):
-                await self._zygote.wait()
-            if self._zygote.returncode is None:
-                self._zygote.kill()
-                with trio.move_on_after(KILL_TIMEOUT):
-                    await self._zygote.wait()
+    def _zygote_said(self, z: Zygote, data: Any) -> None:
+        if not isinstance(data, dict):
+            return
+        if "spawned" in data:
+            send = z.pending.get(str(data["spawned"]))
+            if send is not None:
+                send.send_nowait(("spawned", int(data["pid"])))
+        elif "error" in data:
+            send = z.pending.get(str(data["error"]))
+            if send is not None:
+                send.send_nowait(("error", str(data.get("message", "spawn failed"))))
+        elif "exited" in data:
+            child = self.children.get(str(data["exited"]))
+            if child is not None and child.zygote is z and child.pid == data.get("pid"):
+                child.returncode = int(data["returncode"])
+                child.status_known.set()
+
+    def _retire(self, z: Zygote, reason: str) -> None:
+        """Stop using ``z`` (READY -> RETIRED); degrade readiness and start a replacement."""
+        if z.state is not ZygoteState.READY:
+            return
+        z.state = ZygoteState.RETIRED
+        if self.zygote is z:
+            self.zygote = None
+        self._degrade(reason, pid=z.pid)
+        self._reap_retired(z)
+
+    def _degrade(self, reason: str, *, pid: int | None = None) -> None:
+        """No zygote to fork from: say so, tell the reactor (readiness), start a replacement."""
+        assert self._nursery is not None
+        self._telemetry.emit(
+            "zygote.degraded", pid=pid, reason=reason, fallback="children start as fresh interpreters"
+        )
+        self._nursery.start_soon(self._events.send, ZygoteStateChanged(state="degraded", reason=reason))
+        if not self._replacing:
+            self._replacing = True
+            self._nursery.start_soon(self._replace_zygote)
+
+    async def _replace_zygote(self) -> None:
+        """Start zygotes until one is ready (backoff between failures)."""
+        try:
+            for attempt in itertools.count(1):
+                try:
+                    z = await self._start_zygote()
+                except SpawnFailed as exc:
+                    delay = ZYGOTE_RESTART_BACKOFF[min(attempt, len(ZYGOTE_RESTART_BACKOFF)) - 1]
+                    self._telemetry.emit(
+                        "zygote.start_failed", attempt=attempt, error=str(exc), retry_in_s=delay
+                    )
+                    await trio.sleep(delay)
+                    continue
+                self.zygote = z
+                self._telemetry.emit("zygote.ready", pid=z.pid, replaced=True)
+                await self._events.send(ZygoteStateChanged(state="ready"))
+                return
+        finally:
+            self._replacing = False
+
+    def _reap_retired(self, z: Zygote) -> None:
+        """Kill a retired zygote once no child it forked is left (RETIRED -> STOPPED)."""
+        if z.state is ZygoteState.RETIRED and not z.children and self._nursery is not None:
+            z.state = ZygoteState.STOPPED
+            self._nursery.start_soon(self._kill_zygote, z)
+
+    async def _kill_zygote(self, z: Zygote) -> None:
+        with trio.CancelScope(shield=True):
+            z.proc.kill()  # SIGKILL: works on a stopped process too
+            z.ctl.close()
+            with trio.move_on_after(KILL_TIMEOUT):
+                await z.proc.wait()
+            if z in self._zygotes:
+                self._zygotes.remove(z)
+
+    async def _stop_zygote(self, z: Zygote) -> None:
+        """Shutdown: close its control socket (it exits), bounded; SIGKILL if it does not."""
+        z.state = ZygoteState.STOPPED
+        z.ctl.close()
+        with trio.move_on_after(TERM_TIMEOUT):
+            await z.proc.wait()
+        if z.proc.returncode is None:
+            z.proc.kill()
+            with trio.move_on_after(KILL_TIMEOUT):
+                await z.proc.wait()
+        if z in self._zygotes:
+            self._zygotes.remove(z)
 
     # -- the spawn chokepoint --------------------------------------------------
 
-    def spawn(self, agent: str, payload: dict[str, Any]) -> ChildProc:
+    def spawn(self, agent: str, payload: SpawnPayload) -> ChildProc:
         """Start agent child ``agent`` with ``payload`` (never blocks; the I/O runs in a task)."""
         if self._nursery is None:
             raise RuntimeError("Tree.spawn before Tree.run started")
@@ -194,67 +448,225 @@ class Tree:
         self._nursery.start_soon(self._spawn_and_serve, child, payload)
         return child
 
-    async def _spawn_and_serve(self, child: ChildProc, payload: dict[str, Any]) -> None:
-        parent, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        proc: trio.Process | None = None
+    async def _spawn_and_serve(self, child: ChildProc, payload: SpawnPayload) -> None:
         try:
-            if self.use_zygote and self._ctl is not None:
-                await self._ctl.sendmsg(
-                    [orjson.dumps({"agent": child.agent})],
-                    [(socket.SOL_SOCKET, socket.SCM_RIGHTS, _fds(theirs.fileno()))],
-                )
-                theirs.close()
-                await child.pid_known.wait()
-            else:
-                proc = await trio.lowlevel.open_process(
-                    [sys.executable, "-m", "agentd.agent.child", str(theirs.fileno())],
-                    pass_fds=(theirs.fileno(),),
-                )
-                theirs.close()
-                child.pid = proc.pid
-                child.pid_known.set()
-        except BaseException:
-            theirs.close()
-            parent.close()
+            channels = await self._start(child, payload)
+        except SpawnFailed as exc:
             child.state = ChildState.EXITED
             child.exited.set()
-            self._events.send_nowait(ChildExited(agent=child.agent, pid=-1, returncode=None))
+            self._telemetry.emit("subagent.spawn_failed", agent=child.agent, reason=str(exc))
+            await self._events.send(
+                ChildExited(
+                    agent=child.agent, pid=-1, returncode=None, reason=f"spawn failed: {exc}", spawned=False
+                )
+            )
+            return
+        except BaseException:
+            child.state = ChildState.EXITED
+            child.exited.set()
+            self._events.send_nowait(ChildExited(agent=child.agent, pid=-1, returncode=None, spawned=False))
             raise
         child.state = ChildState.RUNNING
         self._telemetry.emit(
             "subagent.started",
             agent=child.agent,
             pid=child.pid,
-            zygote=proc is None,
+            zygote=child.zygote is not None,
             spawn_ms=round((trio.current_time() - child.spawned_at) * 1000, 3),
         )
-        stream = trio.SocketStream(trio.socket.from_stdlib_socket(parent))
         try:
-            await stream.send_all(orjson.dumps(payload) + b"\n")
-            await self._serve_child(child.agent, stream)
-            # The child closed its channel (it exited or died): its status is
-            # on its way from the zygote. On cancellation we skip this wait:
-            # the zygote reader is going down too, and the status is only
-            # informational.
+            await self._serve(child, channels)
+            # Its exit status is on its way (from the zygote, or our own wait).
+            # Not shielded: when the tree is stopping nobody needs it.
             with trio.move_on_after(EXIT_STATUS_WAIT):
-                if proc is not None:
-                    await proc.wait()
-                    child.returncode = proc.returncode
+                if child.proc is not None:
+                    await child.proc.wait()
+                    child.returncode = child.proc.returncode
                     child.status_known.set()
                 else:
                     await child.status_known.wait()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            pass
         finally:
             with trio.CancelScope(shield=True):
-                await stream.aclose()
-                child.state = ChildState.EXITED
-                if proc is not None and proc.returncode is not None:
-                    child.returncode = proc.returncode
-                child.exited.set()
-                await self._events.send(
-                    ChildExited(agent=child.agent, pid=child.pid or -1, returncode=child.returncode)
+                await self._finish(child, channels)
+
+    async def _start(self, child: ChildProc, payload: SpawnPayload) -> _Channels:
+        """Start the child: by the zygote if it is usable, else (or if that fails) a fresh interpreter."""
+        z = self.zygote
+        if self.use_zygote and z is not None and z.state is ZygoteState.READY:
+            try:
+                return await self._attempt(child, payload, z)
+            except _ZygoteUnusable as exc:
+                self._retire(z, str(exc))
+                self._telemetry.emit("subagent.spawn_fallback", agent=child.agent, reason=str(exc))
+        return await self._attempt(child, payload, None)
+
+    async def _attempt(self, child: ChildProc, payload: SpawnPayload, z: Zygote | None) -> _Channels:
+        """One bounded spawn attempt: a process that took its payload, or SpawnFailed."""
+        mcp_parent, mcp_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        ctl_parent, ctl_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        theirs = (mcp_theirs, ctl_theirs)
+        pid: int | None = None
+        proc: trio.Process | None = None
+        done = False
+        try:
+            with trio.move_on_after(self.spawn_timeout):
+                if z is not None:
+                    pid = await self._fork_via(z, child.agent, theirs)
+                    z.children.add(child.agent)
+                else:
+                    proc = await self._start_fresh(theirs)
+                    pid = proc.pid
+                    assert proc.stderr is not None
+                    assert self._nursery is not None
+                    self._nursery.start_soon(self._forward_stderr, proc.stderr, child.agent)
+                for sock in theirs:
+                    sock.close()
+                mcp = trio.SocketStream(trio.socket.from_stdlib_socket(mcp_parent))
+                control = FrameStream(
+                    trio.SocketStream(trio.socket.from_stdlib_socket(ctl_parent)),
+                    max_line=MAX_CHILD_FRAME_BYTES,
                 )
+                try:
+                    await control.send(payload)
+                except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                    raise SpawnFailed(
+                        f"the child (pid {pid}) exited before taking its spawn payload"
+                    ) from exc
+                done = True
+            if not done:
+                if z is not None and pid is None:
+                    raise _ZygoteUnusable(
+                        f"the zygote (pid {z.pid}) did not answer a spawn request within "
+                        f"{self.spawn_timeout:g}s (stopped or overloaded)"
+                    )
+                raise SpawnFailed(
+                    f"the child (pid {pid}) did not take its spawn payload within {self.spawn_timeout:g}s"
+                )
+        finally:
+            if not done:
+                for sock in (*theirs, mcp_parent, ctl_parent):
+                    sock.close()
+                if pid is not None:
+                    _signal_group(pid, signal.SIGKILL)
+                if z is not None:
+                    z.children.discard(child.agent)
+                    self._reap_retired(z)
+                if proc is not None:
+                    with trio.CancelScope(shield=True), trio.move_on_after(KILL_TIMEOUT):
+                        await proc.wait()
+        child.pid, child.zygote, child.proc = pid, z, proc
+        child.pid_known.set()
+        return _Channels(mcp=mcp, control=control)
+
+    async def _fork_via(self, z: Zygote, agent: str, fds: tuple[socket.socket, socket.socket]) -> int:
+        """Ask ``z`` to fork ``agent``; its pid, or _ZygoteUnusable (fork failed, zygote gone)."""
+        send, recv = trio.open_memory_channel[tuple[str, Any]](1)
+        z.pending[agent] = send
+        try:
+            try:
+                await z.ctl.sendmsg(
+                    [orjson.dumps({"agent": agent})],
+                    [(socket.SOL_SOCKET, socket.SCM_RIGHTS, _fds(*(s.fileno() for s in fds)))],
+                )
+            except OSError as exc:
+                raise _ZygoteUnusable(f"the zygote (pid {z.pid}) is gone: {exc}") from None
+            kind, value = await recv.receive()
+        finally:
+            z.pending.pop(agent, None)
+        if kind == "spawned":
+            return int(value)
+        raise _ZygoteUnusable(f"the zygote (pid {z.pid}) could not fork: {value}")
+
+    async def _start_fresh(self, fds: tuple[socket.socket, socket.socket]) -> trio.Process:
+        try:
+            return await trio.lowlevel.open_process(
+                [*self._child_command, *(str(s.fileno()) for s in fds)],
+                pass_fds=tuple(s.fileno() for s in fds),
+                start_new_session=True,
+                stderr=subprocess.PIPE,
+            )
+        except (OSError, RuntimeError) as exc:
+            # EAGAIN under a pids limit, ENOMEM, a missing interpreter; RuntimeError:
+            # trio could not start the worker thread that forks (the same limit).
+            raise SpawnFailed(f"could not start a fresh interpreter: {exc}") from None
+
+    async def _forward_stderr(self, stream: trio.abc.ReceiveStream, source: str) -> None:
+        """A child's stderr (the zygote's, shared by the agents it forks) as ``child.stderr`` telemetry.
+
+        Children never write to agentd's own stderr: what they print (a crash
+        traceback) goes through the bounded, rate-limited telemetry writer,
+        and no other process can fill the pipe agentd's telemetry goes to.
+        """
+        buf = b""
+        try:
+            async with stream:
+                while chunk := await stream.receive_some(65536):
+                    buf += chunk
+                    *lines, buf = buf.split(b"\n")
+                    if len(buf) > STDERR_LINE_CHARS:
+                        lines.append(buf)
+                        buf = b""
+                    for line in lines:
+                        if line.strip():
+                            text = line.decode(errors="replace")[:STDERR_LINE_CHARS]
+                            self._telemetry.emit("child.stderr", source=source, line=text)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+        if buf.strip():
+            self._telemetry.emit(
+                "child.stderr", source=source, line=buf.decode(errors="replace")[:STDERR_LINE_CHARS]
+            )
+
+    async def _serve(self, child: ChildProc, channels: _Channels) -> None:
+        """Serve both channels until either closes; a broken protocol rule kills the child."""
+        async with trio.open_nursery() as nursery:
+
+            async def mcp_side() -> None:
+                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    await self._serve_child(child.agent, channels.mcp)
+                nursery.cancel_scope.cancel()
+
+            async def control_side() -> None:
+                try:
+                    await serve_control(
+                        child.agent, channels.control, events=self._events, telemetry=self._telemetry
+                    )
+                except ProtocolError as exc:
+                    child.reason = f"broke the control protocol: {exc}"
+                    if child.pid is not None:
+                        _signal_group(child.pid, signal.SIGKILL)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    pass
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(mcp_side)
+            nursery.start_soon(control_side)
+
+    async def _finish(self, child: ChildProc, channels: _Channels) -> None:
+        """After the channels closed (or the tree stopped): no process left, ChildExited."""
+        await channels.mcp.aclose()
+        await channels.control.aclose()
+        if child.proc is not None and child.proc.returncode is not None:
+            child.returncode = child.proc.returncode
+            child.status_known.set()
+        if not child.status_known.is_set() and child.pid is not None:
+            # Its channels are closed but it has not exited (or its zygote cannot
+            # tell us): nothing may outlive its channels.
+            _signal_group(child.pid, signal.SIGKILL)
+            if child.proc is not None:
+                with trio.move_on_after(KILL_TIMEOUT):
+                    await child.proc.wait()
+                child.returncode = child.proc.returncode
+        child.state = ChildState.EXITED
+        child.exited.set()
+        if child.zygote is not None:
+            child.zygote.children.discard(child.agent)
+            self._reap_retired(child.zygote)
+        await self._events.send(
+            ChildExited(
+                agent=child.agent, pid=child.pid or -1, returncode=child.returncode, reason=child.reason
+            )
+        )
 
     # -- the kill ladder -------------------------------------------------------
 
@@ -307,4 +719,14 @@ def _signal_group(pid: int, sig: int) -> None:
         os.kill(pid, sig)
 
 
-__all__ = ["ChildProc", "ChildState", "Tree"]
+__all__ = [
+    "CHILD_COMMAND",
+    "DEFAULT_SPAWN_TIMEOUT",
+    "ZYGOTE_COMMAND",
+    "ChildProc",
+    "ChildState",
+    "SpawnFailed",
+    "Tree",
+    "Zygote",
+    "ZygoteState",
+]

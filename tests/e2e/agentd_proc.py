@@ -70,7 +70,8 @@ class Agentd:
         self._wake()
 
     async def _read_stdout(self) -> None:
-        assert self.proc.stdout is not None
+        if self.proc.stdout is None:
+            return  # stdout goes somewhere the test chose
         while True:
             chunk = await self.proc.stdout.receive_some(65536)
             if not chunk:
@@ -123,7 +124,12 @@ class Agentd:
 
 
 class run_agentd:
-    """``async with run_agentd(args, env=...) as a:`` — start agentd, always reap it."""
+    """``async with run_agentd(args, env=...) as a:`` — start agentd, always reap it.
+
+    ``prefix`` runs it under another program (``["setsid"]``, ``["tini", "-g", "--"]``);
+    ``command`` replaces ``python -m agentd`` (e.g. the installed console script);
+    ``stdout`` is where its stdout goes (default: a pipe this object reads into ``out``).
+    """
 
     def __init__(
         self,
@@ -131,20 +137,25 @@ class run_agentd:
         *,
         env: dict[str, str] | None = None,
         cwd: Path | None = None,
+        prefix: Sequence[str] = (),
+        command: Sequence[str] | None = None,
+        stdout: int = subprocess.PIPE,
         preexec_fn: Callable[[], None] | None = None,
     ) -> None:
+        self.stdout = stdout
         self.args = list(args)
         self.env = {**os.environ, **(env or {})}
         self.cwd = cwd or REPO
+        self.argv = [*prefix, *(command if command is not None else agentd_cmd()), *self.args]
         self.preexec_fn = preexec_fn
 
     async def __aenter__(self) -> Agentd:
         self._nursery_cm = trio.open_nursery()
         nursery = await self._nursery_cm.__aenter__()
         proc = await trio.lowlevel.open_process(
-            agentd_cmd(*self.args),
+            self.argv,
             stdin=subprocess.DEVNULL,
-            stdout=-1,
+            stdout=self.stdout,
             stderr=-1,
             env=self.env,
             cwd=str(self.cwd),

@@ -396,8 +396,10 @@ async def test_malformed_tool_calls_go_back_to_the_model_as_tool_errors_openai(t
     assert "Call the tool again with the arguments as one JSON object" in bad_json
     unknown = _tool_results_openai(third)[-1]
     assert "unknown tool 'no_such_tool'; the tools you can call are: subscribe" in unknown
-    # The supervisor answered the unknown name; the bad JSON never reached it.
-    assert [c["tool"] for c in a.find("tool.call")] == ["no_such_tool"]
+    # Neither reached the supervisor's tools: the agent refused the unknown name itself
+    # (and reported it), the bad JSON never left the loop.
+    assert a.find("tool.call") == []
+    assert [(e["tool"], e["agent"]) for e in a.find("tool.refused")] == [("no_such_tool", "a1")]
 
 
 async def test_unknown_tool_goes_back_to_the_model_as_a_tool_result_anthropic(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ import trio
 from agentd.config import RouteConfig
 from agentd.errors import ConfigError
 from agentd.supervisor.budget import Budget
-from agentd.supervisor.events import ChildExited, ChildMessage, SignalReceived
+from agentd.supervisor.events import ChildExited, SignalReceived
 from agentd.supervisor.governor import RestartGovernor
 from agentd.supervisor.reactor import Agent, Hooks, Reactor
 from agentd.supervisor.routes import build_router, staged_routes
@@ -37,6 +37,7 @@ from agentd.watches.state import load
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.servers.helpers import Spec
+from tests.support.reports import turn_ended
 
 #: Short stage debounce so a notice follows a change within a fraction of a second.
 FAST = WatchLimits(debounce_quiet_secs=0.05, debounce_max_secs=0.5)
@@ -94,9 +95,8 @@ class Stack:
 
     async def end_turn(self, agent: Agent, text: str = "done") -> trio.MemoryReceiveChannel[Any]:
         """End the agent's turn as its child would; the reactor answers on the returned channel."""
-        send, recv = trio.open_memory_channel[Any](1)
-        payload = {"status": "completed", "text": text, "idle": False, "reply": send}
-        await self.reactor.send.send(ChildMessage(agent=agent.id, kind="turn_end", payload=payload))
+        event, recv = turn_ended(agent.id, text=text)
+        await self.reactor.send.send(event)
         return recv
 
 

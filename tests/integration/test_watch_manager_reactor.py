@@ -16,12 +16,13 @@ import trio
 
 from agentd.errors import RouteError
 from agentd.supervisor.budget import Budget
-from agentd.supervisor.events import ChildExited, ChildMessage, SubscriptionStateChanged, WatchNotice
+from agentd.supervisor.events import ChildExited, SubscriptionStateChanged, WatchNotice
 from agentd.supervisor.governor import RestartGovernor
 from agentd.supervisor.reactor import Agent, AgentPhase, Hooks, Reactor
 from agentd.telemetry import Telemetry
 from agentd.triggers import mode as modes
 from agentd.triggers.router import Continue, Router, RouteSpec
+from tests.support.reports import turn_ended
 
 
 class Recording(Telemetry):
@@ -89,9 +90,8 @@ def notice(text: str, watch: str = "w") -> WatchNotice:
 
 
 def turn_end(r: Reactor, agent: Agent, *, text: str = "done", idle: bool = False) -> dict[str, Any]:
-    send, recv = trio.open_memory_channel[Any](1)
-    payload = {"status": "completed", "text": text, "idle": idle, "reply": send}
-    r.handle(ChildMessage(agent=agent.id, kind="turn_end", payload=payload), 1.0)
+    event, recv = turn_ended(agent.id, text=text, idle=idle)
+    r.handle(event, 1.0)
     try:
         return dict(recv.receive_nowait())
     except trio.WouldBlock:

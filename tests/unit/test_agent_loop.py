@@ -42,11 +42,18 @@ class _Link:
     async def turn_end(self, **_: object) -> NextTurn:
         return NextTurn(action="exit")
 
+    def tool_refused(self, name: str) -> None:
+        raise AssertionError(f"the model was offered {name!r}")
+
+
+#: The one tool the fake model calls, offered to it (anything else is refused before the link).
+TOOLS = [ToolSpec(name="t", description="a tool", input_schema={"type": "object"})]
+
 
 async def test_a_turn_stops_exhausted_steps_at_the_cap_without_running_the_last_tools() -> None:
     model, link = _ToolsForever(), _Link()
     state = RunState(messages=[Message.user("go")])
-    status = await run_turn(model, link, state, system=None, tools=[], max_turn_steps=5)
+    status = await run_turn(model, link, state, system=None, tools=TOOLS, max_turn_steps=5)
     assert status == "exhausted_steps"
     assert (model.calls, link.tool_calls) == (5, 4)
     assert state.last_text == "step 5"  # the partial result
@@ -57,6 +64,7 @@ async def test_the_cap_counts_per_turn() -> None:
     state = RunState(messages=[Message.user("go")])
     for _ in range(3):
         assert (
-            await run_turn(model, link, state, system=None, tools=[], max_turn_steps=2) == "exhausted_steps"
+            await run_turn(model, link, state, system=None, tools=TOOLS, max_turn_steps=2)
+            == "exhausted_steps"
         )
     assert model.calls == 6

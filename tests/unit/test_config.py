@@ -91,6 +91,7 @@ PRECEDENCE: list[tuple[str, str, Any, str, Any, Any, Any, dict[str, Any]]] = [
     ("grace", "5", 5.0, "6s", 6.0, "700ms", 0.7, {}),
     ("max_restarts", "1", 1, "2", 2, "0", 0, {}),
     ("restart_period", '"10s"', 10.0, "20", 20.0, "1m", 60.0, {}),
+    ("spawn_timeout", '"2s"', 2.0, "3", 3.0, "750ms", 0.75, {}),
     ("output", '"json"', "json", "text", "text", "json", "json", {}),
     ("verbose", "true", True, "false", False, True, True, {}),
     ("system", '"sys file"', "sys file", "sys env", "sys env", "sys flag", "sys flag", {}),
@@ -376,6 +377,8 @@ def test_bad_duration(tmp_path: Path) -> None:
     )
     err(tmp_path, r"^--deadline: '0' is not valid: must be greater than zero", deadline="0")
     err(tmp_path, r"^--grace: '-1s' is not valid: a duration cannot be negative", grace="-1s")
+    err(tmp_path, r"^--spawn-timeout: '0' is not valid: must be greater than zero", spawn_timeout="0")
+    err(tmp_path, r"^--spawn-timeout: 'soon' is not valid: not a duration", spawn_timeout="soon")
 
 
 def test_bad_size(tmp_path: Path) -> None:

@@ -59,6 +59,9 @@ JOB_OUTCOME: dict[ExitCode, JobOutcome] = {
     ExitCode.REFUSED: "FailJob",
     ExitCode.REQUIRED_SERVER: "Count",
     ExitCode.BUDGET: "FailJob",
+    # The run ended but its result could not be written (the log pipe broke, a full
+    # node disk): the environment failed, not the task; a retry on another pod can fix it.
+    ExitCode.OUTPUT_FAILED: "Count",
     ExitCode.DEADLINE: "FailJob",
     ExitCode.DRAIN_TIMEOUT: "default",
 }

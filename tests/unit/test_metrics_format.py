@@ -35,6 +35,8 @@ FULL = MetricsSnapshot(
     subagents_running=3,
     warm_sessions=2,
     draining=True,
+    telemetry_dropped=17,
+    outputs_lost=2,
     server_state={"memo": ServerState.CONNECTED, "kube": ServerState.RESTARTING},
     subscription_state={("memo", "memo://a"): "established", ("kube", "kube://pods"): "resubscribing"},
 )
@@ -67,6 +69,8 @@ def test_every_family_parses_with_the_right_type_and_prefix():
         "agentd_cache_tokens",
         "agentd_cost_usd",
         "agentd_model_calls_unpriced",
+        "agentd_telemetry_dropped",
+        "agentd_outputs_lost",
         "agentd_server_state",
         "agentd_subscription_state",
     }
@@ -101,6 +105,8 @@ def test_values_round_trip():
     assert _value(f["agentd_cache_tokens"][1], kind="write") == 40
     assert _value(f["agentd_cost_usd"][1]) == pytest.approx(0.0123456)
     assert _value(f["agentd_model_calls_unpriced"][1]) == 2
+    assert _value(f["agentd_telemetry_dropped"][1]) == 17
+    assert _value(f["agentd_outputs_lost"][1]) == 2
 
 
 def test_state_sets_have_one_sample_per_state_and_exactly_one_set():

@@ -2,8 +2,9 @@
 
 No processes: the reactor runs with the real driver, router, budget and
 governor; fake :class:`Hooks` record what it asks for, and the tests play the
-children by sending ``ChildMessage``/``ChildExited`` into ``reactor.send``
-exactly as the hub and the tree do. Every test runs under
+children by sending usage reports, turn ends (``tests/support/reports.py``),
+``ChildMessage`` and ``ChildExited`` into ``reactor.send`` exactly as the
+control channel, the hub and the tree do. Every test runs under
 ``MockClock(autojump_threshold=0)`` (the ``autojump_clock`` fixture), so the
 times asserted are exact virtual times.
 """
@@ -29,6 +30,7 @@ from agentd.telemetry import Telemetry
 from agentd.triggers import mode as modes
 from agentd.triggers.router import Continue, Router, RouteSpec, Spawn
 from agentd.triggers.timer import IntervalSource
+from tests.support.reports import turn_ended, usage_reported
 
 #: Upper bound on any single await in these tests, in *virtual* seconds: far
 #: past every timer a test arms, so only a reactor that never answers hits it.
@@ -93,7 +95,15 @@ class Harness:
         await self.reactor.send.send(event)
 
     async def ask(self, agent: str, kind: Any, **payload: Any) -> trio.MemoryReceiveChannel[Any]:
-        """Send a child message; returns the channel its answer arrives on."""
+        """Send a child report or self-tool request; returns the channel its answer arrives on (as a dict)."""
+        if kind == "usage":
+            event, recv = usage_reported(agent, **payload)
+            await self.send(event)
+            return recv
+        if kind == "turn_end":
+            event, recv = turn_ended(agent, **payload)
+            await self.send(event)
+            return recv
         send, recv = trio.open_memory_channel[Any](1)
         await self.send(ChildMessage(agent=agent, kind=kind, payload={**payload, "reply": send}))
         return recv
@@ -683,22 +693,3 @@ async def test_the_restore_notice_rides_in_the_warm_roots_first_turn(autojump_cl
         [(_, suppressed)] = [e for e in h.telemetry.named("reply.suppressed") if e[1]["agent"] == root.id]
         assert suppressed["watch"] == [""]
     assert [a.id for _, a in h.hooks.spawned] == [root.id, other.id]
-
-
-@pytest.mark.parametrize(
-    ("value", "cost"),
-    [
-        (0.25, 0.25),
-        (0, 0.0),
-        (None, None),
-        (True, None),
-        ("0.1", None),
-        (-1.0, None),
-        (2e6, None),
-        (float("nan"), None),
-    ],
-)
-def test_usage_cost_from_a_child_is_a_bounded_amount_or_unknown(value: object, cost: float | None) -> None:
-    from agentd.supervisor.reactor import usage_cost
-
-    assert usage_cost(value) == cost

@@ -1,0 +1,109 @@
+"""The supervisor's end of one child's control channel.
+
+:func:`serve_control` runs in the child's own task (started by the tree),
+never in the reactor. It reads the child's frames, validates each one
+(:func:`agentd.selfmcp.protocol.parse_child_frame`: types, bounds, closed
+vocabularies), and only then turns it into a typed reactor event
+(:class:`~agentd.supervisor.events.UsageReported`,
+:class:`~agentd.supervisor.events.TurnEnded`) or a telemetry line; the
+reactor's answer goes back as a frame with the request's id.
+
+The first broken rule ends the conversation: :class:`~agentd.errors.ProtocolError`
+propagates to the tree, which kills the child and reports the reason in
+``subagent.exit``. Nothing of an invalid frame reaches the reactor.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from agentd.errors import ProtocolError
+from agentd.selfmcp.control import FrameStream
+from agentd.selfmcp.protocol import (
+    ChildEvent,
+    NextTurn,
+    TurnEnd,
+    UsageReport,
+    UsageVerdict,
+    parse_child_frame,
+)
+from agentd.supervisor.events import ReactorEvent, Reply, TurnEnded, UsageReported
+from agentd.telemetry import Telemetry
+
+#: How long a usage report may wait for the reactor's verdict. The reactor
+#: answers in microseconds; only a wedged reactor runs this out (and then
+#: the child is stopped rather than left waiting).
+USAGE_REPLY_TIMEOUT = 30.0
+
+
+async def serve_control(
+    agent: str,
+    frames: FrameStream,
+    *,
+    events: trio.MemorySendChannel[ReactorEvent],
+    telemetry: Telemetry,
+) -> None:
+    """Serve ``agent``'s control channel until the child closes it.
+
+    Requests are served one at a time, in order: the next frame is read only
+    after the previous request was answered (a child has at most one request
+    outstanding; a warm session's turn end waits here for its next delivery).
+
+    Raises:
+        ProtocolError: the child sent an invalid frame, or the reactor did not
+            answer a usage report within :data:`USAGE_REPLY_TIMEOUT`.
+    """
+    expected_id = 1
+    while True:
+        line = await frames.receive_line()
+        if line is None:
+            return
+        frame = parse_child_frame(line)
+        if isinstance(frame, ChildEvent):
+            _relay_event(agent, frame, telemetry)
+            continue
+        if frame.id != expected_id:
+            raise ProtocolError(f"request id {frame.id} out of order (expected {expected_id})")
+        expected_id += 1
+        answer: UsageVerdict | NextTurn
+        if isinstance(frame, UsageReport):
+            answer = await _ask(events, agent, frame, timeout=USAGE_REPLY_TIMEOUT)
+        else:
+            answer = await _ask(events, agent, frame, timeout=None)
+        try:
+            await frames.send(answer)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return  # the child is gone; its exit is reported by the tree
+
+
+async def _ask(
+    events: trio.MemorySendChannel[ReactorEvent],
+    agent: str,
+    frame: UsageReport | TurnEnd,
+    *,
+    timeout: float | None,
+) -> Any:
+    send, recv = trio.open_memory_channel[Any](1)
+    event: ReactorEvent
+    if isinstance(frame, UsageReport):
+        event = UsageReported(agent=agent, report=frame, reply=Reply[UsageVerdict](send))
+    else:
+        event = TurnEnded(agent=agent, end=frame, reply=Reply[NextTurn](send))
+    await events.send(event)
+    if timeout is None:
+        return await recv.receive()
+    with trio.move_on_after(timeout):
+        return await recv.receive()
+    raise ProtocolError(f"the supervisor did not answer a usage report within {timeout:g}s")
+
+
+def _relay_event(agent: str, frame: ChildEvent, telemetry: Telemetry) -> None:
+    """Write a child's telemetry event to the supervisor's stream, attributed to the child."""
+    if frame.event == "model.retry":
+        telemetry.incr("model.retries")
+    telemetry.emit(frame.event, agent=agent, **frame.fields)
+
+
+__all__ = ["USAGE_REPLY_TIMEOUT", "serve_control"]
