@@ -87,6 +87,7 @@ __all__ = [
     "effective_config",
     "load_settings",
     "parse_mcp_servers_json",
+    "route_model_settings",
     "parse_route_spec",
     "parse_subscription",
     "server_secrets",
@@ -555,6 +556,17 @@ class RouteConfig(_Frozen):
     """Run the watch stage on this route (None: plain routing)."""
     on_event: str | None = None
     """Python source of a watch filter; implies ``extract = "auto"`` when extract is unset."""
+    model: str | None = None
+    """The model of the agents this route starts (default: the supervisor's ``model``)."""
+    system: str | None = None
+    """Their system prompt (``@FILE`` reads a file; default: the supervisor's ``system``)."""
+    model_settings: ModelSettingsConfig | None = None
+    """Their model settings, merged key by key over the supervisor's (rfcs/0171)."""
+
+    @field_validator("system", mode="before")
+    @classmethod
+    def _system(cls, v: object) -> object:
+        return _read_at_file(v, "system") if isinstance(v, str) else v
 
     @field_validator("debounce", mode="before")
     @classmethod
@@ -1074,6 +1086,7 @@ class Settings(BaseSettings):
                     self.model, self.model_settings.to_model_settings(), _provider_configs(self.providers)
                 ):
                     add(_Problem(("model_settings", *p.key.split(".")), p.value, p.fix))
+        problems += _route_model_problems(self, env)
 
         needs_instruction = (
             mode != "reactive" or not self.routes or any(r.template is None for r in self.routes)
@@ -1177,6 +1190,79 @@ class Settings(BaseSettings):
         if problems:
             raise _Problems(problems)
         return self
+
+
+def route_model_settings(settings: Settings, route: RouteConfig) -> Any:
+    """The model settings of the agents ``route`` starts (an :class:`agentd.models.ModelSettings`).
+
+    The supervisor's settings, less those the route's model cannot carry
+    (when the route names another model), with the route's own merged over
+    them key by key. The route's model spec must be valid.
+    """
+    from agentd.models import ModelSettings, wire_api
+
+    top = settings.model_settings.to_model_settings()
+    own = route.model_settings.to_model_settings() if route.model_settings is not None else ModelSettings()
+    model = route.model or settings.model
+    if route.model is not None and model is not None:
+        top = top.for_api(wire_api(model, _provider_configs(settings.providers)))
+    return top.merged(own)
+
+
+def _route_model_problems(settings: Settings, env: Mapping[str, str]) -> list[_Problem]:
+    """Per-route models: valid specs, settings that fit them, one model per continue session."""
+    from agentd.models import settings_problems
+
+    problems: list[_Problem] = []
+    if settings.model is None:
+        return problems
+    sessions: dict[str, tuple[int, tuple[Any, ...]]] = {}
+    for i, route in enumerate(settings.routes):
+        model = route.model or settings.model
+        if route.model is not None:
+            err = _model_error(route.model, env, settings.providers)
+            if err is not None:
+                problems.append(_Problem(("routes", i, "model"), err.value, err.fix))
+                continue
+        if route.model is None and route.model_settings is None and route.system is None:
+            profile: tuple[Any, ...] = ()
+        else:
+            effective = route_model_settings(settings, route)
+            own = route.model_settings.to_model_settings().given() if route.model_settings is not None else {}
+            for p in settings_problems(model, effective, _provider_configs(settings.providers)):
+                # Inherited keys the route's API cannot carry were left out; an inherited key
+                # can still clash with the route's own (a temperature with a thinking budget).
+                inherited = "" if p.key.split(".")[0] in own else " (inherited from the top-level [model_settings])"
+                problems.append(
+                    _Problem(("routes", i, "model_settings", *p.key.split(".")), p.value, p.fix + inherited)
+                )
+            profile = (model, route.system, tuple(sorted(str(kv) for kv in effective.given().items())))
+        if route.disposition != "continue" or route.timer:
+            continue
+        # Every delivery of a continue session goes to one child, which runs one model:
+        # routes sharing a session must agree on it (the root session runs the supervisor's).
+        session = route.session or "root"
+        if session == "root" and settings.mode in ("once", "loop", "schedule") and profile:
+            problems.append(
+                _Problem(
+                    ("routes", i, "model" if route.model is not None else "model_settings"),
+                    route.model or route.model_settings,
+                    "this route delivers into the root session, which runs the supervisor's model and settings; "
+                    "name another session, or set them at the top level",
+                )
+            )
+            continue
+        seen = sessions.setdefault(session, (i, profile))
+        if seen[1] != profile:
+            problems.append(
+                _Problem(
+                    ("routes", i, "session"),
+                    session,
+                    f"routes[{seen[0]}] delivers into the same session with another model, system prompt or "
+                    "model settings; one session runs one model: give them the same ones, or separate sessions",
+                )
+            )
+    return problems
 
 
 def _once_timer_fix(flag: str) -> str:

@@ -243,8 +243,12 @@ async def _main(
         stdout.put(line + b"\n")
         outputs.append({"agent": agent.id, "status": status})
 
-    model_settings = settings.model_settings.to_model_settings().given()
+    from agentd.supervisor.routes import model_profiles
+
+    # The supervisor's model, system prompt and settings, and those of routes that name their own.
+    default_profile, route_profiles = model_profiles(settings)
     providers = {name: _provider_payload(name, p) for name, p in settings.providers.items()}
+    models = sorted({default_profile.model, *(p.model for p in route_profiles.values())})
 
     async with trio.open_nursery() as nursery:
         reactor: Reactor
@@ -253,15 +257,16 @@ async def _main(
 
         def spawn(agent: Agent) -> None:
             hub = hub_holder["hub"]
+            profile = route_profiles.get(agent.route or "", default_profile)
             payload = SpawnPayload(
                 agent=agent.id,
-                model=settings.model,
-                system=settings.system,
+                model=profile.model,
+                system=profile.system,
                 instruction=agent.instruction,
                 tools=tuple(ToolSpecFrame.model_construct(**spec) for spec in hub.tool_specs()),
                 model_timeout=settings.model_timeout,
                 max_turn_steps=settings.max_turn_steps,
-                model_settings=model_settings,
+                model_settings=profile.model_settings,
                 providers=providers,
             )
             tree.spawn(agent.id, payload)
@@ -311,7 +316,7 @@ async def _main(
             telemetry=telemetry,
             spawn_timeout=settings.spawn_timeout,
             # The zygote prepares these models' providers (TLS, prices, a cloud SDK) before forking.
-            zygote_env={PREWARM_MODELS_ENV: orjson.dumps([settings.model]).decode()},
+            zygote_env={PREWARM_MODELS_ENV: orjson.dumps(models).decode()},
         )
 
         nursery.start_soon(_watch_signals, reactor)
@@ -395,17 +400,18 @@ def _model_telemetry(settings: Any, telemetry: Telemetry) -> None:
 
     for old in deprecations(settings):
         telemetry.emit("config.deprecated", setting=old.old, use=old.new)
-    if settings.budget_usd is not None and settings.model is not None:
-        from agentd.models.pricing import has_price, price_provider_for
+    if settings.budget_usd is None or settings.model is None:
+        return
+    from agentd.models.pricing import has_price, price_provider_for
 
-        provider, _, name = settings.model.partition(":")  # validated: PROVIDER:NAME
-        price_id = price_provider_for(provider, settings.providers.get(provider))
-        if not has_price(price_id, name):
+    for spec in sorted({settings.model, *(r.model for r in settings.routes if r.model)}):
+        provider, _, name = spec.partition(":")  # validated: PROVIDER:NAME
+        if not has_price(price_provider_for(provider, settings.providers.get(provider)), name):
             # Not an error: the provider may answer with a priced model name (an Azure
             # deployment's model), or the model may be free (a local server).
             telemetry.emit(
                 "budget.unpriced_model",
-                model=settings.model,
+                model=spec,
                 reason="genai-prices has no price for it: its calls count 0 USD toward --budget-usd",
             )
 

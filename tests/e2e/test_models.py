@@ -11,6 +11,8 @@ sends in production, and the tests read it off the wire.
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 
 import httpx2
@@ -221,6 +223,90 @@ async def test_metrics_show_cost_and_cache_tokens(tmp_path: Path) -> None:
     assert float(metrics["agentd_cost_usd_total"]) == pytest.approx(call["cost_usd"])
     assert metrics['agentd_cache_tokens_total{kind="read"}'] == "2048"
     assert metrics["agentd_model_calls_unpriced_total"] == "0"
+
+
+# --- per-route model, system prompt and settings -----------------------------------------
+
+ROUTES_TOML = r"""
+mode = "reactive"
+interval = "300ms"
+subscribe = ["memo:memo://notes"]
+system = "top system"
+
+[model_settings]
+temperature = 0.3
+reasoning_effort = "low"
+
+[[routes]]
+name = "notes"
+match = "memo://notes"
+disposition = "spawn"
+debounce = "0s"
+model = "anthropic:claude-sonnet-4-5"
+system = "notes system"
+model_settings = { max_output_tokens = 700, stop = ["DONE"] }
+
+[[routes]]
+name = "tick"
+timer = true
+disposition = "spawn"
+"""
+
+
+async def test_routes_run_their_own_model_system_and_settings(tmp_path: Path) -> None:
+    """A route names another model, system prompt and settings; the timer route runs the supervisor's."""
+    notes = tmp_path / "notes.json"
+    notes.write_text("{}")
+    config = _toml(tmp_path, ROUTES_TOML)
+    async with (
+        provider_server(handler=lambda _r: openai_reply("tick done")) as oai,
+        provider_server(handler=lambda _r: anthropic_reply("notes done")) as anth,
+    ):
+        env = _clean_env(
+            OPENAI_BASE_URL=oai.url("/v1"),
+            OPENAI_API_KEY="sk-test",
+            ANTHROPIC_BASE_URL=anth.base_url,
+            ANTHROPIC_API_KEY="sk-ant-test",
+        )
+        args = ["--config", config, "--model", "openai:gpt-4o-mini", "--verbose"]
+        args += ["--mcp-stdio", f"memo={PY} -m agentd serve memo --file {notes}", "watch"]
+        async with run_agentd(args, env=env) as a:
+            await a.wait_event("subscription.established")
+            tmp = notes.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"n": 1}))
+            os.replace(tmp, notes)
+            await a.wait_event("model.call", lambda e: e["provider"] == "anthropic")
+            await a.wait_event("model.call", lambda e: e["provider"] == "openai")
+            a.signal(signal.SIGTERM)
+            assert await a.wait_exit() == 0, a.tail()
+    notes_body = anth.requests[0].json
+    assert notes_body["system"][0]["text"] == "notes system"
+    assert (notes_body["max_tokens"], notes_body["stop_sequences"]) == (700, ["DONE"])
+    assert notes_body["temperature"] == 0.3  # inherited from the supervisor's settings
+    assert "reasoning_effort" not in notes_body  # an OpenAI setting: left out for this route
+    tick_body = oai.requests[0].json
+    assert tick_body["messages"][0] == {"role": "system", "content": "top system"}
+    assert (tick_body["temperature"], tick_body["reasoning_effort"]) == (0.3, "low")
+    assert "max_completion_tokens" not in tick_body
+    routes = {e["agent"]: e["route"] for e in a.find("subagent.spawn")}
+    providers = {routes[e["agent"]]: e["provider"] for e in a.find("model.call")}
+    assert providers == {"notes": "anthropic", "tick": "openai"}
+
+
+async def test_a_route_setting_its_model_cannot_take_exits_2(tmp_path: Path) -> None:
+    config = _toml(
+        tmp_path,
+        'mode = "reactive"\n[[routes]]\nmatch = "memo://x"\nmodel = "openai:gpt-4o"\n'
+        "model_settings = { thinking_budget = 2048 }\n",
+    )
+    env = _clean_env(OPENAI_API_KEY="k")
+    async with run_agentd(["--config", config, "--model", "openai:gpt-4o", "x"], env=env) as a:
+        assert await a.wait_exit() == ExitCode.CONFIG
+    stderr = "\n".join(a.raw_stderr)
+    assert (
+        "agentd.toml: routes[0].model_settings.thinking_budget: 2048 is not valid: openai:gpt-4o cannot"
+        in stderr
+    )
 
 
 # --- providers ----------------------------------------------------------------------------

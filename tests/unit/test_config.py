@@ -796,3 +796,71 @@ def test_check_hides_provider_headers(tmp_path: Path) -> None:
     shown = effective_config(s, env={})
     assert shown["providers"]["gw"]["headers"] == {"Authorization": "***"}
     assert "gw-secret-123" in server_secrets(s)
+
+
+# --- per-route model, system prompt and settings ------------------------------------------
+
+KEYS = {"OPENAI_API_KEY": "sk", "ANTHROPIC_API_KEY": "ak"}
+
+
+def test_route_profiles_merge_over_the_supervisors(tmp_path: Path) -> None:
+    from agentd.supervisor.routes import model_profiles
+
+    (tmp_path / "sys.txt").write_text("from a file")
+    toml = (
+        'mode = "reactive"\nsystem = "top"\n[model_settings]\ntemperature = 0.4\nreasoning_effort = "low"\n'
+        '[[routes]]\nname = "a"\nmatch = "x://a"\nmodel = "anthropic:claude-x"\n'
+        f'system = "@{tmp_path / "sys.txt"}"\nmodel_settings = {{ max_output_tokens = 99 }}\n'
+        '[[routes]]\nname = "b"\nmatch = "x://b"\nmodel_settings = { top_p = 0.5 }\n'
+        '[[routes]]\nname = "c"\nmatch = "x://c"\n'
+    )
+    s = load(tmp_path, toml=toml, env=KEYS, model="openai:gpt-4o")
+    default, routes = model_profiles(s)
+    assert (default.model, default.system, default.model_settings) == (
+        "openai:gpt-4o",
+        "top",
+        {"temperature": 0.4, "reasoning_effort": "low"},
+    )
+    assert sorted(routes) == ["a", "b"]
+    assert (routes["a"].model, routes["a"].system, routes["a"].model_settings) == (
+        "anthropic:claude-x",
+        "from a file",
+        {"temperature": 0.4, "max_output_tokens": 99},  # reasoning_effort: not for this model
+    )
+    assert (routes["b"].model, routes["b"].system) == ("openai:gpt-4o", "top")
+    assert routes["b"].model_settings == {"temperature": 0.4, "top_p": 0.5, "reasoning_effort": "low"}
+
+
+@pytest.mark.parametrize(
+    ("routes", "message"),
+    [
+        (
+            '[[routes]]\nmatch = "x://a"\nmodel = "antropic:claude-x"\n',
+            r"routes\[0\]\.model: 'antropic:claude-x' is not valid: unknown provider 'antropic'; did you mean",
+        ),
+        (
+            '[[routes]]\nmatch = "x://a"\nmodel = "anthropic:claude-x"\nmodel_settings = { thinking_budget = 2048 }\n',
+            r"routes\[0\]\.model_settings\.temperature: 0\.4 is not valid: extended thinking .* \(inherited from",
+        ),
+        (
+            '[[routes]]\nmatch = "x://a"\ndisposition = "continue"\nsession = "s"\nmodel = "anthropic:claude-x"\n'
+            '[[routes]]\nmatch = "x://b"\ndisposition = "continue"\nsession = "s"\n',
+            r"routes\[1\]\.session: 's' is not valid: routes\[0\] delivers into the same session with another model",
+        ),
+    ],
+)
+def test_route_models_are_validated(tmp_path: Path, routes: str, message: str) -> None:
+    toml = 'mode = "reactive"\n[model_settings]\ntemperature = 0.4\n' + routes
+    err(tmp_path, message, toml=toml, env=KEYS, model="openai:gpt-4o")
+
+
+def test_a_continue_route_into_the_loop_root_cannot_change_its_model(tmp_path: Path) -> None:
+    toml = '[[routes]]\nmatch = "x://a"\ndisposition = "continue"\nmodel = "anthropic:claude-x"\n'
+    err(
+        tmp_path,
+        r"routes\[0\]\.model: 'anthropic:claude-x' is not valid: this route delivers into the root session",
+        toml=toml,
+        env=KEYS,
+        model="openai:gpt-4o",
+        mode="loop",
+    )
