@@ -87,9 +87,9 @@ __all__ = [
     "effective_config",
     "load_settings",
     "parse_mcp_servers_json",
-    "route_model_settings",
     "parse_route_spec",
     "parse_subscription",
+    "route_model_settings",
     "server_secrets",
 ]
 
@@ -1232,7 +1232,9 @@ def _route_model_problems(settings: Settings, env: Mapping[str, str]) -> list[_P
             for p in settings_problems(model, effective, _provider_configs(settings.providers)):
                 # Inherited keys the route's API cannot carry were left out; an inherited key
                 # can still clash with the route's own (a temperature with a thinking budget).
-                inherited = "" if p.key.split(".")[0] in own else " (inherited from the top-level [model_settings])"
+                inherited = (
+                    "" if p.key.split(".")[0] in own else " (inherited from the top-level [model_settings])"
+                )
                 problems.append(
                     _Problem(("routes", i, "model_settings", *p.key.split(".")), p.value, p.fix + inherited)
                 )

@@ -126,6 +126,15 @@ def default_max_output_tokens(model: str, thinking_budget: int | None = None) ->
     return limit
 
 
+#: The ``anthropic-beta`` flag that enables the one-hour cache lifetime (sent only with ``prompt_cache = "1h"``).
+EXTENDED_CACHE_TTL_BETA = "extended-cache-ttl-2025-04-11"
+
+
+def beta_headers(settings: ModelSettings) -> dict[str, str]:
+    """The ``anthropic-beta`` header the settings need, if any."""
+    return {"anthropic-beta": EXTENDED_CACHE_TTL_BETA} if settings.prompt_cache == "1h" else {}
+
+
 def cache_control(ttl: str) -> dict[str, str]:
     """A ``cache_control`` breakpoint with the given lifetime (``5m`` is the API's default)."""
     return {"type": "ephemeral"} if ttl == "5m" else {"type": "ephemeral", "ttl": ttl}
@@ -413,7 +422,7 @@ class AnthropicModel:
         self.max_tokens = self.settings.max_output_tokens or default_max_output_tokens(
             name, self.settings.thinking_budget
         )
-        self._headers = {"anthropic-version": API_VERSION}
+        self._headers = {"anthropic-version": API_VERSION, **beta_headers(self.settings)}
         if api_key:
             self._headers["x-api-key"] = api_key
         self._headers.update(headers or {})

@@ -58,7 +58,7 @@ from agentd.errors import (
     ModelUnavailableError,
 )
 from agentd.models._http import DEFAULT_MODEL_TIMEOUT_S, MAX_ATTEMPTS, new_client
-from agentd.models.anthropic import build_request, parse_response
+from agentd.models.anthropic import beta_headers, build_request, parse_response
 from agentd.models.base import Message, ModelReply, ToolSpec
 from agentd.models.pricing import price_usd
 from agentd.models.settings import ModelSettings
@@ -200,6 +200,8 @@ class CloudAnthropicModel:
         self.cloud: CloudProvider = provider
         self.price_provider: str | None = PRICE_PROVIDERS[provider]
         self.settings = settings or ModelSettings()
+        # The SDK turns it into the body's anthropic_beta on Bedrock, a header on Vertex.
+        self._beta = beta_headers(self.settings) or None
         self.timeout = timeout
         self._client = client or make_client(provider, timeout=timeout, max_retries=max_attempts - 1)
 
@@ -237,7 +239,9 @@ class CloudAnthropicModel:
         import anthropic
 
         try:
-            return await self._client.messages.create(**keywords, extra_body=extra_body, timeout=self.timeout)
+            return await self._client.messages.create(
+                **keywords, extra_body=extra_body, extra_headers=self._beta, timeout=self.timeout
+            )
         except anthropic.APIStatusError as exc:
             raise self._status_error(exc) from exc
         except Exception as exc:

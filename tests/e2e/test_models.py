@@ -132,6 +132,7 @@ async def test_anthropic_thinking_settings_and_thinking_blocks_come_back(tmp_pat
         args += ["--max-output-tokens", "8000", "--top-p", "0.95", "--system", "be brief", "save k"]
         async with run_agentd(args, env=env) as a:
             assert await a.wait_exit() == 0, a.tail()
+    assert srv.requests[0].headers["anthropic-beta"] == "extended-cache-ttl-2025-04-11"  # the 1 h lifetime
     first, second = (r.json for r in srv.requests)
     hour = {"type": "ephemeral", "ttl": "1h"}
     assert first["thinking"] == {"type": "enabled", "budget_tokens": 2048}
