@@ -6,7 +6,7 @@ to hand-write: AWS SigV4 request signing with the whole boto credential chain
 (environment, profile, IAM role for service accounts, instance metadata) and
 Google's application default credentials (a service-account file, workload
 identity, the metadata server) with token refresh. The SDK is an optional
-extra (``agentd[bedrock]``, ``agentd[vertex]``), imported only when such a
+extra (``agentd-supervisor[bedrock]``, ``agentd-supervisor[vertex]``), imported only when such a
 model is used, and then in the zygote before it forks (:func:`prewarm`), so
 a child does not pay its 2-3 s import.
 
@@ -68,8 +68,8 @@ CloudProvider = Literal["bedrock", "vertex"]
 
 #: The extra that brings each provider's SDK, and the modules it needs.
 EXTRAS: dict[CloudProvider, tuple[str, tuple[str, ...]]] = {
-    "bedrock": ("agentd[bedrock]", ("anthropic", "boto3", "botocore")),
-    "vertex": ("agentd[vertex]", ("anthropic", "google.auth")),
+    "bedrock": ("agentd-supervisor[bedrock]", ("anthropic", "boto3", "botocore")),
+    "vertex": ("agentd-supervisor[vertex]", ("anthropic", "google.auth")),
 }
 
 #: The ``genai-prices`` provider id of each cloud.

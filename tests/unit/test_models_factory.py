@@ -231,3 +231,18 @@ def test_settings_the_model_cannot_take_are_refused() -> None:
         ConfigError, match=r"model_settings\.thinking_budget: 2048 is not valid: openai:m cannot take"
     ):
         make_model("openai:m", env={"OPENAI_API_KEY": "k"}, settings=ModelSettings(thinking_budget=2048))
+
+
+def test_a_cloud_provider_without_its_extra_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name.startswith("anthropic") else real(name, *a)
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"bedrock: needs the optional SDK \(anthropic not installed\); install it with: "
+        r"pip install 'agentd-supervisor\[bedrock\]'",
+    ):
+        validate_model_spec("bedrock:anthropic.claude-x", {"AWS_REGION": "us-east-1"})
