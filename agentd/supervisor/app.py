@@ -267,7 +267,8 @@ async def _main(
                 model_timeout=settings.model_timeout,
                 max_turn_steps=settings.max_turn_steps,
                 model_settings=profile.model_settings,
-                providers=providers,
+                # Only the endpoint its model names: no child holds another endpoint's headers.
+                providers={k: v for k, v in providers.items() if profile.model.startswith(k + ":")},
             )
             tree.spawn(agent.id, payload)
 
