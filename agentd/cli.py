@@ -30,6 +30,7 @@ from agentd import __version__
 from agentd.config import (
     ConfigErrors,
     Settings,
+    deprecations,
     effective_config,
     load_settings,
     missing_server_commands,
@@ -44,9 +45,9 @@ __all__ = ["build_parser", "flags_from_args", "main"]
 
 _EPILOG = """\
 precedence: built-in < --config FILE (TOML) < environment (AGENTD_…) < flags.
-Every scalar setting has an AGENTD_ variable (AGENTD_MODE, AGENTD_MAX_STEPS, …);
+Every scalar setting has an AGENTD_ variable (AGENTD_MODE, AGENTD_BUDGET_STEPS, …);
 lists and tables take JSON (AGENTD_ROUTES='[{"match": "file:///x", "disposition": "spawn"}]'),
-[watches] keys take AGENTD_WATCHES__KEY. AGENTD_CONFIG names the config file,
+[watches] and [model_settings] keys take AGENTD_WATCHES__KEY / AGENTD_MODEL_SETTINGS__KEY. AGENTD_CONFIG names the config file,
 AGENTD_MCP_CONFIG mcpServers JSON files (path-separated), AGENTD_SERVERS a JSON object of servers.
 Durations: 250ms, 30s, 5m, 1h, 1h30m or plain seconds. Sizes: 10MB, 512KiB or bytes.
 exit codes: 0 ok, 1 crashed, 2 config/usage, 3 partial, 4 infra, 5 refused, 6 required server,
@@ -80,8 +81,32 @@ def build_parser(prog: str = "agentd") -> argparse.ArgumentParser:
         "--mode", metavar="once|loop|reactive|schedule", help="how to drive the agent (default once)"
     )
     p.add_argument("--config", metavar="FILE", help="TOML config file (see examples/agentd.toml)")
-    p.add_argument("--model", metavar="SPEC", help="openai:MODEL, anthropic:MODEL or script:FILE")
+    p.add_argument(
+        "--model",
+        metavar="SPEC",
+        help=(
+            "openai:MODEL, anthropic:MODEL, openai-responses:MODEL, azure:DEPLOYMENT, bedrock:MODEL, "
+            "vertex:MODEL, NAME:MODEL ([providers.NAME]) or script:FILE"
+        ),
+    )
     p.add_argument("--system", metavar="TEXT|@FILE", help="extra system prompt")
+
+    g = p.add_argument_group("model settings (per reply; also [model_settings] in TOML)")
+    g.add_argument("--temperature", metavar="T", help="sampling temperature (0-2; Anthropic 0-1)")
+    g.add_argument("--top-p", metavar="P", help="nucleus sampling mass (0-1]")
+    g.add_argument(
+        "--max-output-tokens",
+        metavar="N",
+        help="output-token limit of one reply (default: the provider's; Anthropic 16384 or the model's limit)",
+    )
+    g.add_argument(
+        "--reasoning-effort", metavar="none|minimal|low|medium|high|xhigh", help="OpenAI reasoning effort"
+    )
+    g.add_argument(
+        "--thinking-budget",
+        metavar="N",
+        help="Anthropic extended thinking budget in tokens (>= 1024; 0 = off)",
+    )
 
     g = p.add_argument_group("MCP servers")
     g.add_argument(
@@ -118,8 +143,19 @@ def build_parser(prog: str = "agentd") -> argparse.ArgumentParser:
     )
 
     g = p.add_argument_group("budgets and restarts")
-    g.add_argument("--max-steps", metavar="N", help="tree-wide model-call ceiling")
-    g.add_argument("--max-tokens", metavar="N", help="tree-wide token ceiling")
+    g.add_argument(
+        "--budget-steps", metavar="N", help="tree-wide model-call ceiling (exit 7, or 3 with a result)"
+    )
+    g.add_argument(
+        "--budget-tokens", metavar="N", help="tree-wide token ceiling, cached tokens included (exit 7 / 3)"
+    )
+    g.add_argument(
+        "--budget-usd",
+        metavar="AMOUNT",
+        help="tree-wide cost ceiling in US dollars, from genai-prices (exit 7 / 3)",
+    )
+    g.add_argument("--max-steps", metavar="N", help="deprecated name of --budget-steps")
+    g.add_argument("--max-tokens", metavar="N", help="deprecated name of --budget-tokens")
     g.add_argument(
         "--max-turn-steps", metavar="N", help="model calls per turn of one agent (default 100; 0 = no cap)"
     )
@@ -253,6 +289,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _print_config_error(exc)
         return int(ExitCode.CONFIG)
     register_secrets(server_secrets(settings))
+    for old_name in deprecations(settings):
+        print(f"agentd: {old_name.message()}", file=sys.stderr)
     if command == "check":
         return _check(settings, show_secrets=bool(getattr(ns, "show_secrets", False)))
     return _run(settings, closed_fds)

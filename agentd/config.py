@@ -45,6 +45,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     computed_field,
     field_validator,
@@ -69,11 +70,14 @@ __all__ = [
     "DEFAULT_MAX_READ_BYTES",
     "SERVER_NAME_RE",
     "ConfigErrors",
+    "Deprecation",
     "Disposition",
     "Extract",
     "Mode",
+    "ModelSettingsConfig",
     "OutputFormat",
     "Overflow",
+    "ProviderSpec",
     "RouteConfig",
     "ServerSpec",
     "SessionKind",
@@ -81,12 +85,14 @@ __all__ = [
     "SubscriptionSpec",
     "Transport",
     "WatchesConfig",
+    "deprecations",
     "effective_config",
     "load_settings",
     "missing_server_commands",
     "parse_mcp_servers_json",
     "parse_route_spec",
     "parse_subscription",
+    "route_model_settings",
     "server_secrets",
 ]
 
@@ -130,8 +136,16 @@ MAX_TEXT_FILE_BYTES = 1024 * 1024
 DEFAULT_MAX_INFLIGHT = 4
 #: Route debounce when none is given: collapses a burst of pushes into one wake.
 DEFAULT_ROUTE_DEBOUNCE = 0.25
-MODEL_PREFIXES = ("openai", "anthropic", "script")
-MODEL_FORMS = "openai:MODEL (e.g. openai:gpt-4o-mini), anthropic:MODEL (e.g. anthropic:claude-sonnet-4-5) or script:FILE"
+MODEL_PREFIXES = ("openai", "openai-responses", "anthropic", "azure", "bedrock", "vertex", "script")
+MODEL_FORMS = (
+    "openai:MODEL (e.g. openai:gpt-4o-mini), anthropic:MODEL (e.g. anthropic:claude-sonnet-4-5), "
+    "openai-responses:MODEL, azure:DEPLOYMENT, bedrock:MODEL, vertex:MODEL, NAME:MODEL for a "
+    "[providers.NAME] endpoint, or script:FILE"
+)
+#: Flags that set one model setting each (``--temperature`` → ``model_settings.temperature``).
+MODEL_SETTING_FLAGS = ("temperature", "top_p", "max_output_tokens", "reasoning_effort", "thinking_budget")
+#: Old names of settings, still accepted for one release with a warning: old → new.
+DEPRECATED_SETTINGS = {"max_tokens": "budget_tokens", "max_steps": "budget_steps"}
 ROUTE_FORMS = (
     "MATCH=spawn[:MAX_INFLIGHT] or MATCH=continue[:SESSION], then optional ,KEY=VALUE settings "
     "(e.g. 'file:///inbox/*=spawn:2,debounce=50ms,overflow=block'); MATCH @timer binds the timer"
@@ -285,9 +299,19 @@ def _cron_error(expr: str) -> str | None:
     return None
 
 
-def _model_error(spec: str, env: Mapping[str, str]) -> ConfigError | None:
+def _model_error(
+    spec: str, env: Mapping[str, str], providers: Mapping[str, ProviderSpec] | None = None
+) -> ConfigError | None:
     prefix, sep, rest = spec.partition(":")
-    if not sep or prefix not in MODEL_PREFIXES or not rest.strip():
+    if not sep or not rest.strip():
+        return ConfigError("model", spec, f"write {MODEL_FORMS}")
+    if prefix not in MODEL_PREFIXES and prefix not in (providers or {}):
+        from agentd.models import parse_model_spec
+
+        try:  # its message suggests the closest provider name
+            parse_model_spec(spec, _provider_configs(providers or {}))
+        except ConfigError as exc:
+            return exc
         return ConfigError("model", spec, f"write {MODEL_FORMS}")
     if prefix == "script" and not _expand_user(Path(rest)).is_file():
         return ConfigError(
@@ -300,10 +324,27 @@ def _model_error(spec: str, env: Mapping[str, str]) -> ConfigError | None:
             raise
         return None
     try:
-        validate_model_spec(spec, env=env)
+        validate_model_spec(spec, env=env, providers=_provider_configs(providers or {}))
     except ConfigError as exc:
         return exc
     return None
+
+
+def _provider_configs(providers: Mapping[str, ProviderSpec]) -> dict[str, Any]:
+    """The ``[providers.NAME]`` tables as the model factory takes them."""
+    from agentd.models import ProviderConfig
+
+    return {
+        name: ProviderConfig(
+            name=name,
+            base_url=p.base_url,
+            api=p.api,
+            api_key_env=p.api_key_env,
+            headers=dict(p.headers),
+            prices=p.prices,
+        )
+        for name, p in providers.items()
+    }
 
 
 # --------------------------------------------------------------------------- models
@@ -416,6 +457,106 @@ def _check_glob(pattern: str) -> None:
         raise ValueError(str(exc).removeprefix("route match: ")) from None
 
 
+class ModelSettingsConfig(_Frozen):
+    """Model settings (``[model_settings]``, ``AGENTD_MODEL_SETTINGS__KEY``, ``--temperature`` …).
+
+    Each key is optional (unset: the provider's default); what the keys mean
+    and how each provider carries them is in :mod:`agentd.models.settings`.
+    """
+
+    temperature: float | None = None
+    top_p: float | None = None
+    max_output_tokens: int | None = None
+    """Output-token limit of one reply (``--max-output-tokens``); not the tree-wide ``budget_tokens``."""
+    stop: list[str] | None = None
+    reasoning_effort: str | None = None
+    thinking_budget: int | None = None
+    parallel_tool_calls: bool | None = None
+    tool_choice: str | None = None
+    prompt_cache: str | None = None
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _values(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        from agentd.models.settings import ModelSettings, SettingError
+
+        problems: list[_Problem] = []
+        out: dict[str, Any] = {}
+        for key, raw in data.items():
+            if key not in cls.model_fields:
+                out[key] = raw  # reported as an unknown setting, with its known keys
+                continue
+            try:
+                parsed = ModelSettings.from_mapping({key: raw}).given()
+            except SettingError as exc:
+                problems.append(_Problem(tuple(exc.key.split(".")), exc.value, exc.fix))
+                continue
+            if key in parsed:
+                out[key] = parsed[key]
+        if problems:
+            raise _Problems(problems)
+        return out
+
+    def to_model_settings(self) -> Any:
+        """As :class:`agentd.models.ModelSettings`."""
+        from agentd.models.settings import ModelSettings
+
+        return ModelSettings.from_mapping(self.model_dump(exclude_defaults=True))
+
+
+#: The ``api`` values of a ``[providers.NAME]`` table.
+ProviderApi = Literal["chat", "responses", "messages"]
+
+
+class ProviderSpec(_Frozen):
+    """An endpoint declared as ``[providers.NAME]``, used with ``--model NAME:MODEL``."""
+
+    base_url: str
+    """The API root, e.g. ``http://127.0.0.1:8000/v1`` for vLLM."""
+    api: ProviderApi = "chat"
+    """``chat`` (OpenAI Chat Completions), ``responses`` (OpenAI Responses) or ``messages`` (Anthropic)."""
+    api_key_env: str | None = None
+    """The environment variable that holds its key (none: the server takes no key)."""
+    headers: dict[str, str] = Field(default_factory=dict, repr=False)
+    """Extra request headers (``${VAR}`` is expanded; values may be credentials: not in repr)."""
+    prices: str | None = None
+    """Price its calls as this ``genai-prices`` provider (e.g. ``openai`` for a proxy); none: unknown."""
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        parts = urlsplit(v)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError("write an http:// or https:// URL, e.g. http://127.0.0.1:8000/v1")
+        return v
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _key_env(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v):
+            raise ValueError("the name of an environment variable, e.g. VLLM_API_KEY (not the key itself)")
+        return v
+
+    @field_validator("prices")
+    @classmethod
+    def _prices(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        from agentd.models.pricing import known_provider_ids
+
+        known = known_provider_ids()
+        if v not in known:
+            close = difflib.get_close_matches(v, known, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise ValueError(
+                f"not a genai-prices provider; {hint}known: {', '.join(known) or 'none installed'}"
+            )
+        return v
+
+
 class RouteConfig(_Frozen):
     """A declared route, as written in TOML ``[[routes]]`` or ``--route``.
 
@@ -476,6 +617,18 @@ class RouteConfig(_Frozen):
 
             validate_template(v)  # ValueError names the placeholder and the fix
         return v
+
+    model: str | None = None
+    """The model of the agents this route starts (default: the supervisor's ``model``)."""
+    system: str | None = None
+    """Their system prompt (``@FILE`` reads a file; default: the supervisor's ``system``)."""
+    model_settings: ModelSettingsConfig | None = None
+    """Their model settings, merged key by key over the supervisor's (rfcs/0171)."""
+
+    @field_validator("system", mode="before")
+    @classmethod
+    def _system(cls, v: object) -> object:
+        return _read_at_file(v, "system") if isinstance(v, str) else v
 
     @field_validator("debounce", mode="before")
     @classmethod
@@ -633,6 +786,10 @@ class _LoadContext:
     file_label: str
     origins: dict[str, Layer] = field(default_factory=dict)
     """Top-level field -> the highest layer that set it (filled while sources run)."""
+    aliases: dict[tuple[Layer, str], str] = field(default_factory=dict)
+    """(layer, field) -> the deprecated name the user wrote it with (for messages)."""
+    flag_model_settings: frozenset[str] = frozenset()
+    """The model settings given as flags (``--temperature`` …)."""
 
 
 _CONTEXT: contextvars.ContextVar[_LoadContext | None] = contextvars.ContextVar(
@@ -705,7 +862,12 @@ class Settings(BaseSettings):
     instruction: str | None = None
     """The root agent's task (``@FILE`` reads a file)."""
     model: str | None = None
-    """``openai:MODEL``, ``anthropic:MODEL`` or ``script:FILE``."""
+    """``PROVIDER:MODEL`` (openai, openai-responses, anthropic, azure, bedrock, vertex, a
+    ``[providers.NAME]``) or ``script:FILE``."""
+    model_settings: ModelSettingsConfig = Field(default_factory=ModelSettingsConfig)
+    """Per-call model settings (``[model_settings]``; ``--temperature`` …)."""
+    providers: dict[str, ProviderSpec] = Field(default_factory=dict)
+    """Named model endpoints (``[providers.NAME]``), used as ``--model NAME:MODEL``."""
     system: str | None = None
     """Extra system prompt (``@FILE`` reads a file)."""
     servers: dict[str, ServerSpec] = Field(default_factory=dict)
@@ -715,10 +877,12 @@ class Settings(BaseSettings):
     """Five-field UTC cron expression for schedule/reactive timer fires."""
     session: SessionKind = "fresh"
     """Default: warm for ``--mode loop`` with interval 0 or unset, fresh otherwise."""
-    max_steps: int | None = None
-    """Tree-wide model-call ceiling (None: unlimited)."""
-    max_tokens: int | None = None
-    """Tree-wide token ceiling (None: unlimited)."""
+    budget_steps: int | None = None
+    """Tree-wide model-call ceiling (None: unlimited; formerly ``max_steps``)."""
+    budget_tokens: int | None = None
+    """Tree-wide token ceiling, cached tokens included (None: unlimited; formerly ``max_tokens``)."""
+    budget_usd: float | None = None
+    """Tree-wide cost ceiling in US dollars, from ``genai-prices`` (None: unlimited)."""
     max_turn_steps: int | None = DEFAULT_MAX_TURN_STEPS
     """Model calls one agent may make in one turn before it ends ``exhausted_steps`` (0/None: no cap)."""
     model_timeout: float = DEFAULT_MODEL_TIMEOUT
@@ -745,6 +909,8 @@ class Settings(BaseSettings):
     max_read_bytes: int = DEFAULT_MAX_READ_BYTES
     """Largest resource read accepted from a server."""
     watches: WatchesConfig = Field(default_factory=WatchesConfig)
+
+    _deprecations: tuple[Deprecation, ...] = PrivateAttr(default=())
 
     @classmethod
     def settings_customise_sources(
@@ -789,10 +955,67 @@ class Settings(BaseSettings):
     def _grace(cls, v: object) -> float:
         return _duration(v)
 
-    @field_validator("max_steps", "max_tokens", mode="before")
+    @field_validator("budget_steps", "budget_tokens", mode="before")
     @classmethod
     def _ceilings(cls, v: object) -> int | None:
         return None if v is None else _integer(v, minimum=1)
+
+    @field_validator("budget_usd", mode="before")
+    @classmethod
+    def _usd(cls, v: object) -> float | None:
+        if v is None:
+            return None
+        text = v.strip().removeprefix("$") if isinstance(v, str) else v
+        try:
+            amount = float(text)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            amount = float("nan")
+        if isinstance(v, bool) or not (amount > 0 and amount != float("inf")):
+            raise ValueError("must be an amount in US dollars above 0, e.g. 2.50")
+        return amount
+
+    @field_validator("providers", mode="before")
+    @classmethod
+    def _providers(cls, v: object) -> object:
+        if not isinstance(v, dict):
+            return v
+        from agentd.models.factory import PROVIDER_NAME_RE
+
+        ctx = _CONTEXT.get()
+        env = ctx.env if ctx is not None else os.environ
+        problems: list[_Problem] = []
+        out: dict[str, object] = {}
+        for name, table in v.items():
+            if not PROVIDER_NAME_RE.fullmatch(str(name)):
+                problems.append(
+                    _Problem((name,), name, "a provider name is 1-32 lower-case letters, digits, '_' or '-'")
+                )
+                continue
+            if name in MODEL_PREFIXES:
+                problems.append(
+                    _Problem(
+                        (name,), name, f"{name!r} is a built-in provider; give this endpoint another name"
+                    )
+                )
+                continue
+            if isinstance(table, dict) and isinstance(table.get("headers"), dict):
+                try:
+                    table = {
+                        **table,
+                        "headers": {
+                            k: _expand_env_refs(h, env, f"providers.{name}.headers.{k}")
+                            if isinstance(h, str)
+                            else h
+                            for k, h in table["headers"].items()
+                        },
+                    }
+                except ConfigError as exc:
+                    problems.append(_Problem((name, "headers"), exc.value, exc.fix))
+                    continue
+            out[name] = table
+        if problems:
+            raise _Problems(problems)
+        return out
 
     @field_validator("max_restarts", mode="before")
     @classmethod
@@ -924,9 +1147,17 @@ class Settings(BaseSettings):
         if self.model is None:
             add(_Problem(("model",), None, f"choose a model with --model or AGENTD_MODEL: {MODEL_FORMS}"))
         else:
-            err = _model_error(self.model, env)
+            err = _model_error(self.model, env, self.providers)
             if err is not None:
                 add(_Problem(("model",), err.value, err.fix))
+            else:
+                from agentd.models import settings_problems
+
+                for p in settings_problems(
+                    self.model, self.model_settings.to_model_settings(), _provider_configs(self.providers)
+                ):
+                    add(_Problem(("model_settings", *p.key.split(".")), p.value, p.fix))
+        problems += _route_model_problems(self, env)
 
         needs_instruction = (
             mode != "reactive" or not self.routes or any(r.template is None for r in self.routes)
@@ -1056,6 +1287,81 @@ class Settings(BaseSettings):
         if problems:
             raise _Problems(problems)
         return self
+
+
+def route_model_settings(settings: Settings, route: RouteConfig) -> Any:
+    """The model settings of the agents ``route`` starts (an :class:`agentd.models.ModelSettings`).
+
+    The supervisor's settings, less those the route's model cannot carry
+    (when the route names another model), with the route's own merged over
+    them key by key. The route's model spec must be valid.
+    """
+    from agentd.models import ModelSettings, wire_api
+
+    top = settings.model_settings.to_model_settings()
+    own = route.model_settings.to_model_settings() if route.model_settings is not None else ModelSettings()
+    model = route.model or settings.model
+    if route.model is not None and model is not None:
+        top = top.for_api(wire_api(model, _provider_configs(settings.providers)))
+    return top.merged(own)
+
+
+def _route_model_problems(settings: Settings, env: Mapping[str, str]) -> list[_Problem]:
+    """Per-route models: valid specs, settings that fit them, one model per continue session."""
+    from agentd.models import settings_problems
+
+    problems: list[_Problem] = []
+    if settings.model is None:
+        return problems
+    sessions: dict[str, tuple[int, tuple[Any, ...]]] = {}
+    for i, route in enumerate(settings.routes):
+        model = route.model or settings.model
+        if route.model is not None:
+            err = _model_error(route.model, env, settings.providers)
+            if err is not None:
+                problems.append(_Problem(("routes", i, "model"), err.value, err.fix))
+                continue
+        if route.model is None and route.model_settings is None and route.system is None:
+            profile: tuple[Any, ...] = ()
+        else:
+            effective = route_model_settings(settings, route)
+            own = route.model_settings.to_model_settings().given() if route.model_settings is not None else {}
+            for p in settings_problems(model, effective, _provider_configs(settings.providers)):
+                # Inherited keys the route's API cannot carry were left out; an inherited key
+                # can still clash with the route's own (a temperature with a thinking budget).
+                inherited = (
+                    "" if p.key.split(".")[0] in own else " (inherited from the top-level [model_settings])"
+                )
+                problems.append(
+                    _Problem(("routes", i, "model_settings", *p.key.split(".")), p.value, p.fix + inherited)
+                )
+            profile = (model, route.system, tuple(sorted(str(kv) for kv in effective.given().items())))
+        if route.disposition != "continue" or route.timer:
+            continue
+        # Every delivery of a continue session goes to one child, which runs one model:
+        # routes sharing a session must agree on it (the root session runs the supervisor's).
+        session = route.session or "root"
+        if session == "root" and settings.mode in ("once", "loop", "schedule") and profile:
+            problems.append(
+                _Problem(
+                    ("routes", i, "model" if route.model is not None else "model_settings"),
+                    route.model or route.model_settings,
+                    "this route delivers into the root session, which runs the supervisor's model and settings; "
+                    "name another session, or set them at the top level",
+                )
+            )
+            continue
+        seen = sessions.setdefault(session, (i, profile))
+        if seen[1] != profile:
+            problems.append(
+                _Problem(
+                    ("routes", i, "session"),
+                    session,
+                    f"routes[{seen[0]}] delivers into the same session with another model, system prompt or "
+                    "model settings; one session runs one model: give them the same ones, or separate sessions",
+                )
+            )
+    return problems
 
 
 def _once_timer_fix(flag: str) -> str:
@@ -1724,11 +2030,16 @@ def load_settings(
     _raise_all(problems)
 
     ctx = _LoadContext(env=env, file_data=file_data, file_label=file_label)
+    deprecations = _renamed_settings(settings_flags, ctx)
+    given = {k: settings_flags.pop(k) for k in MODEL_SETTING_FLAGS if k in settings_flags}
+    if given:
+        settings_flags["model_settings"] = {**(settings_flags.get("model_settings") or {}), **given}
+        ctx.flag_model_settings = frozenset(given)
     with _loading(ctx):
         try:
-            return Settings(**settings_flags, servers=servers)
+            settings = Settings(**settings_flags, servers=servers)
         except ValidationError as exc:
-            raise _translate(exc, lambda loc: _spell(loc, ctx.origins, file_label), Settings) from None
+            raise _translate(exc, lambda loc: _spell_in(loc, ctx), Settings) from None
         except SettingsError as exc:
             # pydantic-settings could not decode an AGENTD_… value (bad JSON).
             m = re.search(r'field "([^"]+)"', str(exc))
@@ -1739,6 +2050,95 @@ def load_settings(
                 raw,
                 'list and table settings in the environment are JSON, e.g. \'["a", "b"]\'',
             ) from None
+    settings._deprecations = tuple(deprecations)
+    return settings
+
+
+def deprecations(settings: Settings) -> tuple[Deprecation, ...]:
+    """The deprecated setting names ``settings`` was loaded with (to warn about; see ``rfcs/0167``)."""
+    return settings._deprecations
+
+
+@dataclass(frozen=True)
+class Deprecation:
+    """A setting given under its old name: ``old`` as the user wrote it, ``new`` to write instead."""
+
+    old: str
+    new: str
+
+    def message(self) -> str:
+        """The warning line (without the ``agentd:`` prefix)."""
+        return (
+            f"warning: {self.old} is deprecated and will be removed in the next release; "
+            f"use {self.new} (same meaning: a tree-wide ceiling, not a per-reply limit)"
+        )
+
+
+def _renamed_settings(flags: dict[str, Any], ctx: _LoadContext) -> list[Deprecation]:
+    """Move ``max_tokens`` / ``max_steps`` (every layer) to their new names; one warning each.
+
+    Both names in one layer is an error: the user must say which value they mean.
+    """
+    found: list[Deprecation] = []
+    problems: list[ConfigError] = []
+    env = dict(ctx.env)
+    for old, new in DEPRECATED_SETTINGS.items():
+        flag_old, flag_new = "--" + old.replace("_", "-"), "--" + new.replace("_", "-")
+        if old in flags:
+            if new in flags:
+                problems.append(
+                    ConfigError(flag_old, flags[old], f"{flag_old} is the old name of {flag_new}; give one")
+                )
+            else:
+                flags[new] = flags.pop(old)
+                ctx.aliases[("flag", new)] = flag_old
+                found.append(Deprecation(flag_old, flag_new))
+        env_old = next((k for k in env if k.upper() == f"AGENTD_{old.upper()}"), None)
+        if env_old is not None:
+            if any(k.upper() == f"AGENTD_{new.upper()}" for k in env):
+                problems.append(
+                    ConfigError(
+                        env_old, env[env_old], f"{env_old} is the old name of AGENTD_{new.upper()}; set one"
+                    )
+                )
+            else:
+                env[f"AGENTD_{new.upper()}"] = env.pop(env_old)
+                ctx.aliases[("env", new)] = env_old
+                found.append(Deprecation(env_old, f"AGENTD_{new.upper()}"))
+        if old in ctx.file_data:
+            where = f"{ctx.file_label}: {old}"
+            if new in ctx.file_data:
+                problems.append(
+                    ConfigError(where, ctx.file_data[old], f"{old} is the old name of {new}; keep one")
+                )
+            else:
+                ctx.file_data[new] = ctx.file_data.pop(old)
+                ctx.aliases[("file", new)] = old
+                found.append(Deprecation(where, f"{ctx.file_label}: {new}"))
+    _raise_all(problems)
+    ctx.env = env
+    return found
+
+
+def _spell_in(loc: tuple[str | int, ...], ctx: _LoadContext) -> str:
+    """:func:`_spell`, knowing the deprecated names and which model settings came as flags."""
+    if not loc:
+        return _spell(loc, ctx.origins, ctx.file_label)
+    top, rest = str(loc[0]), loc[1:]
+    layer = ctx.origins.get(top, "default")
+    if top == "model_settings" and rest and layer == "flag":
+        key = str(rest[0])
+        if key in ctx.flag_model_settings:
+            return "--" + key.replace("_", "-")
+        # Set below the flags: spelled as the environment or the file wrote it.
+        env_name = f"AGENTD_MODEL_SETTINGS__{key.upper()}"
+        if any(k.upper() == env_name for k in ctx.env):
+            return _spell(loc, {top: "env"}, ctx.file_label)
+        return _spell(loc, {top: "file"}, ctx.file_label)
+    alias = ctx.aliases.get((layer, top))
+    if alias is not None:
+        return _join(alias, rest) if layer != "file" else f"{ctx.file_label}: {_join(alias, rest)}"
+    return _spell(loc, ctx.origins, ctx.file_label)
 
 
 # --------------------------------------------------------------------------- check output
@@ -1796,6 +2196,11 @@ def server_secrets(settings: Settings) -> list[str]:
         found += secrets_in(spec.args)
         if spec.url is not None:
             found += secrets_in(spec.url)
+    for provider in settings.providers.values():  # [providers.NAME] headers and URLs, the same way
+        found += [v for v in provider.headers.values() if v]
+        for v in provider.headers.values():
+            found += secrets_in(v)
+        found += secrets_in(provider.base_url)
     return found
 
 
@@ -1824,5 +2229,7 @@ def effective_config(
     for server in data["servers"].values():
         for table in ("env", "headers"):
             server[table] = dict.fromkeys(server[table], REDACTED)
+    for provider in data["providers"].values():
+        provider["headers"] = dict.fromkeys(provider["headers"], REDACTED)
     redacted: dict[str, Any] = redact(data, extra=sorted(set(known), key=len, reverse=True))
     return redacted

@@ -21,6 +21,9 @@ family                                 type     labels
 ``agentd_server_restarts_total``       counter  ``server``
 ``agentd_agent_restarts_total``        counter  (none)
 ``agentd_tokens_total``                counter  ``direction`` (input/output)
+``agentd_cache_tokens_total``          counter  ``kind`` (read/write): parts of the input tokens
+``agentd_cost_usd_total``              counter  (none): US dollars of the priced model calls
+``agentd_model_calls_unpriced_total``  counter  (none): calls whose price is unknown
 ``agentd_telemetry_dropped_total``     counter  (none)
 ``agentd_outputs_lost_total``          counter  (none)
 ``agentd_server_state``                gauge    ``server``, ``state``: 0/1
@@ -80,6 +83,14 @@ class MetricsSnapshot:
     """Model input tokens spent by the whole tree."""
     tokens_output: int = 0
     """Model output tokens spent by the whole tree."""
+    tokens_cached_input: int = 0
+    """The part of the input tokens read from a prompt cache."""
+    tokens_cache_creation_input: int = 0
+    """The part of the input tokens written to a prompt cache."""
+    cost_usd: float = 0.0
+    """US dollars the priced model calls cost (``genai-prices``)."""
+    unpriced_calls: int = 0
+    """Model calls whose price is unknown (not counted in ``cost_usd``)."""
     subagents_running: int = 0
     """Child agent processes alive now."""
     warm_sessions: int = 0
@@ -108,8 +119,13 @@ def escape_help(text: str) -> str:
     return text.replace("\\", "\\\\").replace("\n", "\\n")
 
 
-Sample = tuple[Mapping[str, str], int]
+Sample = tuple[Mapping[str, str], int | float]
 """One sample: its labels and its value."""
+
+
+def _number(value: int | float) -> str:
+    """A sample value: integers as such, amounts (US dollars) as a float."""
+    return repr(round(float(value), 8)) if isinstance(value, float) else str(int(value))
 
 
 def _family(name: str, kind: Literal["counter", "gauge"], help_text: str, samples: Iterable[Sample]) -> str:
@@ -118,9 +134,9 @@ def _family(name: str, kind: Literal["counter", "gauge"], help_text: str, sample
         if labels:
             # Label values come from configuration and URIs: redacted like every other output.
             inner = ",".join(f'{k}="{escape_label_value(redact(v))}"' for k, v in labels.items())
-            lines.append(f"{name}{{{inner}}} {int(value)}")
+            lines.append(f"{name}{{{inner}}} {_number(value)}")
         else:
-            lines.append(f"{name} {int(value)}")
+            lines.append(f"{name} {_number(value)}")
     return "\n".join(lines) + "\n"
 
 
@@ -205,6 +221,27 @@ def render(snap: MetricsSnapshot) -> str:
             "counter",
             "Model tokens spent by the whole agent tree.",
             [({"direction": "input"}, snap.tokens_input), ({"direction": "output"}, snap.tokens_output)],
+        ),
+        _family(
+            "agentd_cache_tokens_total",
+            "counter",
+            "Input tokens read from (kind=read) or written to (kind=write) a provider's prompt cache.",
+            [
+                ({"kind": "read"}, snap.tokens_cached_input),
+                ({"kind": "write"}, snap.tokens_cache_creation_input),
+            ],
+        ),
+        _family(
+            "agentd_cost_usd_total",
+            "counter",
+            "US dollars the model calls cost, from the genai-prices database (priced calls only).",
+            [({}, float(snap.cost_usd))],
+        ),
+        _family(
+            "agentd_model_calls_unpriced_total",
+            "counter",
+            "Model calls whose price is unknown (a model genai-prices does not list).",
+            [({}, snap.unpriced_calls)],
         ),
         _family(
             "agentd_telemetry_dropped_total",

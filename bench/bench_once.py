@@ -15,6 +15,15 @@ Floors, interleaved with the agentd runs so they see the same machine load:
   and ``import mcp`` included): the floor of any Python CLI doing this job.
 
 The phase table splits agentd's median run by telemetry arrival time.
+
+``--providers`` (about 2 min) runs the same command with ``openai:`` and
+``anthropic:`` models against a loopback fake provider (one tool call, then
+the answer: two model requests), with this checkout's code and with the code
+of ``--prev-ref`` (default: the merge base with ``main``), runs of the two
+alternating; and with ``bedrock:`` (the official SDK) on this checkout's
+code. It reports the whole command, ``supervisor.start`` → the root's
+``subagent.spawn`` (start-up: zygote and memo server ready) and spawn →
+first ``model.call``, the last two from agentd's own timestamps (ms).
 """
 
 from __future__ import annotations
@@ -24,9 +33,10 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import trio
-from _util import ENV, PY, STEP_TIMEOUT, fmt, machine_note, p50, run_agentd, table, write_script
+from _util import ENV, PY, REPO, STEP_TIMEOUT, fmt, machine_note, p50, run_agentd, table, write_script
 from mcp import Client, StdioServerParameters
 
 SERVER = [PY, "-m", "agentd", "serve", "memo"]
@@ -52,11 +62,16 @@ PHASES = [
 ]
 
 
-async def run_agentd_once(model: str) -> tuple[float, dict[str, float]]:
-    """One ``agentd --mode once``; returns (wall seconds, first arrival of each telemetry event in s)."""
+async def run_agentd_once(model: str, env: dict[str, str] | None = None) -> tuple[float, dict[str, float]]:
+    """One ``agentd --mode once``; returns (wall seconds, first arrival of each telemetry event in s).
+
+    ``ts:EVENT`` keys hold agentd's own timestamp of each event's first
+    occurrence (Unix seconds, millisecond resolution): arrival here can batch
+    lines that were written apart.
+    """
     args = ["--mode", "once", "--model", model, "--mcp-stdio", "memo=" + " ".join(SERVER), "save it"]
     t0 = time.perf_counter()
-    async with run_agentd(args) as a:
+    async with run_agentd(args, env=env) as a:
         with trio.fail_after(STEP_TIMEOUT):
             code = await a.proc.wait()
         wall = time.perf_counter() - t0
@@ -66,7 +81,15 @@ async def run_agentd_once(model: str) -> tuple[float, dict[str, float]]:
     firsts: dict[str, float] = {"exit": wall}
     for ln in a.lines:
         firsts.setdefault(ln.ev["event"], ln.t - t0)
+        if "ts" in ln.ev:
+            firsts.setdefault("ts:" + ln.ev["event"], _unix(ln.ev["ts"]))
     return wall, firsts
+
+
+def _unix(ts: str) -> float:
+    import datetime as dt
+
+    return dt.datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
 
 
 async def sdk_in_process() -> float:
@@ -148,7 +171,93 @@ async def main(n: int) -> None:
     print(f"agentd overhead over the fresh-process SDK floor: {(p50(agentd) - ref) * 1000:.0f} ms (p50)")
 
 
+async def providers_main(n: int, prev_ref: str | None) -> None:
+    from _providers import SPECS, code_env, fake_provider, merge_base, previous_code, provider_env
+
+    from tests.fakes.provider_server import anthropic_reply, openai_reply
+
+    ref = prev_ref or merge_base()
+    print(
+        f"bench_once --providers: {machine_note()}; n={n} per side (+1 warm-up each); previous code: {ref[:12]}"
+    )
+    walls: dict[tuple[str, str], list[float]] = {}
+    spawn_to_call: dict[tuple[str, str], list[float]] = {}
+    start_to_spawn: dict[tuple[str, str], list[float]] = {}
+
+    def replies(provider: str) -> list[Any]:
+        if provider == "openai":
+            call = ("c1", "memo__memo_set", '{"key": "task", "value": "bench"}')
+            return [openai_reply(tool_calls=[call]), openai_reply("saved")]
+        return [
+            anthropic_reply(None, tool_uses=[("t1", "memo__memo_set", {"key": "task", "value": "bench"})]),
+            anthropic_reply("saved"),
+        ]
+
+    async def once(provider: str, side: str, code: dict[str, str], tmp: Path, record: bool) -> None:
+        async with fake_provider(provider, replies(provider)) as (_fake, server):
+            env = {**code, **provider_env(provider, server.base_url, tmp)}
+            wall, firsts = await run_agentd_once(SPECS[provider], env)
+        if record:
+            walls.setdefault((provider, side), []).append(wall)
+            spawn_to_call.setdefault((provider, side), []).append(
+                firsts["ts:model.call"] - firsts["ts:subagent.spawn"]
+            )
+            start_to_spawn.setdefault((provider, side), []).append(
+                firsts["ts:subagent.spawn"] - firsts["ts:supervisor.start"]
+            )
+
+    with tempfile.TemporaryDirectory(prefix="agentd-bench-") as tmp, previous_code(ref) as prev:
+        sides = [("this", code_env(REPO)), ("previous", code_env(prev))]
+        for i in range(n + 1):
+            for provider in ("openai", "anthropic"):
+                for side, code in sides if i % 2 == 0 else sides[::-1]:
+                    await once(provider, side, code, Path(tmp), record=i > 0)
+            await once("bedrock", "this", sides[0][1], Path(tmp), record=i > 0)
+
+    rows = []
+    for (provider, side), xs in walls.items():
+        base = walls.get((provider, "previous"), xs)
+        calls = spawn_to_call[(provider, side)]
+        starts = start_to_spawn[(provider, side)]
+        rows.append(
+            [
+                SPECS[provider].split(":")[0] + ":",
+                side,
+                len(xs),
+                fmt(p50(xs) * 1000, 0),
+                fmt(min(xs) * 1000, 0),
+                fmt(p50(xs) / p50(base)),
+                fmt(p50(starts) * 1000, 0),
+                fmt(p50(calls) * 1000, 1),
+            ]
+        )
+    table(
+        "agentd --mode once against a loopback provider (tool call + answer); ms; ratio = p50 / previous code's p50",
+        [
+            "model",
+            "code",
+            "n",
+            "p50 ms",
+            "min ms",
+            "x previous",
+            "start -> root spawned ms",
+            "spawn -> 1st model.call ms",
+        ],
+        rows,
+    )
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("-n", type=int, default=5, help="timed repetitions of each (default 5)")
-    trio.run(main, ap.parse_args().n)
+    ap.add_argument(
+        "--providers", action="store_true", help="openai:/anthropic: vs the previous code, and bedrock:"
+    )
+    ap.add_argument(
+        "--prev-ref", help="--providers: the commit to compare with (default: merge base with main)"
+    )
+    args = ap.parse_args()
+    if args.providers:
+        trio.run(providers_main, args.n, args.prev_ref)
+    else:
+        trio.run(main, args.n)

@@ -26,6 +26,14 @@ Memory: USS (``psutil memory_full_info().uss``, pages only this process holds)
 of warm children held in their ``turn_end`` wait (the state of an idle warm
 session), for both spawn paths, against an idle naive child
 (``python -c "import trio, mcp; input()"``).
+
+``--providers`` (about 60-90 s) measures instead, per HTTP provider, spawn →
+the first model request arriving at a loopback fake provider (and → the
+child's first usage message), zygote path, for ``openai:`` and ``anthropic:``
+with this checkout's code and with the code of ``--prev-ref`` (default: the
+merge base with ``main``), runs of the two alternating in one run; and
+``bedrock:`` (the official SDK, SigV4 checked by the fake) with this
+checkout's code only. Each side runs in its own process (``--measure``).
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ import trio
 from _util import (
     ENV,
     PY,
+    REPO,
     STEP_TIMEOUT,
     MiB,
     fmt,
@@ -258,7 +267,145 @@ async def main(quick: bool) -> None:
     print(f"goal <= 8 MiB per idle warm child: {'met' if um <= 8 else 'NOT met'} ({um:.2f} MiB)")
 
 
+async def provider_spawns(provider: str, n: int) -> dict[str, Any]:
+    """In this process's ``agentd``: spawn → first request at the fake, and → first usage, for ``provider``."""
+    with tempfile.TemporaryDirectory(prefix="agentd-bench-") as tmp:
+        return await _provider_spawns(provider, n, Path(tmp))
+
+
+async def _provider_spawns(provider: str, n: int, tmp: Path) -> dict[str, Any]:
+    import inspect
+    import os
+
+    from _providers import SPECS, fake_provider, provider_env
+
+    async with fake_provider(provider) as (fake, server):
+        os.environ.update(provider_env(provider, server.base_url, tmp))
+        send, recv = trio.open_memory_channel[Any](1000)
+        hub = SupervisorHub(events=send, upstreams={}, telemetry=NullTelemetry())
+        extra: dict[str, Any] = {}
+        if "zygote_env" in inspect.signature(Tree).parameters:  # the app prewarms the model's provider
+            import orjson
+
+            extra["zygote_env"] = {"AGENTD_PREWARM_MODELS": orjson.dumps([SPECS[provider]]).decode()}
+        tree = Tree(events=send, serve_child=partial(serve_child, hub), telemetry=NullTelemetry(), **extra)
+        tools = tuple(ToolSpecFrame(**spec) for spec in hub.tool_specs())
+        requests: list[float] = []
+        usages: list[float] = []
+        async with trio.open_nursery() as nursery:
+            t0 = time.perf_counter()
+            await nursery.start(tree.run)
+            startup = time.perf_counter() - t0
+            for i in range(WARMUP + n):
+                agent = f"p{i}"
+                before = len(fake.arrivals)
+                t0 = time.perf_counter()
+                tree.spawn(
+                    agent, SpawnPayload(agent=agent, model=SPECS[provider], instruction="hi", tools=tools)
+                )
+                first, _ = await _answer(recv, agent, hold=False)
+                if i >= WARMUP:
+                    requests.append((fake.arrivals[before] - t0) * 1000)
+                    usages.append((first - t0) * 1000)
+            with trio.fail_after(STEP_TIMEOUT):
+                while tree.live_count():
+                    await recv.receive()
+            nursery.cancel_scope.cancel()
+        if fake.bad_signatures:
+            raise RuntimeError(f"{fake.bad_signatures} bedrock requests had a bad SigV4 signature")
+    return {"request_ms": requests, "usage_ms": usages, "startup_s": startup}
+
+
+async def providers_main(rounds: int, n: int, prev_ref: str | None) -> None:
+    import json
+    import sys
+
+    from _providers import code_env, merge_base, previous_code
+
+    ref = prev_ref or merge_base()
+    print(
+        f"bench_spawn --providers: {machine_note()}; {rounds} rounds x n={n} per side; previous code: {ref[:12]}"
+    )
+    results: dict[tuple[str, str], dict[str, list[float]]] = {}
+
+    async def measure(provider: str, side: str, env: dict[str, str]) -> None:
+        out = await trio.run_process(
+            [PY, SELF, "--measure", provider, "-n", str(n)],
+            env=env,
+            capture_stdout=True,
+            stderr=sys.stderr,
+        )
+        data = json.loads(out.stdout.decode().strip().splitlines()[-1])
+        slot = results.setdefault((provider, side), {"request_ms": [], "usage_ms": [], "startup_s": []})
+        slot["request_ms"] += data["request_ms"]
+        slot["usage_ms"] += data["usage_ms"]
+        slot["startup_s"].append(data["startup_s"])
+
+    with previous_code(ref) as prev:
+        new_env, old_env = code_env(REPO), code_env(prev)
+        for r in range(rounds):
+            for provider in ("openai", "anthropic"):
+                sides = [("this", new_env), ("previous", old_env)]
+                for side, env in sides if r % 2 == 0 else sides[::-1]:
+                    await measure(provider, side, env)
+        for _ in range(rounds):
+            await measure("bedrock", "this", new_env)
+
+    rows = []
+    for provider in ("openai", "anthropic", "bedrock"):
+        for side in ("this", "previous"):
+            got = results.get((provider, side))
+            if got is None:
+                continue
+            base = results.get((provider, "previous"), got)
+            rows.append(
+                [
+                    SPEC_NAMES[provider],
+                    side,
+                    len(got["request_ms"]),
+                    fmt(p50(got["request_ms"])),
+                    fmt(pct(got["request_ms"], 0.95)),
+                    fmt(p50(got["usage_ms"])),
+                    fmt(p50(got["request_ms"]) / p50(base["request_ms"])),
+                    fmt(p50(got["startup_s"]) * 1000, 0),
+                ]
+            )
+    table(
+        "spawn -> first model request at a loopback provider (zygote fork); ms; ratio = p50 / previous code's p50",
+        ["model", "code", "n", "request p50", "request p95", "usage p50", "x previous", "zygote start ms"],
+        rows,
+    )
+
+
+#: This script, run again to measure one side in a process of its own.
+SELF = str(Path(__file__).resolve())
+
+#: Short names for the table.
+SPEC_NAMES = {"openai": "openai:", "anthropic": "anthropic:", "bedrock": "bedrock: (SDK)"}
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--quick", action="store_true", help="fewer repetitions (~15 s)")
-    trio.run(main, ap.parse_args().quick)
+    ap.add_argument(
+        "--providers", action="store_true", help="openai:/anthropic: vs the previous code, and bedrock:"
+    )
+    ap.add_argument(
+        "--rounds", type=int, default=4, help="--providers: alternating rounds per side (default 4)"
+    )
+    ap.add_argument(
+        "-n", type=int, default=8, help="--providers/--measure: timed spawns per round (default 8)"
+    )
+    ap.add_argument(
+        "--prev-ref", help="--providers: the commit to compare with (default: merge base with main)"
+    )
+    ap.add_argument("--measure", metavar="PROVIDER", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.measure:
+        import json
+
+        print(json.dumps(trio.run(provider_spawns, args.measure, args.n)))
+    elif args.providers:
+        trio.run(providers_main, args.rounds, args.n, args.prev_ref)
+    else:
+        trio.run(main, args.quick)

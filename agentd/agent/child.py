@@ -36,6 +36,7 @@ import trio
 
 from agentd.selfmcp.control import FrameStream, read_first_line
 from agentd.selfmcp.protocol import (
+    MAX_CALL_COST_USD,
     MAX_CHILD_FRAME_BYTES,
     MAX_EVENT_FIELDS,
     MAX_EVENT_TEXT,
@@ -155,6 +156,9 @@ class ControlLink:
         latency_ms: float,
         provider: str,
         model: str,
+        cached_input_tokens: int = 0,
+        cache_creation_input_tokens: int = 0,
+        cost_usd: float | None = None,
     ) -> UsageVerdict:
         """Report one model call; the answer says whether to go on.
 
@@ -162,14 +166,19 @@ class ControlLink:
         reports (a negative or absurd token count) never turns an honest
         child into one the supervisor must kill.
         """
+        total_in = _clamp(input_tokens, MAX_TOKENS_PER_CALL)
+        cached = _clamp(cached_input_tokens, total_in)
         report = UsageReport(
             id=self._next_id(),
-            input_tokens=_clamp(input_tokens, MAX_TOKENS_PER_CALL),
+            input_tokens=total_in,
             output_tokens=_clamp(output_tokens, MAX_TOKENS_PER_CALL),
             steps=_clamp(steps, 1000),
             latency_ms=min(max(float(latency_ms), 0.0), MAX_LATENCY_MS) if math.isfinite(latency_ms) else 0.0,
             provider=str(provider)[:MAX_NAME_CHARS],
             model=str(model)[:MAX_NAME_CHARS],
+            cached_input_tokens=cached,
+            cache_creation_input_tokens=_clamp(cache_creation_input_tokens, total_in - cached),
+            cost_usd=_cost(cost_usd),
         )
         answer = await self._request(report, timeout=LINK_TIMEOUT)
         assert isinstance(answer, UsageVerdict)
@@ -208,6 +217,13 @@ class ControlLink:
             self._out_send.send_nowait(frame)
         except trio.WouldBlock:
             self.dropped_events += 1
+
+
+def _cost(value: Any) -> float | None:
+    """A call's cost as the protocol carries it: a finite amount within bounds, else unknown."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value) if 0 <= value <= MAX_CALL_COST_USD else None
 
 
 def _clamp(value: Any, top: int) -> int:
@@ -295,8 +311,9 @@ async def amain(payload: SpawnPayload, mcp_sock: socket.socket, control_sock: so
         )
     )
     mcp_stream = trio.SocketStream(trio.socket.from_stdlib_socket(mcp_sock))
-    options: dict[str, Any] = {} if payload.model_timeout is None else {"timeout": payload.model_timeout}
-    model = make_model(payload.model, env=os.environ, telemetry=ChildTelemetry(control), **options)
+    model = make_model(
+        payload.model, env=os.environ, telemetry=ChildTelemetry(control), **_model_options(payload)
+    )
     tools = [
         ToolSpec(name=t.name, description=t.description, input_schema=dict(t.input_schema))
         for t in payload.tools
@@ -325,6 +342,22 @@ async def amain(payload: SpawnPayload, mcp_sock: socket.socket, control_sock: so
                 await model.aclose()
         nursery.cancel_scope.cancel()
     return EXIT_OK if control.supervisor_gone else code
+
+
+def _model_options(payload: SpawnPayload) -> dict[str, Any]:
+    """``make_model`` keywords the spawn payload carries (absent: the model's defaults)."""
+    from agentd.models import ModelSettings, ProviderConfig
+
+    options: dict[str, Any] = {}
+    if payload.model_timeout is not None:
+        options["timeout"] = payload.model_timeout
+    if payload.model_settings:
+        options["settings"] = ModelSettings.from_mapping(payload.model_settings)
+    if payload.providers:
+        options["providers"] = {
+            name: ProviderConfig.from_payload(table.model_dump()) for name, table in payload.providers.items()
+        }
+    return options
 
 
 def run_child(payload: SpawnPayload, mcp_sock: socket.socket, control_sock: socket.socket) -> int:

@@ -57,6 +57,9 @@ class SupervisorLink(Protocol):
         latency_ms: float,
         provider: str,
         model: str,
+        cached_input_tokens: int = 0,
+        cache_creation_input_tokens: int = 0,
+        cost_usd: float | None = None,
     ) -> UsageVerdict: ...
 
     async def turn_end(self, *, status: TerminalStatus, text: str, idle: bool) -> NextTurn: ...
@@ -133,10 +136,12 @@ async def run_turn(
             latency_ms=latency_ms,
             provider=model.provider,
             model=model.name,
+            cached_input_tokens=reply.usage.cached_input_tokens,
+            cache_creation_input_tokens=reply.usage.cache_creation_input_tokens,
+            cost_usd=reply.cost_usd,
         )
-        state.messages.append(
-            Message(role="assistant", content=reply.text, tool_calls=list(reply.tool_calls))
-        )
+        # as_message keeps what the provider needs back next call (thinking blocks, reasoning items).
+        state.messages.append(reply.as_message())
         if reply.text:
             state.last_text = reply.text
         if reply.stop == "refusal":

@@ -57,6 +57,11 @@ def set_pdeathsig(sig: int = signal.SIGKILL) -> None:
         pass
 
 
+#: Environment variable naming the model specs the children will use (a JSON
+#: list), so the zygote prepares their providers before it forks.
+PREWARM_MODELS_ENV = "AGENTD_PREWARM_MODELS"
+
+
 def prewarm() -> None:
     """Import everything a child needs, so forks inherit it for free."""
     import mcp
@@ -66,7 +71,11 @@ def prewarm() -> None:
     import agentd.agent.child
     import agentd.agent.loop
     import agentd.models
-    import agentd.selfmcp.transport  # noqa: F401
+    import agentd.selfmcp.transport
+
+    # A cloud SDK (bedrock:/vertex:) takes seconds to import: before "ready",
+    # where the supervisor's generous start-up bound applies, never in a spawn.
+    agentd.models.prewarm(_prewarm_specs(), http=False)
 
     # The SDK does much of its work lazily (imports, pydantic validators built
     # on first use): one in-process self-MCP exchange here makes every forked
@@ -118,6 +127,23 @@ async def _rehearse() -> None:
         nursery.cancel_scope.cancel()
 
 
+def _prewarm_specs() -> list[str]:
+    specs = orjson.loads(os.environ.get(PREWARM_MODELS_ENV) or "[]")
+    return [str(s) for s in specs] if isinstance(specs, list) else []
+
+
+def prewarm_http() -> None:
+    """The HTTP providers' TLS context and transport, and the price database (~0.35 s).
+
+    Done right after the zygote said "ready": the supervisor's start-up goes
+    on meanwhile (servers, endpoints), and a spawn request that arrives
+    sooner waits at most this long.
+    """
+    import agentd.models
+
+    agentd.models.prewarm(_prewarm_specs(), sdks=False)
+
+
 def _child(ctl: socket.socket, mcp_fd: int, control_fd: int, agent: str) -> None:
     """In the forked child: detach from the zygote's plumbing and run the agent."""
     ctl.close()
@@ -156,6 +182,7 @@ def serve(ctl: socket.socket) -> None:
     sel.register(ctl, selectors.EVENT_READ, "ctl")
     sel.register(rpipe, selectors.EVENT_READ, "chld")
     ctl.send(orjson.dumps({"ready": os.getpid()}))
+    prewarm_http()
     while True:
         for key, _ in sel.select():
             if key.data == "chld":

@@ -1,10 +1,14 @@
 """Model providers behind one small interface (ARCHITECTURE.md decision 7).
 
-``make_model("openai:gpt-4o-mini", env=os.environ)`` returns a :class:`Model`;
-``await model.complete(system=..., messages=[...], tools=[...])`` returns the
-next :class:`ModelReply`. Providers: ``openai:`` (Chat Completions, any
-compatible base URL), ``anthropic:`` (Messages API), ``script:`` (a JSON file
-of assistant turns, offline and deterministic).
+``make_model("openai:gpt-4o-mini", env=os.environ, settings=ModelSettings(...))``
+returns a :class:`Model`; ``await model.complete(system=..., messages=[...],
+tools=[...])`` returns the next :class:`ModelReply`, with its :class:`Usage`
+(cached tokens included) and its cost in USD. Providers: ``openai:`` (Chat
+Completions, any compatible base URL), ``openai-responses:`` (Responses API),
+``anthropic:`` (Messages API), ``azure:`` (Azure OpenAI deployments),
+``bedrock:`` / ``vertex:`` (Anthropic models through the official SDK, optional
+extras), ``NAME:`` (a ``[providers.NAME]`` endpoint) and ``script:`` (a JSON
+file of assistant turns, offline and deterministic).
 
 Errors (from :mod:`agentd.errors`)::
 
@@ -28,8 +32,19 @@ from agentd.models.base import (
     Usage,
     estimate_tokens,
 )
-from agentd.models.factory import PROVIDERS, Provider, make_model, parse_model_spec, validate_model_spec
+from agentd.models.factory import (
+    PROVIDERS,
+    Provider,
+    ProviderConfig,
+    make_model,
+    parse_model_spec,
+    prewarm,
+    settings_problems,
+    validate_model_spec,
+    wire_api,
+)
 from agentd.models.script import NO_REPLY, Script, ScriptModel, load_script
+from agentd.models.settings import ModelSettings, SettingError, WireApi
 
 __all__ = [
     "NO_REPLY",
@@ -37,17 +52,24 @@ __all__ = [
     "Message",
     "Model",
     "ModelReply",
+    "ModelSettings",
     "Provider",
+    "ProviderConfig",
     "Role",
     "Script",
     "ScriptModel",
+    "SettingError",
     "StopReason",
     "ToolCall",
     "ToolSpec",
     "Usage",
+    "WireApi",
     "estimate_tokens",
     "load_script",
     "make_model",
     "parse_model_spec",
+    "prewarm",
+    "settings_problems",
     "validate_model_spec",
+    "wire_api",
 ]

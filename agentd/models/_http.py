@@ -114,6 +114,41 @@ _REQUEST_FIXES = {
 
 Sleep = Callable[[float], Awaitable[None]]
 
+_SSL_CONTEXT: Any = None
+
+
+def shared_ssl_context() -> Any:
+    """One TLS context for every provider client of this process (built on first use).
+
+    Building one loads the CA bundle (about 0.1 s here) and the first HTTP
+    client imports the transport (another 0.1 s): the zygote calls
+    :func:`prewarm` so that every forked child starts with both done, and each
+    child's client costs well under a millisecond (``rfcs/0170``). The context
+    honours ``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` as httpx does.
+    """
+    global _SSL_CONTEXT
+    if _SSL_CONTEXT is None:
+        _SSL_CONTEXT = httpx2.create_ssl_context()
+    return _SSL_CONTEXT
+
+
+def new_client(timeout: float, *, read_timeout: float | None = None) -> httpx2.AsyncClient:
+    """An ``httpx2.AsyncClient`` on the shared TLS context, bounded as a model call is.
+
+    ``timeout`` bounds each read and write (a non-streaming answer's first
+    byte only arrives when the whole generation is done, so it can be as long
+    as the call's deadline); connecting takes at most :data:`CONNECT_TIMEOUT_S`.
+    """
+    read = timeout if read_timeout is None else read_timeout
+    return httpx2.AsyncClient(
+        verify=shared_ssl_context(), timeout=httpx2.Timeout(read, connect=min(CONNECT_TIMEOUT_S, timeout))
+    )
+
+
+def prewarm() -> None:
+    """Build the shared TLS context and import the HTTP transport (the zygote does this before forking)."""
+    httpx2.AsyncClient(verify=shared_ssl_context())
+
 
 def retry_after_seconds(headers: Mapping[str, str], *, now_wall: float) -> float | None:
     """The delay a response asks for, or ``None`` when it names none (or an unusable one).
@@ -245,9 +280,7 @@ class JsonPoster:
         # Per-read bound: a non-streaming answer sends its first byte only when the
         # whole generation is done, so the wait for it can be as long as the call's
         # deadline; the deadline itself (below) bounds everything, trickles included.
-        self._client = client or httpx2.AsyncClient(
-            timeout=httpx2.Timeout(timeout, connect=min(CONNECT_TIMEOUT_S, timeout))
-        )
+        self._client = client or new_client(timeout)
 
     async def aclose(self) -> None:
         """Close the connection pool."""

@@ -1,33 +1,55 @@
 """``anthropic:MODEL``: the Messages API.
 
-``POST {base}/v1/messages`` with ``x-api-key`` and ``anthropic-version``.
+``POST {base}/v1/messages`` with ``x-api-key`` and ``anthropic-version``. The
+request body and the reply parsing here are also what ``bedrock:`` and
+``vertex:`` send through the official SDK (:mod:`agentd.models.cloud`).
 
 Transcript mapping (request):
 
 * ``system`` → the top-level ``system`` field (omitted when empty).
 * user → ``{"role": "user", "content": text}``.
-* assistant → ``{"role": "assistant", "content": [text block?, tool_use blocks…]}``;
+* assistant → ``{"role": "assistant", "content": [thinking blocks?, text block?, tool_use blocks…]}``;
   a ``tool_use`` block is ``{"type": "tool_use", "id", "name", "input"}``,
-  ``input`` being ``{}`` for a call whose arguments were invalid. An assistant
-  turn with neither text nor calls is sent as the text ``NO_REPLY`` (the API
-  refuses empty content, and an empty reply means exactly that in agentd).
+  ``input`` being ``{}`` for a call whose arguments were invalid. The
+  ``thinking`` / ``redacted_thinking`` blocks of the reply come back first,
+  verbatim (with their signatures), as extended thinking with tools requires.
+  An assistant turn with neither text nor calls is sent as the text
+  ``NO_REPLY`` (the API refuses empty content, and an empty reply means
+  exactly that in agentd).
 * tool → a ``{"type": "tool_result", "tool_use_id", "content", "is_error"?}``
   block in a user message.
 * Consecutive messages that land on the same wire role are merged into one
   message (so the results of one assistant turn travel together, followed
   by any user text that came after them), as the API requires.
 
+Prompt caching (``prompt_cache``, default ``5m``; ``rfcs/0166``): a
+``cache_control`` breakpoint on the last tool (caching the tool list), on the
+system prompt, on the last block of the request, and on the last block of the
+previous user message (where the previous call's request ended), so each call
+reads the previous call's whole prefix from the cache and a warm session's
+next turn re-reads only what is new. Four breakpoints: the API's maximum.
+
+Settings: ``max_tokens`` (``max_output_tokens``, else
+:func:`default_max_output_tokens`), ``temperature``, ``top_p``,
+``stop_sequences``, ``thinking: {"type": "enabled", "budget_tokens"}``, and,
+only when tools are offered, ``tool_choice`` (``auto``/``none``/``any``/
+``tool``) with ``disable_parallel_tool_use`` for ``parallel_tool_calls =
+false``; ``extra`` is merged into the body last.
+
 Reply mapping: ``text`` blocks joined, ``tool_use`` blocks → tool calls;
 ``stop_reason`` ``end_turn``/``stop_sequence``/``pause_turn`` → end,
 ``tool_use`` → tool_use, ``max_tokens``/``model_context_window_exceeded``
-→ max_tokens, ``refusal`` → refusal; ``usage.input_tokens`` / ``output_tokens``.
+→ max_tokens, ``refusal`` → refusal. Usage: ``input_tokens`` +
+``cache_read_input_tokens`` + ``cache_creation_input_tokens`` is the whole
+input (the API counts the three apart), ``output_tokens``.
 """
 
 from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import httpx2
@@ -45,6 +67,8 @@ from agentd.models.base import (
     ToolSpec,
     Usage,
 )
+from agentd.models.pricing import price_call
+from agentd.models.settings import ModelSettings
 from agentd.redact import redact
 from agentd.telemetry import Telemetry
 
@@ -53,14 +77,71 @@ DEFAULT_BASE_URL = "https://api.anthropic.com"
 #: The API version header value this module's wire format follows.
 API_VERSION = "2023-06-01"
 
-#: Output-token limit per call when none is configured (the API requires one).
-DEFAULT_MAX_TOKENS = 8192
+#: Output-token limit per reply when none is configured (the API requires
+#: one). Current Claude models allow 32k-64k, but agentd does not stream: a
+#: non-streaming answer must arrive within a bounded time (the official SDK
+#: refuses non-streaming requests above about 21k tokens for that reason), and
+#: 16k covers every ordinary reply and tool call.
+DEFAULT_MAX_OUTPUT_TOKENS = 16384
+
+#: The older name of :data:`DEFAULT_MAX_OUTPUT_TOKENS`.
+DEFAULT_MAX_TOKENS = DEFAULT_MAX_OUTPUT_TOKENS
+
+#: Models whose output limit is below the default (their names, also as
+#: Bedrock and Vertex spell them, contain these): the API refuses a larger
+#: ``max_tokens`` outright.
+SMALLER_OUTPUT_LIMITS: tuple[tuple[str, int], ...] = (
+    ("claude-3-5-", 8192),
+    ("claude-3-haiku", 4096),
+    ("claude-3-opus", 4096),
+    ("claude-3-sonnet", 4096),
+)
+
+#: Room for the answer itself on top of a thinking budget, when the output
+#: limit is left to agentd (thinking counts toward ``max_tokens``).
+THINKING_ANSWER_ROOM = 4096
 
 #: Sent for an assistant turn that had neither text nor tool calls.
 EMPTY_ASSISTANT_TEXT = "NO_REPLY"
 
 #: The refusal text when the model stopped with ``refusal`` but said nothing.
 DEFAULT_REFUSAL = "The model declined to continue."
+
+
+def default_max_output_tokens(model: str, thinking_budget: int | None = None) -> int:
+    """``max_tokens`` to send when ``max_output_tokens`` is not set.
+
+    :data:`DEFAULT_MAX_OUTPUT_TOKENS`, or the model's own smaller limit
+    (:data:`SMALLER_OUTPUT_LIMITS`); with a thinking budget, at least the
+    budget plus :data:`THINKING_ANSWER_ROOM`.
+    """
+    limit = DEFAULT_MAX_OUTPUT_TOKENS
+    lowered = model.lower()
+    for fragment, smaller in SMALLER_OUTPUT_LIMITS:
+        if fragment in lowered:
+            limit = smaller
+            break
+    if thinking_budget:
+        limit = max(limit, thinking_budget + THINKING_ANSWER_ROOM)
+    return limit
+
+
+#: The ``anthropic-beta`` flag that enables the one-hour cache lifetime (sent only with ``prompt_cache = "1h"``).
+EXTENDED_CACHE_TTL_BETA = "extended-cache-ttl-2025-04-11"
+
+
+def beta_headers(settings: ModelSettings) -> dict[str, str]:
+    """The ``anthropic-beta`` header the settings need, if any."""
+    return {"anthropic-beta": EXTENDED_CACHE_TTL_BETA} if settings.prompt_cache == "1h" else {}
+
+
+def cache_control(ttl: str) -> dict[str, str]:
+    """A ``cache_control`` breakpoint with the given lifetime (``5m`` is the API's default)."""
+    return {"type": "ephemeral"} if ttl == "5m" else {"type": "ephemeral", "ttl": ttl}
+
+
+#: Tag of :attr:`~agentd.models.base.Message.provider_data` written by this wire format.
+PROVIDER_DATA_API = "messages"
 
 _STOP: dict[str, StopReason] = {
     "end_turn": "end",
@@ -79,9 +160,15 @@ def build_request(
     system: str | None,
     messages: Sequence[Message],
     tools: Sequence[ToolSpec],
-    max_tokens: int = DEFAULT_MAX_TOKENS,
+    max_tokens: int | None = None,
+    settings: ModelSettings | None = None,
 ) -> dict[str, Any]:
-    """The Messages API request body for this transcript (pure)."""
+    """The Messages API request body for this transcript (pure).
+
+    ``max_tokens`` is the older spelling of ``settings.max_output_tokens``
+    (the setting wins when both are given).
+    """
+    settings = settings or ModelSettings()
     wire: list[dict[str, Any]] = []
     for m in messages:
         role: str
@@ -90,7 +177,7 @@ def build_request(
             role, content = "user", m.content
         elif m.role == "assistant":
             role = "assistant"
-            blocks: list[dict[str, Any]] = []
+            blocks: list[dict[str, Any]] = _replayed_thinking(m)
             if m.content:
                 blocks.append({"type": "text", "text": m.content})
             for c in m.tool_calls:
@@ -102,7 +189,7 @@ def build_request(
                         "input": c.arguments if c.arguments is not None else {},
                     }
                 )
-            if not blocks:
+            if not any(b["type"] in ("text", "tool_use") for b in blocks):
                 blocks.append({"type": "text", "text": EMPTY_ASSISTANT_TEXT})
             content = blocks
         else:
@@ -119,18 +206,86 @@ def build_request(
             wire[-1]["content"] = _as_blocks(wire[-1]["content"]) + _as_blocks(content)
         else:
             wire.append({"role": role, "content": content})
+    cache = settings.prompt_cache or "5m"
+    if max_tokens is None or settings.max_output_tokens is not None:
+        max_tokens = settings.max_output_tokens or default_max_output_tokens(model, settings.thinking_budget)
     body: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "messages": wire}
     if system:
-        body["system"] = system
+        body["system"] = (
+            system
+            if cache == "off"
+            else [{"type": "text", "text": system, "cache_control": cache_control(cache)}]
+        )
     if tools:
         body["tools"] = [
             {"name": t.name, "description": t.description, "input_schema": t.input_schema} for t in tools
         ]
+        if cache != "off":
+            body["tools"][-1]["cache_control"] = cache_control(cache)
+    if cache != "off":
+        _mark_prefix(wire, cache_control(cache))
+    if settings.temperature is not None:
+        body["temperature"] = settings.temperature
+    if settings.top_p is not None:
+        body["top_p"] = settings.top_p
+    if settings.stop is not None:
+        body["stop_sequences"] = list(settings.stop)
+    if settings.thinking_budget:
+        body["thinking"] = {"type": "enabled", "budget_tokens": settings.thinking_budget}
+    if tools:
+        choice = tool_choice_field(settings.tool_choice, settings.parallel_tool_calls)
+        if choice is not None:
+            body["tool_choice"] = choice
+    body.update(settings.extra)
     return body
 
 
+def tool_choice_field(choice: str | None, parallel: bool | None) -> dict[str, Any] | None:
+    """``tool_choice`` as the Messages API spells it (``required`` is ``any``), or None to send none."""
+    if choice is None and parallel is not False:
+        return None
+    if choice is None or choice == "auto":
+        field: dict[str, Any] = {"type": "auto"}
+    elif choice == "none":
+        return {"type": "none"}  # no tool is called: there is nothing to parallelise
+    elif choice == "required":
+        field = {"type": "any"}
+    else:
+        field = {"type": "tool", "name": choice}
+    if parallel is False:
+        field["disable_parallel_tool_use"] = True
+    return field
+
+
+def _replayed_thinking(m: Message) -> list[dict[str, Any]]:
+    data = m.provider_data
+    if not data or data.get("api") != PROVIDER_DATA_API:
+        return []
+    return [dict(b) for b in data.get("thinking", ()) if isinstance(b, dict)]
+
+
+def _mark_prefix(wire: list[dict[str, Any]], control: dict[str, str]) -> None:
+    """Breakpoints on the request's last block and on the previous user message's last block."""
+    users = [i for i, m in enumerate(wire) if m["role"] == "user"]
+    marks = [len(wire) - 1] if wire else []
+    if len(users) >= 2 and users[-2] not in marks:
+        marks.append(users[-2])
+    elif len(users) == 1 and users[0] not in marks:
+        marks.append(users[0])
+    for i in marks:
+        blocks = _as_blocks(wire[i]["content"])
+        for block in reversed(blocks):
+            # Breakpoints cannot sit on thinking blocks or empty text.
+            if block.get("type") in ("text", "tool_result", "tool_use") and (
+                block.get("type") != "text" or block.get("text")
+            ):
+                block["cache_control"] = control
+                break
+        wire[i]["content"] = blocks
+
+
 def _as_blocks(content: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{"type": "text", "text": content}] if isinstance(content, str) else content
+    return [{"type": "text", "text": content}] if isinstance(content, str) else [dict(b) for b in content]
 
 
 def parse_response(body: dict[str, Any]) -> ModelReply:
@@ -145,6 +300,7 @@ def parse_response(body: dict[str, Any]) -> ModelReply:
         raise _unexpected("content", f"is missing or not a list (keys {sorted(body)!r:.200})")
     texts: list[str] = []
     calls: list[ToolCall] = []
+    thinking: list[dict[str, Any]] = []
     for i, block in enumerate(content):
         if not isinstance(block, dict):
             raise _unexpected(f"content[{i}]", f"is not an object: {block!r:.200}")
@@ -153,7 +309,10 @@ def parse_response(body: dict[str, Any]) -> ModelReply:
             texts.append(str(block.get("text") or ""))
         elif kind == "tool_use":
             calls.append(_tool_call(i, block))
-        # Other block kinds (thinking, server tools) carry nothing the loop uses.
+        elif kind in ("thinking", "redacted_thinking"):
+            # Sent back verbatim (signature included) with the next request.
+            thinking.append(block)
+        # Other block kinds (server tools) carry nothing the loop uses.
     text = "".join(texts)
     reason = body.get("stop_reason")
     stop: StopReason = _STOP.get(reason, "end") if isinstance(reason, str) else "end"
@@ -163,8 +322,21 @@ def parse_response(body: dict[str, Any]) -> ModelReply:
     usage = body.get("usage")
     if not isinstance(usage, dict):
         usage = {}
-    tokens = Usage(_int(usage.get("input_tokens")), _int(usage.get("output_tokens")))
-    return ModelReply(text=text, tool_calls=calls, stop=stop, usage=tokens, refusal=refusal)
+    read = _int(usage.get("cache_read_input_tokens"))
+    written = _int(usage.get("cache_creation_input_tokens"))
+    tokens = Usage(
+        _int(usage.get("input_tokens")) + read + written, _int(usage.get("output_tokens")), read, written
+    )
+    data = {"api": PROVIDER_DATA_API, "thinking": thinking} if thinking else None
+    return ModelReply(
+        text=text, tool_calls=calls, stop=stop, usage=tokens, refusal=refusal, provider_data=data
+    )
+
+
+def response_model(body: dict[str, Any]) -> str | None:
+    """The model name the provider reported, if any."""
+    name = body.get("model")
+    return name[:200] if isinstance(name, str) and name else None
 
 
 def _unexpected(field: str, problem: str) -> ModelResponseError:
@@ -207,7 +379,11 @@ class AnthropicModel:
         name: the model name sent as ``model``.
         base_url: the API root; ``/v1/messages`` is appended.
         api_key: sent as ``x-api-key``; ``None`` sends no key (a proxy that adds its own).
-        max_tokens: the output-token limit per call.
+        max_tokens: the older spelling of ``settings.max_output_tokens``.
+        settings: the model settings sent with every call.
+        headers: extra request headers (a ``[providers.NAME]`` table).
+        provider: the provider name in telemetry and messages (``anthropic``, NAME).
+        price_provider: the ``genai-prices`` provider id to price calls with (None: unknown).
         timeout: the deadline of one call, retries included (``--model-timeout``).
         sleep, rng, wall_clock, telemetry, max_attempts, client: see
             :class:`agentd.models._http.JsonPoster` (injected by tests).
@@ -221,7 +397,13 @@ class AnthropicModel:
         *,
         base_url: str = DEFAULT_BASE_URL,
         api_key: str | None = None,
-        max_tokens: int = DEFAULT_MAX_TOKENS,
+        max_tokens: int | None = None,
+        settings: ModelSettings | None = None,
+        headers: Mapping[str, str] | None = None,
+        provider: str = "anthropic",
+        price_provider: str | None = "anthropic",
+        auth_fix: str = "set ANTHROPIC_API_KEY to a valid key for this base URL (ANTHROPIC_BASE_URL)",
+        base_url_var: str = "ANTHROPIC_BASE_URL",
         timeout: float = DEFAULT_MODEL_TIMEOUT_S,
         sleep: Sleep = trio.sleep,
         rng: random.Random | None = None,
@@ -231,16 +413,24 @@ class AnthropicModel:
         client: httpx2.AsyncClient | None = None,
     ) -> None:
         self.name = name
+        self.provider = provider
+        self.price_provider = price_provider
         self.url = join_url(base_url, "/v1/messages")
-        self.max_tokens = max_tokens
-        self._headers = {"anthropic-version": API_VERSION}
+        self.settings = settings or ModelSettings()
+        if max_tokens is not None and self.settings.max_output_tokens is None:
+            self.settings = replace(self.settings, max_output_tokens=max_tokens)
+        self.max_tokens = self.settings.max_output_tokens or default_max_output_tokens(
+            name, self.settings.thinking_budget
+        )
+        self._headers = {"anthropic-version": API_VERSION, **beta_headers(self.settings)}
         if api_key:
             self._headers["x-api-key"] = api_key
+        self._headers.update(headers or {})
         self._poster = JsonPoster(
-            provider=self.provider,
-            auth_fix="set ANTHROPIC_API_KEY to a valid key for this base URL (ANTHROPIC_BASE_URL)",
+            provider=provider,
+            auth_fix=auth_fix,
             model=name,
-            base_url_var="ANTHROPIC_BASE_URL",
+            base_url_var=base_url_var,
             timeout=timeout,
             sleep=sleep,
             rng=rng,
@@ -251,7 +441,7 @@ class AnthropicModel:
         )
 
     def __repr__(self) -> str:
-        return f"AnthropicModel({self.name!r}, url={redact(self.url)!r})"
+        return f"AnthropicModel({self.name!r}, provider={self.provider!r}, url={redact(self.url)!r})"
 
     async def complete(
         self,
@@ -261,11 +451,12 @@ class AnthropicModel:
         tools: Sequence[ToolSpec],
     ) -> ModelReply:
         """One Messages API call (see :class:`agentd.models.base.Model`)."""
-        body = build_request(
-            self.name, system=system, messages=messages, tools=tools, max_tokens=self.max_tokens
-        )
+        body = build_request(self.name, system=system, messages=messages, tools=tools, settings=self.settings)
         answer = await self._poster.post(self.url, headers=self._headers, body=body)
-        return parse_response(answer)
+        reply = parse_response(answer)
+        return replace(
+            reply, cost_usd=price_call(self.price_provider, (response_model(answer), self.name), reply.usage)
+        )
 
     async def aclose(self) -> None:
         """Close the connection pool."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -157,6 +157,10 @@ class Message:
         tool_calls: the calls an ``assistant`` message made (empty otherwise).
         tool_call_id: for ``tool`` messages, the id of the call this answers.
         is_error: for ``tool`` messages, whether the result is an error.
+        provider_data: for ``assistant`` messages, what the provider that wrote
+            the reply needs back verbatim on the next call (Anthropic thinking
+            blocks, Responses reasoning items), tagged ``{"provider": NAME, ...}``;
+            only that provider reads it, every other one ignores it.
     """
 
     role: Role
@@ -164,6 +168,7 @@ class Message:
     tool_calls: list[ToolCall] = field(default_factory=list)
     tool_call_id: str | None = None
     is_error: bool = False
+    provider_data: Mapping[str, Any] | None = None
 
     @classmethod
     def user(cls, content: str) -> Message:
@@ -171,9 +176,17 @@ class Message:
         return cls(role="user", content=content)
 
     @classmethod
-    def assistant(cls, content: str, tool_calls: Sequence[ToolCall] = ()) -> Message:
+    def assistant(
+        cls,
+        content: str,
+        tool_calls: Sequence[ToolCall] = (),
+        *,
+        provider_data: Mapping[str, Any] | None = None,
+    ) -> Message:
         """An assistant turn, with the tool calls it made."""
-        return cls(role="assistant", content=content, tool_calls=list(tool_calls))
+        return cls(
+            role="assistant", content=content, tool_calls=list(tool_calls), provider_data=provider_data
+        )
 
     @classmethod
     def tool_result(cls, tool_call_id: str, content: str, *, is_error: bool = False) -> Message:
@@ -183,14 +196,31 @@ class Message:
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Tokens one model call consumed (as the provider reported, or estimated)."""
+    """Tokens one model call consumed (as the provider reported, or estimated).
+
+    Every provider's figures are brought to one meaning (``rfcs/0167``):
+
+    Attributes:
+        input_tokens: every input token of the call, those read from the
+            prompt cache and those written to it included (OpenAI's
+            ``prompt_tokens``; Anthropic's ``input_tokens`` +
+            ``cache_read_input_tokens`` + ``cache_creation_input_tokens``).
+        output_tokens: tokens generated (thinking and reasoning included).
+        cached_input_tokens: the part of ``input_tokens`` read from the cache
+            (OpenAI ``prompt_tokens_details.cached_tokens``, Anthropic
+            ``cache_read_input_tokens``), billed at a discount.
+        cache_creation_input_tokens: the part of ``input_tokens`` written to
+            the cache (Anthropic ``cache_creation_input_tokens``), billed at a premium.
+    """
 
     input_tokens: int
     output_tokens: int
+    cached_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
 
     @property
     def total(self) -> int:
-        """Input plus output tokens."""
+        """Input plus output tokens: every token the provider bills (the token budget counts these)."""
         return self.input_tokens + self.output_tokens
 
 
@@ -204,6 +234,8 @@ class ModelReply:
         stop: why the turn ended.
         usage: the tokens this call consumed.
         refusal: the refusal message when ``stop == "refusal"``.
+        cost_usd: what the call cost in USD (``genai-prices``), ``None`` when unknown.
+        provider_data: what the provider needs back on the next call (see :class:`Message`).
     """
 
     text: str
@@ -211,10 +243,12 @@ class ModelReply:
     stop: StopReason
     usage: Usage
     refusal: str | None = None
+    cost_usd: float | None = None
+    provider_data: Mapping[str, Any] | None = None
 
     def as_message(self) -> Message:
         """This reply as the assistant message to append to the transcript."""
-        return Message.assistant(self.text, self.tool_calls)
+        return Message.assistant(self.text, self.tool_calls, provider_data=self.provider_data)
 
 
 @runtime_checkable
@@ -227,7 +261,8 @@ class Model(Protocol):
     """
 
     provider: str
-    """The provider prefix of the spec (``openai``, ``anthropic``, ``script``)."""
+    """The provider prefix of the spec (``openai``, ``anthropic``, ``azure``, ``bedrock``, ``vertex``,
+    ``openai-responses``, ``script``, or a ``[providers.NAME]`` name)."""
     name: str
     """The model name after the prefix (for ``script``: the file path)."""
 

@@ -14,18 +14,32 @@ Transcript mapping (request):
 * tool → ``{"role": "tool", "tool_call_id", "content"}``; the API has no error
   flag, so an error result's content is prefixed with :data:`TOOL_ERROR_PREFIX`.
 
+Settings (:class:`~agentd.models.settings.ModelSettings`) go on the wire as
+the API documents them: ``temperature``, ``top_p``, ``max_completion_tokens``,
+``stop``, ``reasoning_effort``, and, only when tools are offered (the API
+refuses them otherwise), ``parallel_tool_calls`` and ``tool_choice``
+(``"auto"``/``"none"``/``"required"`` or ``{"type": "function", "function":
+{"name"}}``); ``extra`` is merged into the body last.
+
 Reply mapping: ``choices[0].message`` content / ``tool_calls`` / ``refusal``;
 ``finish_reason`` ``stop`` → end, ``tool_calls`` → tool_use (also whenever
 tool calls are present: some servers say ``stop``), ``length`` → max_tokens,
-``content_filter`` or a ``refusal`` → refusal. ``usage.prompt_tokens`` /
-``completion_tokens``, estimated when a server omits them.
+``content_filter`` or a ``refusal`` → refusal. ``usage.prompt_tokens`` (every
+input token) / ``completion_tokens``, with
+``usage.prompt_tokens_details.cached_tokens`` (OpenAI's automatic prompt
+caching) and ``cache_write_tokens``; estimated when a server omits usage.
+
+The same client serves Azure OpenAI (``azure:DEPLOYMENT``: the factory builds
+the deployment URL, its ``api-version`` and the ``api-key`` or bearer header)
+and every ``[providers.NAME]`` endpoint.
 """
 
 from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import httpx2
@@ -45,6 +59,8 @@ from agentd.models.base import (
     estimate_input_tokens,
     estimate_tokens,
 )
+from agentd.models.pricing import price_call
+from agentd.models.settings import TOOL_CHOICE_WORDS, ModelSettings
 from agentd.redact import redact
 from agentd.telemetry import Telemetry
 
@@ -72,8 +88,13 @@ def build_request(
     messages: Sequence[Message],
     tools: Sequence[ToolSpec],
     max_tokens: int | None = None,
+    settings: ModelSettings | None = None,
 ) -> dict[str, Any]:
-    """The Chat Completions request body for this transcript (pure)."""
+    """The Chat Completions request body for this transcript (pure).
+
+    ``max_tokens`` is the older spelling of ``settings.max_output_tokens``
+    (the setting wins when both are given).
+    """
     wire: list[dict[str, Any]] = []
     if system:
         wire.append({"role": "system", "content": system})
@@ -107,9 +128,32 @@ def build_request(
             }
             for t in tools
         ]
-    if max_tokens is not None:
-        body["max_completion_tokens"] = max_tokens
+    settings = settings or ModelSettings()
+    limit = settings.max_output_tokens if settings.max_output_tokens is not None else max_tokens
+    if limit is not None:
+        body["max_completion_tokens"] = limit
+    if settings.temperature is not None:
+        body["temperature"] = settings.temperature
+    if settings.top_p is not None:
+        body["top_p"] = settings.top_p
+    if settings.stop is not None:
+        body["stop"] = list(settings.stop)
+    if settings.reasoning_effort is not None:
+        body["reasoning_effort"] = settings.reasoning_effort
+    if tools:
+        if settings.parallel_tool_calls is not None:
+            body["parallel_tool_calls"] = settings.parallel_tool_calls
+        if settings.tool_choice is not None:
+            body["tool_choice"] = tool_choice_field(settings.tool_choice)
+    body.update(settings.extra)
     return body
+
+
+def tool_choice_field(choice: str) -> str | dict[str, Any]:
+    """``tool_choice`` as Chat Completions spells it: a word, or the function to force."""
+    if choice in TOOL_CHOICE_WORDS:
+        return choice
+    return {"type": "function", "function": {"name": choice}}
 
 
 def parse_response(body: dict[str, Any], *, estimated_input: int = 0) -> ModelReply:
@@ -149,11 +193,32 @@ def parse_response(body: dict[str, Any], *, estimated_input: int = 0) -> ModelRe
         refusal = text or CONTENT_FILTER_REFUSAL
     usage = body.get("usage")
     if isinstance(usage, dict) and _count(usage.get("prompt_tokens")) is not None:
-        tokens = Usage(_count(usage.get("prompt_tokens")) or 0, _count(usage.get("completion_tokens")) or 0)
+        tokens = usage_from(usage, "prompt_tokens", "completion_tokens", "prompt_tokens_details")
     else:
         out = text + "".join(c.name + c.raw_arguments for c in calls)
         tokens = Usage(estimated_input, estimate_tokens(out))
     return ModelReply(text=text, tool_calls=calls, stop=stop, usage=tokens, refusal=refusal)
+
+
+def usage_from(usage: dict[str, Any], input_key: str, output_key: str, details_key: str) -> Usage:
+    """OpenAI usage (Chat Completions or Responses spelling) as a :class:`Usage`.
+
+    The input count already includes the cached tokens; the cache figures are
+    clamped into it, so a server reporting more cached tokens than input
+    tokens cannot make a count negative.
+    """
+    total_in = _count(usage.get(input_key)) or 0
+    details = usage.get(details_key)
+    details = details if isinstance(details, dict) else {}
+    cached = min(_count(details.get("cached_tokens")) or 0, total_in)
+    written = min(_count(details.get("cache_write_tokens")) or 0, total_in - cached)
+    return Usage(total_in, _count(usage.get(output_key)) or 0, cached, written)
+
+
+def response_model(body: dict[str, Any]) -> str | None:
+    """The model name the provider reported (a dated snapshot, an Azure deployment's model), if any."""
+    name = body.get("model")
+    return name[:200] if isinstance(name, str) and name else None
 
 
 def _unexpected(field: str, problem: str) -> ModelResponseError:
@@ -203,13 +268,20 @@ def _keys(obj: dict[str, Any]) -> str:
 
 
 class OpenAIModel:
-    """A Chat Completions model.
+    """A Chat Completions model (OpenAI, Azure OpenAI, or any compatible server).
 
     Args:
-        name: the model name sent as ``model``.
+        name: the model name sent as ``model`` (for Azure: the deployment).
         base_url: the API root (``…/v1``); ``/chat/completions`` is appended.
         api_key: sent as ``Authorization: Bearer``; ``None`` sends no header.
-        max_tokens: sent as ``max_completion_tokens`` when set (servers choose otherwise).
+        max_tokens: the older spelling of ``settings.max_output_tokens``.
+        settings: the model settings sent with every call.
+        url: the whole request URL, when the path is not ``/chat/completions`` under
+            ``base_url`` (Azure's deployment URLs); overrides ``base_url``.
+        headers: extra request headers (``api-key``, a ``[providers.NAME]`` table).
+        provider: the provider name in telemetry and messages (``openai``, ``azure``, NAME).
+        price_provider: the ``genai-prices`` provider id to price calls with (None: unknown).
+        auth_fix, base_url_var: what 401/403 and 404 messages tell the user.
         timeout: the deadline of one call, retries included (``--model-timeout``).
         sleep, rng, wall_clock, telemetry, max_attempts, client: see
             :class:`agentd.models._http.JsonPoster` (injected by tests).
@@ -224,6 +296,13 @@ class OpenAIModel:
         base_url: str = DEFAULT_BASE_URL,
         api_key: str | None = None,
         max_tokens: int | None = None,
+        settings: ModelSettings | None = None,
+        url: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        provider: str = "openai",
+        price_provider: str | None = "openai",
+        auth_fix: str = "set OPENAI_API_KEY to a valid key for this base URL (OPENAI_BASE_URL)",
+        base_url_var: str = "OPENAI_BASE_URL",
         timeout: float = DEFAULT_MODEL_TIMEOUT_S,
         sleep: Sleep = trio.sleep,
         rng: random.Random | None = None,
@@ -233,14 +312,20 @@ class OpenAIModel:
         client: httpx2.AsyncClient | None = None,
     ) -> None:
         self.name = name
-        self.url = join_url(base_url, "/chat/completions")
-        self.max_tokens = max_tokens
+        self.provider = provider
+        self.price_provider = price_provider
+        self.url = url if url is not None else join_url(base_url, "/chat/completions")
+        self.settings = settings or ModelSettings()
+        if max_tokens is not None and self.settings.max_output_tokens is None:
+            self.settings = replace(self.settings, max_output_tokens=max_tokens)
+        self.max_tokens = self.settings.max_output_tokens
         self._headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        self._headers.update(headers or {})
         self._poster = JsonPoster(
-            provider=self.provider,
-            auth_fix="set OPENAI_API_KEY to a valid key for this base URL (OPENAI_BASE_URL)",
+            provider=provider,
+            auth_fix=auth_fix,
             model=name,
-            base_url_var="OPENAI_BASE_URL",
+            base_url_var=base_url_var,
             timeout=timeout,
             sleep=sleep,
             rng=rng,
@@ -251,7 +336,7 @@ class OpenAIModel:
         )
 
     def __repr__(self) -> str:
-        return f"OpenAIModel({self.name!r}, url={redact(self.url)!r})"
+        return f"OpenAIModel({self.name!r}, provider={self.provider!r}, url={redact(self.url)!r})"
 
     async def complete(
         self,
@@ -261,11 +346,11 @@ class OpenAIModel:
         tools: Sequence[ToolSpec],
     ) -> ModelReply:
         """One Chat Completions call (see :class:`agentd.models.base.Model`)."""
-        body = build_request(
-            self.name, system=system, messages=messages, tools=tools, max_tokens=self.max_tokens
-        )
+        body = build_request(self.name, system=system, messages=messages, tools=tools, settings=self.settings)
         answer = await self._poster.post(self.url, headers=self._headers, body=body)
-        return parse_response(answer, estimated_input=estimate_input_tokens(system, messages, tools))
+        reply = parse_response(answer, estimated_input=estimate_input_tokens(system, messages, tools))
+        cost = price_call(self.price_provider, (response_model(answer), self.name), reply.usage)
+        return replace(reply, cost_usd=cost)
 
     async def aclose(self) -> None:
         """Close the connection pool."""

@@ -34,8 +34,12 @@ A turn (every key optional, unknown keys are errors):
 * ``refusal``: the turn is a refusal with this message (no text or tool calls).
 * ``stop``: ``"end"`` (default) or ``"max_tokens"`` (a truncated answer);
   not with tool calls or a refusal.
-* ``usage``: ``{"input_tokens": int, "output_tokens": int}``; otherwise both
-  are estimated as ``ceil(characters / 4)`` of what was sent and answered.
+* ``usage``: ``{"input_tokens": int, "output_tokens": int}``, optionally with
+  ``cached_input_tokens`` and ``cache_creation_input_tokens`` (parts of
+  ``input_tokens``); otherwise input and output are estimated as
+  ``ceil(characters / 4)`` of what was sent and answered.
+* ``cost_usd``: what the turn "cost" in US dollars (for dry runs of
+  ``--budget-usd``); otherwise the cost is unknown.
 * ``latency_ms``: wait this long before answering (a stand-in for model latency).
 
 ``then`` says what happens once the turns are used up: ``"no_reply"``
@@ -84,9 +88,13 @@ NO_REPLY = "NO_REPLY"
 MAX_SCRIPT_BYTES = 8 * 1024 * 1024
 
 _TOP_KEYS = frozenset({"description", "turns", "then"})
-_TURN_KEYS = frozenset({"text", "tool_calls", "refusal", "stop", "usage", "latency_ms", "invalid_arguments"})
+_TURN_KEYS = frozenset(
+    {"text", "tool_calls", "refusal", "stop", "usage", "cost_usd", "latency_ms", "invalid_arguments"}
+)
 _CALL_KEYS = frozenset({"name", "arguments", "id", "invalid_arguments"})
-_USAGE_KEYS = frozenset({"input_tokens", "output_tokens"})
+_USAGE_KEYS = frozenset(
+    {"input_tokens", "output_tokens", "cached_input_tokens", "cache_creation_input_tokens"}
+)
 _TURN_STOPS = ("end", "max_tokens")
 _PLACEHOLDER = re.compile(r"\{(instruction|input|last_tool_result)\}")
 _FORMAT_HINT = "see the format in rfcs/0022-script-model-format.md or examples/scripts/"
@@ -112,6 +120,7 @@ class ScriptTurn:
     stop: Literal["end", "max_tokens"] = "end"
     usage: Usage | None = None
     latency_ms: float = 0.0
+    cost_usd: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,8 +248,17 @@ def _parse_turn(raw: Any, where: str) -> ScriptTurn:
     latency = raw.get("latency_ms", 0)
     if not _is_number(latency) or not math.isfinite(latency) or latency < 0:
         raise _Invalid(f"{where}.latency_ms", f"must be a number of milliseconds >= 0, not {latency!r}")
+    cost = raw.get("cost_usd")
+    if cost is not None and (not _is_number(cost) or not math.isfinite(cost) or cost < 0):
+        raise _Invalid(f"{where}.cost_usd", f"must be a number of US dollars >= 0, not {cost!r}")
     return ScriptTurn(
-        text=text, tool_calls=calls, refusal=refusal, stop=stop, usage=usage, latency_ms=float(latency)
+        text=text,
+        tool_calls=calls,
+        refusal=refusal,
+        stop=stop,
+        usage=usage,
+        latency_ms=float(latency),
+        cost_usd=None if cost is None else float(cost),
     )
 
 
@@ -272,12 +290,17 @@ def _parse_usage(raw: Any, where: str) -> Usage:
         raise _Invalid(where, f'must be {{"input_tokens": int, "output_tokens": int}}, not {_kind(raw)}')
     _no_unknown_keys(raw, _USAGE_KEYS, where)
     values = []
-    for key in ("input_tokens", "output_tokens"):
+    for key in ("input_tokens", "output_tokens", "cached_input_tokens", "cache_creation_input_tokens"):
         v = raw.get(key, 0)
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise _Invalid(f"{where}.{key}", f"must be an integer >= 0, not {v!r}")
         values.append(v)
-    return Usage(values[0], values[1])
+    if values[2] + values[3] > values[0]:
+        raise _Invalid(
+            where,
+            "cached_input_tokens + cache_creation_input_tokens are part of input_tokens and cannot exceed it",
+        )
+    return Usage(*values)
 
 
 def _no_unknown_keys(obj: dict[str, Any], allowed: frozenset[str], where: str) -> None:
@@ -336,6 +359,7 @@ class ScriptModel:
     """
 
     provider = "script"
+    price_provider = None
 
     def __init__(self, script: Script, *, name: str | None = None, sleep: Sleep = trio.sleep) -> None:
         self.script = script
@@ -384,7 +408,9 @@ class ScriptModel:
         if usage is None:
             out = text + (refusal or "") + "".join(c.name + c.raw_arguments for c in calls)
             usage = Usage(input_estimate, estimate_tokens(out))
-        return ModelReply(text=text, tool_calls=calls, stop=stop, usage=usage, refusal=refusal)
+        return ModelReply(
+            text=text, tool_calls=calls, stop=stop, usage=usage, refusal=refusal, cost_usd=turn.cost_usd
+        )
 
     def _tool_call(self, k: int, call: ScriptToolCall, fields: dict[str, str]) -> ToolCall:
         call_id = call.id or f"script-{self._calls}-{k}"

@@ -40,7 +40,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Annotated, Any, Final, Literal, TypeAlias
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from agentd.errors import ProtocolError
 from agentd.exitcodes import TerminalStatus
@@ -84,6 +84,8 @@ MAX_MESSAGE_CHARS: Final = 4096
 MAX_TOKENS_PER_CALL: Final = 100_000_000
 #: Steps one usage report may carry (the loop reports 1 per model call).
 MAX_STEPS_PER_REPORT: Final = 1000
+#: Cost one usage report may carry, in US dollars: far above any single model call.
+MAX_CALL_COST_USD: Final = 1_000_000.0
 #: Latency one usage report may carry: a day, in milliseconds.
 MAX_LATENCY_MS: Final = 86_400_000.0
 #: Request ids: a child makes two per model call at most; 2**53 keeps them exact in JSON.
@@ -133,6 +135,17 @@ class ToolSpecFrame(Frame):
     input_schema: dict[str, Any] = Field(default_factory=dict)
 
 
+class ProviderFrame(Frame):
+    """A ``[providers.NAME]`` endpoint (see :class:`agentd.models.ProviderConfig`)."""
+
+    name: str
+    base_url: str
+    api: Literal["chat", "responses", "messages"] = "chat"
+    api_key_env: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    prices: str | None = None
+
+
 class SpawnPayload(Frame):
     """What a new child runs: the first frame on its control channel.
 
@@ -145,6 +158,8 @@ class SpawnPayload(Frame):
         model_timeout: the deadline of one model call in seconds (None: the model's default).
         max_turn_steps: model calls one turn may make before it ends
             ``exhausted_steps`` (None: no cap).
+        model_settings: the model settings, as :meth:`agentd.models.ModelSettings.given` writes them.
+        providers: the ``[providers.NAME]`` endpoints a ``NAME:MODEL`` spec may name.
     """
 
     type: Literal["spawn"] = "spawn"
@@ -155,6 +170,8 @@ class SpawnPayload(Frame):
     tools: tuple[ToolSpecFrame, ...] = ()
     model_timeout: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
     max_turn_steps: Annotated[int, Field(ge=1)] | None = None
+    model_settings: dict[str, Any] = Field(default_factory=dict)
+    providers: dict[str, ProviderFrame] = Field(default_factory=dict)
 
 
 class UsageVerdict(Frame):
@@ -191,6 +208,18 @@ class UsageReport(Frame):
     latency_ms: Annotated[float, Field(ge=0, le=MAX_LATENCY_MS, allow_inf_nan=False)] = 0.0
     provider: Name = ""
     model: Name = ""
+    cached_input_tokens: Tokens = 0
+    """The part of ``input_tokens`` read from the provider's prompt cache."""
+    cache_creation_input_tokens: Tokens = 0
+    """The part of ``input_tokens`` written to the provider's prompt cache."""
+    cost_usd: Annotated[float, Field(ge=0, le=MAX_CALL_COST_USD, allow_inf_nan=False)] | None = None
+    """What the call cost in US dollars (``genai-prices``); None: unknown."""
+
+    @model_validator(mode="after")
+    def _cache_within_input(self) -> UsageReport:
+        if self.cached_input_tokens + self.cache_creation_input_tokens > self.input_tokens:
+            raise ValueError("cached_input_tokens + cache_creation_input_tokens exceed input_tokens")
+        return self
 
 
 class TurnEnd(Frame):

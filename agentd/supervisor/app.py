@@ -33,9 +33,10 @@ from typing import Any
 import orjson
 import trio
 
+from agentd.agent.zygote import PREWARM_MODELS_ENV
 from agentd.exitcodes import ExitCode, TerminalStatus, code_for_status
 from agentd.output import DEFAULT_OUTPUT_BUFFER, DEFAULT_TELEMETRY_BUFFER, LineWriter
-from agentd.selfmcp.protocol import SpawnPayload, ToolSpecFrame
+from agentd.selfmcp.protocol import ProviderFrame, SpawnPayload, ToolSpecFrame
 from agentd.selfmcp.server import serve_child
 from agentd.supervisor.budget import Budget
 from agentd.supervisor.declared import DeclaredSubscriptions
@@ -218,10 +219,12 @@ async def _main(
     )
     router = build_router(settings)
     budget = Budget(
-        max_steps=settings.max_steps,
-        max_tokens=settings.max_tokens,
+        max_steps=settings.budget_steps,
+        max_tokens=settings.budget_tokens,
         deadline_at=(now + settings.deadline) if settings.deadline else None,
+        max_usd=settings.budget_usd,
     )
+    _model_telemetry(settings, telemetry)
     governor = RestartGovernor(intensity=settings.max_restarts, period=settings.restart_period)
     clock = driver.source if isinstance(driver, modes.Schedule) else make_clock(settings, now=now)
 
@@ -241,6 +244,13 @@ async def _main(
         stdout.put(line + b"\n")
         outputs.append({"agent": agent.id, "status": status})
 
+    from agentd.supervisor.routes import model_profiles
+
+    # The supervisor's model, system prompt and settings, and those of routes that name their own.
+    default_profile, route_profiles = model_profiles(settings)
+    providers = {name: _provider_payload(name, p) for name, p in settings.providers.items()}
+    models = sorted({default_profile.model, *(p.model for p in route_profiles.values())})
+
     async with trio.open_nursery() as nursery:
         reactor: Reactor
         upstreams: dict[str, Any] = {}
@@ -248,14 +258,18 @@ async def _main(
 
         def spawn(agent: Agent) -> None:
             hub = hub_holder["hub"]
+            profile = route_profiles.get(agent.route or "", default_profile)
             payload = SpawnPayload(
                 agent=agent.id,
-                model=settings.model,
-                system=settings.system,
+                model=profile.model,
+                system=profile.system,
                 instruction=agent.instruction,
                 tools=tuple(ToolSpecFrame.model_construct(**spec) for spec in hub.tool_specs()),
                 model_timeout=settings.model_timeout,
                 max_turn_steps=settings.max_turn_steps,
+                model_settings=profile.model_settings,
+                # Only the endpoint its model names: no child holds another endpoint's headers.
+                providers={k: v for k, v in providers.items() if profile.model.startswith(k + ":")},
             )
             tree.spawn(agent.id, payload)
 
@@ -315,6 +329,8 @@ async def _main(
             serve_child=partial(serve_child, hub),
             telemetry=telemetry,
             spawn_timeout=settings.spawn_timeout,
+            # The zygote prepares these models' providers (TLS, prices, a cloud SDK) before forking.
+            zygote_env={PREWARM_MODELS_ENV: orjson.dumps(models).decode()},
         )
 
         nursery.start_soon(_watch_signals, reactor)
@@ -374,18 +390,57 @@ async def _main(
                         "coalesced",
                         "dropped_events",
                         "restarts",
+                        "model_calls",
                         "input_tokens",
                         "output_tokens",
+                        "cached_input_tokens",
+                        "cache_creation_input_tokens",
+                        "unpriced_calls",
                     ]
                 ),
                 "outputs_lost": stdout.dropped,
             },
+            cost_usd=budget.cost_usd(),
             router=router.counters(),
             dropped=reactor.dropped_by_reason(),
             telemetry_dropped=telemetry.dropped,
         )
         nursery.cancel_scope.cancel()
     return int(code)
+
+
+def _provider_payload(name: str, spec: Any) -> ProviderFrame:
+    """A ``[providers.NAME]`` table as the spawn payload carries it."""
+    return ProviderFrame(
+        name=name,
+        base_url=spec.base_url,
+        api=spec.api,
+        api_key_env=spec.api_key_env,
+        headers=dict(spec.headers),
+        prices=spec.prices,
+    )
+
+
+def _model_telemetry(settings: Any, telemetry: Telemetry) -> None:
+    """Warnings about the model configuration: deprecated names, a USD budget that cannot see a price."""
+    from agentd.config import deprecations
+
+    for old in deprecations(settings):
+        telemetry.emit("config.deprecated", setting=old.old, use=old.new)
+    if settings.budget_usd is None or settings.model is None:
+        return
+    from agentd.models.pricing import has_price, price_provider_for
+
+    for spec in sorted({settings.model, *(r.model for r in settings.routes if r.model)}):
+        provider, _, name = spec.partition(":")  # validated: PROVIDER:NAME
+        if not has_price(price_provider_for(provider, settings.providers.get(provider)), name):
+            # Not an error: the provider may answer with a priced model name (an Azure
+            # deployment's model), or the model may be free (a local server).
+            telemetry.emit(
+                "budget.unpriced_model",
+                model=spec,
+                reason="genai-prices has no price for it: its calls count 0 USD toward --budget-usd",
+            )
 
 
 def _watch_manager(
@@ -458,7 +513,11 @@ async def _print_once(
             "usage": {
                 "input_tokens": telemetry.counters.get("input_tokens", 0),
                 "output_tokens": telemetry.counters.get("output_tokens", 0),
+                "cached_input_tokens": telemetry.counters.get("cached_input_tokens", 0),
+                "cache_creation_input_tokens": telemetry.counters.get("cache_creation_input_tokens", 0),
+                "model_calls": telemetry.counters.get("model_calls", 0),
             },
+            "cost_usd": reactor.budget.cost_usd(),
             "duration_s": round(duration, 3),
         }
         if reactor.fatal_infra is not None:

@@ -1,10 +1,13 @@
-"""The tree-wide budget: tokens, steps and a wall-clock deadline.
+"""The tree-wide budget: tokens, steps, US dollars and a wall-clock deadline.
 
 One :class:`Budget` covers the whole process lifetime: every model call of
 every subagent (roots, children, warm sessions) is charged to it, and it is
 never reset between loop shifts or reactive events (RFC 0008 §3.1: the cap is
 cumulative). When it is spent the drivers stop starting work and the process
-exits 7 (or 3 with a partial result in ``once``). Pure: time is passed in.
+exits 7 (or 3 with a partial result in ``once``); the USD ceiling behaves
+exactly like the token ceiling. Tokens are counted as the providers bill
+them: every input token, those read from or written to the prompt cache
+included, plus the output tokens. Pure: time is passed in.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
-BudgetKind = Literal["tokens", "steps"]
+BudgetKind = Literal["tokens", "steps", "usd"]
 """Which ceiling was reached."""
 
 
@@ -25,15 +28,21 @@ class Budget:
         max_steps: model calls allowed in total; None = unlimited.
         max_tokens: input + output tokens allowed in total; None = unlimited.
         deadline_at: monotonic time the run must end by; None = none.
+        max_usd: US dollars allowed in total (priced calls only); None = unlimited.
         steps: model calls charged so far.
         tokens: tokens charged so far.
+        usd: US dollars charged so far (calls of unknown price add nothing).
+        unpriced_calls: calls whose price was unknown.
     """
 
     max_steps: int | None = None
     max_tokens: int | None = None
     deadline_at: float | None = None
+    max_usd: float | None = None
     steps: int = field(default=0, init=False)
     tokens: int = field(default=0, init=False)
+    usd: float = field(default=0.0, init=False)
+    unpriced_calls: int = field(default=0, init=False)
 
     def __post_init__(self) -> None:
         for name in ("max_steps", "max_tokens"):
@@ -42,29 +51,52 @@ class Budget:
                 raise ValueError(f"{name}: {v!r} is not valid: give a whole number >= 1, or leave it unset")
         if self.deadline_at is not None and not math.isfinite(self.deadline_at):
             raise ValueError(f"deadline_at: {self.deadline_at!r} is not valid: give a finite monotonic time")
+        if self.max_usd is not None and not (math.isfinite(self.max_usd) and self.max_usd > 0):
+            raise ValueError(
+                f"max_usd: {self.max_usd!r} is not valid: give a positive amount, or leave it unset"
+            )
 
-    def charge(self, *, input_tokens: int, output_tokens: int, steps: int = 0) -> BudgetKind | None:
+    def charge(
+        self, *, input_tokens: int, output_tokens: int, steps: int = 0, cost_usd: float | None = 0.0
+    ) -> BudgetKind | None:
         """Add one report of usage; return :meth:`spent` afterwards.
 
+        ``cost_usd`` is the call's price; ``None`` means unknown (counted in
+        :attr:`unpriced_calls`, adding nothing to :attr:`usd`).
+
         Raises:
-            ValueError: a negative count (a child reporting garbage); nothing is charged.
+            ValueError: a negative or non-finite count (a child reporting garbage); nothing is charged.
         """
         if input_tokens < 0 or output_tokens < 0 or steps < 0:
             raise ValueError(
                 f"usage report input_tokens={input_tokens!r} output_tokens={output_tokens!r} steps={steps!r} "
                 "is not valid: counts must be >= 0"
             )
+        if cost_usd is not None and not (math.isfinite(cost_usd) and cost_usd >= 0):
+            raise ValueError(
+                f"usage report cost_usd={cost_usd!r} is not valid: a cost is a finite amount >= 0"
+            )
         self.tokens += input_tokens + output_tokens
         self.steps += steps
+        if cost_usd is None:
+            self.unpriced_calls += 1
+        else:
+            self.usd += cost_usd
         return self.spent()
 
     def spent(self) -> BudgetKind | None:
-        """The ceiling that is reached (tokens checked first), or None."""
+        """The ceiling that is reached (tokens, then US dollars, then steps), or None."""
         if self.max_tokens is not None and self.tokens >= self.max_tokens:
             return "tokens"
+        if self.max_usd is not None and self.usd >= self.max_usd:
+            return "usd"
         if self.max_steps is not None and self.steps >= self.max_steps:
             return "steps"
         return None
+
+    def cost_usd(self) -> float | str:
+        """The run's cost so far: US dollars when every call was priced, else ``"unknown"``."""
+        return "unknown" if self.unpriced_calls else round(self.usd, 8)
 
     def remaining_tokens(self) -> int | None:
         """Tokens left before the ceiling (never negative), or None when unlimited."""
@@ -87,7 +119,9 @@ class Budget:
         return {
             "steps": self.steps,
             "tokens": self.tokens,
+            "usd": round(self.usd, 8),
             "max_steps": self.max_steps,
             "max_tokens": self.max_tokens,
+            "max_usd": self.max_usd,
             "deadline_at": self.deadline_at,
         }

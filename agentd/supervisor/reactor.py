@@ -388,6 +388,10 @@ class Reactor:
             agent_restarts=self.agent_restarts,
             tokens_input=counters.get("input_tokens", 0),
             tokens_output=counters.get("output_tokens", 0),
+            tokens_cached_input=counters.get("cached_input_tokens", 0),
+            tokens_cache_creation_input=counters.get("cache_creation_input_tokens", 0),
+            cost_usd=self.budget.usd,
+            unpriced_calls=self.budget.unpriced_calls,
             telemetry_dropped=self.telemetry.dropped,
             subagents_running=len(live),
             warm_sessions=sum(1 for a in live if a.warm or a.subscriptions),
@@ -883,10 +887,18 @@ class Reactor:
         if agent.phase is AgentPhase.STARTING:
             agent.phase = AgentPhase.TURN  # STARTING -> TURN
         self.budget.charge(
-            input_tokens=report.input_tokens, output_tokens=report.output_tokens, steps=report.steps
+            input_tokens=report.input_tokens,
+            output_tokens=report.output_tokens,
+            steps=report.steps,
+            cost_usd=report.cost_usd,
         )
         self.telemetry.incr("input_tokens", report.input_tokens)
         self.telemetry.incr("output_tokens", report.output_tokens)
+        self.telemetry.incr("cached_input_tokens", report.cached_input_tokens)
+        self.telemetry.incr("cache_creation_input_tokens", report.cache_creation_input_tokens)
+        self.telemetry.incr("model_calls")
+        if report.cost_usd is None:
+            self.telemetry.incr("unpriced_calls")
         self.telemetry.emit(
             "model.call",
             agent=agent.id,
@@ -894,6 +906,9 @@ class Reactor:
             model=report.model,
             input_tokens=report.input_tokens,
             output_tokens=report.output_tokens,
+            cached_input_tokens=report.cached_input_tokens,
+            cache_creation_input_tokens=report.cache_creation_input_tokens,
+            cost_usd="unknown" if report.cost_usd is None else report.cost_usd,
             latency_ms=round(report.latency_ms, 3),
         )
         spent = self.budget.spent()
@@ -903,7 +918,8 @@ class Reactor:
             # Nothing new will start, so idle warm sessions must exit too, or
             # the budget exit predicate (nothing running) never fires.
             self._release_idle()
-        reason: StopReason | None = spent
+        # The USD ceiling ends turns exactly as the token ceiling does (exhausted_tokens).
+        reason: StopReason | None = "tokens" if spent == "usd" else spent
         if reason is None and self.budget.deadline_reached(now):
             reason = "deadline"
         ev.reply.answer(UsageVerdict(id=report.id, proceed=reason is None, reason=reason))

@@ -93,6 +93,49 @@ class StagedRoute:
         return f"{STAGE_SESSION_PREFIX}{self.route_id}"
 
 
+@dataclass(frozen=True, slots=True)
+class ModelProfile:
+    """What an agent runs: the model spec, the system prompt and the model settings (rfcs/0171).
+
+    Attributes:
+        model: The model spec.
+        system: The system prompt, if any.
+        model_settings: The settings as the spawn payload carries them
+            (:meth:`agentd.models.ModelSettings.given`).
+    """
+
+    model: str
+    system: str | None
+    model_settings: dict[str, Any]
+
+
+def model_profiles(settings: Any) -> tuple[ModelProfile, dict[str, ModelProfile]]:
+    """The supervisor's profile, and the profile of every declared route that names its own.
+
+    A route's profile: its ``model`` (else the supervisor's), its ``system``
+    (else the supervisor's) and its settings merged over the supervisor's
+    (:func:`agentd.config.route_model_settings`). Keyed by route id; agents of
+    other routes, roots, self-subscriptions and watches run the supervisor's.
+    """
+    from agentd.config import route_model_settings
+
+    default = ModelProfile(
+        model=settings.model,
+        system=settings.system,
+        model_settings=settings.model_settings.to_model_settings().given(),
+    )
+    by_route: dict[str, ModelProfile] = {}
+    for i, rc in enumerate(settings.routes):
+        if rc.model is None and rc.system is None and rc.model_settings is None:
+            continue
+        by_route[_route_id(rc, i)] = ModelProfile(
+            model=rc.model or settings.model,
+            system=rc.system if rc.system is not None else settings.system,
+            model_settings=route_model_settings(settings, rc).given(),
+        )
+    return default, by_route
+
+
 def _route_id(rc: Any, index: int) -> str:
     # The router numbers unnamed declared routes r0, r1, ... in this order too.
     return str(rc.name) if rc.name is not None else f"r{index}"

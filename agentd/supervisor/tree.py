@@ -47,7 +47,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -226,6 +226,7 @@ class Tree:
         child_command: how a fresh-interpreter child starts (its two channel
             fds are appended); :data:`CHILD_COMMAND` unless a test starts
             its own child that speaks the same protocol.
+        zygote_env: variables added to the zygote's environment (the models it prepares for).
     """
 
     def __init__(
@@ -237,6 +238,7 @@ class Tree:
         use_zygote: bool = True,
         spawn_timeout: float = DEFAULT_SPAWN_TIMEOUT,
         child_command: Sequence[str] = CHILD_COMMAND,
+        zygote_env: Mapping[str, str] | None = None,
     ) -> None:
         self._events = events
         self._serve_child = serve_child
@@ -244,6 +246,7 @@ class Tree:
         self.use_zygote = use_zygote
         self.spawn_timeout = spawn_timeout
         self._child_command = tuple(child_command)
+        self._zygote_env = dict(zygote_env or {})
         self.children: dict[str, ChildProc] = {}
         self._nursery: trio.Nursery | None = None
         self.zygote: Zygote | None = None
@@ -294,6 +297,7 @@ class Tree:
                 pass_fds=(child.fileno(),),
                 start_new_session=True,
                 stderr=subprocess.PIPE,
+                env={**os.environ, **self._zygote_env} if self._zygote_env else None,
             )
         except OSError as exc:  # EAGAIN under a pids limit, ENOMEM
             parent.close()

@@ -102,7 +102,7 @@ class SupervisorView:
     drain_timed_out: bool = False
     children_running: int = 0
     warm_sessions: int = 0
-    budget_spent: Literal["tokens", "steps"] | None = None
+    budget_spent: Literal["tokens", "steps", "usd"] | None = None
     deadline_reached: bool = False
     fatal_infra: bool = False
     required_server_failed: bool = False

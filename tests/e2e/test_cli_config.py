@@ -163,11 +163,20 @@ def test_check_prints_redacted_effective_config(site: Path) -> None:
         assert secret not in result.stderr
     config = json.loads(result.stdout)
     assert list(config) == sorted(config)
-    assert (config["mode"], config["interval"], config["max_steps"], config["max_tokens"]) == (
+    # The old names still work, with a warning naming the new one.
+    assert (config["mode"], config["interval"], config["budget_steps"], config["budget_tokens"]) == (
         "reactive",
         30.0,
         9,
         1000,
+    )
+    assert (
+        "agentd: warning: --max-steps is deprecated and will be removed in the next release; use --budget-steps"
+        in result.stderr
+    )
+    assert (
+        "agentd: warning: AGENTD_MAX_TOKENS is deprecated and will be removed in the next release; use AGENTD_BUDGET_TOKENS"
+        in result.stderr
     )
     assert sorted(config["servers"]) == ["gh", "probe", "web"]
     assert config["servers"]["web"]["headers"] == {"Authorization": "***"}

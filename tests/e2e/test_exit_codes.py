@@ -46,7 +46,14 @@ async def test_exit_0_json_output_shape(tmp_path):
     assert out["status"] == "completed"
     assert out["exit_code"] == 0
     assert out["result"] == "hello"
-    assert out["usage"] == {"input_tokens": 11, "output_tokens": 3}
+    assert out["usage"] == {
+        "input_tokens": 11,
+        "output_tokens": 3,
+        "cached_input_tokens": 0,
+        "cache_creation_input_tokens": 0,
+        "model_calls": 1,
+    }
+    assert out["cost_usd"] == "unknown"  # a script turn without cost_usd has no price
     assert out["duration_s"] > 0
 
 

@@ -43,11 +43,14 @@ async def test_plain_answer_request_and_reply() -> None:
     assert req.headers["x-api-key"] == "sk-ant-test"
     assert req.headers["anthropic-version"] == API_VERSION == "2023-06-01"
     assert "authorization" not in req.headers
+    cache = {"type": "ephemeral"}
     assert req.json == {
         "model": "claude-test",
-        "max_tokens": 8192,
-        "system": "You are terse.",
-        "messages": [{"role": "user", "content": "hello"}],
+        "max_tokens": 16384,
+        "system": [{"type": "text", "text": "You are terse.", "cache_control": cache}],
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "hello", "cache_control": cache}]}
+        ],
     }
 
 
@@ -98,16 +101,23 @@ async def test_tool_use_round_trip_merges_results_into_one_user_message() -> Non
         await model.aclose()
     assert second.stop == "end"
     body = server.requests[1].json
-    assert body["system"] == "sys"
+    # Prompt caching: breakpoints on the tool list, the system prompt, the previous request's
+    # end (the first user message) and this request's end.
+    cache = {"type": "ephemeral"}
+    assert body["system"] == [{"type": "text", "text": "sys", "cache_control": cache}]
     assert body["tools"] == [
         {
             "name": "weather__get",
             "description": "Current weather for a city.",
             "input_schema": WEATHER.input_schema,
+            "cache_control": cache,
         }
     ]
     assert body["messages"] == [
-        {"role": "user", "content": "weather in Oslo and Rome?"},
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "weather in Oslo and Rome?", "cache_control": cache}],
+        },
         {
             "role": "assistant",
             "content": [
@@ -126,7 +136,7 @@ async def test_tool_use_round_trip_merges_results_into_one_user_message() -> Non
                     "content": "station offline",
                     "is_error": True,
                 },
-                {"type": "text", "text": "also: be brief"},
+                {"type": "text", "text": "also: be brief", "cache_control": cache},
             ],
         },
     ]

@@ -42,3 +42,38 @@ def test_bad_values() -> None:
     with pytest.raises(ValueError, match=r"counts must be >= 0"):
         b.charge(input_tokens=-1, output_tokens=0)
     assert b.tokens == 0  # nothing charged
+
+
+def test_usd_ceiling_counts_priced_calls_only() -> None:
+    b = Budget(max_usd=1.0)
+    assert b.charge(input_tokens=1, output_tokens=1, steps=1, cost_usd=0.4) is None
+    assert b.charge(input_tokens=1, output_tokens=1, steps=1, cost_usd=None) is None
+    assert (b.usd, b.unpriced_calls, b.cost_usd()) == (0.4, 1, "unknown")
+    assert b.charge(input_tokens=1, output_tokens=1, steps=1, cost_usd=0.6) == "usd"
+    assert b.snapshot()["usd"] == 1.0
+
+
+def test_cost_is_a_number_when_every_call_was_priced() -> None:
+    b = Budget()
+    b.charge(input_tokens=1, output_tokens=1, cost_usd=0.25)
+    b.charge(input_tokens=1, output_tokens=1, cost_usd=0.5)
+    assert b.cost_usd() == 0.75
+
+
+def test_tokens_are_checked_before_usd() -> None:
+    b = Budget(max_tokens=10, max_usd=0.01)
+    assert b.charge(input_tokens=10, output_tokens=0, cost_usd=1.0) == "tokens"
+
+
+@pytest.mark.parametrize("cost", [-0.1, float("inf"), float("nan")])
+def test_a_garbage_cost_charges_nothing(cost: float) -> None:
+    b = Budget(max_usd=1.0)
+    with pytest.raises(ValueError, match=r"cost_usd=.* is not valid: a cost is a finite amount >= 0"):
+        b.charge(input_tokens=1, output_tokens=1, cost_usd=cost)
+    assert (b.tokens, b.usd) == (0, 0.0)
+
+
+@pytest.mark.parametrize("ceiling", [0.0, -1.0, float("inf")])
+def test_usd_ceiling_must_be_positive(ceiling: float) -> None:
+    with pytest.raises(ValueError, match=r"max_usd: .* is not valid: give a positive amount"):
+        Budget(max_usd=ceiling)

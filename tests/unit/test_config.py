@@ -65,8 +65,11 @@ def test_defaults(tmp_path: Path) -> None:
     assert s.interval is None
     assert s.cron is None
     assert s.deadline is None
-    assert s.max_steps is None
-    assert s.max_tokens is None
+    assert s.budget_steps is None
+    assert s.budget_tokens is None
+    assert s.budget_usd is None
+    assert s.model_settings.to_model_settings().given() == {}
+    assert s.providers == {}
     w = s.watches
     assert (w.max_watches, w.filter_timeout, w.filter_tool_calls, w.events_per_update) == (5, 2.0, 10, 100)
     assert (w.notice_lines, w.debounce, w.max_wait, w.resubscribe_attempts) == (20, 3.0, 15.0, 5)
@@ -81,8 +84,9 @@ def test_settings_are_frozen(tmp_path: Path) -> None:
 # (field, TOML literal, value from file, env text, value from env, flag text, value from flag, other flags)
 PRECEDENCE: list[tuple[str, str, Any, str, Any, Any, Any, dict[str, Any]]] = [
     ("mode", '"loop"', "loop", "reactive", "reactive", "once", "once", {}),
-    ("max_steps", "10", 10, "20", 20, "30", 30, {}),
-    ("max_tokens", "1000", 1000, "2000", 2000, "3000", 3000, {}),
+    ("budget_steps", "10", 10, "20", 20, "30", 30, {}),
+    ("budget_tokens", "1000", 1000, "2000", 2000, "3000", 3000, {}),
+    ("budget_usd", "2.5", 2.5, "3", 3.0, "$4.25", 4.25, {}),
     ("deadline", '"1m"', 60.0, "90s", 90.0, "2h", 7200.0, {}),
     ("grace", "5", 5.0, "6s", 6.0, "700ms", 0.7, {}),
     ("max_restarts", "1", 1, "2", 2, "0", 0, {}),
@@ -196,13 +200,13 @@ def test_lists_from_a_higher_layer_replace_lower_ones(tmp_path: Path) -> None:
 
 
 def test_empty_env_values_are_ignored(tmp_path: Path) -> None:
-    assert load(tmp_path, env={"AGENTD_MAX_STEPS": ""}).max_steps is None
+    assert load(tmp_path, env={"AGENTD_BUDGET_STEPS": ""}).budget_steps is None
 
 
 def test_agentd_config_env_names_the_file(tmp_path: Path) -> None:
-    (tmp_path / "x.toml").write_text("max_steps = 4\n")
+    (tmp_path / "x.toml").write_text("budget_steps = 4\n")
     s = load(tmp_path, env={"AGENTD_CONFIG": str(tmp_path / "x.toml")})
-    assert s.max_steps == 4
+    assert s.budget_steps == 4
 
 
 def test_session_defaults(tmp_path: Path) -> None:
@@ -386,8 +390,8 @@ def test_errors_are_spelled_by_the_layer_that_set_them(tmp_path: Path) -> None:
 def test_unknown_toml_key_suggests_the_right_one(tmp_path: Path) -> None:
     err(
         tmp_path,
-        r"max_step: 4 is not valid: unknown setting; did you mean 'max_steps'\?",
-        toml="max_step = 4\n",
+        r"budget_step: 4 is not valid: unknown setting; did you mean 'budget_steps'\?",
+        toml="budget_step = 4\n",
     )
     err(
         tmp_path,
@@ -852,3 +856,202 @@ def test_watch_state_refuses_what_is_not_a_regular_agentd_file(tmp_path: Path) -
         watch_state=str(foreign))  # fmt: skip
     err(tmp_path, r"^--watch-state: '/dev/zero' is not valid: is a character device", watch_state="/dev/zero")
     assert foreign.read_text() == "my notes\n"
+
+
+# --- model settings, providers, renamed budgets -------------------------------------------
+
+OPENAI = {"OPENAI_API_KEY": "sk-test"}
+
+
+def test_model_settings_merge_key_by_key_across_layers(tmp_path: Path) -> None:
+    toml = '[model_settings]\ntemperature = 0.1\ntop_p = 0.5\nstop = ["A"]\nextra = { seed = 1 }\n'
+    env = {**OPENAI, "AGENTD_MODEL_SETTINGS__TOP_P": "0.6", "AGENTD_MODEL_SETTINGS__EXTRA": '{"user": "u"}'}
+    s = load(tmp_path, toml=toml, env=env, model="openai:gpt-4o", temperature="0.2", max_output_tokens="99")
+    assert s.model_settings.to_model_settings().given() == {
+        "temperature": 0.2,
+        "top_p": 0.6,
+        "max_output_tokens": 99,
+        "stop": ["A"],
+        "extra": {"seed": 1, "user": "u"},  # extra merges key by key too
+    }
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"top_p": "0"}, r"^--top-p: '0' is not valid: give a number above 0 up to 1$"),
+        (
+            {"env": {**OPENAI, "AGENTD_MODEL_SETTINGS__TEMPERATURE": "warm"}},
+            r"^AGENTD_MODEL_SETTINGS__TEMPERATURE: 'warm' is not valid: give a number from 0 to 2$",
+        ),
+        (
+            {"toml": "[model_settings]\nthinking_budget = 100\n"},
+            r"agentd\.toml: model_settings\.thinking_budget: 100 is not valid: Anthropic's smallest",
+        ),
+        (
+            {"toml": "[model_settings]\ntop_k = 5\n"},
+            r"agentd\.toml: model_settings\.top_k: 5 is not valid: unknown setting; did you mean 'top_p'",
+        ),
+        (
+            {"toml": '[model_settings]\nprompt_cache = "5m"\n', "temperature": "0.3"},
+            r"agentd\.toml: model_settings\.prompt_cache: '5m' is not valid: openai:gpt-4o cannot take prompt_cache",
+        ),
+        ({"reasoning_effort": "huge"}, r"^--reasoning-effort: 'huge' is not valid: choose one of none"),
+        (
+            {"budget_usd": "free"},
+            r"^--budget-usd: 'free' is not valid: must be an amount in US dollars above 0",
+        ),
+    ],
+)
+def test_bad_model_settings_are_spelled_by_their_layer(
+    tmp_path: Path, kw: dict[str, Any], message: str
+) -> None:
+    kw.setdefault("env", OPENAI)
+    err(tmp_path, message, model="openai:gpt-4o", **kw)
+
+
+def test_old_budget_names_still_work_and_are_reported(tmp_path: Path) -> None:
+    from agentd.config import deprecations
+
+    s = load(tmp_path, toml="max_steps = 3\n", env={"AGENTD_MAX_TOKENS": "500"})
+    assert (s.budget_steps, s.budget_tokens) == (3, 500)
+    assert [(d.old, d.new) for d in deprecations(s)] == [
+        ("AGENTD_MAX_TOKENS", "AGENTD_BUDGET_TOKENS"),
+        (f"{tmp_path / 'agentd.toml'}: max_steps", f"{tmp_path / 'agentd.toml'}: budget_steps"),
+    ]
+    assert "is deprecated and will be removed in the next release; use" in deprecations(s)[0].message()
+    assert deprecations(load(tmp_path, budget_steps="3")) == ()
+    err(
+        tmp_path,
+        r"^--max-tokens: '5' is not valid: --max-tokens is the old name of --budget-tokens; give one$",
+        max_tokens="5",
+        budget_tokens="6",
+    )
+
+
+def test_providers_tables(tmp_path: Path) -> None:
+    toml = (
+        '[providers.vllm]\nbase_url = "http://127.0.0.1:8000/v1"\n'
+        '[providers.gw]\nbase_url = "https://gw.example/v1"\napi = "responses"\napi_key_env = "GW_KEY"\n'
+        'headers = { "X-Org" = "${ORG}" }\nprices = "openai"\n'
+    )
+    s = load(tmp_path, toml=toml, env={"GW_KEY": "k", "ORG": "team-7"}, model="gw:gpt-5")
+    assert s.providers["gw"].headers == {"X-Org": "team-7"}
+    assert (s.providers["gw"].api, s.providers["vllm"].api) == ("responses", "chat")
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        (
+            '[providers.Local]\nbase_url = "http://h/v1"\n',
+            r"providers\.Local: 'Local' is not valid: a provider name is 1-32 lower",
+        ),
+        (
+            '[providers.azure]\nbase_url = "http://h/v1"\n',
+            r"providers\.azure: 'azure' is not valid: 'azure' is a built-in provider",
+        ),
+        (
+            '[providers.x]\nbase_url = "h:8000"\n',
+            r"providers\.x\.base_url: 'h:8000' is not valid: write an http:// or https:// URL",
+        ),
+        (
+            '[providers.x]\nbase_url = "http://h"\napi_key_env = "sk-123"\n',
+            r"providers\.x\.api_key_env: .* the name of an environment variable",
+        ),
+        (
+            '[providers.x]\nbase_url = "http://h"\nprices = "opnai"\n',
+            r"providers\.x\.prices: 'opnai' is not valid: not a genai-prices provider; did you mean 'openai'",
+        ),
+        (
+            '[providers.x]\nbase_url = "http://h"\napi = "grpc"\n',
+            r"providers\.x\.api: 'grpc' is not valid: choose one of chat, responses, messages",
+        ),
+        (
+            '[providers.x]\nbase_url = "http://h"\nheaders = { A = "${NOPE}" }\n',
+            r"environment variable NOPE is not set",
+        ),
+    ],
+)
+def test_bad_providers_name_the_fix(tmp_path: Path, toml: str, message: str) -> None:
+    err(tmp_path, message, toml=toml)
+
+
+def test_check_hides_provider_headers(tmp_path: Path) -> None:
+    from agentd.config import effective_config, server_secrets
+
+    toml = (
+        '[providers.gw]\nbase_url = "https://gw/v1"\nheaders = { Authorization = "Bearer gw-secret-123" }\n'
+    )
+    s = load(tmp_path, toml=toml)
+    shown = effective_config(s, env={})
+    assert shown["providers"]["gw"]["headers"] == {"Authorization": "***"}
+    assert "gw-secret-123" in server_secrets(s)
+
+
+# --- per-route model, system prompt and settings ------------------------------------------
+
+KEYS = {"OPENAI_API_KEY": "sk", "ANTHROPIC_API_KEY": "ak"}
+
+
+def test_route_profiles_merge_over_the_supervisors(tmp_path: Path) -> None:
+    from agentd.supervisor.routes import model_profiles
+
+    (tmp_path / "sys.txt").write_text("from a file")
+    toml = (
+        'mode = "reactive"\nsystem = "top"\n[model_settings]\ntemperature = 0.4\nreasoning_effort = "low"\n'
+        '[[routes]]\nname = "a"\nmatch = "x://a"\nmodel = "anthropic:claude-x"\n'
+        f'system = "@{tmp_path / "sys.txt"}"\nmodel_settings = {{ max_output_tokens = 99 }}\n'
+        '[[routes]]\nname = "b"\nmatch = "x://b"\nmodel_settings = { top_p = 0.5 }\n'
+        '[[routes]]\nname = "c"\nmatch = "x://c"\n'
+    )
+    s = load(tmp_path, toml=toml, env=KEYS, model="openai:gpt-4o")
+    default, routes = model_profiles(s)
+    assert (default.model, default.system, default.model_settings) == (
+        "openai:gpt-4o",
+        "top",
+        {"temperature": 0.4, "reasoning_effort": "low"},
+    )
+    assert sorted(routes) == ["a", "b"]
+    assert (routes["a"].model, routes["a"].system, routes["a"].model_settings) == (
+        "anthropic:claude-x",
+        "from a file",
+        {"temperature": 0.4, "max_output_tokens": 99},  # reasoning_effort: not for this model
+    )
+    assert (routes["b"].model, routes["b"].system) == ("openai:gpt-4o", "top")
+    assert routes["b"].model_settings == {"temperature": 0.4, "top_p": 0.5, "reasoning_effort": "low"}
+
+
+@pytest.mark.parametrize(
+    ("routes", "message"),
+    [
+        (
+            '[[routes]]\nmatch = "x://a"\nmodel = "antropic:claude-x"\n',
+            r"routes\[0\]\.model: 'antropic:claude-x' is not valid: unknown provider 'antropic'; did you mean",
+        ),
+        (
+            '[[routes]]\nmatch = "x://a"\nmodel = "anthropic:claude-x"\nmodel_settings = { thinking_budget = 2048 }\n',
+            r"routes\[0\]\.model_settings\.temperature: 0\.4 is not valid: extended thinking .* \(inherited from",
+        ),
+        (
+            '[[routes]]\nmatch = "x://a"\ndisposition = "continue"\nsession = "s"\nmodel = "anthropic:claude-x"\n'
+            '[[routes]]\nmatch = "x://b"\ndisposition = "continue"\nsession = "s"\n',
+            r"routes\[1\]\.session: 's' is not valid: routes\[0\] delivers into the same session with another model",
+        ),
+    ],
+)
+def test_route_models_are_validated(tmp_path: Path, routes: str, message: str) -> None:
+    toml = 'mode = "reactive"\n[model_settings]\ntemperature = 0.4\n' + routes
+    err(tmp_path, message, toml=toml, env=KEYS, model="openai:gpt-4o")
+
+
+def test_a_continue_route_into_the_loop_root_cannot_change_its_model(tmp_path: Path) -> None:
+    toml = '[[routes]]\nmatch = "x://a"\ndisposition = "continue"\nmodel = "anthropic:claude-x"\n'
+    err(
+        tmp_path,
+        r"routes\[0\]\.model: 'anthropic:claude-x' is not valid: this route delivers into the root session",
+        toml=toml,
+        env=KEYS,
+        model="openai:gpt-4o",
+        mode="loop",
+    )

@@ -231,14 +231,14 @@ def test_check_prints_effective_config_with_secrets_redacted(
     model.write_text(SCRIPT)
     config = tmp_path / "agentd.toml"
     config.write_text(
-        "max_steps = 3\n"
+        "budget_steps = 3\n"
         '[servers.api]\ncommand = "api-server"\nargs = ["--api-key", "sk-arg-secret", "--token=tok-secret"]\n'
         'env = { OPENAI_API_KEY = "sk-server-secret", LOG_LEVEL = "debug" }\n'
         '[servers.web]\nurl = "https://user:pw-secret@example.com/mcp?api_key=q-secret&page=1"\n'
         'headers = { Authorization = "Bearer hdr-secret", X-Trace = "on" }\n'
     )
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
-    monkeypatch.setenv("AGENTD_MAX_TOKENS", "5000")
+    monkeypatch.setenv("AGENTD_BUDGET_TOKENS", "5000")
     code = cli.main(
         [
             "check",
@@ -270,8 +270,8 @@ def test_check_prints_effective_config_with_secrets_redacted(
         assert secret not in out
     data = json.loads(out)
     assert list(data) == sorted(data)
-    assert data["max_steps"] == 3
-    assert data["max_tokens"] == 5000
+    assert data["budget_steps"] == 3
+    assert data["budget_tokens"] == 5000
     assert data["instruction"] == "task"
     assert data["system"] == "key is ***"
     api, web = data["servers"]["api"], data["servers"]["web"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import get_args, get_type_hints
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
@@ -27,6 +28,10 @@ FULL = MetricsSnapshot(
     agent_restarts=1,
     tokens_input=1000,
     tokens_output=250,
+    tokens_cached_input=600,
+    tokens_cache_creation_input=40,
+    cost_usd=0.0123456,
+    unpriced_calls=2,
     subagents_running=3,
     warm_sessions=2,
     draining=True,
@@ -61,6 +66,9 @@ def test_every_family_parses_with_the_right_type_and_prefix():
         "agentd_server_restarts",
         "agentd_agent_restarts",
         "agentd_tokens",
+        "agentd_cache_tokens",
+        "agentd_cost_usd",
+        "agentd_model_calls_unpriced",
         "agentd_telemetry_dropped",
         "agentd_outputs_lost",
         "agentd_server_state",
@@ -94,6 +102,10 @@ def test_values_round_trip():
     assert _value(f["agentd_agent_restarts"][1]) == 1
     assert _value(f["agentd_tokens"][1], direction="input") == 1000
     assert _value(f["agentd_tokens"][1], direction="output") == 250
+    assert _value(f["agentd_cache_tokens"][1], kind="read") == 600
+    assert _value(f["agentd_cache_tokens"][1], kind="write") == 40
+    assert _value(f["agentd_cost_usd"][1]) == pytest.approx(0.0123456)
+    assert _value(f["agentd_model_calls_unpriced"][1]) == 2
     assert _value(f["agentd_telemetry_dropped"][1]) == 17
     assert _value(f["agentd_outputs_lost"][1]) == 2
 

@@ -37,13 +37,19 @@ def test_parse_good_specs(spec: str, expected: tuple[str, str]) -> None:
     ("spec", "message"),
     [
         ("gpt-4o", r"^model: 'gpt-4o' is not valid: name the provider before the model, e.g\. openai:gpt-4o"),
-        ("claude-3-haiku", r"e\.g\. anthropic:claude-3-haiku \(providers: openai, anthropic, script\)"),
+        (
+            "claude-3-haiku",
+            r"e\.g\. anthropic:claude-3-haiku \(providers: openai, openai-responses, anthropic, azure, bedrock, "
+            r"vertex, script\)",
+        ),
         ("", r"^model: '' is not valid: name the provider before the model, e\.g\. openai:MODEL"),
         (
             "opneai:gpt-4o",
-            r"unknown provider 'opneai'; did you mean openai:gpt-4o\? use one of openai, anthropic, script",
+            r"unknown provider 'opneai'; did you mean openai:gpt-4o\? use one of openai, openai-responses, "
+            r"anthropic, azure, bedrock, vertex, script",
         ),
-        ("bedrock:x", r"unknown provider 'bedrock'; use one of openai, anthropic, script"),
+        ("bedrok:x", r"unknown provider 'bedrok'; did you mean bedrock:x\? use one of openai"),
+        ("local:x", r"unknown provider 'local'; use one of .* or declare it as \[providers\.NAME\]"),
         ("openai:", r"the model name after 'openai:' is empty"),
         ("anthropic:  ", r"the model name after 'anthropic:' is empty"),
         ("script:", r"the script file after 'script:' is empty"),
@@ -102,7 +108,7 @@ async def test_make_model_builds_each_provider(tmp_path: Path) -> None:
         "anthropic",
         "m2",
         "https://api.anthropic.com/v1/messages",
-        8192,
+        16384,
     )
     assert isinstance(s, ScriptModel)
     for m in (o, a, s):
@@ -119,3 +125,124 @@ def test_errors_never_echo_the_key() -> None:
     with pytest.raises(ConfigError) as info:
         validate_model_spec("openai:m", {"OPENAI_API_KEY": "sk-secret", "OPENAI_BASE_URL": "nope"})
     assert "sk-secret" not in str(info.value)
+
+
+# --- azure, named providers, settings ---------------------------------------------------
+
+AZ = {"AZURE_OPENAI_ENDPOINT": "https://res.openai.azure.com/", "AZURE_OPENAI_API_KEY": "az-key"}
+
+
+@pytest.mark.parametrize(
+    ("env", "url", "headers"),
+    [
+        (
+            AZ,
+            "https://res.openai.azure.com/openai/deployments/chat%2Fprod/chat/completions?api-version=2024-10-21",
+            {"api-key": "az-key"},
+        ),
+        (
+            {**AZ, "AZURE_OPENAI_AD_TOKEN": "entra", "OPENAI_API_VERSION": "2025-01-01-preview"},
+            "https://res.openai.azure.com/openai/deployments/chat%2Fprod/chat/completions?api-version=2025-01-01-preview",
+            {"authorization": "Bearer entra"},
+        ),
+        (
+            {**AZ, "OPENAI_API_VERSION": "v1"},
+            "https://res.openai.azure.com/openai/v1/chat/completions",
+            {"api-key": "az-key"},
+        ),
+    ],
+)
+async def test_azure_urls_and_credentials(env: dict[str, str], url: str, headers: dict[str, str]) -> None:
+    model = make_model("azure:chat/prod", env=env)
+    assert isinstance(model, OpenAIModel)
+    assert (model.provider, model.price_provider, model.url) == ("azure", "azure", url)
+    assert model._headers == headers
+    await model.aclose()
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({}, r"azure: AZURE_OPENAI_ENDPOINT is not set"),
+        (
+            {"AZURE_OPENAI_ENDPOINT": "res.openai.azure.com"},
+            r"AZURE_OPENAI_ENDPOINT='res\.openai\.azure\.com' is not an http\(s\) URL",
+        ),
+        (
+            {"AZURE_OPENAI_ENDPOINT": "https://r"},
+            r"azure: neither a key nor a token is set: export AZURE_OPENAI_API_KEY=\.\.\. .* or AZURE_OPENAI_AD_TOKEN",
+        ),
+    ],
+)
+def test_azure_configuration_errors(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        validate_model_spec("azure:prod", env)
+
+
+async def test_named_providers_pick_their_wire_and_key() -> None:
+    from agentd.models import ProviderConfig
+    from agentd.models.responses import ResponsesModel
+
+    providers = {
+        "local": ProviderConfig(name="local", base_url="http://127.0.0.1:8000/v1"),
+        "proxy": ProviderConfig(
+            name="proxy",
+            base_url="https://p/v1",
+            api="responses",
+            api_key_env="PROXY_KEY",
+            headers={"X-A": "1"},
+            prices="openai",
+        ),
+        "claude": ProviderConfig(name="claude", base_url="https://c", api="messages", api_key_env="C_KEY"),
+    }
+    env = {"PROXY_KEY": "pk", "C_KEY": "ck"}
+    local = make_model("local:qwen2.5:7b", env=env, providers=providers)
+    proxy = make_model("proxy:gpt-5", env=env, providers=providers)
+    claude = make_model("claude:claude-x", env=env, providers=providers)
+    assert isinstance(local, OpenAIModel)
+    assert (local.name, local.provider, local.price_provider, local._headers) == (
+        "qwen2.5:7b",
+        "local",
+        None,
+        {},
+    )
+    assert isinstance(proxy, ResponsesModel)
+    assert (proxy.url, proxy._headers) == (
+        "https://p/v1/responses",
+        {"authorization": "Bearer pk", "X-A": "1"},
+    )
+    assert isinstance(claude, AnthropicModel)
+    assert claude._headers["x-api-key"] == "ck"
+    for m in (local, proxy, claude):
+        await m.aclose()
+    with pytest.raises(
+        ConfigError,
+        match=r"\[providers\.proxy\] takes its key from PROXY_KEY, which is not set: export PROXY_KEY=\.\.\.",
+    ):
+        validate_model_spec("proxy:gpt-5", {}, providers=providers)
+    round_trip = ProviderConfig.from_payload(providers["proxy"].to_payload())
+    assert round_trip == providers["proxy"]
+
+
+def test_settings_the_model_cannot_take_are_refused() -> None:
+    from agentd.models import ModelSettings
+
+    with pytest.raises(
+        ConfigError, match=r"model_settings\.thinking_budget: 2048 is not valid: openai:m cannot take"
+    ):
+        make_model("openai:m", env={"OPENAI_API_KEY": "k"}, settings=ModelSettings(thinking_budget=2048))
+
+
+def test_a_cloud_provider_without_its_extra_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name.startswith("anthropic") else real(name, *a)
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"bedrock: needs the optional SDK \(anthropic not installed\); install it with: "
+        r"pip install 'agentd-supervisor\[bedrock\]'",
+    ):
+        validate_model_spec("bedrock:anthropic.claude-x", {"AWS_REGION": "us-east-1"})

@@ -26,6 +26,14 @@ PROJECT = PYPROJECT["project"]
 REQUIREMENTS = [Requirement(r) for r in PROJECT["dependencies"]]
 DECLARED = {canonicalize_name(r.name) for r in REQUIREMENTS}
 
+#: Modules allowed to import an optional extra's packages (lazily: only when its provider is used).
+OPTIONAL_IMPORTERS = {"bedrock": {"agentd/models/cloud.py"}, "vertex": {"agentd/models/cloud.py"}}
+EXTRAS = {
+    extra: {canonicalize_name(Requirement(r).name) for r in reqs}
+    for extra, reqs in PROJECT["optional-dependencies"].items()
+    if extra in OPTIONAL_IMPORTERS
+}
+
 #: Declared but never imported, and why.
 NOT_IMPORTED = {
     "pydantic-monty": "brings the sandbox's runtime; its import package comes from pydantic-monty-client",
@@ -68,9 +76,21 @@ def test_every_imported_third_party_package_is_declared():
     for top, files in sorted(_third_party().items()):
         dists = {canonicalize_name(d) for d in providers.get(top, [])}
         assert dists, f"{top!r} (imported by {sorted(files)}) is not installed: no distribution provides it"
-        if not dists & DECLARED:
-            undeclared[top] = (sorted(dists), sorted(files)[:3])
+        if dists & DECLARED:
+            continue
+        extras = [extra for extra, names in EXTRAS.items() if dists & names]
+        if extras and all(set(files) <= OPTIONAL_IMPORTERS[extra] for extra in extras):
+            continue  # an optional extra's package, imported only where that extra is used
+        undeclared[top] = (sorted(dists), sorted(files)[:3])
     assert undeclared == {}, f"imported but not in [project] dependencies: {undeclared}"
+
+
+def test_the_optional_extras_are_declared_with_ranges():
+    extras = PROJECT["optional-dependencies"]
+    for extra in ("bedrock", "vertex"):
+        for req in (Requirement(r) for r in extras[extra]):
+            assert req.specifier, f"{extra}: {req} has no version range"
+        assert "anthropic" in {canonicalize_name(Requirement(r).name) for r in extras[extra]}
 
 
 def test_every_declared_dependency_is_imported_or_explained():
