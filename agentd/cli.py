@@ -32,6 +32,7 @@ from agentd.config import (
     Settings,
     deprecations,
     effective_config,
+    ignored_keys,
     load_settings,
     missing_server_commands,
     server_secrets,
@@ -119,7 +120,10 @@ def build_parser(prog: str = "agentd") -> argparse.ArgumentParser:
         "--mcp-config",
         action="append",
         metavar="FILE",
-        help="mcpServers JSON file, as Claude Code/Desktop/Cursor write it (repeatable)",
+        help=(
+            "MCP server file as another client writes it: mcpServers JSON (Claude, Cursor, …), "
+            "VS Code's servers JSON or Codex's [mcp_servers] TOML (repeatable)"
+        ),
     )
     g.add_argument(
         "--require",
@@ -127,6 +131,20 @@ def build_parser(prog: str = "agentd") -> argparse.ArgumentParser:
         metavar="NAME",
         help="mark a server required: its failure ends the run with exit 6 (repeatable)",
     )
+    g.add_argument(
+        "--tool-timeout", metavar="DURATION", help="bound on one tool call (default 30s; per server: timeout)"
+    )
+    g.add_argument(
+        "--allowed-tools",
+        metavar="GLOBS",
+        help="offer only these tools, comma-separated globs over server__tool (e.g. 'files__read_*,memo__*')",
+    )
+    g.add_argument(
+        "--disallowed-tools",
+        metavar="GLOBS",
+        help="never offer these tools (comma-separated server__tool globs)",
+    )
+    g.add_argument("--state-dir", metavar="DIR", help="keep OAuth tokens here across restarts")
 
     g = p.add_argument_group("time")
     g.add_argument(
@@ -291,6 +309,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     register_secrets(server_secrets(settings))
     for old_name in deprecations(settings):
         print(f"agentd: {old_name.message()}", file=sys.stderr)
+    for key in ignored_keys(settings):
+        print(f"agentd: warning: {key}: not used by agentd; ignored", file=sys.stderr)
     if command == "check":
         return _check(settings, show_secrets=bool(getattr(ns, "show_secrets", False)))
     return _run(settings, closed_fds)

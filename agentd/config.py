@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -47,7 +47,6 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationError,
-    computed_field,
     field_validator,
     model_validator,
 )
@@ -56,18 +55,22 @@ from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
     InitSettingsSource,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     SettingsError,
 )
 from pydantic_settings.sources.utils import parse_env_vars
 
+from agentd.client_configs import Translated, translate_codex, translate_json
 from agentd.durations import parse_duration, parse_size
 from agentd.errors import ConfigError
 from agentd.redact import REDACTED, redact, secret_values, secrets_in
 
 __all__ = [
     "DEFAULT_MAX_READ_BYTES",
+    "DEFAULT_STARTUP_TIMEOUT",
+    "DEFAULT_TOOL_TIMEOUT",
     "SERVER_NAME_RE",
     "ConfigErrors",
     "Deprecation",
@@ -75,6 +78,7 @@ __all__ = [
     "Extract",
     "Mode",
     "ModelSettingsConfig",
+    "OAuthSpec",
     "OutputFormat",
     "Overflow",
     "ProviderSpec",
@@ -83,14 +87,18 @@ __all__ = [
     "SessionKind",
     "Settings",
     "SubscriptionSpec",
+    "ToolScope",
     "Transport",
     "WatchesConfig",
     "deprecations",
     "effective_config",
+    "ignored_keys",
     "load_settings",
     "missing_server_commands",
+    "parse_codex_toml",
     "parse_mcp_servers_json",
     "parse_route_spec",
+    "parse_server_file",
     "parse_subscription",
     "route_model_settings",
     "server_secrets",
@@ -107,7 +115,10 @@ Overflow = Literal["coalesce", "drop_oldest", "drop_newest", "block"]
 """What a full route queue does with one more event."""
 Extract = Literal["auto", "state", "event-log"]
 """How a watch stage turns a re-read resource into events."""
-Transport = Literal["stdio", "http"]
+ToolScope = Literal["all", "read-only"]
+"""Which upstream tools a route's agents are offered: all, or those annotated read-only."""
+Transport = Literal["stdio", "http", "sse"]
+"""How agentd talks to an upstream server: a child process, Streamable HTTP, or legacy HTTP+SSE."""
 Layer = Literal["default", "file", "env", "flag"]
 
 #: Server names prefix tool names (``server__tool``); provider tool-name rules
@@ -134,6 +145,10 @@ MAX_TEXT_FILE_BYTES = 1024 * 1024
 #: Spawn routes run at most this many roots at once unless told otherwise
 #: (the router's backpressure knob).
 DEFAULT_MAX_INFLIGHT = 4
+#: Seconds one upstream tool call may take (``tool_timeout``; per server ``timeout``).
+DEFAULT_TOOL_TIMEOUT = 30.0
+#: Seconds for a server's start + handshake + first catalog fetch (per server ``startup_timeout``).
+DEFAULT_STARTUP_TIMEOUT = 15.0
 #: Route debounce when none is given: collapses a burst of pushes into one wake.
 DEFAULT_ROUTE_DEBOUNCE = 0.25
 MODEL_PREFIXES = ("openai", "openai-responses", "anthropic", "azure", "bedrock", "vertex", "script")
@@ -354,8 +369,57 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+class OAuthSpec(_Frozen):
+    """OAuth 2.1 client credentials for a remote server (machine to machine, no browser).
+
+    The token is fetched from the authorization server the resource server
+    names (checked against ``issuer``), cached in the state directory and
+    fetched again shortly before it expires.
+    """
+
+    client_id: str
+    client_secret: str | None = Field(default=None, repr=False)
+    """The secret itself (write ``${VAR}`` to take it from the environment); or ``client_secret_env``."""
+    client_secret_env: str | None = None
+    """Name of the environment variable that holds the secret."""
+    issuer: str
+    """The authorization server's issuer URL: the credentials are only ever sent there."""
+    scope: str | None = None
+    """Space-separated scopes to request (None: what the server asks for)."""
+    token_endpoint_auth_method: Literal["client_secret_basic", "client_secret_post"] = "client_secret_basic"
+
+    @field_validator("client_id")
+    @classmethod
+    def _client_id(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("give the client id the authorization server issued")
+        return v
+
+    @field_validator("issuer")
+    @classmethod
+    def _issuer(cls, v: str) -> str:
+        parts = urlsplit(v)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError("write the authorization server's issuer as an http:// or https:// URL")
+        return v
+
+    @model_validator(mode="after")
+    def _one_secret(self) -> OAuthSpec:
+        if (self.client_secret is None) == (self.client_secret_env is None):
+            raise _Problems(
+                [
+                    _Problem(
+                        ("client_secret",),
+                        "…",
+                        "give exactly one of client_secret (e.g. '${DOCS_SECRET}') or client_secret_env",
+                    )
+                ]
+            )
+        return self
+
+
 class ServerSpec(_Frozen):
-    """One upstream MCP server: a stdio command or a Streamable HTTP URL (exactly one)."""
+    """One upstream MCP server: a stdio command or an HTTP URL (exactly one)."""
 
     name: str
     """Prefixes the server's tools as ``name__tool``; ``^[A-Za-z0-9_-]{1,32}$``."""
@@ -366,19 +430,28 @@ class ServerSpec(_Frozen):
     """Extra environment for the server process (may hold credentials: not in repr)."""
     cwd: str | None = None
     url: str | None = None
-    """``http(s)://`` endpoint of a Streamable HTTP server."""
+    """``http(s)://`` endpoint of a Streamable HTTP (or legacy HTTP+SSE) server."""
+    transport: Transport | None = None
+    """``stdio`` for a command; ``http`` (Streamable HTTP, the default for a URL) or ``sse``
+    (the legacy HTTP+SSE transport) for a URL. Filled in when not given."""
     headers: dict[str, str] = Field(default_factory=dict, repr=False)
     """HTTP headers sent with every request (may hold credentials: not in repr)."""
+    bearer_token_env: str | None = None
+    """Name of an environment variable whose value is sent as ``Authorization: Bearer …``."""
+    oauth: OAuthSpec | None = None
+    """OAuth 2.1 client credentials (url servers only)."""
+    timeout: float | None = None
+    """Seconds one tool call may take (None: the ``tool_timeout`` setting)."""
+    startup_timeout: float = DEFAULT_STARTUP_TIMEOUT
+    """Seconds for start (spawn or connect) + handshake + the first catalog fetch."""
+    allowed_tools: list[str] | None = None
+    """Globs over this server's tool names: only these are offered (None: all)."""
+    disallowed_tools: list[str] = Field(default_factory=list)
+    """Globs over this server's tool names that are never offered."""
     required: bool = False
     """A required server that cannot start or reconnect ends the process (exit 6)."""
     source: str = ""
     """Where this server was defined (for messages and ``agentd check``)."""
-
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def transport(self) -> Transport:
-        """``"stdio"`` for a command, ``"http"`` for a URL."""
-        return "stdio" if self.command is not None else "http"
 
     @model_validator(mode="before")
     @classmethod
@@ -391,6 +464,8 @@ class ServerSpec(_Frozen):
             and isinstance(data.get("args", []), list)
         ):
             data = {**data, "command": sys.executable, "args": ["-m", "agentd", *data.get("args", [])]}
+        if isinstance(data, dict) and data.get("transport") is None:
+            data = {**data, "transport": "stdio" if data.get("command") is not None else "http"}
         return data
 
     @field_validator("name")
@@ -400,6 +475,30 @@ class ServerSpec(_Frozen):
             raise ValueError(
                 "a server name is 1-32 letters, digits, '_' or '-' (it prefixes tool names as NAME__tool)"
             )
+        return v
+
+    @field_validator("timeout", mode="before")
+    @classmethod
+    def _timeout(cls, v: object) -> float | None:
+        return None if v is None else _duration(v, positive=True)
+
+    @field_validator("startup_timeout", mode="before")
+    @classmethod
+    def _startup_timeout(cls, v: object) -> float:
+        return _duration(v, positive=True)
+
+    @field_validator("bearer_token_env")
+    @classmethod
+    def _bearer_env(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v):
+            raise ValueError("give the name of an environment variable (e.g. DOCS_TOKEN), not its value")
+        return v
+
+    @field_validator("allowed_tools", "disallowed_tools")
+    @classmethod
+    def _tool_globs(cls, v: list[str] | None) -> list[str] | None:
+        for pattern in v or []:
+            _check_tool_glob(pattern)
         return v
 
     @model_validator(mode="after")
@@ -415,6 +514,14 @@ class ServerSpec(_Frozen):
             )
         if self.command is not None and not self.command.strip():
             problems.append(_Problem(("command",), self.command, "give the program to run"))
+        if self.command is not None and self.transport != "stdio":
+            problems.append(
+                _Problem(("transport",), self.transport, "a command server's transport is stdio; remove it")
+            )
+        if self.url is not None and self.transport == "stdio":
+            problems.append(
+                _Problem(("transport",), self.transport, "a url server's transport is http or sse")
+            )
         if self.url is not None:
             parts = urlsplit(self.url)
             if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -425,8 +532,17 @@ class ServerSpec(_Frozen):
                         ("url",), self.url, "args, env and cwd apply to command servers only; remove them"
                     )
                 )
-        if self.command is not None and self.headers:
-            problems.append(_Problem(("headers",), "…", "headers apply to url servers only; remove them"))
+        if self.command is not None:
+            for key in ("headers", "bearer_token_env", "oauth"):
+                if getattr(self, key):
+                    problems.append(_Problem((key,), "…", f"{key} is for url servers only; remove it"))
+        auths = [k for k in ("bearer_token_env", "oauth") if getattr(self, k)]
+        if "Authorization" in {h.title() for h in self.headers}:
+            auths.append("headers.Authorization")
+        if len(auths) > 1:
+            problems.append(
+                _Problem((auths[1].split(".")[0],), "…", f"use one of {' or '.join(auths)}, not both")
+            )
         if problems:
             raise _Problems(problems)
         return self
@@ -445,6 +561,15 @@ class SubscriptionSpec(_Frozen):
             raise ValueError("a resource URI is non-empty and has no spaces, e.g. file:///var/inbox.jsonl")
         _check_glob(v)
         return v
+
+
+def _check_tool_glob(pattern: str) -> None:
+    """Raise ValueError (the fix) if ``pattern`` is not a tool-name glob."""
+    if not isinstance(pattern, str) or not re.fullmatch(r"[A-Za-z0-9_./*?\[\]!-]{1,160}", pattern):
+        raise ValueError(
+            f"{pattern!r} is not a tool glob: write tool names or globs of letters, digits, '_', '-', "
+            "'*' and '?', e.g. 'files__read_*' or 'memo__*'"
+        )
 
 
 def _check_glob(pattern: str) -> None:
@@ -588,6 +713,12 @@ class RouteConfig(_Frozen):
     """Python source of a watch filter; implies ``extract = "auto"`` when extract is unset."""
     reread_on_start: bool = True
     """Deliver one "possibly changed" per owned URI once subscribed at start-up (rfcs/0130)."""
+    allowed_tools: list[str] | None = None
+    """Globs over ``server__tool`` names: the agents of this route are offered only these (None: all)."""
+    disallowed_tools: list[str] = Field(default_factory=list)
+    """Globs over ``server__tool`` names never offered to this route's agents."""
+    tools: ToolScope = "all"
+    """``read-only``: offer only upstream tools annotated read-only (and the self-tools)."""
 
     @field_validator("name")
     @classmethod
@@ -600,6 +731,20 @@ class RouteConfig(_Frozen):
             )
         if re.fullmatch(r"r[0-9]+", v):
             raise ValueError("names r0, r1, ... are the ids of unnamed routes; pick another name")
+        return v
+
+    @field_validator("allowed_tools", "disallowed_tools", mode="before")
+    @classmethod
+    def _tool_lists(cls, v: object) -> object:
+        if isinstance(v, str):  # --route ...,allowed_tools=a;b is split on ';' by the route parser
+            return [part.strip() for part in v.split(";") if part.strip()]
+        return v
+
+    @field_validator("allowed_tools", "disallowed_tools")
+    @classmethod
+    def _tool_globs(cls, v: list[str] | None) -> list[str] | None:
+        for pattern in v or []:
+            _check_tool_glob(pattern)
         return v
 
     @field_validator("match")
@@ -909,8 +1054,17 @@ class Settings(BaseSettings):
     max_read_bytes: int = DEFAULT_MAX_READ_BYTES
     """Largest resource read accepted from a server."""
     watches: WatchesConfig = Field(default_factory=WatchesConfig)
+    tool_timeout: float = DEFAULT_TOOL_TIMEOUT
+    """Seconds one upstream tool call may take (a server's ``timeout`` overrides it)."""
+    allowed_tools: Annotated[list[str] | None, NoDecode] = None
+    """Globs over ``server__tool`` names: only these are offered to any agent (None: all)."""
+    disallowed_tools: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """Globs over ``server__tool`` names never offered to any agent."""
+    state_dir: Path | None = None
+    """Directory for what outlives the process (OAuth tokens); None: kept in memory only."""
 
     _deprecations: tuple[Deprecation, ...] = PrivateAttr(default=())
+    _ignored: tuple[str, ...] = PrivateAttr(default=())
 
     @classmethod
     def settings_customise_sources(
@@ -954,6 +1108,48 @@ class Settings(BaseSettings):
     @classmethod
     def _grace(cls, v: object) -> float:
         return _duration(v)
+
+    @field_validator("tool_timeout", mode="before")
+    @classmethod
+    def _tool_timeout(cls, v: object) -> float:
+        return _duration(v, positive=True)
+
+    @field_validator("allowed_tools", "disallowed_tools", mode="before")
+    @classmethod
+    def _tool_lists(cls, v: object) -> object:
+        # The environment and flags give "a,b" (or JSON); TOML gives a list.
+        if isinstance(v, str):
+            text = v.strip()
+            if text.startswith("["):
+                try:
+                    return json.loads(text)
+                except json.JSONDecodeError:
+                    raise ValueError(
+                        'write comma-separated globs, or a JSON list like ["files__*"]'
+                    ) from None
+            return [part.strip() for part in text.split(",") if part.strip()]
+        return v
+
+    @field_validator("allowed_tools", "disallowed_tools")
+    @classmethod
+    def _tool_globs(cls, v: list[str] | None) -> list[str] | None:
+        for pattern in v or []:
+            _check_tool_glob(pattern)
+        return v
+
+    @field_validator("state_dir")
+    @classmethod
+    def _state_dir(cls, v: Path | None) -> Path | None:
+        if v is None:
+            return v
+        v = _expand_user(v)
+        if v.exists() and not v.is_dir():
+            raise ValueError("exists and is not a directory; give a directory (created if missing)")
+        if not v.exists() and not v.parent.is_dir():
+            raise ValueError(
+                f"its parent {str(v.parent)!r} does not exist; create it or pick another directory"
+            )
+        return v
 
     @field_validator("budget_steps", "budget_tokens", mode="before")
     @classmethod
@@ -1387,6 +1583,9 @@ ROUTE_FLAG_KEYS = (
     "reread_on_start",
     "extract",
     "template",
+    "tools",
+    "allowed_tools",
+    "disallowed_tools",
 )
 
 _OPTION_RE = re.compile(r"^\s*([a-z_]+)\s*=(.*)$", re.DOTALL)
@@ -1526,6 +1725,11 @@ def _expand_server(table: dict[str, Any], env: Mapping[str, str], where: str) ->
         out["args"] = [
             _expand_env_refs(a, env, f"{where}.args") if isinstance(a, str) else a for a in out["args"]
         ]
+    if isinstance(out.get("oauth"), dict):
+        out["oauth"] = {
+            k: _expand_env_refs(v, env, f"{where}.oauth.{k}") if isinstance(v, str) else v
+            for k, v in out["oauth"].items()
+        }
     for key in ("env", "headers"):
         if isinstance(out.get(key), dict):
             out[key] = {
@@ -1547,22 +1751,20 @@ def _server_spec(name: str, table: object, *, where: str, source: str) -> Server
         ) from None
 
 
-#: Keys of the ``mcpServers`` JSON that agentd understands; other keys
-#: (``autoApprove``, ``timeout``, …) belong to other clients and are ignored.
-_MCP_JSON_KEYS = {"command", "args", "env", "cwd", "url", "headers", "type", "required", "disabled"}
-
-
 def parse_mcp_servers_json(
-    text: str, *, label: str, env: Mapping[str, str] | None = None
+    text: str, *, label: str, env: Mapping[str, str] | None = None, ignored: list[str] | None = None
 ) -> dict[str, ServerSpec]:
-    """Servers from the ``{"mcpServers": {...}}`` JSON of Claude Code/Desktop and Cursor.
+    """Servers from the ``mcpServers`` JSON (Claude, Cursor, …) or VS Code's ``servers`` JSON.
 
     Each entry is ``{"command", "args"?, "env"?, "cwd"?}`` (stdio) or
     ``{"url", "headers"?}`` (HTTP), optionally with ``"type": "stdio" |
-    "http" | "streamable-http"`` (checked against the keys present) and the
-    agentd extension ``"required": true``. Entries with ``"disabled": true``
-    are skipped. ``${VAR}`` / ``${VAR:-default}`` in strings are expanded
-    from ``env``. Unknown keys are ignored.
+    "http" | "streamable-http" | "sse"`` (checked against the keys present),
+    ``timeout`` (seconds per tool call) and the agentd extensions
+    (``required``, ``startup_timeout``, ``bearer_token_env``, ``oauth``,
+    ``allowed_tools``, ``disallowed_tools``). Entries with ``"disabled":
+    true`` are skipped. ``${VAR}`` / ``${VAR:-default}`` (and VS Code's
+    ``${env:VAR}``) in strings are expanded from ``env``. Keys agentd does not
+    use are appended to ``ignored`` (spelled ``LABEL: mcpServers.NAME.KEY``).
 
     Raises:
         ConfigError: naming ``{label}: mcpServers.NAME.FIELD``.
@@ -1584,41 +1786,51 @@ def parse_mcp_servers_json(
         raise ConfigError(
             label, text[:80], f'not valid JSON ({exc}); write {{"mcpServers": {{...}}}}'
         ) from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("mcpServers"), dict):
-        raise ConfigError(label, text[:80], 'expected a JSON object with an "mcpServers" object')
-    problems: list[ConfigError] = []
+    translated = translate_json(doc, label=label, duplicates=frozenset(duplicates))
+    return _validated(translated, env, label, ignored)
+
+
+def parse_codex_toml(
+    text: str, *, label: str, env: Mapping[str, str] | None = None, ignored: list[str] | None = None
+) -> dict[str, ServerSpec]:
+    """Servers from Codex's ``[mcp_servers.NAME]`` TOML (see :func:`agentd.client_configs.translate_codex`).
+
+    Raises:
+        ConfigError: naming ``{label}: mcp_servers.NAME.FIELD``.
+    """
+    env = os.environ if env is None else env
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(label, text[:80], f"not valid TOML ({exc}); fix the syntax") from None
+    return _validated(translate_codex(doc, label=label, env=env), env, label, ignored)
+
+
+def _validated(
+    translated: Translated, env: Mapping[str, str], label: str, ignored: list[str] | None
+) -> dict[str, ServerSpec]:
+    problems: list[ConfigError] = list(translated.problems)
     out: dict[str, ServerSpec] = {}
-    for name, entry in doc["mcpServers"].items():
-        where = f"{label}: mcpServers.{name}"
-        if name in duplicates:
-            problems.append(ConfigError(where, name, "defined twice in this file; keep one"))
-            continue
-        if not isinstance(entry, dict):
-            problems.append(ConfigError(where, entry, "each server is an object with command or url"))
-            continue
-        if entry.get("disabled") is True:
-            continue
-        table = {k: v for k, v in entry.items() if k in _MCP_JSON_KEYS and k not in ("type", "disabled")}
-        kind = entry.get("type")
-        if kind is not None:
-            wants = (
-                {"stdio": "command", "http": "url", "streamable-http": "url"}.get(kind)
-                if isinstance(kind, str)
-                else None
-            )
-            if wants is None:
-                problems.append(ConfigError(f"{where}.type", kind, "use stdio, http or streamable-http"))
-                continue
-            if wants not in entry:
-                problems.append(ConfigError(f"{where}.type", kind, f"a {kind} server needs {wants!r}"))
-                continue
+    for name, table in translated.servers.items():
+        where = translated.wheres[name]
         try:
-            table = _expand_server(table, env, where)
-            out[name] = _server_spec(name, table, where=where, source=label)
+            out[name] = _server_spec(name, _expand_server(table, env, where), where=where, source=label)
         except ConfigError as exc:
             problems.extend(_problems_of(exc))
     _raise_all(problems)
+    if ignored is not None:
+        ignored.extend(translated.ignored)
     return out
+
+
+def parse_server_file(
+    text: str, *, label: str, path: Path, env: Mapping[str, str], ignored: list[str] | None = None
+) -> dict[str, ServerSpec]:
+    """Servers from a file another MCP client wrote: JSON (``mcpServers`` / VS Code) or Codex TOML."""
+    stripped = text.lstrip()
+    if path.suffix.lower() == ".toml" or (stripped and stripped[0] not in "{["):
+        return parse_codex_toml(text, label=label, env=env, ignored=ignored)
+    return parse_mcp_servers_json(text, label=label, env=env, ignored=ignored)
 
 
 def _stdio_flag(text: str, env: Mapping[str, str]) -> ServerSpec:
@@ -1817,8 +2029,12 @@ def _collect_servers(
     flags: Mapping[str, Any],
     env: Mapping[str, str],
     file_label: str,
+    ignored: list[str] | None = None,
 ) -> dict[str, ServerSpec]:
-    """The union of every server source; a name defined twice is an error naming both."""
+    """The union of every server source; a name defined twice is an error naming both.
+
+    Keys of other clients' files that agentd does not use are appended to ``ignored``.
+    """
     problems: list[ConfigError] = []
     out: dict[str, ServerSpec] = {}
 
@@ -1870,10 +2086,10 @@ def _collect_servers(
         except (OSError, UnicodeDecodeError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
             problems.append(
-                ConfigError(how, str(path), f"cannot read the mcpServers file ({reason}); check the path")
+                ConfigError(how, str(path), f"cannot read the MCP server file ({reason}); check the path")
             )
             return
-        specs = attempt(lambda: parse_mcp_servers_json(text, label=label, env=env))
+        specs = attempt(lambda: parse_server_file(text, label=label, path=path, env=env, ignored=ignored))
         for spec in (specs or {}).values():
             add(spec)
 
@@ -1927,8 +2143,26 @@ def _collect_servers(
                 )
         else:
             out[name] = out[name].model_copy(update={"required": True})
+    for spec in out.values():
+        problems += _missing_credentials(spec, env)
     _raise_all(problems)
     return out
+
+
+def _missing_credentials(spec: ServerSpec, env: Mapping[str, str]) -> list[ConfigError]:
+    """A credential named by environment variable that is not set: found now, not at the first request."""
+    named = [("bearer_token_env", spec.bearer_token_env)]
+    if spec.oauth is not None:
+        named.append(("oauth.client_secret_env", spec.oauth.client_secret_env))
+    return [
+        ConfigError(
+            f"server {spec.name} ({spec.source}) {key}",
+            var,
+            f"environment variable {var} is not set; export it (the server's credential) or remove {key}",
+        )
+        for key, var in named
+        if var is not None and not env.get(var)
+    ]
 
 
 #: Keys of ``load_settings(flags)`` that are server sources, not settings.
@@ -2008,8 +2242,9 @@ def load_settings(
                 problems.append(exc)
     file_servers = file_data.pop("servers", None)
 
+    ignored: list[str] = []
     try:
-        servers = _collect_servers(file_servers, file_mcp, flags, env, file_label)
+        servers = _collect_servers(file_servers, file_mcp, flags, env, file_label, ignored)
     except ConfigError as exc:
         problems.extend(_problems_of(exc))
         servers = {}
@@ -2051,7 +2286,13 @@ def load_settings(
                 'list and table settings in the environment are JSON, e.g. \'["a", "b"]\'',
             ) from None
     settings._deprecations = tuple(deprecations)
+    settings._ignored = tuple(ignored)
     return settings
+
+
+def ignored_keys(settings: Settings) -> tuple[str, ...]:
+    """Keys of other clients' MCP server files that agentd did not use (to warn about, by name)."""
+    return settings._ignored
 
 
 def deprecations(settings: Settings) -> tuple[Deprecation, ...]:

@@ -188,6 +188,7 @@ async def _main(
     from agentd.health import raise_open_files_limit
     from agentd.triggers import mode as modes
     from agentd.upstream import Upstream
+    from agentd.upstream.auth import auth_for
 
     started_wall = time.monotonic()
     now = trio.current_time()
@@ -319,7 +320,13 @@ async def _main(
             if backoff:
                 extra.update(backoff=backoff, resubscribe_backoff=backoff)
             upstreams[name] = Upstream(
-                spec, reactor.send, telemetry, max_read_bytes=settings.max_read_bytes, **extra
+                spec,
+                reactor.send,
+                telemetry,
+                max_read_bytes=settings.max_read_bytes,
+                tool_timeout=spec.timeout or settings.tool_timeout,
+                auth=auth_for(spec, state_dir=settings.state_dir),
+                **extra,
             )
         hub = SupervisorHub(events=reactor.send, upstreams=upstreams, telemetry=telemetry)
         hub_holder["hub"] = hub

@@ -50,10 +50,45 @@ from agentd.telemetry import Telemetry
 __all__ = [
     "EXIT_GRACE",
     "MAX_LINE_BYTES",
+    "PASSED_ENV",
     "STDERR_TAIL_BYTES",
     "TERM_GRACE",
     "StdioTransport",
+    "server_environment",
 ]
+
+PASSED_ENV = (
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "ALL_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "all_proxy",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+    "PIP_CERT",
+    "UV_NATIVE_TLS",
+    "LANG",
+    "LC_ALL",
+    "TZ",
+)
+"""Variables passed to every stdio server on top of the SDK's minimal environment (HOME,
+PATH, …): a server behind a corporate proxy or a private CA needs them to reach the
+network (``npx``/``uvx`` fetch packages at start-up), and none of them is a credential
+that agentd holds for itself. A server's own ``env`` overrides them."""
+
+
+def server_environment(extra: Mapping[str, str], parent: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a stdio server: minimal, proxy and CA settings, then its own ``env``."""
+    parent = os.environ if parent is None else parent
+    passed = {k: parent[k] for k in PASSED_ENV if parent.get(k)}
+    return get_default_environment() | passed | dict(extra)
+
 
 EXIT_GRACE = 2.0
 """Seconds a server gets to exit on its own after its stdin closes (the MCP shutdown
@@ -111,7 +146,8 @@ class StdioTransport:
         server: the server's configured name (for messages).
         command: the executable.
         args: its arguments.
-        env: variables added over a minimal inherited environment (HOME, PATH, ...).
+        env: variables added over a minimal inherited environment (HOME, PATH, ...) and the
+            proxy and CA settings (:data:`PASSED_ENV`).
         cwd: working directory, or ``None`` for the supervisor's.
         telemetry: where skipped stdout lines are reported.
         max_line_bytes: cap on one stdout line.
@@ -171,7 +207,7 @@ class StdioTransport:
 
     @asynccontextmanager
     async def _run(self) -> AsyncIterator[tuple[object, object]]:
-        env = get_default_environment() | self.env
+        env = server_environment(self.env)
         try:
             process = await trio.lowlevel.open_process(
                 [self.command, *self.args],

@@ -26,6 +26,9 @@ class Spec:
     url: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
     required: bool = False
+    transport: str | None = None
+    timeout: float | None = None
+    startup_timeout: float = 15.0
 
 
 def notes_spec(name: str, state: Path, *extra: str, era: str = "modern", required: bool = False) -> Spec:
