@@ -35,8 +35,7 @@ STOP_GRACE = 5.0
 async def sse_server(listener: socket.socket, state: Path) -> AsyncIterator[trio.Process]:
     fd = listener.fileno()
     process = await trio.lowlevel.open_process(
-        [sys.executable, NOTES_SERVER, "--state", str(state)]
-        + ["--transport", "sse", "--fd", str(fd)],
+        [sys.executable, NOTES_SERVER, "--state", str(state), "--transport", "sse", "--fd", str(fd)],
         pass_fds=(fd,),
         stdin=subprocess.DEVNULL,
     )
@@ -99,7 +98,9 @@ async def test_tool_timeout_is_the_servers_own(tmp_path: Path) -> None:
     async with trio.open_nursery() as nursery:
         await nursery.start(up.run)
         assert (await up.call_tool("sleep", {"seconds": 0.05})).is_error is False
-        with pytest.raises(UpstreamError, match=r"did not answer tools/call 'sleep' within 0\.5s \(the server's timeout"):
+        with pytest.raises(
+            UpstreamError, match=r"did not answer tools/call 'sleep' within 0\.5s \(the server's timeout"
+        ):
             await up.call_tool("sleep", {"seconds": 30})
         # The connection is still usable after a timed-out call.
         assert (await up.call_tool("list_notes", {})).is_error is False
