@@ -46,6 +46,7 @@ from agentd.supervisor.hub import SupervisorHub
 from agentd.supervisor.reactor import Agent, Hooks, Reactor
 from agentd.supervisor.tree import Tree
 from agentd.telemetry import Telemetry
+from agentd.toolpolicy import ToolPolicy
 
 
 def reconnect_backoff(env: Any = os.environ) -> tuple[float, ...] | None:
@@ -260,12 +261,13 @@ async def _main(
         def spawn(agent: Agent) -> None:
             hub = hub_holder["hub"]
             profile = route_profiles.get(agent.route or "", default_profile)
+            hub.bind(agent.id, agent.route)  # the route's tool policy (allowed/disallowed, read-only)
             payload = SpawnPayload(
                 agent=agent.id,
                 model=profile.model,
                 system=profile.system,
                 instruction=agent.instruction,
-                tools=tuple(ToolSpecFrame.model_construct(**spec) for spec in hub.tool_specs()),
+                tools=tuple(ToolSpecFrame.model_construct(**spec) for spec in hub.tool_specs(agent.id)),
                 model_timeout=settings.model_timeout,
                 max_turn_steps=settings.max_turn_steps,
                 model_settings=profile.model_settings,
@@ -328,12 +330,17 @@ async def _main(
                 auth=auth_for(spec, state_dir=settings.state_dir),
                 **extra,
             )
-        hub = SupervisorHub(events=reactor.send, upstreams=upstreams, telemetry=telemetry)
+        hub = SupervisorHub(
+            events=reactor.send,
+            upstreams=upstreams,
+            telemetry=telemetry,
+            policy=ToolPolicy.from_settings(settings),
+        )
         hub_holder["hub"] = hub
         watches = _watch_manager(settings, reactor, hub, upstreams, telemetry, watch_limits)
         tree = Tree(
             events=reactor.send,
-            serve_child=partial(serve_child, hub),
+            serve_child=partial(_serve_bound_child, hub),
             telemetry=telemetry,
             spawn_timeout=settings.spawn_timeout,
             # The zygote prepares these models' providers (TLS, prices, a cloud SDK) before forking.
@@ -426,6 +433,14 @@ def _provider_payload(name: str, spec: Any) -> ProviderFrame:
         headers=dict(spec.headers),
         prices=spec.prices,
     )
+
+
+async def _serve_bound_child(hub: SupervisorHub, agent: str, stream: Any) -> None:
+    """Serve a child's self-MCP channel; then forget its route binding."""
+    try:
+        await serve_child(hub, agent, stream)
+    finally:
+        hub.release(agent)
 
 
 def _model_telemetry(settings: Any, telemetry: Telemetry) -> None:

@@ -30,6 +30,7 @@ from agentd.selfmcp.protocol import unknown_tool_text
 from agentd.selfmcp.server import text_result
 from agentd.supervisor.events import ChildMessage, ReactorEvent
 from agentd.telemetry import Telemetry
+from agentd.toolpolicy import ToolPolicy
 from agentd.upstream.naming import ToolNameMap
 
 if TYPE_CHECKING:
@@ -128,45 +129,77 @@ class SupervisorHub:
         events: trio.MemorySendChannel[ReactorEvent],
         upstreams: Mapping[str, Any],
         telemetry: Telemetry,
+        policy: ToolPolicy | None = None,
     ) -> None:
         self._events = events
         self.upstreams = upstreams
         self._telemetry = telemetry
         self.names = ToolNameMap()
-        self._tools: list[types.Tool] | None = None
-        self._tool_names: frozenset[str] = frozenset()
-        self._specs: list[dict[str, Any]] | None = None
+        self._policy = policy or ToolPolicy()
+        self._routes: dict[str, str] = {}
+        """Agent -> its route, for agents whose route narrows the tools (see :meth:`bind`)."""
+        self._all: list[tuple[types.Tool, str | None, str | None]] | None = None
+        self._catalogs: dict[
+            str | None, tuple[list[types.Tool], frozenset[str], list[dict[str, Any]] | None]
+        ] = {}
         self._tools_key: tuple[int, ...] = ()
         self.watches: WatchManager | None = None
         """The watch manager (set by the app); without it the watch tools report an error."""
 
     # -- tools ----------------------------------------------------------------------
 
-    def tools_for(self, agent: str) -> list[types.Tool]:
+    def bind(self, agent: str, route: str | None) -> None:
+        """Record ``agent``'s route before it starts (its catalog follows the route's tool policy)."""
+        key = self._policy.scoped(route)
+        if key is not None:
+            self._routes[agent] = key
+
+    def release(self, agent: str) -> None:
+        """Forget ``agent`` (its channel closed)."""
+        self._routes.pop(agent, None)
+
+    def _catalog(self, agent: str) -> tuple[list[types.Tool], frozenset[str], list[dict[str, Any]] | None]:
         # Rebuilt only when an upstream's tool list changed (a connection came
         # up late, reconnected, or announced tools/list_changed): every
         # connection bumps its ``tools_version`` when it refreshes its tools.
         key = tuple(getattr(up, "tools_version", 0) for up in self.upstreams.values())
-        if self._tools is None or key != self._tools_key:
-            tools = list(SELF_TOOLS)
+        if self._all is None or key != self._tools_key:
+            every: list[tuple[types.Tool, str | None, str | None]] = [(t, None, None) for t in SELF_TOOLS]
             for server, up in self.upstreams.items():
                 for tool in getattr(up, "tools", None) or []:
                     name = self.names.add(server, tool.name)
-                    tools.append(tool.model_copy(update={"name": name}))
-            self._tools, self._tools_key, self._specs = tools, key, None
-            self._tool_names = frozenset(t.name for t in tools)
-        return self._tools
+                    every.append((tool.model_copy(update={"name": name}), server, tool.name))
+            self._all, self._tools_key, self._catalogs = every, key, {}
+        route = self._routes.get(agent)
+        found = self._catalogs.get(route)
+        if found is None:
+            tools = [
+                t
+                for t, server, own in self._all
+                if self._policy.allows(
+                    route,
+                    t.name,
+                    server=server,
+                    tool=own,
+                    read_only_hint=t.annotations.read_only_hint if t.annotations is not None else None,
+                )
+            ]
+            found = self._catalogs[route] = (tools, frozenset(t.name for t in tools), None)
+        return found
+
+    def tools_for(self, agent: str) -> list[types.Tool]:
+        """The tools ``agent`` is offered (its route's policy applied)."""
+        return self._catalog(agent)[0]
 
     def offers(self, agent: str, name: str) -> bool:
         """Whether ``name`` is a tool ``agent`` may call (an upstream tool or a self-tool)."""
-        self.tools_for(agent)
-        return name in self._tool_names
+        return name in self._catalog(agent)[1]
 
-    def tool_specs(self) -> list[dict[str, Any]]:
-        """The tools as the spawn payload carries them (for the model's tool list); cached per tool list."""
-        tools = self.tools_for("")
-        if self._specs is None:
-            self._specs = [
+    def tool_specs(self, agent: str = "") -> list[dict[str, Any]]:
+        """The tools as the spawn payload carries them (for the model's tool list); cached per catalog."""
+        tools, names, specs = self._catalog(agent)
+        if specs is None:
+            specs = [
                 {
                     "name": t.name,
                     "description": t.description or "",
@@ -174,7 +207,8 @@ class SupervisorHub:
                 }
                 for t in tools
             ]
-        return self._specs
+            self._catalogs[self._routes.get(agent)] = (tools, names, specs)
+        return specs
 
     # -- calls ----------------------------------------------------------------------
 

@@ -174,8 +174,26 @@ class TokenCache:
 class _ClientCredentials(ClientCredentialsOAuthProvider):
     """The SDK's client-credentials provider with a token cache and refresh before expiry."""
 
-    def __init__(self, *args: Any, cache: TokenCache, **kwargs: Any) -> None:
-        super().__init__(*args, storage=cache, **kwargs)
+    def __init__(
+        self,
+        *,
+        server_url: str,
+        client_id: str,
+        client_secret: str,
+        token_endpoint_auth_method: Any,
+        scope: str | None,
+        issuer: str,
+        cache: TokenCache,
+    ) -> None:
+        super().__init__(
+            server_url,
+            cache,
+            client_id,
+            client_secret,
+            token_endpoint_auth_method=token_endpoint_auth_method,
+            scope=scope,
+            issuer=issuer,
+        )
         self._cache = cache
 
     def _set_expiry(self) -> None:

@@ -68,7 +68,7 @@ class _Watch(httpx2.AsyncBaseTransport):
             return httpx2.Response(
                 response.status_code,
                 headers=response.headers,
-                stream=_EventStream(self._owner, response.stream),  # type: ignore[arg-type]
+                stream=_EventStream(self._owner, response.stream),
                 request=request,
                 extensions=response.extensions,
             )
