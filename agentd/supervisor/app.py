@@ -484,6 +484,7 @@ def _watch_manager(
         limits=limits,
         server_for=hub.server_for,
         state_path=settings.watch_state,
+        tool_allowed=hub.policy_allows,
     )
     hub.watches = manager
     reactor.watches = manager

@@ -154,6 +154,13 @@ class SupervisorHub:
         if key is not None:
             self._routes[agent] = key
 
+    def policy_allows(self, server: str, tool: types.Tool) -> bool:
+        """Whether the global and per-server tool policy lets ``server``'s ``tool`` be used (watch filters)."""
+        hint = tool.annotations.read_only_hint if tool.annotations is not None else None
+        return self._policy.allows(
+            None, self.names.add(server, tool.name), server=server, tool=tool.name, read_only_hint=hint
+        )
+
     def release(self, agent: str) -> None:
         """Forget ``agent`` (its channel closed)."""
         self._routes.pop(agent, None)

@@ -110,3 +110,23 @@ async def test_hub_offers_per_route_and_refuses_as_unknown() -> None:
     assert up.calls == ["set"]
     hub.release("a1")
     assert "memo__set" in {t.name for t in hub.tools_for("a1")}  # forgotten: no route any more
+
+
+async def test_watch_filters_follow_the_policy() -> None:
+    from agentd.watches.manager import WatchManager
+
+    up = _Up([_tool("get", ro=True), _tool("peek", ro=True), _tool("set", ro=False)])
+    send, _recv = trio.open_memory_channel[Any](10)
+    policy = ToolPolicy(everywhere=ToolRules.of(None, ["memo__peek"]))
+    hub = SupervisorHub(events=send, upstreams={"memo": up}, telemetry=NullTelemetry(), policy=policy)
+    manager = WatchManager(
+        upstreams={"memo": up},
+        events=send,
+        telemetry=NullTelemetry(),
+        server_for=hub.server_for,
+        tool_allowed=hub.policy_allows,
+    )
+    catalog, denied = manager.filter_catalog()
+    assert "memo__get" in catalog
+    assert "memo__peek" not in catalog  # read-only, but no agent may call it
+    assert denied == {"memo__peek", "memo__set"}
