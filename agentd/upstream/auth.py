@@ -103,6 +103,8 @@ class TokenCache:
         self._expires_at: float | None = None
         self._client: OAuthClientInformationFull | None = None
         self.loaded = False
+        self.write_error: str | None = None
+        """Why the last token could not be written (it is kept in memory)."""
 
     @property
     def expires_at(self) -> float | None:
@@ -126,7 +128,12 @@ class TokenCache:
         self._token = tokens
         self._expires_at = None if tokens.expires_in is None else time.time() + tokens.expires_in
         if self.path is not None:
-            await anyio.to_thread.run_sync(self._save)
+            try:
+                await anyio.to_thread.run_sync(self._save)
+            except OSError as exc:
+                # A full or read-only state directory costs a token request at the next
+                # start, never the connection: the token stays in memory.
+                self.write_error = f"cannot cache the token in {self.path}: {exc.strerror or exc}"
 
     async def get_client_info(self) -> OAuthClientInformationFull | None:
         return self._client

@@ -176,3 +176,22 @@ def test_refresh_margin() -> None:
     assert refresh_margin(3600) == 60
     assert refresh_margin(300) == 30
     assert refresh_margin(0) == 0
+
+
+async def test_damaged_or_unwritable_cache_costs_a_token_request_not_the_connection(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    async with oauth_servers(tmp_path) as servers:
+        spec = spec_for(servers)
+        await whoami(spec, state)
+        (cache,) = (state / "oauth").iterdir()
+        cache.write_text('{"binding": "torn')  # a write cut short (agentd's own writes are atomic)
+        answer, _ = await whoami(spec, state)
+        assert answer == f"{CLIENT_ID} token=2"
+        # The cache folder cannot be made (a file is in the way; chmod means nothing to root).
+        cache.unlink()
+        (state / "oauth").rmdir()
+        (state / "oauth").write_text("not a folder")
+        auth = auth_for(spec, state_dir=state)
+        answer, _ = await whoami(spec, state, auth)
+        assert answer == f"{CLIENT_ID} token=3"
+        assert auth._cache.write_error is not None  # type: ignore[attr-defined]
