@@ -9,13 +9,8 @@ that module relies on: an SDK release that changes them fails here.
 from __future__ import annotations
 
 import json
-import socket
 import stat
-import subprocess
-import sys
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import trio
@@ -25,66 +20,7 @@ from agentd.supervisor.events import ServerState
 from agentd.telemetry import NullTelemetry
 from agentd.upstream import Upstream
 from agentd.upstream.auth import auth_for, refresh_margin
-
-SERVER = str(Path(__file__).resolve().parents[1] / "servers" / "oauth_server.py")
-CLIENT_ID = "agentd-test"
-CLIENT_SECRET = "s3cret-client-value"
-STOP_GRACE = 5.0
-"""Seconds the test servers get to exit after SIGTERM before SIGKILL."""
-
-
-class Servers:
-    def __init__(self, issuer: str, url: str, log: Path) -> None:
-        self.issuer = issuer
-        self.url = url
-        self.log = log
-
-    def lines(self) -> list[str]:
-        return self.log.read_text().splitlines() if self.log.exists() else []
-
-
-@asynccontextmanager
-async def oauth_servers(tmp_path: Path, *, method: str = "client_secret_basic") -> AsyncIterator[Servers]:
-    socks = []
-    for _ in range(2):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        s.listen(64)
-        socks.append(s)
-    log = tmp_path / "oauth.log"
-    fds = [s.fileno() for s in socks]
-    process = await trio.lowlevel.open_process(
-        [
-            sys.executable,
-            SERVER,
-            "--as-fd",
-            str(fds[0]),
-            "--rs-fd",
-            str(fds[1]),
-            "--log",
-            str(log),
-            "--method",
-            method,
-        ],
-        pass_fds=fds,
-        stdin=subprocess.DEVNULL,
-    )
-    try:
-        yield Servers(
-            f"http://127.0.0.1:{socks[0].getsockname()[1]}",
-            f"http://127.0.0.1:{socks[1].getsockname()[1]}/mcp",
-            log,
-        )
-    finally:
-        with trio.CancelScope(shield=True):
-            process.terminate()
-            with trio.move_on_after(STOP_GRACE):
-                await process.wait()
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
-        for s in socks:
-            s.close()
+from tests.support.oauth import CLIENT_ID, CLIENT_SECRET, Servers, oauth_servers
 
 
 def spec_for(
