@@ -41,7 +41,9 @@ async def test_r1_refused_credentials_end_a_required_server_with_exit_6_and_no_s
     async with oauth_servers(tmp_path) as servers, provider_server([]) as srv:
         config = _config(tmp_path, servers.url, servers.issuer)
         args = ["--config", config, "--model", "openai:gpt-4o-mini", "hi"]
-        async with run_agentd(args, env=_env(srv.url("/v1"), SECURE_SECRET=wrong, AGENTD_RECONNECT_BACKOFF="0.1")) as a:
+        async with run_agentd(
+            args, env=_env(srv.url("/v1"), SECURE_SECRET=wrong, AGENTD_RECONNECT_BACKOFF="0.1")
+        ) as a:
             assert await a.wait_exit(timeout=90) == ExitCode.REQUIRED_SERVER, a.tail()
     everything = "\n".join(a.raw_stderr) + a.stdout.decode()
     assert wrong not in everything
