@@ -319,12 +319,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _check(settings: Settings, *, show_secrets: bool) -> int:
     """``agentd check``: what a run would refuse, then the effective config (redacted unless asked)."""
     problems: list[ConfigError] = []
-    try:
-        from agentd.supervisor.app import reconnect_backoff
-
-        reconnect_backoff(os.environ)
-    except ConfigError as exc:
-        problems.append(exc)
     for spec, problem in missing_server_commands(settings, os.environ):
         if spec.required:
             problems.append(problem)

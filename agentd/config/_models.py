@@ -31,6 +31,8 @@ from agentd.config._vocab import (
     ToolScope,
     Transport,
 )
+from agentd.errors import ConfigError
+from agentd.watches.limits import WatchLimits
 
 
 class _Frozen(BaseModel):
@@ -518,27 +520,66 @@ class RouteConfig(_Frozen):
         return self
 
 
-class WatchesConfig(_Frozen):
-    """Limits of the watch stage (``[watches]`` in TOML, ``AGENTD_WATCHES__…`` in env)."""
+#: The watch stage's own defaults: the ``[watches]`` table takes them, never restates them.
+_LIMITS = WatchLimits()
 
-    max_watches: int = 5
+#: ``WatchLimits`` field -> the ``[watches]`` key that sets it.
+_LIMIT_KEYS = {
+    "max_watches": "max_watches",
+    "filter_time_secs": "filter_timeout",
+    "filter_tool_calls": "filter_tool_calls",
+    "events_per_update": "events_per_update",
+    "lines_per_notice": "notice_lines",
+    "debounce_quiet_secs": "debounce",
+    "debounce_max_secs": "max_wait",
+    "resubscribe_attempts": "resubscribe_attempts",
+}
+
+
+class WatchesConfig(_Frozen):
+    """Limits of the watch stage (``[watches]`` in TOML, ``AGENTD_WATCHES__…`` in env).
+
+    The settings face of :class:`agentd.watches.limits.WatchLimits`: the same
+    defaults, and a table is only accepted if the stage accepts the limits it
+    makes (:meth:`limits`), so ``agentd check`` never passes what the run refuses.
+    """
+
+    max_watches: int = _LIMITS.max_watches
     """Watches one agent may hold at once."""
-    filter_timeout: float = 2.0
+    filter_timeout: float = _LIMITS.filter_time_secs
     """Wall-clock budget of one ``on_event`` filter run."""
-    filter_tool_calls: int = 10
+    filter_tool_calls: int = _LIMITS.filter_tool_calls
     """Read-only tool calls one filter run may make."""
-    events_per_update: int = 100
+    events_per_update: int = _LIMITS.events_per_update
     """Events extracted from one update before the rest are summarised."""
-    notice_lines: int = 20
+    notice_lines: int = _LIMITS.lines_per_notice
     """Lines in one notice turn."""
-    debounce: float = 3.0
+    debounce: float = _LIMITS.debounce_quiet_secs
     """Quiet time before a notice is sent."""
-    max_wait: float = 15.0
+    max_wait: float = _LIMITS.debounce_max_secs
     """Longest a notice waits while events keep coming."""
-    resubscribe_attempts: int = 5
+    resubscribe_attempts: int = _LIMITS.resubscribe_attempts
     """Resubscribe attempts in a row (1 s doubling to 16 s) before a lost subscription, and
     every watch on it, gives up; a stream that ends right after it was acknowledged counts
     as a failed attempt. 0: give up at the first loss."""
+
+    def limits(self) -> WatchLimits:
+        """The watch stage's limits from this table.
+
+        Raises:
+            ConfigError: a combination the stage cannot run with (names the field and the fix).
+        """
+        return WatchLimits(
+            max_watches=self.max_watches,
+            filter_time_secs=float(self.filter_timeout),
+            filter_tool_calls=self.filter_tool_calls,
+            events_per_update=self.events_per_update,
+            lines_per_notice=self.notice_lines,
+            debounce_quiet_secs=float(self.debounce),
+            debounce_max_secs=float(self.max_wait),
+            # The upstream connections do the resubscribing, with these attempts and delays.
+            resubscribe_attempts=self.resubscribe_attempts,
+        )
 
     @field_validator("filter_timeout", "debounce", "max_wait", mode="before")
     @classmethod
@@ -568,4 +609,9 @@ class WatchesConfig(_Frozen):
             raise _Problems(
                 [_Problem(("max_wait",), self.max_wait, f"must be ≥ debounce ({self.debounce}s)")]
             )
+        try:
+            self.limits()
+        except ConfigError as exc:
+            field = exc.setting.removeprefix("watch limit ")
+            raise _Problems([_Problem((_LIMIT_KEYS.get(field, field),), exc.value, exc.fix)]) from None
         return self

@@ -55,6 +55,7 @@ from agentd.config._vocab import (
 )
 from agentd.durations import parse_duration, parse_size
 from agentd.errors import ConfigError
+from agentd.output import DEFAULT_TELEMETRY_BUFFER
 
 
 class Settings(BaseSettings):
@@ -134,6 +135,13 @@ class Settings(BaseSettings):
     """Globs over ``server__tool`` names never offered to any agent."""
     state_dir: Path | None = None
     """Directory for what outlives the process (OAuth tokens); None: kept in memory only."""
+    reconnect_backoff: Annotated[tuple[float, ...] | None, NoDecode] = None
+    """Seconds before reconnect attempt 1, 2, … of an upstream server, comma-separated
+    (``AGENTD_RECONNECT_BACKOFF=1,2,4``; None: 1, 2, 4, 8, 16 s). An operator knob; tests
+    use it to fail fast."""
+    telemetry_buffer: int = DEFAULT_TELEMETRY_BUFFER
+    """Bytes of telemetry held while stderr is slow or blocked; beyond it lines are dropped
+    and counted (``AGENTD_TELEMETRY_BUFFER``)."""
 
     _deprecations: tuple[Deprecation, ...] = PrivateAttr(default=())
     _ignored: tuple[str, ...] = PrivateAttr(default=())
@@ -208,6 +216,34 @@ class Settings(BaseSettings):
         for pattern in v or []:
             _check_tool_glob(pattern)
         return v
+
+    @field_validator("reconnect_backoff", mode="before")
+    @classmethod
+    def _backoff(cls, v: object) -> object:
+        if v is None:
+            return v
+        fix = "give comma-separated seconds, e.g. '1,2,4,8,16'"
+        parts = v.split(",") if isinstance(v, str) else v
+        if not isinstance(parts, list | tuple) or not parts:
+            raise ValueError(fix)
+        try:
+            values = tuple(float(p) for p in parts)
+        except (TypeError, ValueError):
+            raise ValueError(fix) from None
+        if any(not (x >= 0) or x == float("inf") for x in values):
+            raise ValueError(fix)
+        return values
+
+    @field_validator("telemetry_buffer", mode="before")
+    @classmethod
+    def _telemetry_buffer(cls, v: object) -> int:
+        try:
+            size = parse_size(v)  # type: ignore[arg-type]  # it rejects other types itself
+        except ValueError:
+            size = -1
+        if size < 1024:
+            raise ValueError("give a size of at least 1KiB, e.g. 8MiB")
+        return size
 
     @field_validator("state_dir")
     @classmethod

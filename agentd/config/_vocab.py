@@ -5,97 +5,70 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-Mode = Literal["once", "loop", "reactive", "schedule"]
-"""How the supervisor drives the root agent (ARCHITECTURE.md decision 3)."""
+# The router and the drivers own these; the settings name them, never redefine them.
+from agentd.triggers.mode import SessionMode
+from agentd.triggers.router import DEFAULT_DEBOUNCE
+from agentd.triggers.router import DEFAULT_MAX_INFLIGHT as DEFAULT_MAX_INFLIGHT
+from agentd.triggers.router import Mode as Mode
+from agentd.triggers.router import Overflow as Overflow
 
-
-SessionKind = Literal["fresh", "warm"]
+SessionKind = SessionMode
 """Whether each loop shift / timer fire starts a fresh root or continues a warm one."""
-
+DEFAULT_ROUTE_DEBOUNCE = DEFAULT_DEBOUNCE
+"""A declared route's debounce unless it sets one (the router's default)."""
 
 OutputFormat = Literal["text", "json"]
-
 
 Disposition = Literal["spawn", "continue"]
 """A route's action: start a fresh root per event, or deliver into one warm session."""
 
-
-Overflow = Literal["coalesce", "drop_oldest", "drop_newest", "block"]
-"""What a full route queue does with one more event."""
-
-
 Extract = Literal["auto", "state", "event-log"]
 """How a watch stage turns a re-read resource into events."""
-
 
 ToolScope = Literal["all", "read-only"]
 """Which upstream tools a route's agents are offered: all, or those annotated read-only."""
 
-
 Transport = Literal["stdio", "http", "sse"]
 """How agentd talks to an upstream server: a child process, Streamable HTTP, or legacy HTTP+SSE."""
 
-
 Layer = Literal["default", "file", "env", "flag"]
-
 
 #: Server names prefix tool names (``server__tool``); provider tool-name rules
 #: (``^[a-zA-Z0-9_-]{1,64}$``) leave 32 characters for the server half.
 SERVER_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
 
-
 _SESSION_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-
 
 _SCHEME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
-
 _ADDR_RE = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9.-]*)):(?P<port>[0-9]{1,5})$")
 
-
 _ENV_REF_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-
 
 #: Default deadline of one model call, retries included (``--model-timeout``):
 #: see ``agentd.models._http.DEFAULT_MODEL_TIMEOUT_S`` for why five minutes.
 DEFAULT_MODEL_TIMEOUT = 300.0
-
 
 #: Default cap on model calls in one turn of one agent (``--max-turn-steps``).
 #: Real tasks take a handful to a few dozen tool rounds; a hundred stops a
 #: model that calls tools forever within minutes instead of never.
 DEFAULT_MAX_TURN_STEPS = 100
 
-
 #: Default cap on one resource read: large enough for any sane state
 #: document, small enough that a runaway resource cannot balloon memory.
 DEFAULT_MAX_READ_BYTES = 8 * 1024 * 1024
-
 
 #: Largest ``@FILE`` instruction or system prompt: far beyond any useful
 #: prompt, and it stops ``@/dev/zero`` from eating memory.
 MAX_TEXT_FILE_BYTES = 1024 * 1024
 
-
-#: Spawn routes run at most this many roots at once unless told otherwise
-#: (the router's backpressure knob).
-DEFAULT_MAX_INFLIGHT = 4
-
-
 #: Seconds one upstream tool call may take (``tool_timeout``; per server ``timeout``).
 DEFAULT_TOOL_TIMEOUT = 30.0
-
 
 #: Seconds for a server's start + handshake + first catalog fetch (per server ``startup_timeout``).
 DEFAULT_STARTUP_TIMEOUT = 15.0
 
-
-#: Route debounce when none is given: collapses a burst of pushes into one wake.
-DEFAULT_ROUTE_DEBOUNCE = 0.25
-
-
 MODEL_PREFIXES = ("openai", "openai-responses", "anthropic", "azure", "bedrock", "vertex", "script")
-
 
 MODEL_FORMS = (
     "openai:MODEL (e.g. openai:gpt-4o-mini), anthropic:MODEL (e.g. anthropic:claude-sonnet-4-5), "
@@ -103,20 +76,16 @@ MODEL_FORMS = (
     "[providers.NAME] endpoint, or script:FILE"
 )
 
-
 #: Flags that set one model setting each (``--temperature`` → ``model_settings.temperature``).
 MODEL_SETTING_FLAGS = ("temperature", "top_p", "max_output_tokens", "reasoning_effort", "thinking_budget")
 
-
 #: Old names of settings, still accepted for one release with a warning: old → new.
 DEPRECATED_SETTINGS = {"max_tokens": "budget_tokens", "max_steps": "budget_steps"}
-
 
 ROUTE_FORMS = (
     "MATCH=spawn[:MAX_INFLIGHT] or MATCH=continue[:SESSION], then optional ,KEY=VALUE settings "
     "(e.g. 'file:///inbox/*=spawn:2,debounce=50ms,overflow=block'); MATCH @timer binds the timer"
 )
-
 
 _FLAG_NAMES: dict[str, str] = {
     "subscriptions": "--subscribe",
@@ -124,10 +93,8 @@ _FLAG_NAMES: dict[str, str] = {
     "servers": "--mcp-stdio/--mcp-http",
 }
 
-
 #: The ``api`` values of a ``[providers.NAME]`` table.
 ProviderApi = Literal["chat", "responses", "messages"]
-
 
 #: Route settings ``--route`` takes after the disposition (``,KEY=VALUE``); the
 #: others (``on_event``: Python source) need a TOML ``[[routes]]`` table.
@@ -145,9 +112,7 @@ ROUTE_FLAG_KEYS = (
     "disallowed_tools",
 )
 
-
 _OPTION_RE = re.compile(r"^\s*([a-z_]+)\s*=(.*)$", re.DOTALL)
-
 
 #: Keys of ``load_settings(flags)`` that are server sources, not settings.
 SERVER_FLAG_KEYS = ("mcp_stdio", "mcp_http", "mcp_config", "require")

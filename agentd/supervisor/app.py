@@ -35,7 +35,7 @@ import trio
 
 from agentd.agent.zygote import PREWARM_MODELS_ENV
 from agentd.exitcodes import ExitCode, TerminalStatus, code_for_status
-from agentd.output import DEFAULT_OUTPUT_BUFFER, DEFAULT_TELEMETRY_BUFFER, LineWriter
+from agentd.output import DEFAULT_OUTPUT_BUFFER, LineWriter
 from agentd.selfmcp.protocol import ProviderFrame, SpawnPayload, ToolSpecFrame
 from agentd.selfmcp.server import serve_child
 from agentd.supervisor.budget import Budget
@@ -48,55 +48,9 @@ from agentd.supervisor.tree import Tree
 from agentd.telemetry import Telemetry
 from agentd.toolpolicy import ToolPolicy
 
-
-def reconnect_backoff(env: Any = os.environ) -> tuple[float, ...] | None:
-    """``AGENTD_RECONNECT_BACKOFF``: seconds before reconnect attempt 1, 2, … (comma-separated).
-
-    An operator knob (default 1, 2, 4, 8, 16 s); tests use it to fail fast.
-
-    Raises:
-        ConfigError: not a comma-separated list of non-negative seconds.
-    """
-    from agentd.errors import ConfigError
-
-    raw = env.get("AGENTD_RECONNECT_BACKOFF")
-    if raw is None:
-        return None
-    try:
-        values = tuple(float(v) for v in raw.split(","))
-    except ValueError:
-        values = ()
-    if not values or any(not (v >= 0) or v == float("inf") for v in values):
-        raise ConfigError("AGENTD_RECONNECT_BACKOFF", raw, "give comma-separated seconds, e.g. '1,2,4,8,16'")
-    return values
-
-
 #: How long agentd waits at exit for stderr and stdout to take what is still
 #: buffered; a stream nobody reads is then given up on (the exit code stands).
 EXIT_FLUSH_TIMEOUT = 5.0
-
-
-def telemetry_buffer(env: Any = os.environ) -> int:
-    """``AGENTD_TELEMETRY_BUFFER``: bytes of telemetry held while stderr is slow or blocked.
-
-    An operator knob (default 8MiB); beyond it lines are dropped and counted.
-
-    Raises:
-        ConfigError: not a size of at least 1 KiB.
-    """
-    from agentd.durations import parse_size
-    from agentd.errors import ConfigError
-
-    raw = env.get("AGENTD_TELEMETRY_BUFFER")
-    if raw is None or raw == "":
-        return DEFAULT_TELEMETRY_BUFFER
-    try:
-        size = parse_size(raw)
-    except ValueError:
-        size = -1
-    if size < 1024:
-        raise ConfigError("AGENTD_TELEMETRY_BUFFER", raw, "give a size of at least 1KiB, e.g. 8MiB")
-    return size
 
 
 def run(settings: Any, *, closed_fds: frozenset[int] = frozenset()) -> int:
@@ -112,9 +66,9 @@ def run(settings: Any, *, closed_fds: frozenset[int] = frozenset()) -> int:
     from agentd.watches.state import claim
 
     try:
-        backoff = reconnect_backoff()
+        backoff = settings.reconnect_backoff
         limits = watch_limits(settings.watches)
-        buffer = telemetry_buffer()
+        buffer = settings.telemetry_buffer
         # One agentd per --watch-state file: held until this process exits.
         state_lock = claim(settings.watch_state) if settings.watch_state is not None else None
     except ConfigError as exc:

@@ -38,7 +38,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from agentd import __version__
-from agentd.config import DEFAULT_STARTUP_TIMEOUT, DEFAULT_TOOL_TIMEOUT
+from agentd.config import DEFAULT_MAX_READ_BYTES, DEFAULT_STARTUP_TIMEOUT, DEFAULT_TOOL_TIMEOUT
 from agentd.errors import CapabilityMissing, ServerUnavailable, UpstreamError
 from agentd.supervisor.events import (
     CatalogChanged,
@@ -80,9 +80,9 @@ INIT_TIMEOUT = DEFAULT_STARTUP_TIMEOUT
 """Seconds for spawn + handshake + first catalog fetch. A Python server connects in
 ~0.45 s here; ``npx``-launched servers can take several seconds on a cold cache."""
 
-MAX_READ_BYTES = 1024 * 1024
-"""Largest resource body (decoded bytes) handed to an agent (``--max-read-bytes``):
-bodies land in model context, where a megabyte is already far too much to read."""
+MAX_READ_BYTES = DEFAULT_MAX_READ_BYTES
+"""Largest resource body (decoded bytes) handed to an agent unless told otherwise: the
+``--max-read-bytes`` default (one definition, in :mod:`agentd.config`)."""
 
 STDERR_SETTLE = 0.5
 """Seconds to wait for a dead server's stderr to reach EOF before quoting its tail."""
