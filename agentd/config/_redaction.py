@@ -12,19 +12,29 @@ if TYPE_CHECKING:
     from agentd.config._settings import Settings
 
 
-def server_secrets(settings: Settings) -> list[str]:
+def server_secrets(settings: Settings, env: Mapping[str, str] | None = None) -> list[str]:
     """Values of the servers' settings that are credentials: to hide wherever they appear.
 
     Every ``headers`` value (and the credential in ``Bearer …``), each ``env``
     value whose name looks like a credential and the credentials inside the
     others (``DATABASE_URL=postgres://u:pw@…``), the values of credential
-    flags in ``args`` (``-k VALUE``, ``--token=VALUE``) and the credentials in
-    a server URL (userinfo, secret query parameters).
+    flags in ``args`` (``-k VALUE``, ``--token=VALUE``), the credentials in
+    a server URL (userinfo, secret query parameters), an OAuth client secret,
+    and the values of the variables ``bearer_token_env`` and
+    ``oauth.client_secret_env`` name (read from ``env``, ``os.environ`` by
+    default), whatever those variables are called.
     The CLI registers them (:func:`agentd.redact.register_secrets`) so that
     no error or event can print them; ``agentd check`` hides them too.
     """
+    env = os.environ if env is None else env
     found: list[str] = []
     for spec in settings.servers.values():
+        named = [spec.bearer_token_env]
+        if spec.oauth is not None:
+            named.append(spec.oauth.client_secret_env)
+            if spec.oauth.client_secret:
+                found.append(spec.oauth.client_secret)
+        found += [env[v] for v in named if v is not None and env.get(v)]
         found += [v for v in spec.headers.values() if v]
         for v in spec.headers.values():
             found += secrets_in(v)
@@ -61,7 +71,7 @@ def effective_config(
     data: dict[str, Any] = settings.model_dump(mode="json")
     if show_secrets:
         return data
-    known = secret_values(env) + server_secrets(settings)
+    known = secret_values(env) + server_secrets(settings, env)
     for server in data["servers"].values():
         for table in ("env", "headers"):
             server[table] = dict.fromkeys(server[table], REDACTED)

@@ -10,10 +10,12 @@ import pytest
 
 from agentd.config import (
     ConfigErrors,
+    effective_config,
     ignored_keys,
     load_settings,
     parse_codex_toml,
     parse_mcp_servers_json,
+    server_secrets,
 )
 from agentd.errors import ConfigError
 from agentd.upstream.stdio import server_environment
@@ -264,3 +266,19 @@ def test_stdio_servers_get_proxy_and_ca_settings() -> None:
     assert env["SSL_CERT_FILE"] == "/own.pem"  # the server's own env wins
     assert "OPENAI_API_KEY" not in env
     assert "AGENTD_MODEL" not in env
+
+
+def test_remote_credentials_are_registered_as_secrets(tmp_path: Path) -> None:
+    toml = (
+        '[servers.a]\nurl = "http://h/x"\nbearer_token_env = "PLAIN_NAME"\n'
+        '[servers.b]\nurl = "http://h/y"\n'
+        'oauth = { client_id = "c", client_secret = "inline-secret-1", issuer = "https://i" }\n'
+        '[servers.c]\nurl = "http://h/z"\n'
+        'oauth = { client_id = "c", client_secret_env = "OTHER", issuer = "https://i" }\n'
+    )
+    env = {"PLAIN_NAME": "bearer-value-2", "OTHER": "env-secret-3"}
+    s = load(tmp_path, toml=toml, env=env)
+    found = server_secrets(s, env)
+    assert {"bearer-value-2", "inline-secret-1", "env-secret-3"} <= set(found)
+    shown = json.dumps(effective_config(s, env))
+    assert not any(v in shown for v in ("bearer-value-2", "inline-secret-1", "env-secret-3"))
