@@ -974,7 +974,7 @@ class Upstream:
             conn,
             lambda c: c.call_tool(name, arguments, read_timeout_seconds=self.tool_timeout),
             timeout=self.tool_timeout,
-            setting="the server's timeout, or tool_timeout; raise it for slow tools",
+            setting="tool_timeout, or the server's timeout",
         )
 
     async def read_resource(self, uri: str) -> types.ReadResourceResult:

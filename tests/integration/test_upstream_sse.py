@@ -99,7 +99,8 @@ async def test_tool_timeout_is_the_servers_own(tmp_path: Path) -> None:
         await nursery.start(up.run)
         assert (await up.call_tool("sleep", {"seconds": 0.05})).is_error is False
         with pytest.raises(
-            UpstreamError, match=r"did not answer tools/call 'sleep' within 0\.5s \(the server's timeout"
+            UpstreamError,
+            match=r"did not answer tools/call 'sleep' within 0\.5s \(tool_timeout, or the server's timeout",
         ):
             await up.call_tool("sleep", {"seconds": 30})
         # The connection is still usable after a timed-out call.
