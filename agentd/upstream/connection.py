@@ -182,7 +182,7 @@ class Upstream:
         telemetry: NDJSON telemetry.
         request_timeout: bound on every request but tool calls, seconds.
         tool_timeout: bound on one tool call, seconds (None: the spec's ``timeout``,
-            else :data:`REQUEST_TIMEOUT`).
+            else ``request_timeout``).
         init_timeout: bound on spawn + handshake + first catalog fetch, seconds (None:
             the spec's ``startup_timeout``).
         auth: authentication for an HTTP server's requests (see :mod:`agentd.upstream.auth`).
@@ -223,7 +223,7 @@ class Upstream:
         self._telemetry = telemetry
         self.request_timeout = request_timeout
         self.tool_timeout = (
-            tool_timeout if tool_timeout is not None else getattr(spec, "timeout", None) or REQUEST_TIMEOUT
+            tool_timeout if tool_timeout is not None else getattr(spec, "timeout", None) or request_timeout
         )
         self.init_timeout = (
             init_timeout if init_timeout is not None else getattr(spec, "startup_timeout", INIT_TIMEOUT)
