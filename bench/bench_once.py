@@ -30,7 +30,10 @@ floor a user would write instead: a bare script (``mcp`` SDK + ``httpx2`` in
 a fresh interpreter) that starts the same memo server, lists its tools, asks
 a loopback ``openai:`` provider (real Chat Completions wire format), makes
 the one tool call the model asks for, asks again and prints the answer. The
-two run alternately, ``-n`` times each. Reported: wall time (exec → exit),
+two run alternately, ``-n`` times each; with ``--llm PATH`` a peer too:
+the ``llm`` CLI with its ``llm-tools-mcp`` plugin (installed in a throwaway
+virtualenv: it needs ``mcp<2``), the fake declared as an extra OpenAI model
+and the memo server in its ``mcp.json``. Reported: wall time (exec → exit),
 the final answer → process exit (the fake's answer to the last request →
 the exit seen here), and the PSS of each side's own process tree (agentd:
 supervisor, zygote, agents; not the MCP server), sampled when the last model
@@ -173,15 +176,36 @@ def tree_pss(pid: int) -> tuple[int, dict[str, int]]:
     return sum(by_role.values()), by_role
 
 
-async def job_run(side: str, tmp: Path) -> dict[str, Any]:
-    """One Job-shaped run of ``side`` ("agentd" or "bare"): wall, answer → exit, PSS."""
+def _set_call(request: Any) -> Any:
+    """The model's first answer: call the offered tool whose name ends in ``memo_set``."""
+    from tests.fakes.provider_server import openai_reply
+
+    names = [t["function"]["name"] for t in request.json.get("tools") or []]
+    tool = next(n for n in names if n.endswith("memo_set"))
+    return openai_reply(tool_calls=[("c1", tool, '{"key": "task", "value": "bench"}')])
+
+
+def _llm_setup(tmp: Path, base_url: str) -> dict[str, str]:
+    """The environment of an ``llm`` run: the fake as an extra OpenAI model, the memo server for llm-tools-mcp."""
+    import json
+
+    home = tmp / "llm-home"
+    (home / "mcp").mkdir(parents=True, exist_ok=True)
+    (home / "extra-openai-models.yaml").write_text(
+        f'- model_id: fake-mini\n  model_name: gpt-4o-mini\n  api_base: "{base_url}/v1"\n  supports_tools: true\n'
+    )
+    servers = {"mcpServers": {"memo": {"command": SERVER[0], "args": SERVER[1:]}}}
+    (home / "mcp" / "mcp.json").write_text(json.dumps(servers))
+    return {"LLM_USER_PATH": str(home), "LLM_TOOLS_MCP_CONFIG_DIR": str(home / "mcp")}
+
+
+async def job_run(side: str, tmp: Path, llm: str | None = None) -> dict[str, Any]:
+    """One Job-shaped run of ``side`` ("agentd", "bare" or "llm"): wall, answer → exit, PSS."""
     from _providers import fake_provider, provider_env
 
     from tests.fakes.provider_server import openai_reply
 
-    tool = "memo__memo_set" if side == "agentd" else "memo_set"
-    call = ("c1", tool, '{"key": "task", "value": "bench"}')
-    replies = [openai_reply(tool_calls=[call]), openai_reply("saved")]
+    replies: list[Any] = [_set_call, openai_reply("saved")]
     out: dict[str, Any] = {}
     pid_box: list[int] = []
 
@@ -192,19 +216,39 @@ async def job_run(side: str, tmp: Path) -> dict[str, Any]:
             if len(replies) == 1 and pid_box:  # the last request: every process is alive
                 out["pss"], out["pss_by_role"] = tree_pss(pid_box[0])
             reply = replies.pop(0)
+            if callable(reply):
+                reply = reply(request)
             out["answered"] = time.perf_counter()
             return reply
 
         server._handler = handler
         env = {**ENV, **provider_env("openai", server.base_url, tmp)}
         if side == "agentd":
-            argv = [PY, "-m", "agentd", "--mode", "once", "--model", "openai:gpt-4o-mini",
-                    "--mcp-stdio", "memo=" + " ".join(SERVER), "save it"]
+            argv = [
+                PY,
+                "-m",
+                "agentd",
+                "--mode",
+                "once",
+                "--model",
+                "openai:gpt-4o-mini",
+                "--mcp-stdio",
+                "memo=" + " ".join(SERVER),
+                "save it",
+            ]
+        elif side == "llm":
+            assert llm is not None
+            env.update(_llm_setup(tmp, server.base_url))
+            argv = [llm, "-m", "fake-mini", "-T", "MCP", "--no-stream", "save it"]
         else:
             argv = [PY, "-c", BARE_SCRIPT, *SERVER, "save it"]
         t0 = time.perf_counter()
         proc = await trio.lowlevel.open_process(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
             cwd=str(REPO),
         )
         pid_box.append(proc.pid)
@@ -216,18 +260,21 @@ async def job_run(side: str, tmp: Path) -> dict[str, Any]:
             code = await proc.wait()
         end = time.perf_counter()
     if code != 0 or b"saved" not in stdout or replies:
-        raise RuntimeError(f"{side} run failed: exit {code}, stdout {stdout[:200]!r}, replies left {len(replies)}")
+        raise RuntimeError(
+            f"{side} run failed: exit {code}, stdout {stdout[:200]!r}, replies left {len(replies)}"
+        )
     out.update(wall=end - t0, answer_to_exit=end - out["answered"])
     return out
 
 
-async def job_main(n: int) -> None:
+async def job_main(n: int, llm: str | None) -> None:
     print(f"bench_once --job: {machine_note()}; n={n} per side (+1 warm-up each), alternating")
-    runs: dict[str, list[dict[str, Any]]] = {"agentd": [], "bare": []}
+    sides = ["agentd", "bare", *(["llm"] if llm else [])]
+    runs: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
     with tempfile.TemporaryDirectory(prefix="agentd-bench-") as tmp:
         for i in range(n + 1):
-            for side in ("agentd", "bare") if i % 2 == 0 else ("bare", "agentd"):
-                r = await job_run(side, Path(tmp))
+            for side in sides if i % 2 == 0 else sides[::-1]:
+                r = await job_run(side, Path(tmp), llm)
                 if i:
                     runs[side].append(r)
     print(f"load average at the end: {machine_note()}")
@@ -255,8 +302,17 @@ async def job_main(n: int) -> None:
     table(
         "--mode once, one stdio tool call + two openai: model calls at a loopback provider, vs a bare "
         "mcp SDK + httpx2 script doing the same (fresh process each)",
-        ["side", "n", "wall p50 ms", "wall min ms", "x bare", "answer->exit p50 ms", "peak PSS MiB",
-         "x bare PSS", "PSS by process (last run)"],
+        [
+            "side",
+            "n",
+            "wall p50 ms",
+            "wall min ms",
+            "x bare",
+            "answer->exit p50 ms",
+            "peak PSS MiB",
+            "x bare PSS",
+            "PSS by process (last run)",
+        ],
         rows,
     )
 
@@ -409,9 +465,12 @@ if __name__ == "__main__":
         "--prev-ref", help="--providers: the commit to compare with (default: merge base with main)"
     )
     ap.add_argument("--job", action="store_true", help="the Job case vs a bare mcp + httpx2 script")
+    ap.add_argument(
+        "--llm", metavar="PATH", help="--job: also run `llm` + llm-tools-mcp (the `llm` executable of a venv)"
+    )
     args = ap.parse_args()
     if args.job:
-        trio.run(job_main, args.n)
+        trio.run(job_main, args.n, args.llm)
     elif args.providers:
         trio.run(providers_main, args.n, args.prev_ref)
     else:
