@@ -99,7 +99,10 @@ def _child(  # pragma: no cover - runs in the forked child
         if os.getppid() != parent:
             os._exit(0)  # the supervisor died before the death signal was set
         os.setpgid(0, 0)
-        _prepare(model_specs)
+        # Only a head start: what fails here (a cloud SDK's session over a bad
+        # AWS_PROFILE) fails again in the run, which reports it properly (exit 4).
+        with contextlib.suppress(Exception):
+            _prepare(model_specs)
         from agentd.agent.child import read_spawn_payload, run_child
 
         mcp_sock = socket.socket(fileno=mcp_fd)
