@@ -163,9 +163,16 @@ def tree_pss(pid: int) -> tuple[int, dict[str, int]]:
     from _util import descendants, role_of
 
     by_role: dict[str, int] = {}
-    procs = [psutil.Process(pid), *descendants(pid)]
+    root = psutil.Process(pid)
+    command = root.cmdline()
+    procs = [root, *descendants(pid)]
     for p in procs:
-        role = "supervisor" if p.pid == pid else role_of(p)
+        if p.pid == pid:
+            role = "supervisor"
+        elif p.ppid() == pid and p.cmdline() == command:
+            role = "agent"  # forked from the supervisor (a once root): its command line is agentd's
+        else:
+            role = role_of(p)
         if role.startswith("server:"):
             continue
         try:

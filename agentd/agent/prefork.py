@@ -23,6 +23,7 @@ supervisor goes away before the payload, the control channel's EOF ends it.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import signal
 import socket
@@ -61,9 +62,13 @@ def prefork_root(model_specs: list[str]) -> PreforkedChild | None:
     ctl_parent, ctl_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     err_read, err_write = os.pipe2(os.O_CLOEXEC)
     parent = os.getpid()
+    # Objects that exist now are never traversed by the child's collector, so the
+    # pages holding them stay shared instead of being copied on the first collection.
+    gc.freeze()
     try:
         pid = os.fork()
     except OSError:
+        gc.unfreeze()
         for s in (mcp_parent, mcp_child, ctl_parent, ctl_child):
             s.close()
         os.close(err_read)
@@ -71,6 +76,7 @@ def prefork_root(model_specs: list[str]) -> PreforkedChild | None:
         return None
     if pid == 0:  # pragma: no cover - runs in the forked child, which never returns
         _child(parent, mcp_child.detach(), ctl_child.detach(), err_write, model_specs)
+    gc.unfreeze()
     mcp_child.close()
     ctl_child.close()
     os.close(err_write)
