@@ -135,9 +135,11 @@ def _prepare(model_specs: list[str]) -> None:  # pragma: no cover - runs in the 
     import agentd.models
     import agentd.selfmcp.transport
     from agentd.agent.zygote import _rehearse
+    from agentd.models.rehearsal import rehearse
 
     agentd.models.prewarm(model_specs)
     trio.run(_rehearse)
+    trio.run(rehearse, model_specs)
 
 
 __all__ = ["PREFORK_ENV", "PreforkedChild", "prefork_root"]

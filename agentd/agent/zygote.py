@@ -133,15 +133,18 @@ def _prewarm_specs() -> list[str]:
 
 
 def prewarm_http() -> None:
-    """The HTTP providers' TLS context and transport, and the price database (~0.35 s).
+    """The HTTP providers' TLS context and transport, the price database, one rehearsed call (~0.4 s).
 
     Done right after the zygote said "ready": the supervisor's start-up goes
     on meanwhile (servers, endpoints), and a spawn request that arrives
     sooner waits at most this long.
     """
     import agentd.models
+    from agentd.models.rehearsal import rehearse
 
     agentd.models.prewarm(_prewarm_specs(), sdks=False)
+    # One loopback model call per wire API: a child's first real call runs warm.
+    trio.run(rehearse, _prewarm_specs())
 
 
 def _child(ctl: socket.socket, mcp_fd: int, control_fd: int, agent: str) -> None:
