@@ -46,7 +46,7 @@ _SPECS = {"openai": ("chat", "OPENAI"), "anthropic": ("messages", "ANTHROPIC")}
 
 async def rehearse(specs: list[str]) -> None:
     """One call per distinct wire API among ``specs`` (``openai:``, ``anthropic:``); errors are ignored."""
-    wanted = {}
+    wanted: dict[str, str] = {}
     for spec in specs:
         prefix, sep, name = spec.partition(":")
         if sep and prefix in _SPECS and name:
