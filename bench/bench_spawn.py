@@ -33,7 +33,9 @@ child's first usage message), zygote path, for ``openai:`` and ``anthropic:``
 with this checkout's code and with the code of ``--prev-ref`` (default: the
 merge base with ``main``), runs of the two alternating in one run; and
 ``bedrock:`` (the official SDK, SigV4 checked by the fake) with this
-checkout's code only. Each side runs in its own process (``--measure``).
+checkout's code only; and, per round, a few spawns as fresh interpreters
+(``use_zygote=False``, the naive child: the "fresh / this" ratio). Each side
+runs in its own process (``--measure``).
 """
 
 from __future__ import annotations
