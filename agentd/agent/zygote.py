@@ -144,7 +144,13 @@ def prewarm_http() -> None:
 
     agentd.models.prewarm(_prewarm_specs(), sdks=False)
     # One loopback model call per wire API: a child's first real call runs warm.
-    trio.run(rehearse, _prewarm_specs())
+    # trio.run installs its own signal wakeup fd: lend it ours' place meanwhile
+    # (no child exists yet, so no SIGCHLD can be missed) and take it back after.
+    wakeup = signal.set_wakeup_fd(-1)
+    try:
+        trio.run(rehearse, _prewarm_specs())
+    finally:
+        signal.set_wakeup_fd(wakeup)
 
 
 def _child(ctl: socket.socket, mcp_fd: int, control_fd: int, agent: str) -> None:
