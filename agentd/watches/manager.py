@@ -58,6 +58,7 @@ from agentd.upstream.resolve import resource_listing
 from agentd.watches import state as state_file
 from agentd.watches.extract import Shape, shape_of
 from agentd.watches.limits import WatchLimits
+from agentd.watches.limits import watch_limits as watch_limits  # its old home: callers import it here too
 from agentd.watches.notices import error_line
 from agentd.watches.stage import WatchStage
 from agentd.watches.state import WatchSpec
