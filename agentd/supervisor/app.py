@@ -53,16 +53,30 @@ from agentd.toolpolicy import ToolPolicy
 EXIT_FLUSH_TIMEOUT = 5.0
 
 
-def run(settings: Any, *, closed_fds: frozenset[int] = frozenset()) -> int:
+def run(
+    settings: Any, *, closed_fds: frozenset[int] = frozenset(), early_servers: dict[str, Any] | None = None
+) -> int:
     """Run agentd with validated settings; returns the process exit code.
 
     Args:
         settings: the validated settings.
         closed_fds: which of stdin/stdout/stderr were closed when agentd
             started (:func:`agentd.output.claim_standard_fds`).
+        early_servers: stdio servers already started, by name
+            (:mod:`agentd.prelaunch`); their connections adopt them, and any
+            left over at exit is killed.
     """
+    early_servers = early_servers or {}
+    try:
+        return _run(settings, closed_fds, early_servers)
+    finally:
+        for early in early_servers.values():
+            early.discard()
+
+
+def _run(settings: Any, closed_fds: frozenset[int], early_servers: dict[str, Any]) -> int:
     from agentd.errors import ConfigError
-    from agentd.watches.manager import watch_limits
+    from agentd.watches.limits import watch_limits
     from agentd.watches.state import claim
 
     try:
@@ -74,6 +88,8 @@ def run(settings: Any, *, closed_fds: frozenset[int] = frozenset()) -> int:
     except ConfigError as exc:
         print(f"agentd: {exc}", file=sys.stderr)
         return int(ExitCode.CONFIG)
+    # Before any thread starts: a fork copies only the calling thread.
+    preforked = _prefork_once_root(settings)
     telemetry = Telemetry(
         verbose=bool(settings.verbose), fd=2, buffer_bytes=buffer, fd_closed=2 in closed_fds
     )
@@ -96,7 +112,7 @@ def run(settings: Any, *, closed_fds: frozenset[int] = frozenset()) -> int:
             reason="closed when agentd started; results are lost (counted)",
         )
     try:
-        code = int(trio.run(_main, settings, telemetry, stdout, backoff, limits))
+        code = int(trio.run(_main, settings, telemetry, stdout, backoff, limits, preforked, early_servers))
     except KeyboardInterrupt:
         code = int(ExitCode.DRAIN_TIMEOUT)
     except Exception as exc:  # a bug: say so plainly, exit 1, never a hang
@@ -115,6 +131,17 @@ def run(settings: Any, *, closed_fds: frozenset[int] = frozenset()) -> int:
     stdout.close(EXIT_FLUSH_TIMEOUT)
     telemetry.close(EXIT_FLUSH_TIMEOUT)
     return code
+
+
+def _prefork_once_root(settings: Any) -> Any:
+    """A once run's root, forked from this process before trio starts (rfcs/0185); None otherwise."""
+    if settings.mode != "once":
+        return None
+    from agentd.agent.prefork import prefork_root
+    from agentd.supervisor.routes import model_profiles
+
+    default_profile, route_profiles = model_profiles(settings)
+    return prefork_root(sorted({default_profile.model, *(p.model for p in route_profiles.values())}))
 
 
 class _LogToTelemetry(logging.Handler):
@@ -138,6 +165,8 @@ async def _main(
     stdout: LineWriter,
     backoff: tuple[float, ...] | None,
     watch_limits: Any,
+    preforked: Any = None,
+    early_servers: dict[str, Any] | None = None,
 ) -> int:
     from agentd.errors import ConfigError
     from agentd.health import raise_open_files_limit
@@ -282,13 +311,16 @@ async def _main(
                 max_read_bytes=settings.max_read_bytes,
                 tool_timeout=spec.timeout or settings.tool_timeout,
                 auth=auth_for(spec, state_dir=settings.state_dir),
+                early=(early_servers or {}).get(name),
                 **extra,
             )
+        # A once root cannot be woken later: no subscribe / watch_* tools for it.
         hub = SupervisorHub(
             events=reactor.send,
             upstreams=upstreams,
             telemetry=telemetry,
             policy=ToolPolicy.from_settings(settings),
+            offer_wakeups=not once,
         )
         hub_holder["hub"] = hub
         watches = _watch_manager(settings, reactor, hub, upstreams, telemetry, watch_limits)
@@ -299,6 +331,9 @@ async def _main(
             spawn_timeout=settings.spawn_timeout,
             # The zygote prepares these models' providers (TLS, prices, a cloud SDK) before forking.
             zygote_env={PREWARM_MODELS_ENV: orjson.dumps(models).decode()},
+            # A once run's root is already forked and warming up: no zygote to wait for.
+            use_zygote=preforked is None,
+            preforked=preforked,
         )
 
         nursery.start_soon(_watch_signals, reactor)

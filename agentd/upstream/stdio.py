@@ -40,11 +40,11 @@ import anyio
 import mcp_types as types
 import trio
 from anyio.streams.memory import MemoryObjectSendStream
-from mcp.client.stdio import get_default_environment
 from mcp.shared.dispatcher import coerce_request_id
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
+from agentd.prelaunch import PASSED_ENV, EarlyProcess, server_environment
 from agentd.telemetry import Telemetry
 
 __all__ = [
@@ -56,39 +56,6 @@ __all__ = [
     "StdioTransport",
     "server_environment",
 ]
-
-PASSED_ENV = (
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "NO_PROXY",
-    "ALL_PROXY",
-    "http_proxy",
-    "https_proxy",
-    "no_proxy",
-    "all_proxy",
-    "SSL_CERT_FILE",
-    "SSL_CERT_DIR",
-    "REQUESTS_CA_BUNDLE",
-    "CURL_CA_BUNDLE",
-    "NODE_EXTRA_CA_CERTS",
-    "PIP_CERT",
-    "UV_NATIVE_TLS",
-    "LANG",
-    "LC_ALL",
-    "TZ",
-)
-"""Variables passed to every stdio server on top of the SDK's minimal environment (HOME,
-PATH, …): a server behind a corporate proxy or a private CA needs them to reach the
-network (``npx``/``uvx`` fetch packages at start-up), and none of them is a credential
-that agentd holds for itself. A server's own ``env`` overrides them."""
-
-
-def server_environment(extra: Mapping[str, str], parent: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment of a stdio server: minimal, proxy and CA settings, then its own ``env``."""
-    parent = os.environ if parent is None else parent
-    passed = {k: parent[k] for k in PASSED_ENV if parent.get(k)}
-    return get_default_environment() | passed | dict(extra)
-
 
 EXIT_GRACE = 2.0
 """Seconds a server gets to exit on its own after its stdin closes (the MCP shutdown
@@ -151,6 +118,8 @@ class StdioTransport:
         cwd: working directory, or ``None`` for the supervisor's.
         telemetry: where skipped stdout lines are reported.
         max_line_bytes: cap on one stdout line.
+        early: the server's process, already started (:mod:`agentd.prelaunch`):
+            adopted instead of starting one.
     """
 
     def __init__(
@@ -163,8 +132,10 @@ class StdioTransport:
         cwd: str | None = None,
         telemetry: Telemetry,
         max_line_bytes: int = MAX_LINE_BYTES,
+        early: EarlyProcess | None = None,
     ) -> None:
         self.server = server
+        self._early = early
         self.command = command
         self.args = list(args)
         self.env = dict(env or {})
@@ -208,15 +179,20 @@ class StdioTransport:
     @asynccontextmanager
     async def _run(self) -> AsyncIterator[tuple[object, object]]:
         env = server_environment(self.env)
+        early, self._early = self._early, None
         try:
-            process = await trio.lowlevel.open_process(
-                [self.command, *self.args],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env=env,
-                cwd=self.cwd,
-                start_new_session=True,
+            process = (
+                early.adopt()
+                if early is not None
+                else await trio.lowlevel.open_process(
+                    [self.command, *self.args],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    env=env,
+                    cwd=self.cwd,
+                    start_new_session=True,
+                )
             )
         except OSError as exc:
             raise OSError(

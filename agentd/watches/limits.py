@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from agentd.errors import ConfigError
 
@@ -124,3 +125,13 @@ class WatchLimits:
             min(self.resubscribe_initial_secs * 2**i, self.resubscribe_max_secs)
             for i in range(self.resubscribe_attempts)
         )
+
+
+def watch_limits(config: Any) -> WatchLimits:
+    """:class:`WatchLimits` from the ``[watches]`` settings (:class:`agentd.config.WatchesConfig`).
+
+    Raises:
+        ConfigError: a combination the stage cannot run with (names the setting and the fix).
+    """
+    limits: WatchLimits = config.limits()  # the settings face of WatchLimits builds them
+    return limits
