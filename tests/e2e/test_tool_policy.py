@@ -51,7 +51,7 @@ async def test_a_disallowed_tool_is_not_offered_and_a_call_to_it_is_unknown(tmp_
     offered = _offered(first)
     assert "memo__memo_get" in offered
     assert not offered & {"memo__memo_set", "memo__memo_delete"}
-    assert "subscribe" in offered  # the self-tools stay: the allow/deny globs name upstream tools
+    assert "read_resource" in offered  # the self-tools stay: the allow/deny globs name upstream tools
     tool_message = second.json["messages"][-1]
     assert tool_message["role"] == "tool"
     assert "unknown tool" in tool_message["content"].lower()
