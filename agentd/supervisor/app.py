@@ -114,6 +114,14 @@ def run(settings: Any, *, closed_fds: frozenset[int] = frozenset()) -> int:
         backoff = reconnect_backoff()
         limits = watch_limits(settings.watches)
         buffer = telemetry_buffer()
+        # One agentd per --state-dir (rfcs/0210); watch state lives in it unless --watch-state says otherwise.
+        state_dir = None
+        if settings.state_dir is not None:
+            from agentd.state.dir import claim as claim_state_dir
+
+            state_dir = claim_state_dir(settings.state_dir)
+            if settings.watch_state is None:
+                settings = settings.model_copy(update={"watch_state": state_dir.watch_state})
         # One agentd per --watch-state file: held until this process exits.
         state_lock = claim(settings.watch_state) if settings.watch_state is not None else None
     except ConfigError as exc:
@@ -156,6 +164,8 @@ def run(settings: Any, *, closed_fds: frozenset[int] = frozenset()) -> int:
     finally:
         if state_lock is not None:
             state_lock.release()
+        if state_dir is not None:
+            state_dir.release()
     logging.getLogger().removeHandler(log_handler)
     stdout.close(EXIT_FLUSH_TIMEOUT)
     telemetry.close(EXIT_FLUSH_TIMEOUT)
@@ -255,6 +265,8 @@ async def _main(
         reactor: Reactor
         upstreams: dict[str, Any] = {}
         hub_holder: dict[str, SupervisorHub] = {}
+        journals = _session_journals(settings, telemetry, lambda: reactor)
+        warm_root = settings.mode == "loop" and settings.session == "warm"
 
         def spawn(agent: Agent) -> None:
             hub = hub_holder["hub"]
@@ -270,7 +282,16 @@ async def _main(
                 model_settings=profile.model_settings,
                 # Only the endpoint its model names: no child holds another endpoint's headers.
                 providers={k: v for k, v in providers.items() if profile.model.startswith(k + ":")},
+                # Warm sessions' turns go to their journal; once and schedule roots are not journaled.
+                journal=journals is not None and (agent.role != "root" or warm_root),
             )
+            if (
+                journals is not None
+                and agent.session is not None
+                and journals.resumable(agent.session) is not None
+            ):
+                nursery.start_soon(_spawn_resumed, tree, journals, agent.id, agent.session, payload)
+                return
             tree.spawn(agent.id, payload)
 
         def unsubscribe(server: str, uri: str) -> None:
@@ -310,6 +331,15 @@ async def _main(
             clock=clock,
             required=frozenset(n for n, s in settings.servers.items() if s.required),
         )
+        shard = _shard(settings)
+        if shard is not None:
+            from agentd.state.shard import handles
+
+            reactor.handles = partial(handles, shard)
+            telemetry.emit("shard.assigned", index=shard.index, count=shard.count)
+        if journals is not None:
+            await trio.to_thread.run_sync(journals.scan)
+            reactor.journals = journals
         for name, spec in settings.servers.items():
             # [watches] resubscribe_attempts and its backoff govern every resource subscription.
             extra: dict[str, Any] = {
@@ -331,6 +361,7 @@ async def _main(
             spawn_timeout=settings.spawn_timeout,
             # The zygote prepares these models' providers (TLS, prices, a cloud SDK) before forking.
             zygote_env={PREWARM_MODELS_ENV: orjson.dumps(models).decode()},
+            journal=journals.commit if journals is not None else None,
         )
 
         nursery.start_soon(_watch_signals, reactor)
@@ -342,10 +373,28 @@ async def _main(
                 starting.start_soon(nursery.start, up.run)
         # The first attempts settled: the reactor starts from what the servers are now.
         reactor.server_states.update({name: up.state for name, up in upstreams.items()})
-        declared = DeclaredSubscriptions(settings.subscriptions, upstreams, reactor, telemetry, nursery)
+        declared = DeclaredSubscriptions(
+            settings.subscriptions,
+            upstreams,
+            reactor,
+            telemetry,
+            nursery,
+            keep=None if shard is None else _shard_keep(reactor, shard),
+        )
         declared.refresh("start")
         reactor.on_catalog = lambda _event: declared.refresh("catalog")
         reactor.on_connected = lambda _server: declared.refresh("connected")
+        if journals is not None:
+            from agentd.state.resume import RestoredSubscriptions
+
+            resumed = RestoredSubscriptions(journals, reactor, upstreams, telemetry, nursery)
+            resumed.refresh()
+
+            def connected(_server: str) -> None:
+                declared.refresh("connected")
+                resumed.refresh("connected")
+
+            reactor.on_connected = connected
         await nursery.start(watches.run)
         try:
             await watches.check_routes()  # a declared on_event the sandbox refuses is a config error
@@ -407,6 +456,55 @@ async def _main(
         )
         nursery.cancel_scope.cancel()
     return int(code)
+
+
+def _session_journals(settings: Any, telemetry: Telemetry, reactor: Any) -> Any:
+    """The session journals under ``--state-dir`` (None without one, and in once mode: nothing to resume)."""
+    if settings.state_dir is None or settings.mode == "once":
+        return None
+    from agentd.state.dir import SESSIONS_NAME
+    from agentd.state.sessions import SessionJournals
+
+    def lookup(agent_id: str) -> Any:
+        agent = reactor().agents.get(agent_id)
+        if agent is None or agent.session is None:
+            return None
+        subs = tuple((uri, agent.subscription_servers.get(uri)) for uri in sorted(agent.subscriptions))
+        return agent.session, subs
+
+    return SessionJournals(
+        settings.state_dir / SESSIONS_NAME,
+        telemetry,
+        max_tokens=settings.session_max_tokens,
+        lookup=lookup,
+    )
+
+
+async def _spawn_resumed(tree: Tree, journals: Any, agent: str, session: str, payload: SpawnPayload) -> None:
+    """Spawn a session's agent with the conversation its journal holds (read in a worker thread)."""
+    history = await journals.history(agent, session)
+    tree.spawn(agent, payload.model_copy(update={"history": history}) if history else payload)
+
+
+def _shard(settings: Any) -> Any:
+    """This replica's shard (None: it handles everything)."""
+    if settings.shard is None:
+        return None
+    from agentd.state.shard import parse_shard
+
+    shard = parse_shard(settings.shard, os.environ)
+    return None if shard.count == 1 else shard
+
+
+def _shard_keep(reactor: Reactor, shard: Any) -> Any:
+    """Which declared ``(server, uri)`` pairs this replica subscribes: those whose updates it handles."""
+    from agentd.state.shard import handles
+
+    def keep(pair: tuple[str, str]) -> bool:
+        route = reactor.router.first_match(pair[1])
+        return route is None or handles(shard, route, pair[1])
+
+    return keep
 
 
 def _provider_payload(name: str, spec: Any) -> ProviderFrame:

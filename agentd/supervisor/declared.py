@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -184,6 +184,8 @@ class DeclaredSubscriptions:
         reactor: owns the declared set, subscription states and readiness.
         telemetry: NDJSON events.
         nursery: where subscribe/unsubscribe tasks run.
+        keep: ``--shard``: whether this replica subscribes a pair (it handles
+            its updates); the others are left to the replicas that own them.
     """
 
     def __init__(
@@ -193,8 +195,10 @@ class DeclaredSubscriptions:
         reactor: Reactor,
         telemetry: Telemetry,
         nursery: trio.Nursery,
+        keep: Callable[[Pair], bool] | None = None,
     ) -> None:
         self._subs = list(subs)
+        self._keep = keep
         self._upstreams = upstreams
         self._reactor = reactor
         self._telemetry = telemetry
@@ -216,6 +220,10 @@ class DeclaredSubscriptions:
             return
         reactor = self._reactor
         result = resolve(self._subs, self._catalogs(), reactor.required)
+        if self._keep is not None:
+            result = Resolution(
+                tuple(p for p in result.pairs if self._keep(p)), result.unresolved, result.required
+            )
         wanted = set(result.pairs)
         for pair in sorted(reactor.declared - wanted):
             self._drop(pair)

@@ -157,6 +157,22 @@ class Hooks:
     """The first signal started the drain (the service manager hears it, rfcs/0162)."""
 
 
+class SessionResume(Protocol):
+    """What the reactor asks the session journals (:mod:`agentd.state.sessions`); sync, never blocks."""
+
+    def resumable(self, session: str) -> tuple[tuple[str, str | None], ...] | None:
+        """A journaled session's self-subscriptions ``(uri, server)``, or None: start it fresh."""
+        ...
+
+    def reserved(self, name: str) -> bool:
+        """``name`` is a journaled session: no new agent may take it as its id."""
+        ...
+
+    def end(self, session: str) -> None:
+        """The session is over (its agent exited while agentd runs on): forget its journal."""
+        ...
+
+
 class WatchHooks(Protocol):
     """What the reactor tells the watch manager (sync; the manager never blocks the reactor)."""
 
@@ -295,6 +311,10 @@ class Reactor:
         self._waiting_reported = False
         self.watches: WatchHooks | None = None
         """The watch manager (set by the app)."""
+        self.handles: Callable[[Any, str], bool] | None = None
+        """``--shard``: whether this replica handles an update a route matched (set by the app; rfcs/0213)."""
+        self.journals: SessionResume | None = None
+        """The session journals (set by the app with ``--state-dir``; rfcs/0210)."""
         self.watch_sessions: dict[str, set[str]] = {}
         self.staged: dict[str, StagedRoute] = {}
         """Declared routes with a watch stage, by route id (set by the app; rfcs/0078)."""
@@ -630,6 +650,9 @@ class Reactor:
                 else:
                     self.telemetry.emit("timer.coalesced", reason="previous root still running")
         else:
+            timer = self.router.timer_route
+            if self.handles is not None and timer is not None and not self.handles(timer, timer.id):
+                return  # another replica owns this timer route's fires
             self.router.ingest_timer(now)
 
     # -- event handling -------------------------------------------------------------
@@ -675,6 +698,12 @@ class Reactor:
             self.zygote_problem = (event.reason or "unavailable") if event.state == "degraded" else None
 
     def _resource_changed(self, ev: ResourceChanged, now: float) -> None:
+        if self.handles is not None:
+            route = self.router.first_match(ev.uri)
+            if route is not None and not self.handles(route, ev.uri):
+                # Another replica owns this key (rfcs/0213); it gets the same update.
+                self.telemetry.emit("shard.skipped", server=ev.server, uri=ev.uri, route=route.id)
+                return
         if ev.startup:
             owner = self.router.first_match(ev.uri)
             if owner is not None and not owner.spec.reread_on_start:
@@ -773,6 +802,8 @@ class Reactor:
         agent_id = self.sessions.get(session)
         if agent_id is None:
             instruction = f"{self.instruction}\n\n{text}" if self.instruction else text
+            if self.journals is not None and self.journals.resumable(session) is not None:
+                instruction = text  # the journal holds the first instruction; the delivery follows it
             started = self._spawn(
                 now, role="session", instruction=instruction, route=route, session=session, warm=True
             )
@@ -803,7 +834,9 @@ class Reactor:
         self._seq += 1
         # Unnamed agents use their id as session name (self-subscribe, watches);
         # skip ids a restored watch session already holds.
-        while f"a{self._seq}" in self.watch_sessions:
+        while f"a{self._seq}" in self.watch_sessions or (
+            self.journals is not None and self.journals.reserved(f"a{self._seq}")
+        ):
             self._seq += 1
         return f"a{self._seq}"
 
@@ -846,6 +879,12 @@ class Reactor:
         self.agents[agent.id] = agent
         if session is not None:
             self.sessions[session] = agent.id
+            restored = self.journals.resumable(session) if self.journals is not None else None
+            for uri, server in restored or ():
+                # A restored session owns the self-subscriptions it had (their routes exist already).
+                agent.subscriptions.add(uri)
+                if server:
+                    agent.subscription_servers[uri] = server
         self.telemetry.emit("subagent.spawn", agent=agent.id, role=role, route=route, session=session)
         self.hooks.spawn(agent)
         return agent
@@ -1046,6 +1085,13 @@ class Reactor:
                 # A session whose agent never started keeps its watches: the
                 # notice it was started for starts it again (below).
                 self._stop_watches(agent.session)
+                if (
+                    self.journals is not None
+                    and self.phase is Phase.RUNNING
+                    and self.budget.spent() is None
+                    and self.fatal_infra is None
+                ):
+                    self.journals.end(agent.session)  # over for good; a drain or a kill keeps it
             # The router must not keep a dead session marked busy: the next
             # delivery for it starts a new session.
             self.router.on_session_idle(agent.session)

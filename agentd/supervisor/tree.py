@@ -57,7 +57,7 @@ import trio
 from agentd.errors import ProtocolError
 from agentd.selfmcp.control import FrameStream
 from agentd.selfmcp.protocol import MAX_CHILD_FRAME_BYTES, SpawnPayload
-from agentd.supervisor.channel import serve_control
+from agentd.supervisor.channel import Journal, serve_control
 from agentd.supervisor.events import ChildExited, ReactorEvent, ZygoteStateChanged
 from agentd.telemetry import Telemetry
 
@@ -227,6 +227,7 @@ class Tree:
             fds are appended); :data:`CHILD_COMMAND` unless a test starts
             its own child that speaks the same protocol.
         zygote_env: variables added to the zygote's environment (the models it prepares for).
+        journal: records a journaled child's turns (the session journal), if any.
     """
 
     def __init__(
@@ -239,6 +240,7 @@ class Tree:
         spawn_timeout: float = DEFAULT_SPAWN_TIMEOUT,
         child_command: Sequence[str] = CHILD_COMMAND,
         zygote_env: Mapping[str, str] | None = None,
+        journal: Journal | None = None,
     ) -> None:
         self._events = events
         self._serve_child = serve_child
@@ -247,6 +249,7 @@ class Tree:
         self.spawn_timeout = spawn_timeout
         self._child_command = tuple(child_command)
         self._zygote_env = dict(zygote_env or {})
+        self._journal = journal
         self.children: dict[str, ChildProc] = {}
         self._nursery: trio.Nursery | None = None
         self.zygote: Zygote | None = None
@@ -629,7 +632,11 @@ class Tree:
             async def control_side() -> None:
                 try:
                     await serve_control(
-                        child.agent, channels.control, events=self._events, telemetry=self._telemetry
+                        child.agent,
+                        channels.control,
+                        events=self._events,
+                        telemetry=self._telemetry,
+                        journal=self._journal,
                     )
                 except ProtocolError as exc:
                     child.reason = f"broke the control protocol: {exc}"
