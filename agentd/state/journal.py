@@ -80,10 +80,6 @@ _RECORD: TypeAdapter[OpenRecord | TurnRecord] = TypeAdapter(
 )
 
 
-class JournalCorrupt(Exception):
-    """Raised by nothing outside this module; :func:`read` reports problems in its result."""
-
-
 def file_name(session: str) -> str:
     """The journal's file name for ``session`` (a hash: any session name is a safe file name)."""
     return "s-" + hashlib.sha256(session.encode()).hexdigest()[:32] + SUFFIX

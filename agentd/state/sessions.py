@@ -254,7 +254,7 @@ class SessionJournals:
             j = self._journals[session] = _Journal(session, self.directory / jf.file_name(session))
         async with j.lock:
             try:
-                await trio.to_thread.run_sync(self._commit_sync, j, agent, tuple(messages), subs)
+                dropped = await trio.to_thread.run_sync(self._commit_sync, j, agent, tuple(messages), subs)
             except (OSError, ValueError) as exc:
                 self._telemetry.emit(
                     "journal.failed",
@@ -264,8 +264,18 @@ class SessionJournals:
                     error=str(exc),
                     fix="free space or fix the state directory; the session runs on in memory",
                 )
+                return
+        if dropped:
+            self._telemetry.emit(
+                "journal.compacted",
+                session=session,
+                dropped_turns=dropped,
+                tokens=sum(j.turn_tokens),
+                max_tokens=self.max_tokens,
+            )
 
-    def _commit_sync(self, j: _Journal, agent: str, messages: tuple[MessageFrame, ...], subs: Subs) -> None:
+    def _commit_sync(self, j: _Journal, agent: str, messages: tuple[MessageFrame, ...], subs: Subs) -> int:
+        """Append the turn (worker thread); returns how many turns compaction dropped."""
         if j.owner != agent:
             # This agent's first turn for the session: continue the file it was
             # restored from, or start a new one (replacing any stale file).
@@ -287,25 +297,21 @@ class SessionJournals:
         j.turn_tokens.append(jf.turn_tokens(messages))
         j.subs = subs
         if sum(j.turn_tokens) > self.max_tokens:
-            self._compact_sync(j)
+            return self._compact_sync(j)
+        return 0
 
-    def _compact_sync(self, j: _Journal) -> None:
+    def _compact_sync(self, j: _Journal) -> int:
         contents = jf.read(j.path)
         turns, dropped = jf.compact(contents.turns, self.max_tokens)
         if not dropped:
-            return
-        os.close(j.fd) if j.fd is not None else None
-        j.fd = None
+            return 0
+        if j.fd is not None:
+            os.close(j.fd)
+            j.fd = None
         jf.write_whole(j.path, j.session, turns, j.subs)
         j.fd = jf.open_append(j.path)
         j.turn_tokens = [jf.turn_tokens(t) for t in turns]
-        self._telemetry.emit(
-            "journal.compacted",
-            session=j.session,
-            dropped_turns=dropped,
-            tokens=sum(j.turn_tokens),
-            max_tokens=self.max_tokens,
-        )
+        return dropped
 
     def close(self) -> None:
         for j in self._journals.values():

@@ -483,7 +483,8 @@ def _session_journals(settings: Any, telemetry: Telemetry, reactor: Any) -> Any:
 async def _spawn_resumed(tree: Tree, journals: Any, agent: str, session: str, payload: SpawnPayload) -> None:
     """Spawn a session's agent with the conversation its journal holds (read in a worker thread)."""
     history = await journals.history(agent, session)
-    tree.spawn(agent, payload.model_copy(update={"history": history}) if history else payload)
+    with contextlib.suppress(RuntimeError):  # the tree stopped meanwhile (agentd is exiting)
+        tree.spawn(agent, payload.model_copy(update={"history": history}) if history else payload)
 
 
 def _shard(settings: Any) -> Any:
