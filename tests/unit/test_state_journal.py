@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -161,3 +163,52 @@ def test_parse_shard_forms_and_errors() -> None:
         parse_shard("auto", {"HOSTNAME": "agentd-1"})
     with pytest.raises(ValueError, match="StatefulSet pod name"):
         parse_shard("auto", {"HOSTNAME": "laptop", "AGENTD_SHARD_COUNT": "3"})
+
+
+# -- settings -------------------------------------------------------------------------------------
+
+
+def _settings(flags: dict[str, object], env: dict[str, str] | None = None):
+    from agentd.config import load_settings
+
+    base = {"model": "openai:gpt-4o-mini", "instruction": "go", "mode": "reactive"}
+    return load_settings({**base, **flags}, env={"OPENAI_API_KEY": "sk-test", **(env or {})})
+
+
+def test_shard_is_validated_and_auto_is_resolved_from_the_pod() -> None:
+    from agentd.errors import ConfigError
+
+    assert (
+        _settings({"shard": "auto"}, {"HOSTNAME": "agentd-sharded-2", "AGENTD_SHARD_COUNT": "3"}).shard
+        == "2/3"
+    )
+    with pytest.raises(ConfigError, match=r"shard.*below the count"):
+        _settings({"shard": "3/3"})
+    with pytest.raises(ConfigError, match=r"shard.*shard a --mode reactive daemon"):
+        _settings({"shard": "0/2", "mode": "loop", "interval": "1h"})
+
+
+def test_state_dir_must_be_a_directory_or_creatable(tmp_path) -> None:
+    from agentd.errors import ConfigError
+
+    assert _settings({"state_dir": str(tmp_path / "new")}).state_dir == tmp_path / "new"
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ConfigError, match=r"state_dir.*not a directory"):
+        _settings({"state_dir": str(tmp_path / "file")})
+    with pytest.raises(ConfigError, match=r"state_dir.*neither it nor its parent"):
+        _settings({"state_dir": str(tmp_path / "a" / "b")})
+    with pytest.raises(ConfigError, match=r"--session-max-tokens.*at most 2000000"):
+        _settings({"session_max_tokens": "9000000"})
+
+
+def test_one_agentd_per_state_directory(tmp_path) -> None:
+    from agentd.errors import ConfigError
+    from agentd.state.dir import claim
+
+    first = claim(tmp_path / "state")
+    try:
+        with pytest.raises(ConfigError, match=rf"another agentd \(pid {os.getpid()}\) is using it"):
+            claim(tmp_path / "state")
+    finally:
+        first.release()
+    claim(tmp_path / "state").release()  # free again once released
