@@ -45,10 +45,11 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import trio
 
-from agentd.selfmcp.protocol import MessageFrame
+from agentd.selfmcp.protocol import MessageFrame, SpawnPayload
 from agentd.state import journal as jf
 from agentd.telemetry import Telemetry
 
@@ -313,6 +314,12 @@ class SessionJournals:
         j.turn_tokens = [jf.turn_tokens(t) for t in turns]
         return dropped
 
+    async def spawn_resumed(self, tree: Any, agent: str, session: str, payload: SpawnPayload) -> None:
+        """Spawn ``session``'s agent with the conversation its journal holds (read in a worker thread)."""
+        history = await self.history(agent, session)
+        with contextlib.suppress(RuntimeError):  # the tree stopped meanwhile (agentd is exiting)
+            tree.spawn(agent, payload.model_copy(update={"history": history}) if history else payload)
+
     def close(self) -> None:
         for j in self._journals.values():
             if j.fd is not None:
@@ -321,4 +328,28 @@ class SessionJournals:
                 j.fd = None
 
 
-__all__ = ["DEFAULT_MAX_TOKENS", "SessionJournals", "Subs"]
+def journals_for(
+    settings: Any, telemetry: Telemetry, agent_of: Callable[[str], Any]
+) -> SessionJournals | None:
+    """The session journals under ``--state-dir`` (None without one, and in once mode: nothing resumes).
+
+    ``agent_of`` is the reactor's view of an agent id (its ``session``,
+    ``subscriptions`` and ``subscription_servers``), or None.
+    """
+    if settings.state_dir is None or settings.mode == "once":
+        return None
+    from agentd.state.dir import SESSIONS_NAME
+
+    def lookup(agent_id: str) -> tuple[str, Subs] | None:
+        agent = agent_of(agent_id)
+        if agent is None or agent.session is None:
+            return None
+        subs = tuple((uri, agent.subscription_servers.get(uri)) for uri in sorted(agent.subscriptions))
+        return agent.session, subs
+
+    return SessionJournals(
+        settings.state_dir / SESSIONS_NAME, telemetry, max_tokens=settings.session_max_tokens, lookup=lookup
+    )
+
+
+__all__ = ["DEFAULT_MAX_TOKENS", "SessionJournals", "Subs", "journals_for"]

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 #: Most replicas a shard count may name (far above any sane StatefulSet).
 MAX_SHARDS: Final = 1024
@@ -118,4 +118,35 @@ def handles(shard: Shard | None, route: object, uri: str) -> bool:
     return key is None or shard.owns(key)
 
 
-__all__ = ["COUNT_ENV", "MAX_SHARDS", "Shard", "handles", "owner", "parse_shard", "route_key", "score"]
+def shard_for(settings: Any) -> Shard | None:
+    """This replica's shard from validated settings (None: it handles everything)."""
+    if settings.shard is None:
+        return None
+    import os
+
+    shard = parse_shard(settings.shard, os.environ)
+    return None if shard.count == 1 else shard
+
+
+def declared_filter(router: Any, shard: Shard) -> Callable[[tuple[str, str]], bool]:
+    """Which declared ``(server, uri)`` pairs this replica subscribes: those whose updates it handles."""
+
+    def keep(pair: tuple[str, str]) -> bool:
+        route = router.first_match(pair[1])
+        return route is None or handles(shard, route, pair[1])
+
+    return keep
+
+
+__all__ = [
+    "COUNT_ENV",
+    "MAX_SHARDS",
+    "Shard",
+    "declared_filter",
+    "handles",
+    "owner",
+    "parse_shard",
+    "route_key",
+    "score",
+    "shard_for",
+]

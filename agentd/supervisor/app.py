@@ -38,6 +38,8 @@ from agentd.exitcodes import ExitCode, TerminalStatus, code_for_status
 from agentd.output import DEFAULT_OUTPUT_BUFFER, DEFAULT_TELEMETRY_BUFFER, LineWriter
 from agentd.selfmcp.protocol import ProviderFrame, SpawnPayload, ToolSpecFrame
 from agentd.selfmcp.server import serve_child
+from agentd.state.sessions import journals_for
+from agentd.state.shard import declared_filter, shard_for
 from agentd.supervisor.budget import Budget
 from agentd.supervisor.declared import DeclaredSubscriptions
 from agentd.supervisor.events import SignalReceived
@@ -265,7 +267,7 @@ async def _main(
         reactor: Reactor
         upstreams: dict[str, Any] = {}
         hub_holder: dict[str, SupervisorHub] = {}
-        journals = _session_journals(settings, telemetry, lambda: reactor)
+        journals = journals_for(settings, telemetry, lambda agent_id: reactor.agents.get(agent_id))
         warm_root = settings.mode == "loop" and settings.session == "warm"
 
         def spawn(agent: Agent) -> None:
@@ -290,7 +292,7 @@ async def _main(
                 and agent.session is not None
                 and journals.resumable(agent.session) is not None
             ):
-                nursery.start_soon(_spawn_resumed, tree, journals, agent.id, agent.session, payload)
+                nursery.start_soon(journals.spawn_resumed, tree, agent.id, agent.session, payload)
                 return
             tree.spawn(agent.id, payload)
 
@@ -331,7 +333,7 @@ async def _main(
             clock=clock,
             required=frozenset(n for n, s in settings.servers.items() if s.required),
         )
-        shard = _shard(settings)
+        shard = shard_for(settings)
         if shard is not None:
             from agentd.state.shard import handles
 
@@ -379,7 +381,7 @@ async def _main(
             reactor,
             telemetry,
             nursery,
-            keep=None if shard is None else _shard_keep(reactor, shard),
+            keep=None if shard is None else declared_filter(reactor.router, shard),
         )
         declared.refresh("start")
         reactor.on_catalog = lambda _event: declared.refresh("catalog")
@@ -456,56 +458,6 @@ async def _main(
         )
         nursery.cancel_scope.cancel()
     return int(code)
-
-
-def _session_journals(settings: Any, telemetry: Telemetry, reactor: Any) -> Any:
-    """The session journals under ``--state-dir`` (None without one, and in once mode: nothing to resume)."""
-    if settings.state_dir is None or settings.mode == "once":
-        return None
-    from agentd.state.dir import SESSIONS_NAME
-    from agentd.state.sessions import SessionJournals
-
-    def lookup(agent_id: str) -> Any:
-        agent = reactor().agents.get(agent_id)
-        if agent is None or agent.session is None:
-            return None
-        subs = tuple((uri, agent.subscription_servers.get(uri)) for uri in sorted(agent.subscriptions))
-        return agent.session, subs
-
-    return SessionJournals(
-        settings.state_dir / SESSIONS_NAME,
-        telemetry,
-        max_tokens=settings.session_max_tokens,
-        lookup=lookup,
-    )
-
-
-async def _spawn_resumed(tree: Tree, journals: Any, agent: str, session: str, payload: SpawnPayload) -> None:
-    """Spawn a session's agent with the conversation its journal holds (read in a worker thread)."""
-    history = await journals.history(agent, session)
-    with contextlib.suppress(RuntimeError):  # the tree stopped meanwhile (agentd is exiting)
-        tree.spawn(agent, payload.model_copy(update={"history": history}) if history else payload)
-
-
-def _shard(settings: Any) -> Any:
-    """This replica's shard (None: it handles everything)."""
-    if settings.shard is None:
-        return None
-    from agentd.state.shard import parse_shard
-
-    shard = parse_shard(settings.shard, os.environ)
-    return None if shard.count == 1 else shard
-
-
-def _shard_keep(reactor: Reactor, shard: Any) -> Any:
-    """Which declared ``(server, uri)`` pairs this replica subscribes: those whose updates it handles."""
-    from agentd.state.shard import handles
-
-    def keep(pair: tuple[str, str]) -> bool:
-        route = reactor.router.first_match(pair[1])
-        return route is None or handles(shard, route, pair[1])
-
-    return keep
 
 
 def _provider_payload(name: str, spec: Any) -> ProviderFrame:

@@ -72,7 +72,9 @@ CONTINUE_ROUTE = (
 )
 
 
-@pytest.mark.parametrize("torn", [False, True], ids=["clean", "torn-tail"])
+@pytest.mark.parametrize(
+    "torn", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["clean", "torn-tail"]
+)
 async def test_a_continue_session_survives_sigkill_between_two_deliveries(tmp_path, allow_files, torn):
     allow_files("notes.json", "agentd.toml", "state/*")
     (tmp_path / "notes.json").write_text("{}")
@@ -156,3 +158,28 @@ async def test_a_self_subscription_is_restored_with_its_session(tmp_path, allow_
     assert [m["role"] for m in third] == [*first_turn, "assistant", "user"]
     assert third[-2] == {"role": "assistant", "content": "watching"}
     assert third[-1]["content"].endswith("- memo://notes on memo (possibly changed)")
+
+
+@pytest.mark.slow
+async def test_the_warm_loop_root_resumes_its_conversation_after_sigkill(tmp_path, allow_files):
+    allow_files("state/*")
+    model = _Replies([openai_reply("shift one done"), openai_reply("shift two done")])
+    async with provider_server(handler=model) as srv:
+        env = _env(tmp_path, srv.url("/v1"))
+        args = [
+            "--mode", "loop", "--interval", "1h", "--session", "warm", "--state-dir", str(tmp_path / "state"),
+            "--model", "openai:gpt-4o-mini", "--verbose", "keep the shift log",
+        ]  # fmt: skip
+        async with run_agentd(args, env=env) as a:
+            await a.wait_event("turn.end", timeout=STEP)
+            await _kill(a)
+        async with run_agentd(args, env=env) as b:
+            await b.wait_event("turn.end", timeout=STEP)
+            restored = b.find("journal.restored")
+            b.signal(signal.SIGTERM)
+            assert await b.wait_exit(STEP) == 0
+    first, second = (r.json["messages"] for r in model.seen)
+    shift = {"role": "user", "content": "keep the shift log"}
+    assert first[-1] == shift
+    assert second == [*first, {"role": "assistant", "content": "shift one done"}, shift]
+    assert [(e["session"], e["turns"]) for e in restored] == [("root", 1)]
