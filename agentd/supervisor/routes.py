@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any
 
 from agentd.triggers.glob import compile_glob
 from agentd.triggers.router import (
@@ -30,6 +30,7 @@ from agentd.triggers.router import (
     validate_template,
 )
 from agentd.triggers.timer import CronSource, IntervalSource
+from agentd.watches.stage import StagedRoute
 
 #: The session name of the root agent in ``loop --session warm``.
 ROOT_SESSION = "root"
@@ -52,45 +53,6 @@ def spawn_template(route_template: str | None, instruction: str | None, *, timer
     if instruction:
         return f"{_escape(instruction)}\n\n{DEFAULT_TEMPLATE}"
     return DEFAULT_TEMPLATE
-
-
-#: Router sessions of staged routes start with this; session names cannot hold ``:``.
-STAGE_SESSION_PREFIX: Final = "stage:"
-
-
-@dataclass(frozen=True, slots=True)
-class StagedRoute:
-    """A declared route whose changes go through the watch stage before its disposition.
-
-    Attributes:
-        route_id: The route's id (``name``, else ``r<index>`` as the router numbers it).
-        index: Position in ``routes`` (error messages name ``routes[index]``).
-        match: The route's URI or glob.
-        disposition: What the stage's notices do: start a fresh agent, or a
-            turn of ``session``.
-        extract: ``state`` / ``event-log`` force the read shape; ``auto`` takes
-            it from the read's mime type.
-        on_event: The filter source, or ``None`` for default lines.
-        session: Continue routes: the session notices go to.
-        max_inflight: Spawn routes: agents started from notices running at once.
-        template: Spawn routes: the route's own instruction template, or
-            ``None`` (the main instruction); the notice follows it.
-    """
-
-    route_id: str
-    index: int
-    match: str
-    disposition: Literal["spawn", "continue"]
-    extract: Literal["auto", "state", "event-log"]
-    on_event: str | None
-    session: str
-    max_inflight: int
-    template: str | None
-
-    @property
-    def router_session(self) -> str:
-        """The pseudo-session the router delivers this route's changes to."""
-        return f"{STAGE_SESSION_PREFIX}{self.route_id}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +152,7 @@ def route_specs(settings: Any) -> list[RouteSpec]:
                     overflow=rc.overflow,
                     route_id=staged[i].route_id,
                     reread_on_start=rc.reread_on_start,
+                    kind="stage",
                 )
             )
             continue

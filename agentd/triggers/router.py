@@ -57,6 +57,13 @@ Overflow = Literal["coalesce", "drop_oldest", "drop_newest", "block"]
 
 OVERFLOWS: Final[tuple[Overflow, ...]] = get_args(Overflow)
 
+RouteKind = Literal["declared", "self", "watch", "stage"]
+"""Who made a route, and so what a delivery on it becomes: a declared route (the
+timer route too) spawns or continues a session; a ``self`` route (a session's
+``subscribe``) wakes that session; a ``watch`` route and a ``stage`` route (a
+declared route with a watch stage) hand their changes to the watch manager,
+whose notices come back to the reactor."""
+
 Mode = Literal["once", "loop", "reactive", "schedule"]
 """The four execution modes (RFC 0008 §3.1)."""
 
@@ -169,6 +176,8 @@ class RouteSpec:
         reread_on_start: deliver one synthetic "possibly changed" event for
             each URI this route owns once its subscription is established at
             start-up (rfcs/0130); False skips it for this route.
+        kind: who made the route (:data:`RouteKind`); ``add_route`` with an
+            ``owner`` makes it ``self``.
     """
 
     match: str
@@ -181,6 +190,7 @@ class RouteSpec:
     timer: bool = False
     exact: bool | None = None
     reread_on_start: bool = True
+    kind: RouteKind = "declared"
 
     def __post_init__(self) -> None:
         if not isinstance(self.disposition, Spawn | Continue):
@@ -385,6 +395,10 @@ class Route:
     def exact(self) -> bool:
         return self.glob.exact
 
+    @property
+    def kind(self) -> RouteKind:
+        return self.spec.kind
+
 
 @dataclass(frozen=True, slots=True)
 class IngestResult:
@@ -422,12 +436,15 @@ class ContinueDelivery:
             :meth:`Router.on_session_idle`.
         events: every due event for the session, oldest first.
         event_routes: the owning route id of each event (parallel to ``events``).
+        kind: the kind of route ``route_id`` (a session's routes are all of one
+            kind: watch and stage routes each have a session of their own).
     """
 
     route_id: str
     session: str
     events: list[QueuedEvent]
     event_routes: tuple[str, ...] = ()
+    kind: RouteKind = "declared"
 
 
 Delivery: TypeAlias = SpawnDelivery | ContinueDelivery
@@ -518,7 +535,7 @@ class Router:
             if spec.timer:
                 raise RouteError(f"route {spec.match!r}: a self-subscribe route cannot be the timer route")
             front = True
-            spec = replace(spec, exact=True)
+            spec = replace(spec, exact=True, kind="self")
             for r in self._exact.get(spec.match, ()):
                 if r.owner == owner:
                     return r  # re-subscribing is idempotent
@@ -777,6 +794,7 @@ class Router:
                     session=session,
                     events=[ev for _, _, ev in items],
                     event_routes=tuple(rid for _, rid, _ in items),
+                    kind=self._routes[items[0][1]].kind,
                 )
             )
         return out

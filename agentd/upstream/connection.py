@@ -4,7 +4,7 @@
 Streamable HTTP) for the life of the supervisor: it connects, keeps the tool
 and resource catalogs current, serves calls from every agent, keeps resource
 subscriptions alive across drops, and reports what happens as typed reactor
-events (:mod:`agentd.supervisor.events`).
+events (:mod:`agentd.events`).
 
 Lifecycle (``ServerState``)::
 
@@ -38,7 +38,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from agentd import __version__
 from agentd.errors import CapabilityMissing, ServerUnavailable, UpstreamError
-from agentd.supervisor.events import (
+from agentd.events import (
     CatalogChanged,
     ReactorEvent,
     ResourceChanged,

@@ -11,7 +11,7 @@ exact, debounce 0); when it is due, the reactor hands the URIs to
    sandboxed ``on_event`` filter in a worker thread, dedupe, debounce buffer),
 3. waits for the stage's debounce deadline (``trio.move_on_at``, armed only
    by an event: an idle watch makes no wakeups),
-4. on flush posts a :class:`~agentd.supervisor.events.WatchNotice` into the
+4. on flush posts a :class:`~agentd.events.WatchNotice` into the
    reactor's channel, which turns it into one turn of the owning session.
 
 Lifecycle of one watch (:class:`WatchStatus`)::
@@ -31,7 +31,7 @@ per (route id, concrete URI): :meth:`WatchManager.declare_routes` at startup,
 :meth:`WatchManager.on_route_subscribed` takes the baseline read when the
 subscription is established, :meth:`WatchManager.on_route_changed` wakes the
 stage, and its notices go to the reactor as
-:class:`~agentd.supervisor.reactor.RouteNotice`. With ``--watch-state`` their
+:class:`~agentd.events.RouteNotice`. With ``--watch-state`` their
 baselines are saved as specs with no owner named ``route:<route id>:<uri>``.
 """
 
@@ -49,9 +49,7 @@ import orjson
 import trio
 
 from agentd.errors import AgentdError, ConfigError, FilterRejected, WatchError, WatchStateError
-from agentd.supervisor.events import ReactorEvent, SubscriptionStateChanged, WatchNotice
-from agentd.supervisor.reactor import RouteNotice
-from agentd.supervisor.routes import StagedRoute
+from agentd.events import ReactorEvent, RouteNotice, SubscriptionStateChanged, WatchNotice
 from agentd.telemetry import Telemetry
 from agentd.upstream.naming import namespaced
 from agentd.upstream.resolve import resource_listing
@@ -60,7 +58,7 @@ from agentd.watches.extract import Shape, shape_of
 from agentd.watches.limits import WatchLimits
 from agentd.watches.notices import error_line
 from agentd.watches.sandbox import FilterPool, WatchFilter, call_on_loop, check_source, sample_event
-from agentd.watches.stage import WatchStage
+from agentd.watches.stage import StagedRoute, WatchStage
 from agentd.watches.state import WatchSpec
 
 #: Watch names: short, safe in a route id, an XML attribute and a log line.
@@ -204,6 +202,7 @@ class WatchManager:
         server_for: URI -> server name (the hub's routing rule).
         state_path: ``--watch-state`` file, or ``None`` (watches in memory only).
         pool: The sandbox pool for filters; default: one opened on first use.
+        routes: The staged declared routes (as :meth:`declare_routes`).
 
     Run :meth:`run` in a nursery (``await nursery.start(manager.run)``) before
     starting watches.
@@ -219,6 +218,7 @@ class WatchManager:
         server_for: Callable[[str], str | None],
         state_path: Path | None = None,
         pool: FilterPool | None = None,
+        routes: Iterable[StagedRoute] = (),
     ) -> None:
         self.upstreams = upstreams
         self._events = events
@@ -235,7 +235,7 @@ class WatchManager:
         self._nursery: trio.Nursery | None = None
         self._save_wanted = trio.Event()
         self._state_problem: str | None = None
-        self._routes: dict[str, StagedRoute] = {}
+        self._routes: dict[str, StagedRoute] = {r.route_id: r for r in routes}
         """Staged declared routes by id (:meth:`declare_routes`)."""
         self._declared: dict[tuple[str, str], Watch] = {}
         """Declared-route stages by (route id, URI)."""
@@ -591,11 +591,7 @@ class WatchManager:
         )
         self._request_save()
         if w.route is not None:
-            await self._post(
-                RouteNotice(
-                    session="", watch=w.name, uri=w.uri, text=text, route=w.route.route_id, server=w.server
-                )
-            )
+            await self._post(RouteNotice(route=w.route.route_id, uri=w.uri, server=w.server, text=text))
             return
         await self._post(WatchNotice(session=w.session, watch=w.name, uri=w.uri, text=text))
 

@@ -26,9 +26,9 @@ import pytest
 import trio
 import trio.testing
 
+from agentd.events import ResourceChanged
 from agentd.exitcodes import ExitCode
 from agentd.supervisor.budget import Budget
-from agentd.supervisor.events import ResourceChanged
 from agentd.supervisor.governor import RestartGovernor
 from agentd.supervisor.reactor import Agent, Hooks, Reactor
 from agentd.telemetry import Telemetry

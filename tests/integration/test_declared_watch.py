@@ -23,10 +23,10 @@ import trio
 
 from agentd.config import RouteConfig
 from agentd.errors import ConfigError
+from agentd.events import ChildExited, SignalReceived
 from agentd.supervisor.budget import Budget
-from agentd.supervisor.events import ChildExited, SignalReceived
 from agentd.supervisor.governor import RestartGovernor
-from agentd.supervisor.reactor import Agent, Hooks, Reactor
+from agentd.supervisor.reactor import Agent, Hooks, Reactor, open_channel
 from agentd.supervisor.routes import build_router, staged_routes
 from agentd.telemetry import Telemetry
 from agentd.triggers import mode as modes
@@ -128,6 +128,18 @@ async def stack(memo: Path, *routes: RouteConfig, state_path: Path | None = None
     driver = modes.make_driver(
         "reactive", interval=None, cron=None, session=None, now_mono=0.0, now_wall=dt.datetime.now(dt.UTC)
     )
+    channel = open_channel()
+    upstream = Upstream(memo_spec(memo), channel[0], telemetry)
+    staged = staged_routes(settings)
+    manager = WatchManager(
+        upstreams={"memo": upstream},
+        events=channel[0],
+        telemetry=telemetry,
+        limits=FAST,
+        server_for=lambda _uri: "memo",
+        state_path=state_path,
+        routes=staged,
+    )
     reactor = Reactor(
         driver=driver,
         router=build_router(settings),
@@ -139,20 +151,10 @@ async def stack(memo: Path, *routes: RouteConfig, state_path: Path | None = None
         grace=5.0,
         mode="reactive",
         session="fresh",
+        channel=channel,
+        watches=manager,
+        staged={s.route_id: s for s in staged},
     )
-    upstream = Upstream(memo_spec(memo), reactor.send, telemetry)
-    manager = WatchManager(
-        upstreams={"memo": upstream},
-        events=reactor.send,
-        telemetry=telemetry,
-        limits=FAST,
-        server_for=lambda _uri: "memo",
-        state_path=state_path,
-    )
-    staged = staged_routes(settings)
-    manager.declare_routes(staged)
-    reactor.staged = {s.route_id: s for s in staged}
-    reactor.watches = manager
     s = Stack(reactor=reactor, manager=manager, memo=upstream, telemetry=telemetry, spawned=spawned)
     async with trio.open_nursery() as nursery:
         await nursery.start(upstream.run)

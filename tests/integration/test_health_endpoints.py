@@ -16,10 +16,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agentd import health
 from agentd.errors import ConfigError
+from agentd.events import HealthProbe, ServerState, ServerStateChanged, SubscriptionStateChanged
 from agentd.health import parse_addr, reactor_probe, serve_health, serve_metrics
 from agentd.metrics import MetricsSnapshot
 from agentd.supervisor.budget import Budget
-from agentd.supervisor.events import HealthProbe, ServerState, ServerStateChanged, SubscriptionStateChanged
 from agentd.supervisor.governor import RestartGovernor
 from agentd.supervisor.reactor import Hooks, Reactor
 from agentd.telemetry import Telemetry

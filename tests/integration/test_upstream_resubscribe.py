@@ -13,7 +13,7 @@ from pathlib import Path
 
 import trio
 
-from agentd.supervisor.events import ResourceChanged, SubscriptionStateChanged
+from agentd.events import ResourceChanged, SubscriptionStateChanged
 from agentd.upstream import Upstream
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))

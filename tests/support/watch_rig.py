@@ -19,7 +19,7 @@ from typing import Any
 
 import trio
 
-from agentd.supervisor.events import ResourceChanged, SubscriptionStateChanged, WatchNotice
+from agentd.events import ResourceChanged, SubscriptionStateChanged, WatchNotice
 from agentd.triggers.router import Continue, ContinueDelivery, QueuedEvent, Router, RouteSpec
 from agentd.upstream import Upstream, resolve_server_for_uri
 from agentd.watches.limits import WatchLimits

@@ -3,7 +3,7 @@
 No processes: the reactor runs with the real driver, router, budget and
 governor; fake :class:`Hooks` record what it asks for, and the tests play the
 children by sending usage reports, turn ends (``tests/support/reports.py``),
-``ChildMessage`` and ``ChildExited`` into ``reactor.send`` exactly as the
+typed self-tool requests and ``ChildExited`` into ``reactor.send`` exactly as the
 control channel, the hub and the tree do. Every test runs under
 ``MockClock(autojump_threshold=0)`` (the ``autojump_clock`` fixture), so the
 times asserted are exact virtual times.
@@ -21,17 +21,22 @@ from typing import Any
 import pytest
 import trio
 
-from agentd.exitcodes import ExitCode, TerminalStatus
-from agentd.supervisor.budget import Budget
-from agentd.supervisor.events import (
+from agentd.events import (
     ChildExited,
-    ChildMessage,
+    Refused,
+    Reply,
     ResourceChanged,
+    SelfSubscribe,
+    SelfUnsubscribe,
     ServerState,
     ServerStateChanged,
     SignalReceived,
+    Subscribed,
+    Unsubscribed,
     WatchNotice,
 )
+from agentd.exitcodes import ExitCode, TerminalStatus
+from agentd.supervisor.budget import Budget
 from agentd.supervisor.governor import RestartGovernor
 from agentd.supervisor.reactor import Agent, AgentPhase, Hooks, Reactor
 from agentd.telemetry import Telemetry
@@ -94,6 +99,18 @@ class FakeHooks:
 
 
 @dataclass
+class FakeDeclared:
+    """Declared subscriptions already resolved (the reactor's ``Declared`` seam)."""
+
+    pairs: set[tuple[str, str]] = field(default_factory=set)
+    unresolved: dict[str, str] = field(default_factory=dict)
+    unresolved_required: frozenset[str] = frozenset()
+
+    def refresh(self, reason: str) -> list[tuple[str, str]]:
+        return []
+
+
+@dataclass
 class Harness:
     reactor: Reactor
     hooks: FakeHooks
@@ -114,9 +131,7 @@ class Harness:
             event, recv = turn_ended(agent, **payload)
             await self.send(event)
             return recv
-        send, recv = trio.open_memory_channel[Any](1)
-        await self.send(ChildMessage(agent=agent, kind=kind, payload={**payload, "reply": send}))
-        return recv
+        raise ValueError(f"not a child report: {kind!r}")
 
     async def usage(self, agent: str, *, tokens: int = 10, steps: int = 1) -> dict[str, Any]:
         recv = await self.ask(agent, "usage", input_tokens=tokens, output_tokens=0, steps=steps)
@@ -138,11 +153,17 @@ class Harness:
             idle = text.strip() == "NO_REPLY" or not text.strip()
         return await self.ask(agent, "turn_end", status=status, text=text, idle=idle)
 
-    async def self_tool(self, agent: str, **payload: Any) -> dict[str, Any]:
-        recv = await self.ask(agent, "self_tool", **payload)
+    async def subscribe(self, agent: str, uri: str, server: str = "memo") -> Subscribed | Refused:
+        send, recv = trio.open_memory_channel[Subscribed | Refused](1)
+        await self.send(SelfSubscribe(agent, uri, server, Reply(send)))
         with trio.fail_after(STEP):
-            answer: dict[str, Any] = await recv.receive()
-        return answer
+            return await recv.receive()
+
+    async def unsubscribe(self, agent: str, uri: str, server: str | None = "memo") -> Unsubscribed:
+        send, recv = trio.open_memory_channel[Unsubscribed](1)
+        await self.send(SelfUnsubscribe(agent, uri, server, Reply(send)))
+        with trio.fail_after(STEP):
+            return await recv.receive()
 
     async def exited(self, agent: str, returncode: int | None = 0) -> None:
         await self.send(ChildExited(agent=agent, pid=1000, returncode=returncode))
@@ -175,6 +196,7 @@ def build(
     instruction: str = "work",
     deadline: float | None = None,
     required: frozenset[str] = frozenset(),
+    declared: FakeDeclared | None = None,
 ) -> tuple[Reactor, FakeHooks, RecTelemetry]:
     now = trio.current_time()
     driver = modes.make_driver(mode, interval=interval, session=session, now_mono=now)
@@ -203,6 +225,7 @@ def build(
         session=session_mode,
         clock=clock,
         required=required,
+        declared=declared,
     )
     return reactor, hooks, telemetry
 
@@ -575,7 +598,7 @@ async def test_self_subscribe_routes_ahead_of_declared_is_exclusive_and_unsubscr
     async with running("reactive", routes=[RouteSpec(match="memo://*", route_id="all")]) as h:
         await h.send(ResourceChanged(server="memo", uri="memo://x"))
         a1 = await h.hooks.next_spawn()
-        assert await h.self_tool(a1.id, op="subscribe", uri="memo://notes", server="memo") == {"ok": True}
+        assert await h.subscribe(a1.id, "memo://notes") == Subscribed()
         held = await h.end_turn(a1.id, "watching")
         # the next change to memo://notes wakes the SAME agent, not the declared spawn route
         await trio.sleep(1)
@@ -590,26 +613,26 @@ async def test_self_subscribe_routes_ahead_of_declared_is_exclusive_and_unsubscr
         # a second session may not take the same URI
         await h.send(ResourceChanged(server="memo", uri="memo://y"))
         a2 = await h.hooks.next_spawn()
-        refused = await h.self_tool(a2.id, op="subscribe", uri="memo://notes", server="memo")
-        assert "memo://notes" in refused["error"]
-        assert repr(a1.id) in refused["error"]
+        refused = await h.subscribe(a2.id, "memo://notes")
+        assert isinstance(refused, Refused)
+        assert "memo://notes" in refused.error
+        assert repr(a1.id) in refused.error
         # unsubscribe removes the self route; nothing else needs the URI upstream
         # (the hub path with a declared subscription: tests/e2e/test_routing.py)
-        assert await h.self_tool(a1.id, op="unsubscribe", uri="memo://notes", server="memo") == {
-            "ok": True,
-            "needed": False,
-        }
+        assert await h.unsubscribe(a1.id, "memo://notes") == Unsubscribed(existed=True, needed=False)
         assert h.reactor.router.get(f"self:{a1.id}:memo://notes") is None
 
 
 async def test_unsubscribing_a_declared_uri_tells_the_hub_to_keep_the_upstream_subscription(autojump_clock):
-    async with running("reactive", routes=[RouteSpec(match="memo://*", route_id="all")]) as h:
-        h.reactor.declared = {("memo", "memo://notes")}
+    declared = FakeDeclared(pairs={("memo", "memo://notes")})
+    async with running(
+        "reactive", routes=[RouteSpec(match="memo://*", route_id="all")], declared=declared
+    ) as h:
         await h.send(ResourceChanged(server="memo", uri="memo://x"))
         a1 = await h.hooks.next_spawn()
-        assert await h.self_tool(a1.id, op="subscribe", uri="memo://notes", server="memo") == {"ok": True}
-        answer = await h.self_tool(a1.id, op="unsubscribe", uri="memo://notes", server="memo")
-        assert answer == {"ok": True, "needed": True}
+        assert await h.subscribe(a1.id, "memo://notes") == Subscribed()
+        answer = await h.unsubscribe(a1.id, "memo://notes")
+        assert answer == Unsubscribed(existed=True, needed=True)
         await h.end_turn(a1.id, "done")
         await h.exited(a1.id)
         await h.send(ResourceChanged(server="memo", uri="memo://y"))
@@ -620,13 +643,11 @@ async def test_unsubscribing_a_declared_uri_tells_the_hub_to_keep_the_upstream_s
     assert (unsub["uri"], unsub["kept"]) == ("memo://notes", True)
 
 
-async def test_unknown_self_tool_operation_is_an_error(autojump_clock):
+async def test_a_self_tool_request_of_an_unknown_agent_is_refused(autojump_clock):
     async with running("reactive", routes=[RouteSpec(match="memo://*")]) as h:
-        await h.send(ResourceChanged(server="memo", uri="memo://x"))
-        a1 = await h.hooks.next_spawn()
-        assert await h.self_tool(a1.id, op="frobnicate", uri="memo://x") == {
-            "error": "unknown self-tool operation 'frobnicate'"
-        }
+        assert await h.subscribe("a99", "memo://x") == Refused("unknown agent 'a99'")
+        assert await h.unsubscribe("a99", "memo://x") == Unsubscribed(existed=False, needed=True)
+        assert h.reactor.router.get("self:a99:memo://x") is None
 
 
 # --------------------------------------------------------------------------- reactive timer
@@ -662,7 +683,7 @@ async def test_a_self_subscribed_agent_that_dies_gives_the_uri_back_to_the_decla
     async with running("reactive", routes=[RouteSpec(match="memo://*", route_id="all")]) as h:
         await h.send(ResourceChanged(server="memo", uri="memo://x"))
         a1 = await h.hooks.next_spawn()
-        assert await h.self_tool(a1.id, op="subscribe", uri="memo://notes", server="memo") == {"ok": True}
+        assert await h.subscribe(a1.id, "memo://notes") == Subscribed()
         await h.end_turn(a1.id, "watching")
         await h.exited(a1.id, returncode=-9)  # killed while idle
         await h.send(ResourceChanged(server="memo", uri="memo://notes"))
@@ -676,7 +697,7 @@ async def test_a_self_subscribed_spawn_agent_frees_its_route_slot_at_its_first_t
     async with running("reactive", routes=routes) as h:
         await h.send(ResourceChanged(server="memo", uri="memo://a"))
         a1 = await h.hooks.next_spawn()
-        assert await h.self_tool(a1.id, op="subscribe", uri="memo://notes", server="memo") == {"ok": True}
+        assert await h.subscribe(a1.id, "memo://notes") == Subscribed()
         await h.end_turn(a1.id, "watching")  # held warm for its subscription
         await h.send(ResourceChanged(server="memo", uri="memo://b"))
         a2 = await h.hooks.next_spawn()  # the one slot is free again
@@ -685,12 +706,14 @@ async def test_a_self_subscribed_spawn_agent_frees_its_route_slot_at_its_first_t
 
 
 async def test_a_dead_subscribers_upstream_subscription_is_released_unless_declared(autojump_clock):
-    async with running("reactive", routes=[RouteSpec(match="memo://*", route_id="all")]) as h:
-        h.reactor.declared = {("memo", "memo://declared")}
+    declared = FakeDeclared(pairs={("memo", "memo://declared")})
+    async with running(
+        "reactive", routes=[RouteSpec(match="memo://*", route_id="all")], declared=declared
+    ) as h:
         await h.send(ResourceChanged(server="memo", uri="memo://x"))
         a1 = await h.hooks.next_spawn()
-        assert await h.self_tool(a1.id, op="subscribe", uri="memo://mine", server="memo") == {"ok": True}
-        assert await h.self_tool(a1.id, op="subscribe", uri="memo://declared", server="memo") == {"ok": True}
+        assert await h.subscribe(a1.id, "memo://mine") == Subscribed()
+        assert await h.subscribe(a1.id, "memo://declared") == Subscribed()
         await h.end_turn(a1.id, "watching")
         await h.exited(a1.id, returncode=-9)
         await h.send(ResourceChanged(server="memo", uri="memo://y"))  # a wake, so the exit was handled
@@ -859,14 +882,14 @@ async def test_a_full_block_route_pauses_its_server_until_there_is_room(autojump
 async def test_readiness_fails_for_a_declared_subscription_that_was_released_or_resolves_to_nothing(
     autojump_clock,
 ):
-    async with running("reactive") as h:
-        h.reactor.declared = {("memo", "memo://notes")}
+    declared = FakeDeclared(pairs={("memo", "memo://notes")})
+    async with running("reactive", declared=declared) as h:
         assert h.reactor.ready() == (False, "subscriptions not established: memo:memo://notes")
         h.reactor.subscription_states[("memo", "memo://notes")] = "established"
         assert h.reactor.ready() == (True, "ok")
-        h.reactor.unresolved = {"notes:file:///*": "no concrete resource matches"}
+        declared.unresolved = {"notes:file:///*": "no concrete resource matches"}
         assert h.reactor.ready() == (True, "ok")  # an optional server: a warning only
-        h.reactor.unresolved_required = {"notes:file:///*"}
+        declared.unresolved_required = frozenset({"notes:file:///*"})
         assert h.reactor.ready() == (
             False,
             "declared subscription 'notes:file:///*' resolves to nothing: no concrete resource matches",
