@@ -18,6 +18,7 @@ import datetime as _dt
 from dataclasses import dataclass
 from typing import Any
 
+from agentd.config import route_model_settings
 from agentd.triggers.glob import compile_glob
 from agentd.triggers.router import (
     DEFAULT_TEMPLATE,
@@ -79,8 +80,6 @@ def model_profiles(settings: Any) -> tuple[ModelProfile, dict[str, ModelProfile]
     (:func:`agentd.config.route_model_settings`). Keyed by route id; agents of
     other routes, roots, self-subscriptions and watches run the supervisor's.
     """
-    from agentd.config import route_model_settings
-
     default = ModelProfile(
         model=settings.model,
         system=settings.system,

@@ -39,6 +39,7 @@ supervisor still leaves no child behind.
 
 from __future__ import annotations
 
+import array
 import contextlib
 import enum
 import itertools
@@ -703,8 +704,6 @@ class Tree:
 
 
 def _fds(*fds: int) -> bytes:
-    import array
-
     return array.array("i", fds).tobytes()
 
 

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import html
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -1027,8 +1028,6 @@ def route_spec_name(route_id: str, uri: str) -> str:
 
 def render_restore(lines: Iterable[str]) -> str:
     """The restore notice: a ``<watches-restored>`` block, one watch per line, then the instruction."""
-    import html
-
     body = "\n".join(html.escape(line, quote=False) for line in lines)
     return f"<watches-restored>\n{body}\n</watches-restored>\n{RESTORE_INSTRUCTION}"
 

@@ -20,6 +20,7 @@ import pytest
 from agentd.exitcodes import ExitCode
 from tests.e2e.agentd_proc import PY, Agentd, notes_server, script
 from tests.e2e.test_modes import RUN_TIMEOUT, supervised
+from tests.support.routing import server_process
 
 #: One step of a reactive run (a change travelling server -> agentd -> a
 #: forked agent -> its answer) on this shared machine; typically well under 1 s.
@@ -179,10 +180,7 @@ async def test_a_killed_server_is_restarted_resubscribed_and_a_change_made_while
         # The start-up re-read comes first (rfcs/0130): one agent reads alpha as it is.
         await a.wait_event("subscription.established", timeout=RUN_TIMEOUT)
         await a.wait_event("turn.end", timeout=STEP_TIMEOUT)
-        [server] = [
-            p for p in psutil.Process(a.proc.pid).children(recursive=True)
-            if "notes_server.py" in " ".join(p.cmdline())
-        ]  # fmt: skip
+        server = server_process(a, "notes_server.py")
         server.send_signal(signal.SIGKILL)
         state = tmp_path / "notes.json"
         edit(state, {**json.loads(state.read_text()), "alpha": "written while down"})

@@ -168,11 +168,17 @@ def spawn_exit_pairs(a: Agentd) -> tuple[set[str], set[str]]:
     return {e["agent"] for e in a.find("subagent.spawn")}, {e["agent"] for e in a.find("subagent.exit")}
 
 
+def command_line(proc: psutil.Process) -> str:
+    """``proc``'s command line; empty if it exited meanwhile (an agent child may end at any time)."""
+    try:
+        return " ".join(proc.cmdline())
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return ""
+
+
 def server_process(a: Agentd, marker: str) -> psutil.Process:
     """The one descendant of agentd whose command line contains ``marker``."""
-    [proc] = [
-        p for p in psutil.Process(a.proc.pid).children(recursive=True) if marker in " ".join(p.cmdline())
-    ]
+    [proc] = [p for p in psutil.Process(a.proc.pid).children(recursive=True) if marker in command_line(p)]
     return proc
 
 
