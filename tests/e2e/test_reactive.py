@@ -19,8 +19,8 @@ import pytest
 
 from agentd.exitcodes import ExitCode
 from tests.e2e.agentd_proc import PY, Agentd, notes_server, script
-from tests.e2e.test_modes import RUN_TIMEOUT, supervised
 from tests.support.routing import server_process
+from tests.support.supervised import RUN_TIMEOUT, supervised
 
 #: One step of a reactive run (a change travelling server -> agentd -> a
 #: forked agent -> its answer) on this shared machine; typically well under 1 s.

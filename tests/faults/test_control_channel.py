@@ -157,7 +157,11 @@ async def test_model_calling_control_names_in_reactive_mode_cannot_crash_or_stop
         await a.wait_event("subagent.exit", count=2)
         a.signal(signal.SIGTERM)
         assert await a.wait_exit() == ExitCode.OK, a.tail()
-    assert a.out.splitlines() == ["real reply", "real reply"]
+    # The agents' own memo writes are changes too: under load a third agent may
+    # start before SIGTERM and finish during the drain. Every reply is a real one.
+    replies = a.out.splitlines()
+    assert len(replies) >= 2
+    assert set(replies) == {"real reply"}
     assert not a.find("model.fatal")
     assert not a.find("supervisor.internal_error")
 

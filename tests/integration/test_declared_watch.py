@@ -8,10 +8,9 @@ Every wait is on telemetry or a channel, bounded by ``trio.fail_after``.
 from __future__ import annotations
 
 import datetime as dt
-import io
 import json
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +27,6 @@ from agentd.supervisor.budget import Budget
 from agentd.supervisor.governor import RestartGovernor
 from agentd.supervisor.reactor import Agent, Hooks, Reactor, open_channel
 from agentd.supervisor.routes import build_router, staged_routes
-from agentd.telemetry import Telemetry
 from agentd.triggers import mode as modes
 from agentd.upstream import Upstream
 from agentd.watches.limits import WatchLimits
@@ -38,6 +36,7 @@ from agentd.watches.state import load
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.servers.helpers import Spec
 from tests.support.reports import turn_ended
+from tests.support.telemetry import RecordingTelemetry
 
 #: Short stage debounce so a notice follows a change within a fraction of a second.
 FAST = WatchLimits(debounce_quiet_secs=0.05, debounce_max_secs=0.5)
@@ -49,39 +48,12 @@ WAIT = 15.0
 TODO_ONLY = "f\"{event['type']} {event['key']}={event['new']}\" if event['key'] == 'todo' else None"
 
 
-class Recording(Telemetry):
-    """Telemetry that keeps every event and wakes waiters."""
-
-    def __init__(self) -> None:
-        super().__init__(stream=io.StringIO(), verbose=True)
-        self.events: list[dict[str, Any]] = []
-        self._changed = trio.Event()
-
-    def emit(self, event: str, /, **fields: Any) -> None:
-        self.events.append({"event": event, **fields})
-        self._changed.set()
-        self._changed = trio.Event()
-
-    def find(
-        self, name: str, pred: Callable[[dict[str, Any]], bool] = lambda e: True
-    ) -> list[dict[str, Any]]:
-        return [e for e in self.events if e["event"] == name and pred(e)]
-
-    async def wait(
-        self, name: str, pred: Callable[[dict[str, Any]], bool] = lambda e: True, *, count: int = 1
-    ) -> dict[str, Any]:
-        with trio.fail_after(WAIT):
-            while len(found := self.find(name, pred)) < count:
-                await self._changed.wait()
-            return found[count - 1]
-
-
 @dataclass
 class Stack:
     reactor: Reactor
     manager: WatchManager
     memo: Upstream
-    telemetry: Recording
+    telemetry: RecordingTelemetry
     spawned: list[Agent] = field(default_factory=list)
 
     async def memo_set(self, key: str, value: Any) -> None:
@@ -117,7 +89,7 @@ async def stack(memo: Path, *routes: RouteConfig, state_path: Path | None = None
     settings = SimpleNamespace(
         routes=list(routes), instruction="mind the notes", mode="reactive", session="fresh", subscriptions=[]
     )
-    telemetry = Recording()
+    telemetry = RecordingTelemetry(timeout=WAIT)
     spawned: list[Agent] = []
     hooks = Hooks(
         spawn=spawned.append,

@@ -19,19 +19,10 @@ from agentd.events import ChildExited, SubscriptionStateChanged, WatchNotice
 from agentd.supervisor.budget import Budget
 from agentd.supervisor.governor import RestartGovernor
 from agentd.supervisor.reactor import Agent, AgentPhase, Hooks, Reactor
-from agentd.telemetry import Telemetry
 from agentd.triggers import mode as modes
 from agentd.triggers.router import Continue, Router, RouteSpec
 from tests.support.reports import turn_ended
-
-
-class Recording(Telemetry):
-    def __init__(self) -> None:
-        super().__init__(verbose=True)
-        self.events: list[dict[str, Any]] = []
-
-    def emit(self, event: str, /, **fields: Any) -> None:
-        self.events.append({"event": event, **fields})
+from tests.support.telemetry import RecordingTelemetry
 
 
 class FakeManager:
@@ -56,9 +47,9 @@ class FakeManager:
         self.exited.append(session)
 
 
-def reactor() -> tuple[Reactor, list[Agent], Recording, FakeManager]:
+def reactor() -> tuple[Reactor, list[Agent], RecordingTelemetry, FakeManager]:
     spawned: list[Agent] = []
-    telemetry = Recording()
+    telemetry = RecordingTelemetry()
     hooks = Hooks(
         spawn=spawned.append,
         kill_all=lambda: None,

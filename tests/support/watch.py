@@ -9,15 +9,12 @@ writes them. Nothing here sleeps: a command is one atomic write.
 from __future__ import annotations
 
 import errno
-import io
 import json
 import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from agentd.telemetry import Telemetry
 
 REPO = Path(__file__).resolve().parents[2]
 WATCH_SERVER = REPO / "tests" / "servers" / "watch_server.py"
@@ -99,20 +96,6 @@ class Control:
 def obj(name: str, **extra: Any) -> dict[str, Any]:
     """A Kubernetes-like object named ``name`` (default lines read ``TYPE default/<name>``)."""
     return {"metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"}, **extra}
-
-
-class Recording(Telemetry):
-    """Telemetry that keeps every event (debug ones included) for assertions."""
-
-    def __init__(self) -> None:
-        super().__init__(stream=io.StringIO(), verbose=True)
-        self.events: list[dict[str, Any]] = []
-
-    def emit(self, event: str, /, **fields: Any) -> None:
-        self.events.append({"event": event, **fields})
-
-    def find(self, name: str, **where: Any) -> list[dict[str, Any]]:
-        return [e for e in self.events if e["event"] == name and all(e.get(k) == v for k, v in where.items())]
 
 
 def watch_start(name: str, uri: str, on_event: str | None = None) -> dict[str, Any]:

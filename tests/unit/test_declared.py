@@ -9,9 +9,9 @@ import trio
 
 from agentd.events import ResourceChanged, ServerState, SubscriptionStateChanged
 from agentd.supervisor.declared import DeclaredSubscriptions, pattern_label, resolve
-from agentd.telemetry import Telemetry
 from agentd.triggers.router import Router, RouteSpec
 from agentd.upstream.resolve import Catalog
+from tests.support.telemetry import RecordingTelemetry
 
 NOTES = Catalog(
     uris=frozenset({"note://alpha", "note://beta", "config://server"}),
@@ -84,15 +84,6 @@ def test_pattern_label() -> None:
 # --------------------------------------------------------------------------- the shell
 
 
-class Rec(Telemetry):
-    def __init__(self) -> None:
-        super().__init__(stream=None, verbose=True)
-        self.events: list[tuple[str, dict[str, Any]]] = []
-
-    def emit(self, event: str, /, **fields: Any) -> None:
-        self.events.append((event, fields))
-
-
 @dataclass
 class FakeUpstream:
     """Quacks like :class:`agentd.upstream.Upstream` for subscribing."""
@@ -134,7 +125,7 @@ class Rig:
     recv: trio.MemoryReceiveChannel[Any]
 
     def declared(
-        self, subs: list[Sub], upstreams: dict[str, Any], tel: Rec, nursery: trio.Nursery
+        self, subs: list[Sub], upstreams: dict[str, Any], tel: RecordingTelemetry, nursery: trio.Nursery
     ) -> DeclaredSubscriptions:
         return DeclaredSubscriptions(
             subs, upstreams, router=self.router, events=self.send, telemetry=tel, nursery=nursery
@@ -160,7 +151,7 @@ def _rig(routes: list[RouteSpec]) -> Rig:
 async def test_start_up_subscribes_then_posts_one_startup_re_read_per_uri() -> None:
     rig = _rig([RouteSpec("note://*", route_id="notes")])
     up = FakeUpstream("notes", NOTES)
-    tel = Rec()
+    tel = RecordingTelemetry()
     async with trio.open_nursery() as nursery:
         d = rig.declared([Sub("note://*", "notes")], {"notes": up}, tel, nursery)
         d.refresh("start")
@@ -179,7 +170,7 @@ async def test_a_released_declared_subscription_is_made_again_when_its_server_co
     rig = _rig([])
     up = FakeUpstream("memo", MEMO)
     async with trio.open_nursery() as nursery:
-        d = rig.declared([Sub("memo://notes", "memo")], {"memo": up}, Rec(), nursery)
+        d = rig.declared([Sub("memo://notes", "memo")], {"memo": up}, RecordingTelemetry(), nursery)
         d.refresh("start")
     rig.drain()
     up.subs.clear()  # lost (e.g. refused on a reconnect, forgotten by the connection)
@@ -194,12 +185,12 @@ async def test_a_released_declared_subscription_is_made_again_when_its_server_co
 async def test_a_server_not_connected_at_start_is_subscribed_when_it_connects() -> None:
     rig = _rig([])
     up = FakeUpstream("memo", None, state=ServerState.RESTARTING)
-    tel = Rec()
+    tel = RecordingTelemetry()
     async with trio.open_nursery() as nursery:
         d = rig.declared([Sub("memo://*", "memo")], {"memo": up}, tel, nursery)
         d.refresh("start")
         assert up.calls == []
-        [(_name, fields)] = [e for e in tel.events if e[0] == "subscription.unresolved"]
+        [fields] = tel.find("subscription.unresolved")
         assert "has not connected yet" in fields["error"]
         up.cat, up.state = MEMO, ServerState.CONNECTED
         d.refresh("connected")
@@ -214,7 +205,7 @@ async def test_a_uri_that_left_the_catalog_is_released_and_one_that_appeared_is_
     cat = Catalog(uris=frozenset({"note://alpha"}), can_subscribe=True)
     up = FakeUpstream("notes", cat)
     async with trio.open_nursery() as nursery:
-        d = rig.declared([Sub("note://*", "notes")], {"notes": up}, Rec(), nursery)
+        d = rig.declared([Sub("note://*", "notes")], {"notes": up}, RecordingTelemetry(), nursery)
         d.refresh("start")
     rig.drain()
     up.cat = Catalog(uris=frozenset({"note://gamma"}), can_subscribe=True)
@@ -235,14 +226,14 @@ async def test_a_refused_subscription_is_reported_failed() -> None:
             raise CapabilityMissing("server 'memo' cannot subscribe")
 
     rig = _rig([])
-    tel = Rec()
+    tel = RecordingTelemetry()
     async with trio.open_nursery() as nursery:
         d = rig.declared([Sub("memo://notes", "memo")], {"memo": Refusing("memo", MEMO)}, tel, nursery)
         d.refresh("start")
     [failed] = rig.drain()
     assert isinstance(failed, SubscriptionStateChanged)
     assert (failed.state, failed.error) == ("failed", "server 'memo' cannot subscribe")
-    assert [e[0] for e in tel.events] == ["subscription.failed"]
+    assert tel.names() == ["subscription.failed"]
 
 
 def test_only_the_start_up_re_read_is_marked() -> None:

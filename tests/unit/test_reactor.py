@@ -39,29 +39,15 @@ from agentd.exitcodes import ExitCode, TerminalStatus
 from agentd.supervisor.budget import Budget
 from agentd.supervisor.governor import RestartGovernor
 from agentd.supervisor.reactor import Agent, AgentPhase, Hooks, Reactor
-from agentd.telemetry import Telemetry
 from agentd.triggers import mode as modes
 from agentd.triggers.router import Continue, Router, RouteSpec, Spawn
 from agentd.triggers.timer import IntervalSource
 from tests.support.reports import turn_ended, usage_reported
+from tests.support.telemetry import RecordingTelemetry
 
 #: Upper bound on any single await in these tests, in *virtual* seconds: far
 #: past every timer a test arms, so only a reactor that never answers hits it.
 STEP = 1000.0
-
-
-class RecTelemetry(Telemetry):
-    """Telemetry that keeps every event with the virtual time it was emitted at."""
-
-    def __init__(self) -> None:
-        super().__init__(stream=None, verbose=True)
-        self.events: list[tuple[float, str, dict[str, Any]]] = []
-
-    def emit(self, event: str, /, **fields: Any) -> None:
-        self.events.append((trio.current_time(), event, fields))
-
-    def named(self, name: str) -> list[tuple[float, dict[str, Any]]]:
-        return [(t, f) for t, e, f in self.events if e == name]
 
 
 @dataclass
@@ -114,7 +100,7 @@ class FakeDeclared:
 class Harness:
     reactor: Reactor
     hooks: FakeHooks
-    telemetry: RecTelemetry
+    telemetry: RecordingTelemetry
     result: list[tuple[float, ExitCode]] = field(default_factory=list)
     done: trio.Event = field(default_factory=trio.Event)
 
@@ -197,14 +183,14 @@ def build(
     deadline: float | None = None,
     required: frozenset[str] = frozenset(),
     declared: FakeDeclared | None = None,
-) -> tuple[Reactor, FakeHooks, RecTelemetry]:
+) -> tuple[Reactor, FakeHooks, RecordingTelemetry]:
     now = trio.current_time()
     driver = modes.make_driver(mode, interval=interval, session=session, now_mono=now)
     router = Router()
     for spec in routes:
         router.add_route(spec)
     hooks = FakeHooks()
-    telemetry = RecTelemetry()
+    telemetry = RecordingTelemetry()
     if isinstance(driver, modes.Schedule):
         clock = driver.source
     session_mode = driver.session if isinstance(driver, modes.Loop) else "fresh"
@@ -264,7 +250,7 @@ async def test_loop_interval_0_reenters_at_once_after_work_and_backs_off_when_id
             assert msg == {"action": "continue", "input": "work"}
             times.append(t - ended_at)
         assert times == [0.0, 1.0, 2.0, 4.0, 0.0, 1.0]
-        assert [f["after_s"] for _, f in h.telemetry.named("loop.reenter")] == [0.0, 1.0, 2.0, 4.0, 0.0, 1.0]
+        assert [f["after_s"] for _, f in h.telemetry.timed("loop.reenter")] == [0.0, 1.0, 2.0, 4.0, 0.0, 1.0]
         assert len(h.hooks.spawned) == 1  # warm: the same agent every shift
         # NO_REPLY turns publish nothing; real work does
         assert [p[2] for p in h.hooks.published] == ["did A", "did B"]
@@ -297,7 +283,7 @@ async def test_loop_interval_5_fresh_spawns_a_new_root_every_5s(autojump_clock):
         await h.exited(second.id)
         await h.hooks.next_spawn()
         assert trio.current_time() == 11.5
-        assert [f["after_s"] for _, f in h.telemetry.named("loop.reenter")] == [5.0, 5.0]
+        assert [f["after_s"] for _, f in h.telemetry.timed("loop.reenter")] == [5.0, 5.0]
 
 
 async def test_loop_warm_continues_the_same_agent_fresh_spawns_anew(autojump_clock):
@@ -308,7 +294,7 @@ async def test_loop_warm_continues_the_same_agent_fresh_spawns_anew(autojump_clo
             assert msg == {"action": "continue", "input": "work"}
         assert trio.current_time() == 6.0
         assert [a.id for _, a in h.hooks.spawned] == [root.id]
-        assert [f.get("warm") for _, f in h.telemetry.named("loop.shift")] == [True, True, True]
+        assert [f.get("warm") for _, f in h.telemetry.timed("loop.shift")] == [True, True, True]
 
     base = trio.current_time()
     async with running("loop", interval=2, session="fresh") as h:
@@ -336,8 +322,8 @@ async def test_loop_restart_governor_opens_the_breaker_and_exits_1(autojump_cloc
     # each shift crashes after 1 s; restarts wait the governor's backoff (0.5 s, then 1 s);
     # the first run and 2 restarts, then the breaker
     assert [t for t, _ in h.hooks.spawned] == [0.0, 1.5, 3.5]
-    assert [f["after_s"] for _, f in h.telemetry.named("subagent.restart")] == [0.5, 1.0]
-    assert len(h.telemetry.named("governor.breaker_open")) == 1
+    assert [f["after_s"] for _, f in h.telemetry.timed("subagent.restart")] == [0.5, 1.0]
+    assert len(h.telemetry.timed("governor.breaker_open")) == 1
     assert h.telemetry.counters["restarts"] == 2
 
 
@@ -349,7 +335,7 @@ async def test_once_root_crash_exits_1_without_restart(autojump_clock):
         t, code = await h.exit_code()
     assert (t, code) == (0.0, ExitCode.CRASHED)
     assert len(h.hooks.spawned) == 1
-    assert h.telemetry.named("subagent.exit")[0][1]["status"] == "crashed"
+    assert h.telemetry.timed("subagent.exit")[0][1]["status"] == "crashed"
 
 
 async def test_once_completed_exits_0_and_tells_the_root_to_exit(autojump_clock):
@@ -382,7 +368,7 @@ async def test_schedule_fires_on_the_grid_and_coalesces_fires_while_the_root_run
         assert trio.current_time() == 6.0  # back on the grid, no catch-up burst
         assert h.hooks.no_spawn_pending()
     assert [t for t, _ in h.hooks.spawned] == [0.0, 5.0, 6.0]
-    assert [t for t, _ in h.telemetry.named("timer.coalesced")] == [2.0, 4.0]
+    assert [t for t, _ in h.telemetry.timed("timer.coalesced")] == [2.0, 4.0]
     assert a3.role == "root"
 
 
@@ -419,7 +405,7 @@ async def test_budget_spent_stops_spawning_drains_warm_sessions_and_exits_7(auto
         t, code = await h.exit_code()
     assert (t, code) == (2.5, ExitCode.BUDGET)
     assert len(h.hooks.spawned) == 2
-    assert len(h.telemetry.named("budget.exhausted")) == 1
+    assert len(h.telemetry.timed("budget.exhausted")) == 1
 
 
 async def test_loop_budget_spent_exits_7_after_the_root_exits(autojump_clock):
@@ -483,7 +469,7 @@ async def test_drain_grace_elapsed_kills_all_at_exactly_grace_and_exits_143(auto
         t, code = await h.exit_code()
     assert (t, code) == (4.0, ExitCode.DRAIN_TIMEOUT)
     assert h.hooks.kill_all_at == [4.0]
-    assert h.telemetry.named("drain.timeout")[0][0] == 4.0
+    assert h.telemetry.timed("drain.timeout")[0][0] == 4.0
 
 
 async def test_second_signal_exits_143_at_once(autojump_clock):
@@ -559,7 +545,7 @@ async def test_unrouted_changes_are_counted_and_dropped(autojump_clock):
         await trio.sleep(1)
         assert h.hooks.no_spawn_pending()
     assert h.telemetry.counters["unrouted"] == 1
-    assert h.telemetry.named("resource.updated")[0][1]["route"] is None
+    assert h.telemetry.timed("resource.updated")[0][1]["route"] is None
 
 
 # --------------------------------------------------------------------------- reactive: continue routes
@@ -578,16 +564,16 @@ async def test_continue_route_delivers_the_queued_set_once_only_when_idle_in_ord
             await h.send(ResourceChanged(server="memo", uri=uri))
             await trio.sleep(0.1)
         await trio.sleep(2)  # the debounce elapsed long ago; the session is still mid-turn
-        assert len(h.telemetry.named("session.deliver")) == 1  # only the start
+        assert len(h.telemetry.timed("session.deliver")) == 1  # only the start
         t, msg = await answer(await h.end_turn(s.id))
         assert t == pytest.approx(3.3)  # delivered the moment the turn ended
         assert msg["action"] == "continue"
         lines = msg["input"].splitlines()
         assert [ln.split()[1] for ln in lines[1:]] == ["memo://u2", "memo://u3"]  # one set, arrival order
-        delivers = h.telemetry.named("session.deliver")
+        delivers = h.telemetry.timed("session.deliver")
         assert len(delivers) == 2
         assert delivers[1][1]["agent"] == s.id
-        assert len(h.telemetry.named("route.deliver")) == 2
+        assert len(h.telemetry.timed("route.deliver")) == 2
     assert len(h.hooks.spawned) == 1
 
 
@@ -607,9 +593,9 @@ async def test_self_subscribe_routes_ahead_of_declared_is_exclusive_and_unsubscr
         assert t == pytest.approx(1.5)
         assert msg["action"] == "continue"
         assert "memo://notes" in msg["input"]
-        routed = h.telemetry.named("resource.updated")[-1][1]
+        routed = h.telemetry.timed("resource.updated")[-1][1]
         assert routed["route"] == f"self:{a1.id}:memo://notes"
-        assert h.telemetry.named("session.deliver")[-1][1]["agent"] == a1.id
+        assert h.telemetry.timed("session.deliver")[-1][1]["agent"] == a1.id
         # a second session may not take the same URI
         await h.send(ResourceChanged(server="memo", uri="memo://y"))
         a2 = await h.hooks.next_spawn()
@@ -639,7 +625,7 @@ async def test_unsubscribing_a_declared_uri_tells_the_hub_to_keep_the_upstream_s
         await h.hooks.next_spawn()
     # the agent exited without a subscription of its own: nothing is released
     assert h.hooks.unsubscribed == []
-    [(_, unsub)] = h.telemetry.named("self.unsubscribe")
+    [(_, unsub)] = h.telemetry.timed("self.unsubscribe")
     assert (unsub["uri"], unsub["kept"]) == ("memo://notes", True)
 
 
@@ -665,7 +651,7 @@ async def test_reactive_timer_route_receives_interval_fires(autojump_clock):
         a2 = await h.hooks.next_spawn()
         assert trio.current_time() == 4.0
         assert a2.route == "tick"
-    assert [t for t, _ in h.telemetry.named("timer.fire")][:2] == [2.0, 4.0]
+    assert [t for t, _ in h.telemetry.timed("timer.fire")][:2] == [2.0, 4.0]
 
 
 async def test_deadline_ends_an_idle_loop_at_exactly_the_deadline(autojump_clock):
@@ -719,7 +705,7 @@ async def test_a_dead_subscribers_upstream_subscription_is_released_unless_decla
         await h.send(ResourceChanged(server="memo", uri="memo://y"))  # a wake, so the exit was handled
         await h.hooks.next_spawn()
     assert h.hooks.unsubscribed == [("memo", "memo://mine")]
-    released = h.telemetry.named("self.unsubscribe")
+    released = h.telemetry.timed("self.unsubscribe")
     assert [(f["uri"], f["reason"]) for _, f in released] == [("memo://mine", "owner exited")]
 
 
@@ -730,7 +716,7 @@ async def test_once_starts_the_root_only_when_every_required_server_connected(au
     async with running("once", required=frozenset({"memo", "files"})) as h:
         await trio.sleep(5)
         assert h.hooks.spawned == []
-        [(_, waiting)] = h.telemetry.named("reactor.waiting")
+        [(_, waiting)] = h.telemetry.timed("reactor.waiting")
         assert waiting["servers"] == ["files", "memo"]
         await h.send(ServerStateChanged("memo", ServerState.CONNECTED, required=True))
         await h.send(ServerStateChanged("files", ServerState.RESTARTING, required=True, attempt=1))
@@ -772,7 +758,7 @@ async def test_reap_writes_the_once_roots_subagent_exit(autojump_clock):
             nursery.start_soon(h.reactor.reap)
             await h.exited(root.id)
         assert trio.current_time() == 0.0  # no wait beyond the child's own exit
-    [(_, ex)] = h.telemetry.named("subagent.exit")
+    [(_, ex)] = h.telemetry.timed("subagent.exit")
     assert (ex["agent"], ex["status"], ex["returncode"], ex.get("stopped")) == (root.id, "completed", 0, None)
     assert h.hooks.kill_all_at == []
 
@@ -787,7 +773,7 @@ async def test_reap_kills_agents_still_running_and_reports_unseen_exits(autojump
         await h.reactor.reap()  # the root never reports its exit
         assert h.hooks.kill_all_at == [3.0]
         assert trio.current_time() == 3.0 + REAP_KILL_WAIT
-    [(_, ex)] = h.telemetry.named("subagent.exit")
+    [(_, ex)] = h.telemetry.timed("subagent.exit")
     assert (ex["agent"], ex["status"], ex["returncode"], ex["stopped"]) == (root.id, "deadline", None, True)
 
 
@@ -808,7 +794,7 @@ async def test_a_delivery_into_the_warm_loop_root_resets_the_idle_backoff(autoju
         held = await h.end_turn(root.id, "NO_REPLY")  # the delivered turn answered nothing
         t, msg = await answer(held)
         assert (t, msg["input"]) == (10.0, "work")  # the next shift came after the base wait
-    waits = [f["after_s"] for _, f in h.telemetry.named("loop.reenter")]
+    waits = [f["after_s"] for _, f in h.telemetry.timed("loop.reenter")]
     assert waits == [1.0, 2.0, 4.0, 8.0, 1.0]
 
 
@@ -828,7 +814,7 @@ async def test_a_route_that_opts_out_skips_only_the_start_up_re_read(autojump_cl
         await h.send(ResourceChanged(server="memo", uri="memo://quiet", kind="synthetic"))  # a reconnect's
         a2 = await h.hooks.next_spawn()
         assert a2.route == "quiet"
-    [(_, skipped)] = h.telemetry.named("resource.reread_skipped")
+    [(_, skipped)] = h.telemetry.timed("resource.reread_skipped")
     assert (skipped["uri"], skipped["route"]) == ("memo://quiet", "quiet")
 
 
@@ -846,13 +832,13 @@ async def test_drop_telemetry_and_metrics_use_the_routers_reasons(autojump_clock
         await h.hooks.next_spawn()
         await trio.sleep(1)
         snapshot = h.reactor.metrics_snapshot()
-    dropped = [f for _, f in h.telemetry.named("route.dropped")]
+    dropped = [f for _, f in h.telemetry.timed("route.dropped")]
     assert dropped == [
         {"route": "r0", "uri": "o://2", "reason": "drop_oldest", "incoming": "o://3"},
         {"route": "r1", "uri": "c://3", "reason": "coalesce_cap"},
     ]
     assert snapshot.dropped == {"drop_oldest": 1, "coalesce_cap": 1}
-    reasons = [f.get("reason") for _, f in h.telemetry.named("resource.updated")]
+    reasons = [f.get("reason") for _, f in h.telemetry.timed("resource.updated")]
     assert reasons == [None, None, "drop_oldest", None, None, "coalesce_cap"]
 
 
@@ -872,8 +858,8 @@ async def test_a_full_block_route_pauses_its_server_until_there_is_room(autojump
         await h.hooks.next_spawn()
         await trio.sleep(1)
     assert h.hooks.paused == [(0.0, "slow", True), (1.0, "slow", False)]
-    assert [f["server"] for _, f in h.telemetry.named("upstream.paused")] == ["slow"]
-    assert [f["server"] for _, f in h.telemetry.named("upstream.resumed")] == ["slow"]
+    assert [f["server"] for _, f in h.telemetry.timed("upstream.paused")] == ["slow"]
+    assert [f["server"] for _, f in h.telemetry.timed("upstream.resumed")] == ["slow"]
 
 
 # --------------------------------------------------------------------------- readiness
@@ -948,6 +934,6 @@ async def test_the_restore_notice_rides_in_the_warm_roots_first_turn(autojump_cl
         t, msg = await answer(await h.end_turn(root.id, "NO_REPLY"))
         # No follow-up turn for the notice: the next input is the loop's next shift.
         assert (t, msg) == (2.0, {"action": "continue", "input": "work"})
-        [(_, suppressed)] = [e for e in h.telemetry.named("reply.suppressed") if e[1]["agent"] == root.id]
+        [(_, suppressed)] = [e for e in h.telemetry.timed("reply.suppressed") if e[1]["agent"] == root.id]
         assert suppressed["watch"] == [""]
     assert [a.id for _, a in h.hooks.spawned] == [root.id, other.id]
