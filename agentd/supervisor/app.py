@@ -29,6 +29,7 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
@@ -36,7 +37,7 @@ import orjson
 import trio
 
 from agentd.agent.zygote import PREWARM_MODELS_ENV, _rehearse
-from agentd.config import deprecations
+from agentd.config import ProviderSpec, Settings, deprecations
 from agentd.durations import parse_size
 from agentd.errors import AgentdError, ConfigError
 from agentd.events import ReactorEvent, SignalReceived
@@ -64,7 +65,7 @@ from agentd.watches.manager import WatchManager, watch_limits
 from agentd.watches.state import claim
 
 
-def reconnect_backoff(env: Any = os.environ) -> tuple[float, ...] | None:
+def reconnect_backoff(env: Mapping[str, str] = os.environ) -> tuple[float, ...] | None:
     """``AGENTD_RECONNECT_BACKOFF``: seconds before reconnect attempt 1, 2, … (comma-separated).
 
     An operator knob (default 1, 2, 4, 8, 16 s); tests use it to fail fast.
@@ -89,7 +90,7 @@ def reconnect_backoff(env: Any = os.environ) -> tuple[float, ...] | None:
 EXIT_FLUSH_TIMEOUT = 5.0
 
 
-def telemetry_buffer(env: Any = os.environ) -> int:
+def telemetry_buffer(env: Mapping[str, str] = os.environ) -> int:
     """``AGENTD_TELEMETRY_BUFFER``: bytes of telemetry held while stderr is slow or blocked.
 
     An operator knob (default 8MiB); beyond it lines are dropped and counted.
@@ -109,7 +110,7 @@ def telemetry_buffer(env: Any = os.environ) -> int:
     return size
 
 
-def run(settings: Any, *, closed_fds: frozenset[int] = frozenset()) -> int:
+def run(settings: Settings, *, closed_fds: frozenset[int] = frozenset()) -> int:
     """Run agentd with validated settings; returns the process exit code.
 
     Args:
@@ -183,7 +184,7 @@ class _LogToTelemetry(logging.Handler):
 
 
 async def _main(
-    settings: Any,
+    settings: Settings,
     telemetry: Telemetry,
     stdout: LineWriter,
     backoff: tuple[float, ...] | None,
@@ -421,7 +422,7 @@ async def _main(
     return int(code)
 
 
-def _provider_payload(name: str, spec: Any) -> ProviderFrame:
+def _provider_payload(name: str, spec: ProviderSpec) -> ProviderFrame:
     """A ``[providers.NAME]`` table as the spawn payload carries it."""
     return ProviderFrame(
         name=name,
@@ -433,7 +434,7 @@ def _provider_payload(name: str, spec: Any) -> ProviderFrame:
     )
 
 
-def _model_telemetry(settings: Any, telemetry: Telemetry) -> None:
+def _model_telemetry(settings: Settings, telemetry: Telemetry) -> None:
     """Warnings about the model configuration: deprecated names, a USD budget that cannot see a price."""
     for old in deprecations(settings):
         telemetry.emit("config.deprecated", setting=old.old, use=old.new)
@@ -460,7 +461,7 @@ class _StartupRoutes:
     Safe only before :meth:`Reactor.run`: afterwards the reactor alone touches its routes.
     """
 
-    def __init__(self, routes: SessionRoutes, needed: Any) -> None:
+    def __init__(self, routes: SessionRoutes, needed: Callable[[str, str], bool]) -> None:
         self._routes = routes
         self._needed = needed
 
@@ -469,7 +470,7 @@ class _StartupRoutes:
 
     async def remove(self, *, session: str, name: str, uri: str, server: str) -> bool:
         self._routes.remove_watch(session, name)
-        return bool(self._needed(server, uri))
+        return self._needed(server, uri)
 
 
 #: How long a once run waits for stdout to take its result before it gives up
@@ -551,7 +552,11 @@ async def _unsubscribe(upstream: Upstream, uri: str) -> None:
 
 
 async def _start_health(
-    settings: Any, reactor: Reactor, telemetry: Telemetry, nursery: trio.Nursery, snapshot: Any
+    settings: Settings,
+    reactor: Reactor,
+    telemetry: Telemetry,
+    nursery: trio.Nursery,
+    snapshot: Callable[[], MetricsSnapshot],
 ) -> None:
     """Serve /healthz and /readyz (and /metrics) without ever blocking the reactor."""
     same = settings.metrics_addr is None or settings.metrics_addr == settings.health_addr

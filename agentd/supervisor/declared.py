@@ -28,7 +28,7 @@ import contextlib
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 import trio
 
@@ -157,13 +157,12 @@ def resolve(
 
 
 class _UpstreamLike(Protocol):
-    spec: Any
     state: ServerState
 
     @property
     def subscriptions(self) -> frozenset[str]: ...
     @property
-    def capabilities(self) -> Any: ...
+    def capabilities(self) -> object | None: ...
     def catalog(self) -> Catalog: ...
     async def subscribe(self, uri: str) -> None: ...
     async def unsubscribe(self, uri: str) -> None: ...

@@ -44,6 +44,7 @@ from agentd.events import (
 from agentd.selfmcp.protocol import unknown_tool_text
 from agentd.selfmcp.server import text_result
 from agentd.telemetry import Telemetry
+from agentd.upstream.connection import Upstream
 from agentd.upstream.naming import ToolNameMap
 from agentd.upstream.resolve import resolve_server_for_uri, resource_listing
 from agentd.watches.manager import WatchManager
@@ -148,7 +149,7 @@ class SupervisorHub:
         self,
         *,
         events: trio.MemorySendChannel[ReactorEvent],
-        upstreams: Mapping[str, Any],
+        upstreams: Mapping[str, Upstream],
         telemetry: Telemetry,
         watches: WatchManager | None = None,
     ) -> None:
@@ -377,7 +378,7 @@ class ReactorRoutes:
         return answer.needed
 
 
-def server_for(upstreams: Mapping[str, Any], uri: str) -> str | None:
+def server_for(upstreams: Mapping[str, Upstream], uri: str) -> str | None:
     """Which server a URI goes to: listed exactly, else template match, else first that can subscribe."""
     catalogs = {name: up.catalog() for name, up in upstreams.items()}
     return resolve_server_for_uri(uri, catalogs)

@@ -18,7 +18,8 @@ import datetime as _dt
 from dataclasses import dataclass
 from typing import Any
 
-from agentd.config import route_model_settings
+from agentd.config import RouteConfig, Settings, route_model_settings
+from agentd.errors import ConfigError
 from agentd.triggers.glob import compile_glob
 from agentd.triggers.router import (
     DEFAULT_TEMPLATE,
@@ -72,7 +73,7 @@ class ModelProfile:
     model_settings: dict[str, Any]
 
 
-def model_profiles(settings: Any) -> tuple[ModelProfile, dict[str, ModelProfile]]:
+def model_profiles(settings: Settings) -> tuple[ModelProfile, dict[str, ModelProfile]]:
     """The supervisor's profile, and the profile of every declared route that names its own.
 
     A route's profile: its ``model`` (else the supervisor's), its ``system``
@@ -80,8 +81,11 @@ def model_profiles(settings: Any) -> tuple[ModelProfile, dict[str, ModelProfile]
     (:func:`agentd.config.route_model_settings`). Keyed by route id; agents of
     other routes, roots, self-subscriptions and watches run the supervisor's.
     """
+    model = settings.model
+    if model is None:  # the settings' validation refuses this before anything runs
+        raise ConfigError("model", None, "choose a model with --model or AGENTD_MODEL")
     default = ModelProfile(
-        model=settings.model,
+        model=model,
         system=settings.system,
         model_settings=settings.model_settings.to_model_settings().given(),
     )
@@ -90,19 +94,19 @@ def model_profiles(settings: Any) -> tuple[ModelProfile, dict[str, ModelProfile]
         if rc.model is None and rc.system is None and rc.model_settings is None:
             continue
         by_route[_route_id(rc, i)] = ModelProfile(
-            model=rc.model or settings.model,
+            model=rc.model or model,
             system=rc.system if rc.system is not None else settings.system,
             model_settings=route_model_settings(settings, rc).given(),
         )
     return default, by_route
 
 
-def _route_id(rc: Any, index: int) -> str:
+def _route_id(rc: RouteConfig, index: int) -> str:
     # The router numbers unnamed declared routes r0, r1, ... in this order too.
     return str(rc.name) if rc.name is not None else f"r{index}"
 
 
-def staged_routes(settings: Any) -> list[StagedRoute]:
+def staged_routes(settings: Settings) -> list[StagedRoute]:
     """The declared routes that carry ``extract`` (``on_event`` implies it), in order.
 
     Raises:
@@ -131,7 +135,7 @@ def staged_routes(settings: Any) -> list[StagedRoute]:
     return out
 
 
-def route_specs(settings: Any) -> list[RouteSpec]:
+def route_specs(settings: Settings) -> list[RouteSpec]:
     """The declared routes, in declaration order, as router specs.
 
     A staged route (:func:`staged_routes`) becomes a continue route into its
@@ -178,7 +182,7 @@ def route_specs(settings: Any) -> list[RouteSpec]:
     return specs
 
 
-def build_router(settings: Any) -> Router:
+def build_router(settings: Settings) -> Router:
     """The router with declared routes plus default routes for unrouted subscriptions."""
     router = Router()
     for spec in route_specs(settings):
@@ -211,7 +215,7 @@ def build_router(settings: Any) -> Router:
     return router
 
 
-def make_clock(settings: Any, *, now: float) -> IntervalSource | CronSource | None:
+def make_clock(settings: Settings, *, now: float) -> IntervalSource | CronSource | None:
     """The clock source that feeds the reactive timer route (schedule's lives in its driver)."""
     if settings.mode != "reactive":
         return None
