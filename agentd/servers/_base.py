@@ -1,5 +1,10 @@
 """Shared machinery of agentd's bundled MCP servers (``agentd serve NAME``).
 
+Size: over 600 lines because it is the one base every bundled server
+shares (both protocol eras, change sources, transports, start-up failures);
+HTTP guarding, stdio, safe files and the SDK adapter (``_sdk.py``) are their
+own modules.
+
 Every bundled server (memo, inbox, files, kube) is a :class:`WatchableServer`:
 an ``MCPServer`` from the ``mcp`` SDK, run under trio, that serves
 2026-07-28 clients (``subscriptions/listen``) and handshake-era clients

@@ -1,5 +1,8 @@
 """``agentd serve files --root DIR``: a directory tree as watchable MCP resources.
 
+Size: over 600 lines because one server's resources, tools and inotify
+watchers stay together; safe file access is ``_safefs.py``, inotify ``_inotify.py``.
+
 Resources (paths are relative to ``--root``; ``.`` or empty is the root):
 
 ``file-events://{+path}`` (event-log, ``EVENTS_MIME``)

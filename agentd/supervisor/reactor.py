@@ -1,5 +1,11 @@
 """The one reactor: a single trio task that owns the driver, router, tree and timers.
 
+Size: this module is over 600 lines on purpose: it is the one place every
+event is applied, and its handlers share the reactor's state (phase, budget,
+agents, routes). Parts that own state of their own live beside it: the agent
+table (``agents.py``), the sessions' routes (``sessionroutes.py``), declared
+subscriptions (``declared.py``); the exit rules live in the drivers.
+
 Every other task (MCP connections, child channels, the signal watcher, the
 health endpoint, the self-MCP handlers) only *sends* typed events
 (:mod:`agentd.events`) into one memory channel. The reactor is the

@@ -1,5 +1,8 @@
 """Reactive routing: which route owns a changed URI, and when it is delivered.
 
+Size: over 600 lines because matching, queues, overflow and delivery are
+one pure algorithm over one route table (glob matching lives in ``glob.py``).
+
 Pure and synchronous: nothing here awaits, does I/O or reads a clock. The
 reactor passes ``now`` (monotonic seconds) into every call that depends on
 time and turns the returned decisions (:class:`SpawnDelivery`,

@@ -1,5 +1,10 @@
 """The watch manager: one task per watch, from "changed" to a notice for the reactor.
 
+Size: over 600 lines because it owns every watch's lifecycle (start, stop,
+list, restore, the per-watch task and the declared-route stages that share
+it); the stage's pure steps live in ``stage.py``, ``extract.py``,
+``notices.py`` and ``sandbox.py``.
+
 A watch is a self-subscribe route with an extraction and filter stage
 (ARCHITECTURE decision 8). The reactor owns the route (``watch:<session>:<name>``,
 exact, debounce 0); when it is due, the reactor hands the URIs to
