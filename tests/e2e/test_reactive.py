@@ -12,13 +12,13 @@ import json
 import os
 import signal
 from pathlib import Path
-from typing import Any
 
 import psutil
 import pytest
 
 from agentd.exitcodes import ExitCode
 from tests.e2e.agentd_proc import PY, Agentd, notes_server, script
+from tests.support.files import edit
 from tests.support.routing import server_process
 from tests.support.supervised import RUN_TIMEOUT, supervised
 
@@ -36,13 +36,6 @@ def memo(tmp_path: Path) -> tuple[Path, str]:
     notes = tmp_path / "notes.json"
     notes.write_text("{}")
     return notes, f"memo={PY} -m agentd serve memo --file {notes}"
-
-
-def edit(path: Path, value: dict[str, Any]) -> None:
-    """Replace a file the way an editor does (write a temp file, rename it over)."""
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(value))
-    os.replace(tmp, path)
 
 
 def config(tmp_path: Path, body: str) -> str:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import html
 import json
-import os
 import signal
 from pathlib import Path
 
 from tests.e2e.agentd_proc import PY, run_agentd, script
+from tests.support.files import edit
 from tests.support.watch import Control, mcp_stdio, watch_start
 from tests.support.watch import loop_args as watch_loop_args
 
@@ -25,13 +25,6 @@ FILTER = "f\"{event['type']} {event['key']}={event['new']}\" if event['key'] != 
 
 def memo_server(path: Path) -> str:
     return f"memo={PY} -m agentd serve memo --file {path}"
-
-
-def edit(path: Path, notes: dict[str, object]) -> None:
-    """Replace the memo file the way an editor does (write a temp file, rename it over)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(notes))
-    os.replace(tmp, path)
 
 
 def loop_args(model: str, memo: Path, *extra: str) -> list[str]:

@@ -44,6 +44,7 @@ from tests.fakes.provider_server import (
     provider_server,
 )
 from tests.faults.conftest import tagged_env
+from tests.support.files import edit
 from tests.support.telemetry import RecordingTelemetry
 
 #: Slack on wall-time assertions for a shared, loaded 2-core machine.
@@ -61,13 +62,6 @@ VIRTUAL_STEP = 10_000.0
 
 def memo_server(path: Path) -> str:
     return f"memo={PY} -m agentd serve memo --file {path}"
-
-
-def edit(path: Path, notes: dict[str, Any]) -> None:
-    """Replace the memo file the way an editor does (temp file, rename over)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(notes))
-    os.replace(tmp, path)
 
 
 def reactive_args(model: str, memo: Path, *extra: str, inflight: int = 1) -> list[str]:

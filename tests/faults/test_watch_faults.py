@@ -33,6 +33,7 @@ from agentd.watches.sandbox import MAX_LINE_CHARS
 from agentd.watches.state import WatchSpec, encode, leftover_temps, save
 from tests.e2e.agentd_proc import PY, REPO, Agentd, run_agentd, script
 from tests.faults.conftest import tagged_env
+from tests.support.files import edit
 
 #: Filter time limit for these runs: short so the infinite-loop case costs half a second.
 FILTER_LIMIT_S = 0.5
@@ -88,13 +89,6 @@ FAULTY_FILTER = textwrap.dedent(
 
 def memo_server(path: Path) -> str:
     return f"memo={PY} -m agentd serve memo --file {path}"
-
-
-def edit(path: Path, notes: dict[str, Any]) -> None:
-    """Replace the memo file the way an editor does (temp file, rename over)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(notes))
-    os.replace(tmp, path)
 
 
 def loop_args(model: str, memo: Path, *extra: str) -> list[str]:

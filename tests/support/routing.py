@@ -51,13 +51,6 @@ def sdk_server(tmp: Path, name: str, *extra: str, server: Path = NOTES_SERVER, e
     return f"{name}={PY} {server} --era {era} --state {tmp / (name + '.json')} {' '.join(extra)}".strip()
 
 
-def edit(path: Path, value: Any) -> None:
-    """Replace a JSON file the way an editor does (temp file, rename)."""
-    tmp = path.with_name(path.name + ".edit")
-    tmp.write_text(json.dumps(value))
-    os.replace(tmp, path)
-
-
 def script(tmp: Path, turns: list[dict[str, Any]], then: str = "no_reply", name: str = "script.json") -> str:
     """Write a ``script:`` model file; returns the model spec."""
     path = tmp / name
