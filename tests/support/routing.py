@@ -105,7 +105,7 @@ async def supervised(
     left = [pid for pid in sorted(seen) if _alive(pid)]
     with trio.move_on_after(HTTP):
         for pid in left:
-            await _wait_gone(pid)
+            await wait_gone(pid)
     described = []
     for pid in left:
         if _alive(pid):
@@ -115,7 +115,7 @@ async def supervised(
     assert not described, "processes outlived agentd:\n" + "\n".join(described)
 
 
-async def _wait_gone(pid: int) -> None:
+async def wait_gone(pid: int) -> None:
     """Wait until ``pid`` exits: its pidfd becomes readable (no polling)."""
     try:
         fd = os.pidfd_open(pid)

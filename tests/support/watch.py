@@ -103,6 +103,13 @@ def watch_start(name: str, uri: str, on_event: str | None = None) -> dict[str, A
     return {"name": "watch_start", "arguments": {"name": name, "uri": uri, "on_event": on_event}}
 
 
+def memo_loop_args(model: str, memo: Path, *extra: str) -> list[str]:
+    """A warm loop agent with the memo server persisting to ``memo``; it stays up between notices."""
+    memo_server = f"memo={sys.executable} -m agentd serve memo --file {memo}"
+    args = ["--mode", "loop", "--session", "warm", "--interval", "1h", "--verbose", "--model", model]
+    return [*args, "--mcp-stdio", memo_server, *extra, "watch my notes"]
+
+
 def loop_args(model: str, *servers: str, extra: tuple[str, ...] = ()) -> list[str]:
     """``agentd`` arguments for a warm loop agent (it stays up between notices) with ``servers``."""
     args = ["--mode", "loop", "--session", "warm", "--interval", "1h", "--verbose", "--model", model]
