@@ -1,12 +1,16 @@
 """Child processes: the spawn chokepoint, the zygote client, the kill ladder.
 
+Size: over 600 lines because the spawn chokepoint, the zygote client and
+the kill ladder share each child's record and must stay together to keep
+every exit path bounded; the child's control channel is ``channel.py``.
+
 Every agent child starts through :meth:`Tree.spawn` (the one chokepoint).
 The supervisor keeps one end of two socketpairs per child: its MCP channel
 (served by the hub) and its control channel (served by
 :func:`agentd.supervisor.channel.serve_control`; the first frame on it is the
 spawn payload). When a child dies its ends close, so the supervisor learns at
 once (a stream read returning EOF, not a timer) and posts
-:class:`~agentd.supervisor.events.ChildExited` into the reactor's channel.
+:class:`~agentd.events.ChildExited` into the reactor's channel.
 A child that breaks the control protocol is SIGKILLed and its
 ``ChildExited`` carries the reason.
 
@@ -17,7 +21,7 @@ reports a failed ``fork()`` (EAGAIN under a pids limit) or has exited is
 *retired*: this spawn and the next ones start fresh interpreters
 (``python -P -m agentd.agent.child``, the same bound), a replacement zygote
 starts in the background (backoff between failed starts), and the reactor
-hears :class:`~agentd.supervisor.events.ZygoteStateChanged` so readiness
+hears :class:`~agentd.events.ZygoteStateChanged` so readiness
 reports it. A retired zygote is killed once the last child it forked is gone
 (killing it earlier would take those children with it). So a spawn ends
 within two attempts, at most ``2 × spawn_timeout``; if both fail the child
@@ -39,6 +43,7 @@ supervisor still leaves no child behind.
 
 from __future__ import annotations
 
+import array
 import contextlib
 import enum
 import itertools
@@ -56,10 +61,10 @@ import trio
 
 from agentd.agent.prefork import PreforkedChild
 from agentd.errors import ProtocolError
+from agentd.events import ChildExited, ReactorEvent, ZygoteStateChanged
 from agentd.selfmcp.control import FrameStream
 from agentd.selfmcp.protocol import MAX_CHILD_FRAME_BYTES, SpawnPayload
 from agentd.supervisor.channel import serve_control
-from agentd.supervisor.events import ChildExited, ReactorEvent, ZygoteStateChanged
 from agentd.telemetry import Telemetry
 
 #: Time for the zygote to import trio, mcp and the agent code (~0.5 s here); generous for slow disks.
@@ -787,8 +792,6 @@ class Tree:
 
 
 def _fds(*fds: int) -> bytes:
-    import array
-
     return array.array("i", fds).tobytes()
 
 

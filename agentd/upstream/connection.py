@@ -1,10 +1,15 @@
 """One supervised connection per upstream MCP server.
 
+Size: over 600 lines because one connection's lifecycle (connect, both
+protocol eras, listen streams, reconnect and resubscribe, pause) is one state
+machine; transports (``stdio.py``, ``http.py``), backoff, naming and
+resolution live in their own modules.
+
 :class:`Upstream` owns the connection to one configured server (stdio or
 Streamable HTTP) for the life of the supervisor: it connects, keeps the tool
 and resource catalogs current, serves calls from every agent, keeps resource
 subscriptions alive across drops, and reports what happens as typed reactor
-events (:mod:`agentd.supervisor.events`).
+events (:mod:`agentd.events`).
 
 Lifecycle (``ServerState``)::
 
@@ -38,7 +43,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from agentd import __version__
 from agentd.errors import CapabilityMissing, ServerUnavailable, UpstreamError
-from agentd.supervisor.events import (
+from agentd.events import (
     CatalogChanged,
     ReactorEvent,
     ResourceChanged,

@@ -20,7 +20,6 @@ import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import httpx2
 import psutil
@@ -31,6 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agentd.exitcodes import ExitCode
 from tests.e2e.agentd_proc import PY, REPO, Agentd, agentd_cmd, run_agentd, script
+from tests.support.files import edit
 
 pytestmark = [pytest.mark.realclock, pytest.mark.slow]
 
@@ -49,13 +49,6 @@ NOTES = "memo://notes"
 
 
 # --- helpers -------------------------------------------------------------------
-
-
-def edit(path: Path, notes: dict[str, Any]) -> None:
-    """Replace the memo file as an editor does (temp file renamed over it)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(notes))
-    os.replace(tmp, path)
 
 
 def config(tmp: Path, memo: Path, model: str, *, max_inflight: int = 4, grace: str = "20s") -> Path:
