@@ -42,8 +42,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
+from agentd.events import ServerState
 from agentd.redact import redact
-from agentd.supervisor.events import ServerState
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 """The ``Content-Type`` of :func:`render`'s output (exposition format 0.0.4)."""

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import trio
 
+from agentd.events import ResourceChanged, ServerState, SubscriptionStateChanged
 from agentd.state.sessions import SessionJournals
-from agentd.supervisor.events import ResourceChanged, ServerState, SubscriptionStateChanged
 from agentd.telemetry import Telemetry
 
 
@@ -27,7 +27,8 @@ class RestoredSubscriptions:
 
     Args:
         journals: the scanned session journals.
-        reactor: its router gets the routes; updates go to its channel.
+        router: the reactor's router (the routes are added at once).
+        events: the reactor's channel (subscription outcomes, the start-up re-read).
         upstreams: server name -> connection.
         telemetry: ``journal.subscription_restored`` / ``journal.subscription_failed``.
         nursery: where subscribe tasks run.
@@ -36,12 +37,14 @@ class RestoredSubscriptions:
     def __init__(
         self,
         journals: SessionJournals,
-        reactor: Any,
+        router: Any,
+        events: trio.MemorySendChannel[Any],
         upstreams: Mapping[str, Any],
         telemetry: Telemetry,
         nursery: trio.Nursery,
     ) -> None:
-        self._reactor = reactor
+        self._router = router
+        self._events = events
         self._upstreams = upstreams
         self._telemetry = telemetry
         self._nursery = nursery
@@ -64,7 +67,7 @@ class RestoredSubscriptions:
             )
             return
         try:
-            self._reactor.router.add_route(
+            self._router.add_route(
                 RouteSpec(match=uri, disposition=Continue(session=session), route_id=f"self:{session}:{uri}"),
                 front=True,
                 owner=session,
@@ -90,7 +93,7 @@ class RestoredSubscriptions:
         from agentd.errors import AgentdError
 
         up = self._upstreams[server]
-        send = self._reactor.send
+        send = self._events
         try:
             if uri not in up.subscriptions:
                 await up.subscribe(uri)
@@ -101,6 +104,36 @@ class RestoredSubscriptions:
             return
         with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
             await send.send(ResourceChanged(server=server, uri=uri, kind="synthetic", startup=True))
+
+    def alongside(self, declared: Any) -> Any:
+        """``declared`` for the reactor, refreshing these too whenever a server connects."""
+        return _Alongside(declared, self)
+
+
+class _Alongside:
+    """The reactor's view of the declared subscriptions, with the restored ones kept made as well."""
+
+    def __init__(self, declared: Any, restored: RestoredSubscriptions) -> None:
+        self._declared = declared
+        self._restored = restored
+
+    @property
+    def pairs(self) -> set[tuple[str, str]]:
+        return self._declared.pairs  # type: ignore[no-any-return]
+
+    @property
+    def unresolved(self) -> Mapping[str, str]:
+        return self._declared.unresolved  # type: ignore[no-any-return]
+
+    @property
+    def unresolved_required(self) -> frozenset[str]:
+        return self._declared.unresolved_required  # type: ignore[no-any-return]
+
+    def refresh(self, reason: Literal["start", "connected", "catalog"]) -> list[tuple[str, str]]:
+        dropped: list[tuple[str, str]] = self._declared.refresh(reason)
+        if reason == "connected":
+            self._restored.refresh(reason)
+        return dropped
 
 
 __all__ = ["RestoredSubscriptions"]

@@ -22,35 +22,53 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime as _dt
 import logging
 import os
 import signal
 import sys
 import time
+import traceback
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
 import orjson
 import trio
 
-from agentd.agent.zygote import PREWARM_MODELS_ENV
+from agentd.agent.zygote import PREWARM_MODELS_ENV, _rehearse
+from agentd.config import ProviderSpec, Settings, deprecations
+from agentd.durations import parse_size
+from agentd.errors import AgentdError, ConfigError
+from agentd.events import ReactorEvent, SignalReceived
 from agentd.exitcodes import ExitCode, TerminalStatus, code_for_status
+from agentd.health import raise_open_files_limit, reactor_probe, serve_health, serve_metrics
+from agentd.metrics import MetricsSnapshot
 from agentd.output import DEFAULT_OUTPUT_BUFFER, DEFAULT_TELEMETRY_BUFFER, LineWriter
+from agentd.redact import redact
+from agentd.sdnotify import Notifier
 from agentd.selfmcp.protocol import ProviderFrame, SpawnPayload, ToolSpecFrame
 from agentd.selfmcp.server import serve_child
+from agentd.state.resume import RestoredSubscriptions
 from agentd.state.sessions import journals_for
-from agentd.state.shard import declared_filter, shard_for
+from agentd.state.shard import declared_filter, handles, shard_for
 from agentd.supervisor.budget import Budget
 from agentd.supervisor.declared import DeclaredSubscriptions
-from agentd.supervisor.events import SignalReceived
 from agentd.supervisor.governor import RestartGovernor
-from agentd.supervisor.hub import SupervisorHub
-from agentd.supervisor.reactor import Agent, Hooks, Reactor
+from agentd.supervisor.hub import SupervisorHub, server_for
+from agentd.supervisor.reactor import Agent, Hooks, Reactor, open_channel
+from agentd.supervisor.routes import build_router, make_clock, model_profiles, staged_routes
+from agentd.supervisor.sessionroutes import SessionRoutes
 from agentd.supervisor.tree import Tree
 from agentd.telemetry import Telemetry
+from agentd.triggers import mode as modes
+from agentd.upstream import Upstream
+from agentd.watches.limits import WatchLimits
+from agentd.watches.manager import WatchManager, watch_limits
+from agentd.watches.state import claim
 
 
-def reconnect_backoff(env: Any = os.environ) -> tuple[float, ...] | None:
+def reconnect_backoff(env: Mapping[str, str] = os.environ) -> tuple[float, ...] | None:
     """``AGENTD_RECONNECT_BACKOFF``: seconds before reconnect attempt 1, 2, … (comma-separated).
 
     An operator knob (default 1, 2, 4, 8, 16 s); tests use it to fail fast.
@@ -58,8 +76,6 @@ def reconnect_backoff(env: Any = os.environ) -> tuple[float, ...] | None:
     Raises:
         ConfigError: not a comma-separated list of non-negative seconds.
     """
-    from agentd.errors import ConfigError
-
     raw = env.get("AGENTD_RECONNECT_BACKOFF")
     if raw is None:
         return None
@@ -77,7 +93,7 @@ def reconnect_backoff(env: Any = os.environ) -> tuple[float, ...] | None:
 EXIT_FLUSH_TIMEOUT = 5.0
 
 
-def telemetry_buffer(env: Any = os.environ) -> int:
+def telemetry_buffer(env: Mapping[str, str] = os.environ) -> int:
     """``AGENTD_TELEMETRY_BUFFER``: bytes of telemetry held while stderr is slow or blocked.
 
     An operator knob (default 8MiB); beyond it lines are dropped and counted.
@@ -85,9 +101,6 @@ def telemetry_buffer(env: Any = os.environ) -> int:
     Raises:
         ConfigError: not a size of at least 1 KiB.
     """
-    from agentd.durations import parse_size
-    from agentd.errors import ConfigError
-
     raw = env.get("AGENTD_TELEMETRY_BUFFER")
     if raw is None or raw == "":
         return DEFAULT_TELEMETRY_BUFFER
@@ -100,18 +113,31 @@ def telemetry_buffer(env: Any = os.environ) -> int:
     return size
 
 
-def run(settings: Any, *, closed_fds: frozenset[int] = frozenset()) -> int:
+def run(
+    settings: Settings,
+    *,
+    closed_fds: frozenset[int] = frozenset(),
+    early_servers: dict[str, Any] | None = None,
+) -> int:
     """Run agentd with validated settings; returns the process exit code.
 
     Args:
         settings: the validated settings.
         closed_fds: which of stdin/stdout/stderr were closed when agentd
             started (:func:`agentd.output.claim_standard_fds`).
+        early_servers: stdio servers already started, by name
+            (:mod:`agentd.prelaunch`); their connections adopt them, and any
+            left over at exit is killed.
     """
-    from agentd.errors import ConfigError
-    from agentd.watches.manager import watch_limits
-    from agentd.watches.state import claim
+    early_servers = early_servers or {}
+    try:
+        return _run(settings, closed_fds, early_servers)
+    finally:
+        for early in early_servers.values():
+            early.discard()
 
+
+def _run(settings: Settings, closed_fds: frozenset[int], early_servers: dict[str, Any]) -> int:
     try:
         backoff = reconnect_backoff()
         limits = watch_limits(settings.watches)
@@ -129,6 +155,8 @@ def run(settings: Any, *, closed_fds: frozenset[int] = frozenset()) -> int:
     except ConfigError as exc:
         print(f"agentd: {exc}", file=sys.stderr)
         return int(ExitCode.CONFIG)
+    # Before any thread starts: a fork copies only the calling thread.
+    preforked = _prefork_once_root(settings)
     telemetry = Telemetry(
         verbose=bool(settings.verbose), fd=2, buffer_bytes=buffer, fd_closed=2 in closed_fds
     )
@@ -151,12 +179,10 @@ def run(settings: Any, *, closed_fds: frozenset[int] = frozenset()) -> int:
             reason="closed when agentd started; results are lost (counted)",
         )
     try:
-        code = int(trio.run(_main, settings, telemetry, stdout, backoff, limits))
+        code = int(trio.run(_main, settings, telemetry, stdout, backoff, limits, preforked, early_servers))
     except KeyboardInterrupt:
         code = int(ExitCode.DRAIN_TIMEOUT)
     except Exception as exc:  # a bug: say so plainly, exit 1, never a hang
-        import traceback
-
         telemetry.emit(
             "supervisor.internal_error",
             error=f"{type(exc).__name__}: {exc}",
@@ -172,6 +198,17 @@ def run(settings: Any, *, closed_fds: frozenset[int] = frozenset()) -> int:
     stdout.close(EXIT_FLUSH_TIMEOUT)
     telemetry.close(EXIT_FLUSH_TIMEOUT)
     return code
+
+
+def _prefork_once_root(settings: Any) -> Any:
+    """A once run's root, forked from this process before trio starts (rfcs/0185); None otherwise."""
+    if settings.mode != "once":
+        return None
+    from agentd.agent.prefork import prefork_root
+    from agentd.supervisor.routes import model_profiles
+
+    default_profile, route_profiles = model_profiles(settings)
+    return prefork_root(sorted({default_profile.model, *(p.model for p in route_profiles.values())}))
 
 
 class _LogToTelemetry(logging.Handler):
@@ -190,17 +227,14 @@ class _LogToTelemetry(logging.Handler):
 
 
 async def _main(
-    settings: Any,
+    settings: Settings,
     telemetry: Telemetry,
     stdout: LineWriter,
     backoff: tuple[float, ...] | None,
-    watch_limits: Any,
+    limits: WatchLimits,
+    preforked: Any = None,
+    early_servers: dict[str, Any] | None = None,
 ) -> int:
-    from agentd.errors import ConfigError
-    from agentd.health import raise_open_files_limit
-    from agentd.triggers import mode as modes
-    from agentd.upstream import Upstream
-
     started_wall = time.monotonic()
     now = trio.current_time()
     # Room for connection floods on the health port, and for many children and servers.
@@ -213,11 +247,6 @@ async def _main(
         pid=os.getpid(),
         open_files=nofile,
     )
-    import datetime as _dt
-
-    from agentd.sdnotify import Notifier
-    from agentd.supervisor.routes import build_router, make_clock
-
     # Under systemd (Type=notify): read and drop NOTIFY_SOCKET before any child starts.
     notifier = Notifier.from_environ(os.environ, telemetry=telemetry)
 
@@ -256,22 +285,83 @@ async def _main(
         stdout.put(line + b"\n")
         outputs.append({"agent": agent.id, "status": status})
 
-    from agentd.supervisor.routes import model_profiles
-
     # The supervisor's model, system prompt and settings, and those of routes that name their own.
     default_profile, route_profiles = model_profiles(settings)
     providers = {name: _provider_payload(name, p) for name, p in settings.providers.items()}
     models = sorted({default_profile.model, *(p.model for p in route_profiles.values())})
 
     async with trio.open_nursery() as nursery:
-        reactor: Reactor
-        upstreams: dict[str, Any] = {}
-        hub_holder: dict[str, SupervisorHub] = {}
         journals = journals_for(settings, telemetry, lambda agent_id: reactor.agents.get(agent_id))
         warm_root = settings.mode == "loop" and settings.session == "warm"
+        shard = shard_for(settings)
+        if journals is not None:
+            await trio.to_thread.run_sync(journals.scan)
+        # The reactor's channel first: every part below sends into it.
+        channel = open_channel()
+        events = channel[0]
+        upstreams: dict[str, Upstream] = {}
+        for name, spec in settings.servers.items():
+            # [watches] resubscribe_attempts and its backoff govern every resource subscription.
+            extra: dict[str, Any] = {
+                "resubscribe_backoff": limits.resubscribe_delays(),
+                "resubscribe_attempts": limits.resubscribe_attempts,
+            }
+            if backoff:
+                extra.update(backoff=backoff, resubscribe_backoff=backoff)
+            upstreams[name] = Upstream(
+                spec,
+                events,
+                telemetry,
+                max_read_bytes=settings.max_read_bytes,
+                early=(early_servers or {}).get(name),
+                **extra,
+            )
+        staged = staged_routes(settings)  # declared routes with extract/on_event (rfcs/0078)
+        watches = WatchManager(
+            upstreams=upstreams,
+            events=events,
+            telemetry=telemetry,
+            limits=limits,
+            server_for=partial(server_for, upstreams),
+            state_path=settings.watch_state,
+            routes=staged,
+        )
+        # A once root cannot be woken later: no subscribe / watch_* tools for it.
+        hub = SupervisorHub(
+            events=events, upstreams=upstreams, telemetry=telemetry, watches=watches, offer_wakeups=not once
+        )
+        tree = Tree(
+            events=events,
+            serve_child=partial(serve_child, hub),
+            telemetry=telemetry,
+            spawn_timeout=settings.spawn_timeout,
+            # The zygote prepares these models' providers (TLS, prices, a cloud SDK) before forking.
+            zygote_env={PREWARM_MODELS_ENV: orjson.dumps(models).decode()},
+            # A once run's root is already forked and warming up: no zygote to wait for.
+            use_zygote=preforked is None,
+            preforked=preforked,
+            journal=journals.commit if journals is not None else None,
+        )
+        required = frozenset(n for n, s in settings.servers.items() if s.required)
+        declared = DeclaredSubscriptions(
+            settings.subscriptions,
+            upstreams,
+            router=router,
+            events=events,
+            telemetry=telemetry,
+            nursery=nursery,
+            required=required,
+            watched=watches.needs,
+            keep=None if shard is None else declared_filter(router, shard),
+        )
+        # Journaled sessions' self-subscriptions: routes now, upstream subscriptions once connected.
+        resumed = (
+            RestoredSubscriptions(journals, router, events, upstreams, telemetry, nursery)
+            if journals is not None
+            else None
+        )
 
         def spawn(agent: Agent) -> None:
-            hub = hub_holder["hub"]
             profile = route_profiles.get(agent.route or "", default_profile)
             payload = SpawnPayload(
                 agent=agent.id,
@@ -331,72 +421,27 @@ async def _main(
             mode=settings.mode,
             session=settings.session,
             clock=clock,
-            required=frozenset(n for n, s in settings.servers.items() if s.required),
-        )
-        shard = shard_for(settings)
-        if shard is not None:
-            from agentd.state.shard import handles
-
-            reactor.handles = partial(handles, shard)
-            telemetry.emit("shard.assigned", index=shard.index, count=shard.count)
-        if journals is not None:
-            await trio.to_thread.run_sync(journals.scan)
-            reactor.journals = journals
-        for name, spec in settings.servers.items():
-            # [watches] resubscribe_attempts and its backoff govern every resource subscription.
-            extra: dict[str, Any] = {
-                "resubscribe_backoff": watch_limits.resubscribe_delays(),
-                "resubscribe_attempts": watch_limits.resubscribe_attempts,
-            }
-            if backoff:
-                extra.update(backoff=backoff, resubscribe_backoff=backoff)
-            upstreams[name] = Upstream(
-                spec, reactor.send, telemetry, max_read_bytes=settings.max_read_bytes, **extra
-            )
-        hub = SupervisorHub(events=reactor.send, upstreams=upstreams, telemetry=telemetry)
-        hub_holder["hub"] = hub
-        watches = _watch_manager(settings, reactor, hub, upstreams, telemetry, watch_limits)
-        tree = Tree(
-            events=reactor.send,
-            serve_child=partial(serve_child, hub),
-            telemetry=telemetry,
-            spawn_timeout=settings.spawn_timeout,
-            # The zygote prepares these models' providers (TLS, prices, a cloud SDK) before forking.
-            zygote_env={PREWARM_MODELS_ENV: orjson.dumps(models).decode()},
-            journal=journals.commit if journals is not None else None,
+            required=required,
+            channel=channel,
+            watches=watches,
+            staged={s.route_id: s for s in staged},
+            declared=declared if resumed is None else resumed.alongside(declared),
+            journals=journals,
+            handles=None if shard is None else partial(handles, shard),
         )
 
-        nursery.start_soon(_watch_signals, reactor)
+        nursery.start_soon(_watch_signals, events)
         # The zygote's imports (~0.4 s) and the servers' start-ups overlap.
         async with trio.open_nursery() as starting:
             starting.start_soon(nursery.start, tree.run)
             starting.start_soon(_rehearse_server)
             for up in upstreams.values():
                 starting.start_soon(nursery.start, up.run)
-        # The first attempts settled: the reactor starts from what the servers are now.
-        reactor.server_states.update({name: up.state for name, up in upstreams.items()})
-        declared = DeclaredSubscriptions(
-            settings.subscriptions,
-            upstreams,
-            reactor,
-            telemetry,
-            nursery,
-            keep=None if shard is None else declared_filter(reactor.router, shard),
-        )
         declared.refresh("start")
-        reactor.on_catalog = lambda _event: declared.refresh("catalog")
-        reactor.on_connected = lambda _server: declared.refresh("connected")
-        if journals is not None:
-            from agentd.state.resume import RestoredSubscriptions
-
-            resumed = RestoredSubscriptions(journals, reactor, upstreams, telemetry, nursery)
+        if resumed is not None:
             resumed.refresh()
-
-            def connected(_server: str) -> None:
-                declared.refresh("connected")
-                resumed.refresh("connected")
-
-            reactor.on_connected = connected
+        if shard is not None:
+            telemetry.emit("shard.assigned", index=shard.index, count=shard.count)
         await nursery.start(watches.run)
         try:
             await watches.check_routes()  # a declared on_event the sandbox refuses is a config error
@@ -405,19 +450,20 @@ async def _main(
             nursery.cancel_scope.cancel()
             return int(ExitCode.CONFIG)
         # Before the reactor turns, so its handlers never race this direct route table.
-        reactor.queue_startup_notices(await watches.restore(_StartupRoutes(reactor)))
+        reactor.queue_startup_notices(
+            await watches.restore(_StartupRoutes(reactor.session_routes, reactor.uri_needed))
+        )
 
-        def snapshot() -> Any:
+        def snapshot() -> MetricsSnapshot:
             return dataclasses.replace(reactor.metrics_snapshot(), outputs_lost=stdout.dropped)
 
         if settings.health_addr or settings.metrics_addr:
             await _start_health(settings, reactor, telemetry, nursery, snapshot)
 
         if notifier.watchdog_interval is not None:  # WatchdogSec= only: otherwise no timer at all
-            from agentd.health import reactor_probe
-
-            nursery.start_soon(notifier.watchdog, reactor_probe(reactor.send))
-        code = await reactor.run()
+            nursery.start_soon(notifier.watchdog, reactor_probe(events))
+        # The first connection attempts settled: the reactor starts from what the servers are now.
+        code = await reactor.run(server_states={name: up.state for name, up in upstreams.items()})
         notifier.stopped(int(code))
         await reactor.reap()
         if code is ExitCode.REQUIRED_SERVER and reactor.required_failed_error is not None:
@@ -460,7 +506,7 @@ async def _main(
     return int(code)
 
 
-def _provider_payload(name: str, spec: Any) -> ProviderFrame:
+def _provider_payload(name: str, spec: ProviderSpec) -> ProviderFrame:
     """A ``[providers.NAME]`` table as the spawn payload carries it."""
     return ProviderFrame(
         name=name,
@@ -472,14 +518,13 @@ def _provider_payload(name: str, spec: Any) -> ProviderFrame:
     )
 
 
-def _model_telemetry(settings: Any, telemetry: Telemetry) -> None:
+def _model_telemetry(settings: Settings, telemetry: Telemetry) -> None:
     """Warnings about the model configuration: deprecated names, a USD budget that cannot see a price."""
-    from agentd.config import deprecations
-
     for old in deprecations(settings):
         telemetry.emit("config.deprecated", setting=old.old, use=old.new)
     if settings.budget_usd is None or settings.model is None:
         return
+    # Lazy: the price database is loaded only when a USD budget needs it.
     from agentd.models.pricing import has_price, price_provider_for
 
     for spec in sorted({settings.model, *(r.model for r in settings.routes if r.model)}):
@@ -494,46 +539,22 @@ def _model_telemetry(settings: Any, telemetry: Telemetry) -> None:
             )
 
 
-def _watch_manager(
-    settings: Any,
-    reactor: Reactor,
-    hub: SupervisorHub,
-    upstreams: dict[str, Any],
-    telemetry: Telemetry,
-    limits: Any,
-) -> Any:
-    """The watch manager, plugged into the hub (self-tools) and the reactor (routes, notices)."""
-    from agentd.supervisor.routes import staged_routes
-    from agentd.watches.manager import WatchManager
-
-    manager = WatchManager(
-        upstreams=upstreams,
-        events=reactor.send,
-        telemetry=telemetry,
-        limits=limits,
-        server_for=hub.server_for,
-        state_path=settings.watch_state,
-    )
-    hub.watches = manager
-    reactor.watches = manager
-    staged = staged_routes(settings)  # declared routes with extract/on_event (rfcs/0078)
-    manager.declare_routes(staged)
-    reactor.staged = {s.route_id: s for s in staged}
-    return manager
-
-
 class _StartupRoutes:
-    """The route table for restoring ``--watch-state`` before the reactor runs (direct calls)."""
+    """The route table for restoring ``--watch-state`` before the reactor runs (direct calls).
 
-    def __init__(self, reactor: Reactor) -> None:
-        self._reactor = reactor
+    Safe only before :meth:`Reactor.run`: afterwards the reactor alone touches its routes.
+    """
+
+    def __init__(self, routes: SessionRoutes, needed: Callable[[str, str], bool]) -> None:
+        self._routes = routes
+        self._needed = needed
 
     async def add(self, *, session: str, name: str, uri: str, server: str) -> None:
-        self._reactor.add_watch_route(session, name, uri)
+        self._routes.add_watch(session, name, uri)
 
     async def remove(self, *, session: str, name: str, uri: str, server: str) -> bool:
-        self._reactor.remove_watch_route(session, name)
-        return self._reactor.uri_needed(server, uri)
+        self._routes.remove_watch(session, name)
+        return self._needed(server, uri)
 
 
 #: How long a once run waits for stdout to take its result before it gives up
@@ -551,8 +572,6 @@ async def _print_once(
     stdout: LineWriter,
 ) -> ExitCode:
     """Write the once run's result; the exit code, OUTPUT_FAILED if the result could not be written."""
-    from agentd.redact import redact
-
     text = reactor.root_text
     status = reactor.root_status
     line: bytes | None = None
@@ -600,32 +619,30 @@ async def _print_once(
 
 async def _rehearse_server() -> None:
     """Warm the SDK's lazy paths on the supervisor side too, so the first child is not slower."""
-    from agentd.agent.zygote import _rehearse
-
     await _rehearse()
 
 
-async def _watch_signals(reactor: Reactor) -> None:
+async def _watch_signals(events: trio.MemorySendChannel[ReactorEvent]) -> None:
     # SIGHUP drains like SIGTERM: a daemon whose terminal or supervisor hangs
     # up stops cleanly instead of dying mid-turn (there is no reload).
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async for signum in signals:
-            await reactor.send.send(SignalReceived(signum=signum))
+            await events.send(SignalReceived(signum=signum))
 
 
-async def _unsubscribe(upstream: Any, uri: str) -> None:
-    from agentd.errors import AgentdError
-
+async def _unsubscribe(upstream: Upstream, uri: str) -> None:
     with contextlib.suppress(AgentdError):
         await upstream.unsubscribe(uri)
 
 
 async def _start_health(
-    settings: Any, reactor: Reactor, telemetry: Telemetry, nursery: trio.Nursery, snapshot: Any
+    settings: Settings,
+    reactor: Reactor,
+    telemetry: Telemetry,
+    nursery: trio.Nursery,
+    snapshot: Callable[[], MetricsSnapshot],
 ) -> None:
     """Serve /healthz and /readyz (and /metrics) without ever blocking the reactor."""
-    from agentd.health import reactor_probe, serve_health, serve_metrics
-
     same = settings.metrics_addr is None or settings.metrics_addr == settings.health_addr
     if settings.health_addr:
         port = await nursery.start(

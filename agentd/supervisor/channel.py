@@ -4,8 +4,8 @@
 never in the reactor. It reads the child's frames, validates each one
 (:func:`agentd.selfmcp.protocol.parse_child_frame`: types, bounds, closed
 vocabularies), and only then turns it into a typed reactor event
-(:class:`~agentd.supervisor.events.UsageReported`,
-:class:`~agentd.supervisor.events.TurnEnded`) or a telemetry line; the
+(:class:`~agentd.events.UsageReported`,
+:class:`~agentd.events.TurnEnded`) or a telemetry line; the
 reactor's answer goes back as a frame with the request's id.
 
 The first broken rule ends the conversation: :class:`~agentd.errors.ProtocolError`
@@ -21,6 +21,7 @@ from typing import Any
 import trio
 
 from agentd.errors import ProtocolError
+from agentd.events import ReactorEvent, Reply, TurnEnded, UsageReported
 from agentd.selfmcp.control import FrameStream
 from agentd.selfmcp.protocol import (
     ChildEvent,
@@ -32,7 +33,6 @@ from agentd.selfmcp.protocol import (
     UsageVerdict,
     parse_child_frame,
 )
-from agentd.supervisor.events import ReactorEvent, Reply, TurnEnded, UsageReported
 from agentd.telemetry import Telemetry
 
 #: How long a usage report may wait for the reactor's verdict. The reactor

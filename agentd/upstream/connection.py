@@ -1,10 +1,15 @@
 """One supervised connection per upstream MCP server.
 
+Size: over 600 lines because one connection's lifecycle (connect, both
+protocol eras, listen streams, reconnect and resubscribe, pause) is one state
+machine; transports (``stdio.py``, ``http.py``), backoff, naming and
+resolution live in their own modules.
+
 :class:`Upstream` owns the connection to one configured server (stdio or
 Streamable HTTP) for the life of the supervisor: it connects, keeps the tool
 and resource catalogs current, serves calls from every agent, keeps resource
 subscriptions alive across drops, and reports what happens as typed reactor
-events (:mod:`agentd.supervisor.events`).
+events (:mod:`agentd.events`).
 
 Lifecycle (``ServerState``)::
 
@@ -38,7 +43,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from agentd import __version__
 from agentd.errors import CapabilityMissing, ServerUnavailable, UpstreamError
-from agentd.supervisor.events import (
+from agentd.events import (
     CatalogChanged,
     ReactorEvent,
     ResourceChanged,
@@ -182,6 +187,8 @@ class Upstream:
         stable_subscription: seconds a stream that delivered nothing must stay open
             to count as healthy (see :class:`agentd.upstream.backoff.ResubscribePolicy`).
         max_line_bytes: cap on one stdout message from a stdio server.
+        early: a stdio server's process started before agentd's imports
+            (:mod:`agentd.prelaunch`); its first connection adopts it.
     """
 
     def __init__(
@@ -198,6 +205,7 @@ class Upstream:
         resubscribe_attempts: int = MAX_CONSECUTIVE_FAILURES,
         stable_subscription: float = STABLE_SUBSCRIPTION,
         max_line_bytes: int = MAX_LINE_BYTES,
+        early: Any = None,
     ) -> None:
         if (spec.command is None) == (spec.url is None):
             raise ValueError(
@@ -205,6 +213,7 @@ class Upstream:
             )
         self.spec = spec
         self.name = spec.name
+        self._early = early
         self._events = events
         self._telemetry = telemetry
         self.request_timeout = request_timeout
@@ -395,6 +404,7 @@ class Upstream:
     def _make_transport(self) -> StdioTransport | HttpTransport:
         spec = self.spec
         if spec.command is not None:
+            early, self._early = self._early, None  # the first connection only
             return StdioTransport(
                 self.name,
                 spec.command,
@@ -403,6 +413,7 @@ class Upstream:
                 cwd=spec.cwd,
                 telemetry=self._telemetry,
                 max_line_bytes=self._max_line_bytes,
+                early=early if early is not None and early.matches(spec.command, spec.args) else None,
             )
         assert spec.url is not None
         return HttpTransport(self.name, spec.url, spec.headers)

@@ -27,13 +27,13 @@ import trio
 
 from agentd.exitcodes import ExitCode
 from tests.e2e.agentd_proc import PY, agentd_cmd
+from tests.support.files import edit
 from tests.support.routing import (
     FAST_BACKOFF,
     FAULT_SERVER,
     START,
     STEP,
     drain,
-    edit,
     get,
     health_base,
     memo_server,

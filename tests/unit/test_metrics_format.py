@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
+from agentd.events import ServerState, SubscriptionStateChanged
 from agentd.metrics import (
     SUBSCRIPTION_STATES,
     MetricsSnapshot,
@@ -17,7 +18,6 @@ from agentd.metrics import (
     escape_label_value,
     render,
 )
-from agentd.supervisor.events import ServerState, SubscriptionStateChanged
 
 FULL = MetricsSnapshot(
     routed={"inbox": 7, "alerts": 2},
