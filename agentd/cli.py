@@ -181,7 +181,24 @@ def build_parser(prog: str = "agentd") -> argparse.ArgumentParser:
             "overflow, queue_cap, name, reread_on_start, extract, template"
         ),
     )
-    g.add_argument("--watch-state", metavar="PATH", help="persist watch specs in this file")
+    g.add_argument(
+        "--watch-state", metavar="PATH", help="persist watch specs in this file (default: in --state-dir)"
+    )
+    g.add_argument(
+        "--state-dir",
+        metavar="DIR",
+        help="keep watch state and warm sessions' journals here across restarts (one agentd per DIR)",
+    )
+    g.add_argument(
+        "--session-max-tokens",
+        metavar="N",
+        help="token budget of a journaled session; older turns are dropped beyond it (default 100000)",
+    )
+    g.add_argument(
+        "--shard",
+        metavar="INDEX/COUNT|auto",
+        help="handle only this replica's share of routed work (auto: StatefulSet ordinal, AGENTD_SHARD_COUNT)",
+    )
     g.add_argument("--max-read-bytes", metavar="SIZE", help="cap on one resource read (default 8MiB)")
 
     g = p.add_argument_group("output and endpoints")

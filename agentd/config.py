@@ -908,7 +908,14 @@ class Settings(BaseSettings):
     subscriptions: list[SubscriptionSpec] = Field(default_factory=list)
     routes: list[RouteConfig] = Field(default_factory=list)
     watch_state: Path | None = None
-    """File that persists watch specs across restarts (written later, never at validation)."""
+    """File that persists watch specs across restarts (written later, never at validation);
+    default with ``--state-dir``: ``<state-dir>/watches.json``."""
+    state_dir: Path | None = None
+    """Directory for everything agentd keeps across restarts: watch state, session journals (rfcs/0210)."""
+    session_max_tokens: int = 100_000
+    """Token budget of one journaled session; the oldest turns beyond it are dropped (rfcs/0211)."""
+    shard: str | None = None
+    """``INDEX/COUNT`` or ``auto`` (StatefulSet ordinal, ``AGENTD_SHARD_COUNT``); reactive only (rfcs/0213)."""
     health_addr: str | None = None
     """HOST:PORT of the health endpoint (None: no endpoint)."""
     metrics_addr: str | None = None
@@ -1086,6 +1093,41 @@ class Settings(BaseSettings):
             raise ValueError(f"its directory {str(parent)!r} does not exist; create it or pick another path")
         return v
 
+    @field_validator("state_dir")
+    @classmethod
+    def _state_dir(cls, v: Path | None) -> Path | None:
+        if v is None:
+            return v
+        from agentd.state.dir import refusal as state_dir_refusal
+
+        v = _expand_user(v)
+        why = state_dir_refusal(v)
+        if why is not None:
+            raise ValueError(why)
+        return v
+
+    @field_validator("session_max_tokens", mode="before")
+    @classmethod
+    def _session_tokens(cls, v: object) -> int:
+        from agentd.state.dir import MAX_SESSION_TOKENS
+
+        n = _integer(v, minimum=1000)
+        if n > MAX_SESSION_TOKENS:
+            raise ValueError(
+                f"must be at most {MAX_SESSION_TOKENS} (a restored session must fit one spawn payload)"
+            )
+        return n
+
+    @field_validator("shard", mode="before")
+    @classmethod
+    def _shard(cls, v: object) -> str | None:
+        if v is None:
+            return None
+        from agentd.state.shard import parse_shard
+
+        ctx = _CONTEXT.get()
+        return parse_shard(str(v), ctx.env if ctx is not None else os.environ).label
+
     @field_validator("subscriptions", mode="before")
     @classmethod
     def _subscriptions(cls, v: object, info: Any) -> object:
@@ -1175,6 +1217,16 @@ class Settings(BaseSettings):
             else:
                 fix = f"--mode {mode} needs an instruction: pass it as the argument, --instruction TEXT or --instruction @FILE"
             add(_Problem(("instruction",), self.instruction, fix))
+
+        if self.shard is not None and mode != "reactive":
+            add(
+                _Problem(
+                    ("shard",),
+                    self.shard,
+                    f"--mode {mode} runs its own root on every replica; shard a --mode reactive daemon, "
+                    "or remove --shard",
+                )
+            )
 
         if self.session == "warm" and mode in ("once", "reactive"):
             add(

@@ -49,6 +49,7 @@ DEBUG_EVENTS: frozenset[str] = frozenset(
         "watch.restored",
         "reply.suppressed",
         "subscription.established",
+        "shard.skipped",
     }
 )
 

@@ -53,6 +53,7 @@ from agentd.selfmcp.protocol import (
     Frame,
     NextTurn,
     SpawnPayload,
+    TranscriptPart,
     TurnEnd,
     UsageReport,
     UsageVerdict,
@@ -202,6 +203,13 @@ class ControlLink:
         assert isinstance(answer, NextTurn)
         return answer
 
+    async def send_transcript(self, messages: Any) -> None:
+        """Send a turn's new messages as transcript parts (queued before its turn end, never dropped)."""
+        from agentd.state.transcript import parts
+
+        for group in parts(messages):
+            await self._out_send.send(TranscriptPart(messages=group))
+
     def post_event(self, event: str, fields: dict[str, Any]) -> None:
         """Queue a telemetry event for the supervisor; dropped (and counted) if the queue is full."""
         from pydantic import ValidationError
@@ -294,6 +302,9 @@ class SelfMcpLink:
     def tool_refused(self, name: str) -> None:
         self._control.post_event("tool.refused", {"tool": name, "reason": "not offered to the model"})
 
+    async def record_transcript(self, messages: Any) -> None:
+        await self._control.send_transcript(messages)
+
 
 async def amain(payload: SpawnPayload, mcp_sock: socket.socket, control_sock: socket.socket) -> int:
     """Run one agent to the end; returns the process exit status."""
@@ -332,6 +343,8 @@ async def amain(payload: SpawnPayload, mcp_sock: socket.socket, control_sock: so
                         instruction=payload.instruction,
                         tools=tools,
                         max_turn_steps=payload.max_turn_steps,
+                        history=_history(payload),
+                        journal=payload.journal,
                     )
                 except FatalInfraError as exc:
                     # Tell the supervisor why before going: it decides the exit code (4).
@@ -342,6 +355,15 @@ async def amain(payload: SpawnPayload, mcp_sock: socket.socket, control_sock: so
                 await model.aclose()
         nursery.cancel_scope.cancel()
     return EXIT_OK if control.supervisor_gone else code
+
+
+def _history(payload: SpawnPayload) -> list[Any]:
+    """A restored session's conversation (empty for a new agent)."""
+    if not payload.history:
+        return []
+    from agentd.state.transcript import history
+
+    return history(payload.history)
 
 
 def _model_options(payload: SpawnPayload) -> dict[str, Any]:

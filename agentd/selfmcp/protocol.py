@@ -21,6 +21,8 @@ Frames, by ``type``::
       usage          UsageReport    after every model call: tokens, latency
       turn_end       TurnEnd        when a turn reaches a terminal status
       event          ChildEvent     a telemetry event for the supervisor's stream
+      transcript     TranscriptPart the messages a turn added (journaled sessions only: sent
+                                    just before that turn's TurnEnd, in one or more parts)
 
 Rules a child must keep, or be killed (``subagent.exit`` names the broken rule):
 
@@ -146,6 +148,26 @@ class ProviderFrame(Frame):
     prices: str | None = None
 
 
+class ToolCallFrame(Frame):
+    """One tool call of an assistant message, as the transcript keeps it."""
+
+    id: Annotated[str, Field(max_length=MAX_MESSAGE_CHARS)]
+    name: Annotated[str, Field(max_length=MAX_MESSAGE_CHARS)]
+    raw_arguments: str = ""
+    error: str | None = None
+
+
+class MessageFrame(Frame):
+    """One transcript message (:class:`agentd.models.Message`) as data: it is only ever shown to the model."""
+
+    role: Literal["user", "assistant", "tool"]
+    content: str = ""
+    tool_calls: tuple[ToolCallFrame, ...] = ()
+    tool_call_id: Annotated[str, Field(max_length=MAX_MESSAGE_CHARS)] | None = None
+    is_error: bool = False
+    provider_data: dict[str, Any] | None = None
+
+
 class SpawnPayload(Frame):
     """What a new child runs: the first frame on its control channel.
 
@@ -160,6 +182,9 @@ class SpawnPayload(Frame):
             ``exhausted_steps`` (None: no cap).
         model_settings: the model settings, as :meth:`agentd.models.ModelSettings.given` writes them.
         providers: the ``[providers.NAME]`` endpoints a ``NAME:MODEL`` spec may name.
+        history: a restored session's conversation (from its journal): the
+            transcript starts with it, then ``instruction`` (the delivery).
+        journal: send each turn's new messages (:class:`TranscriptPart`) before its turn end.
     """
 
     type: Literal["spawn"] = "spawn"
@@ -172,6 +197,8 @@ class SpawnPayload(Frame):
     max_turn_steps: Annotated[int, Field(ge=1)] | None = None
     model_settings: dict[str, Any] = Field(default_factory=dict)
     providers: dict[str, ProviderFrame] = Field(default_factory=dict)
+    history: tuple[MessageFrame, ...] = ()
+    journal: bool = False
 
 
 class UsageVerdict(Frame):
@@ -251,9 +278,26 @@ class ChildEvent(Frame):
     )
 
 
-ChildFrame: TypeAlias = Annotated[UsageReport | TurnEnd | ChildEvent, Field(discriminator="type")]
+#: Messages one transcript part may carry (a child splits a turn's messages into parts).
+MAX_TRANSCRIPT_MESSAGES: Final = 4096
 
-_CHILD_FRAME: TypeAdapter[UsageReport | TurnEnd | ChildEvent] = TypeAdapter(ChildFrame)
+
+class TranscriptPart(Frame):
+    """Messages a turn added to the transcript, sent before its :class:`TurnEnd` (no answer).
+
+    Only children whose spawn payload says ``journal`` send it; the supervisor
+    appends the turn's parts to the session journal when the turn ends.
+    """
+
+    type: Literal["transcript"] = "transcript"
+    messages: Annotated[tuple[MessageFrame, ...], Field(max_length=MAX_TRANSCRIPT_MESSAGES)]
+
+
+ChildFrame: TypeAlias = Annotated[
+    UsageReport | TurnEnd | ChildEvent | TranscriptPart, Field(discriminator="type")
+]
+
+_CHILD_FRAME: TypeAdapter[UsageReport | TurnEnd | ChildEvent | TranscriptPart] = TypeAdapter(ChildFrame)
 _SUPERVISOR_FRAME: TypeAdapter[SpawnPayload | UsageVerdict | NextTurn] = TypeAdapter(SupervisorFrame)
 
 
@@ -268,7 +312,7 @@ def _describe(exc: ValidationError) -> str:
     return f"{where + ': ' if where else ''}{first.get('msg', 'invalid')}{more}"[:MAX_MESSAGE_CHARS]
 
 
-def parse_child_frame(line: bytes) -> UsageReport | TurnEnd | ChildEvent:
+def parse_child_frame(line: bytes) -> UsageReport | TurnEnd | ChildEvent | TranscriptPart:
     """Validate one line from a child.
 
     Raises:
@@ -310,11 +354,14 @@ __all__ = [
     "ChildEventName",
     "ChildFrame",
     "Frame",
+    "MessageFrame",
     "NextTurn",
     "SpawnPayload",
     "StopReason",
     "SupervisorFrame",
+    "ToolCallFrame",
     "ToolSpecFrame",
+    "TranscriptPart",
     "TurnEnd",
     "UsageReport",
     "UsageVerdict",

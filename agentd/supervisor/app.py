@@ -49,6 +49,9 @@ from agentd.redact import redact
 from agentd.sdnotify import Notifier
 from agentd.selfmcp.protocol import ProviderFrame, SpawnPayload, ToolSpecFrame
 from agentd.selfmcp.server import serve_child
+from agentd.state.resume import RestoredSubscriptions
+from agentd.state.sessions import journals_for
+from agentd.state.shard import declared_filter, handles, shard_for
 from agentd.supervisor.budget import Budget
 from agentd.supervisor.declared import DeclaredSubscriptions
 from agentd.supervisor.governor import RestartGovernor
@@ -139,6 +142,14 @@ def _run(settings: Settings, closed_fds: frozenset[int], early_servers: dict[str
         backoff = reconnect_backoff()
         limits = watch_limits(settings.watches)
         buffer = telemetry_buffer()
+        # One agentd per --state-dir (rfcs/0210); watch state lives in it unless --watch-state says otherwise.
+        state_dir = None
+        if settings.state_dir is not None:
+            from agentd.state.dir import claim as claim_state_dir
+
+            state_dir = claim_state_dir(settings.state_dir)
+            if settings.watch_state is None:
+                settings = settings.model_copy(update={"watch_state": state_dir.watch_state})
         # One agentd per --watch-state file: held until this process exits.
         state_lock = claim(settings.watch_state) if settings.watch_state is not None else None
     except ConfigError as exc:
@@ -181,6 +192,8 @@ def _run(settings: Settings, closed_fds: frozenset[int], early_servers: dict[str
     finally:
         if state_lock is not None:
             state_lock.release()
+        if state_dir is not None:
+            state_dir.release()
     logging.getLogger().removeHandler(log_handler)
     stdout.close(EXIT_FLUSH_TIMEOUT)
     telemetry.close(EXIT_FLUSH_TIMEOUT)
@@ -278,6 +291,11 @@ async def _main(
     models = sorted({default_profile.model, *(p.model for p in route_profiles.values())})
 
     async with trio.open_nursery() as nursery:
+        journals = journals_for(settings, telemetry, lambda agent_id: reactor.agents.get(agent_id))
+        warm_root = settings.mode == "loop" and settings.session == "warm"
+        shard = shard_for(settings)
+        if journals is not None:
+            await trio.to_thread.run_sync(journals.scan)
         # The reactor's channel first: every part below sends into it.
         channel = open_channel()
         events = channel[0]
@@ -322,6 +340,7 @@ async def _main(
             # A once run's root is already forked and warming up: no zygote to wait for.
             use_zygote=preforked is None,
             preforked=preforked,
+            journal=journals.commit if journals is not None else None,
         )
         required = frozenset(n for n, s in settings.servers.items() if s.required)
         declared = DeclaredSubscriptions(
@@ -333,6 +352,13 @@ async def _main(
             nursery=nursery,
             required=required,
             watched=watches.needs,
+            keep=None if shard is None else declared_filter(router, shard),
+        )
+        # Journaled sessions' self-subscriptions: routes now, upstream subscriptions once connected.
+        resumed = (
+            RestoredSubscriptions(journals, router, events, upstreams, telemetry, nursery)
+            if journals is not None
+            else None
         )
 
         def spawn(agent: Agent) -> None:
@@ -348,7 +374,16 @@ async def _main(
                 model_settings=profile.model_settings,
                 # Only the endpoint its model names: no child holds another endpoint's headers.
                 providers={k: v for k, v in providers.items() if profile.model.startswith(k + ":")},
+                # Warm sessions' turns go to their journal; once and schedule roots are not journaled.
+                journal=journals is not None and (agent.role != "root" or warm_root),
             )
+            if (
+                journals is not None
+                and agent.session is not None
+                and journals.resumable(agent.session) is not None
+            ):
+                nursery.start_soon(journals.spawn_resumed, tree, agent.id, agent.session, payload)
+                return
             tree.spawn(agent.id, payload)
 
         def unsubscribe(server: str, uri: str) -> None:
@@ -390,7 +425,9 @@ async def _main(
             channel=channel,
             watches=watches,
             staged={s.route_id: s for s in staged},
-            declared=declared,
+            declared=declared if resumed is None else resumed.alongside(declared),
+            journals=journals,
+            handles=None if shard is None else partial(handles, shard),
         )
 
         nursery.start_soon(_watch_signals, events)
@@ -401,6 +438,10 @@ async def _main(
             for up in upstreams.values():
                 starting.start_soon(nursery.start, up.run)
         declared.refresh("start")
+        if resumed is not None:
+            resumed.refresh()
+        if shard is not None:
+            telemetry.emit("shard.assigned", index=shard.index, count=shard.count)
         await nursery.start(watches.run)
         try:
             await watches.check_routes()  # a declared on_event the sandbox refuses is a config error

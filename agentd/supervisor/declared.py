@@ -189,6 +189,8 @@ class DeclaredSubscriptions:
         nursery: where subscribe/unsubscribe tasks run.
         required: names of required servers.
         watched: whether a live watch still needs ``(server, uri)`` subscribed.
+        keep: ``--shard``: whether this replica subscribes a pair (it handles
+            its updates); the others are left to the replicas that own them.
     """
 
     def __init__(
@@ -202,8 +204,10 @@ class DeclaredSubscriptions:
         nursery: trio.Nursery,
         required: frozenset[str] = frozenset(),
         watched: Callable[[str, str], bool] = lambda _server, _uri: False,
+        keep: Callable[[Pair], bool] | None = None,
     ) -> None:
         self._subs = list(subs)
+        self._keep = keep
         self._upstreams = upstreams
         self._router = router
         self._events = events
@@ -237,6 +241,10 @@ class DeclaredSubscriptions:
         if not self._subs:
             return []
         result = resolve(self._subs, self._catalogs(), self._required)
+        if self._keep is not None:
+            result = Resolution(
+                tuple(p for p in result.pairs if self._keep(p)), result.unresolved, result.required
+            )
         wanted = set(result.pairs)
         dropped = sorted(self.pairs - wanted)
         for pair in dropped:

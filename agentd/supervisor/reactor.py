@@ -77,6 +77,7 @@ from agentd.triggers.router import (
     ContinueDelivery,
     PushOutcome,
     QueuedEvent,
+    Route,
     Router,
     SpawnDelivery,
     render_template,
@@ -129,6 +130,22 @@ class Hooks:
     """The ``/readyz`` answer, at start and on every flip (the service manager hears it, rfcs/0162)."""
     draining: Callable[[], None] = lambda: None
     """The first signal started the drain (the service manager hears it, rfcs/0162)."""
+
+
+class SessionResume(Protocol):
+    """What the reactor asks the session journals (:mod:`agentd.state.sessions`); sync, never blocks."""
+
+    def resumable(self, session: str) -> tuple[tuple[str, str | None], ...] | None:
+        """A journaled session's self-subscriptions ``(uri, server)``, or None: start it fresh."""
+        ...
+
+    def reserved(self, name: str) -> bool:
+        """``name`` is a journaled session: no new agent may take it as its id."""
+        ...
+
+    def end(self, session: str) -> None:
+        """The session is over (its agent exited while agentd runs on): forget its journal."""
+        ...
 
 
 class WatchHooks(Protocol):
@@ -222,6 +239,8 @@ class Reactor:
         watches: the watch manager, if watches are available.
         staged: declared routes with a watch stage, by route id (rfcs/0078).
         declared: the declared subscriptions, if any.
+        journals: the session journals (``--state-dir``), if any.
+        handles: ``--shard``: whether this replica handles an update a route matched.
     """
 
     def __init__(
@@ -244,6 +263,8 @@ class Reactor:
         watches: WatchHooks | None = None,
         staged: Mapping[str, StagedRoute] | None = None,
         declared: Declared | None = None,
+        journals: SessionResume | None = None,
+        handles: Callable[[Route, str], bool] | None = None,
     ) -> None:
         self.driver = driver
         self.router = router
@@ -262,7 +283,16 @@ class Reactor:
         self._staged: Mapping[str, StagedRoute] = staged or {}
         self._declared: Declared = declared or _NoDeclared()
         self.session_routes = SessionRoutes(router)
-        self.agents = AgentTable(reserved=self.session_routes.has_session)
+        self.journals = journals
+        """The session journals (``--state-dir``; rfcs/0210)."""
+        self.handles = handles
+        """``--shard``: whether this replica handles an update a route matched (rfcs/0213)."""
+        # Unnamed agents use their id as session name: skip ids a watch or a journal holds.
+        self.agents = AgentTable(
+            reserved=lambda name: (
+                self.session_routes.has_session(name) or (journals is not None and journals.reserved(name))
+            )
+        )
         self.phase = Phase.RUNNING
         self.drain_deadline: float | None = None
         self.reenter_at: float | None = None
@@ -623,6 +653,9 @@ class Reactor:
                 else:
                     self.telemetry.emit("timer.coalesced", reason="previous root still running")
         else:
+            timer = self.router.timer_route
+            if self.handles is not None and timer is not None and not self.handles(timer, timer.id):
+                return  # another replica owns this timer route's fires
             self.router.ingest_timer(now)
 
     # -- event handling -------------------------------------------------------------
@@ -673,6 +706,12 @@ class Reactor:
             self.subscription_states.pop(pair, None)
 
     def _resource_changed(self, ev: ResourceChanged, now: float) -> None:
+        if self.handles is not None:
+            route = self.router.first_match(ev.uri)
+            if route is not None and not self.handles(route, ev.uri):
+                # Another replica owns this key (rfcs/0213); it gets the same update.
+                self.telemetry.emit("shard.skipped", server=ev.server, uri=ev.uri, route=route.id)
+                return
         if ev.startup:
             owner = self.router.first_match(ev.uri)
             if owner is not None and not owner.spec.reread_on_start:
@@ -778,6 +817,8 @@ class Reactor:
         agent = self.agents.session_agent(session)
         if agent is None:
             instruction = f"{self.instruction}\n\n{text}" if self.instruction else text
+            if self.journals is not None and self.journals.resumable(session) is not None:
+                instruction = text  # the journal holds the first instruction; the delivery follows it
             started = self._spawn(
                 now, role="session", instruction=instruction, route=route, session=session, warm=True
             )
@@ -832,6 +873,12 @@ class Reactor:
         agent = self.agents.new(
             role=role, instruction=instruction, route=route, session=session, warm=warm, now=now
         )
+        restored = self.journals.resumable(session) if self.journals is not None and session else None
+        for uri, server in restored or ():
+            # A restored session owns the self-subscriptions it had (their routes exist already).
+            agent.subscriptions.add(uri)
+            if server:
+                agent.subscription_servers[uri] = server
         self.telemetry.emit("subagent.spawn", agent=agent.id, role=role, route=route, session=session)
         self.hooks.spawn(agent)
         return agent
@@ -1020,6 +1067,13 @@ class Reactor:
                 # A session whose agent never started keeps its watches: the
                 # notice it was started for starts it again (below).
                 self._stop_watches(agent.session)
+                if (
+                    self.journals is not None
+                    and self.phase is Phase.RUNNING
+                    and self.budget.spent() is None
+                    and self.fatal_infra is None
+                ):
+                    self.journals.end(agent.session)  # over for good; a drain or a kill keeps it
             # The router must not keep a dead session marked busy: the next
             # delivery for it starts a new session.
             self.router.on_session_idle(agent.session)

@@ -64,7 +64,7 @@ from agentd.errors import ProtocolError
 from agentd.events import ChildExited, ReactorEvent, ZygoteStateChanged
 from agentd.selfmcp.control import FrameStream
 from agentd.selfmcp.protocol import MAX_CHILD_FRAME_BYTES, SpawnPayload
-from agentd.supervisor.channel import serve_control
+from agentd.supervisor.channel import Journal, serve_control
 from agentd.telemetry import Telemetry
 
 #: Time for the zygote to import trio, mcp and the agent code (~0.5 s here); generous for slow disks.
@@ -261,6 +261,7 @@ class Tree:
         preforked: a child already forked and waiting for its payload
             (:mod:`agentd.agent.prefork`, a once run's root): the first spawn
             takes it instead of forking a new one.
+        journal: records a journaled child's turns (the session journal), if any.
     """
 
     def __init__(
@@ -274,6 +275,7 @@ class Tree:
         child_command: Sequence[str] = CHILD_COMMAND,
         zygote_env: Mapping[str, str] | None = None,
         preforked: PreforkedChild | None = None,
+        journal: Journal | None = None,
     ) -> None:
         self._events = events
         self._serve_child = serve_child
@@ -282,6 +284,7 @@ class Tree:
         self.spawn_timeout = spawn_timeout
         self._child_command = tuple(child_command)
         self._zygote_env = dict(zygote_env or {})
+        self._journal = journal
         self.children: dict[str, ChildProc] = {}
         self._nursery: trio.Nursery | None = None
         self.zygote: Zygote | None = None
@@ -718,7 +721,11 @@ class Tree:
             async def control_side() -> None:
                 try:
                     await serve_control(
-                        child.agent, channels.control, events=self._events, telemetry=self._telemetry
+                        child.agent,
+                        channels.control,
+                        events=self._events,
+                        telemetry=self._telemetry,
+                        journal=self._journal,
                     )
                 except ProtocolError as exc:
                     child.reason = f"broke the control protocol: {exc}"

@@ -110,7 +110,7 @@ def objects(overlay: str, kind: str) -> list[dict[str, Any]]:
 def pod_specs(overlay: str) -> list[tuple[str, dict[str, Any]]]:
     out = []
     for o in render(overlay):
-        if o["kind"] in ("Job", "Deployment"):
+        if o["kind"] in ("Job", "Deployment", "StatefulSet"):
             out.append((o["kind"], o["spec"]["template"]["spec"]))
         elif o["kind"] == "CronJob":
             out.append((o["kind"], o["spec"]["jobTemplate"]["spec"]["template"]["spec"]))
@@ -140,12 +140,12 @@ def overlay(request) -> str:
 
 
 def test_the_expected_overlays_exist():
-    assert {"job", "cronjob", "deployment"} <= set(OVERLAYS)
+    assert {"job", "cronjob", "deployment", "statefulset"} <= set(OVERLAYS)
 
 
 def test_every_overlay_renders_one_workload(overlay):
     kinds = [o["kind"] for o in render(overlay)]
-    assert sum(k in ("Job", "CronJob", "Deployment") for k in kinds) == 1
+    assert sum(k in ("Job", "CronJob", "Deployment", "StatefulSet") for k in kinds) == 1
     assert "ServiceAccount" in kinds
     assert "ConfigMap" in kinds
 
@@ -251,8 +251,30 @@ def _port_of(container: dict[str, Any], ref: str | int) -> int:
     return port
 
 
+def test_sharded_replicas_each_own_a_volume_and_a_shard(overlay):
+    for sts in objects(overlay, "StatefulSet"):
+        spec = sts["spec"]
+        c = agentd_container(spec["template"]["spec"])
+        assert spec["podManagementPolicy"] == "Parallel"
+        assert flag(c["args"], "--mode") == "reactive"
+        assert flag(c["args"], "--shard") == "auto"
+        env = {e["name"]: e for e in c["env"]}
+        assert int(env["AGENTD_SHARD_COUNT"]["value"]) == spec["replicas"]
+        assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+        (claim,) = spec["volumeClaimTemplates"]
+        state_mount = [m for m in c["volumeMounts"] if m["name"] == claim["metadata"]["name"]]
+        assert [m["mountPath"] for m in state_mount] == [flag(c["args"], "--state-dir")]
+        (pdb,) = objects(overlay, "PodDisruptionBudget")
+        assert pdb["spec"]["selector"] == spec["selector"]
+        assert pdb["spec"]["maxUnavailable"] == 1
+
+
+def _workloads(overlay: str) -> list[dict[str, Any]]:
+    return objects(overlay, "Deployment") + objects(overlay, "StatefulSet")
+
+
 def test_probes_hit_the_health_server_paths_and_port(overlay):
-    for dep in objects(overlay, "Deployment"):
+    for dep in _workloads(overlay):
         c = agentd_container(dep["spec"]["template"]["spec"])
         health_host, health_port = health.parse_addr(flag(c["args"], "--health-addr") or "")
         assert health_host in (None, "0.0.0.0", "::"), (
@@ -270,7 +292,7 @@ def test_probes_hit_the_health_server_paths_and_port(overlay):
 
 
 def test_metrics_port_and_scrape_annotations_agree(overlay):
-    for dep in objects(overlay, "Deployment"):
+    for dep in _workloads(overlay):
         template = dep["spec"]["template"]
         c = agentd_container(template["spec"])
         _, metrics_port = health.parse_addr(flag(c["args"], "--metrics-addr") or "", setting="--metrics-addr")
@@ -316,8 +338,17 @@ def test_writable_paths_are_exactly_tmp_and_the_watch_state_dir(overlay):
         state = flag(c["args"], "--watch-state")
         if state is not None:
             expected.add(str(Path(state).parent))
+        if flag(c["args"], "--state-dir") is not None:
+            expected.add(str(flag(c["args"], "--state-dir")))
         assert set(writable) == expected, kind
+        claims = {
+            v["metadata"]["name"]
+            for w in objects(overlay, "StatefulSet")
+            for v in w["spec"]["volumeClaimTemplates"]
+        }
         for name in writable.values():
+            if name in claims:
+                continue  # a PersistentVolumeClaim per replica
             assert "emptyDir" in volumes[name] or "persistentVolumeClaim" in volumes[name]
             if "emptyDir" in volumes[name]:
                 assert "sizeLimit" in volumes[name]["emptyDir"], "bound every emptyDir"
@@ -383,6 +414,10 @@ def test_the_cli_accepts_every_workload_s_args(overlay, tmp_path):
                 local.mkdir(exist_ok=True)
                 args = [a.replace(mount["mountPath"] + "/", f"{local}/") for a in args]
         env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTD_")}
+        # Literal variables of the container (AGENTD_SHARD_COUNT), and the pod name a StatefulSet gives.
+        env.update({e["name"]: e["value"] for e in c.get("env", []) if "value" in e})
+        if kind == "StatefulSet":
+            env["POD_NAME"] = "agentd-sharded-0"
         result = subprocess.run(
             [sys.executable, "-m", "agentd", "check", *args],
             capture_output=True,
