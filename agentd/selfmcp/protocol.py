@@ -115,7 +115,7 @@ EventFieldValue = (
 )
 
 #: Field names a child event may not set: the supervisor writes them itself.
-RESERVED_EVENT_FIELDS: Final = frozenset({"ts", "event", "agent"})
+RESERVED_EVENT_FIELDS: Final = frozenset({"ts", "event", "agent", "level", "severity"})
 
 
 class Frame(BaseModel):

@@ -120,13 +120,14 @@ def run(settings: Any, *, closed_fds: frozenset[int] = frozenset()) -> int:
         print(f"agentd: {exc}", file=sys.stderr)
         return int(ExitCode.CONFIG)
     telemetry = Telemetry(
-        verbose=bool(settings.verbose), fd=2, buffer_bytes=buffer, fd_closed=2 in closed_fds
+        verbose=bool(settings.verbose),
+        fd=2,
+        buffer_bytes=buffer,
+        fd_closed=2 in closed_fds,
+        level=settings.log_level,
+        line_format=line_format(settings.log_format, 2),
     )
-    # Libraries log through `logging` (the MCP SDK on a peer's bad message);
-    # unconfigured, that writes to stderr synchronously, from the reactor's
-    # thread. Route it through telemetry: buffered, rate-limited, never blocking.
-    log_handler = _LogToTelemetry(telemetry)
-    logging.getLogger().addHandler(log_handler)
+    log_handler = route_logging(telemetry)
     stdout = LineWriter(
         1,
         max_bytes=DEFAULT_OUTPUT_BUFFER,
@@ -162,11 +163,47 @@ def run(settings: Any, *, closed_fds: frozenset[int] = frozenset()) -> int:
     return code
 
 
-class _LogToTelemetry(logging.Handler):
-    """Library log records (WARNING and up) as ``log`` telemetry events."""
+def line_format(log_format: str, fd: int) -> Any:
+    """``--log-format``: ``auto`` is text when ``fd`` is a terminal (a person reads it), else JSON."""
+    if log_format == "auto":
+        try:
+            return "text" if os.isatty(fd) else "json"
+        except OSError:
+            return "json"
+    return log_format
 
-    def __init__(self, telemetry: Telemetry) -> None:
-        super().__init__(level=logging.WARNING)
+
+#: Python logging levels as telemetry levels (CRITICAL is an error too).
+_LOG_LEVELS = {logging.DEBUG: "debug", logging.INFO: "info", logging.WARNING: "warning"}
+
+
+def route_logging(telemetry: Telemetry) -> logging.Handler:
+    """Send Python ``logging`` (and ``warnings``) into telemetry.
+
+    Libraries log through ``logging`` (the MCP SDK on a peer's bad message);
+    unconfigured, that writes plain text to stderr synchronously, from the
+    reactor's thread, between the NDJSON lines. Routed here it becomes
+    ``log`` events: same format, buffered, rate-limited, never blocking.
+    Records below WARNING are taken only at ``--log-level debug``: libraries'
+    INFO records (an HTTP client's line per request) are debugging detail.
+    Returns the handler (removed at exit).
+    """
+    level = {"debug": logging.DEBUG, "info": logging.WARNING, "warning": logging.WARNING}.get(
+        telemetry.level, logging.ERROR
+    )
+    handler = _LogToTelemetry(telemetry, level)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(level)
+    logging.captureWarnings(True)
+    return handler
+
+
+class _LogToTelemetry(logging.Handler):
+    """Python log records as ``log`` telemetry events, at their logger's level."""
+
+    def __init__(self, telemetry: Telemetry, level: int) -> None:
+        super().__init__(level=level)
         self._telemetry = telemetry
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -174,7 +211,8 @@ class _LogToTelemetry(logging.Handler):
             message = record.getMessage()
         except Exception:  # a library's bad format string must not break anything
             message = str(record.msg)
-        self._telemetry.emit("log", logger=record.name, level=record.levelname, message=message[:2000])
+        level = _LOG_LEVELS.get(record.levelno, "error" if record.levelno > logging.WARNING else "debug")
+        self._telemetry.emit("log", logger=record.name, level=level, message=message[:2000])
 
 
 async def _main(
