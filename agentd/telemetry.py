@@ -37,6 +37,7 @@ from typing import IO, Any, Literal
 
 import orjson
 
+from agentd.histograms import HistogramName, Histograms
 from agentd.output import DEFAULT_TELEMETRY_BUFFER, LineWriter, RateLimiter
 
 # Re-exported: the one redaction function lives in agentd.redact.
@@ -128,6 +129,8 @@ class Telemetry:
         self.line_format: LineFormat = line_format
         self._undeclared: set[tuple[str, frozenset[str]]] = set()
         self.counters: Counter[str] = Counter()
+        self.histograms = Histograms()
+        """Latency observations (``/metrics`` renders them)."""
 
     @property
     def verbose(self) -> bool:
@@ -253,6 +256,10 @@ class Telemetry:
     def incr(self, name: str, n: int = 1) -> None:
         """Add ``n`` to counter ``name``."""
         self.counters[name] += n
+
+    def observe(self, histogram: HistogramName, seconds: float, **labels: str | None) -> None:
+        """Record one latency observation of ``seconds`` in ``histogram`` (see :mod:`agentd.histograms`)."""
+        self.histograms.observe(histogram, seconds, labels)
 
     def snapshot(self, names: Iterable[str] | None = None) -> dict[str, int]:
         """The current counters (all, or the ``names`` given, zero when unset)."""

@@ -221,12 +221,14 @@ class SupervisorHub:
             error = str(exc)
             return text_result(error, is_error=True)
         finally:
+            elapsed = time.monotonic() - started
+            self._telemetry.observe("tool_call", elapsed, server=server)
             self._telemetry.emit(
                 "tool.call",
                 agent=agent,
                 server=server,
                 tool=tool,
-                latency_ms=round((time.monotonic() - started) * 1000, 3),
+                latency_ms=round(elapsed * 1000, 3),
                 error=error,
             )
 

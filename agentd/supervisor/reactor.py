@@ -129,6 +129,8 @@ class Agent:
     slot_released: bool = False
     """Spawn agents: the route's inflight slot was given back (at the first terminal status)."""
     started_at: float = 0.0
+    turn_started_at: float = 0.0
+    """When its current turn's input was handed over (turn duration is measured from it)."""
     notices: list[WatchNotice] = field(default_factory=list)
     """Watch notices that arrived mid-turn: all of them become ONE follow-up turn."""
     notice_turn: list[WatchNotice] = field(default_factory=list)
@@ -379,10 +381,12 @@ class Reactor:
 
         live = self.live_agents()
         counters = self.telemetry.counters
+        # Declared routes are present from the start, at 0 (a rate over a missing series is no rate).
+        declared = [r.id for r in self.router.routes() if r.owner is None]
         return MetricsSnapshot(
-            routed=dict(self.routed_by_route),
+            routed={**dict.fromkeys(declared, 0), **self.routed_by_route},
             unrouted=counters.get("unrouted", 0),
-            coalesced=dict(self.coalesced_by_route),
+            coalesced={**dict.fromkeys(declared, 0), **self.coalesced_by_route},
             dropped=self.dropped_by_reason(),
             server_restarts=dict(self.server_restarts),
             agent_restarts=self.agent_restarts,
@@ -399,6 +403,7 @@ class Reactor:
             server_state=dict(self.server_states),
             subscription_state={k: v for k, v in self.subscription_states.items() if v != "pending"},  # type: ignore[misc]
             subscriptions_unresolved=len(self.unresolved),
+            histograms=self.telemetry.histograms.snapshot(),
         )
 
     # -- the loop ---------------------------------------------------------------
@@ -729,6 +734,7 @@ class Reactor:
         )
         for d in deliveries:
             if isinstance(d, SpawnDelivery):
+                self.telemetry.observe("event_to_agent", now - d.event.first_seen, route=d.route_id)
                 self.telemetry.emit("route.deliver", route=d.route_id, uris=[d.event.uri])
                 agent = self._spawn(now, role="spawn", instruction=d.instruction, route=d.route_id)
                 agent.origin = [d.event]
@@ -748,6 +754,8 @@ class Reactor:
                     if self.watches is not None:
                         self.watches.on_route_changed(d.route_id, [(e.uri, e.server) for e in d.events])
                     continue
+                oldest = min(e.first_seen for e in d.events) if d.events else now
+                self.telemetry.observe("event_to_agent", now - oldest, route=d.route_id)
                 self._deliver_to_session(
                     now, d.session, render_delivery(d.events), route=d.route_id, origin=d.events
                 )
@@ -794,6 +802,7 @@ class Reactor:
         held = agent.held
         agent.held = None
         agent.phase = AgentPhase.TURN
+        agent.turn_started_at = trio.current_time()
         if held is not None:
             held.reply.answer(NextTurn(id=held.end.id, action="continue", input=text))
 
@@ -842,6 +851,7 @@ class Reactor:
             session=session,
             warm=warm,
             started_at=now,
+            turn_started_at=now,
         )
         self.agents[agent.id] = agent
         if session is not None:
@@ -897,6 +907,9 @@ class Reactor:
         self.telemetry.incr("cached_input_tokens", report.cached_input_tokens)
         self.telemetry.incr("cache_creation_input_tokens", report.cache_creation_input_tokens)
         self.telemetry.incr("model_calls")
+        self.telemetry.observe(
+            "model_call", report.latency_ms / 1000, route=agent.route, provider=report.provider
+        )
         if report.cost_usd is None:
             self.telemetry.incr("unpriced_calls")
         self.telemetry.emit(
@@ -953,6 +966,7 @@ class Reactor:
             )
         elif text or status != "completed":
             self.hooks.publish(agent, status, text, idle)
+        self.telemetry.observe("turn", now - agent.turn_started_at, route=agent.route)
         self.telemetry.emit("turn.end", agent=agent.id, status=status, route=agent.route, idle=idle)
         hold = self._should_hold(agent, status)
         if hold:
