@@ -762,10 +762,17 @@ class WatchesConfig(_Frozen):
     def _durations(cls, v: object) -> float:
         return _duration(v, positive=True)
 
-    @field_validator("max_watches", "filter_tool_calls", "events_per_update", "notice_lines", mode="before")
+    @field_validator("max_watches", "filter_tool_calls", mode="before")
     @classmethod
     def _positive(cls, v: object) -> int:
         return _integer(v, minimum=1)
+
+    @field_validator("events_per_update", "notice_lines", mode="before")
+    @classmethod
+    def _two_or_more(cls, v: object) -> int:
+        # One slot holds the GAP summary (events) or the "+N more" line (notice lines): with
+        # one, nothing else would fit. The watch stage refuses less than 2 as well.
+        return _integer(v, minimum=2)
 
     @field_validator("resubscribe_attempts", mode="before")
     @classmethod

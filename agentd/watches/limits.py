@@ -95,6 +95,12 @@ class WatchLimits:
                 self.events_per_update,
                 "give at least 2 (one slot may hold the GAP summary of skipped events)",
             )
+        if self.lines_per_notice < 2:
+            raise ConfigError(
+                "watch limit lines_per_notice",
+                self.lines_per_notice,
+                "give at least 2 (one line may be the '+N more' summary)",
+            )
         if self.debounce_max_secs < self.debounce_quiet_secs:
             raise ConfigError(
                 "watch limit debounce_max_secs",

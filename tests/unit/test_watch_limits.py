@@ -34,6 +34,7 @@ def test_configurable_and_backoff_capped():
         ({"filter_tool_calls": 2.5}, r"filter_tool_calls: 2.5 .* whole number"),
         ({"lines_per_notice": True}, r"lines_per_notice: True .* positive number"),
         ({"events_per_update": 1}, r"events_per_update: 1 .* at least 2"),
+        ({"lines_per_notice": 1}, r"lines_per_notice: 1 .* at least 2"),
         ({"debounce_max_secs": 1.0}, r"debounce_max_secs: 1.0 .* >= debounce_quiet_secs \(3.0\)"),
         ({"resubscribe_max_secs": 0.5}, r"resubscribe_max_secs: 0.5 .* >= resubscribe_initial_secs"),
     ],
@@ -86,3 +87,16 @@ def test_every_watches_setting_reaches_the_limits():
         lim.debounce_max_secs,
         lim.resubscribe_attempts,
     ) == (2, 0.5, 3, 7, 4, 0.25, 2.0, 0)
+
+
+@pytest.mark.parametrize("key", ["events_per_update", "notice_lines"])
+def test_the_config_refuses_what_the_watch_stage_would_refuse(key):
+    """``agentd check`` and the run agree: the smallest value the config accepts, the stage accepts."""
+    from pydantic import ValidationError
+
+    from agentd.config import WatchesConfig
+    from agentd.watches.manager import watch_limits
+
+    with pytest.raises(ValidationError, match=r"≥ 2"):
+        WatchesConfig(**{key: 1})
+    watch_limits(WatchesConfig(**{key: 2}))  # the smallest accepted value runs
