@@ -32,7 +32,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import IO, Any, Literal
 
 import orjson
@@ -131,6 +131,7 @@ class Telemetry:
         self.counters: Counter[str] = Counter()
         self.histograms = Histograms()
         """Latency observations (``/metrics`` renders them)."""
+        self._taps: list[Callable[[str, dict[str, Any]], object]] = []
 
     @property
     def verbose(self) -> bool:
@@ -153,6 +154,8 @@ class Telemetry:
         (Python logging records keep their logger's level).
         """
         level = fields.pop("level", None)
+        for tap in self._taps:
+            tap(event, fields)
         spec = EVENTS.get(event)
         if level not in LEVEL_RANK:
             level = spec.level_for(fields) if spec is not None else "warning"
@@ -256,6 +259,22 @@ class Telemetry:
     def incr(self, name: str, n: int = 1) -> None:
         """Add ``n`` to counter ``name``."""
         self.counters[name] += n
+
+    def add_tap(self, tap: Callable[[str, dict[str, Any]], object]) -> None:
+        """Also hand every event, and every step (:meth:`step`), to ``tap`` (stream-json, traces).
+
+        A tap sees the fields unredacted, at every level; it must not block or raise.
+        """
+        self._taps.append(tap)
+
+    def step(self, kind: str, /, **fields: Any) -> None:
+        """A step of an agent with its content (a tool call's arguments, an assistant's text).
+
+        Steps go only to the taps (``--output stream-json``), never to stderr:
+        content stays out of the logs.
+        """
+        for tap in self._taps:
+            tap("step." + kind, fields)
 
     def observe(self, histogram: HistogramName, seconds: float, **labels: str | None) -> None:
         """Record one latency observation of ``seconds`` in ``histogram`` (see :mod:`agentd.histograms`)."""

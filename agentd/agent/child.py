@@ -44,6 +44,7 @@ from agentd.selfmcp.protocol import (
     MAX_LATENCY_MS,
     MAX_MESSAGE_CHARS,
     MAX_NAME_CHARS,
+    MAX_STEP_TEXT_CHARS,
     MAX_SUPERVISOR_FRAME_BYTES,
     MAX_TEXT_CHARS,
     MAX_TOKENS_PER_CALL,
@@ -159,6 +160,8 @@ class ControlLink:
         cached_input_tokens: int = 0,
         cache_creation_input_tokens: int = 0,
         cost_usd: float | None = None,
+        text: str = "",
+        tool_calls: int = 0,
     ) -> UsageVerdict:
         """Report one model call; the answer says whether to go on.
 
@@ -179,6 +182,8 @@ class ControlLink:
             cached_input_tokens=cached,
             cache_creation_input_tokens=_clamp(cache_creation_input_tokens, total_in - cached),
             cost_usd=_cost(cost_usd),
+            text=str(text)[:MAX_STEP_TEXT_CHARS],
+            tool_calls=_clamp(tool_calls, 1000),
         )
         answer = await self._request(report, timeout=LINK_TIMEOUT)
         assert isinstance(answer, UsageVerdict)

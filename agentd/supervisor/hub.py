@@ -190,6 +190,21 @@ class SupervisorHub:
             return await recv.receive()
 
     async def call(self, agent: str, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        """Run one tool call for ``agent``; the step lines (stream-json) frame it."""
+        self._telemetry.step("tool_call", agent=agent, name=name, arguments=arguments)
+        started = time.monotonic()
+        result = await self._call(agent, name, arguments)
+        self._telemetry.step(
+            "tool_result",
+            agent=agent,
+            name=name,
+            is_error=bool(result.is_error),
+            content=result.content,
+            latency_ms=round((time.monotonic() - started) * 1000, 3),
+        )
+        return result
+
+    async def _call(self, agent: str, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
         if not self.offers(agent, name):
             # Checked here as well as in the child: a child's code is not trusted either.
             return text_result(

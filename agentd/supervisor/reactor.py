@@ -910,6 +910,19 @@ class Reactor:
         self.telemetry.observe(
             "model_call", report.latency_ms / 1000, route=agent.route, provider=report.provider
         )
+        self.telemetry.step(
+            "assistant",
+            agent=agent.id,
+            route=agent.route,
+            session=agent.session,
+            text=report.text,
+            tool_calls=report.tool_calls,
+            model=report.model,
+            input_tokens=report.input_tokens,
+            output_tokens=report.output_tokens,
+            cached_input_tokens=report.cached_input_tokens,
+            cost_usd=report.cost_usd,
+        )
         if report.cost_usd is None:
             self.telemetry.incr("unpriced_calls")
         self.telemetry.emit(
@@ -967,6 +980,7 @@ class Reactor:
         elif text or status != "completed":
             self.hooks.publish(agent, status, text, idle)
         self.telemetry.observe("turn", now - agent.turn_started_at, route=agent.route)
+        self.telemetry.incr("turns")
         self.telemetry.emit("turn.end", agent=agent.id, status=status, route=agent.route, idle=idle)
         hold = self._should_hold(agent, status)
         if hold:
