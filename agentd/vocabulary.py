@@ -142,7 +142,7 @@ EVENTS: Mapping[str, EventSpec] = {
             "log",
             "warning",
             "A record from Python logging (a library's message), with the logger's level.",
-            "logger message",
+            "logger message error traceback",
         ),
         _e(
             "telemetry.suppressed",
@@ -194,7 +194,7 @@ EVENTS: Mapping[str, EventSpec] = {
             "interval_s reason",
         ),
         # -- the reactor -------------------------------------------------------------
-        _e("reactor.start", "debug", "The reactor started turning.", "mode"),
+        _e("reactor.start", "info", "The reactor started turning.", "mode"),
         _e(
             "reactor.waiting",
             "info",
@@ -230,7 +230,7 @@ EVENTS: Mapping[str, EventSpec] = {
         _e("loop.shift", "info", "Loop mode starts a shift of the root agent.", "agent warm"),
         _e("loop.reenter", "info", "Loop mode re-enters the root agent after a pause.", "after_s"),
         _e("timer.fire", "info", "The interval or cron clock fired.", ""),
-        _e("timer.coalesced", "debug", "A clock fire was merged into one already pending.", "reason"),
+        _e("timer.coalesced", "info", "A clock fire was merged into one already pending.", "reason"),
         _e(
             "catalog.changed",
             "info",
@@ -246,7 +246,7 @@ EVENTS: Mapping[str, EventSpec] = {
         ),
         _e(
             "resource.reread_skipped",
-            "debug",
+            "info",
             "A route switched off the start-up re-read of a URI.",
             "route server uri",
         ),

@@ -308,6 +308,7 @@ async def amain(payload: SpawnPayload, mcp_sock: socket.socket, control_sock: so
     from agentd.errors import FatalInfraError
     from agentd.models import ToolSpec, make_model
     from agentd.selfmcp.transport import stream_transport
+    from agentd.tracing import child_turn_context
 
     control = ControlLink(
         FrameStream(
@@ -330,14 +331,16 @@ async def amain(payload: SpawnPayload, mcp_sock: socket.socket, control_sock: so
             async with Client(stream_transport(mcp_stream), mode="2026-07-28", cache=None) as client:
                 link = SelfMcpLink(client, control)
                 try:
-                    await run_agent(
-                        model,
-                        link,
-                        system=payload.system,
-                        instruction=payload.instruction,
-                        tools=tools,
-                        max_turn_steps=payload.max_turn_steps,
-                    )
+                    # The supervisor's turn span: the MCP SDK puts it in each tool call's _meta.
+                    with child_turn_context(payload.traceparent):
+                        await run_agent(
+                            model,
+                            link,
+                            system=payload.system,
+                            instruction=payload.instruction,
+                            tools=tools,
+                            max_turn_steps=payload.max_turn_steps,
+                        )
                 except FatalInfraError as exc:
                     # Tell the supervisor why before going: it decides the exit code (4).
                     await control.turn_end(status="crashed", text="", idle=False, fatal_infra=str(exc))

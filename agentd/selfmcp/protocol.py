@@ -163,6 +163,7 @@ class SpawnPayload(Frame):
             ``exhausted_steps`` (None: no cap).
         model_settings: the model settings, as :meth:`agentd.models.ModelSettings.given` writes them.
         providers: the ``[providers.NAME]`` endpoints a ``NAME:MODEL`` spec may name.
+        traceparent: the turn's trace context (tracing on), which the child's tool calls carry.
     """
 
     type: Literal["spawn"] = "spawn"
@@ -175,6 +176,8 @@ class SpawnPayload(Frame):
     max_turn_steps: Annotated[int, Field(ge=1)] | None = None
     model_settings: dict[str, Any] = Field(default_factory=dict)
     providers: dict[str, ProviderFrame] = Field(default_factory=dict)
+    traceparent: Annotated[str, Field(max_length=MAX_NAME_CHARS)] | None = None
+    """The W3C ``traceparent`` of the agent's turn span, when tracing is on."""
 
 
 class UsageVerdict(Frame):

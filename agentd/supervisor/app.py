@@ -129,6 +129,9 @@ def run(settings: Any, *, closed_fds: frozenset[int] = frozenset()) -> int:
         line_format=line_format(settings.log_format, 2),
     )
     log_handler = route_logging(telemetry)
+    from agentd.tracing import setup as setup_tracing
+
+    tracing = setup_tracing(os.environ, telemetry)
     stdout = LineWriter(
         1,
         max_bytes=DEFAULT_OUTPUT_BUFFER,
@@ -143,7 +146,7 @@ def run(settings: Any, *, closed_fds: frozenset[int] = frozenset()) -> int:
             reason="closed when agentd started; results are lost (counted)",
         )
     try:
-        code = int(trio.run(_main, settings, telemetry, stdout, backoff, limits))
+        code = int(trio.run(_main, settings, telemetry, stdout, backoff, limits, tracing))
     except KeyboardInterrupt:
         code = int(ExitCode.DRAIN_TIMEOUT)
     except Exception as exc:  # a bug: say so plainly, exit 1, never a hang
@@ -158,6 +161,9 @@ def run(settings: Any, *, closed_fds: frozenset[int] = frozenset()) -> int:
     finally:
         if state_lock is not None:
             state_lock.release()
+    # Within the drain grace: the spans of the last turns are not lost on SIGTERM.
+    if tracing is not None and not tracing.shutdown(min(EXIT_FLUSH_TIMEOUT, settings.grace)):
+        telemetry.emit("tracing.export_failed", error="not all spans were exported at exit", spans=None)
     logging.getLogger().removeHandler(log_handler)
     stdout.close(EXIT_FLUSH_TIMEOUT)
     telemetry.close(EXIT_FLUSH_TIMEOUT)
@@ -213,7 +219,13 @@ class _LogToTelemetry(logging.Handler):
         except Exception:  # a library's bad format string must not break anything
             message = str(record.msg)
         level = _LOG_LEVELS.get(record.levelno, "error" if record.levelno > logging.WARNING else "debug")
-        self._telemetry.emit("log", logger=record.name, level=level, message=message[:2000])
+        fields: dict[str, Any] = {}
+        if record.exc_info and record.exc_info[1] is not None:
+            import traceback
+
+            fields["error"] = f"{type(record.exc_info[1]).__name__}: {record.exc_info[1]}"[:2000]
+            fields["traceback"] = "".join(traceback.format_exception(*record.exc_info))[-8000:]
+        self._telemetry.emit("log", logger=record.name, level=level, message=message[:2000], **fields)
 
 
 async def _main(
@@ -222,6 +234,7 @@ async def _main(
     stdout: LineWriter,
     backoff: tuple[float, ...] | None,
     watch_limits: Any,
+    tracing: Any = None,
 ) -> int:
     from agentd.errors import ConfigError
     from agentd.health import raise_open_files_limit
@@ -333,6 +346,7 @@ async def _main(
                 model_settings=profile.model_settings,
                 # Only the endpoint its model names: no child holds another endpoint's headers.
                 providers={k: v for k, v in providers.items() if profile.model.startswith(k + ":")},
+                traceparent=tracing.traceparent(agent.id) if tracing is not None else None,
             )
             tree.spawn(agent.id, payload)
 

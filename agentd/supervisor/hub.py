@@ -30,6 +30,7 @@ from agentd.selfmcp.protocol import unknown_tool_text
 from agentd.selfmcp.server import text_result
 from agentd.supervisor.events import ChildMessage, ReactorEvent
 from agentd.telemetry import Telemetry
+from agentd.tracing import active as active_tracing
 from agentd.upstream.naming import ToolNameMap
 
 if TYPE_CHECKING:
@@ -193,7 +194,13 @@ class SupervisorHub:
         """Run one tool call for ``agent``; the step lines (stream-json) frame it."""
         self._telemetry.step("tool_call", agent=agent, name=name, arguments=arguments)
         started = time.monotonic()
-        result = await self._call(agent, name, arguments)
+        tracing = active_tracing()
+        if tracing is None:
+            result = await self._call(agent, name, arguments)
+        else:
+            with tracing.tool_span(agent, name, arguments) as span:
+                result = await self._call(agent, name, arguments)
+                tracing.tool_result(span, is_error=bool(result.is_error), text=_text_of(result))
         self._telemetry.step(
             "tool_result",
             agent=agent,
@@ -394,3 +401,8 @@ class ReactorRoutes:
             timeout=REACTOR_REPLY_TIMEOUT,
         )
         return bool(answer.get("needed", True))
+
+
+def _text_of(result: types.CallToolResult) -> str:
+    """A tool result's text blocks, joined (for a span, with content capture on)."""
+    return "\n".join(b.text for b in result.content if isinstance(b, types.TextContent))
