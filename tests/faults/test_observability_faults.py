@@ -25,7 +25,10 @@ def _closed_port() -> int:
 
 async def test_o1_a_dead_collector_costs_only_a_warning(tmp_path: Path) -> None:
     model = script(tmp_path, [{"text": "done"}])
-    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{_closed_port()}", "OTEL_EXPORTER_OTLP_TIMEOUT": "1"}
+    env = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{_closed_port()}",
+        "OTEL_EXPORTER_OTLP_TIMEOUT": "1",
+    }
     async with run_agentd(["--model", model, "--output", "json", "go"], env=env) as a:
         assert await a.wait_exit(timeout=60) == ExitCode.OK, a.tail()
     assert json.loads(a.out)["result"] == "done"
