@@ -477,6 +477,11 @@ def child_turn_context(traceparent: str | None) -> Iterator[None]:
         otel_context.detach(token)
 
 
+def attach_traceparent(traceparent: str) -> None:
+    """In a child: make ``traceparent`` the current context of this task from now on (a warm session's next turn)."""
+    otel_context.attach(_PROPAGATOR.extract({"traceparent": traceparent}))
+
+
 def from_environ() -> Mapping[str, str]:
     """The process environment (a seam for tests)."""
     return os.environ
@@ -487,6 +492,7 @@ __all__ = [
     "QuietBatchProcessor",
     "Tracing",
     "active",
+    "attach_traceparent",
     "capture_content",
     "child_turn_context",
     "enabled_by",

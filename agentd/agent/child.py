@@ -294,7 +294,14 @@ class SelfMcpLink:
         return await self._control.report_usage(**usage)
 
     async def turn_end(self, **end: Any) -> NextTurn:
-        return await self._control.turn_end(**end)
+        answer = await self._control.turn_end(**end)
+        if answer.traceparent:
+            # The next turn's span: current from here on in this task (the loop's), so the
+            # MCP SDK puts it in the _meta of that turn's tool calls.
+            from agentd.tracing import attach_traceparent
+
+            attach_traceparent(answer.traceparent)
+        return answer
 
     def tool_refused(self, name: str) -> None:
         self._control.post_event("tool.refused", {"tool": name, "reason": "not offered to the model"})

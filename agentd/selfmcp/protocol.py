@@ -196,6 +196,8 @@ class NextTurn(Frame):
     id: NonNegInt = 0
     action: Literal["exit", "continue"]
     input: str = ""
+    traceparent: Annotated[str, Field(max_length=MAX_NAME_CHARS)] | None = None
+    """The W3C ``traceparent`` of the next turn's span, when tracing is on."""
 
 
 SupervisorFrame: TypeAlias = Annotated[SpawnPayload | UsageVerdict | NextTurn, Field(discriminator="type")]

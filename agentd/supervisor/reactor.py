@@ -51,6 +51,7 @@ from agentd.supervisor.events import (
 from agentd.supervisor.governor import RestartGovernor
 from agentd.supervisor.routes import StagedRoute
 from agentd.telemetry import Telemetry
+from agentd.tracing import active as active_tracing
 from agentd.triggers import mode as modes
 from agentd.triggers.router import (
     ContinueDelivery,
@@ -804,7 +805,12 @@ class Reactor:
         agent.phase = AgentPhase.TURN
         agent.turn_started_at = trio.current_time()
         if held is not None:
-            held.reply.answer(NextTurn(id=held.end.id, action="continue", input=text))
+            # The next turn's trace context (tracing on): the child's tool calls carry it.
+            tracing = active_tracing()
+            traceparent = tracing.traceparent(agent.id) if tracing is not None else None
+            held.reply.answer(
+                NextTurn(id=held.end.id, action="continue", input=text, traceparent=traceparent)
+            )
 
     # -- agents -----------------------------------------------------------------------
 

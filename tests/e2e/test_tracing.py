@@ -22,7 +22,7 @@ CONTENT_KEYS = {
 }
 
 
-def _config(tmp_path: Path, model: str, endpoint: str) -> tuple[Path, Path]:
+def _config(tmp_path: Path, model: str, endpoint: str, disposition: str = "spawn") -> tuple[Path, Path]:
     memo = tmp_path / "notes.json"
     memo.write_text("{}")
     path = tmp_path / "agentd.toml"
@@ -46,7 +46,7 @@ env = {{ OTEL_EXPORTER_OTLP_ENDPOINT = {json.dumps(endpoint)} }}
 [[routes]]
 name = "notes"
 match = "{NOTES}"
-disposition = "spawn"
+disposition = "{disposition}"
 debounce = "0s"
 reread_on_start = false
 """
@@ -179,3 +179,28 @@ async def test_tracing_is_off_without_the_otel_variables(tmp_path: Path) -> None
         assert await a.wait_exit() == 0
     assert not a.find("tracing.enabled")
     assert not a.find("tracing.unavailable")
+
+
+async def test_each_turn_of_a_warm_session_is_its_own_trace_across_the_child(tmp_path: Path) -> None:
+    step = [{"tool_calls": [{"name": "traced__stamp", "arguments": {"text": "t"}}]}, {"text": "ok"}]
+    model = script(tmp_path, step * 2)
+    async with otlp_receiver() as rx:
+        toml, memo = _config(tmp_path, model, rx.endpoint, disposition="continue")
+        async with run_agentd(["--config", str(toml)], env={"OTEL_EXPORTER_OTLP_ENDPOINT": rx.endpoint}) as a:
+            await a.wait_event("ready.changed", lambda e: e["ready"])
+            _edit(memo, {"todo": "one"})
+            await a.wait_event("turn.end")
+            _edit(memo, {"todo": "two"})
+            await a.wait_event("turn.end", count=2)
+            a.signal(signal.SIGTERM)
+            assert await a.wait_exit() == 0, a.tail()
+        await rx.wait_for(lambda s: s.name == "execute_tool traced__stamp", timeout=5)
+    turns = sorted((s for s in rx.spans if s.name.startswith("invoke_agent")), key=lambda s: s.start_ns)
+    assert len(turns) == 2
+    assert turns[0].trace_id != turns[1].trace_id  # one trace per cause
+    for turn in turns:
+        # The self-MCP server span of this turn's tool call continues this turn's context from the child.
+        (served,) = [s for s in rx.spans if s.name == "tools/call traced__stamp" and s.trace_id == turn.trace_id]
+        assert served.parent_id == turn.span_id
+        (upstream,) = [s for s in rx.spans if s.service == "traced-server" and s.trace_id == turn.trace_id]
+        assert upstream.name == "tools/call stamp"
