@@ -200,7 +200,9 @@ async def test_each_turn_of_a_warm_session_is_its_own_trace_across_the_child(tmp
     assert turns[0].trace_id != turns[1].trace_id  # one trace per cause
     for turn in turns:
         # The self-MCP server span of this turn's tool call continues this turn's context from the child.
-        (served,) = [s for s in rx.spans if s.name == "tools/call traced__stamp" and s.trace_id == turn.trace_id]
+        (served,) = [
+            s for s in rx.spans if s.name == "tools/call traced__stamp" and s.trace_id == turn.trace_id
+        ]
         assert served.parent_id == turn.span_id
         (upstream,) = [s for s in rx.spans if s.service == "traced-server" and s.trace_id == turn.trace_id]
         assert upstream.name == "tools/call stamp"
