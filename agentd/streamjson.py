@@ -5,7 +5,7 @@ run's id); the schema is ``docs/stream-json.schema.json`` (version
 :data:`SCHEMA_VERSION`, in the ``start`` line). Lines, by ``type``:
 
 ==============  ==================================================================
-``start``       the run: agentd's version, mode, model, servers, routes, subscriptions
+``start``       the run: agentd's version, mode, model, servers, routes, subscriptions, sessions
 ``delivery``    what starts a turn: a routed update (its URIs), a clock fire, a watch notice
 ``agent``       an agent starts (its id, role, route and session)
 ``assistant``   each model reply: its text (cut), how many tool calls it asked for, its usage
@@ -117,6 +117,10 @@ class StreamJson:
                 "subscriptions": [
                     f"{s.server}:{s.uri}" if s.server else s.uri for s in settings.subscriptions
                 ],
+                # The named sessions continue routes deliver into (each one warm agent).
+                "sessions": sorted(
+                    {r.session for r in settings.routes if r.disposition == "continue" and r.session}
+                ),
             }
         )
 

@@ -175,5 +175,6 @@ async def test_reactive_replies_carry_their_time_and_cause(tmp_path: Path, outpu
         assert lines[-1]["status"] == "stopped"
         assert lines[-1]["exit_code"] == 0
         assert lines[0]["routes"] == ["notes"]
+        assert lines[0]["sessions"] == []
     assert reply["result"] == "seen the change"
     assert reply["cause"] == {"kind": "resource", "route": "notes", "uris": [NOTES]}
