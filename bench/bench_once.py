@@ -24,6 +24,21 @@ alternating; and with ``bedrock:`` (the official SDK) on this checkout's
 code. It reports the whole command, ``supervisor.start`` → the root's
 ``subagent.spawn`` (start-up: zygote and memo server ready) and spawn →
 first ``model.call``, the last two from agentd's own timestamps (ms).
+
+``--job`` (about 1-2 min) is the Kubernetes Job case side by side with the
+floor a user would write instead: a bare script (``mcp`` SDK + ``httpx2`` in
+a fresh interpreter) that starts the same memo server, lists its tools, asks
+a loopback ``openai:`` provider (real Chat Completions wire format), makes
+the one tool call the model asks for, asks again and prints the answer. The
+two run alternately, ``-n`` times each; with ``--llm PATH`` a peer too:
+the ``llm`` CLI with its ``llm-tools-mcp`` plugin (installed in a throwaway
+virtualenv: it needs ``mcp<2``), the fake declared as an extra OpenAI model
+and the memo server in its ``mcp.json``. Reported: wall time (exec → exit),
+the final answer → process exit (the fake's answer to the last request →
+the exit seen here), and the PSS of each side's own process tree (agentd:
+supervisor, zygote, agents; not the MCP server), sampled when the last model
+request arrives (every process is alive then; the fake answers after the
+sample).
 """
 
 from __future__ import annotations
@@ -36,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from _util import ENV, PY, REPO, STEP_TIMEOUT, fmt, machine_note, p50, run_agentd, table, write_script
+from _util import ENV, PY, REPO, STEP_TIMEOUT, MiB, fmt, machine_note, p50, run_agentd, table, write_script
 from mcp import Client, StdioServerParameters
 
 SERVER = [PY, "-m", "agentd", "serve", "memo"]
@@ -107,6 +122,206 @@ async def sdk_fresh_process() -> float:
     with trio.fail_after(STEP_TIMEOUT):
         await trio.run_process([PY, "-c", FLOOR_SCRIPT], env=ENV, stdin=subprocess.DEVNULL)
     return time.perf_counter() - t0
+
+
+BARE_SCRIPT = """
+import os, sys
+import httpx2, orjson, trio
+from mcp import Client, StdioServerParameters
+
+async def main():
+    base, key = os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"]
+    async with Client(StdioServerParameters(command=sys.argv[1], args=sys.argv[2:-1])) as mcp:
+        tools = [
+            {"type": "function", "function": {"name": t.name, "description": t.description or "",
+             "parameters": t.input_schema}}
+            for t in (await mcp.list_tools()).tools
+        ]
+        messages = [{"role": "user", "content": sys.argv[-1]}]
+        async with httpx2.AsyncClient(timeout=60) as http:
+            while True:
+                r = await http.post(base + "/chat/completions", headers={"authorization": "Bearer " + key},
+                                    json={"model": "gpt-4o-mini", "messages": messages, "tools": tools})
+                r.raise_for_status()
+                msg = r.json()["choices"][0]["message"]
+                messages.append(msg)
+                if not msg.get("tool_calls"):
+                    print(msg["content"])
+                    return
+                for call in msg["tool_calls"]:
+                    res = await mcp.call_tool(call["function"]["name"], orjson.loads(call["function"]["arguments"]))
+                    text = "\\n".join(getattr(c, "text", "") for c in res.content)
+                    messages.append({"role": "tool", "tool_call_id": call["id"], "content": text})
+
+trio.run(main)
+"""
+
+
+def tree_pss(pid: int) -> tuple[int, dict[str, int]]:
+    """PSS of ``pid`` and its descendants, MCP servers left out: (bytes, by role)."""
+    import psutil
+    from _util import descendants, role_of
+
+    by_role: dict[str, int] = {}
+    root = psutil.Process(pid)
+    command = root.cmdline()
+    procs = [root, *descendants(pid)]
+    for p in procs:
+        if p.pid == pid:
+            role = "supervisor"
+        elif p.ppid() == pid and p.cmdline() == command:
+            role = "agent"  # forked from the supervisor (a once root): its command line is agentd's
+        else:
+            role = role_of(p)
+        if role.startswith("server:"):
+            continue
+        try:
+            pss = p.memory_full_info().pss
+        except psutil.Error:
+            continue
+        by_role[role] = by_role.get(role, 0) + pss
+    return sum(by_role.values()), by_role
+
+
+def _set_call(request: Any) -> Any:
+    """The model's first answer: call the offered tool whose name ends in ``memo_set``."""
+    from tests.fakes.provider_server import openai_reply
+
+    names = [t["function"]["name"] for t in request.json.get("tools") or []]
+    tool = next(n for n in names if n.endswith("memo_set"))
+    return openai_reply(tool_calls=[("c1", tool, '{"key": "task", "value": "bench"}')])
+
+
+def _llm_setup(tmp: Path, base_url: str) -> dict[str, str]:
+    """The environment of an ``llm`` run: the fake as an extra OpenAI model, the memo server for llm-tools-mcp."""
+    import json
+
+    home = tmp / "llm-home"
+    (home / "mcp").mkdir(parents=True, exist_ok=True)
+    (home / "extra-openai-models.yaml").write_text(
+        f'- model_id: fake-mini\n  model_name: gpt-4o-mini\n  api_base: "{base_url}/v1"\n  supports_tools: true\n'
+    )
+    servers = {"mcpServers": {"memo": {"command": SERVER[0], "args": SERVER[1:]}}}
+    (home / "mcp" / "mcp.json").write_text(json.dumps(servers))
+    return {"LLM_USER_PATH": str(home), "LLM_TOOLS_MCP_CONFIG_DIR": str(home / "mcp")}
+
+
+async def job_run(side: str, tmp: Path, llm: str | None = None) -> dict[str, Any]:
+    """One Job-shaped run of ``side`` ("agentd", "bare" or "llm"): wall, answer → exit, PSS."""
+    from _providers import fake_provider, provider_env
+
+    from tests.fakes.provider_server import openai_reply
+
+    replies: list[Any] = [_set_call, openai_reply("saved")]
+    out: dict[str, Any] = {}
+    pid_box: list[int] = []
+
+    async with fake_provider("openai", None) as (fake, server):
+
+        def handler(request: Any) -> Any:
+            fake.arrivals.append(time.perf_counter())
+            if len(replies) == 1 and pid_box:  # the last request: every process is alive
+                out["pss"], out["pss_by_role"] = tree_pss(pid_box[0])
+            reply = replies.pop(0)
+            if callable(reply):
+                reply = reply(request)
+            out["answered"] = time.perf_counter()
+            return reply
+
+        server._handler = handler
+        env = {**ENV, **provider_env("openai", server.base_url, tmp)}
+        if side == "agentd":
+            argv = [
+                PY,
+                "-m",
+                "agentd",
+                "--mode",
+                "once",
+                "--model",
+                "openai:gpt-4o-mini",
+                "--mcp-stdio",
+                "memo=" + " ".join(SERVER),
+                "save it",
+            ]
+        elif side == "llm":
+            assert llm is not None
+            env.update(_llm_setup(tmp, server.base_url))
+            argv = [llm, "-m", "fake-mini", "-T", "MCP", "--no-stream", "save it"]
+        else:
+            argv = [PY, "-c", BARE_SCRIPT, *SERVER, "save it"]
+        t0 = time.perf_counter()
+        proc = await trio.lowlevel.open_process(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            cwd=str(REPO),
+        )
+        pid_box.append(proc.pid)
+        assert proc.stdout is not None
+        stdout = b""
+        with trio.fail_after(STEP_TIMEOUT):
+            while chunk := await proc.stdout.receive_some(65536):
+                stdout += chunk
+            code = await proc.wait()
+        end = time.perf_counter()
+    if code != 0 or b"saved" not in stdout or replies:
+        raise RuntimeError(
+            f"{side} run failed: exit {code}, stdout {stdout[:200]!r}, replies left {len(replies)}"
+        )
+    out.update(wall=end - t0, answer_to_exit=end - out["answered"])
+    return out
+
+
+async def job_main(n: int, llm: str | None) -> None:
+    print(f"bench_once --job: {machine_note()}; n={n} per side (+1 warm-up each), alternating")
+    sides = ["agentd", "bare", *(["llm"] if llm else [])]
+    runs: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
+    with tempfile.TemporaryDirectory(prefix="agentd-bench-") as tmp:
+        for i in range(n + 1):
+            for side in sides if i % 2 == 0 else sides[::-1]:
+                r = await job_run(side, Path(tmp), llm)
+                if i:
+                    runs[side].append(r)
+    print(f"load average at the end: {machine_note()}")
+    bare_wall = p50([r["wall"] for r in runs["bare"]])
+    bare_pss = max(r["pss"] for r in runs["bare"])
+    rows = []
+    for side, rs in runs.items():
+        walls = [r["wall"] for r in rs]
+        tails = [r["answer_to_exit"] for r in rs]
+        pss = [r["pss"] for r in rs]
+        roles = rs[-1]["pss_by_role"]
+        rows.append(
+            [
+                side,
+                len(rs),
+                fmt(p50(walls) * 1000, 0),
+                fmt(min(walls) * 1000, 0),
+                fmt(p50(walls) / bare_wall),
+                fmt(p50(tails) * 1000, 1),
+                fmt(max(pss) / MiB, 1),
+                fmt(max(pss) / bare_pss),
+                " ".join(f"{k} {v / MiB:.1f}" for k, v in sorted(roles.items())),
+            ]
+        )
+    table(
+        "--mode once, one stdio tool call + two openai: model calls at a loopback provider, vs a bare "
+        "mcp SDK + httpx2 script doing the same (fresh process each)",
+        [
+            "side",
+            "n",
+            "wall p50 ms",
+            "wall min ms",
+            "x bare",
+            "answer->exit p50 ms",
+            "peak PSS MiB",
+            "x bare PSS",
+            "PSS by process (last run)",
+        ],
+        rows,
+    )
 
 
 async def main(n: int) -> None:
@@ -256,8 +471,14 @@ if __name__ == "__main__":
     ap.add_argument(
         "--prev-ref", help="--providers: the commit to compare with (default: merge base with main)"
     )
+    ap.add_argument("--job", action="store_true", help="the Job case vs a bare mcp + httpx2 script")
+    ap.add_argument(
+        "--llm", metavar="PATH", help="--job: also run `llm` + llm-tools-mcp (the `llm` executable of a venv)"
+    )
     args = ap.parse_args()
-    if args.providers:
+    if args.job:
+        trio.run(job_main, args.n, args.llm)
+    elif args.providers:
         trio.run(providers_main, args.n, args.prev_ref)
     else:
         trio.run(main, args.n)

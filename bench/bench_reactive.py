@@ -487,6 +487,119 @@ def _undelivered(a: Any) -> set[str]:
     return {u for u, i in last_update.items() if last_deliver.get(u, -1) < i}
 
 
+WAKE_CONFIG = """
+mode = "reactive"
+model = "openai:gpt-4o-mini"
+instruction = "bench"
+subscribe = ["memo:memo://notes"]
+
+[[routes]]
+name = "bench"
+match = "memo://notes"
+disposition = "{disposition}"
+{session}
+debounce = "0"
+reread_on_start = false
+"""
+
+
+async def wake(tmp: Path, n: int, disposition: str) -> list[tuple[float, float]]:
+    """A memo change → the model request of the agent it wakes, at a loopback ``openai:`` provider.
+
+    ``spawn``: a fresh agent per change (forked from the zygote); ``continue``:
+    a turn of the warm session ``s``. Returns (floor, request) per sample:
+    the arrival of the SDK's own notification at an in-process listener, and
+    of agentd's request at the fake provider, both after ``memo_set`` started.
+    """
+    from _providers import fake_provider, provider_env
+
+    from tests.fakes.provider_server import openai_reply
+
+    arrived = trio.Event()
+    stamps: list[float] = []
+
+    def answer(request: Any) -> Any:
+        nonlocal arrived
+        stamps.append(time.perf_counter())
+        arrived.set()
+        return openai_reply("NO_REPLY")
+
+    samples: list[tuple[float, float]] = []
+    async with fake_provider("openai", None) as (_fake, server), trio.open_nursery() as nursery:
+        server._handler = answer
+        memo, url = await start_memo_http(nursery)
+        cfg = tmp / f"wake-{disposition}.toml"
+        session = 'session = "s"' if disposition == "continue" else ""
+        cfg.write_text(WAKE_CONFIG.format(disposition=disposition, session=session))
+        env = provider_env("openai", server.base_url, tmp)
+        try:
+            async with run_agentd(["--config", str(cfg), "--mcp-http", f"memo={url}"], env=env) as a:
+                await a.wait_for("reactor.start")
+                async with (
+                    Client(url) as trigger,
+                    Client(url) as listener,
+                    listener.listen(resource_subscriptions=["memo://notes"]) as sub,
+                ):
+                    events = sub.__aiter__()
+                    for i in range(WARMUP + n):
+                        arrived = trio.Event()
+                        before = len(stamps)
+                        mark = len(a.lines)
+                        got: dict[str, float] = {}
+
+                        async def wait_floor(got: dict[str, float] = got) -> None:
+                            await events.__anext__()
+                            got["floor"] = time.perf_counter()
+
+                        t0 = time.perf_counter()
+                        with trio.fail_after(STEP_TIMEOUT):
+                            async with trio.open_nursery() as inner:
+                                inner.start_soon(wait_floor)
+                                await trigger.call_tool("memo_set", {"key": "k", "value": i})
+                                while len(stamps) == before:
+                                    await arrived.wait()
+                                await a.wait_for("turn.end", after=mark)
+                        if i >= WARMUP:
+                            samples.append((got["floor"] - t0, stamps[before] - t0))
+                a.stop()
+                with trio.fail_after(STEP_TIMEOUT):
+                    await a.proc.wait()
+        finally:
+            memo.terminate()
+            with trio.fail_after(STEP_TIMEOUT):
+                await memo.wait()
+            nursery.cancel_scope.cancel()
+    return samples
+
+
+async def wake_main(n: int) -> None:
+    print(f"bench_reactive --wake: {machine_note()}; n={n} per route (+{WARMUP} warm-up)")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="agentd-bench-") as tmp:
+        for disposition in ("spawn", "continue"):
+            got = await wake(Path(tmp), n, disposition)
+            floor = [f for f, _ in got]
+            request = [r for _, r in got]
+            added = [r - f for f, r in got]
+            rows.append(
+                [
+                    f"{disposition} route",
+                    len(got),
+                    fmt(p50(request) * 1000),
+                    fmt(pct(request, 0.95) * 1000),
+                    fmt(p50(floor) * 1000),
+                    fmt(p50(added) * 1000),
+                ]
+            )
+    print(f"load average at the end: {machine_note()}")
+    table(
+        "memo change -> the woken agent's model request at a loopback openai: provider (memo over HTTP, "
+        "debounce 0); ms from memo_set start",
+        ["route", "n", "request p50", "request p95", "floor: SDK notify in-process p50", "added p50"],
+        rows,
+    )
+
+
 async def main(quick: bool) -> None:
     print(f"bench_reactive: {machine_note()}")
     with tempfile.TemporaryDirectory(prefix="agentd-bench-") as tmp:
@@ -505,4 +618,14 @@ async def main(quick: bool) -> None:
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer samples and rounds")
-    trio.run(main, ap.parse_args().quick)
+    ap.add_argument(
+        "--wake",
+        action="store_true",
+        help="change -> model request of the woken agent, spawn and continue routes",
+    )
+    ap.add_argument("-n", type=int, default=40, help="--wake: samples per route (default 40)")
+    args = ap.parse_args()
+    if args.wake:
+        trio.run(wake_main, args.n)
+    else:
+        trio.run(main, args.quick)

@@ -33,7 +33,9 @@ child's first usage message), zygote path, for ``openai:`` and ``anthropic:``
 with this checkout's code and with the code of ``--prev-ref`` (default: the
 merge base with ``main``), runs of the two alternating in one run; and
 ``bedrock:`` (the official SDK, SigV4 checked by the fake) with this
-checkout's code only. Each side runs in its own process (``--measure``).
+checkout's code only; and, per round, a few spawns as fresh interpreters
+(``use_zygote=False``, the naive child: the "fresh / this" ratio). Each side
+runs in its own process (``--measure``).
 """
 
 from __future__ import annotations
@@ -267,13 +269,16 @@ async def main(quick: bool) -> None:
     print(f"goal <= 8 MiB per idle warm child: {'met' if um <= 8 else 'NOT met'} ({um:.2f} MiB)")
 
 
-async def provider_spawns(provider: str, n: int) -> dict[str, Any]:
-    """In this process's ``agentd``: spawn → first request at the fake, and → first usage, for ``provider``."""
+async def provider_spawns(provider: str, n: int, fresh: bool = False) -> dict[str, Any]:
+    """In this process's ``agentd``: spawn → first request at the fake, and → first usage, for ``provider``.
+
+    ``fresh``: children start as fresh interpreters (``use_zygote=False``), the naive way.
+    """
     with tempfile.TemporaryDirectory(prefix="agentd-bench-") as tmp:
-        return await _provider_spawns(provider, n, Path(tmp))
+        return await _provider_spawns(provider, n, Path(tmp), fresh)
 
 
-async def _provider_spawns(provider: str, n: int, tmp: Path) -> dict[str, Any]:
+async def _provider_spawns(provider: str, n: int, tmp: Path, fresh: bool = False) -> dict[str, Any]:
     import inspect
     import os
 
@@ -288,7 +293,13 @@ async def _provider_spawns(provider: str, n: int, tmp: Path) -> dict[str, Any]:
             import orjson
 
             extra["zygote_env"] = {"AGENTD_PREWARM_MODELS": orjson.dumps([SPECS[provider]]).decode()}
-        tree = Tree(events=send, serve_child=partial(serve_child, hub), telemetry=NullTelemetry(), **extra)
+        tree = Tree(
+            events=send,
+            serve_child=partial(serve_child, hub),
+            telemetry=NullTelemetry(),
+            use_zygote=not fresh,
+            **extra,
+        )
         tools = tuple(ToolSpecFrame(**spec) for spec in hub.tool_specs())
         requests: list[float] = []
         usages: list[float] = []
@@ -296,7 +307,7 @@ async def _provider_spawns(provider: str, n: int, tmp: Path) -> dict[str, Any]:
             t0 = time.perf_counter()
             await nursery.start(tree.run)
             startup = time.perf_counter() - t0
-            for i in range(WARMUP + n):
+            for i in range((1 if fresh else WARMUP) + n):
                 agent = f"p{i}"
                 before = len(fake.arrivals)
                 t0 = time.perf_counter()
@@ -304,7 +315,7 @@ async def _provider_spawns(provider: str, n: int, tmp: Path) -> dict[str, Any]:
                     agent, SpawnPayload(agent=agent, model=SPECS[provider], instruction="hi", tools=tools)
                 )
                 first, _ = await _answer(recv, agent, hold=False)
-                if i >= WARMUP:
+                if i >= (1 if fresh else WARMUP):
                     requests.append((fake.arrivals[before] - t0) * 1000)
                     usages.append((first - t0) * 1000)
             with trio.fail_after(STEP_TIMEOUT):
@@ -328,9 +339,10 @@ async def providers_main(rounds: int, n: int, prev_ref: str | None) -> None:
     )
     results: dict[tuple[str, str], dict[str, list[float]]] = {}
 
-    async def measure(provider: str, side: str, env: dict[str, str]) -> None:
+    async def measure(provider: str, side: str, env: dict[str, str], fresh: bool = False) -> None:
+        count = max(2, n // 4) if fresh else n
         out = await trio.run_process(
-            [PY, SELF, "--measure", provider, "-n", str(n)],
+            [PY, SELF, "--measure", provider, "-n", str(count), *(["--fresh"] if fresh else [])],
             env=env,
             capture_stdout=True,
             stderr=sys.stderr,
@@ -348,16 +360,19 @@ async def providers_main(rounds: int, n: int, prev_ref: str | None) -> None:
                 sides = [("this", new_env), ("previous", old_env)]
                 for side, env in sides if r % 2 == 0 else sides[::-1]:
                     await measure(provider, side, env)
+                # The naive child in the same run: a fresh interpreter per spawn.
+                await measure(provider, "fresh interpreter", new_env, fresh=True)
         for _ in range(rounds):
             await measure("bedrock", "this", new_env)
 
     rows = []
     for provider in ("openai", "anthropic", "bedrock"):
-        for side in ("this", "previous"):
+        for side in ("this", "previous", "fresh interpreter"):
             got = results.get((provider, side))
             if got is None:
                 continue
             base = results.get((provider, "previous"), got)
+            naive = results.get((provider, "fresh interpreter"))
             rows.append(
                 [
                     SPEC_NAMES[provider],
@@ -367,12 +382,25 @@ async def providers_main(rounds: int, n: int, prev_ref: str | None) -> None:
                     fmt(pct(got["request_ms"], 0.95)),
                     fmt(p50(got["usage_ms"])),
                     fmt(p50(got["request_ms"]) / p50(base["request_ms"])),
+                    fmt(p50(naive["request_ms"]) / p50(got["request_ms"]), 1) if naive else "-",
                     fmt(p50(got["startup_s"]) * 1000, 0),
                 ]
             )
+    print(f"load average at the end: {machine_note()}")
     table(
-        "spawn -> first model request at a loopback provider (zygote fork); ms; ratio = p50 / previous code's p50",
-        ["model", "code", "n", "request p50", "request p95", "usage p50", "x previous", "zygote start ms"],
+        "spawn -> first model request at a loopback provider (zygote fork, or a fresh interpreter per spawn); "
+        "ms; x previous = p50 / previous code's p50; fresh / this = how many times faster than the fresh child",
+        [
+            "model",
+            "code",
+            "n",
+            "request p50",
+            "request p95",
+            "usage p50",
+            "x previous",
+            "fresh / this",
+            "tree start ms",
+        ],
         rows,
     )
 
@@ -400,11 +428,12 @@ if __name__ == "__main__":
         "--prev-ref", help="--providers: the commit to compare with (default: merge base with main)"
     )
     ap.add_argument("--measure", metavar="PROVIDER", help=argparse.SUPPRESS)
+    ap.add_argument("--fresh", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.measure:
         import json
 
-        print(json.dumps(trio.run(provider_spawns, args.measure, args.n)))
+        print(json.dumps(trio.run(provider_spawns, args.measure, args.n, args.fresh)))
     elif args.providers:
         trio.run(providers_main, args.rounds, args.n, args.prev_ref)
     else:

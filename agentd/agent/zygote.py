@@ -133,15 +133,24 @@ def _prewarm_specs() -> list[str]:
 
 
 def prewarm_http() -> None:
-    """The HTTP providers' TLS context and transport, and the price database (~0.35 s).
+    """The HTTP providers' TLS context and transport, the price database, one rehearsed call (~0.4 s).
 
     Done right after the zygote said "ready": the supervisor's start-up goes
     on meanwhile (servers, endpoints), and a spawn request that arrives
     sooner waits at most this long.
     """
     import agentd.models
+    from agentd.models.rehearsal import rehearse
 
     agentd.models.prewarm(_prewarm_specs(), sdks=False)
+    # One loopback model call per wire API: a child's first real call runs warm.
+    # trio.run installs its own signal wakeup fd: lend it ours' place meanwhile
+    # (no child exists yet, so no SIGCHLD can be missed) and take it back after.
+    wakeup = signal.set_wakeup_fd(-1)
+    try:
+        trio.run(rehearse, _prewarm_specs())
+    finally:
+        signal.set_wakeup_fd(wakeup)
 
 
 def _child(ctl: socket.socket, mcp_fd: int, control_fd: int, agent: str) -> None:

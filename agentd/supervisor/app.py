@@ -99,16 +99,30 @@ def telemetry_buffer(env: Any = os.environ) -> int:
     return size
 
 
-def run(settings: Any, *, closed_fds: frozenset[int] = frozenset()) -> int:
+def run(
+    settings: Any, *, closed_fds: frozenset[int] = frozenset(), early_servers: dict[str, Any] | None = None
+) -> int:
     """Run agentd with validated settings; returns the process exit code.
 
     Args:
         settings: the validated settings.
         closed_fds: which of stdin/stdout/stderr were closed when agentd
             started (:func:`agentd.output.claim_standard_fds`).
+        early_servers: stdio servers already started, by name
+            (:mod:`agentd.prelaunch`); their connections adopt them, and any
+            left over at exit is killed.
     """
+    early_servers = early_servers or {}
+    try:
+        return _run(settings, closed_fds, early_servers)
+    finally:
+        for early in early_servers.values():
+            early.discard()
+
+
+def _run(settings: Any, closed_fds: frozenset[int], early_servers: dict[str, Any]) -> int:
     from agentd.errors import ConfigError
-    from agentd.watches.manager import watch_limits
+    from agentd.watches.limits import watch_limits
     from agentd.watches.state import claim
 
     try:
@@ -120,6 +134,8 @@ def run(settings: Any, *, closed_fds: frozenset[int] = frozenset()) -> int:
     except ConfigError as exc:
         print(f"agentd: {exc}", file=sys.stderr)
         return int(ExitCode.CONFIG)
+    # Before any thread starts: a fork copies only the calling thread.
+    preforked = _prefork_once_root(settings)
     telemetry = Telemetry(
         verbose=bool(settings.verbose),
         fd=2,
@@ -146,7 +162,9 @@ def run(settings: Any, *, closed_fds: frozenset[int] = frozenset()) -> int:
             reason="closed when agentd started; results are lost (counted)",
         )
     try:
-        code = int(trio.run(_main, settings, telemetry, stdout, backoff, limits, tracing))
+        code = int(
+            trio.run(_main, settings, telemetry, stdout, backoff, limits, preforked, early_servers, tracing)
+        )
     except KeyboardInterrupt:
         code = int(ExitCode.DRAIN_TIMEOUT)
     except Exception as exc:  # a bug: say so plainly, exit 1, never a hang
@@ -168,6 +186,17 @@ def run(settings: Any, *, closed_fds: frozenset[int] = frozenset()) -> int:
     stdout.close(EXIT_FLUSH_TIMEOUT)
     telemetry.close(EXIT_FLUSH_TIMEOUT)
     return code
+
+
+def _prefork_once_root(settings: Any) -> Any:
+    """A once run's root, forked from this process before trio starts (rfcs/0185); None otherwise."""
+    if settings.mode != "once":
+        return None
+    from agentd.agent.prefork import prefork_root
+    from agentd.supervisor.routes import model_profiles
+
+    default_profile, route_profiles = model_profiles(settings)
+    return prefork_root(sorted({default_profile.model, *(p.model for p in route_profiles.values())}))
 
 
 def line_format(log_format: str, fd: int) -> Any:
@@ -234,6 +263,8 @@ async def _main(
     stdout: LineWriter,
     backoff: tuple[float, ...] | None,
     watch_limits: Any,
+    preforked: Any = None,
+    early_servers: dict[str, Any] | None = None,
     tracing: Any = None,
 ) -> int:
     from agentd.errors import ConfigError
@@ -396,9 +427,17 @@ async def _main(
             if backoff:
                 extra.update(backoff=backoff, resubscribe_backoff=backoff)
             upstreams[name] = Upstream(
-                spec, reactor.send, telemetry, max_read_bytes=settings.max_read_bytes, **extra
+                spec,
+                reactor.send,
+                telemetry,
+                max_read_bytes=settings.max_read_bytes,
+                early=(early_servers or {}).get(name),
+                **extra,
             )
-        hub = SupervisorHub(events=reactor.send, upstreams=upstreams, telemetry=telemetry)
+        # A once root cannot be woken later: no subscribe / watch_* tools for it.
+        hub = SupervisorHub(
+            events=reactor.send, upstreams=upstreams, telemetry=telemetry, offer_wakeups=not once
+        )
         hub_holder["hub"] = hub
         watches = _watch_manager(settings, reactor, hub, upstreams, telemetry, watch_limits)
         tree = Tree(
@@ -408,6 +447,9 @@ async def _main(
             spawn_timeout=settings.spawn_timeout,
             # The zygote prepares these models' providers (TLS, prices, a cloud SDK) before forking.
             zygote_env={PREWARM_MODELS_ENV: orjson.dumps(models).decode()},
+            # A once run's root is already forked and warming up: no zygote to wait for.
+            use_zygote=preforked is None,
+            preforked=preforked,
         )
 
         nursery.start_soon(_watch_signals, reactor)

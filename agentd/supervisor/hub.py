@@ -115,13 +115,22 @@ SELF_TOOLS: list[types.Tool] = [
 #: The self-tools that manage watches (answered by the WatchManager).
 WATCH_TOOLS = frozenset({"watch_start", "watch_stop", "watch_list"})
 
+#: The self-tools whose only effect is a later wake-up of the calling session.
+#: A ``--mode once`` run ends with its root's answer: nothing can wake it
+#: later, so these are not offered there.
+WAKEUP_TOOLS = frozenset({"subscribe", "unsubscribe", *WATCH_TOOLS})
+
 #: How long a self-MCP request may wait for the reactor's answer. The reactor
 #: answers in microseconds; only a wedged reactor runs this out.
 REACTOR_REPLY_TIMEOUT = 30.0
 
 
 class SupervisorHub:
-    """Implements :class:`agentd.selfmcp.server.Hub` over the upstreams and the reactor channel."""
+    """Implements :class:`agentd.selfmcp.server.Hub` over the upstreams and the reactor channel.
+
+    ``offer_wakeups``: offer the :data:`WAKEUP_TOOLS` (False for a once run,
+    whose root nothing can wake later).
+    """
 
     def __init__(
         self,
@@ -129,8 +138,10 @@ class SupervisorHub:
         events: trio.MemorySendChannel[ReactorEvent],
         upstreams: Mapping[str, Any],
         telemetry: Telemetry,
+        offer_wakeups: bool = True,
     ) -> None:
         self._events = events
+        self._self_tools = [t for t in SELF_TOOLS if offer_wakeups or t.name not in WAKEUP_TOOLS]
         self.upstreams = upstreams
         self._telemetry = telemetry
         self.names = ToolNameMap()
@@ -149,7 +160,7 @@ class SupervisorHub:
         # connection bumps its ``tools_version`` when it refreshes its tools.
         key = tuple(getattr(up, "tools_version", 0) for up in self.upstreams.values())
         if self._tools is None or key != self._tools_key:
-            tools = list(SELF_TOOLS)
+            tools = list(self._self_tools)
             for server, up in self.upstreams.items():
                 for tool in getattr(up, "tools", None) or []:
                     name = self.names.add(server, tool.name)

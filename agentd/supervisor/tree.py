@@ -54,6 +54,7 @@ from typing import Any
 import orjson
 import trio
 
+from agentd.agent.prefork import PreforkedChild
 from agentd.errors import ProtocolError
 from agentd.selfmcp.control import FrameStream
 from agentd.selfmcp.protocol import MAX_CHILD_FRAME_BYTES, SpawnPayload
@@ -169,6 +170,31 @@ class _ZygoteProcess:
         await self._exited.wait()
 
 
+class _ForkedProcess:
+    """A child this process forked itself (a pre-forked root): the surface of ``trio.Process`` the tree uses."""
+
+    def __init__(self, pid: int, nursery: trio.Nursery) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self._exited = trio.Event()
+        nursery.start_soon(self._watch)
+
+    async def _watch(self) -> None:
+        pidfd = os.pidfd_open(self.pid)
+        try:
+            with trio.CancelScope(shield=True):  # it must be reaped, even at shutdown
+                await trio.lowlevel.wait_readable(pidfd)
+        finally:
+            os.close(pidfd)
+        _, status = os.waitpid(self.pid, 0)  # noqa: ASYNC222 (it exited: this reaps at once)
+        self.returncode = os.waitstatus_to_exitcode(status)
+        self._exited.set()
+
+    async def wait(self) -> int | None:
+        await self._exited.wait()
+        return self.returncode
+
+
 @dataclass(eq=False)
 class Zygote:
     """One zygote process and its control socket."""
@@ -197,8 +223,8 @@ class ChildProc:
     spawned_at: float = 0.0
     zygote: Zygote | None = None
     """The zygote that forked it (None: a fresh interpreter)."""
-    proc: trio.Process | None = None
-    """Its process handle when it is a fresh interpreter (our own child)."""
+    proc: trio.Process | _ForkedProcess | None = None
+    """Its process handle when it is our own child (a fresh interpreter, or pre-forked)."""
     reason: str | None = None
     """Why the supervisor ended it (a broken protocol rule), if it did."""
 
@@ -227,6 +253,9 @@ class Tree:
             fds are appended); :data:`CHILD_COMMAND` unless a test starts
             its own child that speaks the same protocol.
         zygote_env: variables added to the zygote's environment (the models it prepares for).
+        preforked: a child already forked and waiting for its payload
+            (:mod:`agentd.agent.prefork`, a once run's root): the first spawn
+            takes it instead of forking a new one.
     """
 
     def __init__(
@@ -239,6 +268,7 @@ class Tree:
         spawn_timeout: float = DEFAULT_SPAWN_TIMEOUT,
         child_command: Sequence[str] = CHILD_COMMAND,
         zygote_env: Mapping[str, str] | None = None,
+        preforked: PreforkedChild | None = None,
     ) -> None:
         self._events = events
         self._serve_child = serve_child
@@ -254,6 +284,7 @@ class Tree:
         self._zygotes: list[Zygote] = []
         """Every zygote process still alive (the current one and retired ones)."""
         self._replacing = False
+        self._preforked = preforked
 
     @property
     def zygote_pid(self) -> int | None:
@@ -280,9 +311,7 @@ class Tree:
                 await trio.sleep_forever()
             finally:
                 with trio.CancelScope(shield=True):
-                    await self.terminate_all()
-                    for z in list(self._zygotes):
-                        await self._stop_zygote(z)
+                    await self._kill_everything()
 
     async def _start_zygote(self) -> Zygote:
         """Start a zygote and wait for its ``ready``; raises SpawnFailed when it does not come."""
@@ -334,7 +363,7 @@ class Tree:
         while True:
             try:
                 msg = await z.ctl.recv(4096)
-            except (OSError, trio.ClosedResourceError):  # closed by _kill_zygote / _stop_zygote
+            except (OSError, trio.ClosedResourceError):  # closed by _kill_zygote / _kill_everything
                 msg = b""
             if not msg:
                 for send in z.pending.values():
@@ -422,18 +451,40 @@ class Tree:
             if z in self._zygotes:
                 self._zygotes.remove(z)
 
-    async def _stop_zygote(self, z: Zygote) -> None:
-        """Shutdown: close its control socket (it exits), bounded; SIGKILL if it does not."""
-        z.state = ZygoteState.STOPPED
-        z.ctl.close()
-        with trio.move_on_after(TERM_TIMEOUT):
-            await z.proc.wait()
-        if z.proc.returncode is None:
-            z.proc.kill()
+    async def _kill_everything(self) -> None:
+        """The tree stops: SIGKILL every child left and every zygote; reap the zygotes (bounded).
+
+        By now the run is over (its result written, every agent told to exit
+        and given its time by the reactor): nothing a child or a zygote still
+        holds is worth a polite wait. A child forked by a zygote dies with it
+        (its death signal), and its own process group is killed too.
+        """
+        for child in self.children.values():
+            if child.state is not ChildState.EXITED and child.pid is not None:
+                _signal_group(child.pid, signal.SIGKILL)
+        unused = self._preforked
+        if unused is not None:  # the run ended before its root started (a required server failed ...)
+            self._preforked = None
+            _signal_group(unused.pid, signal.SIGKILL)
+            for sock in (unused.mcp, unused.control):
+                sock.close()
+            os.close(unused.stderr_fd)
             with trio.move_on_after(KILL_TIMEOUT):
+                await trio.to_thread.run_sync(os.waitpid, unused.pid, 0, abandon_on_cancel=True)
+        zygotes = list(self._zygotes)
+        for z in zygotes:
+            z.state = ZygoteState.STOPPED
+            z.proc.kill()
+            z.ctl.close()
+        with trio.move_on_after(KILL_TIMEOUT):
+            for z in zygotes:
                 await z.proc.wait()
-        if z in self._zygotes:
-            self._zygotes.remove(z)
+            for child in self.children.values():
+                if child.proc is not None:  # a fresh interpreter: our own child to reap
+                    await child.proc.wait()
+        for z in zygotes:
+            if z in self._zygotes:
+                self._zygotes.remove(z)
 
     # -- the spawn chokepoint --------------------------------------------------
 
@@ -493,6 +544,9 @@ class Tree:
 
     async def _start(self, child: ChildProc, payload: SpawnPayload) -> _Channels:
         """Start the child: by the zygote if it is usable, else (or if that fails) a fresh interpreter."""
+        if self._preforked is not None:
+            preforked, self._preforked = self._preforked, None
+            return await self._adopt(child, payload, preforked)
         z = self.zygote
         if self.use_zygote and z is not None and z.state is ZygoteState.READY:
             try:
@@ -557,6 +611,36 @@ class Tree:
                     with trio.CancelScope(shield=True), trio.move_on_after(KILL_TIMEOUT):
                         await proc.wait()
         child.pid, child.zygote, child.proc = pid, z, proc
+        child.pid_known.set()
+        return _Channels(mcp=mcp, control=control)
+
+    async def _adopt(self, child: ChildProc, payload: SpawnPayload, pre: PreforkedChild) -> _Channels:
+        """Hand the pre-forked child its payload (bounded, as any spawn attempt); SpawnFailed if it is gone."""
+        assert self._nursery is not None
+        proc = _ForkedProcess(pre.pid, self._nursery)
+        self._nursery.start_soon(self._forward_stderr, trio.lowlevel.FdStream(pre.stderr_fd), child.agent)
+        mcp = trio.SocketStream(trio.socket.from_stdlib_socket(pre.mcp))
+        control = FrameStream(
+            trio.SocketStream(trio.socket.from_stdlib_socket(pre.control)), max_line=MAX_CHILD_FRAME_BYTES
+        )
+        done = False
+        try:
+            with trio.move_on_after(self.spawn_timeout):
+                await control.send(payload)
+                done = True
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            why = f"the pre-forked child (pid {pre.pid}) exited before taking its spawn payload"
+            raise SpawnFailed(why) from exc
+        finally:
+            if not done:
+                _signal_group(pre.pid, signal.SIGKILL)
+                await mcp.aclose()
+                await control.aclose()
+        if not done:
+            raise SpawnFailed(
+                f"the pre-forked child (pid {pre.pid}) did not take its spawn payload within {self.spawn_timeout:g}s"
+            )
+        child.pid, child.zygote, child.proc = pre.pid, None, proc
         child.pid_known.set()
         return _Channels(mcp=mcp, control=control)
 

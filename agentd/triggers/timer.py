@@ -18,8 +18,6 @@ import math
 from datetime import UTC, datetime
 from typing import Final, TypeAlias
 
-from croniter import CroniterError, croniter
-
 CRON_FIELDS: Final = "minute hour day-of-month month day-of-week"
 
 _CRON_ALIASES: Final = frozenset(
@@ -82,6 +80,8 @@ def validate_cron(expr: str) -> str | None:
     if len(fields) != 5:
         extra = " (seconds and years are not supported)" if len(fields) in (6, 7) else ""
         return f"cron {expr!r} has {len(fields)} fields{extra}: expected 5 fields: {CRON_FIELDS}"
+    from croniter import CroniterError, croniter  # only a run that uses cron pays its import
+
     try:
         croniter(text, datetime(2000, 1, 1, tzinfo=UTC)).get_next(datetime)
     except (CroniterError, ValueError, KeyError) as exc:
@@ -116,6 +116,8 @@ class CronSource:
         # Base on the later of "now" and the slot just fired, so a fire that
         # arrives a hair early by the wall clock cannot fire the same slot twice.
         base = now_wall if strictly_after is None or now_wall > strictly_after else strictly_after
+        from croniter import croniter
+
         nxt: datetime = croniter(self.expr, base).get_next(datetime)
         self._target_wall = nxt
         self._next_mono = now_mono + max(0.0, (nxt - now_wall).total_seconds())

@@ -182,6 +182,8 @@ class Upstream:
         stable_subscription: seconds a stream that delivered nothing must stay open
             to count as healthy (see :class:`agentd.upstream.backoff.ResubscribePolicy`).
         max_line_bytes: cap on one stdout message from a stdio server.
+        early: a stdio server's process started before agentd's imports
+            (:mod:`agentd.prelaunch`); its first connection adopts it.
     """
 
     def __init__(
@@ -198,6 +200,7 @@ class Upstream:
         resubscribe_attempts: int = MAX_CONSECUTIVE_FAILURES,
         stable_subscription: float = STABLE_SUBSCRIPTION,
         max_line_bytes: int = MAX_LINE_BYTES,
+        early: Any = None,
     ) -> None:
         if (spec.command is None) == (spec.url is None):
             raise ValueError(
@@ -205,6 +208,7 @@ class Upstream:
             )
         self.spec = spec
         self.name = spec.name
+        self._early = early
         self._events = events
         self._telemetry = telemetry
         self.request_timeout = request_timeout
@@ -395,6 +399,7 @@ class Upstream:
     def _make_transport(self) -> StdioTransport | HttpTransport:
         spec = self.spec
         if spec.command is not None:
+            early, self._early = self._early, None  # the first connection only
             return StdioTransport(
                 self.name,
                 spec.command,
@@ -403,6 +408,7 @@ class Upstream:
                 cwd=spec.cwd,
                 telemetry=self._telemetry,
                 max_line_bytes=self._max_line_bytes,
+                early=early if early is not None and early.matches(spec.command, spec.args) else None,
             )
         assert spec.url is not None
         return HttpTransport(self.name, spec.url, spec.headers)

@@ -45,6 +45,7 @@ from mcp.shared.dispatcher import coerce_request_id
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
+from agentd.prelaunch import EarlyProcess
 from agentd.telemetry import Telemetry
 
 __all__ = [
@@ -115,6 +116,8 @@ class StdioTransport:
         cwd: working directory, or ``None`` for the supervisor's.
         telemetry: where skipped stdout lines are reported.
         max_line_bytes: cap on one stdout line.
+        early: the server's process, already started (:mod:`agentd.prelaunch`):
+            adopted instead of starting one.
     """
 
     def __init__(
@@ -127,8 +130,10 @@ class StdioTransport:
         cwd: str | None = None,
         telemetry: Telemetry,
         max_line_bytes: int = MAX_LINE_BYTES,
+        early: EarlyProcess | None = None,
     ) -> None:
         self.server = server
+        self._early = early
         self.command = command
         self.args = list(args)
         self.env = dict(env or {})
@@ -172,15 +177,20 @@ class StdioTransport:
     @asynccontextmanager
     async def _run(self) -> AsyncIterator[tuple[object, object]]:
         env = get_default_environment() | self.env
+        early, self._early = self._early, None
         try:
-            process = await trio.lowlevel.open_process(
-                [self.command, *self.args],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env=env,
-                cwd=self.cwd,
-                start_new_session=True,
+            process = (
+                early.adopt()
+                if early is not None
+                else await trio.lowlevel.open_process(
+                    [self.command, *self.args],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    env=env,
+                    cwd=self.cwd,
+                    start_new_session=True,
+                )
             )
         except OSError as exc:
             raise OSError(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from agentd.errors import ConfigError
 
@@ -124,3 +125,22 @@ class WatchLimits:
             min(self.resubscribe_initial_secs * 2**i, self.resubscribe_max_secs)
             for i in range(self.resubscribe_attempts)
         )
+
+
+def watch_limits(config: Any) -> WatchLimits:
+    """:class:`WatchLimits` from the ``[watches]`` settings (:class:`agentd.config.WatchesConfig`).
+
+    Raises:
+        ConfigError: a combination the stage cannot run with (names the setting and the fix).
+    """
+    return WatchLimits(
+        max_watches=config.max_watches,
+        filter_time_secs=float(config.filter_timeout),
+        filter_tool_calls=config.filter_tool_calls,
+        events_per_update=config.events_per_update,
+        lines_per_notice=config.notice_lines,
+        debounce_quiet_secs=float(config.debounce),
+        debounce_max_secs=float(config.max_wait),
+        # The upstream connections do the resubscribing, with these attempts and delays.
+        resubscribe_attempts=config.resubscribe_attempts,
+    )

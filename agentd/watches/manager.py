@@ -43,7 +43,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import orjson
 import trio
@@ -58,10 +58,21 @@ from agentd.upstream.resolve import resource_listing
 from agentd.watches import state as state_file
 from agentd.watches.extract import Shape, shape_of
 from agentd.watches.limits import WatchLimits
+from agentd.watches.limits import watch_limits as watch_limits  # its old home: callers import it here too
 from agentd.watches.notices import error_line
-from agentd.watches.sandbox import FilterPool, WatchFilter, call_on_loop, check_source, sample_event
 from agentd.watches.stage import WatchStage
 from agentd.watches.state import WatchSpec
+
+if TYPE_CHECKING:  # the sandbox (pydantic-monty) is imported only when a watch filters
+    from agentd.watches.sandbox import FilterPool, WatchFilter
+
+
+def _sandbox() -> Any:
+    """The filter sandbox module, imported on first use: a run without filters never loads it."""
+    from agentd.watches import sandbox
+
+    return sandbox
+
 
 #: Watch names: short, safe in a route id, an XML attribute and a log line.
 WATCH_NAME_RE: Final = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -271,7 +282,7 @@ class WatchManager:
     async def _filter_pool(self) -> FilterPool:
         async with self._pool_lock:
             if self._pool is None:
-                pool = FilterPool()
+                pool = _sandbox().FilterPool()
                 # Entering starts a sandbox worker process: keep it off the event loop.
                 await trio.to_thread.run_sync(pool.__enter__)
                 self._pool = pool
@@ -362,7 +373,7 @@ class WatchManager:
         filt: WatchFilter | None = None
         routed = False
         try:
-            source = None if on_event is None else check_source(on_event)
+            source = None if on_event is None else _sandbox().check_source(on_event)
             server = self._server_for(uri)
             if server is None or server not in self.upstreams:
                 raise WatchError(
@@ -380,9 +391,11 @@ class WatchManager:
                     limits=self.limits,
                     catalog_names=catalog.keys(),
                     denied=denied,
-                    sample=sample_event(watch=name, uri=uri),
+                    sample=_sandbox().sample_event(watch=name, uri=uri),
                 )
-                filt = WatchFilter(source, pool=pool, limits=self.limits, catalog=catalog, denied=denied)
+                filt = _sandbox().WatchFilter(
+                    source, pool=pool, limits=self.limits, catalog=catalog, denied=denied
+                )
             w.on_event = source
             try:
                 body, mime = await self._read(server, uri)
@@ -482,7 +495,7 @@ class WatchManager:
         """
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            return call_on_loop(lambda: fn(*args, **kwargs), cap=CATALOG_CALL_TIMEOUT_SECS)
+            return _sandbox().call_on_loop(lambda: fn(*args, **kwargs), cap=CATALOG_CALL_TIMEOUT_SECS)
 
         return call
 
@@ -633,7 +646,7 @@ class WatchManager:
                     limits=self.limits,
                     catalog_names=catalog.keys(),
                     denied=denied,
-                    sample=sample_event(
+                    sample=_sandbox().sample_event(
                         watch=r.route_id,
                         uri=r.match,
                         shape="event-log" if r.extract == "event-log" else "state",
@@ -709,7 +722,7 @@ class WatchManager:
         filt: WatchFilter | None = None
         if route.on_event is not None:
             catalog, denied = self.filter_catalog()
-            filt = WatchFilter(
+            filt = _sandbox().WatchFilter(
                 route.on_event,
                 pool=await self._filter_pool(),
                 limits=self.limits,
@@ -1035,22 +1048,3 @@ def render_restore(lines: Iterable[str]) -> str:
 
     body = "\n".join(html.escape(line, quote=False) for line in lines)
     return f"<watches-restored>\n{body}\n</watches-restored>\n{RESTORE_INSTRUCTION}"
-
-
-def watch_limits(config: Any) -> WatchLimits:
-    """:class:`WatchLimits` from the ``[watches]`` settings (:class:`agentd.config.WatchesConfig`).
-
-    Raises:
-        ConfigError: a combination the stage cannot run with (names the setting and the fix).
-    """
-    return WatchLimits(
-        max_watches=config.max_watches,
-        filter_time_secs=float(config.filter_timeout),
-        filter_tool_calls=config.filter_tool_calls,
-        events_per_update=config.events_per_update,
-        lines_per_notice=config.notice_lines,
-        debounce_quiet_secs=float(config.debounce),
-        debounce_max_secs=float(config.max_wait),
-        # The upstream connections do the resubscribing, with these attempts and delays.
-        resubscribe_attempts=config.resubscribe_attempts,
-    )

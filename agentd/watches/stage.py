@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from agentd.watches.extract import Event, Extractor, MalformedReadError, Shape, extractor_from_baseline
 from agentd.watches.limits import WatchLimits
@@ -23,7 +23,9 @@ from agentd.watches.notices import (
     object_key,
     render_notice,
 )
-from agentd.watches.sandbox import FilterOutcome, WatchFilter
+
+if TYPE_CHECKING:  # the sandbox (pydantic-monty) is imported only by a run that filters
+    from agentd.watches.sandbox import FilterOutcome, WatchFilter
 
 #: Event types a filter cannot keep out of the notice: a ``GAP`` says events
 #: were missed, an in-band ``ERROR`` that the source failed. The filter still

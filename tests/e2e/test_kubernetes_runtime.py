@@ -418,7 +418,7 @@ async def test_agentd_as_pid_1_gets_sigterm_drains_and_leaves_nothing_behind(tmp
         init = namespace_init(a)
         ns = os.readlink(f"/proc/{init.pid}/ns/pid")
         before = [init, *init.children(recursive=True)]
-        assert len(before) >= 4  # agentd, memo server, zygote, agent child
+        assert len(before) >= 3  # agentd, memo server, agent child (a once root is forked from agentd)
         assert not [p for p in before if p.status() == psutil.STATUS_ZOMBIE]
         # A signal to PID 1 is dropped unless PID 1 handles it: agentd does.
         init.send_signal(signal.SIGTERM)

@@ -123,8 +123,7 @@ async def test_loop_warm_reuses_one_agent_fresh_spawns_one_per_shift(tmp_path):
 
 async def test_schedule_interval_fires_a_fresh_root_each_second(tmp_path):
     model = script(tmp_path, [{"text": "scheduled run"}])
-    # The deadline counts from start-up (the zygote's imports: seconds on a busy CI box), so it
-    # leaves room for two fires after a slow start.
+    # The deadline counts from start-up, zygote included (seconds on a busy machine): room for two fires.
     args = ["--mode", "schedule", "--interval", "1s", "--deadline", "6s", "--model", model, "tick"]
     async with supervised(args, tmp_path) as a:
         await a.wait_event("turn.end", count=2, timeout=RUN_TIMEOUT)

@@ -142,7 +142,9 @@ async def test_m5_zygote_sigkilled_while_importing_the_sdk_the_run_still_complet
 
 
 async def _kill_the_zygote_at_start(base_url: str, tmp_path: Path) -> None:
-    async with run_agentd(["--model", BEDROCK, "hi"], env=_aws(tmp_path, base_url)) as a:
+    # A once root is forked from the supervisor (rfcs/0185): this case needs the zygote path.
+    env = {**_aws(tmp_path, base_url), "AGENTD_ONCE_PREFORK": "0"}
+    async with run_agentd(["--model", BEDROCK, "hi"], env=env) as a:
         await a.wait_event("supervisor.start")
         killed = None
         with trio.fail_after(30):

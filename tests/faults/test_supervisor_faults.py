@@ -395,7 +395,7 @@ async def test_malformed_tool_calls_go_back_to_the_model_as_tool_errors_openai(t
     assert "the arguments for tool 'list_resources' are not valid JSON" in bad_json
     assert "Call the tool again with the arguments as one JSON object" in bad_json
     unknown = _tool_results_openai(third)[-1]
-    assert "unknown tool 'no_such_tool'; the tools you can call are: subscribe" in unknown
+    assert "unknown tool 'no_such_tool'; the tools you can call are: read_resource" in unknown
     # Neither reached the supervisor's tools: the agent refused the unknown name itself
     # (and reported it), the bad JSON never left the loop.
     assert a.find("tool.call") == []

@@ -260,10 +260,10 @@ async def test_filter_syntax_and_name_errors_are_refused_at_watch_start_with_lin
     )
     memo = tmp_path / "notes.json"
     edit(memo, {"todo": "milk"})
-    async with run_agentd(
-        ["--verbose", "--model", model, "--mcp-stdio", memo_server(memo), "watch"],
-        env=tagged_env(tmp_path, **WATCH_ENV),
-    ) as a:
+    # A warm loop agent: a once root is not offered watch_start (nothing could wake it).
+    async with run_agentd(loop_args(model, memo), env=tagged_env(tmp_path, **WATCH_ENV)) as a:
+        await a.wait_event("turn.end")
+        a.signal(signal.SIGTERM)
         assert await a.wait_exit() == 0, a.tail()
     calls = a.find("tool.call", lambda e: e["tool"] == "watch_start")
     assert len(calls) == 2

@@ -237,9 +237,10 @@ async def test_a_filter_cannot_get_past_the_dry_run_by_catching_the_refusal(
         [{"tool_calls": [watch_start("sneaky", "state://doc", sneaky)]}, {"text": "{last_tool_result}"}],
     )
     server = mcp_stdio("watchy", tmp_path / "ctl")
-    async with run_agentd(
-        ["--verbose", "--model", model, "--mcp-stdio", server, "watch"], env=tagged_env(tmp_path)
-    ) as a:
+    # A warm loop agent: a once root is not offered watch_start (nothing could wake it).
+    async with run_agentd(loop_args(model, server), env=tagged_env(tmp_path)) as a:
+        await a.wait_event("turn.end")
+        a.signal(signal.SIGTERM)
         assert await a.wait_exit() == 0, a.tail()
     [call] = a.find("tool.call", lambda e: e["tool"] == "watch_start")
     assert (

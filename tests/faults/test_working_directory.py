@@ -17,6 +17,8 @@ import signal
 import sys
 from pathlib import Path
 
+import pytest
+
 from agentd.exitcodes import ExitCode
 from tests.e2e.agentd_proc import run_agentd, script
 from tests.faults.conftest import AllowedFiles, tagged_env
@@ -35,16 +37,19 @@ def shadowing_folder(tmp_path: Path) -> Path:
     return tmp_path
 
 
-async def test_once_from_a_folder_holding_an_agentd_folder(tmp_path: Path, allow_files: AllowedFiles) -> None:
+@pytest.mark.parametrize("prefork", ["1", "0"], ids=["root-forked-from-agentd", "root-from-the-zygote"])
+async def test_once_from_a_folder_holding_an_agentd_folder(
+    tmp_path: Path, allow_files: AllowedFiles, prefork: str
+) -> None:
     allow_files("agentd/README.md", "agentd/agentd/__init__.py")
     cwd = shadowing_folder(tmp_path)
     model = script(tmp_path, [{"text": "ran from {instruction}"}])
-    async with run_agentd(
-        ["--model", model, "anywhere"], env=tagged_env(tmp_path), cwd=cwd, command=AGENTD
-    ) as a:
+    # A once root is forked from agentd itself (rfcs/0185); with that off, the zygote starts it.
+    env = {**tagged_env(tmp_path), "AGENTD_ONCE_PREFORK": prefork}
+    async with run_agentd(["--model", model, "anywhere"], env=env, cwd=cwd, command=AGENTD) as a:
         assert await a.wait_exit() == ExitCode.OK, a.tail()
     assert a.out == "ran from anywhere\n"
-    assert a.find("subagent.started")[0]["zygote"] is True
+    assert a.find("subagent.started")[0]["zygote"] is (prefork == "0")
 
 
 async def test_fresh_interpreter_agents_and_a_replacement_zygote_from_such_a_folder(

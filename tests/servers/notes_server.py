@@ -263,6 +263,11 @@ async def main_async(args: argparse.Namespace) -> None:
         else:
             await serve_http(mcp, args)
         tg.cancel_scope.cancel()
+    if args.close_work is not None:
+        # Work a real server does once its client closes (flushing state): the
+        # marker exists only if the server was given the time to finish it.
+        await anyio.sleep(args.close_work)
+        Path(args.state + ".closed").write_text("closed")  # noqa: ASYNC240
 
 
 def main() -> None:
@@ -276,6 +281,9 @@ def main() -> None:
     parser.add_argument("--garbage-at-start", type=int, default=0)
     parser.add_argument("--no-subscribe", action="store_true")
     parser.add_argument("--grandchild", action="store_true")
+    parser.add_argument(
+        "--close-work", type=float, help="seconds of work after stdin closes, then STATE.closed"
+    )
     args = parser.parse_args()
     anyio.run(main_async, args)
 

@@ -54,7 +54,7 @@ def test_zero_resubscribe_attempts_means_fail_at_the_first_loss():
 def test_every_watches_setting_reaches_the_limits():
     """Each ``[watches]`` key, changed from its default, lands in the field the stage obeys."""
     from agentd.config import WatchesConfig
-    from agentd.watches.manager import watch_limits
+    from agentd.watches.limits import watch_limits
 
     config = WatchesConfig(
         max_watches=2,

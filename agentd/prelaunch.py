@@ -1,0 +1,137 @@
+"""Stdio servers launched before agentd's own heavy imports, adopted by their connection later.
+
+A stdio MCP server is usually an interpreter that imports its SDK (~0.5-1.5 s
+here), and agentd's own imports (trio, the MCP SDK, pydantic models) take as
+long. Launched one after the other, a run waits for both; so the ``agentd``
+command starts every stdio server as soon as the configuration is valid
+(:func:`launch`, which needs only the standard library) and imports the rest
+while the servers start. The first connection of each server then adopts its
+process (:meth:`EarlyProcess.adopt`, inside trio) instead of starting one:
+the same command, arguments, environment and working directory, its own
+session, pipes on all three standard streams, exactly as
+:class:`agentd.upstream.stdio.StdioTransport` would have started it.
+Reconnects start their processes as before.
+
+A launch that fails (a missing command) is forgotten: the connection's own
+start then fails with its usual message. A process that is never adopted
+(the run ended first) is killed by :meth:`EarlyProcess.discard`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+#: The variables a stdio server inherits from agentd's environment (the MCP SDK's
+#: POSIX list, ``mcp.client.stdio.DEFAULT_INHERITED_ENV_VARS``; a test checks they agree).
+INHERITED_ENV_VARS = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
+
+
+def server_environment(
+    extra: Mapping[str, str] | None, environ: Mapping[str, str] = os.environ
+) -> dict[str, str]:
+    """A server's environment: the inherited safe variables, then its configured ``env``."""
+    env = {k: v for k in INHERITED_ENV_VARS if (v := environ.get(k)) is not None and not v.startswith("()")}
+    return env | dict(extra or {})
+
+
+class EarlyProcess:
+    """A server process started before trio (a ``subprocess.Popen``), until its connection adopts it."""
+
+    def __init__(self, popen: subprocess.Popen[bytes], command: str, args: Sequence[str]) -> None:
+        self._popen = popen
+        self.pid = popen.pid
+        self.command = command
+        self.args = list(args)
+        self._adopted = False
+
+    def matches(self, command: str, args: Sequence[str]) -> bool:
+        """Whether this is the process a transport for ``command args`` would start."""
+        return (command, list(args)) == (self.command, self.args)
+
+    def adopt(self) -> Any:
+        """The process as the transport uses it (``trio.Process``'s surface); call once, inside trio."""
+        assert not self._adopted, "an early process is adopted once"
+        self._adopted = True
+        return _Adopted(self._popen)
+
+    def discard(self) -> None:
+        """Kill it (and its process group) if no connection adopted it."""
+        if self._adopted:
+            return
+        self._adopted = True
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)
+        with contextlib.suppress(Exception):
+            self._popen.wait(timeout=2.0)
+        for stream in (self._popen.stdin, self._popen.stdout, self._popen.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def launch(
+    command: str, args: Sequence[str], *, env: Mapping[str, str] | None, cwd: str | None
+) -> EarlyProcess | None:
+    """Start a stdio server now, as its transport would; None if it cannot start (the transport says why)."""
+    try:
+        popen = subprocess.Popen(
+            [command, *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=server_environment(env),
+            cwd=cwd,
+            start_new_session=True,
+        )
+    except (OSError, ValueError):
+        return None
+    return EarlyProcess(popen, command, args)
+
+
+class _Adopted:
+    """A ``subprocess.Popen`` with the parts of ``trio.Process`` the stdio transport uses."""
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        import trio
+
+        self._popen = popen
+        self.pid = popen.pid
+        streams = []
+        for stream in (popen.stdin, popen.stdout, popen.stderr):
+            assert stream is not None
+            streams.append(trio.lowlevel.FdStream(os.dup(stream.fileno())))
+            stream.close()
+        self.stdin, self.stdout, self.stderr = streams
+        self._waiter: Any = None
+
+    @property
+    def returncode(self) -> int | None:
+        return self._popen.returncode
+
+    async def wait(self) -> int:
+        """Wait for the process to exit (any number of waiters); its exit status."""
+        import trio
+
+        while self._popen.returncode is None:
+            if self._waiter is not None:
+                await self._waiter.wait()
+                continue
+            self._waiter = done = trio.Event()
+            try:
+                pidfd = os.pidfd_open(self.pid)
+                try:
+                    await trio.lowlevel.wait_readable(pidfd)
+                finally:
+                    os.close(pidfd)
+                self._popen.wait()  # it exited: this reaps at once
+            finally:
+                self._waiter = None
+                done.set()
+        return self._popen.returncode
+
+
+__all__ = ["INHERITED_ENV_VARS", "EarlyProcess", "launch", "server_environment"]
