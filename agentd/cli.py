@@ -202,9 +202,28 @@ def build_parser(prog: str = "agentd") -> argparse.ArgumentParser:
     g.add_argument("--max-read-bytes", metavar="SIZE", help="cap on one resource read (default 8MiB)")
 
     g = p.add_argument_group("output and endpoints")
-    g.add_argument("--output", metavar="text|json", help="result format on stdout (default text)")
+    g.add_argument(
+        "--output",
+        metavar="text|json|stream-json",
+        help="result format on stdout (default text; stream-json: one JSON line per step)",
+    )
+    g.add_argument(
+        "--output-truncate",
+        metavar="N",
+        help="stream-json: characters kept of each tool call's arguments and result (default 2000; 0 = all)",
+    )
     g.add_argument(
         "--verbose", action=argparse.BooleanOptionalAction, default=None, help="also log debug events"
+    )
+    g.add_argument(
+        "--log-level",
+        metavar="debug|info|warning|error",
+        help="least telemetry level on stderr (default info)",
+    )
+    g.add_argument(
+        "--log-format",
+        metavar="auto|json|text",
+        help="telemetry on stderr: NDJSON, readable lines, or auto (text on a terminal; default)",
     )
     g.add_argument("--health-addr", metavar="HOST:PORT", help="serve /healthz and /readyz here")
     g.add_argument("--metrics-addr", metavar="HOST:PORT", help="serve Prometheus metrics here")

@@ -73,6 +73,8 @@ __all__ = [
     "Deprecation",
     "Disposition",
     "Extract",
+    "LogFormat",
+    "LogLevel",
     "Mode",
     "ModelSettingsConfig",
     "OutputFormat",
@@ -100,7 +102,12 @@ Mode = Literal["once", "loop", "reactive", "schedule"]
 """How the supervisor drives the root agent (ARCHITECTURE.md decision 3)."""
 SessionKind = Literal["fresh", "warm"]
 """Whether each loop shift / timer fire starts a fresh root or continues a warm one."""
-OutputFormat = Literal["text", "json"]
+OutputFormat = Literal["text", "json", "stream-json"]
+"""The result on stdout: text, one JSON object, or NDJSON of every step (``stream-json``)."""
+LogLevel = Literal["debug", "info", "warning", "error"]
+"""The least telemetry level written on stderr (``--log-level``)."""
+LogFormat = Literal["auto", "json", "text"]
+"""Telemetry lines: NDJSON, readable text, or text on a terminal and NDJSON otherwise (``auto``)."""
 Disposition = Literal["spawn", "continue"]
 """A route's action: start a fresh root per event, or deliver into one warm session."""
 Overflow = Literal["coalesce", "drop_oldest", "drop_newest", "block"]
@@ -905,6 +912,12 @@ class Settings(BaseSettings):
     restart_period: float = 60.0
     output: OutputFormat = "text"
     verbose: bool = False
+    log_level: LogLevel | None = None
+    """Least telemetry level written (None: ``info``, or ``debug`` with ``verbose``)."""
+    log_format: LogFormat = "auto"
+    """Telemetry line format on stderr."""
+    output_truncate: int = 2000
+    """``stream-json``: characters kept of each tool call's arguments and result (0: no cut)."""
     subscriptions: list[SubscriptionSpec] = Field(default_factory=list)
     routes: list[RouteConfig] = Field(default_factory=list)
     watch_state: Path | None = None
@@ -1035,6 +1048,14 @@ class Settings(BaseSettings):
     @classmethod
     def _restarts(cls, v: object) -> int:
         return _integer(v, minimum=0)
+
+    @field_validator("output_truncate", mode="before")
+    @classmethod
+    def _output_truncate(cls, v: object) -> int:
+        try:
+            return _integer(v, minimum=0)
+        except ValueError:
+            raise ValueError("must be a whole number of characters ≥ 0 (0 keeps everything)") from None
 
     @field_validator("max_turn_steps", mode="before")
     @classmethod

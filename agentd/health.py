@@ -60,7 +60,7 @@ import trio
 from agentd.errors import ConfigError
 from agentd.events import HealthProbe
 from agentd.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from agentd.metrics import MetricsSnapshot, render
+from agentd.metrics import MetricsSnapshot, render_with_process
 from agentd.redact import redact
 
 __all__ = [
@@ -345,7 +345,7 @@ class _Endpoints:
     @staticmethod
     def _metrics(snapshot: Snapshot) -> _Response:
         try:
-            text = render(snapshot())
+            text = render_with_process(snapshot())
         except Exception as exc:
             return _Response(HTTPStatus.INTERNAL_SERVER_ERROR, f"metrics unavailable: {redact(repr(exc))}\n")
         return _Response(HTTPStatus.OK, text, content_type=METRICS_CONTENT_TYPE)

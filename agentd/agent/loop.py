@@ -60,6 +60,8 @@ class SupervisorLink(Protocol):
         cached_input_tokens: int = 0,
         cache_creation_input_tokens: int = 0,
         cost_usd: float | None = None,
+        text: str = "",
+        tool_calls: int = 0,
     ) -> UsageVerdict: ...
 
     async def turn_end(self, *, status: TerminalStatus, text: str, idle: bool) -> NextTurn: ...
@@ -143,6 +145,8 @@ async def run_turn(
             cached_input_tokens=reply.usage.cached_input_tokens,
             cache_creation_input_tokens=reply.usage.cache_creation_input_tokens,
             cost_usd=reply.cost_usd,
+            text=reply.text,
+            tool_calls=len(reply.tool_calls),
         )
         # as_message keeps what the provider needs back next call (thinking blocks, reasoning items).
         state.messages.append(reply.as_message())

@@ -90,6 +90,9 @@ MAX_STEPS_PER_REPORT: Final = 1000
 MAX_CALL_COST_USD: Final = 1_000_000.0
 #: Latency one usage report may carry: a day, in milliseconds.
 MAX_LATENCY_MS: Final = 86_400_000.0
+#: Assistant text a usage report carries (for ``--output stream-json``, which cuts it
+#: further to ``--output-truncate``); the turn's result travels whole in ``turn_end``.
+MAX_STEP_TEXT_CHARS: Final = 65_536
 #: Request ids: a child makes two per model call at most; 2**53 keeps them exact in JSON.
 MAX_ID: Final = 2**53
 #: A child telemetry event: at most this many fields, each key and text this long.
@@ -117,7 +120,7 @@ EventFieldValue = (
 )
 
 #: Field names a child event may not set: the supervisor writes them itself.
-RESERVED_EVENT_FIELDS: Final = frozenset({"ts", "event", "agent"})
+RESERVED_EVENT_FIELDS: Final = frozenset({"ts", "event", "agent", "level", "severity"})
 
 
 class Frame(BaseModel):
@@ -185,6 +188,7 @@ class SpawnPayload(Frame):
         history: a restored session's conversation (from its journal): the
             transcript starts with it, then ``instruction`` (the delivery).
         journal: send each turn's new messages (:class:`TranscriptPart`) before its turn end.
+        traceparent: the turn's trace context (tracing on), which the child's tool calls carry.
     """
 
     type: Literal["spawn"] = "spawn"
@@ -199,6 +203,8 @@ class SpawnPayload(Frame):
     providers: dict[str, ProviderFrame] = Field(default_factory=dict)
     history: tuple[MessageFrame, ...] = ()
     journal: bool = False
+    traceparent: Annotated[str, Field(max_length=MAX_NAME_CHARS)] | None = None
+    """The W3C ``traceparent`` of the agent's turn span, when tracing is on."""
 
 
 class UsageVerdict(Frame):
@@ -217,6 +223,8 @@ class NextTurn(Frame):
     id: NonNegInt = 0
     action: Literal["exit", "continue"]
     input: str = ""
+    traceparent: Annotated[str, Field(max_length=MAX_NAME_CHARS)] | None = None
+    """The W3C ``traceparent`` of the next turn's span, when tracing is on."""
 
 
 SupervisorFrame: TypeAlias = Annotated[SpawnPayload | UsageVerdict | NextTurn, Field(discriminator="type")]
@@ -241,6 +249,10 @@ class UsageReport(Frame):
     """The part of ``input_tokens`` written to the provider's prompt cache."""
     cost_usd: Annotated[float, Field(ge=0, le=MAX_CALL_COST_USD, allow_inf_nan=False)] | None = None
     """What the call cost in US dollars (``genai-prices``); None: unknown."""
+    text: Annotated[str, Field(max_length=MAX_STEP_TEXT_CHARS)] = ""
+    """The reply's assistant text, cut at :data:`MAX_STEP_TEXT_CHARS` (``--output stream-json``)."""
+    tool_calls: Annotated[int, Field(ge=0, le=MAX_STEPS_PER_REPORT)] = 0
+    """How many tool calls the reply asked for."""
 
     @model_validator(mode="after")
     def _cache_within_input(self) -> UsageReport:
@@ -347,6 +359,7 @@ def encode(frame: Frame) -> bytes:
 
 __all__ = [
     "MAX_CHILD_FRAME_BYTES",
+    "MAX_STEP_TEXT_CHARS",
     "MAX_SUPERVISOR_FRAME_BYTES",
     "MAX_TEXT_CHARS",
     "SELF_TOOL_NAMES",

@@ -80,6 +80,8 @@ class Agent:
     slot_released: bool = False
     """Spawn agents: the route's inflight slot was given back (at the first terminal status)."""
     started_at: float = 0.0
+    turn_started_at: float = 0.0
+    """When its current turn's input was handed over (turn duration is measured from it)."""
     notices: list[Notice] = field(default_factory=list)
     """Watch notices that arrived mid-turn: all of them become ONE follow-up turn."""
     notice_turn: list[Notice] = field(default_factory=list)
@@ -195,6 +197,7 @@ class AgentTable:
             session=session,
             warm=warm,
             started_at=now,
+            turn_started_at=now,
         )
         self._agents[agent.id] = agent
         if session is not None:

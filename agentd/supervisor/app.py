@@ -29,6 +29,7 @@ import signal
 import sys
 import time
 import traceback
+import uuid
 from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
@@ -158,13 +159,17 @@ def _run(settings: Settings, closed_fds: frozenset[int], early_servers: dict[str
     # Before any thread starts: a fork copies only the calling thread.
     preforked = _prefork_once_root(settings)
     telemetry = Telemetry(
-        verbose=bool(settings.verbose), fd=2, buffer_bytes=buffer, fd_closed=2 in closed_fds
+        verbose=bool(settings.verbose),
+        fd=2,
+        buffer_bytes=buffer,
+        fd_closed=2 in closed_fds,
+        level=settings.log_level,
+        line_format=line_format(settings.log_format, 2),
     )
-    # Libraries log through `logging` (the MCP SDK on a peer's bad message);
-    # unconfigured, that writes to stderr synchronously, from the reactor's
-    # thread. Route it through telemetry: buffered, rate-limited, never blocking.
-    log_handler = _LogToTelemetry(telemetry)
-    logging.getLogger().addHandler(log_handler)
+    log_handler = route_logging(telemetry)
+    from agentd.tracing import setup as setup_tracing
+
+    tracing = setup_tracing(os.environ, telemetry)
     stdout = LineWriter(
         1,
         max_bytes=DEFAULT_OUTPUT_BUFFER,
@@ -179,7 +184,9 @@ def _run(settings: Settings, closed_fds: frozenset[int], early_servers: dict[str
             reason="closed when agentd started; results are lost (counted)",
         )
     try:
-        code = int(trio.run(_main, settings, telemetry, stdout, backoff, limits, preforked, early_servers))
+        code = int(
+            trio.run(_main, settings, telemetry, stdout, backoff, limits, preforked, early_servers, tracing)
+        )
     except KeyboardInterrupt:
         code = int(ExitCode.DRAIN_TIMEOUT)
     except Exception as exc:  # a bug: say so plainly, exit 1, never a hang
@@ -194,6 +201,9 @@ def _run(settings: Settings, closed_fds: frozenset[int], early_servers: dict[str
             state_lock.release()
         if state_dir is not None:
             state_dir.release()
+    # Within the drain grace: the spans of the last turns are not lost on SIGTERM.
+    if tracing is not None and not tracing.shutdown(min(EXIT_FLUSH_TIMEOUT, settings.grace)):
+        telemetry.emit("tracing.export_failed", error="not all spans were exported at exit", spans=None)
     logging.getLogger().removeHandler(log_handler)
     stdout.close(EXIT_FLUSH_TIMEOUT)
     telemetry.close(EXIT_FLUSH_TIMEOUT)
@@ -211,11 +221,47 @@ def _prefork_once_root(settings: Any) -> Any:
     return prefork_root(sorted({default_profile.model, *(p.model for p in route_profiles.values())}))
 
 
-class _LogToTelemetry(logging.Handler):
-    """Library log records (WARNING and up) as ``log`` telemetry events."""
+def line_format(log_format: str, fd: int) -> Any:
+    """``--log-format``: ``auto`` is text when ``fd`` is a terminal (a person reads it), else JSON."""
+    if log_format == "auto":
+        try:
+            return "text" if os.isatty(fd) else "json"
+        except OSError:
+            return "json"
+    return log_format
 
-    def __init__(self, telemetry: Telemetry) -> None:
-        super().__init__(level=logging.WARNING)
+
+#: Python logging levels as telemetry levels (CRITICAL is an error too).
+_LOG_LEVELS = {logging.DEBUG: "debug", logging.INFO: "info", logging.WARNING: "warning"}
+
+
+def route_logging(telemetry: Telemetry) -> logging.Handler:
+    """Send Python ``logging`` (and ``warnings``) into telemetry.
+
+    Libraries log through ``logging`` (the MCP SDK on a peer's bad message);
+    unconfigured, that writes plain text to stderr synchronously, from the
+    reactor's thread, between the NDJSON lines. Routed here it becomes
+    ``log`` events: same format, buffered, rate-limited, never blocking.
+    Records below WARNING are taken only at ``--log-level debug``: libraries'
+    INFO records (an HTTP client's line per request) are debugging detail.
+    Returns the handler (removed at exit).
+    """
+    level = {"debug": logging.DEBUG, "info": logging.WARNING, "warning": logging.WARNING}.get(
+        telemetry.level, logging.ERROR
+    )
+    handler = _LogToTelemetry(telemetry, level)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(level)
+    logging.captureWarnings(True)
+    return handler
+
+
+class _LogToTelemetry(logging.Handler):
+    """Python log records as ``log`` telemetry events, at their logger's level."""
+
+    def __init__(self, telemetry: Telemetry, level: int) -> None:
+        super().__init__(level=level)
         self._telemetry = telemetry
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -223,7 +269,14 @@ class _LogToTelemetry(logging.Handler):
             message = record.getMessage()
         except Exception:  # a library's bad format string must not break anything
             message = str(record.msg)
-        self._telemetry.emit("log", logger=record.name, level=record.levelname, message=message[:2000])
+        level = _LOG_LEVELS.get(record.levelno, "error" if record.levelno > logging.WARNING else "debug")
+        fields: dict[str, Any] = {}
+        if record.exc_info and record.exc_info[1] is not None:
+            import traceback
+
+            fields["error"] = f"{type(record.exc_info[1]).__name__}: {record.exc_info[1]}"[:2000]
+            fields["traceback"] = "".join(traceback.format_exception(*record.exc_info))[-8000:]
+        self._telemetry.emit("log", logger=record.name, level=level, message=message[:2000], **fields)
 
 
 async def _main(
@@ -234,6 +287,7 @@ async def _main(
     limits: WatchLimits,
     preforked: Any = None,
     early_servers: dict[str, Any] | None = None,
+    tracing: Any = None,
 ) -> int:
     started_wall = time.monotonic()
     now = trio.current_time()
@@ -272,12 +326,36 @@ async def _main(
     outputs: list[dict[str, Any]] = []
     json_out = settings.output == "json"
     once = settings.mode == "once"
+    from agentd.streamjson import Causes, StreamJson
+
+    stream = (
+        StreamJson(stdout, truncate=settings.output_truncate) if settings.output == "stream-json" else None
+    )
+    causes = stream.causes if stream is not None else Causes()
+    telemetry.add_tap(stream.on_event if stream is not None else causes.on_event)
+    if stream is not None:
+        stream.start(settings, routes=[r.id for r in router.routes()])
 
     def publish(agent: Agent, status: TerminalStatus, text: str, idle: bool) -> None:
         if once:
             return  # once prints its one result at exit
+        if stream is not None:
+            stream.reply(agent=agent.id, route=agent.route, status=status, text=text)
+            outputs.append({"agent": agent.id, "status": status})
+            return
         if json_out:
-            line = orjson.dumps({"agent": agent.id, "route": agent.route, "status": status, "result": text})
+            from agentd.telemetry import _now_rfc3339
+
+            line = orjson.dumps(
+                {
+                    "agent": agent.id,
+                    "route": agent.route,
+                    "status": status,
+                    "result": text,
+                    "ts": _now_rfc3339(),
+                    "cause": causes.of(agent.id),
+                }
+            )
         else:
             line = text.encode(errors="replace")
         # Never blocks: a full, closed or unread stdout loses this result
@@ -376,6 +454,7 @@ async def _main(
                 providers={k: v for k, v in providers.items() if profile.model.startswith(k + ":")},
                 # Warm sessions' turns go to their journal; once and schedule roots are not journaled.
                 journal=journals is not None and (agent.role != "root" or warm_root),
+                traceparent=tracing.traceparent(agent.id) if tracing is not None else None,
             )
             if (
                 journals is not None
@@ -472,10 +551,21 @@ async def _main(
                 server=reactor.required_failed,
                 error=reactor.required_failed_error,
             )
+        session_id = stream.session_id if stream is not None else str(uuid.uuid4())
         if once:
             code = await _print_once(
-                reactor, code, json_out, time.monotonic() - started_wall, telemetry, stdout
+                reactor,
+                code,
+                json_out,
+                time.monotonic() - started_wall,
+                telemetry,
+                stdout,
+                stream,
+                session_id,
             )
+        elif stream is not None:
+            summary = run_summary(reactor, code, telemetry, time.monotonic() - started_wall, session_id)
+            stream.result({"status": "stopped", **summary})
         telemetry.emit(
             "supervisor.exit",
             exit_code=int(code),
@@ -563,6 +653,78 @@ class _StartupRoutes:
 RESULT_WRITE_TIMEOUT = 30.0
 
 
+def run_error(reactor: Reactor, code: ExitCode) -> dict[str, str] | None:
+    """The ``error`` object of a JSON result: ``kind``, ``message`` and ``fix`` (None when the run succeeded)."""
+    budget = reactor.budget.spent()
+    error: tuple[str, str, str] | None = None
+    if reactor.fatal_infra is not None:
+        # Why the provider could not be used (HTTP status and its message), as in model.fatal.
+        message = reactor.fatal_infra
+        if any(marker in message for marker in ("HTTP 401", "HTTP 403", "credentials", "auth")):
+            fix = (
+                "check the model's API key (OPENAI_API_KEY, ANTHROPIC_API_KEY, or the endpoint's api_key_env)"
+            )
+        else:
+            fix = "check the model name and the provider's base URL, and that it is reachable from here"
+        error = ("provider", message, fix)
+    elif code is ExitCode.REQUIRED_SERVER:
+        error = (
+            "server",
+            reactor.required_failed_error or f"required server {reactor.required_failed!r} failed",
+            "check the server's command or URL and its stderr (server.state and upstream.* lines on stderr)",
+        )
+    elif code in (ExitCode.BUDGET, ExitCode.BUDGET_PARTIAL):
+        error = (
+            "budget",
+            f"the tree-wide {budget or 'token'} budget is spent",
+            "raise --budget-tokens, --budget-steps or --budget-usd",
+        )
+    elif code is ExitCode.DEADLINE:
+        error = ("deadline", "the --deadline was reached", "raise --deadline or give the agent less to do")
+    elif code is ExitCode.REFUSED:
+        error = ("refused", "the model refused the task", "rephrase the instruction or use another model")
+    elif code is ExitCode.DRAIN_TIMEOUT:
+        error = (
+            "drain_timeout",
+            "running turns did not finish within the drain grace",
+            "raise --grace (and terminationGracePeriodSeconds on Kubernetes)",
+        )
+    elif code is ExitCode.CRASHED:
+        status = reactor.root_status or "crashed"
+        error = (
+            "crashed",
+            f"the agent ended {status}",
+            "see subagent.exit and child.stderr on stderr; --log-level debug shows more",
+        )
+    if error is None:
+        return None
+    kind, message, fix = error
+    return {"kind": kind, "message": redact(message), "fix": fix}
+
+
+def run_summary(
+    reactor: Reactor, code: ExitCode, telemetry: Telemetry, duration: float, session_id: str
+) -> dict[str, Any]:
+    """What every JSON result carries: exit code, session id, turns, steps, usage, cost, duration, error."""
+    counters = telemetry.counters
+    return {
+        "exit_code": int(code),
+        "session_id": session_id,
+        "turns": counters.get("turns", 0),
+        "steps": counters.get("model_calls", 0),
+        "usage": {
+            "input_tokens": counters.get("input_tokens", 0),
+            "output_tokens": counters.get("output_tokens", 0),
+            "cached_input_tokens": counters.get("cached_input_tokens", 0),
+            "cache_creation_input_tokens": counters.get("cache_creation_input_tokens", 0),
+            "model_calls": counters.get("model_calls", 0),
+        },
+        "cost_usd": reactor.budget.cost_usd(),
+        "duration_s": round(duration, 3),
+        "error": run_error(reactor, code),
+    }
+
+
 async def _print_once(
     reactor: Reactor,
     code: ExitCode,
@@ -570,31 +732,20 @@ async def _print_once(
     duration: float,
     telemetry: Telemetry,
     stdout: LineWriter,
+    stream: Any = None,
+    session_id: str = "",
 ) -> ExitCode:
     """Write the once run's result; the exit code, OUTPUT_FAILED if the result could not be written."""
     text = reactor.root_text
     status = reactor.root_status
     line: bytes | None = None
-    if json_out:
-        result: dict[str, Any] = {
-            "status": status,
-            "exit_code": int(code),
-            "result": text,
-            "usage": {
-                "input_tokens": telemetry.counters.get("input_tokens", 0),
-                "output_tokens": telemetry.counters.get("output_tokens", 0),
-                "cached_input_tokens": telemetry.counters.get("cached_input_tokens", 0),
-                "cache_creation_input_tokens": telemetry.counters.get("cache_creation_input_tokens", 0),
-                "model_calls": telemetry.counters.get("model_calls", 0),
-            },
-            "cost_usd": reactor.budget.cost_usd(),
-            "duration_s": round(duration, 3),
-        }
-        if reactor.fatal_infra is not None:
-            # Why the provider could not be used (HTTP status and its message), as in model.fatal.
-            result["error"] = redact(reactor.fatal_infra)
-        elif reactor.required_failed_error is not None:
-            result["error"] = redact(reactor.required_failed_error)
+    if json_out or stream is not None:
+        summary = run_summary(reactor, code, telemetry, duration, session_id)
+        result: dict[str, Any] = {"status": status, "exit_code": int(code), "result": text, **summary}
+        if stream is not None:
+            lost_before = stdout.dropped
+            stream.result(result)
+            return await _flushed(stdout, lost_before, code, status, telemetry)
         line = orjson.dumps(result)
     elif (
         text and status is not None and code in (ExitCode.OK, ExitCode.BUDGET_PARTIAL, ExitCode.REFUSED)
@@ -604,6 +755,13 @@ async def _print_once(
         return code
     lost_before = stdout.dropped
     stdout.put(line + b"\n")
+    return await _flushed(stdout, lost_before, code, status, telemetry)
+
+
+async def _flushed(
+    stdout: LineWriter, lost_before: int, code: ExitCode, status: Any, telemetry: Telemetry
+) -> ExitCode:
+    """Wait (bounded) until stdout took the result; the exit code, OUTPUT_FAILED if it did not."""
     flushed = await trio.to_thread.run_sync(stdout.flush, RESULT_WRITE_TIMEOUT, abandon_on_cancel=True)
     if flushed and stdout.dropped == lost_before:
         return code

@@ -44,6 +44,7 @@ from agentd.events import (
 from agentd.selfmcp.protocol import unknown_tool_text
 from agentd.selfmcp.server import text_result
 from agentd.telemetry import Telemetry
+from agentd.tracing import active as active_tracing
 from agentd.upstream.connection import Upstream
 from agentd.upstream.naming import ToolNameMap
 from agentd.upstream.resolve import resolve_server_for_uri, resource_listing
@@ -218,6 +219,27 @@ class SupervisorHub:
             return await recv.receive()
 
     async def call(self, agent: str, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        """Run one tool call for ``agent``; the step lines (stream-json) frame it."""
+        self._telemetry.step("tool_call", agent=agent, name=name, arguments=arguments)
+        started = time.monotonic()
+        tracing = active_tracing()
+        if tracing is None:
+            result = await self._call(agent, name, arguments)
+        else:
+            with tracing.tool_span(agent, name, arguments) as span:
+                result = await self._call(agent, name, arguments)
+                tracing.tool_result(span, is_error=bool(result.is_error), text=_text_of(result))
+        self._telemetry.step(
+            "tool_result",
+            agent=agent,
+            name=name,
+            is_error=bool(result.is_error),
+            content=result.content,
+            latency_ms=round((time.monotonic() - started) * 1000, 3),
+        )
+        return result
+
+    async def _call(self, agent: str, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
         if not self.offers(agent, name):
             # Checked here as well as in the child: a child's code is not trusted either.
             return text_result(
@@ -249,12 +271,14 @@ class SupervisorHub:
             error = str(exc)
             return text_result(error, is_error=True)
         finally:
+            elapsed = time.monotonic() - started
+            self._telemetry.observe("tool_call", elapsed, server=server)
             self._telemetry.emit(
                 "tool.call",
                 agent=agent,
                 server=server,
                 tool=tool,
-                latency_ms=round((time.monotonic() - started) * 1000, 3),
+                latency_ms=round(elapsed * 1000, 3),
                 error=error,
             )
 
@@ -391,3 +415,8 @@ def server_for(upstreams: Mapping[str, Upstream], uri: str) -> str | None:
     """Which server a URI goes to: listed exactly, else template match, else first that can subscribe."""
     catalogs = {name: up.catalog() for name, up in upstreams.items()}
     return resolve_server_for_uri(uri, catalogs)
+
+
+def _text_of(result: types.CallToolResult) -> str:
+    """A tool result's text blocks, joined (for a span, with content capture on)."""
+    return "\n".join(b.text for b in result.content if isinstance(b, types.TextContent))

@@ -72,6 +72,7 @@ from agentd.supervisor.budget import Budget
 from agentd.supervisor.governor import RestartGovernor
 from agentd.supervisor.sessionroutes import SessionRoutes
 from agentd.telemetry import Telemetry
+from agentd.tracing import active as active_tracing
 from agentd.triggers import mode as modes
 from agentd.triggers.router import (
     ContinueDelivery,
@@ -410,10 +411,12 @@ class Reactor:
         """A frozen copy of the numbers ``/metrics`` exposes."""
         live = self.live_agents()
         counters = self.telemetry.counters
+        # Declared routes are present from the start, at 0 (a rate over a missing series is no rate).
+        declared = [r.id for r in self.router.routes() if r.owner is None]
         return MetricsSnapshot(
-            routed=dict(self.routed_by_route),
+            routed={**dict.fromkeys(declared, 0), **self.routed_by_route},
             unrouted=counters.get("unrouted", 0),
-            coalesced=dict(self.coalesced_by_route),
+            coalesced={**dict.fromkeys(declared, 0), **self.coalesced_by_route},
             dropped=self.dropped_by_reason(),
             server_restarts=dict(self.server_restarts),
             agent_restarts=self.agent_restarts,
@@ -430,6 +433,7 @@ class Reactor:
             server_state=dict(self.server_states),
             subscription_state={k: v for k, v in self.subscription_states.items() if v != "pending"},  # type: ignore[misc]
             subscriptions_unresolved=len(self._declared.unresolved),
+            histograms=self.telemetry.histograms.snapshot(),
         )
 
     # -- the loop ---------------------------------------------------------------
@@ -767,6 +771,7 @@ class Reactor:
         for d in deliveries:
             match d:
                 case SpawnDelivery():
+                    self.telemetry.observe("event_to_agent", now - d.event.first_seen, route=d.route_id)
                     self.telemetry.emit("route.deliver", route=d.route_id, uris=[d.event.uri])
                     agent = self._spawn(now, role="spawn", instruction=d.instruction, route=d.route_id)
                     agent.origin = [d.event]
@@ -793,6 +798,8 @@ class Reactor:
                 if self._watches is not None:
                     self._watches.on_route_changed(d.route_id, [(e.uri, e.server) for e in d.events])
             case "declared" | "self":
+                oldest = min(e.first_seen for e in d.events) if d.events else now
+                self.telemetry.observe("event_to_agent", now - oldest, route=d.route_id)
                 self._deliver_to_session(
                     now, d.session, render_delivery(d.events), route=d.route_id, origin=d.events
                 )
@@ -838,8 +845,14 @@ class Reactor:
     def _resume(self, agent: Agent, text: str) -> None:
         """Answer an idle agent's held turn end with its next input (IDLE -> TURN)."""
         held = agent.resume()
+        agent.turn_started_at = trio.current_time()
         if held is not None:
-            held.reply.answer(NextTurn(id=held.end.id, action="continue", input=text))
+            # The next turn's trace context (tracing on): the child's tool calls carry it.
+            tracing = active_tracing()
+            traceparent = tracing.traceparent(agent.id) if tracing is not None else None
+            held.reply.answer(
+                NextTurn(id=held.end.id, action="continue", input=text, traceparent=traceparent)
+            )
 
     # -- agents -----------------------------------------------------------------------
 
@@ -920,6 +933,24 @@ class Reactor:
         self.telemetry.incr("cached_input_tokens", report.cached_input_tokens)
         self.telemetry.incr("cache_creation_input_tokens", report.cache_creation_input_tokens)
         self.telemetry.incr("model_calls")
+        self.telemetry.observe(
+            "model_call", report.latency_ms / 1000, route=agent.route, provider=report.provider
+        )
+        self.telemetry.step(
+            "assistant",
+            agent=agent.id,
+            route=agent.route,
+            session=agent.session,
+            text=report.text,
+            tool_calls=report.tool_calls,
+            provider=report.provider,
+            model=report.model,
+            latency_ms=report.latency_ms,
+            input_tokens=report.input_tokens,
+            output_tokens=report.output_tokens,
+            cached_input_tokens=report.cached_input_tokens,
+            cost_usd=report.cost_usd,
+        )
         if report.cost_usd is None:
             self.telemetry.incr("unpriced_calls")
         self.telemetry.emit(
@@ -976,6 +1007,8 @@ class Reactor:
             )
         elif text or status != "completed":
             self.hooks.publish(agent, status, text, idle)
+        self.telemetry.observe("turn", now - agent.turn_started_at, route=agent.route)
+        self.telemetry.incr("turns")
         self.telemetry.emit("turn.end", agent=agent.id, status=status, route=agent.route, idle=idle)
         if self._should_hold(agent, status):
             agent.hold(ev)  # TURN -> IDLE

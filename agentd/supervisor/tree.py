@@ -526,12 +526,14 @@ class Tree:
             self._events.send_nowait(ChildExited(agent=child.agent, pid=-1, returncode=None, spawned=False))
             raise
         child.state = ChildState.RUNNING
+        spawn_s = trio.current_time() - child.spawned_at
+        self._telemetry.observe("spawn", spawn_s, how="zygote" if child.zygote is not None else "fresh")
         self._telemetry.emit(
             "subagent.started",
             agent=child.agent,
             pid=child.pid,
             zygote=child.zygote is not None,
-            spawn_ms=round((trio.current_time() - child.spawned_at) * 1000, 3),
+            spawn_ms=round(spawn_s * 1000, 3),
         )
         try:
             await self._serve(child, channels)

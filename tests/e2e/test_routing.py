@@ -164,7 +164,8 @@ async def test_once_with_a_required_server_that_never_starts_never_runs_the_root
     assert "fix its command or URL" in message
     if output == "json":
         result = json.loads(a.out)
-        assert (result["status"], result["exit_code"], result["error"]) == (None, 6, message)
+        assert (result["status"], result["exit_code"], result["error"]["message"]) == (None, 6, message)
+        assert result["error"]["kind"] == "server"
     else:
         assert a.out == ""
 

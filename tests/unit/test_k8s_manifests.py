@@ -150,9 +150,107 @@ def test_every_overlay_renders_one_workload(overlay):
     assert "ConfigMap" in kinds
 
 
+PODMONITOR_CRD = ROOT / "tests" / "support" / "crds" / "monitoring.coreos.com_podmonitors.yaml"
+"""The Prometheus Operator's PodMonitor CRD (0.93.0), vendored: its openAPIV3Schema validates ours."""
+
+
+def _strict(schema: Any) -> Any:
+    """A CRD schema that refuses unknown fields (as ``kubectl apply --validate=strict`` does)."""
+    if isinstance(schema, dict):
+        out = {k: _strict(v) for k, v in schema.items() if not k.startswith("x-kubernetes-")}
+        if "properties" in schema and "additionalProperties" not in schema:
+            out["additionalProperties"] = False
+        return out
+    if isinstance(schema, list):
+        return [_strict(v) for v in schema]
+    return schema
+
+
+@functools.cache
+def podmonitor_validator() -> Any:
+    import jsonschema
+
+    crd = yaml.safe_load(PODMONITOR_CRD.read_text())
+    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+    return jsonschema.Draft7Validator(_strict(version["schema"]["openAPIV3Schema"]))
+
+
 def test_every_object_validates_against_the_pinned_schema(overlay):
     for obj in render(overlay):
+        if obj["kind"] == "PodMonitor":
+            errors = [e.message for e in podmonitor_validator().iter_errors(obj)]
+            assert not errors, errors
+            continue
         kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+
+
+def test_the_podmonitor_schema_check_can_fail():
+    bad = {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PodMonitor",
+        "metadata": {"name": "x"},
+        "spec": {"selector": {}, "podMetricsEndpoints": [{"port": "metrics", "intervall": "30s"}]},
+    }
+    assert any("intervall" in e.message for e in podmonitor_validator().iter_errors(bad))
+    bad["spec"]["podMetricsEndpoints"] = [{"port": 9090}]
+    assert list(podmonitor_validator().iter_errors(bad))
+
+
+def test_the_podmonitor_scrapes_the_deployment_s_metrics_port():
+    (monitor,) = objects("deployment-monitoring", "PodMonitor")
+    (deployment,) = objects("deployment-monitoring", "Deployment")
+    pod = deployment["spec"]["template"]
+    for key, value in monitor["spec"]["selector"]["matchLabels"].items():
+        assert pod["metadata"]["labels"][key] == value
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    ports = {p["name"]: p["containerPort"] for p in agentd_container(pod["spec"])["ports"]}
+    assert endpoint["port"] in ports
+    args = agentd_container(pod["spec"])["args"]
+    assert flag(args, "--metrics-addr").endswith(f":{ports[endpoint['port']]}")
+    assert endpoint["path"] == "/metrics"
+    assert monitor["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+
+
+def test_the_grafana_dashboard_queries_only_metrics_agentd_exposes():
+    import re
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from agentd.histograms import Histograms
+    from agentd.metrics import MetricsSnapshot, render_with_process
+
+    h = Histograms()
+    for name in ("model_call", "tool_call", "spawn", "event_to_agent", "turn"):
+        h.observe(name, 0.1, {})  # type: ignore[arg-type]
+    text = render_with_process(MetricsSnapshot(routed={"r": 1}, histograms=h.snapshot()))
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count")}
+    exposed = {
+        f.name + suffix
+        for f in text_string_to_metric_families(text)
+        for suffix in suffixes.get(f.type, ("",))
+    }
+    (cm,) = [
+        c
+        for c in objects("deployment-monitoring", "ConfigMap")
+        if c["metadata"]["name"] == "agentd-grafana-dashboard"
+    ]
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dashboard = json.loads(cm["data"]["agentd-dashboard.json"])
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    assert len(exprs) >= 20
+    used = {m for e in exprs for m in re.findall(r"\b((?:agentd|process)_[a-z_]+)", e)}
+    assert used <= exposed, used - exposed
+    # Every latency histogram has a panel.
+    for family in (
+        "model_call_duration",
+        "tool_call_duration",
+        "spawn_duration",
+        "event_to_agent",
+        "turn_duration",
+    ):
+        assert any(f"agentd_{family}" in e for e in exprs), family
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
 
 
 def test_every_namespaced_object_sits_in_one_namespace(overlay):
@@ -375,7 +473,7 @@ def test_model_keys_come_only_from_an_optional_secret(overlay):
 
 
 def test_config_files_parse(overlay):
-    (cm,) = objects(overlay, "ConfigMap")
+    (cm,) = [c for c in objects(overlay, "ConfigMap") if c["metadata"]["name"].startswith("agentd-config")]
     data = cm["data"]
     tomllib.loads(data["agentd.toml"])
     servers = json.loads(data["mcp.json"])["mcpServers"]
@@ -401,7 +499,7 @@ def test_images_are_pinned(overlay):
 
 def test_the_cli_accepts_every_workload_s_args(overlay, tmp_path):
     """`agentd check` (validate only, no side effect) takes each container's exact args and config."""
-    (cm,) = objects(overlay, "ConfigMap")
+    (cm,) = [c for c in objects(overlay, "ConfigMap") if c["metadata"]["name"].startswith("agentd-config")]
     for name, text in cm["data"].items():
         (tmp_path / name).write_text(text.replace("/etc/agentd/", f"{tmp_path}/"), encoding="utf-8")
     for kind, pod in pod_specs(overlay):
@@ -454,7 +552,9 @@ def test_rbac_is_read_only_and_bound_to_agentd(overlay):
         assert subject["name"] == "agentd"
         assert subject["namespace"] == binding["metadata"]["namespace"]
     if objects(overlay, "Role"):
-        (cm,) = objects(overlay, "ConfigMap")
+        (cm,) = [
+            c for c in objects(overlay, "ConfigMap") if c["metadata"]["name"].startswith("agentd-config")
+        ]
         assert "kube" in json.loads(cm["data"]["mcp.json"])["mcpServers"]
 
 
