@@ -145,7 +145,6 @@ def build_parser(prog: str = "agentd") -> argparse.ArgumentParser:
         metavar="GLOBS",
         help="never offer these tools (comma-separated server__tool globs)",
     )
-    g.add_argument("--state-dir", metavar="DIR", help="keep OAuth tokens here across restarts")
 
     g = p.add_argument_group("time")
     g.add_argument(
@@ -199,13 +198,49 @@ def build_parser(prog: str = "agentd") -> argparse.ArgumentParser:
             "overflow, queue_cap, name, reread_on_start, extract, template"
         ),
     )
-    g.add_argument("--watch-state", metavar="PATH", help="persist watch specs in this file")
+    g.add_argument(
+        "--watch-state", metavar="PATH", help="persist watch specs in this file (default: in --state-dir)"
+    )
+    g.add_argument(
+        "--state-dir",
+        metavar="DIR",
+        help="keep watch state, warm sessions' journals and OAuth tokens here across restarts (one agentd per DIR)",
+    )
+    g.add_argument(
+        "--session-max-tokens",
+        metavar="N",
+        help="token budget of a journaled session; older turns are dropped beyond it (default 100000)",
+    )
+    g.add_argument(
+        "--shard",
+        metavar="INDEX/COUNT|auto",
+        help="handle only this replica's share of routed work (auto: StatefulSet ordinal, AGENTD_SHARD_COUNT)",
+    )
     g.add_argument("--max-read-bytes", metavar="SIZE", help="cap on one resource read (default 8MiB)")
 
     g = p.add_argument_group("output and endpoints")
-    g.add_argument("--output", metavar="text|json", help="result format on stdout (default text)")
+    g.add_argument(
+        "--output",
+        metavar="text|json|stream-json",
+        help="result format on stdout (default text; stream-json: one JSON line per step)",
+    )
+    g.add_argument(
+        "--output-truncate",
+        metavar="N",
+        help="stream-json: characters kept of each tool call's arguments and result (default 2000; 0 = all)",
+    )
     g.add_argument(
         "--verbose", action=argparse.BooleanOptionalAction, default=None, help="also log debug events"
+    )
+    g.add_argument(
+        "--log-level",
+        metavar="debug|info|warning|error",
+        help="least telemetry level on stderr (default info)",
+    )
+    g.add_argument(
+        "--log-format",
+        metavar="auto|json|text",
+        help="telemetry on stderr: NDJSON, readable lines, or auto (text on a terminal; default)",
     )
     g.add_argument("--health-addr", metavar="HOST:PORT", help="serve /healthz and /readyz here")
     g.add_argument("--metrics-addr", metavar="HOST:PORT", help="serve Prometheus metrics here")

@@ -4,7 +4,7 @@ Kubernetes probes and Prometheus need three answers; agentd gives them
 without letting an HTTP client near the reactor:
 
 - ``GET /healthz`` (liveness): awaits an injected ``probe()``. In agentd that
-  is :func:`reactor_probe`: it sends a :class:`~agentd.supervisor.events.HealthProbe`
+  is :func:`reactor_probe`: it sends a :class:`~agentd.events.HealthProbe`
   into the reactor's channel and waits for the reactor to set its event, so
   a 200 proves the reactor loop is turning. The wait is bounded by
   ``probe_timeout`` (:data:`PROBE_TIMEOUT`); past it the answer is 503.
@@ -58,10 +58,10 @@ from typing import Any, NoReturn
 import trio
 
 from agentd.errors import ConfigError
+from agentd.events import HealthProbe
 from agentd.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from agentd.metrics import MetricsSnapshot, render
+from agentd.metrics import MetricsSnapshot, render_with_process
 from agentd.redact import redact
-from agentd.supervisor.events import HealthProbe
 
 __all__ = [
     "MAX_CONNECTIONS",
@@ -345,7 +345,7 @@ class _Endpoints:
     @staticmethod
     def _metrics(snapshot: Snapshot) -> _Response:
         try:
-            text = render(snapshot())
+            text = render_with_process(snapshot())
         except Exception as exc:
             return _Response(HTTPStatus.INTERNAL_SERVER_ERROR, f"metrics unavailable: {redact(repr(exc))}\n")
         return _Response(HTTPStatus.OK, text, content_type=METRICS_CONTENT_TYPE)

@@ -1,9 +1,12 @@
-"""What agentd exposes to Prometheus, and the text exposition format that carries it.
+"""What agentd exposes to Prometheus, rendered with ``prometheus_client``'s exposition.
 
 The reactor owns every number; :class:`MetricsSnapshot` is a frozen copy of
 them taken on request (``/metrics`` calls an injected ``snapshot()``).
 :func:`render` turns one snapshot into Prometheus text exposition format
-0.0.4. It is pure and synchronous: no I/O, no clock, no trio.
+0.0.4 through a custom collector (:class:`SnapshotCollector`) and
+``prometheus_client.generate_latest``; it is pure and synchronous. The
+endpoint itself stays agentd's own trio server (:mod:`agentd.health`), which
+also adds the standard ``process_*`` families (:func:`render_with_process`).
 
 Families (every name prefixed ``agentd_``; counters end in ``_total``):
 
@@ -29,7 +32,11 @@ family                                 type     labels
 ``agentd_server_state``                gauge    ``server``, ``state``: 0/1
 ``agentd_subscription_state``          gauge    ``server``, ``uri``, ``state``: 0/1
 ``agentd_subscriptions_unresolved``    gauge    (none): declared patterns matching nothing
+``agentd_build_info``                  gauge    ``version``, ``python_version``: always 1
+``agentd_*_seconds``                   histo.   see :mod:`agentd.histograms`
 =====================================  =======  ==========================
+
+Declared routes appear in the per-route counters at 0 from the start.
 
 The two ``*_state`` families are state sets: for every server (subscription)
 one sample per member of the closed state vocabulary, exactly one of them 1,
@@ -38,12 +45,23 @@ so a query like ``agentd_server_state{state="failed"} == 1`` needs no regex.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import platform
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
+from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+
+from agentd import __version__
+from agentd.events import ServerState
+from agentd.histograms import HISTOGRAMS, HistogramName, Series
 from agentd.redact import redact
-from agentd.supervisor.events import ServerState
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 """The ``Content-Type`` of :func:`render`'s output (exposition format 0.0.4)."""
@@ -107,6 +125,8 @@ class MetricsSnapshot:
     """Current state of every subscription, keyed by ``(server, uri)``."""
     subscriptions_unresolved: int = 0
     """Declared subscription patterns that resolve to no resource right now (rfcs/0134)."""
+    histograms: Mapping[HistogramName, Mapping[tuple[str, ...], Series]] = field(default_factory=dict)
+    """Latency observations by histogram and label values (:mod:`agentd.histograms`)."""
 
 
 def escape_label_value(value: str) -> str:
@@ -123,44 +143,58 @@ Sample = tuple[Mapping[str, str], int | float]
 """One sample: its labels and its value."""
 
 
-def _number(value: int | float) -> str:
-    """A sample value: integers as such, amounts (US dollars) as a float."""
-    return repr(round(float(value), 8)) if isinstance(value, float) else str(int(value))
-
-
-def _family(name: str, kind: Literal["counter", "gauge"], help_text: str, samples: Iterable[Sample]) -> str:
-    lines = [f"# HELP {name} {escape_help(help_text)}", f"# TYPE {name} {kind}"]
-    for labels, value in samples:
-        if labels:
-            # Label values come from configuration and URIs: redacted like every other output.
-            inner = ",".join(f'{k}="{escape_label_value(redact(v))}"' for k, v in labels.items())
-            lines.append(f"{name}{{{inner}}} {_number(value)}")
-        else:
-            lines.append(f"{name} {_number(value)}")
-    return "\n".join(lines) + "\n"
+def _family(
+    name: str, kind: Literal["counter", "gauge"], help_text: str, samples: Iterable[Sample]
+) -> Metric:
+    samples = list(samples)
+    labels = sorted(samples[0][0]) if samples and samples[0][0] else []
+    family: CounterMetricFamily | GaugeMetricFamily
+    if kind == "counter":
+        family = CounterMetricFamily(name.removesuffix("_total"), help_text, labels=labels)
+    else:
+        family = GaugeMetricFamily(name, help_text, labels=labels)
+    for sample_labels, value in samples:
+        # Label values come from configuration and URIs: redacted like every other output.
+        family.add_metric([redact(sample_labels[k]) for k in labels], float(value))
+    return family
 
 
 def _by(label: str, counts: Mapping[str, int]) -> list[Sample]:
     return [({label: key}, counts[key]) for key in sorted(counts)]
 
 
-def render(snap: MetricsSnapshot) -> str:
-    """Render ``snap`` as Prometheus text exposition format 0.0.4.
+def _histogram(name: HistogramName, series: Mapping[tuple[str, ...], Series]) -> Metric:
+    spec = HISTOGRAMS[name]
+    family = HistogramMetricFamily(spec.family, spec.help, labels=list(spec.labels))
+    for key in sorted(series):
+        s = series[key]
+        family.add_metric([redact(v) for v in key], buckets=s.cumulative(), sum_value=s.sum)
+    return family
 
-    The output is deterministic (families in a fixed order, label keys
-    sorted) and ends with a newline, as the format requires.
-    """
+
+class SnapshotCollector:
+    """A ``prometheus_client`` collector over one snapshot function (called per scrape)."""
+
+    def __init__(self, snapshot: Any) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterator[Metric]:
+        yield from families(self._snapshot())
+
+
+def families(snap: MetricsSnapshot) -> list[Metric]:
+    """Every agentd family of ``snap``, in a fixed order."""
     server_states = [
         ({"server": server, "state": state.value}, int(current is state))
         for server, current in sorted(snap.server_state.items())
         for state in ServerState
     ]
     subscription_states = [
-        ({"server": server, "uri": uri, "state": state}, int(current == state))
+        ({"server": server, "state": state, "uri": uri}, int(current == state))
         for (server, uri), current in sorted(snap.subscription_state.items())
         for state in SUBSCRIPTION_STATES
     ]
-    parts = [
+    out = [
         _family("agentd_up", "gauge", "1 while agentd answers.", [({}, 1)]),
         _family(
             "agentd_draining",
@@ -274,4 +308,35 @@ def render(snap: MetricsSnapshot) -> str:
             [({}, snap.subscriptions_unresolved)],
         ),
     ]
-    return "".join(parts)
+    out.append(
+        _family(
+            "agentd_build_info",
+            "gauge",
+            "Which agentd runs: always 1, its version and Python's in labels.",
+            [({"version": __version__, "python_version": platform.python_version()}, 1)],
+        )
+    )
+    out += [_histogram(name, snap.histograms.get(name, {})) for name in HISTOGRAMS]
+    return out
+
+
+def _registry(snap: MetricsSnapshot, *, process: bool) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(lambda: snap))
+    if process:
+        ProcessCollector(registry=registry)
+    return registry
+
+
+def render(snap: MetricsSnapshot) -> str:
+    """Render ``snap`` as Prometheus text exposition format 0.0.4 (agentd's families only).
+
+    The output is deterministic (families in a fixed order, series sorted)
+    and ends with a newline, as the format requires.
+    """
+    return generate_latest(_registry(snap, process=False)).decode()
+
+
+def render_with_process(snap: MetricsSnapshot) -> str:
+    """:func:`render` plus the standard ``process_*`` families (CPU, memory, descriptors, start time)."""
+    return generate_latest(_registry(snap, process=True)).decode()

@@ -1,10 +1,18 @@
-"""Telemetry: NDJSON events on stderr, one object per line, and counters.
+"""Telemetry: one line per event on stderr (NDJSON or readable text), and counters.
 
-Every line has ``ts`` (RFC 3339, UTC, milliseconds) and ``event``; the other
-fields are the event's own. Routed events carry the owning ``route`` id
-(``None`` when no route matched). Secrets never reach a line: every field
-goes through :func:`agentd.redact.redact` (credential-named keys, URL
-userinfo, secret query parameters, token shapes, registered values).
+Every JSON line has ``ts`` (RFC 3339, UTC, milliseconds), ``level`` (``debug``,
+``info``, ``warning``, ``error``), ``severity`` (the level as Cloud Logging
+reads it) and ``event``; the other fields are the event's own. Every event,
+its level and its fields are declared in :mod:`agentd.vocabulary` (the
+reference, ``docs/telemetry.md``, is generated from it); an undeclared event
+or field is written anyway and reported once with a ``telemetry.undeclared``
+line. Events below the log level (``--log-level``, default ``info``) are not
+written. The text format (``--log-format text``, or ``auto`` on a terminal)
+writes ``HH:MM:SS.mmm LEVEL event key=value …`` for a person at a terminal.
+Routed events carry the owning ``route`` id (``None`` when no route matched).
+Secrets never reach a line: every field goes through
+:func:`agentd.redact.redact` (credential-named keys, URL userinfo, secret
+query parameters, token shapes, registered values).
 
 Emitting never blocks and never fails: in agentd a line goes into a bounded
 buffer that a writer thread empties onto stderr (:class:`agentd.output.LineWriter`);
@@ -24,33 +32,28 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable
-from typing import IO, Any
+from collections.abc import Callable, Iterable
+from typing import IO, Any, Literal
 
 import orjson
 
+from agentd.histograms import HistogramName, Histograms
 from agentd.output import DEFAULT_TELEMETRY_BUFFER, LineWriter, RateLimiter
 
 # Re-exported: the one redaction function lives in agentd.redact.
 from agentd.redact import REDACTED as REDACTED
 from agentd.redact import is_secret_key as is_secret_key
 from agentd.redact import redact as redact
+from agentd.vocabulary import EVENTS, LEVEL_RANK, SEVERITY, Level
 
-#: Events written only with ``--verbose`` (everything else is always written).
-DEBUG_EVENTS: frozenset[str] = frozenset(
-    {
-        "route.enqueued",
-        "route.coalesced",
-        "watch.started",
-        "watch.subscribed",
-        "watch.event",
-        "watch.resubscribing",
-        "watch.stopped",
-        "watch.restored",
-        "reply.suppressed",
-        "subscription.established",
-    }
-)
+LineFormat = Literal["json", "text"]
+"""How a line is written: NDJSON, or short text for a person at a terminal."""
+
+#: Events written only at ``--log-level debug`` (``--verbose``): their declared level is debug.
+DEBUG_EVENTS: frozenset[str] = frozenset(n for n, s in EVENTS.items() if s.level == "debug")
+_FIELDS: dict[str, frozenset[str]] = {n: frozenset(s.fields) for n, s in EVENTS.items()}
+#: Longest field value the text format shows (the JSON format keeps everything).
+TEXT_VALUE_CHARS = 120
 
 #: Warnings a source can repeat without bound, and the fields that name the source.
 RATE_LIMITED: dict[str, tuple[str, ...]] = {
@@ -87,7 +90,9 @@ class Telemetry:
     Args:
         stream: write lines synchronously to this text stream (tests; stderr
             when neither it nor ``fd`` is given).
-        verbose: also write the events in :data:`DEBUG_EVENTS`.
+        verbose: also write the events in :data:`DEBUG_EVENTS` (the same as ``level="debug"``).
+        level: the least level written (default ``info``, or ``debug`` when ``verbose``).
+        line_format: ``json`` (NDJSON) or ``text`` (readable lines).
         fd: write to this descriptor through a bounded, threaded
             :class:`~agentd.output.LineWriter` (agentd's stderr: 2), with rate limits.
         buffer_bytes: the writer's bound.
@@ -102,6 +107,8 @@ class Telemetry:
         fd: int | None = None,
         buffer_bytes: int = DEFAULT_TELEMETRY_BUFFER,
         fd_closed: bool = False,
+        level: Level | None = None,
+        line_format: LineFormat = "json",
     ) -> None:
         self._limiter = RateLimiter(burst=RATE_BURST, window=RATE_WINDOW_S)
         self._lock = threading.Lock()
@@ -117,8 +124,23 @@ class Telemetry:
             else None
         )
         self._stream = stream if stream is not None or fd is not None else sys.stderr
-        self.verbose = verbose
+        self.level: Level = level if level is not None else ("debug" if verbose else "info")
+        self._min_rank = LEVEL_RANK[self.level]
+        self.line_format: LineFormat = line_format
+        self._undeclared: set[tuple[str, frozenset[str]]] = set()
         self.counters: Counter[str] = Counter()
+        self.histograms = Histograms()
+        """Latency observations (``/metrics`` renders them)."""
+        self._taps: list[Callable[[str, dict[str, Any]], object]] = []
+
+    @property
+    def verbose(self) -> bool:
+        """Debug events are written."""
+        return self._min_rank == 0
+
+    def enabled(self, level: Level) -> bool:
+        """Whether lines of ``level`` are written (a caller can skip building costly fields)."""
+        return LEVEL_RANK[level] >= self._min_rank
 
     @property
     def dropped(self) -> int:
@@ -126,17 +148,33 @@ class Telemetry:
         return self._writer.dropped if self._writer is not None else 0
 
     def emit(self, event: str, /, **fields: Any) -> None:
-        """Write one event line (debug events only when verbose). Never blocks, never raises."""
-        if event in DEBUG_EVENTS and not self.verbose:
+        """Write one event line at its declared level. Never blocks, never raises.
+
+        A ``level`` keyword (one of the levels) overrides the declared level
+        (Python logging records keep their logger's level).
+        """
+        level = fields.pop("level", None)
+        for tap in self._taps:
+            tap(event, fields)
+        spec = EVENTS.get(event)
+        if level not in LEVEL_RANK:
+            level = spec.level_for(fields) if spec is not None else "warning"
+        self._check_declared(event, fields)
+        if LEVEL_RANK[level] < self._min_rank:
             return
-        record: dict[str, Any] = {"ts": _now_rfc3339(), "event": event}
+        record: dict[str, Any] = {
+            "ts": _now_rfc3339(),
+            "level": level,
+            "severity": SEVERITY[level],
+            "event": event,
+        }
         record.update(redact(fields))
         if self._writer is None:
-            self._write(_encode(record))
+            self._write(self._encode(record))
             return
         key_fields = RATE_LIMITED.get(event)
         if key_fields is None:
-            self._write(_encode(record))
+            self._write(self._encode(record))
             return
         key = (event, *(str(fields.get(k)) for k in key_fields))
         now = time.monotonic()
@@ -146,9 +184,31 @@ class Telemetry:
             wake = self._limiter.next_due()
         self._write_summaries(summaries)
         if admitted:
-            self._write(_encode(record))
+            self._write(self._encode(record))
         if wake is not None:
             self._writer.wake_at(wake)
+
+    def _check_declared(self, event: str, fields: dict[str, Any]) -> None:
+        """Report, once per event and set of fields, what :mod:`agentd.vocabulary` does not declare."""
+        declared = _FIELDS.get(event)
+        extra = frozenset(fields) if declared is None else fields.keys() - declared
+        if declared is not None and not extra:
+            return
+        key = (event, frozenset(extra))
+        with self._lock:
+            if key in self._undeclared:
+                return
+            self._undeclared.add(key)
+        self.counters["undeclared_events"] += 1
+        record = {
+            "ts": _now_rfc3339(),
+            "level": "error",
+            "severity": "ERROR",
+            "event": "telemetry.undeclared",
+            "of": event,
+            "fields": sorted(extra) if declared is not None else None,
+        }
+        self._write(self._encode(record))
 
     def flush_suppressed(self, *, all_: bool = False) -> None:
         """Write the summaries of rate-limit windows that ended (every pending one with ``all_``)."""
@@ -162,10 +222,16 @@ class Telemetry:
     def _write_summaries(self, summaries: list[Any]) -> None:
         for s in summaries:
             event, *values = s.key
-            record: dict[str, Any] = {"ts": _now_rfc3339(), "event": "telemetry.suppressed", "of": event}
+            record: dict[str, Any] = {
+                "ts": _now_rfc3339(),
+                "level": "warning",
+                "severity": "WARNING",
+                "event": "telemetry.suppressed",
+                "of": event,
+            }
             record.update(redact(dict(zip(RATE_LIMITED.get(event, ()), values, strict=False))))
             record.update(count=s.count, window_s=s.window_s)
-            self._write(_encode(record))
+            self._write(self._encode(record))
 
     def _write(self, line: bytes) -> None:
         if self._writer is not None:
@@ -180,6 +246,9 @@ class Telemetry:
             # must never take the supervisor down.
             pass
 
+    def _encode(self, record: dict[str, Any]) -> bytes:
+        return _encode(record) if self.line_format == "json" else _text_line(record)
+
     def close(self, timeout: float) -> bool:
         """Write pending summaries and flush, waiting at most ``timeout`` s; True if all was written."""
         self.flush_suppressed(all_=True)
@@ -190,6 +259,26 @@ class Telemetry:
     def incr(self, name: str, n: int = 1) -> None:
         """Add ``n`` to counter ``name``."""
         self.counters[name] += n
+
+    def add_tap(self, tap: Callable[[str, dict[str, Any]], object]) -> None:
+        """Also hand every event, and every step (:meth:`step`), to ``tap`` (stream-json, traces).
+
+        A tap sees the fields unredacted, at every level; it must not block or raise.
+        """
+        self._taps.append(tap)
+
+    def step(self, kind: str, /, **fields: Any) -> None:
+        """A step of an agent with its content (a tool call's arguments, an assistant's text).
+
+        Steps go only to the taps (``--output stream-json``), never to stderr:
+        content stays out of the logs.
+        """
+        for tap in self._taps:
+            tap("step." + kind, fields)
+
+    def observe(self, histogram: HistogramName, seconds: float, **labels: str | None) -> None:
+        """Record one latency observation of ``seconds`` in ``histogram`` (see :mod:`agentd.histograms`)."""
+        self.histograms.observe(histogram, seconds, labels)
 
     def snapshot(self, names: Iterable[str] | None = None) -> dict[str, int]:
         """The current counters (all, or the ``names`` given, zero when unset)."""
@@ -207,6 +296,44 @@ def _encode(record: dict[str, Any]) -> bytes:
             orjson.dumps({k: (v if isinstance(v, str) else redact(repr(v))) for k, v in record.items()})
             + b"\n"
         )
+
+
+def _text_value(value: Any) -> str:
+    if isinstance(value, dict):
+        value = {k: v for k, v in value.items() if v not in (0, None, {}, [])}  # a person wants what moved
+    if isinstance(value, str):
+        text = value if value and " " not in value and "=" not in value else orjson.dumps(value).decode()
+    else:
+        try:
+            text = orjson.dumps(value, default=_redacted_str).decode()
+        except (TypeError, orjson.JSONEncodeError):
+            text = redact(repr(value))
+    text = text.replace("\n", "\\n")
+    return text if len(text) <= TEXT_VALUE_CHARS else text[: TEXT_VALUE_CHARS - 1] + "…"
+
+
+def _text_line(record: dict[str, Any]) -> bytes:
+    """``HH:MM:SS.mmm LEVEL event key=value …``: what a person at a terminal reads.
+
+    Fields that are None are left out; long values are cut; a traceback
+    follows on its own lines.
+    """
+    ts = str(record.get("ts", ""))
+    clock = ts[11:23] if len(ts) >= 23 else ts
+    level = str(record.get("level", "info")).upper()
+    parts = [clock, f"{level:<7}", str(record.get("event", ""))]
+    traceback = None
+    for key, value in record.items():
+        if key in ("ts", "level", "severity", "event") or value is None:
+            continue
+        if key == "traceback" and isinstance(value, str):
+            traceback = value
+            continue
+        parts.append(f"{key}={_text_value(value)}")
+    line = " ".join(parts) + "\n"
+    if traceback:
+        line += "".join("    " + t + "\n" for t in traceback.rstrip("\n").split("\n"))
+    return line.encode(errors="replace")
 
 
 class NullTelemetry(Telemetry):

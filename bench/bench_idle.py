@@ -19,11 +19,16 @@ agentd runs as under systemd's ``Type=notify`` (``NOTIFY_SOCKET`` names a
 socket the bench listens on, and the window starts after ``READY=1``): the
 notifier arms no timer. ``--watchdog SECONDS`` sets ``WATCHDOG_USEC`` as
 ``WatchdogSec=`` does, to show what the pings cost (one per half timeout).
+
+It runs twice: tracing off, then on (``OTEL_EXPORTER_OTLP_ENDPOINT`` names a
+loopback OTLP/HTTP sink in the bench): exporting must not wake an idle daemon
+either (``--tracing off|on|both``, default both).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import socket
 import subprocess
@@ -65,16 +70,64 @@ reread_on_start = false
 """
 
 
-async def main(window: float, watchdog: float | None) -> None:
+async def _otlp_sink(stream: trio.SocketStream, counter: list[int]) -> None:
+    """Answer every OTLP/HTTP request 200 with an empty body (the bench counts them, reads nothing)."""
+    buf = b""
+    try:
+        while True:
+            while b"\r\n\r\n" not in buf:
+                chunk = await stream.receive_some(65536)
+                if not chunk:
+                    return
+                buf += chunk
+            head, buf = buf.split(b"\r\n\r\n", 1)
+            length = 0
+            for line in head.split(b"\r\n")[1:]:
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value)
+            while len(buf) < length:
+                chunk = await stream.receive_some(65536)
+                if not chunk:
+                    return
+                buf += chunk
+            buf = buf[length:]
+            counter[0] += 1
+            await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+    except trio.BrokenResourceError:
+        return
+
+
+async def main(window: float, watchdog: float | None, tracing: str) -> None:
+    for on in {"off": (False,), "on": (True,), "both": (False, True)}[tracing]:
+        if not on:
+            await run_one(window, watchdog, None)
+            continue
+        exports = [0]
+        async with trio.open_nursery() as nursery:
+            listeners = await nursery.start(
+                functools.partial(
+                    trio.serve_tcp, functools.partial(_otlp_sink, counter=exports), 0, host="127.0.0.1"
+                )
+            )
+            port = listeners[0].socket.getsockname()[1]
+            await run_one(window, watchdog, f"http://127.0.0.1:{port}")
+            print(f"tracing on: OTLP export requests during the whole run: {exports[0]}")
+            nursery.cancel_scope.cancel()
+
+
+async def run_one(window: float, watchdog: float | None, otlp: str | None) -> None:
     print(
         f"bench_idle: {machine_note()}; window {window:g} s, {N_URIS} subscriptions, "
-        f"watchdog {f'{watchdog:g} s' if watchdog else 'off'}"
+        f"watchdog {f'{watchdog:g} s' if watchdog else 'off'}, tracing {'on' if otlp else 'off'}"
     )
     with tempfile.TemporaryDirectory(prefix="agentd-bench-") as tmpdir:
         tmp = Path(tmpdir)
         notify = trio.socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         await notify.bind(str(tmp / "notify"))
         notify_env = {"NOTIFY_SOCKET": str(tmp / "notify")}
+        if otlp:
+            notify_env["OTEL_EXPORTER_OTLP_ENDPOINT"] = otlp
         if watchdog:
             notify_env["WATCHDOG_USEC"] = str(int(watchdog * 1e6))
         model = write_script(tmp / "idle.json", [{"text": "NO_REPLY"}])
@@ -137,7 +190,7 @@ async def main(window: float, watchdog: float | None) -> None:
             await progress.aclose()
             notify.close()
     table(
-        f"idle reactive daemon, {N_URIS} subscriptions, {window:g} s window",
+        f"idle reactive daemon, {N_URIS} subscriptions, {window:g} s window, tracing {'on' if otlp else 'off'}",
         ["process", "CPU s", "voluntary ctx sw", "involuntary ctx sw", "threads started / exited"],
         rows,
     )
@@ -159,5 +212,8 @@ if __name__ == "__main__":
     ap.add_argument(
         "--watchdog", type=float, default=None, help="WatchdogSec in seconds (default: no watchdog)"
     )
+    ap.add_argument(
+        "--tracing", choices=("off", "on", "both"), default="both", help="run with traces off, on, or both"
+    )
     ns = ap.parse_args()
-    trio.run(main, ns.window, ns.watchdog)
+    trio.run(main, ns.window, ns.watchdog, ns.tracing)

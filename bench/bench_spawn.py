@@ -64,9 +64,9 @@ from _util import (
     write_script,
 )
 
+from agentd.events import ChildExited, TurnEnded, UsageReported
 from agentd.selfmcp.protocol import NextTurn, SpawnPayload, ToolSpecFrame, UsageVerdict
 from agentd.selfmcp.server import serve_child
-from agentd.supervisor.events import ChildExited, TurnEnded, UsageReported
 from agentd.supervisor.hub import SupervisorHub
 from agentd.supervisor.tree import Tree
 from agentd.telemetry import NullTelemetry

@@ -44,6 +44,7 @@ from agentd.selfmcp.protocol import (
     MAX_LATENCY_MS,
     MAX_MESSAGE_CHARS,
     MAX_NAME_CHARS,
+    MAX_STEP_TEXT_CHARS,
     MAX_SUPERVISOR_FRAME_BYTES,
     MAX_TEXT_CHARS,
     MAX_TOKENS_PER_CALL,
@@ -53,6 +54,7 @@ from agentd.selfmcp.protocol import (
     Frame,
     NextTurn,
     SpawnPayload,
+    TranscriptPart,
     TurnEnd,
     UsageReport,
     UsageVerdict,
@@ -159,6 +161,8 @@ class ControlLink:
         cached_input_tokens: int = 0,
         cache_creation_input_tokens: int = 0,
         cost_usd: float | None = None,
+        text: str = "",
+        tool_calls: int = 0,
     ) -> UsageVerdict:
         """Report one model call; the answer says whether to go on.
 
@@ -179,6 +183,8 @@ class ControlLink:
             cached_input_tokens=cached,
             cache_creation_input_tokens=_clamp(cache_creation_input_tokens, total_in - cached),
             cost_usd=_cost(cost_usd),
+            text=str(text)[:MAX_STEP_TEXT_CHARS],
+            tool_calls=_clamp(tool_calls, 1000),
         )
         answer = await self._request(report, timeout=LINK_TIMEOUT)
         assert isinstance(answer, UsageVerdict)
@@ -201,6 +207,13 @@ class ControlLink:
         answer = await self._request(end, timeout=None)
         assert isinstance(answer, NextTurn)
         return answer
+
+    async def send_transcript(self, messages: Any) -> None:
+        """Send a turn's new messages as transcript parts (queued before its turn end, never dropped)."""
+        from agentd.state.transcript import parts
+
+        for group in parts(messages):
+            await self._out_send.send(TranscriptPart(messages=group))
 
     def post_event(self, event: str, fields: dict[str, Any]) -> None:
         """Queue a telemetry event for the supervisor; dropped (and counted) if the queue is full."""
@@ -289,10 +302,20 @@ class SelfMcpLink:
         return await self._control.report_usage(**usage)
 
     async def turn_end(self, **end: Any) -> NextTurn:
-        return await self._control.turn_end(**end)
+        answer = await self._control.turn_end(**end)
+        if answer.traceparent:
+            # The next turn's span: current from here on in this task (the loop's), so the
+            # MCP SDK puts it in the _meta of that turn's tool calls.
+            from agentd.tracing import attach_traceparent
+
+            attach_traceparent(answer.traceparent)
+        return answer
 
     def tool_refused(self, name: str) -> None:
         self._control.post_event("tool.refused", {"tool": name, "reason": "not offered to the model"})
+
+    async def record_transcript(self, messages: Any) -> None:
+        await self._control.send_transcript(messages)
 
 
 async def amain(payload: SpawnPayload, mcp_sock: socket.socket, control_sock: socket.socket) -> int:
@@ -303,6 +326,7 @@ async def amain(payload: SpawnPayload, mcp_sock: socket.socket, control_sock: so
     from agentd.errors import FatalInfraError
     from agentd.models import ToolSpec, make_model
     from agentd.selfmcp.transport import stream_transport
+    from agentd.tracing import child_turn_context
 
     control = ControlLink(
         FrameStream(
@@ -325,14 +349,18 @@ async def amain(payload: SpawnPayload, mcp_sock: socket.socket, control_sock: so
             async with Client(stream_transport(mcp_stream), mode="2026-07-28", cache=None) as client:
                 link = SelfMcpLink(client, control)
                 try:
-                    await run_agent(
-                        model,
-                        link,
-                        system=payload.system,
-                        instruction=payload.instruction,
-                        tools=tools,
-                        max_turn_steps=payload.max_turn_steps,
-                    )
+                    # The supervisor's turn span: the MCP SDK puts it in each tool call's _meta.
+                    with child_turn_context(payload.traceparent):
+                        await run_agent(
+                            model,
+                            link,
+                            system=payload.system,
+                            instruction=payload.instruction,
+                            tools=tools,
+                            max_turn_steps=payload.max_turn_steps,
+                            history=_history(payload),
+                            journal=payload.journal,
+                        )
                 except FatalInfraError as exc:
                     # Tell the supervisor why before going: it decides the exit code (4).
                     await control.turn_end(status="crashed", text="", idle=False, fatal_infra=str(exc))
@@ -342,6 +370,15 @@ async def amain(payload: SpawnPayload, mcp_sock: socket.socket, control_sock: so
                 await model.aclose()
         nursery.cancel_scope.cancel()
     return EXIT_OK if control.supervisor_gone else code
+
+
+def _history(payload: SpawnPayload) -> list[Any]:
+    """A restored session's conversation (empty for a new agent)."""
+    if not payload.history:
+        return []
+    from agentd.state.transcript import history
+
+    return history(payload.history)
 
 
 def _model_options(payload: SpawnPayload) -> dict[str, Any]:

@@ -60,12 +60,18 @@ class SupervisorLink(Protocol):
         cached_input_tokens: int = 0,
         cache_creation_input_tokens: int = 0,
         cost_usd: float | None = None,
+        text: str = "",
+        tool_calls: int = 0,
     ) -> UsageVerdict: ...
 
     async def turn_end(self, *, status: TerminalStatus, text: str, idle: bool) -> NextTurn: ...
 
     def tool_refused(self, name: str) -> None:
         """The model called ``name``, which it was not offered (reported, never forwarded)."""
+        ...
+
+    async def record_transcript(self, messages: Sequence[Message]) -> None:
+        """The messages this turn added, for the session journal (called before ``turn_end``)."""
         ...
 
 
@@ -139,6 +145,8 @@ async def run_turn(
             cached_input_tokens=reply.usage.cached_input_tokens,
             cache_creation_input_tokens=reply.usage.cache_creation_input_tokens,
             cost_usd=reply.cost_usd,
+            text=reply.text,
+            tool_calls=len(reply.tool_calls),
         )
         # as_message keeps what the provider needs back next call (thinking blocks, reasoning items).
         state.messages.append(reply.as_message())
@@ -191,14 +199,24 @@ async def run_agent(
     instruction: str,
     tools: Sequence[ToolSpec],
     max_turn_steps: int | None = None,
+    history: Sequence[Message] = (),
+    journal: bool = False,
 ) -> None:
     """Run turns until the supervisor says exit. Each turn's status goes to ``turn_end``.
 
-    ``max_turn_steps``: see :func:`run_turn`.
+    ``max_turn_steps``: see :func:`run_turn`. ``history``: a restored
+    session's conversation; ``instruction`` (the delivery that woke it)
+    follows it. ``journal``: before each turn end, hand the messages the turn
+    added to ``link.record_transcript`` (the first turn's include the history's
+    successor, the instruction).
     """
-    state = RunState(messages=[Message(role="user", content=instruction)])
+    state = RunState(messages=[*history, Message(role="user", content=instruction)])
+    recorded = len(history)
     while True:
         status = await run_turn(model, link, state, system=system, tools=tools, max_turn_steps=max_turn_steps)
+        if journal:
+            await link.record_transcript(state.messages[recorded:])
+            recorded = len(state.messages)
         text = state.last_text
         nxt = await link.turn_end(status=status, text=text, idle=is_no_reply(text))
         if nxt.action == "exit":

@@ -49,6 +49,16 @@ def cross_field_problems(settings: Settings, env: Mapping[str, str]) -> list[_Pr
             fix = f"--mode {mode} needs an instruction: pass it as the argument, --instruction TEXT or --instruction @FILE"
         add(_Problem(("instruction",), settings.instruction, fix))
 
+    if settings.shard is not None and mode != "reactive":
+        add(
+            _Problem(
+                ("shard",),
+                settings.shard,
+                f"--mode {mode} runs its own root on every replica; shard a --mode reactive daemon, "
+                "or remove --shard",
+            )
+        )
+
     if settings.session == "warm" and mode in ("once", "reactive"):
         add(
             _Problem(

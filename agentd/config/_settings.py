@@ -49,6 +49,8 @@ from agentd.config._vocab import (
     DEFAULT_MODEL_TIMEOUT,
     DEFAULT_TOOL_TIMEOUT,
     MODEL_PREFIXES,
+    LogFormat,
+    LogLevel,
     Mode,
     OutputFormat,
     SessionKind,
@@ -116,10 +118,21 @@ class Settings(BaseSettings):
     restart_period: float = 60.0
     output: OutputFormat = "text"
     verbose: bool = False
+    log_level: LogLevel | None = None
+    """Least telemetry level written (None: ``info``, or ``debug`` with ``verbose``)."""
+    log_format: LogFormat = "auto"
+    """Telemetry line format on stderr."""
+    output_truncate: int = 2000
+    """``stream-json``: characters kept of each tool call's arguments and result (0: no cut)."""
     subscriptions: list[SubscriptionSpec] = Field(default_factory=list)
     routes: list[RouteConfig] = Field(default_factory=list)
     watch_state: Path | None = None
-    """File that persists watch specs across restarts (written later, never at validation)."""
+    """File that persists watch specs across restarts (written later, never at validation);
+    default with ``--state-dir``: ``<state-dir>/watches.json``."""
+    session_max_tokens: int = 100_000
+    """Token budget of one journaled session; the oldest turns beyond it are dropped (rfcs/0211)."""
+    shard: str | None = None
+    """``INDEX/COUNT`` or ``auto`` (StatefulSet ordinal, ``AGENTD_SHARD_COUNT``); reactive only (rfcs/0213)."""
     health_addr: str | None = None
     """HOST:PORT of the health endpoint (None: no endpoint)."""
     metrics_addr: str | None = None
@@ -134,7 +147,8 @@ class Settings(BaseSettings):
     disallowed_tools: Annotated[list[str], NoDecode] = Field(default_factory=list)
     """Globs over ``server__tool`` names never offered to any agent."""
     state_dir: Path | None = None
-    """Directory for what outlives the process (OAuth tokens); None: kept in memory only."""
+    """Directory for everything agentd keeps across restarts: watch state, session journals
+    (rfcs/0210), OAuth tokens; None: kept in memory only."""
     reconnect_backoff: Annotated[tuple[float, ...] | None, NoDecode] = None
     """Seconds before reconnect attempt 1, 2, … of an upstream server, comma-separated
     (``AGENTD_RECONNECT_BACKOFF=1,2,4``; None: 1, 2, 4, 8, 16 s). An operator knob; tests
@@ -250,14 +264,43 @@ class Settings(BaseSettings):
     def _state_dir(cls, v: Path | None) -> Path | None:
         if v is None:
             return v
+        from agentd.state.dir import refusal as state_dir_refusal
+
         v = _expand_user(v)
-        if v.exists() and not v.is_dir():
-            raise ValueError("exists and is not a directory; give a directory (created if missing)")
-        if not v.exists() and not v.parent.is_dir():
-            raise ValueError(
-                f"its parent {str(v.parent)!r} does not exist; create it or pick another directory"
-            )
+        why = state_dir_refusal(v)
+        if why is not None:
+            raise ValueError(why)
         return v
+
+    @field_validator("session_max_tokens", mode="before")
+    @classmethod
+    def _session_tokens(cls, v: object) -> int:
+        from agentd.state.dir import MAX_SESSION_TOKENS
+
+        n = _integer(v, minimum=1000)
+        if n > MAX_SESSION_TOKENS:
+            raise ValueError(
+                f"must be at most {MAX_SESSION_TOKENS} (a restored session must fit one spawn payload)"
+            )
+        return n
+
+    @field_validator("shard", mode="before")
+    @classmethod
+    def _shard(cls, v: object) -> str | None:
+        if v is None:
+            return None
+        from agentd.state.shard import parse_shard
+
+        ctx = _CONTEXT.get()
+        return parse_shard(str(v), ctx.env if ctx is not None else os.environ).label
+
+    @field_validator("output_truncate", mode="before")
+    @classmethod
+    def _output_truncate(cls, v: object) -> int:
+        try:
+            return _integer(v, minimum=0)
+        except ValueError:
+            raise ValueError("must be a whole number of characters ≥ 0 (0 keeps everything)") from None
 
     @field_validator("budget_steps", "budget_tokens", mode="before")
     @classmethod

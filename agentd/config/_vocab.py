@@ -5,6 +5,10 @@ from __future__ import annotations
 import re
 from typing import Literal
 
+from agentd.limits import DEFAULT_MAX_READ_BYTES as DEFAULT_MAX_READ_BYTES
+from agentd.limits import DEFAULT_STARTUP_TIMEOUT as DEFAULT_STARTUP_TIMEOUT
+from agentd.limits import DEFAULT_TOOL_TIMEOUT as DEFAULT_TOOL_TIMEOUT
+
 # The router and the drivers own these; the settings name them, never redefine them.
 from agentd.triggers.mode import SessionMode
 from agentd.triggers.router import DEFAULT_DEBOUNCE
@@ -17,7 +21,12 @@ SessionKind = SessionMode
 DEFAULT_ROUTE_DEBOUNCE = DEFAULT_DEBOUNCE
 """A declared route's debounce unless it sets one (the router's default)."""
 
-OutputFormat = Literal["text", "json"]
+OutputFormat = Literal["text", "json", "stream-json"]
+"""The result on stdout: text, one JSON object, or NDJSON of every step (``stream-json``)."""
+LogLevel = Literal["debug", "info", "warning", "error"]
+"""The least telemetry level written on stderr (``--log-level``)."""
+LogFormat = Literal["auto", "json", "text"]
+"""Telemetry lines: NDJSON, readable text, or text on a terminal and NDJSON otherwise (``auto``)."""
 
 Disposition = Literal["spawn", "continue"]
 """A route's action: start a fresh root per event, or deliver into one warm session."""
@@ -54,19 +63,11 @@ DEFAULT_MODEL_TIMEOUT = 300.0
 #: model that calls tools forever within minutes instead of never.
 DEFAULT_MAX_TURN_STEPS = 100
 
-#: Default cap on one resource read: large enough for any sane state
-#: document, small enough that a runaway resource cannot balloon memory.
-DEFAULT_MAX_READ_BYTES = 8 * 1024 * 1024
 
 #: Largest ``@FILE`` instruction or system prompt: far beyond any useful
 #: prompt, and it stops ``@/dev/zero`` from eating memory.
 MAX_TEXT_FILE_BYTES = 1024 * 1024
 
-#: Seconds one upstream tool call may take (``tool_timeout``; per server ``timeout``).
-DEFAULT_TOOL_TIMEOUT = 30.0
-
-#: Seconds for a server's start + handshake + first catalog fetch (per server ``startup_timeout``).
-DEFAULT_STARTUP_TIMEOUT = 15.0
 
 MODEL_PREFIXES = ("openai", "openai-responses", "anthropic", "azure", "bedrock", "vertex", "script")
 

@@ -21,6 +21,8 @@ Frames, by ``type``::
       usage          UsageReport    after every model call: tokens, latency
       turn_end       TurnEnd        when a turn reaches a terminal status
       event          ChildEvent     a telemetry event for the supervisor's stream
+      transcript     TranscriptPart the messages a turn added (journaled sessions only: sent
+                                    just before that turn's TurnEnd, in one or more parts)
 
 Rules a child must keep, or be killed (``subagent.exit`` names the broken rule):
 
@@ -88,6 +90,9 @@ MAX_STEPS_PER_REPORT: Final = 1000
 MAX_CALL_COST_USD: Final = 1_000_000.0
 #: Latency one usage report may carry: a day, in milliseconds.
 MAX_LATENCY_MS: Final = 86_400_000.0
+#: Assistant text a usage report carries (for ``--output stream-json``, which cuts it
+#: further to ``--output-truncate``); the turn's result travels whole in ``turn_end``.
+MAX_STEP_TEXT_CHARS: Final = 65_536
 #: Request ids: a child makes two per model call at most; 2**53 keeps them exact in JSON.
 MAX_ID: Final = 2**53
 #: A child telemetry event: at most this many fields, each key and text this long.
@@ -115,7 +120,7 @@ EventFieldValue = (
 )
 
 #: Field names a child event may not set: the supervisor writes them itself.
-RESERVED_EVENT_FIELDS: Final = frozenset({"ts", "event", "agent"})
+RESERVED_EVENT_FIELDS: Final = frozenset({"ts", "event", "agent", "level", "severity"})
 
 
 class Frame(BaseModel):
@@ -146,6 +151,26 @@ class ProviderFrame(Frame):
     prices: str | None = None
 
 
+class ToolCallFrame(Frame):
+    """One tool call of an assistant message, as the transcript keeps it."""
+
+    id: Annotated[str, Field(max_length=MAX_MESSAGE_CHARS)]
+    name: Annotated[str, Field(max_length=MAX_MESSAGE_CHARS)]
+    raw_arguments: str = ""
+    error: str | None = None
+
+
+class MessageFrame(Frame):
+    """One transcript message (:class:`agentd.models.Message`) as data: it is only ever shown to the model."""
+
+    role: Literal["user", "assistant", "tool"]
+    content: str = ""
+    tool_calls: tuple[ToolCallFrame, ...] = ()
+    tool_call_id: Annotated[str, Field(max_length=MAX_MESSAGE_CHARS)] | None = None
+    is_error: bool = False
+    provider_data: dict[str, Any] | None = None
+
+
 class SpawnPayload(Frame):
     """What a new child runs: the first frame on its control channel.
 
@@ -160,6 +185,10 @@ class SpawnPayload(Frame):
             ``exhausted_steps`` (None: no cap).
         model_settings: the model settings, as :meth:`agentd.models.ModelSettings.given` writes them.
         providers: the ``[providers.NAME]`` endpoints a ``NAME:MODEL`` spec may name.
+        history: a restored session's conversation (from its journal): the
+            transcript starts with it, then ``instruction`` (the delivery).
+        journal: send each turn's new messages (:class:`TranscriptPart`) before its turn end.
+        traceparent: the turn's trace context (tracing on), which the child's tool calls carry.
     """
 
     type: Literal["spawn"] = "spawn"
@@ -172,6 +201,10 @@ class SpawnPayload(Frame):
     max_turn_steps: Annotated[int, Field(ge=1)] | None = None
     model_settings: dict[str, Any] = Field(default_factory=dict)
     providers: dict[str, ProviderFrame] = Field(default_factory=dict)
+    history: tuple[MessageFrame, ...] = ()
+    journal: bool = False
+    traceparent: Annotated[str, Field(max_length=MAX_NAME_CHARS)] | None = None
+    """The W3C ``traceparent`` of the agent's turn span, when tracing is on."""
 
 
 class UsageVerdict(Frame):
@@ -190,6 +223,8 @@ class NextTurn(Frame):
     id: NonNegInt = 0
     action: Literal["exit", "continue"]
     input: str = ""
+    traceparent: Annotated[str, Field(max_length=MAX_NAME_CHARS)] | None = None
+    """The W3C ``traceparent`` of the next turn's span, when tracing is on."""
 
 
 SupervisorFrame: TypeAlias = Annotated[SpawnPayload | UsageVerdict | NextTurn, Field(discriminator="type")]
@@ -214,6 +249,10 @@ class UsageReport(Frame):
     """The part of ``input_tokens`` written to the provider's prompt cache."""
     cost_usd: Annotated[float, Field(ge=0, le=MAX_CALL_COST_USD, allow_inf_nan=False)] | None = None
     """What the call cost in US dollars (``genai-prices``); None: unknown."""
+    text: Annotated[str, Field(max_length=MAX_STEP_TEXT_CHARS)] = ""
+    """The reply's assistant text, cut at :data:`MAX_STEP_TEXT_CHARS` (``--output stream-json``)."""
+    tool_calls: Annotated[int, Field(ge=0, le=MAX_STEPS_PER_REPORT)] = 0
+    """How many tool calls the reply asked for."""
 
     @model_validator(mode="after")
     def _cache_within_input(self) -> UsageReport:
@@ -251,9 +290,26 @@ class ChildEvent(Frame):
     )
 
 
-ChildFrame: TypeAlias = Annotated[UsageReport | TurnEnd | ChildEvent, Field(discriminator="type")]
+#: Messages one transcript part may carry (a child splits a turn's messages into parts).
+MAX_TRANSCRIPT_MESSAGES: Final = 4096
 
-_CHILD_FRAME: TypeAdapter[UsageReport | TurnEnd | ChildEvent] = TypeAdapter(ChildFrame)
+
+class TranscriptPart(Frame):
+    """Messages a turn added to the transcript, sent before its :class:`TurnEnd` (no answer).
+
+    Only children whose spawn payload says ``journal`` send it; the supervisor
+    appends the turn's parts to the session journal when the turn ends.
+    """
+
+    type: Literal["transcript"] = "transcript"
+    messages: Annotated[tuple[MessageFrame, ...], Field(max_length=MAX_TRANSCRIPT_MESSAGES)]
+
+
+ChildFrame: TypeAlias = Annotated[
+    UsageReport | TurnEnd | ChildEvent | TranscriptPart, Field(discriminator="type")
+]
+
+_CHILD_FRAME: TypeAdapter[UsageReport | TurnEnd | ChildEvent | TranscriptPart] = TypeAdapter(ChildFrame)
 _SUPERVISOR_FRAME: TypeAdapter[SpawnPayload | UsageVerdict | NextTurn] = TypeAdapter(SupervisorFrame)
 
 
@@ -268,7 +324,7 @@ def _describe(exc: ValidationError) -> str:
     return f"{where + ': ' if where else ''}{first.get('msg', 'invalid')}{more}"[:MAX_MESSAGE_CHARS]
 
 
-def parse_child_frame(line: bytes) -> UsageReport | TurnEnd | ChildEvent:
+def parse_child_frame(line: bytes) -> UsageReport | TurnEnd | ChildEvent | TranscriptPart:
     """Validate one line from a child.
 
     Raises:
@@ -303,6 +359,7 @@ def encode(frame: Frame) -> bytes:
 
 __all__ = [
     "MAX_CHILD_FRAME_BYTES",
+    "MAX_STEP_TEXT_CHARS",
     "MAX_SUPERVISOR_FRAME_BYTES",
     "MAX_TEXT_CHARS",
     "SELF_TOOL_NAMES",
@@ -310,11 +367,14 @@ __all__ = [
     "ChildEventName",
     "ChildFrame",
     "Frame",
+    "MessageFrame",
     "NextTurn",
     "SpawnPayload",
     "StopReason",
     "SupervisorFrame",
+    "ToolCallFrame",
     "ToolSpecFrame",
+    "TranscriptPart",
     "TurnEnd",
     "UsageReport",
     "UsageVerdict",

@@ -1,5 +1,10 @@
 """Shared machinery of agentd's bundled MCP servers (``agentd serve NAME``).
 
+Size: over 600 lines because it is the one base every bundled server
+shares (both protocol eras, change sources, transports, start-up failures);
+HTTP guarding, stdio, safe files and the SDK adapter (``_sdk.py``) are their
+own modules.
+
 Every bundled server (memo, inbox, files, kube) is a :class:`WatchableServer`:
 an ``MCPServer`` from the ``mcp`` SDK, run under trio, that serves
 2026-07-28 clients (``subscriptions/listen``) and handshake-era clients
@@ -93,6 +98,7 @@ from pydantic import BaseModel
 from agentd import __version__
 from agentd.errors import AgentdError, ConfigError
 from agentd.exitcodes import ExitCode
+from agentd.servers import _sdk
 from agentd.servers._httpguard import MIN_TOKEN_LENGTH, HostOriginGuard, HttpPolicy, is_loopback, is_wildcard
 from agentd.servers._safefs import write_atomic
 from agentd.servers._stdio import StdioTransport
@@ -375,13 +381,6 @@ class _ChannelNotification(BaseModel):
     params: dict[str, Any] | None = None
 
 
-def _connection_key(session: Any) -> object:
-    # The SDK builds one ServerSession per request but one Connection per
-    # client connection; subscriptions belong to the connection. The
-    # connection is only reachable through a private attribute.
-    return getattr(session, "_connection", session)
-
-
 def _declares(session: Any, capability: str) -> bool:
     caps = getattr(session, "client_capabilities", None)
     if caps is None:
@@ -452,14 +451,15 @@ class WatchableServer:
         self._nursery: trio.Nursery | None = None
         self.failure: ServerStartError | None = None
         """Set by :meth:`fail`: why the server stopped; :func:`main` exits with its code."""
-        low = self.mcp._lowlevel_server
-        low.add_request_handler("resources/subscribe", SubscribeRequestParams, self._on_subscribe)
-        low.add_request_handler("resources/unsubscribe", UnsubscribeRequestParams, self._on_unsubscribe)
-        original_read = low.get_request_handler("resources/read")
+        _sdk.set_request_handler(self.mcp, "resources/subscribe", SubscribeRequestParams, self._on_subscribe)
+        _sdk.set_request_handler(
+            self.mcp, "resources/unsubscribe", UnsubscribeRequestParams, self._on_unsubscribe
+        )
+        original_read = _sdk.request_handler(self.mcp, "resources/read")
         assert original_read is not None
-        self._original_read = original_read.handler
-        low.add_request_handler("resources/read", ReadResourceRequestParams, self._on_read)
-        low.middleware.append(self._track_session)
+        self._original_read = original_read
+        _sdk.set_request_handler(self.mcp, "resources/read", ReadResourceRequestParams, self._on_read)
+        self.mcp.middleware.append(self._track_session)
 
     # ---------------------------------------------------------------- change sources
 
@@ -589,7 +589,7 @@ class WatchableServer:
             ctx.request_id is not None and ctx.method != "initialize"
         ):
             session = ctx.session
-            key = _connection_key(session)
+            key = _sdk.connection_of(session)
             if (
                 key not in self._legacy
                 and getattr(session, "client_params", None) is not None
@@ -614,14 +614,14 @@ class WatchableServer:
     async def _on_subscribe(self, ctx: Any, params: SubscribeRequestParams) -> EmptyResult:
         uri = str(params.uri)
         await self._check_known(uri)
-        key = _connection_key(ctx.session)
+        key = _sdk.connection_of(ctx.session)
         self._legacy_subs.setdefault(uri, {})[key] = ctx.session
         return EmptyResult()
 
     async def _on_unsubscribe(self, ctx: Any, params: UnsubscribeRequestParams) -> EmptyResult:
         subs = self._legacy_subs.get(str(params.uri))
         if subs is not None:
-            subs.pop(_connection_key(ctx.session), None)
+            subs.pop(_sdk.connection_of(ctx.session), None)
         return EmptyResult()
 
     async def _known_uris(self) -> tuple[list[str], list[str]]:
@@ -682,28 +682,19 @@ class WatchableServer:
                 scope.cancel()
                 return
 
-    def _init_options(self) -> Any:
-        low = self.mcp._lowlevel_server
-        return low.create_initialization_options(experimental_capabilities=self.experimental)
-
     async def _serve_stdio(self) -> None:
         self._stdio = StdioTransport()
-        await self._stdio.serve(self.mcp._lowlevel_server, self._init_options())
+        await self._stdio.serve(
+            _sdk.lowlevel(self.mcp), _sdk.initialization_options(self.mcp, self.experimental)
+        )
 
     async def _serve_http(self, transport: Transport) -> None:
         from hypercorn.config import Config
         from hypercorn.trio import serve
 
-        low = self.mcp._lowlevel_server
         if self.experimental:
             # The HTTP session manager builds its own init options; advertise ours.
-            original = low.create_initialization_options
-
-            def with_experimental(*args: Any, **kwargs: Any) -> Any:
-                kwargs.setdefault("experimental_capabilities", self.experimental)
-                return original(*args, **kwargs)
-
-            low.create_initialization_options = with_experimental  # type: ignore[method-assign]
+            _sdk.advertise_experimental(self.mcp, self.experimental)
         # Our guard checks Host, Origin and the token for every bind address;
         # the SDK's own check (only for three literal hosts) is switched off.
         app = self.mcp.streamable_http_app(

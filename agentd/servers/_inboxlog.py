@@ -1,5 +1,8 @@
 """The inbox's delivery logic, pure and synchronous (no I/O, no trio).
 
+Size: over 600 lines because it is one pure state machine (positions,
+acknowledgements, torn tails) tested on its own, apart from the server's I/O.
+
 ``agentd serve inbox`` (``inbox.py``) is the shell: it reads bytes, persists the
 cursor, sends notifications. Everything it decides comes from :class:`InboxLog`.
 

@@ -1,5 +1,8 @@
 """``agentd serve files --root DIR``: a directory tree as watchable MCP resources.
 
+Size: over 600 lines because one server's resources, tools and inotify
+watchers stay together; safe file access is ``_safefs.py``, inotify ``_inotify.py``.
+
 Resources (paths are relative to ``--root``; ``.`` or empty is the root):
 
 ``file-events://{+path}`` (event-log, ``EVENTS_MIME``)
@@ -48,6 +51,7 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.resources.templates import ResourceSecurity
 
 from agentd.errors import ConfigError
+from agentd.servers import _sdk
 from agentd.servers._base import (
     EVENTS_MIME,
     STATE_MIME,
@@ -361,7 +365,7 @@ class WatcherRegistry(Generic[W]):
     def install(self) -> None:
         """Hook into ``server``: a source task that owns the watchers, and the subscription middleware."""
         self._server.add_source(self._own_watchers)
-        self._server.mcp._lowlevel_server.middleware.append(self._middleware)
+        self._server.mcp.middleware.append(self._middleware)
 
     # ------------------------------------------------------------ lookups
 
@@ -460,7 +464,7 @@ class WatcherRegistry(Generic[W]):
             target = params.get("uri")
             if isinstance(target, str):
                 uri = target
-                conn = getattr(ctx.session, "_connection", ctx.session)
+                conn = _sdk.connection_of(ctx.session)
                 held_set = self._legacy.get(conn)
                 if method == "resources/subscribe":
                     if held_set is None:

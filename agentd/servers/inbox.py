@@ -1,5 +1,8 @@
 """``agentd serve inbox``: an agent's message inbox (a JSON Lines file), delivered at least once.
 
+Size: over 600 lines because one server's resources, tools, persistence and
+change sources stay together; its pure delivery logic is ``_inboxlog.py``.
+
 Identity and files
 ------------------
 The agent name comes from ``--agent``, else ``$AGENTD_INBOX_AGENT``, else the

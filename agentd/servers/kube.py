@@ -1,5 +1,8 @@
 """``agentd serve kube``: Kubernetes objects as an event-log, pushed by ``kubectl get -w``.
 
+Size: over 600 lines because one server's resources, its ``kubectl``
+watchers and their event-log stay together.
+
 Resource template::
 
     kube-events://watch/{resource}{?namespace,labelSelector,fieldSelector,context}

@@ -22,31 +22,52 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime as _dt
 import logging
 import os
 import signal
 import sys
 import time
+import traceback
+import uuid
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 import orjson
 import trio
 
-from agentd.agent.zygote import PREWARM_MODELS_ENV
+from agentd.agent.zygote import PREWARM_MODELS_ENV, _rehearse
+from agentd.config import ProviderSpec, Settings, deprecations
+from agentd.errors import AgentdError, ConfigError
+from agentd.events import ReactorEvent, SignalReceived
 from agentd.exitcodes import ExitCode, TerminalStatus, code_for_status
+from agentd.health import raise_open_files_limit, reactor_probe, serve_health, serve_metrics
+from agentd.metrics import MetricsSnapshot
 from agentd.output import DEFAULT_OUTPUT_BUFFER, LineWriter
+from agentd.redact import redact
+from agentd.sdnotify import Notifier
 from agentd.selfmcp.protocol import ProviderFrame, SpawnPayload, ToolSpecFrame
 from agentd.selfmcp.server import serve_child
+from agentd.state.resume import RestoredSubscriptions
+from agentd.state.sessions import journals_for
+from agentd.state.shard import declared_filter, handles, shard_for
 from agentd.supervisor.budget import Budget
 from agentd.supervisor.declared import DeclaredSubscriptions
-from agentd.supervisor.events import SignalReceived
 from agentd.supervisor.governor import RestartGovernor
-from agentd.supervisor.hub import SupervisorHub
-from agentd.supervisor.reactor import Agent, Hooks, Reactor
+from agentd.supervisor.hub import SupervisorHub, server_for
+from agentd.supervisor.reactor import Agent, Hooks, Reactor, open_channel
+from agentd.supervisor.routes import build_router, make_clock, model_profiles, staged_routes
+from agentd.supervisor.sessionroutes import SessionRoutes
 from agentd.supervisor.tree import Tree
 from agentd.telemetry import Telemetry
 from agentd.toolpolicy import ToolPolicy
+from agentd.triggers import mode as modes
+from agentd.upstream import Upstream
+from agentd.upstream.auth import auth_for
+from agentd.watches.limits import WatchLimits
+from agentd.watches.manager import WatchManager, watch_limits
+from agentd.watches.state import claim
 
 #: How long agentd waits at exit for stderr and stdout to take what is still
 #: buffered; a stream nobody reads is then given up on (the exit code stands).
@@ -54,7 +75,10 @@ EXIT_FLUSH_TIMEOUT = 5.0
 
 
 def run(
-    settings: Any, *, closed_fds: frozenset[int] = frozenset(), early_servers: dict[str, Any] | None = None
+    settings: Settings,
+    *,
+    closed_fds: frozenset[int] = frozenset(),
+    early_servers: dict[str, Any] | None = None,
 ) -> int:
     """Run agentd with validated settings; returns the process exit code.
 
@@ -74,15 +98,19 @@ def run(
             early.discard()
 
 
-def _run(settings: Any, closed_fds: frozenset[int], early_servers: dict[str, Any]) -> int:
-    from agentd.errors import ConfigError
-    from agentd.watches.limits import watch_limits
-    from agentd.watches.state import claim
-
+def _run(settings: Settings, closed_fds: frozenset[int], early_servers: dict[str, Any]) -> int:
     try:
         backoff = settings.reconnect_backoff
         limits = watch_limits(settings.watches)
         buffer = settings.telemetry_buffer
+        # One agentd per --state-dir (rfcs/0210); watch state lives in it unless --watch-state says otherwise.
+        state_dir = None
+        if settings.state_dir is not None:
+            from agentd.state.dir import claim as claim_state_dir
+
+            state_dir = claim_state_dir(settings.state_dir)
+            if settings.watch_state is None:
+                settings = settings.model_copy(update={"watch_state": state_dir.watch_state})
         # One agentd per --watch-state file: held until this process exits.
         state_lock = claim(settings.watch_state) if settings.watch_state is not None else None
     except ConfigError as exc:
@@ -91,13 +119,17 @@ def _run(settings: Any, closed_fds: frozenset[int], early_servers: dict[str, Any
     # Before any thread starts: a fork copies only the calling thread.
     preforked = _prefork_once_root(settings)
     telemetry = Telemetry(
-        verbose=bool(settings.verbose), fd=2, buffer_bytes=buffer, fd_closed=2 in closed_fds
+        verbose=bool(settings.verbose),
+        fd=2,
+        buffer_bytes=buffer,
+        fd_closed=2 in closed_fds,
+        level=settings.log_level,
+        line_format=line_format(settings.log_format, 2),
     )
-    # Libraries log through `logging` (the MCP SDK on a peer's bad message);
-    # unconfigured, that writes to stderr synchronously, from the reactor's
-    # thread. Route it through telemetry: buffered, rate-limited, never blocking.
-    log_handler = _LogToTelemetry(telemetry)
-    logging.getLogger().addHandler(log_handler)
+    log_handler = route_logging(telemetry)
+    from agentd.tracing import setup as setup_tracing
+
+    tracing = setup_tracing(os.environ, telemetry)
     stdout = LineWriter(
         1,
         max_bytes=DEFAULT_OUTPUT_BUFFER,
@@ -112,12 +144,12 @@ def _run(settings: Any, closed_fds: frozenset[int], early_servers: dict[str, Any
             reason="closed when agentd started; results are lost (counted)",
         )
     try:
-        code = int(trio.run(_main, settings, telemetry, stdout, backoff, limits, preforked, early_servers))
+        code = int(
+            trio.run(_main, settings, telemetry, stdout, backoff, limits, preforked, early_servers, tracing)
+        )
     except KeyboardInterrupt:
         code = int(ExitCode.DRAIN_TIMEOUT)
     except Exception as exc:  # a bug: say so plainly, exit 1, never a hang
-        import traceback
-
         telemetry.emit(
             "supervisor.internal_error",
             error=f"{type(exc).__name__}: {exc}",
@@ -127,6 +159,11 @@ def _run(settings: Any, closed_fds: frozenset[int], early_servers: dict[str, Any
     finally:
         if state_lock is not None:
             state_lock.release()
+        if state_dir is not None:
+            state_dir.release()
+    # Within the drain grace: the spans of the last turns are not lost on SIGTERM.
+    if tracing is not None and not tracing.shutdown(min(EXIT_FLUSH_TIMEOUT, settings.grace)):
+        telemetry.emit("tracing.export_failed", error="not all spans were exported at exit", spans=None)
     logging.getLogger().removeHandler(log_handler)
     stdout.close(EXIT_FLUSH_TIMEOUT)
     telemetry.close(EXIT_FLUSH_TIMEOUT)
@@ -144,11 +181,47 @@ def _prefork_once_root(settings: Any) -> Any:
     return prefork_root(sorted({default_profile.model, *(p.model for p in route_profiles.values())}))
 
 
-class _LogToTelemetry(logging.Handler):
-    """Library log records (WARNING and up) as ``log`` telemetry events."""
+def line_format(log_format: str, fd: int) -> Any:
+    """``--log-format``: ``auto`` is text when ``fd`` is a terminal (a person reads it), else JSON."""
+    if log_format == "auto":
+        try:
+            return "text" if os.isatty(fd) else "json"
+        except OSError:
+            return "json"
+    return log_format
 
-    def __init__(self, telemetry: Telemetry) -> None:
-        super().__init__(level=logging.WARNING)
+
+#: Python logging levels as telemetry levels (CRITICAL is an error too).
+_LOG_LEVELS = {logging.DEBUG: "debug", logging.INFO: "info", logging.WARNING: "warning"}
+
+
+def route_logging(telemetry: Telemetry) -> logging.Handler:
+    """Send Python ``logging`` (and ``warnings``) into telemetry.
+
+    Libraries log through ``logging`` (the MCP SDK on a peer's bad message);
+    unconfigured, that writes plain text to stderr synchronously, from the
+    reactor's thread, between the NDJSON lines. Routed here it becomes
+    ``log`` events: same format, buffered, rate-limited, never blocking.
+    Records below WARNING are taken only at ``--log-level debug``: libraries'
+    INFO records (an HTTP client's line per request) are debugging detail.
+    Returns the handler (removed at exit).
+    """
+    level = {"debug": logging.DEBUG, "info": logging.WARNING, "warning": logging.WARNING}.get(
+        telemetry.level, logging.ERROR
+    )
+    handler = _LogToTelemetry(telemetry, level)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(level)
+    logging.captureWarnings(True)
+    return handler
+
+
+class _LogToTelemetry(logging.Handler):
+    """Python log records as ``log`` telemetry events, at their logger's level."""
+
+    def __init__(self, telemetry: Telemetry, level: int) -> None:
+        super().__init__(level=level)
         self._telemetry = telemetry
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -156,24 +229,26 @@ class _LogToTelemetry(logging.Handler):
             message = record.getMessage()
         except Exception:  # a library's bad format string must not break anything
             message = str(record.msg)
-        self._telemetry.emit("log", logger=record.name, level=record.levelname, message=message[:2000])
+        level = _LOG_LEVELS.get(record.levelno, "error" if record.levelno > logging.WARNING else "debug")
+        fields: dict[str, Any] = {}
+        if record.exc_info and record.exc_info[1] is not None:
+            import traceback
+
+            fields["error"] = f"{type(record.exc_info[1]).__name__}: {record.exc_info[1]}"[:2000]
+            fields["traceback"] = "".join(traceback.format_exception(*record.exc_info))[-8000:]
+        self._telemetry.emit("log", logger=record.name, level=level, message=message[:2000], **fields)
 
 
 async def _main(
-    settings: Any,
+    settings: Settings,
     telemetry: Telemetry,
     stdout: LineWriter,
     backoff: tuple[float, ...] | None,
-    watch_limits: Any,
+    limits: WatchLimits,
     preforked: Any = None,
     early_servers: dict[str, Any] | None = None,
+    tracing: Any = None,
 ) -> int:
-    from agentd.errors import ConfigError
-    from agentd.health import raise_open_files_limit
-    from agentd.triggers import mode as modes
-    from agentd.upstream import Upstream
-    from agentd.upstream.auth import auth_for
-
     started_wall = time.monotonic()
     now = trio.current_time()
     # Room for connection floods on the health port, and for many children and servers.
@@ -186,11 +261,6 @@ async def _main(
         pid=os.getpid(),
         open_files=nofile,
     )
-    import datetime as _dt
-
-    from agentd.sdnotify import Notifier
-    from agentd.supervisor.routes import build_router, make_clock
-
     # Under systemd (Type=notify): read and drop NOTIFY_SOCKET before any child starts.
     notifier = Notifier.from_environ(os.environ, telemetry=telemetry)
 
@@ -216,12 +286,36 @@ async def _main(
     outputs: list[dict[str, Any]] = []
     json_out = settings.output == "json"
     once = settings.mode == "once"
+    from agentd.streamjson import Causes, StreamJson
+
+    stream = (
+        StreamJson(stdout, truncate=settings.output_truncate) if settings.output == "stream-json" else None
+    )
+    causes = stream.causes if stream is not None else Causes()
+    telemetry.add_tap(stream.on_event if stream is not None else causes.on_event)
+    if stream is not None:
+        stream.start(settings, routes=[r.id for r in router.routes()])
 
     def publish(agent: Agent, status: TerminalStatus, text: str, idle: bool) -> None:
         if once:
             return  # once prints its one result at exit
+        if stream is not None:
+            stream.reply(agent=agent.id, route=agent.route, status=status, text=text)
+            outputs.append({"agent": agent.id, "status": status})
+            return
         if json_out:
-            line = orjson.dumps({"agent": agent.id, "route": agent.route, "status": status, "result": text})
+            from agentd.telemetry import _now_rfc3339
+
+            line = orjson.dumps(
+                {
+                    "agent": agent.id,
+                    "route": agent.route,
+                    "status": status,
+                    "result": text,
+                    "ts": _now_rfc3339(),
+                    "cause": causes.of(agent.id),
+                }
+            )
         else:
             line = text.encode(errors="replace")
         # Never blocks: a full, closed or unread stdout loses this result
@@ -229,20 +323,92 @@ async def _main(
         stdout.put(line + b"\n")
         outputs.append({"agent": agent.id, "status": status})
 
-    from agentd.supervisor.routes import model_profiles
-
     # The supervisor's model, system prompt and settings, and those of routes that name their own.
     default_profile, route_profiles = model_profiles(settings)
     providers = {name: _provider_payload(name, p) for name, p in settings.providers.items()}
     models = sorted({default_profile.model, *(p.model for p in route_profiles.values())})
 
     async with trio.open_nursery() as nursery:
-        reactor: Reactor
-        upstreams: dict[str, Any] = {}
-        hub_holder: dict[str, SupervisorHub] = {}
+        journals = journals_for(settings, telemetry, lambda agent_id: reactor.agents.get(agent_id))
+        warm_root = settings.mode == "loop" and settings.session == "warm"
+        shard = shard_for(settings)
+        if journals is not None:
+            await trio.to_thread.run_sync(journals.scan)
+        # The reactor's channel first: every part below sends into it.
+        channel = open_channel()
+        events = channel[0]
+        upstreams: dict[str, Upstream] = {}
+        for name, spec in settings.servers.items():
+            # [watches] resubscribe_attempts and its backoff govern every resource subscription.
+            extra: dict[str, Any] = {
+                "resubscribe_backoff": limits.resubscribe_delays(),
+                "resubscribe_attempts": limits.resubscribe_attempts,
+            }
+            if backoff:
+                extra.update(backoff=backoff, resubscribe_backoff=backoff)
+            upstreams[name] = Upstream(
+                spec,
+                events,
+                telemetry,
+                max_read_bytes=settings.max_read_bytes,
+                tool_timeout=spec.timeout or settings.tool_timeout,
+                auth=auth_for(spec, state_dir=settings.state_dir),
+                early=(early_servers or {}).get(name),
+                **extra,
+            )
+        staged = staged_routes(settings)  # declared routes with extract/on_event (rfcs/0078)
+        watches = WatchManager(
+            upstreams=upstreams,
+            events=events,
+            telemetry=telemetry,
+            limits=limits,
+            server_for=partial(server_for, upstreams),
+            state_path=settings.watch_state,
+            routes=staged,
+            # Filters follow the global and per-server tool policy (the hub holds the tool names).
+            tool_allowed=lambda server, tool: hub.policy_allows(server, tool),
+        )
+        # A once root cannot be woken later: no subscribe / watch_* tools for it.
+        hub = SupervisorHub(
+            events=events,
+            upstreams=upstreams,
+            telemetry=telemetry,
+            watches=watches,
+            policy=ToolPolicy.from_settings(settings),
+            offer_wakeups=not once,
+        )
+        tree = Tree(
+            events=events,
+            serve_child=partial(_serve_bound_child, hub),
+            telemetry=telemetry,
+            spawn_timeout=settings.spawn_timeout,
+            # The zygote prepares these models' providers (TLS, prices, a cloud SDK) before forking.
+            zygote_env={PREWARM_MODELS_ENV: orjson.dumps(models).decode()},
+            # A once run's root is already forked and warming up: no zygote to wait for.
+            use_zygote=preforked is None,
+            preforked=preforked,
+            journal=journals.commit if journals is not None else None,
+        )
+        required = frozenset(n for n, s in settings.servers.items() if s.required)
+        declared = DeclaredSubscriptions(
+            settings.subscriptions,
+            upstreams,
+            router=router,
+            events=events,
+            telemetry=telemetry,
+            nursery=nursery,
+            required=required,
+            watched=watches.needs,
+            keep=None if shard is None else declared_filter(router, shard),
+        )
+        # Journaled sessions' self-subscriptions: routes now, upstream subscriptions once connected.
+        resumed = (
+            RestoredSubscriptions(journals, router, events, upstreams, telemetry, nursery)
+            if journals is not None
+            else None
+        )
 
         def spawn(agent: Agent) -> None:
-            hub = hub_holder["hub"]
             profile = route_profiles.get(agent.route or "", default_profile)
             hub.bind(agent.id, agent.route)  # the route's tool policy (allowed/disallowed, read-only)
             payload = SpawnPayload(
@@ -256,7 +422,17 @@ async def _main(
                 model_settings=profile.model_settings,
                 # Only the endpoint its model names: no child holds another endpoint's headers.
                 providers={k: v for k, v in providers.items() if profile.model.startswith(k + ":")},
+                # Warm sessions' turns go to their journal; once and schedule roots are not journaled.
+                journal=journals is not None and (agent.role != "root" or warm_root),
+                traceparent=tracing.traceparent(agent.id) if tracing is not None else None,
             )
+            if (
+                journals is not None
+                and agent.session is not None
+                and journals.resumable(agent.session) is not None
+            ):
+                nursery.start_soon(journals.spawn_resumed, tree, agent.id, agent.session, payload)
+                return
             tree.spawn(agent.id, payload)
 
         def unsubscribe(server: str, uri: str) -> None:
@@ -294,61 +470,27 @@ async def _main(
             mode=settings.mode,
             session=settings.session,
             clock=clock,
-            required=frozenset(n for n, s in settings.servers.items() if s.required),
-        )
-        for name, spec in settings.servers.items():
-            # [watches] resubscribe_attempts and its backoff govern every resource subscription.
-            extra: dict[str, Any] = {
-                "resubscribe_backoff": watch_limits.resubscribe_delays(),
-                "resubscribe_attempts": watch_limits.resubscribe_attempts,
-            }
-            if backoff:
-                extra.update(backoff=backoff, resubscribe_backoff=backoff)
-            upstreams[name] = Upstream(
-                spec,
-                reactor.send,
-                telemetry,
-                max_read_bytes=settings.max_read_bytes,
-                tool_timeout=spec.timeout or settings.tool_timeout,
-                auth=auth_for(spec, state_dir=settings.state_dir),
-                early=(early_servers or {}).get(name),
-                **extra,
-            )
-        # A once root cannot be woken later: no subscribe / watch_* tools for it.
-        hub = SupervisorHub(
-            events=reactor.send,
-            upstreams=upstreams,
-            telemetry=telemetry,
-            policy=ToolPolicy.from_settings(settings),
-            offer_wakeups=not once,
-        )
-        hub_holder["hub"] = hub
-        watches = _watch_manager(settings, reactor, hub, upstreams, telemetry, watch_limits)
-        tree = Tree(
-            events=reactor.send,
-            serve_child=partial(_serve_bound_child, hub),
-            telemetry=telemetry,
-            spawn_timeout=settings.spawn_timeout,
-            # The zygote prepares these models' providers (TLS, prices, a cloud SDK) before forking.
-            zygote_env={PREWARM_MODELS_ENV: orjson.dumps(models).decode()},
-            # A once run's root is already forked and warming up: no zygote to wait for.
-            use_zygote=preforked is None,
-            preforked=preforked,
+            required=required,
+            channel=channel,
+            watches=watches,
+            staged={s.route_id: s for s in staged},
+            declared=declared if resumed is None else resumed.alongside(declared),
+            journals=journals,
+            handles=None if shard is None else partial(handles, shard),
         )
 
-        nursery.start_soon(_watch_signals, reactor)
+        nursery.start_soon(_watch_signals, events)
         # The zygote's imports (~0.4 s) and the servers' start-ups overlap.
         async with trio.open_nursery() as starting:
             starting.start_soon(nursery.start, tree.run)
             starting.start_soon(_rehearse_server)
             for up in upstreams.values():
                 starting.start_soon(nursery.start, up.run)
-        # The first attempts settled: the reactor starts from what the servers are now.
-        reactor.server_states.update({name: up.state for name, up in upstreams.items()})
-        declared = DeclaredSubscriptions(settings.subscriptions, upstreams, reactor, telemetry, nursery)
         declared.refresh("start")
-        reactor.on_catalog = lambda _event: declared.refresh("catalog")
-        reactor.on_connected = lambda _server: declared.refresh("connected")
+        if resumed is not None:
+            resumed.refresh()
+        if shard is not None:
+            telemetry.emit("shard.assigned", index=shard.index, count=shard.count)
         await nursery.start(watches.run)
         try:
             await watches.check_routes()  # a declared on_event the sandbox refuses is a config error
@@ -357,19 +499,20 @@ async def _main(
             nursery.cancel_scope.cancel()
             return int(ExitCode.CONFIG)
         # Before the reactor turns, so its handlers never race this direct route table.
-        reactor.queue_startup_notices(await watches.restore(_StartupRoutes(reactor)))
+        reactor.queue_startup_notices(
+            await watches.restore(_StartupRoutes(reactor.session_routes, reactor.uri_needed))
+        )
 
-        def snapshot() -> Any:
+        def snapshot() -> MetricsSnapshot:
             return dataclasses.replace(reactor.metrics_snapshot(), outputs_lost=stdout.dropped)
 
         if settings.health_addr or settings.metrics_addr:
             await _start_health(settings, reactor, telemetry, nursery, snapshot)
 
         if notifier.watchdog_interval is not None:  # WatchdogSec= only: otherwise no timer at all
-            from agentd.health import reactor_probe
-
-            nursery.start_soon(notifier.watchdog, reactor_probe(reactor.send))
-        code = await reactor.run()
+            nursery.start_soon(notifier.watchdog, reactor_probe(events))
+        # The first connection attempts settled: the reactor starts from what the servers are now.
+        code = await reactor.run(server_states={name: up.state for name, up in upstreams.items()})
         notifier.stopped(int(code))
         await reactor.reap()
         if code is ExitCode.REQUIRED_SERVER and reactor.required_failed_error is not None:
@@ -378,10 +521,21 @@ async def _main(
                 server=reactor.required_failed,
                 error=reactor.required_failed_error,
             )
+        session_id = stream.session_id if stream is not None else str(uuid.uuid4())
         if once:
             code = await _print_once(
-                reactor, code, json_out, time.monotonic() - started_wall, telemetry, stdout
+                reactor,
+                code,
+                json_out,
+                time.monotonic() - started_wall,
+                telemetry,
+                stdout,
+                stream,
+                session_id,
             )
+        elif stream is not None:
+            summary = run_summary(reactor, code, telemetry, time.monotonic() - started_wall, session_id)
+            stream.result({"status": "stopped", **summary})
         telemetry.emit(
             "supervisor.exit",
             exit_code=int(code),
@@ -412,7 +566,7 @@ async def _main(
     return int(code)
 
 
-def _provider_payload(name: str, spec: Any) -> ProviderFrame:
+def _provider_payload(name: str, spec: ProviderSpec) -> ProviderFrame:
     """A ``[providers.NAME]`` table as the spawn payload carries it."""
     return ProviderFrame(
         name=name,
@@ -432,14 +586,13 @@ async def _serve_bound_child(hub: SupervisorHub, agent: str, stream: Any) -> Non
         hub.release(agent)
 
 
-def _model_telemetry(settings: Any, telemetry: Telemetry) -> None:
+def _model_telemetry(settings: Settings, telemetry: Telemetry) -> None:
     """Warnings about the model configuration: deprecated names, a USD budget that cannot see a price."""
-    from agentd.config import deprecations
-
     for old in deprecations(settings):
         telemetry.emit("config.deprecated", setting=old.old, use=old.new)
     if settings.budget_usd is None or settings.model is None:
         return
+    # Lazy: the price database is loaded only when a USD budget needs it.
     from agentd.models.pricing import has_price, price_provider_for
 
     for spec in sorted({settings.model, *(r.model for r in settings.routes if r.model)}):
@@ -454,53 +607,100 @@ def _model_telemetry(settings: Any, telemetry: Telemetry) -> None:
             )
 
 
-def _watch_manager(
-    settings: Any,
-    reactor: Reactor,
-    hub: SupervisorHub,
-    upstreams: dict[str, Any],
-    telemetry: Telemetry,
-    limits: Any,
-) -> Any:
-    """The watch manager, plugged into the hub (self-tools) and the reactor (routes, notices)."""
-    from agentd.supervisor.routes import staged_routes
-    from agentd.watches.manager import WatchManager
-
-    manager = WatchManager(
-        upstreams=upstreams,
-        events=reactor.send,
-        telemetry=telemetry,
-        limits=limits,
-        server_for=hub.server_for,
-        state_path=settings.watch_state,
-        tool_allowed=hub.policy_allows,
-    )
-    hub.watches = manager
-    reactor.watches = manager
-    staged = staged_routes(settings)  # declared routes with extract/on_event (rfcs/0078)
-    manager.declare_routes(staged)
-    reactor.staged = {s.route_id: s for s in staged}
-    return manager
-
-
 class _StartupRoutes:
-    """The route table for restoring ``--watch-state`` before the reactor runs (direct calls)."""
+    """The route table for restoring ``--watch-state`` before the reactor runs (direct calls).
 
-    def __init__(self, reactor: Reactor) -> None:
-        self._reactor = reactor
+    Safe only before :meth:`Reactor.run`: afterwards the reactor alone touches its routes.
+    """
+
+    def __init__(self, routes: SessionRoutes, needed: Callable[[str, str], bool]) -> None:
+        self._routes = routes
+        self._needed = needed
 
     async def add(self, *, session: str, name: str, uri: str, server: str) -> None:
-        self._reactor.add_watch_route(session, name, uri)
+        self._routes.add_watch(session, name, uri)
 
     async def remove(self, *, session: str, name: str, uri: str, server: str) -> bool:
-        self._reactor.remove_watch_route(session, name)
-        return self._reactor.uri_needed(server, uri)
+        self._routes.remove_watch(session, name)
+        return self._needed(server, uri)
 
 
 #: How long a once run waits for stdout to take its result before it gives up
 #: (exit OUTPUT_FAILED): a reader that is slow is waited for, one that never
 #: reads does not hold the process forever.
 RESULT_WRITE_TIMEOUT = 30.0
+
+
+def run_error(reactor: Reactor, code: ExitCode) -> dict[str, str] | None:
+    """The ``error`` object of a JSON result: ``kind``, ``message`` and ``fix`` (None when the run succeeded)."""
+    budget = reactor.budget.spent()
+    error: tuple[str, str, str] | None = None
+    if reactor.fatal_infra is not None:
+        # Why the provider could not be used (HTTP status and its message), as in model.fatal.
+        message = reactor.fatal_infra
+        if any(marker in message for marker in ("HTTP 401", "HTTP 403", "credentials", "auth")):
+            fix = (
+                "check the model's API key (OPENAI_API_KEY, ANTHROPIC_API_KEY, or the endpoint's api_key_env)"
+            )
+        else:
+            fix = "check the model name and the provider's base URL, and that it is reachable from here"
+        error = ("provider", message, fix)
+    elif code is ExitCode.REQUIRED_SERVER:
+        error = (
+            "server",
+            reactor.required_failed_error or f"required server {reactor.required_failed!r} failed",
+            "check the server's command or URL and its stderr (server.state and upstream.* lines on stderr)",
+        )
+    elif code in (ExitCode.BUDGET, ExitCode.BUDGET_PARTIAL):
+        error = (
+            "budget",
+            f"the tree-wide {budget or 'token'} budget is spent",
+            "raise --budget-tokens, --budget-steps or --budget-usd",
+        )
+    elif code is ExitCode.DEADLINE:
+        error = ("deadline", "the --deadline was reached", "raise --deadline or give the agent less to do")
+    elif code is ExitCode.REFUSED:
+        error = ("refused", "the model refused the task", "rephrase the instruction or use another model")
+    elif code is ExitCode.DRAIN_TIMEOUT:
+        error = (
+            "drain_timeout",
+            "running turns did not finish within the drain grace",
+            "raise --grace (and terminationGracePeriodSeconds on Kubernetes)",
+        )
+    elif code is ExitCode.CRASHED:
+        status = reactor.root_status or "crashed"
+        error = (
+            "crashed",
+            f"the agent ended {status}",
+            "see subagent.exit and child.stderr on stderr; --log-level debug shows more",
+        )
+    if error is None:
+        return None
+    kind, message, fix = error
+    return {"kind": kind, "message": redact(message), "fix": fix}
+
+
+def run_summary(
+    reactor: Reactor, code: ExitCode, telemetry: Telemetry, duration: float, session_id: str
+) -> dict[str, Any]:
+    """What every JSON result carries: exit code, session id, turns, steps, usage, cost, duration, error."""
+    counters = telemetry.counters
+    return {
+        "exit_code": int(code),
+        "session_id": session_id,
+        "turns": counters.get("turns", 0),
+        "steps": counters.get("model_calls", 0),
+        "usage": {
+            "input_tokens": counters.get("input_tokens", 0),
+            "output_tokens": counters.get("output_tokens", 0),
+            "cached_input_tokens": counters.get("cached_input_tokens", 0),
+            "cache_creation_input_tokens": counters.get("cache_creation_input_tokens", 0),
+            "model_calls": counters.get("model_calls", 0),
+        },
+        "cost_usd": reactor.budget.cost_usd(),
+        "duration_s": round(duration, 3),
+        "error": run_error(reactor, code),
+    }
 
 
 async def _print_once(
@@ -510,33 +710,20 @@ async def _print_once(
     duration: float,
     telemetry: Telemetry,
     stdout: LineWriter,
+    stream: Any = None,
+    session_id: str = "",
 ) -> ExitCode:
     """Write the once run's result; the exit code, OUTPUT_FAILED if the result could not be written."""
-    from agentd.redact import redact
-
     text = reactor.root_text
     status = reactor.root_status
     line: bytes | None = None
-    if json_out:
-        result: dict[str, Any] = {
-            "status": status,
-            "exit_code": int(code),
-            "result": text,
-            "usage": {
-                "input_tokens": telemetry.counters.get("input_tokens", 0),
-                "output_tokens": telemetry.counters.get("output_tokens", 0),
-                "cached_input_tokens": telemetry.counters.get("cached_input_tokens", 0),
-                "cache_creation_input_tokens": telemetry.counters.get("cache_creation_input_tokens", 0),
-                "model_calls": telemetry.counters.get("model_calls", 0),
-            },
-            "cost_usd": reactor.budget.cost_usd(),
-            "duration_s": round(duration, 3),
-        }
-        if reactor.fatal_infra is not None:
-            # Why the provider could not be used (HTTP status and its message), as in model.fatal.
-            result["error"] = redact(reactor.fatal_infra)
-        elif reactor.required_failed_error is not None:
-            result["error"] = redact(reactor.required_failed_error)
+    if json_out or stream is not None:
+        summary = run_summary(reactor, code, telemetry, duration, session_id)
+        result: dict[str, Any] = {"status": status, "exit_code": int(code), "result": text, **summary}
+        if stream is not None:
+            lost_before = stdout.dropped
+            stream.result(result)
+            return await _flushed(stdout, lost_before, code, status, telemetry)
         line = orjson.dumps(result)
     elif (
         text and status is not None and code in (ExitCode.OK, ExitCode.BUDGET_PARTIAL, ExitCode.REFUSED)
@@ -546,6 +733,13 @@ async def _print_once(
         return code
     lost_before = stdout.dropped
     stdout.put(line + b"\n")
+    return await _flushed(stdout, lost_before, code, status, telemetry)
+
+
+async def _flushed(
+    stdout: LineWriter, lost_before: int, code: ExitCode, status: Any, telemetry: Telemetry
+) -> ExitCode:
+    """Wait (bounded) until stdout took the result; the exit code, OUTPUT_FAILED if it did not."""
     flushed = await trio.to_thread.run_sync(stdout.flush, RESULT_WRITE_TIMEOUT, abandon_on_cancel=True)
     if flushed and stdout.dropped == lost_before:
         return code
@@ -561,32 +755,30 @@ async def _print_once(
 
 async def _rehearse_server() -> None:
     """Warm the SDK's lazy paths on the supervisor side too, so the first child is not slower."""
-    from agentd.agent.zygote import _rehearse
-
     await _rehearse()
 
 
-async def _watch_signals(reactor: Reactor) -> None:
+async def _watch_signals(events: trio.MemorySendChannel[ReactorEvent]) -> None:
     # SIGHUP drains like SIGTERM: a daemon whose terminal or supervisor hangs
     # up stops cleanly instead of dying mid-turn (there is no reload).
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async for signum in signals:
-            await reactor.send.send(SignalReceived(signum=signum))
+            await events.send(SignalReceived(signum=signum))
 
 
-async def _unsubscribe(upstream: Any, uri: str) -> None:
-    from agentd.errors import AgentdError
-
+async def _unsubscribe(upstream: Upstream, uri: str) -> None:
     with contextlib.suppress(AgentdError):
         await upstream.unsubscribe(uri)
 
 
 async def _start_health(
-    settings: Any, reactor: Reactor, telemetry: Telemetry, nursery: trio.Nursery, snapshot: Any
+    settings: Settings,
+    reactor: Reactor,
+    telemetry: Telemetry,
+    nursery: trio.Nursery,
+    snapshot: Callable[[], MetricsSnapshot],
 ) -> None:
     """Serve /healthz and /readyz (and /metrics) without ever blocking the reactor."""
-    from agentd.health import reactor_probe, serve_health, serve_metrics
-
     same = settings.metrics_addr is None or settings.metrics_addr == settings.health_addr
     if settings.health_addr:
         port = await nursery.start(

@@ -4,8 +4,8 @@
 never in the reactor. It reads the child's frames, validates each one
 (:func:`agentd.selfmcp.protocol.parse_child_frame`: types, bounds, closed
 vocabularies), and only then turns it into a typed reactor event
-(:class:`~agentd.supervisor.events.UsageReported`,
-:class:`~agentd.supervisor.events.TurnEnded`) or a telemetry line; the
+(:class:`~agentd.events.UsageReported`,
+:class:`~agentd.events.TurnEnded`) or a telemetry line; the
 reactor's answer goes back as a frame with the request's id.
 
 The first broken rule ends the conversation: :class:`~agentd.errors.ProtocolError`
@@ -15,27 +15,37 @@ propagates to the tree, which kills the child and reports the reason in
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import trio
 
 from agentd.errors import ProtocolError
+from agentd.events import ReactorEvent, Reply, TurnEnded, UsageReported
 from agentd.selfmcp.control import FrameStream
 from agentd.selfmcp.protocol import (
     ChildEvent,
+    MessageFrame,
     NextTurn,
+    TranscriptPart,
     TurnEnd,
     UsageReport,
     UsageVerdict,
     parse_child_frame,
 )
-from agentd.supervisor.events import ReactorEvent, Reply, TurnEnded, UsageReported
 from agentd.telemetry import Telemetry
 
 #: How long a usage report may wait for the reactor's verdict. The reactor
 #: answers in microseconds; only a wedged reactor runs this out (and then
 #: the child is stopped rather than left waiting).
 USAGE_REPLY_TIMEOUT = 30.0
+
+#: Bytes of transcript parts one turn may send before its turn end: far above what
+#: the per-turn step cap and the tool-result cut allow an honest child.
+MAX_TURN_TRANSCRIPT_BYTES = 256 * 1024 * 1024
+
+Journal = Callable[[str, Sequence[MessageFrame]], Awaitable[None]]
+"""Records a turn's messages for ``agent`` (the session journal); returns once they are durable."""
 
 
 async def serve_control(
@@ -44,8 +54,14 @@ async def serve_control(
     *,
     events: trio.MemorySendChannel[ReactorEvent],
     telemetry: Telemetry,
+    journal: Journal | None = None,
 ) -> None:
     """Serve ``agent``'s control channel until the child closes it.
+
+    Transcript parts are held until the turn's end; then ``journal`` records
+    them (appended and fsynced) before the reactor hears of the turn end, so
+    whatever follows a turn end (its result published, the next delivery)
+    happens after the turn is durable. Without ``journal`` they are dropped.
 
     Requests are served one at a time, in order: the next frame is read only
     after the previous request was answered (a child has at most one request
@@ -56,6 +72,8 @@ async def serve_control(
             answer a usage report within :data:`USAGE_REPLY_TIMEOUT`.
     """
     expected_id = 1
+    transcript: list[MessageFrame] = []
+    transcript_bytes = 0
     while True:
         line = await frames.receive_line()
         if line is None:
@@ -64,6 +82,12 @@ async def serve_control(
         if isinstance(frame, ChildEvent):
             _relay_event(agent, frame, telemetry)
             continue
+        if isinstance(frame, TranscriptPart):
+            transcript_bytes += len(line)
+            if transcript_bytes > MAX_TURN_TRANSCRIPT_BYTES:
+                raise ProtocolError(f"a turn's transcript exceeds {MAX_TURN_TRANSCRIPT_BYTES} bytes")
+            transcript.extend(frame.messages)
+            continue
         if frame.id != expected_id:
             raise ProtocolError(f"request id {frame.id} out of order (expected {expected_id})")
         expected_id += 1
@@ -71,6 +95,9 @@ async def serve_control(
         if isinstance(frame, UsageReport):
             answer = await _ask(events, agent, frame, timeout=USAGE_REPLY_TIMEOUT)
         else:
+            if transcript and journal is not None:
+                await journal(agent, transcript)
+            transcript, transcript_bytes = [], 0
             answer = await _ask(events, agent, frame, timeout=None)
         try:
             await frames.send(answer)
@@ -106,4 +133,4 @@ def _relay_event(agent: str, frame: ChildEvent, telemetry: Telemetry) -> None:
     telemetry.emit(frame.event, agent=agent, **frame.fields)
 
 
-__all__ = ["USAGE_REPLY_TIMEOUT", "serve_control"]
+__all__ = ["MAX_TURN_TRANSCRIPT_BYTES", "USAGE_REPLY_TIMEOUT", "Journal", "serve_control"]

@@ -26,19 +26,18 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Literal, Protocol
 
 import trio
 
-from agentd.supervisor.events import ResourceChanged, ServerState, SubscriptionStateChanged
+from agentd.errors import AgentdError
+from agentd.events import ReactorEvent, ResourceChanged, ServerState, SubscriptionStateChanged
 from agentd.telemetry import Telemetry
 from agentd.triggers.glob import compile_glob
+from agentd.triggers.router import Router
 from agentd.upstream.resolve import Catalog
-
-if TYPE_CHECKING:
-    from agentd.supervisor.reactor import Reactor
 
 __all__ = ["DeclaredSubscriptions", "Resolution", "SubscriptionPattern", "pattern_label", "resolve"]
 
@@ -158,13 +157,12 @@ def resolve(
 
 
 class _UpstreamLike(Protocol):
-    spec: Any
     state: ServerState
 
     @property
     def subscriptions(self) -> frozenset[str]: ...
     @property
-    def capabilities(self) -> Any: ...
+    def capabilities(self) -> object | None: ...
     def catalog(self) -> Catalog: ...
     async def subscribe(self, uri: str) -> None: ...
     async def unsubscribe(self, uri: str) -> None: ...
@@ -172,6 +170,10 @@ class _UpstreamLike(Protocol):
 
 class DeclaredSubscriptions:
     """Keeps every declared subscription made (see the module docstring).
+
+    It owns the declared set (:attr:`pairs`) and what resolves to nothing
+    (:attr:`unresolved`, :attr:`unresolved_required`); the reactor reads them
+    for readiness, ``/metrics`` and "is this URI still needed".
 
     :meth:`refresh` is synchronous and never blocks: the app calls it once
     before the reactor runs, then the reactor calls it (from its event
@@ -181,24 +183,44 @@ class DeclaredSubscriptions:
     Args:
         subs: the declared subscriptions.
         upstreams: server name -> its connection, in configuration order.
-        reactor: owns the declared set, subscription states and readiness.
+        router: the reactor's router (queue sizes; exact routes keep a URI subscribed).
+        events: the reactor's channel (subscription outcomes, the start-up re-read).
         telemetry: NDJSON events.
         nursery: where subscribe/unsubscribe tasks run.
+        required: names of required servers.
+        watched: whether a live watch still needs ``(server, uri)`` subscribed.
+        keep: ``--shard``: whether this replica subscribes a pair (it handles
+            its updates); the others are left to the replicas that own them.
     """
 
     def __init__(
         self,
         subs: Sequence[SubscriptionPattern],
         upstreams: Mapping[str, _UpstreamLike],
-        reactor: Reactor,
+        *,
+        router: Router,
+        events: trio.MemorySendChannel[ReactorEvent],
         telemetry: Telemetry,
         nursery: trio.Nursery,
+        required: frozenset[str] = frozenset(),
+        watched: Callable[[str, str], bool] = lambda _server, _uri: False,
+        keep: Callable[[Pair], bool] | None = None,
     ) -> None:
         self._subs = list(subs)
+        self._keep = keep
         self._upstreams = upstreams
-        self._reactor = reactor
+        self._router = router
+        self._events = events
         self._telemetry = telemetry
         self._nursery = nursery
+        self._required = required
+        self._watched = watched
+        self.pairs: set[Pair] = set()
+        """(server, uri) of every declared subscription (globs expanded against the catalogs)."""
+        self.unresolved: dict[str, str] = {}
+        """Declared subscription patterns that resolve to nothing now -> why (rfcs/0134)."""
+        self.unresolved_required: frozenset[str] = frozenset()
+        """The patterns of :attr:`unresolved` that name a required server: readiness fails."""
         self._inflight: set[Pair] = set()
         """Pairs with a subscribe task running (never two at once)."""
         self._seeded: set[Pair] = set()
@@ -210,19 +232,25 @@ class DeclaredSubscriptions:
             for name, up in self._upstreams.items()
         }
 
-    def refresh(self, reason: RefreshReason) -> None:
-        """Re-resolve every pattern; subscribe what is missing, drop what left a catalog, report the rest."""
+    def refresh(self, reason: RefreshReason) -> list[Pair]:
+        """Re-resolve every pattern; subscribe what is missing, drop what left a catalog, report the rest.
+
+        Returns:
+            the pairs that are no longer declared (their subscription states are stale).
+        """
         if not self._subs:
-            return
-        reactor = self._reactor
-        result = resolve(self._subs, self._catalogs(), reactor.required)
+            return []
+        result = resolve(self._subs, self._catalogs(), self._required)
+        if self._keep is not None:
+            result = Resolution(
+                tuple(p for p in result.pairs if self._keep(p)), result.unresolved, result.required
+            )
         wanted = set(result.pairs)
-        for pair in sorted(reactor.declared - wanted):
+        dropped = sorted(self.pairs - wanted)
+        for pair in dropped:
             self._drop(pair)
         for pair in result.pairs:
-            if pair not in reactor.declared:
-                reactor.declared.add(pair)
-                reactor.subscription_states.setdefault(pair, "pending")
+            self.pairs.add(pair)
             up = self._upstreams.get(pair[0])
             if (
                 up is None
@@ -237,32 +265,27 @@ class DeclaredSubscriptions:
             startup = reason != "catalog" and pair not in self._seeded
             self._nursery.start_soon(self._subscribe, pair, startup)
         for label, why in result.unresolved.items():
-            if label not in reactor.unresolved:
+            if label not in self.unresolved:
                 self._telemetry.emit(
                     "subscription.unresolved",
                     pattern=label,
                     error=why,
                     required=label in result.required,
                 )
-        reactor.unresolved = dict(result.unresolved)
-        reactor.unresolved_required = set(result.required)
+        self.unresolved = dict(result.unresolved)
+        self.unresolved_required = result.required
         self._size_queues()
+        return dropped
 
     def _drop(self, pair: Pair) -> None:
-        reactor = self._reactor
-        reactor.declared.discard(pair)
-        reactor.subscription_states.pop(pair, None)
+        self.pairs.discard(pair)
         server, uri = pair
-        needed = reactor.uri_needed(server, uri) or (
-            reactor.watches is not None and reactor.watches.needs(server, uri)
-        )
+        routed = any(r.glob.exact and r.glob.literal == uri for r in self._router.routes())
         up = self._upstreams.get(server)
-        if up is not None and not needed:
+        if up is not None and not routed and not self._watched(server, uri):
             self._nursery.start_soon(self._unsubscribe, up, uri)
 
     async def _subscribe(self, pair: Pair, startup: bool) -> None:
-        from agentd.errors import AgentdError
-
         server, uri = pair
         up = self._upstreams[server]
         try:
@@ -270,7 +293,7 @@ class DeclaredSubscriptions:
         except AgentdError as exc:
             self._telemetry.emit("subscription.failed", server=server, uri=uri, error=str(exc))
             with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                await self._reactor.send.send(SubscriptionStateChanged(server, uri, "failed", error=str(exc)))
+                await self._events.send(SubscriptionStateChanged(server, uri, "failed", error=str(exc)))
             return
         finally:
             self._inflight.discard(pair)
@@ -279,23 +302,20 @@ class DeclaredSubscriptions:
         # live (while agentd was down, while it started, or while this URI was
         # not subscribed) is delivered now, as one "possibly changed".
         with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-            await self._reactor.send.send(
+            await self._events.send(
                 ResourceChanged(server=server, uri=uri, kind="synthetic", startup=startup)
             )
 
     async def _unsubscribe(self, up: _UpstreamLike, uri: str) -> None:
-        from agentd.errors import AgentdError
-
         with contextlib.suppress(AgentdError):
             await up.unsubscribe(uri)
 
     def _size_queues(self) -> None:
         """Default queue caps = the number of declared URIs each route owns (one queue entry per URI)."""
-        router = self._reactor.router
         owned: Counter[str] = Counter()
-        for _server, uri in self._reactor.declared:
-            route = router.first_match(uri)
+        for _server, uri in self.pairs:
+            route = self._router.first_match(uri)
             if route is not None:
                 owned[route.id] += 1
         for route_id, count in owned.items():
-            router.set_watched(route_id, count)
+            self._router.set_watched(route_id, count)

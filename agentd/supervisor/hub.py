@@ -9,32 +9,49 @@ like: usage reports and turn ends are control frames on another channel
 
 Upstream tool calls and resource reads are plain I/O on the shared upstream
 connections and run in the handler's task. Self-tools that touch supervisor
-state (subscribe/unsubscribe, watch routes) become a
-:class:`~agentd.supervisor.events.ChildMessage` for the reactor, which
-answers through a one-slot reply channel.
+state (subscribe/unsubscribe, watch routes) become a typed request
+(:data:`~agentd.events.SelfToolRequest`) for the reactor, which answers
+with its typed reply through a one-slot channel.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import mcp_types as types
 import orjson
 import trio
 
 from agentd.errors import AgentdError, RouteError
+from agentd.events import (
+    ReactorEvent,
+    Refused,
+    Reply,
+    RouteAdded,
+    RouteRemoved,
+    SelfSubscribe,
+    SelfUnsubscribe,
+    SessionOf,
+    Subscribed,
+    Unsubscribed,
+    WatchRouteAdd,
+    WatchRouteRemove,
+    WatchSession,
+)
 from agentd.selfmcp.protocol import unknown_tool_text
 from agentd.selfmcp.server import text_result
-from agentd.supervisor.events import ChildMessage, ReactorEvent
 from agentd.telemetry import Telemetry
 from agentd.toolpolicy import ToolPolicy
+from agentd.tracing import active as active_tracing
+from agentd.upstream.connection import Upstream
 from agentd.upstream.naming import ToolNameMap
+from agentd.upstream.resolve import resolve_server_for_uri, resource_listing
+from agentd.watches.manager import WatchManager
 
-if TYPE_CHECKING:
-    from agentd.watches.manager import WatchManager
+R = TypeVar("R")
 
 _OBJ: dict[str, Any] = {"type": "object"}
 
@@ -128,16 +145,22 @@ REACTOR_REPLY_TIMEOUT = 30.0
 class SupervisorHub:
     """Implements :class:`agentd.selfmcp.server.Hub` over the upstreams and the reactor channel.
 
-    ``offer_wakeups``: offer the :data:`WAKEUP_TOOLS` (False for a once run,
-    whose root nothing can wake later).
+    Args:
+        events: the reactor's channel.
+        upstreams: server name -> its connection.
+        telemetry: ``tool.call`` events.
+        watches: the watch manager; without it the watch tools report an error.
+        offer_wakeups: offer the :data:`WAKEUP_TOOLS` (False for a once run,
+            whose root nothing can wake later).
     """
 
     def __init__(
         self,
         *,
         events: trio.MemorySendChannel[ReactorEvent],
-        upstreams: Mapping[str, Any],
+        upstreams: Mapping[str, Upstream],
         telemetry: Telemetry,
+        watches: WatchManager | None = None,
         policy: ToolPolicy | None = None,
         offer_wakeups: bool = True,
     ) -> None:
@@ -154,8 +177,7 @@ class SupervisorHub:
             str | None, tuple[list[types.Tool], frozenset[str], list[dict[str, Any]] | None]
         ] = {}
         self._tools_key: tuple[int, ...] = ()
-        self.watches: WatchManager | None = None
-        """The watch manager (set by the app); without it the watch tools report an error."""
+        self.watches = watches
 
     # -- tools ----------------------------------------------------------------------
 
@@ -232,18 +254,35 @@ class SupervisorHub:
 
     # -- calls ----------------------------------------------------------------------
 
-    async def ask_reactor(
-        self, agent: str, kind: Any, payload: dict[str, Any], *, timeout: float | None
-    ) -> Any:
-        """Send a ChildMessage and wait for the reactor's answer."""
-        send, recv = trio.open_memory_channel[Any](1)
-        await self._events.send(ChildMessage(agent=agent, kind=kind, payload={**payload, "reply": send}))
-        if timeout is None:
-            return await recv.receive()
-        with trio.fail_after(timeout):
+    async def ask_reactor(self, request: Callable[[Reply[R]], ReactorEvent]) -> R:
+        """Send ``request(reply)`` to the reactor and wait (at most :data:`REACTOR_REPLY_TIMEOUT`) for its answer."""
+        send, recv = trio.open_memory_channel[R](1)
+        await self._events.send(request(Reply(send)))
+        with trio.fail_after(REACTOR_REPLY_TIMEOUT):
             return await recv.receive()
 
     async def call(self, agent: str, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        """Run one tool call for ``agent``; the step lines (stream-json) frame it."""
+        self._telemetry.step("tool_call", agent=agent, name=name, arguments=arguments)
+        started = time.monotonic()
+        tracing = active_tracing()
+        if tracing is None:
+            result = await self._call(agent, name, arguments)
+        else:
+            with tracing.tool_span(agent, name, arguments) as span:
+                result = await self._call(agent, name, arguments)
+                tracing.tool_result(span, is_error=bool(result.is_error), text=_text_of(result))
+        self._telemetry.step(
+            "tool_result",
+            agent=agent,
+            name=name,
+            is_error=bool(result.is_error),
+            content=result.content,
+            latency_ms=round((time.monotonic() - started) * 1000, 3),
+        )
+        return result
+
+    async def _call(self, agent: str, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
         if not self.offers(agent, name):
             # Checked here as well as in the child: a child's code is not trusted either.
             return text_result(
@@ -275,12 +314,14 @@ class SupervisorHub:
             error = str(exc)
             return text_result(error, is_error=True)
         finally:
+            elapsed = time.monotonic() - started
+            self._telemetry.observe("tool_call", elapsed, server=server)
             self._telemetry.emit(
                 "tool.call",
                 agent=agent,
                 server=server,
                 tool=tool,
-                latency_ms=round((time.monotonic() - started) * 1000, 3),
+                latency_ms=round(elapsed * 1000, 3),
                 error=error,
             )
 
@@ -306,35 +347,27 @@ class SupervisorHub:
                 return text_result(
                     f"subscribe: no connected server offers {uri!r}; call list_resources", is_error=True
                 )
-            answer = await self.ask_reactor(
-                agent,
-                "self_tool",
-                {"op": "subscribe", "uri": uri, "server": server},
-                timeout=REACTOR_REPLY_TIMEOUT,
+            subscribed: Subscribed | Refused = await self.ask_reactor(
+                lambda reply: SelfSubscribe(agent, uri, server, reply)
             )
-            if "error" in answer:
-                return text_result(answer["error"], is_error=True)
+            if isinstance(subscribed, Refused):
+                return text_result(subscribed.error, is_error=True)
             try:
                 await self.upstreams[server].subscribe(uri)
             except AgentdError as exc:
-                await self.ask_reactor(
-                    agent, "self_tool", {"op": "unsubscribe", "uri": uri}, timeout=REACTOR_REPLY_TIMEOUT
-                )
+                await self.ask_reactor(lambda reply: SelfUnsubscribe(agent, uri, None, reply))
                 return text_result(f"subscribe {uri!r} failed: {exc}", is_error=True)
             return text_result(f"subscribed to {uri} on {server}; end your turn, a change wakes this session")
-        answer = await self.ask_reactor(
-            agent,
-            "self_tool",
-            {"op": "unsubscribe", "uri": uri, "server": server},
-            timeout=REACTOR_REPLY_TIMEOUT,
+        answer: Unsubscribed = await self.ask_reactor(
+            lambda reply: SelfUnsubscribe(agent, uri, server, reply)
         )
         still_watched = server is not None and self.watches is not None and self.watches.needs(server, uri)
         # A declared subscription (or another route) keeps the upstream
         # subscription: releasing it would make the daemon deaf to the URI.
-        if server is not None and answer.get("ok") and not still_watched and not answer.get("needed"):
+        if server is not None and answer.existed and not still_watched and not answer.needed:
             with contextlib.suppress(AgentdError):
                 await self.upstreams[server].unsubscribe(uri)
-        return text_result("unsubscribed" if answer.get("ok") else f"you were not subscribed to {uri!r}")
+        return text_result("unsubscribed" if answer.existed else f"you were not subscribed to {uri!r}")
 
     # -- watches --------------------------------------------------------------------
 
@@ -342,15 +375,12 @@ class SupervisorHub:
         manager = self.watches
         if manager is None:
             return text_result(f"{name}: watches are not available in this agentd", is_error=True)
-        answer = await self.ask_reactor(
-            agent,
-            "self_tool",
-            {"op": "watch_session", "register": name == "watch_start"},
-            timeout=REACTOR_REPLY_TIMEOUT,
+        answer: SessionOf | Refused = await self.ask_reactor(
+            lambda reply: WatchSession(agent, name == "watch_start", reply)
         )
-        if "error" in answer:
-            return text_result(answer["error"], is_error=True)
-        session = str(answer["session"])
+        if isinstance(answer, Refused):
+            return text_result(answer.error, is_error=True)
+        session = answer.session
         routes = ReactorRoutes(self, agent)
         if name == "watch_list":
             return text_result(orjson.dumps(manager.listing(session)).decode())
@@ -376,10 +406,7 @@ class SupervisorHub:
 
     def server_for(self, uri: str) -> str | None:
         """Which server a URI goes to: listed exactly, else template match, else first that can subscribe."""
-        from agentd.upstream.resolve import resolve_server_for_uri
-
-        catalogs = {name: up.catalog() for name, up in self.upstreams.items()}
-        return resolve_server_for_uri(uri, catalogs)
+        return server_for(self.upstreams, uri)
 
     async def read_resource(self, uri: str) -> Any:
         server = self.server_for(uri)
@@ -397,8 +424,6 @@ class SupervisorHub:
             return body
 
     async def list_resources(self) -> list[dict[str, Any]]:
-        from agentd.upstream.resolve import resource_listing
-
         # Shared with watch filters' list_resources, so both see the same fields.
         return resource_listing(self.upstreams)
 
@@ -414,20 +439,27 @@ class ReactorRoutes:
         self._agent = agent
 
     async def add(self, *, session: str, name: str, uri: str, server: str) -> None:
-        answer = await self._hub.ask_reactor(
-            self._agent,
-            "self_tool",
-            {"op": "watch_route_add", "session": session, "name": name, "uri": uri, "server": server},
-            timeout=REACTOR_REPLY_TIMEOUT,
+        agent = self._agent
+        answer: RouteAdded | Refused = await self._hub.ask_reactor(
+            lambda reply: WatchRouteAdd(agent, session, name, uri, server, reply)
         )
-        if "error" in answer:
-            raise RouteError(answer["error"])
+        if isinstance(answer, Refused):
+            raise RouteError(answer.error)
 
     async def remove(self, *, session: str, name: str, uri: str, server: str) -> bool:
-        answer = await self._hub.ask_reactor(
-            self._agent,
-            "self_tool",
-            {"op": "watch_route_remove", "session": session, "name": name, "uri": uri, "server": server},
-            timeout=REACTOR_REPLY_TIMEOUT,
+        agent = self._agent
+        answer: RouteRemoved = await self._hub.ask_reactor(
+            lambda reply: WatchRouteRemove(agent, session, name, uri, server, reply)
         )
-        return bool(answer.get("needed", True))
+        return answer.needed
+
+
+def server_for(upstreams: Mapping[str, Upstream], uri: str) -> str | None:
+    """Which server a URI goes to: listed exactly, else template match, else first that can subscribe."""
+    catalogs = {name: up.catalog() for name, up in upstreams.items()}
+    return resolve_server_for_uri(uri, catalogs)
+
+
+def _text_of(result: types.CallToolResult) -> str:
+    """A tool result's text blocks, joined (for a span, with content capture on)."""
+    return "\n".join(b.text for b in result.content if isinstance(b, types.TextContent))

@@ -1,8 +1,14 @@
 """The one reactor: a single trio task that owns the driver, router, tree and timers.
 
+Size: this module is over 600 lines on purpose: it is the one place every
+event is applied, and its handlers share the reactor's state (phase, budget,
+agents, routes). Parts that own state of their own live beside it: the agent
+table (``agents.py``), the sessions' routes (``sessionroutes.py``), declared
+subscriptions (``declared.py``); the exit rules live in the drivers.
+
 Every other task (MCP connections, child channels, the signal watcher, the
 health endpoint, the self-MCP handlers) only *sends* typed events
-(:mod:`agentd.supervisor.events`) into one memory channel. The reactor is the
+(:mod:`agentd.events`) into one memory channel. The reactor is the
 single consumer. Its only wait is a receive bounded by the nearest deadline
 (route debounce, loop re-entry, clock fire, budget deadline, drain grace), so
 a reactive daemon with nothing to do makes no wakeups at all.
@@ -18,48 +24,69 @@ subscribing) is handed to a task that reports back through the channel.
 
 from __future__ import annotations
 
-import contextlib
+import datetime as _dt
 import enum
 import signal as _signal
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Protocol
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Literal, Protocol, assert_never
 
 import trio
 
-from agentd.exitcodes import ExitCode, TerminalStatus, code_for_status
-from agentd.selfmcp.protocol import NextTurn, StopReason, UsageVerdict
-from agentd.supervisor.budget import Budget
-from agentd.supervisor.events import (
+from agentd.errors import RouteError
+from agentd.events import (
     CatalogChanged,
     ChildExited,
-    ChildMessage,
     HealthProbe,
+    Notice,
     ReactorEvent,
-    Reply,
+    Refused,
     ResourceChanged,
+    RouteAdded,
+    RouteNotice,
+    RouteRemoved,
+    SelfSubscribe,
+    SelfToolRequest,
+    SelfUnsubscribe,
     ServerState,
     ServerStateChanged,
+    SessionOf,
     SignalReceived,
+    Subscribed,
     SubscriptionStateChanged,
     TurnEnded,
+    Unsubscribed,
     UsageReported,
     WatchNotice,
+    WatchRouteAdd,
+    WatchRouteRemove,
+    WatchSession,
     ZygoteStateChanged,
 )
+from agentd.exitcodes import ExitCode, TerminalStatus, code_for_status
+from agentd.metrics import MetricsSnapshot
+from agentd.selfmcp.protocol import NextTurn, StopReason, UsageVerdict
+from agentd.supervisor.agents import Agent, AgentPhase, AgentRole, AgentTable
+from agentd.supervisor.budget import Budget
 from agentd.supervisor.governor import RestartGovernor
-from agentd.supervisor.routes import StagedRoute
+from agentd.supervisor.sessionroutes import SessionRoutes
 from agentd.telemetry import Telemetry
+from agentd.tracing import active as active_tracing
 from agentd.triggers import mode as modes
 from agentd.triggers.router import (
     ContinueDelivery,
     PushOutcome,
     QueuedEvent,
+    Route,
     Router,
     SpawnDelivery,
     render_template,
 )
+from agentd.triggers.timer import CronSource, IntervalSource
+from agentd.watches.stage import StagedRoute
+
+__all__ = ["Agent", "AgentPhase", "Hooks", "Phase", "Reactor", "WatchHooks", "render_delivery"]
 
 #: After the run ended, seconds an agent that was told to exit gets to do so
 #: before the kill ladder: an agent exits within milliseconds of its answer.
@@ -86,57 +113,6 @@ class Phase(enum.Enum):
     """The exit predicate fired; the reactor returned its code."""
 
 
-class AgentPhase(enum.Enum):
-    """An agent as the reactor sees it."""
-
-    STARTING = "starting"
-    """Spawned; no turn boundary reached yet (it is running its first turn)."""
-    TURN = "turn"
-    """Mid-turn: model and tool calls in flight."""
-    IDLE = "idle"
-    """Warm and waiting for a delivery; its turn-end call is held open."""
-    EXITING = "exiting"
-    """Told to exit (or being killed)."""
-    EXITED = "exited"
-    """Its process is gone."""
-
-
-AgentRole = Literal["root", "spawn", "session"]
-
-
-@dataclass
-class Agent:
-    """One agent child, as the reactor tracks it."""
-
-    id: str
-    role: AgentRole
-    instruction: str
-    route: str | None = None
-    """Owning route id (spawn-route agents and route sessions)."""
-    session: str | None = None
-    """Session name when this agent is a warm session (``root`` for loop --session warm)."""
-    warm: bool = False
-    """Held between turns instead of exiting."""
-    phase: AgentPhase = AgentPhase.STARTING
-    held: TurnEnded | None = None
-    """Its pending turn end while IDLE (answered with the next delivery, or exit)."""
-    status: TerminalStatus | None = None
-    text: str = ""
-    turns: int = 0
-    subscriptions: set[str] = field(default_factory=set)
-    subscription_servers: dict[str, str] = field(default_factory=dict)
-    """Which server each self-subscription is on (to release it when the agent exits)."""
-    slot_released: bool = False
-    """Spawn agents: the route's inflight slot was given back (at the first terminal status)."""
-    started_at: float = 0.0
-    notices: list[WatchNotice] = field(default_factory=list)
-    """Watch notices that arrived mid-turn: all of them become ONE follow-up turn."""
-    notice_turn: list[WatchNotice] = field(default_factory=list)
-    """The notices the current turn answers (for ``reply.suppressed`` telemetry)."""
-    origin: list[QueuedEvent] = field(default_factory=list)
-    """The routed changes it was started for: queued again if its spawn fails."""
-
-
 @dataclass
 class Hooks:
     """I/O the reactor asks for without awaiting it (each runs in a task)."""
@@ -157,11 +133,24 @@ class Hooks:
     """The first signal started the drain (the service manager hears it, rfcs/0162)."""
 
 
+class SessionResume(Protocol):
+    """What the reactor asks the session journals (:mod:`agentd.state.sessions`); sync, never blocks."""
+
+    def resumable(self, session: str) -> tuple[tuple[str, str | None], ...] | None:
+        """A journaled session's self-subscriptions ``(uri, server)``, or None: start it fresh."""
+        ...
+
+    def reserved(self, name: str) -> bool:
+        """``name`` is a journaled session: no new agent may take it as its id."""
+        ...
+
+    def end(self, session: str) -> None:
+        """The session is over (its agent exited while agentd runs on): forget its journal."""
+        ...
+
+
 class WatchHooks(Protocol):
     """What the reactor tells the watch manager (sync; the manager never blocks the reactor)."""
-
-    @property
-    def limits(self) -> Any: ...
 
     def on_changed(self, route_id: str, uris: list[str]) -> None:
         """A watch route is due: re-read these URIs."""
@@ -188,25 +177,50 @@ class WatchHooks(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
-class RouteNotice(WatchNotice):
-    """A notice from a declared route's stage (rfcs/0078); ``watch`` is the route id.
+class Declared(Protocol):
+    """The declared subscriptions (:class:`agentd.supervisor.declared.DeclaredSubscriptions`)."""
 
-    Attributes:
-        route: The staged route whose disposition applies.
-        server: The server of ``uri`` (for the ``{server}`` template placeholder).
-    """
+    @property
+    def pairs(self) -> set[tuple[str, str]]:
+        """(server, uri) of every declared subscription (globs expanded)."""
+        ...
 
-    route: str = ""
-    server: str | None = None
+    @property
+    def unresolved(self) -> Mapping[str, str]:
+        """Patterns that resolve to nothing now -> why."""
+        ...
+
+    @property
+    def unresolved_required(self) -> frozenset[str]:
+        """The unresolved patterns that name a required server."""
+        ...
+
+    def refresh(self, reason: Literal["start", "connected", "catalog"]) -> list[tuple[str, str]]:
+        """Re-resolve and (re)subscribe; returns the pairs no longer declared."""
+        ...
 
 
-#: Route ids of watches start with this (``watch:<session>:<name>``).
-WATCH_ROUTE_PREFIX = "watch:"
+class _NoDeclared:
+    """No declared subscriptions."""
+
+    pairs: set[tuple[str, str]] = set()  # noqa: RUF012 - never mutated
+    unresolved: Mapping[str, str] = {}
+    unresolved_required: frozenset[str] = frozenset()
+
+    def refresh(self, reason: Literal["start", "connected", "catalog"]) -> list[tuple[str, str]]:
+        return []
+
+
+Clock = IntervalSource | CronSource
+"""A clock source for timer routes and schedule fires."""
 
 
 class Reactor:
-    """Runs the exit predicates over one event loop.
+    """Runs one event loop over its owned parts; the mode's driver decides when it ends.
+
+    Owned parts: the agent table (:class:`~agentd.supervisor.agents.AgentTable`),
+    the sessions' own routes (:class:`~agentd.supervisor.sessionroutes.SessionRoutes`),
+    and the counters ``/metrics`` reads. Everything else it is given.
 
     Args:
         driver: the mode's driver (exit predicates).
@@ -217,8 +231,17 @@ class Reactor:
         telemetry: NDJSON events and counters.
         instruction: the root instruction (once/loop/schedule).
         grace: drain grace period in seconds.
-        interval_timer: a clock source for reactive/schedule timers, if any.
+        mode: the mode (for telemetry).
+        session: loop's session mode (``warm`` keeps the root between shifts).
+        clock: a clock source for timer routes and schedule fires, if any.
         required: names of required servers.
+        channel: the reactor's channel (send, receive); created if not given.
+            Create it first when other parts need its sending end.
+        watches: the watch manager, if watches are available.
+        staged: declared routes with a watch stage, by route id (rfcs/0078).
+        declared: the declared subscriptions, if any.
+        journals: the session journals (``--state-dir``), if any.
+        handles: ``--shard``: whether this replica handles an update a route matched.
     """
 
     def __init__(
@@ -234,8 +257,15 @@ class Reactor:
         grace: float,
         mode: str,
         session: str,
-        clock: Any = None,
+        clock: Clock | None = None,
         required: frozenset[str] = frozenset(),
+        channel: tuple[trio.MemorySendChannel[ReactorEvent], trio.MemoryReceiveChannel[ReactorEvent]]
+        | None = None,
+        watches: WatchHooks | None = None,
+        staged: Mapping[str, StagedRoute] | None = None,
+        declared: Declared | None = None,
+        journals: SessionResume | None = None,
+        handles: Callable[[Route, str], bool] | None = None,
     ) -> None:
         self.driver = driver
         self.router = router
@@ -249,11 +279,22 @@ class Reactor:
         self.session_mode = session
         self.clock = clock
         self.required = required
-        self.send, self._recv = trio.open_memory_channel[ReactorEvent](EVENT_BUFFER)
+        self.send, self._recv = channel or open_channel()
+        self._watches = watches
+        self._staged: Mapping[str, StagedRoute] = staged or {}
+        self._declared: Declared = declared or _NoDeclared()
+        self.session_routes = SessionRoutes(router)
+        self.journals = journals
+        """The session journals (``--state-dir``; rfcs/0210)."""
+        self.handles = handles
+        """``--shard``: whether this replica handles an update a route matched (rfcs/0213)."""
+        # Unnamed agents use their id as session name: skip ids a watch or a journal holds.
+        self.agents = AgentTable(
+            reserved=lambda name: (
+                self.session_routes.has_session(name) or (journals is not None and journals.reserved(name))
+            )
+        )
         self.phase = Phase.RUNNING
-        self.agents: dict[str, Agent] = {}
-        self.sessions: dict[str, str] = {}
-        self._seq = 0
         self.drain_deadline: float | None = None
         self.reenter_at: float | None = None
         self.forced_exit: ExitCode | None = None
@@ -275,16 +316,6 @@ class Reactor:
         self.coalesced_by_route: Counter[str] = Counter()
         self.server_restarts: Counter[str] = Counter()
         self.agent_restarts = 0
-        self.declared: set[tuple[str, str]] = set()
-        """(server, uri) of every declared subscription (globs expanded against the catalogs)."""
-        self.unresolved: dict[str, str] = {}
-        """Declared subscription patterns that resolve to nothing now -> why (rfcs/0134)."""
-        self.unresolved_required: set[str] = set()
-        """The patterns of :attr:`unresolved` that name a required server: readiness fails."""
-        self.on_catalog: Callable[[CatalogChanged], None] | None = None
-        """Re-expands glob subscriptions when a server's catalog changes (set by the app)."""
-        self.on_connected: Callable[[str], None] | None = None
-        """A server (re)connected: (re)subscribe its declared URIs (set by the app)."""
         self.started = False
         """The driver's ``on_start`` ran (once every required server had connected, rfcs/0135)."""
         self.open = not required
@@ -293,30 +324,30 @@ class Reactor:
         """Server -> the blocked routes it is paused for (``block`` overflow, rfcs/0131)."""
         self._blocked: frozenset[str] = frozenset()
         self._waiting_reported = False
-        self.watches: WatchHooks | None = None
-        """The watch manager (set by the app)."""
-        self.watch_sessions: dict[str, set[str]] = {}
-        self.staged: dict[str, StagedRoute] = {}
-        """Declared routes with a watch stage, by route id (set by the app; rfcs/0078)."""
         self.route_notices: dict[str, list[RouteNotice]] = {}
         """Spawn-route notices waiting for a free ``max_inflight`` slot, by route id."""
-        self._startup_notices: dict[str, list[WatchNotice]] = {}
+        self._startup_notices: dict[str | None, list[Notice]] = {}
         """Notices known before the first turn (the watch restore), by session: the first turn
         of a session the reactor starts itself carries them (see :meth:`queue_startup_notices`)."""
-        """Session -> names of the watches it owns (their routes are ``watch:<session>:<name>``)."""
 
     # -- views ------------------------------------------------------------------
 
+    @property
+    def declared(self) -> set[tuple[str, str]]:
+        """(server, uri) of every declared subscription (globs expanded against the catalogs)."""
+        return self._declared.pairs
+
     def live_agents(self) -> list[Agent]:
-        return [a for a in self.agents.values() if a.phase is not AgentPhase.EXITED]
+        return self.agents.live()
 
     def view(self, now: float) -> modes.SupervisorView:
         """What the driver may read."""
         live = self.live_agents()
         return modes.SupervisorView(
             draining=self.phase is Phase.DRAINING,
-            drain_timed_out=False,
+            drain_timed_out=self.forced_exit is ExitCode.DRAIN_TIMEOUT,
             children_running=len(live),
+            turns_running=sum(1 for a in live if a.busy),
             warm_sessions=sum(1 for a in live if a.warm),
             budget_spent=self.budget.spent(),
             deadline_reached=self.budget.deadline_reached(now),
@@ -343,9 +374,12 @@ class Reactor:
         bad += [f"{s}:{u}" for (s, u) in self.declared if (s, u) not in self.subscription_states]
         if bad:
             return False, f"subscriptions not established: {', '.join(sorted(bad)[:5])}"
-        if self.unresolved_required:
-            pattern = sorted(self.unresolved_required)[0]
-            return False, f"declared subscription {pattern!r} resolves to nothing: {self.unresolved[pattern]}"
+        if self._declared.unresolved_required:
+            pattern = sorted(self._declared.unresolved_required)[0]
+            return (
+                False,
+                f"declared subscription {pattern!r} resolves to nothing: {self._declared.unresolved[pattern]}",
+            )
         if self.zygote_problem is not None:
             return (
                 False,
@@ -373,16 +407,16 @@ class Reactor:
             k.removeprefix(prefix): v for k, v in self.router.counters().items() if k.startswith(prefix) and v
         }
 
-    def metrics_snapshot(self) -> Any:
+    def metrics_snapshot(self) -> MetricsSnapshot:
         """A frozen copy of the numbers ``/metrics`` exposes."""
-        from agentd.metrics import MetricsSnapshot
-
         live = self.live_agents()
         counters = self.telemetry.counters
+        # Declared routes are present from the start, at 0 (a rate over a missing series is no rate).
+        declared = [r.id for r in self.router.routes() if r.owner is None]
         return MetricsSnapshot(
-            routed=dict(self.routed_by_route),
+            routed={**dict.fromkeys(declared, 0), **self.routed_by_route},
             unrouted=counters.get("unrouted", 0),
-            coalesced=dict(self.coalesced_by_route),
+            coalesced={**dict.fromkeys(declared, 0), **self.coalesced_by_route},
             dropped=self.dropped_by_reason(),
             server_restarts=dict(self.server_restarts),
             agent_restarts=self.agent_restarts,
@@ -398,18 +432,25 @@ class Reactor:
             draining=self.phase is not Phase.RUNNING,
             server_state=dict(self.server_states),
             subscription_state={k: v for k, v in self.subscription_states.items() if v != "pending"},  # type: ignore[misc]
-            subscriptions_unresolved=len(self.unresolved),
+            subscriptions_unresolved=len(self._declared.unresolved),
+            histograms=self.telemetry.histograms.snapshot(),
         )
 
     # -- the loop ---------------------------------------------------------------
 
-    async def run(self) -> ExitCode:
-        """Turn until the exit predicate fires; returns the exit code."""
+    async def run(self, *, server_states: Mapping[str, ServerState] | None = None) -> ExitCode:
+        """Turn until the driver's exit predicate fires; returns the exit code.
+
+        Args:
+            server_states: where each upstream server's first connection
+                attempt left it (the reactor starts from what the servers are now).
+        """
+        self.server_states.update(server_states or {})
         now = trio.current_time()
         self._start(now)
         self._report_readiness()  # ready before any event (no required server, nothing declared)
         while True:
-            code = self._exit_predicate(now)
+            code = self.driver.exit_predicate(self.view(now))
             if code is not None:
                 self.phase = Phase.STOPPED
                 self.exit_code = code
@@ -450,23 +491,36 @@ class Reactor:
                 killing = True
                 self.hooks.kill_all()
                 deadline = trio.current_time() + REAP_KILL_WAIT
-            elif isinstance(event, ChildExited):
-                self._reaped(event, code)
-            elif isinstance(event, UsageReported | TurnEnded | ChildMessage):
-                self._refuse_while_stopping(event)
-            elif isinstance(event, HealthProbe):
-                event.reply.set()
+                continue
+            match event:
+                case ChildExited():
+                    self._reaped(event, code)
+                case UsageReported():
+                    event.reply.answer(UsageVerdict(id=event.report.id, proceed=False, reason="draining"))
+                case TurnEnded():
+                    agent = self.agents.get(event.agent)
+                    if agent is not None and agent.phase in (AgentPhase.STARTING, AgentPhase.TURN):
+                        agent.exiting()  # TURN -> EXITING
+                    event.reply.answer(NextTurn(id=event.end.id, action="exit"))
+                case SelfSubscribe() | WatchSession() | WatchRouteAdd():
+                    event.reply.answer(Refused("agentd is stopping"))
+                case SelfUnsubscribe():
+                    event.reply.answer(Unsubscribed(existed=False, needed=True))
+                case WatchRouteRemove():
+                    event.reply.answer(RouteRemoved(needed=True))
+                case HealthProbe():
+                    event.reply.set()
+                case _:
+                    pass  # nothing else matters once the run ended
         for agent in self.live_agents():
             self._reaped(ChildExited(agent=agent.id, pid=-1, returncode=None), code)
 
     def _reaped(self, ev: ChildExited, code: ExitCode | None) -> None:
         """An agent's exit after the run ended: telemetry only (no routes, no restarts)."""
         agent = self.agents.get(ev.agent)
-        if agent is None or agent.phase is AgentPhase.EXITED:
+        if agent is None or not agent.alive:
             return
-        was = agent.phase
-        agent.phase = AgentPhase.EXITED
-        agent.held = None
+        was = agent.exited()
         stopped = was in (AgentPhase.STARTING, AgentPhase.TURN) or agent.status is None
         status: TerminalStatus
         if stopped:
@@ -482,18 +536,6 @@ class Reactor:
             **({"stopped": True} if stopped else {}),
         )
 
-    def _refuse_while_stopping(self, msg: UsageReported | TurnEnded | ChildMessage) -> None:
-        """A child asked something after the run ended: tell it to stop (it is about to be reaped)."""
-        if isinstance(msg, UsageReported):
-            msg.reply.answer(UsageVerdict(id=msg.report.id, proceed=False, reason="draining"))
-        elif isinstance(msg, TurnEnded):
-            agent = self.agents.get(msg.agent)
-            if agent is not None and agent.phase is not AgentPhase.EXITED:
-                agent.phase = AgentPhase.EXITING  # TURN -> EXITING
-            msg.reply.answer(NextTurn(id=msg.end.id, action="exit"))
-        else:
-            Reply[dict[str, Any]](msg.payload.get("reply")).answer({"error": "agentd is stopping"})
-
     def _next_deadline(self) -> float:
         timers = self.phase is Phase.RUNNING and self.open
         candidates = [
@@ -508,20 +550,6 @@ class Reactor:
         ]
         present = [c for c in candidates if c is not None]
         return min(present) if present else float("inf")
-
-    def _exit_predicate(self, now: float) -> ExitCode | None:
-        if self.forced_exit is not None:
-            return self.forced_exit
-        if self.required_failed is not None:
-            return ExitCode.REQUIRED_SERVER
-        if self.fatal_infra is not None and not self._busy():
-            return ExitCode.FATAL_INFRA
-        if self.budget.deadline_reached(now):
-            return ExitCode.DEADLINE
-        return self.driver.exit_predicate(self.view(now))
-
-    def _busy(self) -> bool:
-        return any(a.phase in (AgentPhase.STARTING, AgentPhase.TURN) for a in self.live_agents())
 
     # -- start and time -----------------------------------------------------------
 
@@ -566,7 +594,7 @@ class Reactor:
         pending, self._startup_notices = self._startup_notices, {}
         for notices in pending.values():
             for notice in notices:
-                self._watch_notice(notice, now)
+                self._notice(notice, now)
 
     def _on_time(self, now: float) -> None:
         if self.drain_deadline is not None and now >= self.drain_deadline and self.live_agents():
@@ -619,8 +647,7 @@ class Reactor:
         self._blocked = blocked
 
     def _clock_fire(self, now: float) -> None:
-        import datetime as _dt
-
+        assert self.clock is not None
         self.clock.fire(now, _dt.datetime.now(_dt.UTC))
         self.telemetry.emit("timer.fire")
         if isinstance(self.driver, modes.Schedule) and self.router.timer_route is None:
@@ -630,51 +657,65 @@ class Reactor:
                 else:
                     self.telemetry.emit("timer.coalesced", reason="previous root still running")
         else:
+            timer = self.router.timer_route
+            if self.handles is not None and timer is not None and not self.handles(timer, timer.id):
+                return  # another replica owns this timer route's fires
             self.router.ingest_timer(now)
 
     # -- event handling -------------------------------------------------------------
 
     def handle(self, event: ReactorEvent, now: float) -> None:
         """Apply one event (synchronous; never blocks)."""
-        if isinstance(event, ResourceChanged):
-            self._resource_changed(event, now)
-        elif isinstance(event, UsageReported):
-            self._usage(event, now)
-        elif isinstance(event, TurnEnded):
-            self._turn_end(event, now)
-        elif isinstance(event, ChildMessage):
-            self._child_message(event, now)
-        elif isinstance(event, ChildExited):
-            self._child_exited(event, now)
-        elif isinstance(event, SignalReceived):
-            self._signal(event, now)
-        elif isinstance(event, ServerStateChanged):
-            self._server_state(event)
-            if event.state is ServerState.CONNECTED and self.on_connected is not None:
-                self.on_connected(event.server)
-            self._maybe_start(now)
-        elif isinstance(event, SubscriptionStateChanged):
-            # The connection already wrote subscription.<state> telemetry.
-            self.subscription_states[(event.server, event.uri)] = event.state
-            if self.watches is not None:
-                self.watches.on_subscription_state(event)
-                owner = self.router.first_match(event.uri)
-                if event.state == "established" and owner is not None and owner.id in self.staged:
-                    self.watches.on_route_subscribed(owner.id, event.server, event.uri)
-        elif isinstance(event, RouteNotice):
-            self._route_notice(event, now)
-        elif isinstance(event, WatchNotice):
-            self._watch_notice(event, now)
-        elif isinstance(event, CatalogChanged):
-            self.telemetry.emit("catalog.changed", server=event.server, uris=len(event.uris))
-            if self.on_catalog is not None:
-                self.on_catalog(event)
-        elif isinstance(event, HealthProbe):
-            event.reply.set()
-        elif isinstance(event, ZygoteStateChanged):
-            self.zygote_problem = (event.reason or "unavailable") if event.state == "degraded" else None
+        match event:
+            case ResourceChanged():
+                self._resource_changed(event, now)
+            case UsageReported():
+                self._usage(event, now)
+            case TurnEnded():
+                self._turn_end(event, now)
+            case SelfSubscribe() | SelfUnsubscribe() | WatchSession() | WatchRouteAdd() | WatchRouteRemove():
+                self._self_tool(event)
+            case ChildExited():
+                self._child_exited(event, now)
+            case SignalReceived():
+                self._signal(event, now)
+            case ServerStateChanged():
+                self._server_state(event)
+                if event.state is ServerState.CONNECTED:
+                    self._refresh_declared("connected")
+                self._maybe_start(now)
+            case SubscriptionStateChanged():
+                # The connection already wrote subscription.<state> telemetry.
+                self.subscription_states[(event.server, event.uri)] = event.state
+                if self._watches is not None:
+                    self._watches.on_subscription_state(event)
+                    owner = self.router.first_match(event.uri)
+                    if event.state == "established" and owner is not None and owner.kind == "stage":
+                        self._watches.on_route_subscribed(owner.id, event.server, event.uri)
+            case WatchNotice() | RouteNotice():
+                self._notice(event, now)
+            case CatalogChanged():
+                self.telemetry.emit("catalog.changed", server=event.server, uris=len(event.uris))
+                self._refresh_declared("catalog")
+            case HealthProbe():
+                event.reply.set()
+            case ZygoteStateChanged():
+                self.zygote_problem = (event.reason or "unavailable") if event.state == "degraded" else None
+            case _:
+                assert_never(event)
+
+    def _refresh_declared(self, reason: Literal["connected", "catalog"]) -> None:
+        """Re-expand the declared subscriptions; forget the states of pairs no longer declared."""
+        for pair in self._declared.refresh(reason):
+            self.subscription_states.pop(pair, None)
 
     def _resource_changed(self, ev: ResourceChanged, now: float) -> None:
+        if self.handles is not None:
+            route = self.router.first_match(ev.uri)
+            if route is not None and not self.handles(route, ev.uri):
+                # Another replica owns this key (rfcs/0213); it gets the same update.
+                self.telemetry.emit("shard.skipped", server=ev.server, uri=ev.uri, route=route.id)
+                return
         if ev.startup:
             owner = self.router.first_match(ev.uri)
             if owner is not None and not owner.spec.reread_on_start:
@@ -728,38 +769,47 @@ class Reactor:
             draining=self.phase is not Phase.RUNNING or not self.open,
         )
         for d in deliveries:
-            if isinstance(d, SpawnDelivery):
-                self.telemetry.emit("route.deliver", route=d.route_id, uris=[d.event.uri])
-                agent = self._spawn(now, role="spawn", instruction=d.instruction, route=d.route_id)
-                agent.origin = [d.event]
-            elif isinstance(d, ContinueDelivery):
-                uris = [e.uri for e in d.events]
-                self.telemetry.emit("route.deliver", route=d.route_id, uris=uris)
-                if d.route_id.startswith(WATCH_ROUTE_PREFIX):
-                    # A watch re-reads and filters on its own task; the owning
-                    # session only hears of it as a notice (see _watch_notice).
-                    self.router.on_session_idle(d.session)
-                    if self.watches is not None:
-                        self.watches.on_changed(d.route_id, uris)
-                    continue
-                if d.route_id in self.staged:
-                    # Same for a staged declared route: its notices come back as RouteNotice.
-                    self.router.on_session_idle(d.session)
-                    if self.watches is not None:
-                        self.watches.on_route_changed(d.route_id, [(e.uri, e.server) for e in d.events])
-                    continue
-                self._deliver_to_session(
-                    now, d.session, render_delivery(d.events), route=d.route_id, origin=d.events
-                )
+            match d:
+                case SpawnDelivery():
+                    self.telemetry.observe("event_to_agent", now - d.event.first_seen, route=d.route_id)
+                    self.telemetry.emit("route.deliver", route=d.route_id, uris=[d.event.uri])
+                    agent = self._spawn(now, role="spawn", instruction=d.instruction, route=d.route_id)
+                    agent.origin = [d.event]
+                case ContinueDelivery():
+                    self._continue(d, now)
+                case _:
+                    assert_never(d)
         if self.route_notices:
             self._spawn_route_notices(now)
 
+    def _continue(self, d: ContinueDelivery, now: float) -> None:
+        uris = [e.uri for e in d.events]
+        self.telemetry.emit("route.deliver", route=d.route_id, uris=uris)
+        match d.kind:
+            case "watch":
+                # A watch re-reads and filters on its own task; the owning
+                # session only hears of it as a notice (see _notice).
+                self.router.on_session_idle(d.session)
+                if self._watches is not None:
+                    self._watches.on_changed(d.route_id, uris)
+            case "stage":
+                # Same for a staged declared route: its notices come back as RouteNotice.
+                self.router.on_session_idle(d.session)
+                if self._watches is not None:
+                    self._watches.on_route_changed(d.route_id, [(e.uri, e.server) for e in d.events])
+            case "declared" | "self":
+                oldest = min(e.first_seen for e in d.events) if d.events else now
+                self.telemetry.observe("event_to_agent", now - oldest, route=d.route_id)
+                self._deliver_to_session(
+                    now, d.session, render_delivery(d.events), route=d.route_id, origin=d.events
+                )
+            case _:
+                assert_never(d.kind)
+
     def _session_idle(self, session: str) -> bool:
-        agent_id = self.sessions.get(session)
-        if agent_id is None:
-            return True  # a named session that does not run yet starts on delivery
-        agent = self.agents[agent_id]
-        return agent.phase is AgentPhase.IDLE
+        agent = self.agents.session_agent(session)
+        # A named session that does not run yet starts on delivery.
+        return agent is None or agent.phase is AgentPhase.IDLE
 
     def _deliver_to_session(
         self,
@@ -769,20 +819,23 @@ class Reactor:
         *,
         route: str | None,
         origin: list[QueuedEvent] | None = None,
-    ) -> None:
-        agent_id = self.sessions.get(session)
-        if agent_id is None:
+    ) -> Agent:
+        """Give ``session`` a turn with ``text``: start it if no agent holds it, else resume it."""
+        agent = self.agents.session_agent(session)
+        if agent is None:
             instruction = f"{self.instruction}\n\n{text}" if self.instruction else text
+            if self.journals is not None and self.journals.resumable(session) is not None:
+                instruction = text  # the journal holds the first instruction; the delivery follows it
             started = self._spawn(
                 now, role="session", instruction=instruction, route=route, session=session, warm=True
             )
             started.origin = list(origin or ())
             self.telemetry.emit("session.deliver", session=session, route=route, started=True)
-            return
-        agent = self.agents[agent_id]
+            return started
         self.telemetry.emit("session.deliver", session=session, route=route, agent=agent.id)
         self._real_work(agent)
         self._resume(agent, text)
+        return agent
 
     def _real_work(self, agent: Agent) -> None:
         """A delivery reached ``agent``: for the warm loop root that is real work (resets the idle backoff)."""
@@ -791,21 +844,17 @@ class Reactor:
 
     def _resume(self, agent: Agent, text: str) -> None:
         """Answer an idle agent's held turn end with its next input (IDLE -> TURN)."""
-        held = agent.held
-        agent.held = None
-        agent.phase = AgentPhase.TURN
+        held = agent.resume()
+        agent.turn_started_at = trio.current_time()
         if held is not None:
-            held.reply.answer(NextTurn(id=held.end.id, action="continue", input=text))
+            # The next turn's trace context (tracing on): the child's tool calls carry it.
+            tracing = active_tracing()
+            traceparent = tracing.traceparent(agent.id) if tracing is not None else None
+            held.reply.answer(
+                NextTurn(id=held.end.id, action="continue", input=text, traceparent=traceparent)
+            )
 
     # -- agents -----------------------------------------------------------------------
-
-    def _next_id(self) -> str:
-        self._seq += 1
-        # Unnamed agents use their id as session name (self-subscribe, watches);
-        # skip ids a restored watch session already holds.
-        while f"a{self._seq}" in self.watch_sessions:
-            self._seq += 1
-        return f"a{self._seq}"
 
     def _spawn_root(self, now: float) -> None:
         warm = self.mode == "loop" and self.session_mode == "warm"
@@ -834,30 +883,18 @@ class Reactor:
         session: str | None = None,
         warm: bool = False,
     ) -> Agent:
-        agent = Agent(
-            id=self._next_id(),
-            role=role,
-            instruction=instruction,
-            route=route,
-            session=session,
-            warm=warm,
-            started_at=now,
+        agent = self.agents.new(
+            role=role, instruction=instruction, route=route, session=session, warm=warm, now=now
         )
-        self.agents[agent.id] = agent
-        if session is not None:
-            self.sessions[session] = agent.id
+        restored = self.journals.resumable(session) if self.journals is not None and session else None
+        for uri, server in restored or ():
+            # A restored session owns the self-subscriptions it had (their routes exist already).
+            agent.subscriptions.add(uri)
+            if server:
+                agent.subscription_servers[uri] = server
         self.telemetry.emit("subagent.spawn", agent=agent.id, role=role, route=route, session=session)
         self.hooks.spawn(agent)
         return agent
-
-    def _child_message(self, msg: ChildMessage, now: float) -> None:
-        agent = self.agents.get(msg.agent)
-        reply = Reply[dict[str, Any]](msg.payload.get("reply"))
-        if agent is None:
-            reply.answer({"error": f"unknown agent {msg.agent!r}"})
-            return
-        if msg.kind == "self_tool":
-            self._self_tool(agent, msg.payload, reply, now)
 
     def _refuse(self, ev: UsageReported | TurnEnded, agent: Agent | None) -> None:
         """A report that cannot happen in the agent's phase (only a broken child sends one): stop it.
@@ -880,12 +917,11 @@ class Reactor:
 
     def _usage(self, ev: UsageReported, now: float) -> None:
         agent = self.agents.get(ev.agent)
-        if agent is None or agent.phase not in (AgentPhase.STARTING, AgentPhase.TURN):
+        if agent is None or not agent.busy:
             self._refuse(ev, agent)
             return
         report = ev.report
-        if agent.phase is AgentPhase.STARTING:
-            agent.phase = AgentPhase.TURN  # STARTING -> TURN
+        agent.begin_turn()  # STARTING -> TURN
         self.budget.charge(
             input_tokens=report.input_tokens,
             output_tokens=report.output_tokens,
@@ -897,6 +933,24 @@ class Reactor:
         self.telemetry.incr("cached_input_tokens", report.cached_input_tokens)
         self.telemetry.incr("cache_creation_input_tokens", report.cache_creation_input_tokens)
         self.telemetry.incr("model_calls")
+        self.telemetry.observe(
+            "model_call", report.latency_ms / 1000, route=agent.route, provider=report.provider
+        )
+        self.telemetry.step(
+            "assistant",
+            agent=agent.id,
+            route=agent.route,
+            session=agent.session,
+            text=report.text,
+            tool_calls=report.tool_calls,
+            provider=report.provider,
+            model=report.model,
+            latency_ms=report.latency_ms,
+            input_tokens=report.input_tokens,
+            output_tokens=report.output_tokens,
+            cached_input_tokens=report.cached_input_tokens,
+            cost_usd=report.cost_usd,
+        )
         if report.cost_usd is None:
             self.telemetry.incr("unpriced_calls")
         self.telemetry.emit(
@@ -926,7 +980,7 @@ class Reactor:
 
     def _turn_end(self, ev: TurnEnded, now: float) -> None:
         agent = self.agents.get(ev.agent)
-        if agent is None or agent.phase not in (AgentPhase.STARTING, AgentPhase.TURN):
+        if agent is None or not agent.busy:
             self._refuse(ev, agent)
             return
         end = ev.end
@@ -953,13 +1007,13 @@ class Reactor:
             )
         elif text or status != "completed":
             self.hooks.publish(agent, status, text, idle)
+        self.telemetry.observe("turn", now - agent.turn_started_at, route=agent.route)
+        self.telemetry.incr("turns")
         self.telemetry.emit("turn.end", agent=agent.id, status=status, route=agent.route, idle=idle)
-        hold = self._should_hold(agent, status)
-        if hold:
-            agent.phase = AgentPhase.IDLE  # TURN -> IDLE
-            agent.held = ev
+        if self._should_hold(agent, status):
+            agent.hold(ev)  # TURN -> IDLE
         else:
-            agent.phase = AgentPhase.EXITING  # TURN -> EXITING
+            agent.exiting()  # TURN -> EXITING
             ev.reply.answer(NextTurn(id=end.id, action="exit"))
         self._after_terminal(agent, status, idle, now)
         if agent.notices and agent.phase is AgentPhase.IDLE and agent.held is not None:
@@ -974,7 +1028,7 @@ class Reactor:
         return agent.warm or bool(agent.subscriptions) or watched
 
     def _owns_watches(self, agent: Agent) -> bool:
-        return agent.session is not None and bool(self.watch_sessions.get(agent.session))
+        return agent.session is not None and self.session_routes.has_session(agent.session)
 
     def _after_terminal(self, agent: Agent, status: TerminalStatus, idle: bool, now: float) -> None:
         if agent.role == "root":
@@ -991,47 +1045,48 @@ class Reactor:
         if agent.session is not None and agent.phase is AgentPhase.IDLE:
             self.router.on_session_idle(agent.session)
 
-    def _apply_disposition(self, agent: Agent, disposition: Any, now: float) -> None:
-        if isinstance(disposition, modes.ReEnterAfter):
-            self.reenter_at = now + disposition.delay
-            self.telemetry.emit("loop.reenter", after_s=disposition.delay)
-        elif isinstance(disposition, modes.Restart):
-            if self.governor.record_restart(now):
-                self.telemetry.incr("restarts")
-                self.agent_restarts += 1
-                delay = self.governor.restart_delay()
-                self.telemetry.emit("subagent.restart", agent=agent.id, after_s=delay)
-                # The governor's backoff (0.5 s, 1 s, 2 s ...): a crashing root must
-                # not be restarted hot until the breaker trips.
-                self.reenter_at = now + delay
-            else:
-                self.breaker_open = True
-                self.telemetry.emit("governor.breaker_open", agent=agent.id)
+    def _apply_disposition(self, agent: Agent, disposition: modes.RootDisposition, now: float) -> None:
+        match disposition:
+            case modes.ReEnterAfter():
+                self.reenter_at = now + disposition.delay
+                self.telemetry.emit("loop.reenter", after_s=disposition.delay)
+            case modes.Restart():
+                if self.governor.record_restart(now):
+                    self.telemetry.incr("restarts")
+                    self.agent_restarts += 1
+                    delay = self.governor.restart_delay()
+                    self.telemetry.emit("subagent.restart", agent=agent.id, after_s=delay)
+                    # The governor's backoff (0.5 s, 1 s, 2 s ...): a crashing root must
+                    # not be restarted hot until the breaker trips.
+                    self.reenter_at = now + delay
+                else:
+                    self.breaker_open = True
+                    self.telemetry.emit("governor.breaker_open", agent=agent.id)
+            case modes.Done() | modes.Quiesce():
+                pass
+            case _:
+                assert_never(disposition)
 
     def _reenter(self, now: float) -> None:
+        """A re-entry is due: the driver says whether the warm root continues or a fresh root starts."""
         if self.phase is not Phase.RUNNING or self.budget.spent() is not None:
             return
-        root_id = self.sessions.get("root")
-        root = self.agents.get(root_id) if root_id else None
-        if root is not None and root.phase is AgentPhase.IDLE:
+        root = self.agents.session_agent("root")
+        action = self.driver.reentry() if isinstance(self.driver, modes.Loop) else modes.SpawnRoot()
+        if isinstance(action, modes.ContinueRoot) and root is not None and root.phase is AgentPhase.IDLE:
             self.telemetry.emit("loop.shift", agent=root.id, warm=True)
             self._resume(root, self.instruction)
             return
-        if root is not None and root.phase is not AgentPhase.EXITED:
-            return  # still busy: the next terminal status decides again
         if root is not None:
-            self.sessions.pop("root", None)
+            return  # still busy: the next terminal status decides again
         self.telemetry.emit("loop.shift", warm=False)
         self._spawn_root(now)
 
     def _child_exited(self, ev: ChildExited, now: float) -> None:
         agent = self.agents.get(ev.agent)
-        if agent is None:
+        if agent is None or not agent.alive:
             return
-        was = agent.phase
-        agent.phase = AgentPhase.EXITED
-        if agent.held is not None:
-            agent.held = None
+        was = agent.exited()
         if agent.notices:
             self.telemetry.emit(
                 "watch.notice_dropped",
@@ -1040,12 +1095,18 @@ class Reactor:
                 reason="agent exited",
             )
             agent.notices.clear()
-        if agent.session is not None and self.sessions.get(agent.session) == agent.id:
-            del self.sessions[agent.session]
+        if agent.session is not None and self.agents.release_session(agent):
             if ev.spawned:
                 # A session whose agent never started keeps its watches: the
                 # notice it was started for starts it again (below).
                 self._stop_watches(agent.session)
+                if (
+                    self.journals is not None
+                    and self.phase is Phase.RUNNING
+                    and self.budget.spent() is None
+                    and self.fatal_infra is None
+                ):
+                    self.journals.end(agent.session)  # over for good; a drain or a kill keeps it
             # The router must not keep a dead session marked busy: the next
             # delivery for it starts a new session.
             self.router.on_session_idle(agent.session)
@@ -1086,165 +1147,108 @@ class Reactor:
         notices, agent.notice_turn = agent.notice_turn, []
         for notice in notices:
             self.telemetry.emit("route.requeued", agent=agent.id, session=notice.session, watch=notice.watch)
-            if isinstance(notice, RouteNotice):
-                self._route_notice(notice, now)
-            else:
-                self._watch_notice(notice, now)
+            self._notice(notice, now)
 
     # -- self tools -------------------------------------------------------------------
 
-    def _self_tool(self, agent: Agent, p: dict[str, Any], reply: Reply[dict[str, Any]], now: float) -> None:
-        op = p.get("op")
-        if op in ("watch_session", "watch_route_add", "watch_route_remove"):
-            self._watch_op(agent, op, p, reply)
+    def _self_tool(self, request: SelfToolRequest) -> None:
+        """A self-tool request from the hub: answered at once, never raises."""
+        agent = self.agents.get(request.agent)
+        if agent is None:
+            unknown = f"unknown agent {request.agent!r}"
+            match request:
+                case SelfUnsubscribe():
+                    request.reply.answer(Unsubscribed(existed=False, needed=True))
+                case WatchRouteRemove():
+                    request.reply.answer(RouteRemoved(needed=True))
+                case SelfSubscribe() | WatchSession() | WatchRouteAdd():
+                    request.reply.answer(Refused(unknown))
+                case _:
+                    assert_never(request)
             return
-        uri = str(p.get("uri", ""))
-        server = p.get("server")
-        if op == "subscribe":
-            from agentd.errors import RouteError
-            from agentd.triggers.router import Continue, RouteSpec
-
-            session = agent.session or agent.id
-            try:
-                route = self.router.add_route(
-                    RouteSpec(
-                        match=uri, disposition=Continue(session=session), route_id=f"self:{session}:{uri}"
-                    ),
-                    front=True,
-                    owner=session,
+        match request:
+            case SelfSubscribe():
+                self._subscribe(agent, request)
+            case SelfUnsubscribe():
+                existed = request.uri in agent.subscriptions
+                self._drop_self_route(agent, request.uri)
+                agent.subscription_servers.pop(request.uri, None)
+                # A declared subscription (or another route or watch) still needs
+                # the upstream subscription: the hub must keep it, and the URI goes
+                # back to its declared route (rfcs/0134).
+                needed = request.server is not None and self.uri_needed(request.server, request.uri)
+                request.reply.answer(Unsubscribed(existed=existed, needed=needed))
+                self.telemetry.emit(
+                    "self.unsubscribe", agent=agent.id, uri=request.uri, server=request.server, kept=needed
                 )
-            except (RouteError, ValueError) as exc:  # ValueError: a URI that is no valid match
-                reply.answer({"error": str(exc)})
-                return
-            if route.id.startswith(WATCH_ROUTE_PREFIX):
-                reply.answer(
-                    {
-                        "error": (
-                            f"{uri!r} is already watched by this session (route {route.id!r}); its changes arrive as "
-                            "watch notices: call watch_stop first to be woken by every change instead"
-                        )
-                    }
-                )
-                return
-            if agent.session is None:
-                agent.session = session
-                self.sessions[session] = agent.id
-            agent.subscriptions.add(uri)
-            if server:
-                agent.subscription_servers[uri] = str(server)
-            self.telemetry.emit("self.subscribe", agent=agent.id, uri=uri, server=server)
-            reply.answer({"ok": True})
-        elif op == "unsubscribe":
-            existed = uri in agent.subscriptions
-            self._drop_self_route(agent, uri)
-            agent.subscription_servers.pop(uri, None)
-            # A declared subscription (or another route or watch) still needs
-            # the upstream subscription: the hub must keep it, and the URI goes
-            # back to its declared route (rfcs/0134).
-            needed = server is not None and self.uri_needed(str(server), uri)
-            reply.answer({"ok": existed, "needed": needed})
-            self.telemetry.emit("self.unsubscribe", agent=agent.id, uri=uri, server=server, kept=needed)
-        else:
-            reply.answer({"error": f"unknown self-tool operation {op!r}"})
+            case WatchSession():
+                # Registering makes the agent's id its session name (a watch needs a session).
+                session = self.agents.name_session(agent) if request.register else agent.session or agent.id
+                request.reply.answer(SessionOf(session))
+            case WatchRouteAdd():
+                try:
+                    route_id = self.session_routes.add_watch(request.session, request.name, request.uri)
+                except (RouteError, ValueError) as exc:  # ValueError: a URI that is no valid match
+                    request.reply.answer(Refused(str(exc)))
+                    return
+                request.reply.answer(RouteAdded(route_id))
+            case WatchRouteRemove():
+                self.session_routes.remove_watch(request.session, request.name)
+                request.reply.answer(RouteRemoved(needed=self.uri_needed(request.server, request.uri)))
+            case _:
+                assert_never(request)
 
-    # -- watches ----------------------------------------------------------------------
-
-    def _watch_op(self, agent: Agent, op: str, p: dict[str, Any], reply: Reply[dict[str, Any]]) -> None:
-        """``watch_session`` / ``watch_route_add`` / ``watch_route_remove`` for the hub (answered at once)."""
-        from agentd.errors import RouteError
-
+    def _subscribe(self, agent: Agent, request: SelfSubscribe) -> None:
         session = agent.session or agent.id
-        if op == "watch_session":
-            if p.get("register") and agent.session is None:
-                agent.session = session
-                self.sessions[session] = agent.id
-            reply.answer({"session": session})
-        elif op == "watch_route_add":
-            try:
-                self.add_watch_route(str(p["session"]), str(p["name"]), str(p["uri"]))
-            except (RouteError, ValueError) as exc:  # ValueError: a URI that is no valid match
-                reply.answer({"error": str(exc)})
-                return
-            reply.answer({"ok": True})
-        else:
-            self.remove_watch_route(str(p["session"]), str(p["name"]))
-            reply.answer({"ok": True, "needed": self.uri_needed(str(p.get("server")), str(p["uri"]))})
-
-    def add_watch_route(self, session: str, name: str, uri: str) -> str:
-        """Add the exact, front route ``watch:<session>:<name>`` for ``uri``; return its id.
-
-        Several watches may share a URI (the manager fans a change out to all
-        of them), but a URI a session subscribed to with ``subscribe`` is
-        refused: one URI, one kind of owner, stated in the error.
-
-        Raises:
-            RouteError: the URI has a self-subscribe route, or the id is taken.
-        """
-        from agentd.errors import RouteError
-        from agentd.triggers.router import Continue, RouteSpec
-
-        for r in self.router.routes():
-            if r.glob.exact and r.glob.literal == uri and r.id.startswith("self:"):
-                raise RouteError(
-                    f"{uri!r} is already subscribed by session {r.owner!r} (route {r.id!r}); a URI is either "
-                    "subscribed or watched: call unsubscribe first (a watch also wakes you, with a filtered notice)"
-                )
-        route_id = f"{WATCH_ROUTE_PREFIX}{session}:{name}"
-        route = self.router.add_route(
-            RouteSpec(
-                match=uri, disposition=Continue(session=route_id), debounce=0.0, route_id=route_id, exact=True
-            ),
-            front=True,
-        )
-        route.owner = session  # a subscribe from another session names this owner
-        self.watch_sessions.setdefault(session, set()).add(name)
-        return route_id
-
-    def remove_watch_route(self, session: str, name: str) -> None:
-        """Remove a watch's route (idempotent)."""
-        names = self.watch_sessions.get(session)
-        if names is not None:
-            names.discard(name)
-            if not names:
-                del self.watch_sessions[session]
-        if self.router.get(f"{WATCH_ROUTE_PREFIX}{session}:{name}") is not None:
-            self.router.remove_route(f"{WATCH_ROUTE_PREFIX}{session}:{name}")
+        try:
+            self.session_routes.subscribe(session, request.uri)
+        except (RouteError, ValueError) as exc:  # ValueError: a URI that is no valid match
+            request.reply.answer(Refused(str(exc)))
+            return
+        self.agents.name_session(agent)
+        agent.subscriptions.add(request.uri)
+        agent.subscription_servers[request.uri] = request.server
+        self.telemetry.emit("self.subscribe", agent=agent.id, uri=request.uri, server=request.server)
+        request.reply.answer(Subscribed())
 
     def uri_needed(self, server: str, uri: str) -> bool:
         """Whether a route or a declared subscription other than a watch still needs ``uri``."""
-        if (server, uri) in self.declared:
-            return True
-        return any(r.glob.exact and r.glob.literal == uri for r in self.router.routes())
+        return (server, uri) in self.declared or self.session_routes.routed(uri)
+
+    # -- watches ----------------------------------------------------------------------
 
     def _stop_watches(self, session: str) -> None:
         """The session's agent exited: its watch routes go, and the manager stops the watches."""
-        names = self.watch_sessions.pop(session, set())
-        for name in sorted(names):
-            route_id = f"{WATCH_ROUTE_PREFIX}{session}:{name}"
-            if self.router.get(route_id) is not None:
-                self.router.remove_route(route_id)
-        if names and self.watches is not None:
-            self.watches.on_owner_exited(session, self.uri_needed)
+        names = self.session_routes.drop_session(session)
+        if names and self._watches is not None:
+            self._watches.on_owner_exited(session, self.uri_needed)
 
-    def _watch_notice(self, ev: WatchNotice, now: float) -> None:
-        """Deliver a watch notice into its session: now if idle, after the turn if busy, or start it."""
+    def _notice(self, ev: Notice, now: float) -> None:
+        match ev:
+            case RouteNotice():
+                self._route_notice(ev, now)
+            case WatchNotice():
+                self._watch_notice(ev, now)
+            case _:
+                assert_never(ev)
+
+    def _watch_notice(self, ev: Notice, now: float) -> None:
+        """Deliver a notice into its session: now if idle, after the turn if busy, or start it."""
         fields = {"session": ev.session, "watch": ev.watch or None, "uri": ev.uri or None, "kind": ev.kind}
         route = ev.route if isinstance(ev, RouteNotice) else None
-        if route is None and ev.kind == "notice" and ev.watch not in self.watch_sessions.get(ev.session, ()):
+        if route is None and ev.kind == "notice" and ev.watch not in self.session_routes.watches(ev.session):
             self.telemetry.emit("watch.notice_dropped", **fields, reason="the watch was stopped")
             return
-        agent_id = self.sessions.get(ev.session)
-        if agent_id is None:
+        agent = self.agents.session_agent(ev.session)
+        if agent is None:
             if self.phase is not Phase.RUNNING or self.budget.spent() is not None:
                 self.telemetry.emit(
                     "watch.notice_dropped", **fields, reason="no new turns (draining or budget)"
                 )
                 return
-            self._deliver_to_session(now, ev.session, ev.text, route=route)
-            started = self.agents[self.sessions[ev.session]]
+            started = self._deliver_to_session(now, ev.session, ev.text, route=route)
             started.notice_turn = [ev]
             return
-        agent = self.agents[agent_id]
         if agent.phase is AgentPhase.IDLE and agent.held is not None:
             self.telemetry.emit(
                 "session.deliver", session=ev.session, route=route, agent=agent.id, watch=ev.watch
@@ -1252,14 +1256,14 @@ class Reactor:
             agent.notice_turn = [ev]
             self._real_work(agent)
             self._resume(agent, ev.text)
-        elif agent.phase in (AgentPhase.STARTING, AgentPhase.TURN):
+        elif agent.busy:
             agent.notices.append(ev)  # one follow-up turn carries every notice queued meanwhile
         else:
             self.telemetry.emit("watch.notice_dropped", **fields, reason=f"agent {agent.phase.value}")
 
     def _route_notice(self, ev: RouteNotice, now: float) -> None:
         """A staged route's notice: a turn of its session (continue) or a fresh agent (spawn)."""
-        staged = self.staged.get(ev.route)
+        staged = self._staged.get(ev.route)
         if staged is None or self.router.get(ev.route) is None:
             self.telemetry.emit(
                 "watch.notice_dropped", route=ev.route, uri=ev.uri, reason="the route is gone"
@@ -1278,7 +1282,7 @@ class Reactor:
         not ended their last turn (the router's rule for spawn routes).
         """
         for route_id, pending in list(self.route_notices.items()):
-            staged = self.staged[route_id]
+            staged = self._staged[route_id]
             if self.phase is not Phase.RUNNING or self.budget.spent() is not None:
                 del self.route_notices[route_id]
                 self.telemetry.emit(
@@ -1332,20 +1336,14 @@ class Reactor:
         server = agent.subscription_servers.pop(uri, None)
         if server is None or self.uri_needed(server, uri):
             return
-        if self.watches is not None and self.watches.needs(server, uri):
+        if self._watches is not None and self._watches.needs(server, uri):
             return
         self.telemetry.emit("self.unsubscribe", agent=agent.id, uri=uri, server=server, reason="owner exited")
         self.hooks.unsubscribe(server, uri)
 
     def _drop_self_route(self, agent: Agent, uri: str) -> None:
-        session = agent.session or agent.id
         agent.subscriptions.discard(uri)
-        from agentd.errors import RouteError
-
-        # remove_route raises RouteError (not KeyError) for an unknown id: an
-        # unsubscribe of a URI the agent never subscribed must not crash the reactor.
-        with contextlib.suppress(RouteError):
-            self.router.remove_route(f"self:{session}:{uri}")
+        self.session_routes.unsubscribe(agent.session or agent.id, uri)
 
     # -- signals and servers ------------------------------------------------------------
 
@@ -1367,9 +1365,9 @@ class Reactor:
         """Tell every idle agent (its turn-end held) to exit."""
         for agent in self.live_agents():
             if agent.phase is AgentPhase.IDLE and agent.held is not None:
-                held, agent.held = agent.held, None
-                agent.phase = AgentPhase.EXITING  # IDLE -> EXITING
-                held.reply.answer(NextTurn(id=held.end.id, action="exit"))
+                held = agent.exiting()  # IDLE -> EXITING
+                if held is not None:
+                    held.reply.answer(NextTurn(id=held.end.id, action="exit"))
 
     def _server_state(self, ev: ServerStateChanged) -> None:
         self.server_states[ev.server] = ev.state
@@ -1385,6 +1383,11 @@ class Reactor:
                 f"attempts (last error: {ev.error}); fix its command or URL, or drop `required` if agentd "
                 "may run without it"
             )
+
+
+def open_channel() -> tuple[trio.MemorySendChannel[ReactorEvent], trio.MemoryReceiveChannel[ReactorEvent]]:
+    """The reactor's channel (create it first: the upstreams, hub and tree send into it)."""
+    return trio.open_memory_channel[ReactorEvent](EVENT_BUFFER)
 
 
 def render_delivery(events: list[QueuedEvent]) -> str:

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import datetime as _dt
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any
 
+from agentd.config import RouteConfig, Settings, route_model_settings
+from agentd.errors import ConfigError
 from agentd.triggers.glob import compile_glob
 from agentd.triggers.router import (
     DEFAULT_TEMPLATE,
@@ -30,6 +32,7 @@ from agentd.triggers.router import (
     validate_template,
 )
 from agentd.triggers.timer import CronSource, IntervalSource
+from agentd.watches.stage import StagedRoute
 
 #: The session name of the root agent in ``loop --session warm``.
 ROOT_SESSION = "root"
@@ -54,45 +57,6 @@ def spawn_template(route_template: str | None, instruction: str | None, *, timer
     return DEFAULT_TEMPLATE
 
 
-#: Router sessions of staged routes start with this; session names cannot hold ``:``.
-STAGE_SESSION_PREFIX: Final = "stage:"
-
-
-@dataclass(frozen=True, slots=True)
-class StagedRoute:
-    """A declared route whose changes go through the watch stage before its disposition.
-
-    Attributes:
-        route_id: The route's id (``name``, else ``r<index>`` as the router numbers it).
-        index: Position in ``routes`` (error messages name ``routes[index]``).
-        match: The route's URI or glob.
-        disposition: What the stage's notices do: start a fresh agent, or a
-            turn of ``session``.
-        extract: ``state`` / ``event-log`` force the read shape; ``auto`` takes
-            it from the read's mime type.
-        on_event: The filter source, or ``None`` for default lines.
-        session: Continue routes: the session notices go to.
-        max_inflight: Spawn routes: agents started from notices running at once.
-        template: Spawn routes: the route's own instruction template, or
-            ``None`` (the main instruction); the notice follows it.
-    """
-
-    route_id: str
-    index: int
-    match: str
-    disposition: Literal["spawn", "continue"]
-    extract: Literal["auto", "state", "event-log"]
-    on_event: str | None
-    session: str
-    max_inflight: int
-    template: str | None
-
-    @property
-    def router_session(self) -> str:
-        """The pseudo-session the router delivers this route's changes to."""
-        return f"{STAGE_SESSION_PREFIX}{self.route_id}"
-
-
 @dataclass(frozen=True, slots=True)
 class ModelProfile:
     """What an agent runs: the model spec, the system prompt and the model settings (rfcs/0171).
@@ -109,7 +73,7 @@ class ModelProfile:
     model_settings: dict[str, Any]
 
 
-def model_profiles(settings: Any) -> tuple[ModelProfile, dict[str, ModelProfile]]:
+def model_profiles(settings: Settings) -> tuple[ModelProfile, dict[str, ModelProfile]]:
     """The supervisor's profile, and the profile of every declared route that names its own.
 
     A route's profile: its ``model`` (else the supervisor's), its ``system``
@@ -117,10 +81,11 @@ def model_profiles(settings: Any) -> tuple[ModelProfile, dict[str, ModelProfile]
     (:func:`agentd.config.route_model_settings`). Keyed by route id; agents of
     other routes, roots, self-subscriptions and watches run the supervisor's.
     """
-    from agentd.config import route_model_settings
-
+    model = settings.model
+    if model is None:  # the settings' validation refuses this before anything runs
+        raise ConfigError("model", None, "choose a model with --model or AGENTD_MODEL")
     default = ModelProfile(
-        model=settings.model,
+        model=model,
         system=settings.system,
         model_settings=settings.model_settings.to_model_settings().given(),
     )
@@ -129,19 +94,19 @@ def model_profiles(settings: Any) -> tuple[ModelProfile, dict[str, ModelProfile]
         if rc.model is None and rc.system is None and rc.model_settings is None:
             continue
         by_route[_route_id(rc, i)] = ModelProfile(
-            model=rc.model or settings.model,
+            model=rc.model or model,
             system=rc.system if rc.system is not None else settings.system,
             model_settings=route_model_settings(settings, rc).given(),
         )
     return default, by_route
 
 
-def _route_id(rc: Any, index: int) -> str:
+def _route_id(rc: RouteConfig, index: int) -> str:
     # The router numbers unnamed declared routes r0, r1, ... in this order too.
     return str(rc.name) if rc.name is not None else f"r{index}"
 
 
-def staged_routes(settings: Any) -> list[StagedRoute]:
+def staged_routes(settings: Settings) -> list[StagedRoute]:
     """The declared routes that carry ``extract`` (``on_event`` implies it), in order.
 
     Raises:
@@ -170,7 +135,7 @@ def staged_routes(settings: Any) -> list[StagedRoute]:
     return out
 
 
-def route_specs(settings: Any) -> list[RouteSpec]:
+def route_specs(settings: Settings) -> list[RouteSpec]:
     """The declared routes, in declaration order, as router specs.
 
     A staged route (:func:`staged_routes`) becomes a continue route into its
@@ -190,6 +155,7 @@ def route_specs(settings: Any) -> list[RouteSpec]:
                     overflow=rc.overflow,
                     route_id=staged[i].route_id,
                     reread_on_start=rc.reread_on_start,
+                    kind="stage",
                 )
             )
             continue
@@ -216,7 +182,7 @@ def route_specs(settings: Any) -> list[RouteSpec]:
     return specs
 
 
-def build_router(settings: Any) -> Router:
+def build_router(settings: Settings) -> Router:
     """The router with declared routes plus default routes for unrouted subscriptions."""
     router = Router()
     for spec in route_specs(settings):
@@ -249,7 +215,7 @@ def build_router(settings: Any) -> Router:
     return router
 
 
-def make_clock(settings: Any, *, now: float) -> IntervalSource | CronSource | None:
+def make_clock(settings: Settings, *, now: float) -> IntervalSource | CronSource | None:
     """The clock source that feeds the reactive timer route (schedule's lives in its driver)."""
     if settings.mode != "reactive":
         return None

@@ -1,12 +1,16 @@
 """Child processes: the spawn chokepoint, the zygote client, the kill ladder.
 
+Size: over 600 lines because the spawn chokepoint, the zygote client and
+the kill ladder share each child's record and must stay together to keep
+every exit path bounded; the child's control channel is ``channel.py``.
+
 Every agent child starts through :meth:`Tree.spawn` (the one chokepoint).
 The supervisor keeps one end of two socketpairs per child: its MCP channel
 (served by the hub) and its control channel (served by
 :func:`agentd.supervisor.channel.serve_control`; the first frame on it is the
 spawn payload). When a child dies its ends close, so the supervisor learns at
 once (a stream read returning EOF, not a timer) and posts
-:class:`~agentd.supervisor.events.ChildExited` into the reactor's channel.
+:class:`~agentd.events.ChildExited` into the reactor's channel.
 A child that breaks the control protocol is SIGKILLed and its
 ``ChildExited`` carries the reason.
 
@@ -17,7 +21,7 @@ reports a failed ``fork()`` (EAGAIN under a pids limit) or has exited is
 *retired*: this spawn and the next ones start fresh interpreters
 (``python -P -m agentd.agent.child``, the same bound), a replacement zygote
 starts in the background (backoff between failed starts), and the reactor
-hears :class:`~agentd.supervisor.events.ZygoteStateChanged` so readiness
+hears :class:`~agentd.events.ZygoteStateChanged` so readiness
 reports it. A retired zygote is killed once the last child it forked is gone
 (killing it earlier would take those children with it). So a spawn ends
 within two attempts, at most ``2 × spawn_timeout``; if both fail the child
@@ -39,6 +43,7 @@ supervisor still leaves no child behind.
 
 from __future__ import annotations
 
+import array
 import contextlib
 import enum
 import itertools
@@ -56,10 +61,10 @@ import trio
 
 from agentd.agent.prefork import PreforkedChild
 from agentd.errors import ProtocolError
+from agentd.events import ChildExited, ReactorEvent, ZygoteStateChanged
 from agentd.selfmcp.control import FrameStream
 from agentd.selfmcp.protocol import MAX_CHILD_FRAME_BYTES, SpawnPayload
-from agentd.supervisor.channel import serve_control
-from agentd.supervisor.events import ChildExited, ReactorEvent, ZygoteStateChanged
+from agentd.supervisor.channel import Journal, serve_control
 from agentd.telemetry import Telemetry
 
 #: Time for the zygote to import trio, mcp and the agent code (~0.5 s here); generous for slow disks.
@@ -256,6 +261,7 @@ class Tree:
         preforked: a child already forked and waiting for its payload
             (:mod:`agentd.agent.prefork`, a once run's root): the first spawn
             takes it instead of forking a new one.
+        journal: records a journaled child's turns (the session journal), if any.
     """
 
     def __init__(
@@ -269,6 +275,7 @@ class Tree:
         child_command: Sequence[str] = CHILD_COMMAND,
         zygote_env: Mapping[str, str] | None = None,
         preforked: PreforkedChild | None = None,
+        journal: Journal | None = None,
     ) -> None:
         self._events = events
         self._serve_child = serve_child
@@ -277,6 +284,7 @@ class Tree:
         self.spawn_timeout = spawn_timeout
         self._child_command = tuple(child_command)
         self._zygote_env = dict(zygote_env or {})
+        self._journal = journal
         self.children: dict[str, ChildProc] = {}
         self._nursery: trio.Nursery | None = None
         self.zygote: Zygote | None = None
@@ -518,12 +526,14 @@ class Tree:
             self._events.send_nowait(ChildExited(agent=child.agent, pid=-1, returncode=None, spawned=False))
             raise
         child.state = ChildState.RUNNING
+        spawn_s = trio.current_time() - child.spawned_at
+        self._telemetry.observe("spawn", spawn_s, how="zygote" if child.zygote is not None else "fresh")
         self._telemetry.emit(
             "subagent.started",
             agent=child.agent,
             pid=child.pid,
             zygote=child.zygote is not None,
-            spawn_ms=round((trio.current_time() - child.spawned_at) * 1000, 3),
+            spawn_ms=round(spawn_s * 1000, 3),
         )
         try:
             await self._serve(child, channels)
@@ -713,7 +723,11 @@ class Tree:
             async def control_side() -> None:
                 try:
                     await serve_control(
-                        child.agent, channels.control, events=self._events, telemetry=self._telemetry
+                        child.agent,
+                        channels.control,
+                        events=self._events,
+                        telemetry=self._telemetry,
+                        journal=self._journal,
                     )
                 except ProtocolError as exc:
                     child.reason = f"broke the control protocol: {exc}"
@@ -787,8 +801,6 @@ class Tree:
 
 
 def _fds(*fds: int) -> bytes:
-    import array
-
     return array.array("i", fds).tobytes()
 
 

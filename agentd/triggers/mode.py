@@ -86,8 +86,10 @@ class SupervisorView:
 
     Attributes:
         draining: SIGTERM (or equivalent) received; no new work is started.
-        drain_timed_out: the drain grace period passed with work still running.
-        children_running: subagent processes mid-turn (roots and their children).
+        drain_timed_out: the drain grace period passed with work still running,
+            or a second signal asked to stop at once.
+        children_running: live subagent processes (mid-turn or waiting warm).
+        turns_running: subagents mid-turn (their model and tool calls in flight).
         warm_sessions: live warm sessions (busy or waiting between turns).
         budget_spent: which tree-wide ceiling is spent, if any.
         deadline_reached: the global wall-clock deadline passed.
@@ -101,6 +103,7 @@ class SupervisorView:
     draining: bool = False
     drain_timed_out: bool = False
     children_running: int = 0
+    turns_running: int = 0
     warm_sessions: int = 0
     budget_spent: Literal["tokens", "steps", "usd"] | None = None
     deadline_reached: bool = False
@@ -170,20 +173,36 @@ class IdleBackoff:
 # --------------------------------------------------------------------------- exit predicates
 
 
+def _hard_exit(view: SupervisorView) -> ExitCode | None:
+    """What ends the process whatever the mode, in precedence order.
+
+    A drain that timed out (or a second signal) stops at once; a required
+    server that failed ends the run; an unusable model provider ends it once
+    no turn is in flight (a running turn may still finish with its answer);
+    the global deadline ends it.
+    """
+    if view.drain_timed_out:
+        return ExitCode.DRAIN_TIMEOUT
+    if view.required_server_failed:
+        return ExitCode.REQUIRED_SERVER
+    if view.fatal_infra and view.turns_running == 0:
+        return ExitCode.FATAL_INFRA
+    if view.deadline_reached:
+        return ExitCode.DEADLINE
+    return None
+
+
 def _common_exit(view: SupervisorView, *, breaker: bool) -> ExitCode | None:
     """Exit conditions every daemon driver shares, in precedence order."""
+    hard = _hard_exit(view)
+    if hard is not None:
+        return hard
     if view.draining:
-        if view.drain_timed_out:
-            return ExitCode.DRAIN_TIMEOUT
         if view.nothing_running:
             return ExitCode.OK
         return None  # let the drain finish
     if view.fatal_infra:
-        return ExitCode.FATAL_INFRA
-    if view.required_server_failed:
-        return ExitCode.REQUIRED_SERVER
-    if view.deadline_reached:
-        return ExitCode.DEADLINE
+        return ExitCode.FATAL_INFRA  # a daemon does not wait for its other turns
     if breaker and view.breaker_open:
         return ExitCode.CRASHED
     if view.budget_spent is not None and view.nothing_running:
@@ -208,16 +227,13 @@ class Once:
         return Done()  # never restart a one-shot root, crashed included
 
     def exit_predicate(self, view: SupervisorView) -> ExitCode | None:
-        if view.drain_timed_out:
-            return ExitCode.DRAIN_TIMEOUT
+        hard = _hard_exit(view)
+        if hard is not None:
+            return hard
         if view.root_status is not None:
             return code_for_status(view.root_status, partial=view.root_partial)
         if view.fatal_infra:
             return ExitCode.FATAL_INFRA
-        if view.required_server_failed:
-            return ExitCode.REQUIRED_SERVER
-        if view.deadline_reached:
-            return ExitCode.DEADLINE
         if view.draining and view.nothing_running:
             return ExitCode.OK  # drained before the root ever started
         return None

@@ -1,5 +1,8 @@
 """Reactive routing: which route owns a changed URI, and when it is delivered.
 
+Size: over 600 lines because matching, queues, overflow and delivery are
+one pure algorithm over one route table (glob matching lives in ``glob.py``).
+
 Pure and synchronous: nothing here awaits, does I/O or reads a clock. The
 reactor passes ``now`` (monotonic seconds) into every call that depends on
 time and turns the returned decisions (:class:`SpawnDelivery`,
@@ -56,6 +59,13 @@ Overflow = Literal["coalesce", "drop_oldest", "drop_newest", "block"]
 """What a full route queue does with a new distinct URI (see the module docstring)."""
 
 OVERFLOWS: Final[tuple[Overflow, ...]] = get_args(Overflow)
+
+RouteKind = Literal["declared", "self", "watch", "stage"]
+"""Who made a route, and so what a delivery on it becomes: a declared route (the
+timer route too) spawns or continues a session; a ``self`` route (a session's
+``subscribe``) wakes that session; a ``watch`` route and a ``stage`` route (a
+declared route with a watch stage) hand their changes to the watch manager,
+whose notices come back to the reactor."""
 
 Mode = Literal["once", "loop", "reactive", "schedule"]
 """The four execution modes (RFC 0008 §3.1)."""
@@ -169,6 +179,8 @@ class RouteSpec:
         reread_on_start: deliver one synthetic "possibly changed" event for
             each URI this route owns once its subscription is established at
             start-up (rfcs/0130); False skips it for this route.
+        kind: who made the route (:data:`RouteKind`); ``add_route`` with an
+            ``owner`` makes it ``self``.
     """
 
     match: str
@@ -181,6 +193,7 @@ class RouteSpec:
     timer: bool = False
     exact: bool | None = None
     reread_on_start: bool = True
+    kind: RouteKind = "declared"
 
     def __post_init__(self) -> None:
         if not isinstance(self.disposition, Spawn | Continue):
@@ -385,6 +398,10 @@ class Route:
     def exact(self) -> bool:
         return self.glob.exact
 
+    @property
+    def kind(self) -> RouteKind:
+        return self.spec.kind
+
 
 @dataclass(frozen=True, slots=True)
 class IngestResult:
@@ -422,12 +439,15 @@ class ContinueDelivery:
             :meth:`Router.on_session_idle`.
         events: every due event for the session, oldest first.
         event_routes: the owning route id of each event (parallel to ``events``).
+        kind: the kind of route ``route_id`` (a session's routes are all of one
+            kind: watch and stage routes each have a session of their own).
     """
 
     route_id: str
     session: str
     events: list[QueuedEvent]
     event_routes: tuple[str, ...] = ()
+    kind: RouteKind = "declared"
 
 
 Delivery: TypeAlias = SpawnDelivery | ContinueDelivery
@@ -518,7 +538,7 @@ class Router:
             if spec.timer:
                 raise RouteError(f"route {spec.match!r}: a self-subscribe route cannot be the timer route")
             front = True
-            spec = replace(spec, exact=True)
+            spec = replace(spec, exact=True, kind="self")
             for r in self._exact.get(spec.match, ()):
                 if r.owner == owner:
                     return r  # re-subscribing is idempotent
@@ -777,6 +797,7 @@ class Router:
                     session=session,
                     events=[ev for _, _, ev in items],
                     event_routes=tuple(rid for _, rid, _ in items),
+                    kind=self._routes[items[0][1]].kind,
                 )
             )
         return out

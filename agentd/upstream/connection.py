@@ -1,10 +1,15 @@
 """One supervised connection per upstream MCP server.
 
+Size: over 600 lines because one connection's lifecycle (connect, both
+protocol eras, listen streams, reconnect and resubscribe, pause) is one state
+machine; transports (``stdio.py``, ``http.py``), backoff, naming and
+resolution live in their own modules.
+
 :class:`Upstream` owns the connection to one configured server (stdio or
 Streamable HTTP) for the life of the supervisor: it connects, keeps the tool
 and resource catalogs current, serves calls from every agent, keeps resource
 subscriptions alive across drops, and reports what happens as typed reactor
-events (:mod:`agentd.supervisor.events`).
+events (:mod:`agentd.events`).
 
 Lifecycle (``ServerState``)::
 
@@ -38,9 +43,8 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from agentd import __version__
-from agentd.config import DEFAULT_MAX_READ_BYTES, DEFAULT_STARTUP_TIMEOUT, DEFAULT_TOOL_TIMEOUT
 from agentd.errors import CapabilityMissing, ServerUnavailable, UpstreamError
-from agentd.supervisor.events import (
+from agentd.events import (
     CatalogChanged,
     ReactorEvent,
     ResourceChanged,
@@ -48,6 +52,7 @@ from agentd.supervisor.events import (
     ServerStateChanged,
     SubscriptionStateChanged,
 )
+from agentd.limits import DEFAULT_MAX_READ_BYTES, DEFAULT_STARTUP_TIMEOUT, DEFAULT_TOOL_TIMEOUT
 from agentd.telemetry import Telemetry
 from agentd.upstream.backoff import (
     MAX_CONSECUTIVE_FAILURES,

@@ -1,5 +1,10 @@
 """The watch manager: one task per watch, from "changed" to a notice for the reactor.
 
+Size: over 600 lines because it owns every watch's lifecycle (start, stop,
+list, restore, the per-watch task and the declared-route stages that share
+it); the stage's pure steps live in ``stage.py``, ``extract.py``,
+``notices.py`` and ``sandbox.py``.
+
 A watch is a self-subscribe route with an extraction and filter stage
 (ARCHITECTURE decision 8). The reactor owns the route (``watch:<session>:<name>``,
 exact, debounce 0); when it is due, the reactor hands the URIs to
@@ -11,7 +16,7 @@ exact, debounce 0); when it is due, the reactor hands the URIs to
    sandboxed ``on_event`` filter in a worker thread, dedupe, debounce buffer),
 3. waits for the stage's debounce deadline (``trio.move_on_at``, armed only
    by an event: an idle watch makes no wakeups),
-4. on flush posts a :class:`~agentd.supervisor.events.WatchNotice` into the
+4. on flush posts a :class:`~agentd.events.WatchNotice` into the
    reactor's channel, which turns it into one turn of the owning session.
 
 Lifecycle of one watch (:class:`WatchStatus`)::
@@ -31,7 +36,7 @@ per (route id, concrete URI): :meth:`WatchManager.declare_routes` at startup,
 :meth:`WatchManager.on_route_subscribed` takes the baseline read when the
 subscription is established, :meth:`WatchManager.on_route_changed` wakes the
 stage, and its notices go to the reactor as
-:class:`~agentd.supervisor.reactor.RouteNotice`. With ``--watch-state`` their
+:class:`~agentd.events.RouteNotice`. With ``--watch-state`` their
 baselines are saved as specs with no owner named ``route:<route id>:<uri>``.
 """
 
@@ -39,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import html
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -49,9 +55,7 @@ import orjson
 import trio
 
 from agentd.errors import AgentdError, ConfigError, FilterRejected, WatchError, WatchStateError
-from agentd.supervisor.events import ReactorEvent, SubscriptionStateChanged, WatchNotice
-from agentd.supervisor.reactor import RouteNotice
-from agentd.supervisor.routes import StagedRoute
+from agentd.events import ReactorEvent, RouteNotice, SubscriptionStateChanged, WatchNotice
 from agentd.telemetry import Telemetry
 from agentd.upstream.naming import namespaced
 from agentd.upstream.resolve import resource_listing
@@ -60,7 +64,7 @@ from agentd.watches.extract import Shape, shape_of
 from agentd.watches.limits import WatchLimits
 from agentd.watches.limits import watch_limits as watch_limits  # its old home: callers import it here too
 from agentd.watches.notices import error_line
-from agentd.watches.stage import WatchStage
+from agentd.watches.stage import StagedRoute, WatchStage
 from agentd.watches.state import WatchSpec
 
 if TYPE_CHECKING:  # the sandbox (pydantic-monty) is imported only when a watch filters
@@ -215,6 +219,7 @@ class WatchManager:
         server_for: URI -> server name (the hub's routing rule).
         state_path: ``--watch-state`` file, or ``None`` (watches in memory only).
         pool: The sandbox pool for filters; default: one opened on first use.
+        routes: The staged declared routes (as :meth:`declare_routes`).
 
     Run :meth:`run` in a nursery (``await nursery.start(manager.run)``) before
     starting watches.
@@ -230,6 +235,7 @@ class WatchManager:
         server_for: Callable[[str], str | None],
         state_path: Path | None = None,
         pool: FilterPool | None = None,
+        routes: Iterable[StagedRoute] = (),
         tool_allowed: Callable[[str, Any], bool] | None = None,
     ) -> None:
         self.upstreams = upstreams
@@ -244,12 +250,14 @@ class WatchManager:
         self._own_pool = pool is None
         self._pool_lock = trio.Lock()
         self._watches: dict[tuple[str, str], Watch] = {}
+        self._closing: set[WatchFilter] = set()
+        """Filters of released watches whose close is still to run (closed at shutdown if it never ran)."""
         self._kept: dict[tuple[str, str], WatchSpec] = {}
         """Specs whose owner exited: kept in ``--watch-state`` for the next start."""
         self._nursery: trio.Nursery | None = None
         self._save_wanted = trio.Event()
         self._state_problem: str | None = None
-        self._routes: dict[str, StagedRoute] = {}
+        self._routes: dict[str, StagedRoute] = {r.route_id: r for r in routes}
         """Staged declared routes by id (:meth:`declare_routes`)."""
         self._declared: dict[tuple[str, str], Watch] = {}
         """Declared-route stages by (route id, URI)."""
@@ -270,10 +278,22 @@ class WatchManager:
             self._nursery = None
             with trio.CancelScope(shield=True):
                 await self._write_state()
-                if self._own_pool and self._pool is not None:
-                    pool, self._pool = self._pool, None
-                    with trio.move_on_after(POOL_CLOSE_TIMEOUT_SECS):
-                        await trio.to_thread.run_sync(pool.close, abandon_on_cancel=True)
+                # A filter whose close was scheduled but cancelled by the shutdown still holds a
+                # sandbox worker that the pool's close would not stop: close them all first.
+                filters = [*self._closing, *(w.stage.filter for w in self._watches.values() if w.stage)]
+                self._closing.clear()
+                pool = self._pool if self._own_pool else None
+                self._pool = None if self._own_pool else self._pool
+
+                def shut() -> None:
+                    for f in filters:
+                        if f is not None:
+                            f.close()
+                    if pool is not None:
+                        pool.close()
+
+                with trio.move_on_after(POOL_CLOSE_TIMEOUT_SECS):
+                    await trio.to_thread.run_sync(shut, abandon_on_cancel=True)
 
     def _require_nursery(self) -> trio.Nursery:
         if self._nursery is None:
@@ -608,11 +628,7 @@ class WatchManager:
         )
         self._request_save()
         if w.route is not None:
-            await self._post(
-                RouteNotice(
-                    session="", watch=w.name, uri=w.uri, text=text, route=w.route.route_id, server=w.server
-                )
-            )
+            await self._post(RouteNotice(route=w.route.route_id, uri=w.uri, server=w.server, text=text))
             return
         await self._post(WatchNotice(session=w.session, watch=w.name, uri=w.uri, text=text))
 
@@ -852,18 +868,26 @@ class WatchManager:
         nursery.start_soon(self._release, w, unsubscribe)
 
     async def _release(self, w: Watch, unsubscribe: bool) -> None:
+        if w.stage is not None and w.stage.filter is not None:
+            self._closing.add(w.stage.filter)  # closed at shutdown if this task is cancelled first
         if unsubscribe and w.server is not None:
             try:
                 await self.upstreams[w.server].unsubscribe(w.uri)
             except AgentdError as exc:
                 self._telemetry.emit("watch.unsubscribe_failed", **self._fields(w), error=str(exc))
         if w.stage is not None and w.stage.filter is not None:
-            await w.stage.filter.aclose()
+            await self._close_filter(w.stage.filter)
 
     def _close_quietly(self, w: Watch) -> None:
         w.scope.cancel()
         if w.stage is not None and w.stage.filter is not None and self._nursery is not None:
-            self._nursery.start_soon(w.stage.filter.aclose)
+            self._closing.add(w.stage.filter)
+            self._nursery.start_soon(self._close_filter, w.stage.filter)
+
+    async def _close_filter(self, filt: WatchFilter) -> None:
+        self._closing.add(filt)
+        await filt.aclose()
+        self._closing.discard(filt)
 
     # ------------------------------------------------------------------ stop
 
@@ -1048,7 +1072,5 @@ def route_spec_name(route_id: str, uri: str) -> str:
 
 def render_restore(lines: Iterable[str]) -> str:
     """The restore notice: a ``<watches-restored>`` block, one watch per line, then the instruction."""
-    import html
-
     body = "\n".join(html.escape(line, quote=False) for line in lines)
     return f"<watches-restored>\n{body}\n</watches-restored>\n{RESTORE_INSTRUCTION}"

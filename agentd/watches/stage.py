@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from agentd.watches.extract import Event, Extractor, MalformedReadError, Shape, extractor_from_baseline
 from agentd.watches.limits import WatchLimits
@@ -31,6 +31,45 @@ if TYPE_CHECKING:  # the sandbox (pydantic-monty) is imported only by a run that
 #: were missed, an in-band ``ERROR`` that the source failed. The filter still
 #: sees them (and may add lines); the agent always learns of them.
 MANDATORY_TYPES: Final = frozenset({"GAP", "ERROR"})
+
+
+#: Router sessions of staged routes start with this; session names cannot hold ``:``.
+STAGE_SESSION_PREFIX: Final = "stage:"
+
+
+@dataclass(frozen=True, slots=True)
+class StagedRoute:
+    """A declared route whose changes go through the watch stage before its disposition.
+
+    Attributes:
+        route_id: The route's id (``name``, else ``r<index>`` as the router numbers it).
+        index: Position in ``routes`` (error messages name ``routes[index]``).
+        match: The route's URI or glob.
+        disposition: What the stage's notices do: start a fresh agent, or a
+            turn of ``session``.
+        extract: ``state`` / ``event-log`` force the read shape; ``auto`` takes
+            it from the read's mime type.
+        on_event: The filter source, or ``None`` for default lines.
+        session: Continue routes: the session notices go to.
+        max_inflight: Spawn routes: agents started from notices running at once.
+        template: Spawn routes: the route's own instruction template, or
+            ``None`` (the main instruction); the notice follows it.
+    """
+
+    route_id: str
+    index: int
+    match: str
+    disposition: Literal["spawn", "continue"]
+    extract: Literal["auto", "state", "event-log"]
+    on_event: str | None
+    session: str
+    max_inflight: int
+    template: str | None
+
+    @property
+    def router_session(self) -> str:
+        """The pseudo-session the router delivers this route's changes to."""
+        return f"{STAGE_SESSION_PREFIX}{self.route_id}"
 
 
 @dataclass(slots=True)

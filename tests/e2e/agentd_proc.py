@@ -172,4 +172,9 @@ class run_agentd:
             proc.kill()
         with trio.CancelScope(shield=True), trio.move_on_after(10):
             await proc.wait()
-        return await self._nursery_cm.__aexit__(*exc)  # type: ignore[arg-type]
+        result = await self._nursery_cm.__aexit__(*exc)  # type: ignore[arg-type]
+        if exc[0] is None:
+            # Every event agentd wrote is declared in agentd/vocabulary.py.
+            undeclared = [e for e in self.a.events if e.get("event") == "telemetry.undeclared"]
+            assert not undeclared, f"undeclared telemetry: {undeclared}"
+        return result

@@ -36,6 +36,7 @@ from mcp import Client
 from agentd.config import load_settings
 from agentd.supervisor.routes import build_router
 from tests.e2e.agentd_proc import PY, REPO, Agentd, run_agentd, script
+from tests.support.routing import wait_gone
 
 FAKES = REPO / "tests" / "fakes"
 EXAMPLES = REPO / "examples"
@@ -91,18 +92,6 @@ class Tree:
         with trio.fail_after(EXIT_TIMEOUT):
             for pid in sorted(pids):
                 await wait_gone(pid)
-
-
-async def wait_gone(pid: int) -> None:
-    """Wait until ``pid`` (not our child) has exited: its pidfd becomes readable."""
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return
-    try:
-        await trio.lowlevel.wait_readable(fd)
-    finally:
-        os.close(fd)
 
 
 async def drain(a: Agentd, tree: Tree, *extra_pids: int, server: str | None = None) -> None:

@@ -9,23 +9,16 @@ telemetry with a timeout; nothing sleeps.
 from __future__ import annotations
 
 import json
-import os
 import signal
 from pathlib import Path
 
 from tests.e2e.agentd_proc import PY, run_agentd, script
+from tests.support.files import edit
 
 #: The route's filter: a line for ``todo`` changes, nothing for any other key.
 FILTER = "f\"{event['type']} {event['key']}={event['new']}\" if event['key'] == 'todo' else None"
 
 NOTICE = '<watch-event name="todo" uri="memo://notes">\nMODIFIED todo=buy bread\n</watch-event>'
-
-
-def edit(path: Path, notes: dict[str, object]) -> None:
-    """Replace the memo file the way an editor does (write a temp file, rename it over)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(notes))
-    os.replace(tmp, path)
 
 
 def config(tmp: Path, memo: Path, model: str, route: str, *, mode: str = "reactive") -> Path:

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import shutil
 import signal
 import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import httpx2
 import psutil
@@ -29,8 +29,10 @@ import trio
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from agentd import __version__
 from agentd.exitcodes import ExitCode
 from tests.e2e.agentd_proc import PY, REPO, Agentd, agentd_cmd, run_agentd, script
+from tests.support.files import edit
 
 pytestmark = [pytest.mark.realclock, pytest.mark.slow]
 
@@ -49,13 +51,6 @@ NOTES = "memo://notes"
 
 
 # --- helpers -------------------------------------------------------------------
-
-
-def edit(path: Path, notes: dict[str, Any]) -> None:
-    """Replace the memo file as an editor does (temp file renamed over it)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(notes))
-    os.replace(tmp, path)
 
 
 def config(tmp: Path, memo: Path, model: str, *, max_inflight: int = 4, grace: str = "20s") -> Path:
@@ -172,6 +167,13 @@ async def test_probes_and_metrics_follow_the_required_server_and_its_subscriptio
         assert sample(m, "agentd_server_state", server="memo", state="connected") == 1
         assert sample(m, "agentd_server_state", server="memo", state="restarting") == 0
         assert sample(m, "agentd_subscription_state", server="memo", uri=NOTES, state="established") == 1
+        # The declared route's counters are there before its first event; build and process info too.
+        assert sample(m, "agentd_events_routed_total", route="notes") == 0
+        assert sample(m, "agentd_events_coalesced_total", route="notes") == 0
+        assert (
+            sample(m, "agentd_build_info", version=__version__, python_version=platform.python_version()) == 1
+        )
+        assert sample(m, "process_resident_memory_bytes") > 0
 
         # A routed change: one spawned agent, counted while it runs and after.
         edit(memo, {"todo": "bread"})
@@ -186,6 +188,32 @@ async def test_probes_and_metrics_follow_the_required_server_and_its_subscriptio
         assert sample(m, "agentd_tokens_total", direction="input") == 7 * len(a.find("model.call"))
         assert sample(m, "agentd_tokens_total", direction="output") == 3 * len(a.find("model.call"))
         assert sample(m, "agentd_subagents_running") == 0
+        # Latency histograms, labelled by route and provider: the script's reported 1.5 s model call.
+        calls = len(a.find("model.call"))
+        assert (
+            sample(m, "agentd_model_call_duration_seconds_count", route="notes", provider="script") == calls
+        )
+        assert (
+            sample(m, "agentd_model_call_duration_seconds_bucket", route="notes", provider="script", le="1.0")
+            == 0
+        )
+        assert (
+            sample(m, "agentd_model_call_duration_seconds_bucket", route="notes", provider="script", le="2.5")
+            == calls
+        )
+        assert (
+            sample(m, "agentd_model_call_duration_seconds_sum", route="notes", provider="script")
+            >= 1.5 * calls
+        )
+        assert sample(m, "agentd_event_to_agent_seconds_count", route="notes") == len(a.find("route.deliver"))
+        assert sample(m, "agentd_turn_duration_seconds_count", route="notes") == len(a.find("turn.end"))
+        assert sample(m, "agentd_turn_duration_seconds_sum", route="notes") >= 1.5
+        spawns = sum(
+            sample(m, "agentd_spawn_duration_seconds_count", how=how)
+            for how in ("zygote", "fresh")
+            if ("agentd_spawn_duration_seconds_count", (("how", how),)) in m
+        )
+        assert spawns == len(a.find("subagent.started"))
 
         # The required server dies: not ready (still alive) until it is back and re-subscribed.
         memo_server_of(a.proc.pid).kill()

@@ -222,8 +222,8 @@ async def test_metrics_show_cost_and_cache_tokens(tmp_path: Path) -> None:
             assert await a.wait_exit() == 0
     metrics = dict(line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#"))
     assert float(metrics["agentd_cost_usd_total"]) == pytest.approx(call["cost_usd"])
-    assert metrics['agentd_cache_tokens_total{kind="read"}'] == "2048"
-    assert metrics["agentd_model_calls_unpriced_total"] == "0"
+    assert float(metrics['agentd_cache_tokens_total{kind="read"}']) == 2048
+    assert float(metrics["agentd_model_calls_unpriced_total"]) == 0
 
 
 # --- per-route model, system prompt and settings -----------------------------------------

@@ -12,14 +12,15 @@ import json
 import os
 import signal
 from pathlib import Path
-from typing import Any
 
 import psutil
 import pytest
 
 from agentd.exitcodes import ExitCode
 from tests.e2e.agentd_proc import PY, Agentd, notes_server, script
-from tests.e2e.test_modes import RUN_TIMEOUT, supervised
+from tests.support.files import edit
+from tests.support.routing import server_process
+from tests.support.supervised import RUN_TIMEOUT, supervised
 
 #: One step of a reactive run (a change travelling server -> agentd -> a
 #: forked agent -> its answer) on this shared machine; typically well under 1 s.
@@ -35,13 +36,6 @@ def memo(tmp_path: Path) -> tuple[Path, str]:
     notes = tmp_path / "notes.json"
     notes.write_text("{}")
     return notes, f"memo={PY} -m agentd serve memo --file {notes}"
-
-
-def edit(path: Path, value: dict[str, Any]) -> None:
-    """Replace a file the way an editor does (write a temp file, rename it over)."""
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(value))
-    os.replace(tmp, path)
 
 
 def config(tmp_path: Path, body: str) -> str:
@@ -179,10 +173,7 @@ async def test_a_killed_server_is_restarted_resubscribed_and_a_change_made_while
         # The start-up re-read comes first (rfcs/0130): one agent reads alpha as it is.
         await a.wait_event("subscription.established", timeout=RUN_TIMEOUT)
         await a.wait_event("turn.end", timeout=STEP_TIMEOUT)
-        [server] = [
-            p for p in psutil.Process(a.proc.pid).children(recursive=True)
-            if "notes_server.py" in " ".join(p.cmdline())
-        ]  # fmt: skip
+        server = server_process(a, "notes_server.py")
         server.send_signal(signal.SIGKILL)
         state = tmp_path / "notes.json"
         edit(state, {**json.loads(state.read_text()), "alpha": "written while down"})

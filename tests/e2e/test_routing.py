@@ -27,13 +27,13 @@ import trio
 
 from agentd.exitcodes import ExitCode
 from tests.e2e.agentd_proc import PY, agentd_cmd
+from tests.support.files import edit
 from tests.support.routing import (
     FAST_BACKOFF,
     FAULT_SERVER,
     START,
     STEP,
     drain,
-    edit,
     get,
     health_base,
     memo_server,
@@ -164,7 +164,8 @@ async def test_once_with_a_required_server_that_never_starts_never_runs_the_root
     assert "fix its command or URL" in message
     if output == "json":
         result = json.loads(a.out)
-        assert (result["status"], result["exit_code"], result["error"]) == (None, 6, message)
+        assert (result["status"], result["exit_code"], result["error"]["message"]) == (None, 6, message)
+        assert result["error"]["kind"] == "server"
     else:
         assert a.out == ""
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import html
 import json
-import os
 import signal
 from pathlib import Path
 
 from tests.e2e.agentd_proc import PY, run_agentd, script
-from tests.support.watch import Control, mcp_stdio, watch_start
+from tests.support.files import edit
+from tests.support.watch import Control, mcp_stdio, memo_loop_args, watch_start
 from tests.support.watch import loop_args as watch_loop_args
 
 #: Short debounce so a notice follows an edit within a fraction of a second.
@@ -25,31 +25,6 @@ FILTER = "f\"{event['type']} {event['key']}={event['new']}\" if event['key'] != 
 
 def memo_server(path: Path) -> str:
     return f"memo={PY} -m agentd serve memo --file {path}"
-
-
-def edit(path: Path, notes: dict[str, object]) -> None:
-    """Replace the memo file the way an editor does (write a temp file, rename it over)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(notes))
-    os.replace(tmp, path)
-
-
-def loop_args(model: str, memo: Path, *extra: str) -> list[str]:
-    return [
-        "--mode",
-        "loop",
-        "--session",
-        "warm",
-        "--interval",
-        "1h",
-        "--verbose",
-        "--model",
-        model,
-        "--mcp-stdio",
-        memo_server(memo),
-        *extra,
-        "watch my notes",
-    ]
 
 
 async def test_a_watch_wakes_the_same_agent_and_no_reply_publishes_nothing(tmp_path: Path) -> None:
@@ -70,7 +45,7 @@ async def test_a_watch_wakes_the_same_agent_and_no_reply_publishes_nothing(tmp_p
             {"text": "got: {input}"},
         ],
     )
-    async with run_agentd(loop_args(model, memo), env=FAST_WATCHES) as a:
+    async with run_agentd(memo_loop_args(model, memo), env=FAST_WATCHES) as a:
         started = await a.wait_event("watch.started")
         assert (started["watch"], started["uri"], started["session"]) == ("todo", "memo://notes", "root")
         await a.wait_event("turn.end")  # held warm: it owns a watch
@@ -117,7 +92,7 @@ async def test_watch_state_restores_after_a_restart_and_reports_changes_made_whi
         ],
         name="first.json",
     )
-    async with run_agentd(loop_args(first, memo, "--watch-state", str(state)), env=FAST_WATCHES) as a:
+    async with run_agentd(memo_loop_args(first, memo, "--watch-state", str(state)), env=FAST_WATCHES) as a:
         await a.wait_event("watch.started")
         await a.wait_event("turn.end")
         a.signal(signal.SIGTERM)
@@ -132,7 +107,7 @@ async def test_watch_state_restores_after_a_restart_and_reports_changes_made_whi
         [{"text": "first: {instruction}"}, {"text": "in: {input}"}, {"text": "in: {input}"}],
         name="second.json",
     )
-    async with run_agentd(loop_args(second, memo, "--watch-state", str(state)), env=FAST_WATCHES) as a:
+    async with run_agentd(memo_loop_args(second, memo, "--watch-state", str(state)), env=FAST_WATCHES) as a:
         restored = await a.wait_event("watch.restored")
         assert restored["restored"] == ["root:todo"]
         await a.wait_event("watch.notice")

@@ -36,6 +36,15 @@ import trio
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from agentd.events import (
+    ChildExited,
+    Reply,
+    ResourceChanged,
+    SelfSubscribe,
+    SelfUnsubscribe,
+    SignalReceived,
+    WatchRouteAdd,
+)
 from agentd.exitcodes import ExitCode
 from agentd.selfmcp.protocol import (
     MAX_CHILD_FRAME_BYTES,
@@ -47,7 +56,6 @@ from agentd.selfmcp.protocol import (
 )
 from agentd.selfmcp.server import serve_child
 from agentd.supervisor.budget import Budget
-from agentd.supervisor.events import ChildExited, ChildMessage, ResourceChanged, SignalReceived
 from agentd.supervisor.governor import RestartGovernor
 from agentd.supervisor.hub import SupervisorHub
 from agentd.supervisor.reactor import Agent, Hooks, Reactor
@@ -149,7 +157,11 @@ async def test_model_calling_control_names_in_reactive_mode_cannot_crash_or_stop
         await a.wait_event("subagent.exit", count=2)
         a.signal(signal.SIGTERM)
         assert await a.wait_exit() == ExitCode.OK, a.tail()
-    assert a.out.splitlines() == ["real reply", "real reply"]
+    # The agents' own memo writes are changes too: under load a third agent may
+    # start before SIGTERM and finish during the drain. Every reply is a real one.
+    replies = a.out.splitlines()
+    assert len(replies) >= 2
+    assert set(replies) == {"real reply"}
     assert not a.find("model.fatal")
     assert not a.find("supervisor.internal_error")
 
@@ -480,12 +492,12 @@ def test_the_reactor_never_raises_on_any_sequence_of_child_caused_events(steps: 
             ev = ResourceChanged(server="s", uri=f"a://{tokens % 3}")
         else:
             send, _recv = trio.open_memory_channel[Any](1)
-            payload: dict[str, Any] = {"reply": send, "uri": uri, "server": "s"}
             if kind == "watch":
-                payload |= {"op": "watch_route_add", "session": agent, "name": uri}
+                ev = WatchRouteAdd(agent, agent, uri, uri, "s", Reply(send))
+            elif kind == "subscribe":
+                ev = SelfSubscribe(agent, uri, "s", Reply(send))
             else:
-                payload |= {"op": kind}
-            ev = ChildMessage(agent=agent, kind="self_tool", payload=payload)
+                ev = SelfUnsubscribe(agent, uri, "s", Reply(send))
         reactor.handle(ev, now)
         reactor._on_time(now)
         assert reactor.ready()[0] in (True, False)

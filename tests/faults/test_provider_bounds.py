@@ -88,7 +88,7 @@ async def test_a_provider_trickling_one_byte_every_2s_is_cut_at_the_model_timeou
     assert srv.body_bytes_sent[0] < 10  # a few bytes arrived, never the whole body
     (fatal,) = a.find("model.fatal")
     assert "did not answer within 3s (--model-timeout" in fatal["error"]
-    assert _once_result(a)["error"] == fatal["error"]
+    assert _once_result(a)["error"]["message"] == fatal["error"]
     _no_crash_noise(a)
 
 
@@ -166,7 +166,7 @@ async def test_4xx_ends_with_exit_4_and_the_providers_own_message(tmp_path: Path
     for part in (status_text, provider_says, fix):
         assert part in fatal["error"]
     result = _once_result(a)
-    assert (result["exit_code"], result["error"]) == (4, fatal["error"])
+    assert (result["exit_code"], result["error"]["message"]) == (4, fatal["error"])
     _no_crash_noise(a)
 
 

@@ -259,7 +259,7 @@ def test_connect_failures_and_provider_errors_never_print_credentials(tmp_path: 
     (fatal,) = [e for e in events if e["event"] == "model.fatal"]
     assert "HTTP 404" in fatal["error"]
     assert "does not exist" in fatal["error"]
-    assert json.loads(result.stdout)["error"] == fatal["error"]
+    assert json.loads(result.stdout)["error"]["message"] == fatal["error"]
 
 
 # ------------------------------------------------------------------ base URL with a query string

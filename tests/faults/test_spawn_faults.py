@@ -13,7 +13,6 @@ again and handled once spawning works, never lost.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 from pathlib import Path
@@ -26,6 +25,7 @@ from agentd.exitcodes import ExitCode
 from tests.e2e.agentd_proc import PY, Agentd, run_agentd, script
 from tests.faults.conftest import tagged_env
 from tests.support.cgroups import pids_cgroup
+from tests.support.files import edit
 
 #: The spawn bound the tests set (``--spawn-timeout``): short, so a stopped zygote costs little.
 SPAWN_TIMEOUT_S = 1.0
@@ -35,12 +35,6 @@ SLACK_S = 5.0
 
 def memo_server(path: Path) -> str:
     return f"memo={PY} -m agentd serve memo --file {path}"
-
-
-def edit(path: Path, notes: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(notes))
-    os.replace(tmp, path)
 
 
 def args(tmp_path: Path, memo: Path, *extra: str, latency_ms: int = 0, inflight: int = 1) -> list[str]:

@@ -26,12 +26,11 @@ import pytest
 import trio
 import trio.testing
 
+from agentd.events import ResourceChanged
 from agentd.exitcodes import ExitCode
 from agentd.supervisor.budget import Budget
-from agentd.supervisor.events import ResourceChanged
 from agentd.supervisor.governor import RestartGovernor
 from agentd.supervisor.reactor import Agent, Hooks, Reactor
-from agentd.telemetry import Telemetry
 from agentd.triggers import mode as modes
 from agentd.triggers.router import Router, RouteSpec, Spawn
 from agentd.triggers.timer import CronSource
@@ -45,6 +44,8 @@ from tests.fakes.provider_server import (
     provider_server,
 )
 from tests.faults.conftest import tagged_env
+from tests.support.files import edit
+from tests.support.telemetry import RecordingTelemetry
 
 #: Slack on wall-time assertions for a shared, loaded 2-core machine.
 SLACK_S = 3.0
@@ -61,13 +62,6 @@ VIRTUAL_STEP = 10_000.0
 
 def memo_server(path: Path) -> str:
     return f"memo={PY} -m agentd serve memo --file {path}"
-
-
-def edit(path: Path, notes: dict[str, Any]) -> None:
-    """Replace the memo file the way an editor does (temp file, rename over)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(notes))
-    os.replace(tmp, path)
 
 
 def reactive_args(model: str, memo: Path, *extra: str, inflight: int = 1) -> list[str]:
@@ -473,15 +467,6 @@ def test_cron_wall_jump_back_one_hour_never_refires_a_slot_and_waits_for_the_wal
     assert fires == [60.0, 120.0, 3780.0, 3840.0, 3900.0, 3960.0]
 
 
-class _RecTelemetry(Telemetry):
-    def __init__(self) -> None:
-        super().__init__(stream=None, verbose=True)
-        self.events: list[tuple[float, str, dict[str, Any]]] = []
-
-    def emit(self, event: str, /, **fields: Any) -> None:
-        self.events.append((trio.current_time(), event, fields))
-
-
 async def test_debounce_and_deadline_ignore_wall_clock_jumps(
     autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -492,7 +477,7 @@ async def test_debounce_and_deadline_ignore_wall_clock_jumps(
     spawned: list[tuple[float, Agent]] = []
     router = Router()
     router.add_route(RouteSpec(match="memo://notes", disposition=Spawn(max_inflight=5), debounce=0.25))
-    telemetry = _RecTelemetry()
+    telemetry = RecordingTelemetry()
     reactor = Reactor(
         driver=modes.Reactive(), router=router, budget=Budget(deadline_at=10.0),
         governor=RestartGovernor(intensity=3, period=60.0),

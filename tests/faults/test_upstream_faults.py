@@ -27,6 +27,7 @@ from agentd.exitcodes import ExitCode
 from agentd.telemetry import RATE_BURST
 from tests.e2e.agentd_proc import PY, REPO, Agentd, run_agentd, script
 from tests.faults.conftest import tagged_env
+from tests.support.files import edit
 
 NOTES_SERVER = REPO / "tests/servers/notes_server.py"
 FAULT_SERVER = REPO / "tests/faults/servers/fault_server.py"
@@ -54,13 +55,6 @@ def stdio(tmp: Path, name: str, *extra: str, server: Path = FAULT_SERVER, era: s
 def memo(tmp: Path, name: str = "memo") -> str:
     """The bundled memo server (pushes a change when its file is edited from outside)."""
     return f"{name}={PY} -m agentd serve memo --file {tmp / (name + '.json')}"
-
-
-def edit_json(path: Path, data: dict[str, Any]) -> None:
-    """Replace a JSON state file the way an editor does (temp file, rename)."""
-    tmp = path.with_name(path.name + ".edit")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
 
 
 def reader_script(tmp: Path) -> str:
@@ -173,7 +167,7 @@ async def test_01_sigkill_mid_subscription_restarts_resubscribes_and_delivers_th
         assert (restarting["server"], restarting["attempt"]) == ("notes", 1)
         assert restarting["error"] == "server 'notes' was killed by SIGKILL"
         # Changed while nobody listens: no notification will ever say so.
-        edit_json(state, {**json.loads(state.read_text()), "alpha": "changed while down"})
+        edit(state, {**json.loads(state.read_text()), "alpha": "changed while down"})
         await a.wait_event("server.state", when(state="connected"), count=2)
         await a.wait_event("subscription.established", count=4)
         out = await a.wait_event("turn.end", count=2)
@@ -343,13 +337,13 @@ async def test_04_optional_server_that_keeps_crashing_is_reported_and_the_rest_k
 ) -> None:
     cfg = config(tmp_path, [spawn_route("memo://*")])
     flaky = stdio(tmp_path, "flaky", "--exit-during-init", server=NOTES_SERVER)
-    edit_json(tmp_path / "memo.json", {"todo": "before"})
+    edit(tmp_path / "memo.json", {"todo": "before"})
     args = reactive(tmp_path, cfg, flaky, memo(tmp_path), extra=("--subscribe", "memo:memo://notes"))
     async with run_agentd(args, env=env(tmp_path)) as a:
         failed = await a.wait_event("server.state", when(state="failed"), timeout=60)
         assert (failed["server"], failed["attempt"]) == ("flaky", 5)
         await a.wait_event("subscription.established", when(server="memo"))
-        edit_json(tmp_path / "memo.json", {"todo": "after"})
+        edit(tmp_path / "memo.json", {"todo": "after"})
         await a.wait_event("turn.end")
         await drain(a)
     assert a.out.strip() == 'saw memo://notes: {"todo":"after"}'
@@ -755,7 +749,7 @@ async def test_13_http_server_restart_resubscribes_and_rereads(tmp_path: Path) -
             first.kill()
             await first.wait()
             # Changed while the server is down (it keeps its notes in this file).
-            edit_json(state, {**json.loads(state.read_text()), "alpha": "changed while restarting"})
+            edit(state, {**json.loads(state.read_text()), "alpha": "changed while restarting"})
             second = await start_http_server(listener, state)
             await a.wait_event("subscription.established", count=2, timeout=STARTUP)
             synthetic = await a.wait_event("resource.updated", when(kind="synthetic"))

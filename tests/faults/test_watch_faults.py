@@ -33,6 +33,8 @@ from agentd.watches.sandbox import MAX_LINE_CHARS
 from agentd.watches.state import WatchSpec, encode, leftover_temps, save
 from tests.e2e.agentd_proc import PY, REPO, Agentd, run_agentd, script
 from tests.faults.conftest import tagged_env
+from tests.support.files import edit
+from tests.support.watch import memo_loop_args
 
 #: Filter time limit for these runs: short so the infinite-loop case costs half a second.
 FILTER_LIMIT_S = 0.5
@@ -90,32 +92,6 @@ def memo_server(path: Path) -> str:
     return f"memo={PY} -m agentd serve memo --file {path}"
 
 
-def edit(path: Path, notes: dict[str, Any]) -> None:
-    """Replace the memo file the way an editor does (temp file, rename over)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(notes))
-    os.replace(tmp, path)
-
-
-def loop_args(model: str, memo: Path, *extra: str) -> list[str]:
-    """A warm loop agent with the memo server; it stays up between notices."""
-    return [
-        "--mode",
-        "loop",
-        "--session",
-        "warm",
-        "--interval",
-        "1h",
-        "--verbose",
-        "--model",
-        model,
-        "--mcp-stdio",
-        memo_server(memo),
-        *extra,
-        "watch my notes",
-    ]
-
-
 def watch_start(name: str, on_event: str | None) -> dict[str, Any]:
     return {"name": "watch_start", "arguments": {"name": name, "uri": "memo://notes", "on_event": on_event}}
 
@@ -143,7 +119,7 @@ async def stop_and_check_no_orphans(a: Agentd) -> None:
     a.signal(signal.SIGTERM)
     assert await a.wait_exit() == 0, a.tail()
     left = [f"{p.pid} {p.cmdline()}" for p in before if alive(p)]
-    assert left == [], f"processes outlived agentd: {left}"
+    assert left == [], f"processes outlived agentd: {left}\n{a.tail()}"
 
 
 async def next_notice(a: Agentd, memo: Path, notes: dict[str, Any]) -> tuple[dict[str, Any], float]:
@@ -174,7 +150,7 @@ async def test_misbehaving_filter_faults_each_fail_alone_and_the_watch_handles_t
     ]
     turns += [{"text": "got: {input}"} for _ in range(20)]
     model = script(tmp_path, turns)
-    async with run_agentd(loop_args(model, memo), env=tagged_env(tmp_path, **WATCH_ENV)) as a:
+    async with run_agentd(memo_loop_args(model, memo), env=tagged_env(tmp_path, **WATCH_ENV)) as a:
         await a.wait_event("watch.started")
         await a.wait_event("turn.end")
         notes: dict[str, Any] = {}
@@ -261,7 +237,7 @@ async def test_filter_syntax_and_name_errors_are_refused_at_watch_start_with_lin
     memo = tmp_path / "notes.json"
     edit(memo, {"todo": "milk"})
     # A warm loop agent: a once root is not offered watch_start (nothing could wake it).
-    async with run_agentd(loop_args(model, memo), env=tagged_env(tmp_path, **WATCH_ENV)) as a:
+    async with run_agentd(memo_loop_args(model, memo), env=tagged_env(tmp_path, **WATCH_ENV)) as a:
         await a.wait_event("turn.end")
         a.signal(signal.SIGTERM)
         assert await a.wait_exit() == 0, a.tail()
@@ -289,7 +265,7 @@ async def test_corrupt_watch_state_is_moved_aside_and_the_daemon_starts_and_save
         tmp_path, [{"tool_calls": [watch_start("todo", None)]}, {"text": "watching"}, {"text": "{input}"}]
     )
     async with run_agentd(
-        loop_args(model, memo, "--watch-state", str(state)), env=tagged_env(tmp_path, **WATCH_ENV)
+        memo_loop_args(model, memo, "--watch-state", str(state)), env=tagged_env(tmp_path, **WATCH_ENV)
     ) as a:
         warning = await a.wait_event("watch.state_warning")
         await a.wait_event("watch.started")
@@ -352,7 +328,7 @@ async def test_a_crash_mid_write_leaves_a_whole_state_file_that_agentd_restores(
         assert leftover_temps(state) != []  # what the crash left behind
     model = script(tmp_path, [{"text": "up"}])
     async with run_agentd(
-        loop_args(model, memo, "--watch-state", str(state)), env=tagged_env(tmp_path, **WATCH_ENV)
+        memo_loop_args(model, memo, "--watch-state", str(state)), env=tagged_env(tmp_path, **WATCH_ENV)
     ) as a:
         restored = await a.wait_event("watch.restored")
         await stop_and_check_no_orphans(a)
@@ -404,7 +380,7 @@ async def test_unwritable_state_directory_is_reported_and_watches_run_in_memory(
     with unwritable_dir(tmp_path, kind) as directory:
         state = directory / "watches.json"
         async with run_agentd(
-            loop_args(model, memo, "--watch-state", str(state)), env=tagged_env(tmp_path, **WATCH_ENV)
+            memo_loop_args(model, memo, "--watch-state", str(state)), env=tagged_env(tmp_path, **WATCH_ENV)
         ) as a:
             problem = await a.wait_event("watch.state_unavailable")
             await a.wait_event("turn.end")

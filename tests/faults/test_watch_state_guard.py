@@ -10,7 +10,6 @@ corrupts a file two writers share: every temp file is its own.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -25,17 +24,12 @@ from agentd.exitcodes import ExitCode
 from agentd.watches.state import leftover_temps, load, lock_path
 from tests.e2e.agentd_proc import PY, REPO, agentd_cmd, run_agentd, script
 from tests.faults.conftest import tagged_env
+from tests.support.files import edit
 
 #: Bound on a command that must be refused before it starts anything (a FIFO must not hang it).
 REFUSE_TIMEOUT_S = 30.0
 
 WATCH_ENV = {"AGENTD_WATCHES__DEBOUNCE": "0.1", "AGENTD_WATCHES__MAX_WAIT": "1"}
-
-
-def _edit(path: Path, notes: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(notes))
-    os.replace(tmp, path)
 
 
 def _loop_args(model: str, memo: Path, state: Path) -> list[str]:
@@ -67,7 +61,7 @@ def _run(args: list[str], tmp: Path) -> subprocess.CompletedProcess[str]:
 
 async def test_a_second_agentd_on_the_same_state_file_is_refused_with_exit_2(tmp_path: Path) -> None:
     memo, state = tmp_path / "notes.json", tmp_path / "watches.json"
-    _edit(memo, {"todo": "milk"})
+    edit(memo, {"todo": "milk"})
     model = script(
         tmp_path, [{"tool_calls": [_watch_start("todo")]}, {"text": "watching"}, {"text": "{input}"}]
     )
@@ -91,7 +85,7 @@ async def test_a_second_agentd_on_the_same_state_file_is_refused_with_exit_2(tmp
         assert "supervisor.start" not in err  # refused before anything started: no server, no write
 
         # The first one is untouched: its watch still turns a change into a notice.
-        _edit(memo, {"todo": "bread"})
+        edit(memo, {"todo": "bread"})
         await first.wait_event("turn.end", count=2)
         first.signal()
         assert await first.wait_exit() == 0, first.tail()
@@ -160,7 +154,7 @@ async def test_a_file_that_is_not_agentds_is_refused_by_check_and_at_start(tmp_p
     notes.write_bytes(content)
     model = script(tmp_path, [{"text": "up"}])
     memo = tmp_path / "notes.json"
-    _edit(memo, {})
+    edit(memo, {})
     for args in (["check", *_loop_args(model, memo, notes)], _loop_args(model, memo, notes)):
         result = _run(args, tmp_path)
         assert result.returncode == ExitCode.CONFIG, result.stderr
@@ -188,7 +182,7 @@ async def test_a_path_that_is_not_a_regular_file_is_refused_by_check_and_at_star
         os.mkfifo(path)
     model = script(tmp_path, [{"text": "up"}])
     memo = tmp_path / "notes.json"
-    _edit(memo, {})
+    edit(memo, {})
     for args in (["check", *_loop_args(model, memo, path)], _loop_args(model, memo, path)):
         result = _run(args, tmp_path)
         assert result.returncode == ExitCode.CONFIG, result.stderr

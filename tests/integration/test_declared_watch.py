@@ -8,10 +8,9 @@ Every wait is on telemetry or a channel, bounded by ``trio.fail_after``.
 from __future__ import annotations
 
 import datetime as dt
-import io
 import json
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,12 +22,11 @@ import trio
 
 from agentd.config import RouteConfig
 from agentd.errors import ConfigError
+from agentd.events import ChildExited, SignalReceived
 from agentd.supervisor.budget import Budget
-from agentd.supervisor.events import ChildExited, SignalReceived
 from agentd.supervisor.governor import RestartGovernor
-from agentd.supervisor.reactor import Agent, Hooks, Reactor
+from agentd.supervisor.reactor import Agent, Hooks, Reactor, open_channel
 from agentd.supervisor.routes import build_router, staged_routes
-from agentd.telemetry import Telemetry
 from agentd.triggers import mode as modes
 from agentd.upstream import Upstream
 from agentd.watches.limits import WatchLimits
@@ -38,6 +36,7 @@ from agentd.watches.state import load
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.servers.helpers import Spec
 from tests.support.reports import turn_ended
+from tests.support.telemetry import RecordingTelemetry
 
 #: Short stage debounce so a notice follows a change within a fraction of a second.
 FAST = WatchLimits(debounce_quiet_secs=0.05, debounce_max_secs=0.5)
@@ -49,39 +48,12 @@ WAIT = 15.0
 TODO_ONLY = "f\"{event['type']} {event['key']}={event['new']}\" if event['key'] == 'todo' else None"
 
 
-class Recording(Telemetry):
-    """Telemetry that keeps every event and wakes waiters."""
-
-    def __init__(self) -> None:
-        super().__init__(stream=io.StringIO(), verbose=True)
-        self.events: list[dict[str, Any]] = []
-        self._changed = trio.Event()
-
-    def emit(self, event: str, /, **fields: Any) -> None:
-        self.events.append({"event": event, **fields})
-        self._changed.set()
-        self._changed = trio.Event()
-
-    def find(
-        self, name: str, pred: Callable[[dict[str, Any]], bool] = lambda e: True
-    ) -> list[dict[str, Any]]:
-        return [e for e in self.events if e["event"] == name and pred(e)]
-
-    async def wait(
-        self, name: str, pred: Callable[[dict[str, Any]], bool] = lambda e: True, *, count: int = 1
-    ) -> dict[str, Any]:
-        with trio.fail_after(WAIT):
-            while len(found := self.find(name, pred)) < count:
-                await self._changed.wait()
-            return found[count - 1]
-
-
 @dataclass
 class Stack:
     reactor: Reactor
     manager: WatchManager
     memo: Upstream
-    telemetry: Recording
+    telemetry: RecordingTelemetry
     spawned: list[Agent] = field(default_factory=list)
 
     async def memo_set(self, key: str, value: Any) -> None:
@@ -117,7 +89,7 @@ async def stack(memo: Path, *routes: RouteConfig, state_path: Path | None = None
     settings = SimpleNamespace(
         routes=list(routes), instruction="mind the notes", mode="reactive", session="fresh", subscriptions=[]
     )
-    telemetry = Recording()
+    telemetry = RecordingTelemetry(timeout=WAIT)
     spawned: list[Agent] = []
     hooks = Hooks(
         spawn=spawned.append,
@@ -127,6 +99,18 @@ async def stack(memo: Path, *routes: RouteConfig, state_path: Path | None = None
     )
     driver = modes.make_driver(
         "reactive", interval=None, cron=None, session=None, now_mono=0.0, now_wall=dt.datetime.now(dt.UTC)
+    )
+    channel = open_channel()
+    upstream = Upstream(memo_spec(memo), channel[0], telemetry)
+    staged = staged_routes(settings)
+    manager = WatchManager(
+        upstreams={"memo": upstream},
+        events=channel[0],
+        telemetry=telemetry,
+        limits=FAST,
+        server_for=lambda _uri: "memo",
+        state_path=state_path,
+        routes=staged,
     )
     reactor = Reactor(
         driver=driver,
@@ -139,20 +123,10 @@ async def stack(memo: Path, *routes: RouteConfig, state_path: Path | None = None
         grace=5.0,
         mode="reactive",
         session="fresh",
+        channel=channel,
+        watches=manager,
+        staged={s.route_id: s for s in staged},
     )
-    upstream = Upstream(memo_spec(memo), reactor.send, telemetry)
-    manager = WatchManager(
-        upstreams={"memo": upstream},
-        events=reactor.send,
-        telemetry=telemetry,
-        limits=FAST,
-        server_for=lambda _uri: "memo",
-        state_path=state_path,
-    )
-    staged = staged_routes(settings)
-    manager.declare_routes(staged)
-    reactor.staged = {s.route_id: s for s in staged}
-    reactor.watches = manager
     s = Stack(reactor=reactor, manager=manager, memo=upstream, telemetry=telemetry, spawned=spawned)
     async with trio.open_nursery() as nursery:
         await nursery.start(upstream.run)

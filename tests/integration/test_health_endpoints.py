@@ -7,8 +7,6 @@ and every wait is wrapped in ``trio.fail_after``.
 
 from __future__ import annotations
 
-from typing import Any
-
 import httpx2
 import pytest
 import trio
@@ -16,15 +14,16 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agentd import health
 from agentd.errors import ConfigError
+from agentd.events import HealthProbe, ServerState, ServerStateChanged, SubscriptionStateChanged
 from agentd.health import parse_addr, reactor_probe, serve_health, serve_metrics
 from agentd.metrics import MetricsSnapshot
 from agentd.supervisor.budget import Budget
-from agentd.supervisor.events import HealthProbe, ServerState, ServerStateChanged, SubscriptionStateChanged
 from agentd.supervisor.governor import RestartGovernor
 from agentd.supervisor.reactor import Hooks, Reactor
 from agentd.telemetry import Telemetry
 from agentd.triggers import mode as modes
 from agentd.triggers.router import Router
+from tests.support.telemetry import RecordingTelemetry
 
 pytestmark = pytest.mark.realclock
 
@@ -456,29 +455,6 @@ def test_public_surface_names_exist():
 # --- wired to a real reactor --------------------------------------------------------
 
 
-class _Telemetry(Telemetry):
-    """Keeps every event and wakes waiters as each one is written."""
-
-    def __init__(self) -> None:
-        super().__init__(stream=None, verbose=True)
-        self.events: list[tuple[str, dict[str, Any]]] = []
-        self._written = trio.Event()
-
-    def emit(self, event: str, /, **fields: Any) -> None:
-        self.events.append((event, fields))
-        self._written.set()
-        self._written = trio.Event()
-
-    def named(self, name: str) -> list[dict[str, Any]]:
-        return [f for e, f in self.events if e == name]
-
-    async def wait(self, name: str, count: int) -> dict[str, Any]:
-        with trio.fail_after(REQUEST_CEILING):
-            while len(self.named(name)) < count:
-                await self._written.wait()
-        return self.named(name)[count - 1]
-
-
 def _reactor(telemetry: Telemetry) -> Reactor:
     now = trio.current_time()
     noop = lambda *_: None  # noqa: E731
@@ -501,7 +477,7 @@ def _reactor(telemetry: Telemetry) -> Reactor:
 
 
 async def test_readyz_follows_the_reactor_and_ready_changed_is_written_once_per_flip(nursery):
-    telemetry = _Telemetry()
+    telemetry = RecordingTelemetry(timeout=REQUEST_CEILING)
     reactor = _reactor(telemetry)
     nursery.start_soon(reactor.run)
     base = await _start_health(
@@ -518,16 +494,16 @@ async def test_readyz_follows_the_reactor_and_ready_changed_is_written_once_per_
 
     for event in up:
         await reactor.send.send(event)
-    assert await telemetry.wait("ready.changed", 2) == {"ready": True, "reason": "ok"}
-    assert telemetry.named("ready.changed")[0]["ready"] is False  # the first turn: not yet connected
+    assert await telemetry.wait_fields("ready.changed", 2) == {"ready": True, "reason": "ok"}
+    assert telemetry.fields("ready.changed")[0]["ready"] is False  # the first turn: not yet connected
     r = await _get(base + "/readyz")
     assert (r.status_code, r.text) == (200, "ready: ok\n")
 
     for event in down:
         await reactor.send.send(event)
-    await telemetry.wait("server.state", 2)  # the reactor applied both
+    await telemetry.wait_fields("server.state", 2)  # the reactor applied both
     # One flip, one line: the reason changed twice while not ready.
-    assert telemetry.named("ready.changed")[2:] == [
+    assert telemetry.fields("ready.changed")[2:] == [
         {"ready": False, "reason": "subscriptions not established: memo:memo://notes"}
     ]
     r = await _get(base + "/readyz")
@@ -536,6 +512,6 @@ async def test_readyz_follows_the_reactor_and_ready_changed_is_written_once_per_
 
     for event in up:
         await reactor.send.send(event)
-    assert await telemetry.wait("ready.changed", 4) == {"ready": True, "reason": "ok"}
+    assert await telemetry.wait_fields("ready.changed", 4) == {"ready": True, "reason": "ok"}
     assert (await _get(base + "/readyz")).status_code == 200
-    assert len(telemetry.named("ready.changed")) == 4
+    assert len(telemetry.fields("ready.changed")) == 4

@@ -6,15 +6,15 @@ import hashlib
 import json
 import os
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
 import pytest
-import trio
 from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
+
+from tests.support.servers import Pushes, subscribed
 
 REPO = Path(__file__).resolve().parents[2]
 #: A push must reach the client well within this (measured: tens of ms, most of it the
@@ -25,49 +25,17 @@ TREE = "file-events://."
 pytestmark = pytest.mark.realclock
 
 
+def connect(
+    root: Path, era: str, uri: str = TREE, *extra: str
+) -> AbstractAsyncContextManager[tuple[Client, Pushes]]:
+    return subscribed(params(root, *extra), era, [uri])
+
+
 def params(root: Path, *extra: str) -> StdioServerParameters:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return StdioServerParameters(
         command=sys.executable, args=["-m", "agentd.servers", "files", "--root", str(root), *extra], env=env
     )
-
-
-class Pushes:
-    def __init__(self) -> None:
-        self.send, self.recv = trio.open_memory_channel[str](100)
-
-    async def handler(self, message: Any) -> None:
-        msg = getattr(message, "root", message)
-        if getattr(msg, "method", None) == "notifications/resources/updated":
-            self.send.send_nowait(str(msg.params.uri))
-
-    async def next(self) -> str:
-        with trio.fail_after(PUSH_TIMEOUT):
-            return await self.recv.receive()
-
-
-@asynccontextmanager
-async def connect(root: Path, era: str, uri: str = TREE, *extra: str) -> AsyncIterator[tuple[Client, Pushes]]:
-    pushes = Pushes()
-    legacy = era == "legacy"
-    async with Client(
-        params(root, *extra),
-        mode="legacy" if legacy else "auto",
-        message_handler=pushes.handler if legacy else None,
-    ) as client:
-        if legacy:
-            await client.subscribe_resource(uri)
-            yield client, pushes
-            return
-        async with client.listen(resource_subscriptions=[uri]) as sub, trio.open_nursery() as nursery:
-
-            async def pump() -> None:
-                async for ev in sub:
-                    pushes.send.send_nowait(str(ev.uri))
-
-            nursery.start_soon(pump)
-            yield client, pushes
-            nursery.cancel_scope.cancel()
 
 
 async def read_json(client: Client, uri: str) -> Any:

@@ -6,8 +6,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
 from tests.support.rawmcp import raw_server
+from tests.support.servers import Pushes, subscribed
 
 REPO = str(Path(__file__).resolve().parents[2])
 #: A push must reach the client well within this; measured p50 is ~1 ms.
@@ -27,53 +27,17 @@ URI = f"inbox://{AGENT}"
 STATUS = f"inbox://{AGENT}/status"
 
 
+def connect(era: str, directory: Path, *extra: str) -> AbstractAsyncContextManager[tuple[Client, Pushes]]:
+    params = StdioServerParameters(command=sys.executable, args=argv(directory, *extra), cwd=REPO, env=env())
+    return subscribed(params, era, [URI, STATUS])
+
+
 def argv(directory: Path, *extra: str) -> list[str]:
     return ["-m", "agentd.servers", "inbox", "--agent", AGENT, "--dir", str(directory), *extra]
 
 
 def env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": REPO}
-
-
-class Pushes:
-    def __init__(self) -> None:
-        self.send, self.recv = trio.open_memory_channel[str](1000)
-
-    async def next(self) -> str:
-        with trio.fail_after(PUSH_TIMEOUT):
-            return await self.recv.receive()
-
-    async def until(self, uri: str) -> None:
-        while await self.next() != uri:
-            pass
-
-
-@asynccontextmanager
-async def connect(era: str, directory: Path, *extra: str) -> AsyncIterator[tuple[Client, Pushes]]:
-    pushes = Pushes()
-    legacy = era == "legacy"
-
-    async def on_message(message: Any) -> None:
-        msg = getattr(message, "root", message)
-        if legacy and getattr(msg, "method", None) == "notifications/resources/updated":
-            pushes.send.send_nowait(str(msg.params.uri))
-
-    params = StdioServerParameters(command=sys.executable, args=argv(directory, *extra), cwd=REPO, env=env())
-    async with Client(params, mode="legacy" if legacy else "auto", message_handler=on_message) as client:
-        if legacy:
-            await client.subscribe_resource(URI)
-            await client.subscribe_resource(STATUS)
-            yield client, pushes
-            return
-        async with client.listen(resource_subscriptions=[URI, STATUS]) as sub, trio.open_nursery() as nursery:
-
-            async def pump() -> None:
-                async for ev in sub:
-                    pushes.send.send_nowait(str(ev.uri))
-
-            nursery.start_soon(pump)
-            yield client, pushes
-            nursery.cancel_scope.cancel()
 
 
 async def read_json(client: Client, uri: str) -> Any:

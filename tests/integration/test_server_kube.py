@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,8 @@ import trio
 from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
+from tests.support.servers import Pushes, subscribed
+
 REPO = Path(__file__).resolve().parents[2]
 FAKES = REPO / "tests" / "fakes"
 #: A push must reach the client well within this; the slack covers a loaded 2-core machine.
@@ -22,6 +23,12 @@ PUSH_TIMEOUT = 10.0
 #: Reconnect waits RECONNECT_BACKOFF_S[0] = 1 s before re-listing, plus process starts.
 RECONNECT_TIMEOUT = 15.0
 URI = "kube-events://watch/pods?namespace=*"
+
+
+def connect(
+    cluster: Cluster, era: str, uri: str = URI, **kw: Any
+) -> AbstractAsyncContextManager[tuple[Client, Pushes]]:
+    return subscribed(params(cluster, **kw), era, [uri])
 
 
 def pod(name: str, uid: str, rv: str, **extra: Any) -> dict[str, Any]:
@@ -107,46 +114,6 @@ def params(cluster: Cluster, *, via_path: bool = False) -> StdioServerParameters
     return StdioServerParameters(
         command=sys.executable, args=["-m", "agentd.servers", "kube", *extra], env=env
     )
-
-
-class Pushes:
-    def __init__(self) -> None:
-        self.send, self.recv = trio.open_memory_channel[str](100)
-
-    async def handler(self, message: Any) -> None:
-        msg = getattr(message, "root", message)
-        if getattr(msg, "method", None) == "notifications/resources/updated":
-            self.send.send_nowait(str(msg.params.uri))
-
-    async def next(self) -> str:
-        with trio.fail_after(PUSH_TIMEOUT):
-            return await self.recv.receive()
-
-
-@asynccontextmanager
-async def connect(
-    cluster: Cluster, era: str, uri: str = URI, **kw: Any
-) -> AsyncIterator[tuple[Client, Pushes]]:
-    pushes = Pushes()
-    legacy = era == "legacy"
-    async with Client(
-        params(cluster, **kw),
-        mode="legacy" if legacy else "auto",
-        message_handler=pushes.handler if legacy else None,
-    ) as client:
-        if legacy:
-            await client.subscribe_resource(uri)
-            yield client, pushes
-            return
-        async with client.listen(resource_subscriptions=[uri]) as sub, trio.open_nursery() as nursery:
-
-            async def pump() -> None:
-                async for ev in sub:
-                    pushes.send.send_nowait(str(ev.uri))
-
-            nursery.start_soon(pump)
-            yield client, pushes
-            nursery.cancel_scope.cancel()
 
 
 async def read_events(client: Client, uri: str = URI) -> list[dict[str, Any]]:

@@ -6,8 +6,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,8 @@ import trio
 from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
+from tests.support.servers import Pushes, subscribed
+
 REPO = str(Path(__file__).resolve().parents[2])
 #: A push must reach the client well within this; the measured p50 is ~1 ms,
 #: the slack covers a loaded 2-core machine.
@@ -23,52 +24,16 @@ PUSH_TIMEOUT = 10.0
 NOTES = "memo://notes"
 
 
+def connect(era: str, *args: str) -> AbstractAsyncContextManager[tuple[Client, Pushes]]:
+    """A client subscribed to memo://notes in ``era`` ("modern" listen or "legacy" subscribe)."""
+    return subscribed(server_params(*args), era, [NOTES])
+
+
 def server_params(*args: str) -> StdioServerParameters:
     env = {**os.environ, "PYTHONPATH": REPO}
     return StdioServerParameters(
         command=sys.executable, args=["-m", "agentd.servers", "memo", *args], cwd=REPO, env=env
     )
-
-
-class Pushes:
-    """Resource-updated URIs as they arrive, from either era."""
-
-    def __init__(self) -> None:
-        self.send, self.recv = trio.open_memory_channel[str](100)
-
-    async def message_handler(self, message: Any) -> None:
-        msg = getattr(message, "root", message)
-        if getattr(msg, "method", None) == "notifications/resources/updated":
-            self.send.send_nowait(str(msg.params.uri))
-
-    async def next(self) -> str:
-        with trio.fail_after(PUSH_TIMEOUT):
-            return await self.recv.receive()
-
-
-@asynccontextmanager
-async def connect(era: str, *args: str) -> AsyncIterator[tuple[Client, Pushes]]:
-    """A client subscribed to memo://notes in ``era`` ("modern" listen or "legacy" subscribe)."""
-    pushes = Pushes()
-    legacy = era == "legacy"
-    # Modern listen events also reach message_handler as raw notifications: count them once (from the stream).
-    handler = pushes.message_handler if legacy else None
-    async with Client(
-        server_params(*args), mode="legacy" if legacy else "auto", message_handler=handler
-    ) as client:
-        if legacy:
-            await client.subscribe_resource(NOTES)
-            yield client, pushes
-            return
-        async with client.listen(resource_subscriptions=[NOTES]) as sub, trio.open_nursery() as nursery:
-
-            async def pump() -> None:
-                async for ev in sub:
-                    pushes.send.send_nowait(str(ev.uri))
-
-            nursery.start_soon(pump)
-            yield client, pushes
-            nursery.cancel_scope.cancel()
 
 
 async def read_notes(client: Client) -> Any:

@@ -10,7 +10,7 @@ import pytest
 import trio
 
 from agentd.errors import CapabilityMissing, ServerUnavailable, UpstreamError
-from agentd.supervisor.events import (
+from agentd.events import (
     CatalogChanged,
     ResourceChanged,
     ServerState,

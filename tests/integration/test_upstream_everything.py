@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from agentd.supervisor.events import ResourceChanged, SubscriptionStateChanged
+from agentd.events import ResourceChanged, SubscriptionStateChanged
 from agentd.telemetry import NullTelemetry
 from agentd.upstream import Upstream
 

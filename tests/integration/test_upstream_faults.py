@@ -13,7 +13,7 @@ import pytest
 import trio
 
 from agentd.errors import ServerUnavailable, UpstreamError
-from agentd.supervisor.events import (
+from agentd.events import (
     ResourceChanged,
     ServerState,
     ServerStateChanged,

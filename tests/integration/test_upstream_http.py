@@ -11,7 +11,7 @@ from pathlib import Path
 
 import trio
 
-from agentd.supervisor.events import (
+from agentd.events import (
     ResourceChanged,
     ServerState,
     ServerStateChanged,

@@ -13,12 +13,13 @@ from pathlib import Path
 
 import trio
 
-from agentd.supervisor.events import ResourceChanged, SubscriptionStateChanged
+from agentd.events import ResourceChanged, SubscriptionStateChanged
 from agentd.upstream import Upstream
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.servers.helpers import Events
-from tests.support.watch import Recording, watch_spec
+from tests.support.telemetry import RecordingTelemetry
+from tests.support.watch import watch_spec
 
 #: Resubscribe waits for these tests (the schedule's shape is the pure policy's test).
 FAST = (0.01, 0.02, 0.04)
@@ -32,7 +33,7 @@ async def test_a_server_that_ends_every_subscription_at_once_is_given_up_after_t
 ) -> None:
     send, recv = trio.open_memory_channel[object](1000)
     events = Events(recv)
-    telemetry = Recording()
+    telemetry = RecordingTelemetry()
     spec = watch_spec("flappy", tmp_path / "ctl", "--listen", "flap")
     up = Upstream(spec, send, telemetry, resubscribe_backoff=FAST, resubscribe_attempts=3)
     async with trio.open_nursery() as nursery:
@@ -73,7 +74,7 @@ async def test_zero_attempts_gives_up_at_the_first_loss(tmp_path: Path) -> None:
     send, recv = trio.open_memory_channel[object](100)
     events = Events(recv)
     spec = watch_spec("flappy", tmp_path / "ctl", "--listen", "flap")
-    up = Upstream(spec, send, Recording(), resubscribe_backoff=FAST, resubscribe_attempts=0)
+    up = Upstream(spec, send, RecordingTelemetry(), resubscribe_backoff=FAST, resubscribe_attempts=0)
     async with trio.open_nursery() as nursery:
         await nursery.start(up.run)
         await up.subscribe("state://doc")
@@ -90,7 +91,12 @@ async def test_a_stream_that_stayed_up_long_enough_resets_the_count(tmp_path: Pa
     events = Events(recv)
     spec = watch_spec("slowflap", tmp_path / "ctl", "--listen", "flap", "--flap-after", "0.3")
     up = Upstream(
-        spec, send, Recording(), resubscribe_backoff=FAST, resubscribe_attempts=2, stable_subscription=0.1
+        spec,
+        send,
+        RecordingTelemetry(),
+        resubscribe_backoff=FAST,
+        resubscribe_attempts=2,
+        stable_subscription=0.1,
     )
     async with trio.open_nursery() as nursery:
         await nursery.start(up.run)
@@ -107,7 +113,7 @@ async def test_subscribing_again_after_giving_up_tries_again(tmp_path: Path) -> 
     send, recv = trio.open_memory_channel[object](1000)
     events = Events(recv)
     spec = watch_spec("flappy", tmp_path / "ctl", "--listen", "flap")
-    up = Upstream(spec, send, Recording(), resubscribe_backoff=FAST, resubscribe_attempts=1)
+    up = Upstream(spec, send, RecordingTelemetry(), resubscribe_backoff=FAST, resubscribe_attempts=1)
     async with trio.open_nursery() as nursery:
         await nursery.start(up.run)
         await up.subscribe("state://doc")
@@ -121,7 +127,7 @@ async def test_subscribing_again_after_giving_up_tries_again(tmp_path: Path) -> 
 
 async def test_list_changed_streams_that_end_at_once_are_given_up_too(tmp_path: Path) -> None:
     send, _recv = trio.open_memory_channel[object](1000)
-    telemetry = Recording()
+    telemetry = RecordingTelemetry()
     spec = watch_spec("flappy", tmp_path / "ctl", "--flap-catalog")
     up = Upstream(spec, send, telemetry, resubscribe_backoff=FAST)
     async with trio.open_nursery() as nursery:

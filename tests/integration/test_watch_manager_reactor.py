@@ -15,23 +15,14 @@ import pytest
 import trio
 
 from agentd.errors import RouteError
+from agentd.events import ChildExited, SubscriptionStateChanged, WatchNotice
 from agentd.supervisor.budget import Budget
-from agentd.supervisor.events import ChildExited, SubscriptionStateChanged, WatchNotice
 from agentd.supervisor.governor import RestartGovernor
 from agentd.supervisor.reactor import Agent, AgentPhase, Hooks, Reactor
-from agentd.telemetry import Telemetry
 from agentd.triggers import mode as modes
 from agentd.triggers.router import Continue, Router, RouteSpec
 from tests.support.reports import turn_ended
-
-
-class Recording(Telemetry):
-    def __init__(self) -> None:
-        super().__init__(verbose=True)
-        self.events: list[dict[str, Any]] = []
-
-    def emit(self, event: str, /, **fields: Any) -> None:
-        self.events.append({"event": event, **fields})
+from tests.support.telemetry import RecordingTelemetry
 
 
 class FakeManager:
@@ -56,9 +47,9 @@ class FakeManager:
         self.exited.append(session)
 
 
-def reactor() -> tuple[Reactor, list[Agent], Recording, FakeManager]:
+def reactor() -> tuple[Reactor, list[Agent], RecordingTelemetry, FakeManager]:
     spawned: list[Agent] = []
-    telemetry = Recording()
+    telemetry = RecordingTelemetry()
     hooks = Hooks(
         spawn=spawned.append,
         kill_all=lambda: None,
@@ -68,6 +59,7 @@ def reactor() -> tuple[Reactor, list[Agent], Recording, FakeManager]:
     driver = modes.make_driver(
         "reactive", interval=None, cron=None, session=None, now_mono=0.0, now_wall=dt.datetime.now(dt.UTC)
     )
+    manager = FakeManager()
     r = Reactor(
         driver=driver,
         router=Router(),
@@ -79,9 +71,8 @@ def reactor() -> tuple[Reactor, list[Agent], Recording, FakeManager]:
         grace=1.0,
         mode="reactive",
         session="fresh",
+        watches=manager,
     )
-    manager = FakeManager()
-    r.watches = manager
     return r, spawned, telemetry, manager
 
 
@@ -100,7 +91,7 @@ def turn_end(r: Reactor, agent: Agent, *, text: str = "done", idle: bool = False
 
 def test_notices_start_the_session_then_coalesce_into_one_follow_up_turn() -> None:
     r, spawned, telemetry, _ = reactor()
-    assert r.add_watch_route("s1", "w", "memo://notes") == "watch:s1:w"
+    assert r.session_routes.add_watch("s1", "w", "memo://notes") == "watch:s1:w"
     r.handle(notice("<watch-event>A"), 0.0)  # no agent has s1: it starts warm with the notice
     [agent] = spawned
     assert (agent.session, agent.warm) == ("s1", True)
@@ -123,10 +114,10 @@ def test_notices_start_the_session_then_coalesce_into_one_follow_up_turn() -> No
 
 
 def test_watch_route_is_diverted_to_the_manager_not_the_session() -> None:
-    from agentd.supervisor.events import ResourceChanged
+    from agentd.events import ResourceChanged
 
     r, spawned, _, manager = reactor()
-    r.add_watch_route("s1", "w", "memo://notes")
+    r.session_routes.add_watch("s1", "w", "memo://notes")
     r.handle(ResourceChanged(server="memo", uri="memo://notes"), 0.0)
     r._on_time(0.0)
     assert manager.changed == [("watch:s1:w", ["memo://notes"])]
@@ -147,18 +138,18 @@ def test_subscribe_and_watch_on_one_uri_refuse_each_other() -> None:
         owner="other",
     )
     with pytest.raises(RouteError, match=r"already subscribed by session 'other'.*call unsubscribe first"):
-        r.add_watch_route("s1", "w", "memo://notes")
+        r.session_routes.add_watch("s1", "w", "memo://notes")
 
 
 def test_owner_exit_stops_its_watches_and_drops_late_notices() -> None:
     r, spawned, telemetry, manager = reactor()
-    r.add_watch_route("s1", "w", "memo://notes")
+    r.session_routes.add_watch("s1", "w", "memo://notes")
     r.handle(notice("first"), 0.0)
     [agent] = spawned
     r.handle(ChildExited(agent=agent.id, pid=1, returncode=0), 1.0)
     assert manager.exited == ["s1"]
     assert r.router.get("watch:s1:w") is None
-    assert r.watch_sessions == {}
+    assert not r.session_routes.has_session("s1")
     r.handle(notice("late"), 2.0)  # the watch is gone: no new session for it
     assert len(spawned) == 1
     assert [e["reason"] for e in telemetry.events if e["event"] == "watch.notice_dropped"] == [

@@ -3,32 +3,16 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 import trio
 
+from tests.support.watch import Spec
+
 NOTES_SERVER = str(Path(__file__).with_name("notes_server.py"))
 
 E = TypeVar("E")
-
-
-@dataclass
-class Spec:
-    """Quacks like ``agentd.config.ServerSpec``."""
-
-    name: str
-    command: str | None = None
-    args: list[str] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)
-    cwd: str | None = None
-    url: str | None = None
-    headers: dict[str, str] = field(default_factory=dict)
-    required: bool = False
-    transport: str | None = None
-    timeout: float | None = None
-    startup_timeout: float = 15.0
 
 
 def notes_spec(name: str, state: Path, *extra: str, era: str = "modern", required: bool = False) -> Spec:

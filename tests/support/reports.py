@@ -1,8 +1,8 @@
 """Child reports as the reactor receives them, for tests that play the children.
 
 A real child's usage reports and turn ends arrive in the reactor as
-:class:`~agentd.supervisor.events.UsageReported` / :class:`~agentd.supervisor.events.TurnEnded`
-events carrying validated frames and a :class:`~agentd.supervisor.events.Reply`.
+:class:`~agentd.events.UsageReported` / :class:`~agentd.events.TurnEnded`
+events carrying validated frames and a :class:`~agentd.events.Reply`.
 These helpers build the same events; the answer arrives on the returned
 channel, either as the frame itself or (``as_dict=True``) as a plain dict:
 ``{"continue": bool, "reason": ...}`` for a usage verdict, ``{"action": "exit"}``
@@ -16,9 +16,9 @@ from typing import Any
 
 import trio
 
+from agentd.events import Reply, TurnEnded, UsageReported
 from agentd.exitcodes import TerminalStatus
 from agentd.selfmcp.protocol import NextTurn, TurnEnd, UsageReport, UsageVerdict
-from agentd.supervisor.events import Reply, TurnEnded, UsageReported
 
 _ids = itertools.count(1)
 

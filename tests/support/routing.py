@@ -51,13 +51,6 @@ def sdk_server(tmp: Path, name: str, *extra: str, server: Path = NOTES_SERVER, e
     return f"{name}={PY} {server} --era {era} --state {tmp / (name + '.json')} {' '.join(extra)}".strip()
 
 
-def edit(path: Path, value: Any) -> None:
-    """Replace a JSON file the way an editor does (temp file, rename)."""
-    tmp = path.with_name(path.name + ".edit")
-    tmp.write_text(json.dumps(value))
-    os.replace(tmp, path)
-
-
 def script(tmp: Path, turns: list[dict[str, Any]], then: str = "no_reply", name: str = "script.json") -> str:
     """Write a ``script:`` model file; returns the model spec."""
     path = tmp / name
@@ -112,7 +105,7 @@ async def supervised(
     left = [pid for pid in sorted(seen) if _alive(pid)]
     with trio.move_on_after(HTTP):
         for pid in left:
-            await _wait_gone(pid)
+            await wait_gone(pid)
     described = []
     for pid in left:
         if _alive(pid):
@@ -122,7 +115,7 @@ async def supervised(
     assert not described, "processes outlived agentd:\n" + "\n".join(described)
 
 
-async def _wait_gone(pid: int) -> None:
+async def wait_gone(pid: int) -> None:
     """Wait until ``pid`` exits: its pidfd becomes readable (no polling)."""
     try:
         fd = os.pidfd_open(pid)
@@ -168,11 +161,17 @@ def spawn_exit_pairs(a: Agentd) -> tuple[set[str], set[str]]:
     return {e["agent"] for e in a.find("subagent.spawn")}, {e["agent"] for e in a.find("subagent.exit")}
 
 
+def command_line(proc: psutil.Process) -> str:
+    """``proc``'s command line; empty if it exited meanwhile (an agent child may end at any time)."""
+    try:
+        return " ".join(proc.cmdline())
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return ""
+
+
 def server_process(a: Agentd, marker: str) -> psutil.Process:
     """The one descendant of agentd whose command line contains ``marker``."""
-    [proc] = [
-        p for p in psutil.Process(a.proc.pid).children(recursive=True) if marker in " ".join(p.cmdline())
-    ]
+    [proc] = [p for p in psutil.Process(a.proc.pid).children(recursive=True) if marker in command_line(p)]
     return proc
 
 

@@ -1,4 +1,5 @@
-"""Launch ``agentd serve NAME`` for tests: over HTTP (waiting for its ``listening on`` line)."""
+"""Launch ``agentd serve NAME`` for tests (over HTTP, waiting for its ``listening on`` line), and
+connect an SDK client subscribed to its resources in either protocol era."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import trio
+from mcp import Client
 
 from tests.support.rawmcp import REPO, server_env
 
@@ -64,3 +67,55 @@ def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
         timeout=60,
         check=False,
     )
+
+
+#: How long a test waits for one push (a change travelling file -> server -> client).
+PUSH_TIMEOUT = 10.0
+
+
+class Pushes:
+    """The URIs of ``resources/updated`` pushes as they arrive, from either era."""
+
+    def __init__(self, capacity: int = 1000, timeout: float = PUSH_TIMEOUT) -> None:
+        self.send, self.recv = trio.open_memory_channel[str](capacity)
+        self.timeout = timeout
+
+    async def handler(self, message: Any) -> None:
+        """The client's message handler (handshake era: pushes are notifications)."""
+        msg = getattr(message, "root", message)
+        if getattr(msg, "method", None) == "notifications/resources/updated":
+            self.send.send_nowait(str(msg.params.uri))
+
+    async def next(self) -> str:
+        with trio.fail_after(self.timeout):
+            return await self.recv.receive()
+
+    async def until(self, uri: str) -> None:
+        """Skip pushes until one for ``uri`` arrives."""
+        while await self.next() != uri:
+            pass
+
+
+@asynccontextmanager
+async def subscribed(server: Any, era: str, uris: Sequence[str]) -> AsyncIterator[tuple[Client, Pushes]]:
+    """An SDK client of ``server`` subscribed to ``uris``: "legacy" subscribes, "modern" listens."""
+    pushes = Pushes()
+    legacy = era == "legacy"
+    # Modern listen events also reach a message handler as raw notifications: count them once (from the stream).
+    async with Client(
+        server, mode="legacy" if legacy else "auto", message_handler=pushes.handler if legacy else None
+    ) as client:
+        if legacy:
+            for uri in uris:
+                await client.subscribe_resource(uri)
+            yield client, pushes
+            return
+        async with client.listen(resource_subscriptions=list(uris)) as sub, trio.open_nursery() as nursery:
+
+            async def pump() -> None:
+                async for ev in sub:
+                    pushes.send.send_nowait(str(ev.uri))
+
+            nursery.start_soon(pump)
+            yield client, pushes
+            nursery.cancel_scope.cancel()

@@ -9,15 +9,12 @@ writes them. Nothing here sleeps: a command is one atomic write.
 from __future__ import annotations
 
 import errno
-import io
 import json
 import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from agentd.telemetry import Telemetry
 
 REPO = Path(__file__).resolve().parents[2]
 WATCH_SERVER = REPO / "tests" / "servers" / "watch_server.py"
@@ -38,6 +35,9 @@ class Spec:
     url: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
     required: bool = False
+    transport: str | None = None
+    timeout: float | None = None
+    startup_timeout: float = 15.0
 
 
 def server_args(control: Path, *extra: str) -> list[str]:
@@ -101,23 +101,16 @@ def obj(name: str, **extra: Any) -> dict[str, Any]:
     return {"metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"}, **extra}
 
 
-class Recording(Telemetry):
-    """Telemetry that keeps every event (debug ones included) for assertions."""
-
-    def __init__(self) -> None:
-        super().__init__(stream=io.StringIO(), verbose=True)
-        self.events: list[dict[str, Any]] = []
-
-    def emit(self, event: str, /, **fields: Any) -> None:
-        self.events.append({"event": event, **fields})
-
-    def find(self, name: str, **where: Any) -> list[dict[str, Any]]:
-        return [e for e in self.events if e["event"] == name and all(e.get(k) == v for k, v in where.items())]
-
-
 def watch_start(name: str, uri: str, on_event: str | None = None) -> dict[str, Any]:
     """A script-model tool call of ``watch_start``."""
     return {"name": "watch_start", "arguments": {"name": name, "uri": uri, "on_event": on_event}}
+
+
+def memo_loop_args(model: str, memo: Path, *extra: str) -> list[str]:
+    """A warm loop agent with the memo server persisting to ``memo``; it stays up between notices."""
+    memo_server = f"memo={sys.executable} -m agentd serve memo --file {memo}"
+    args = ["--mode", "loop", "--session", "warm", "--interval", "1h", "--verbose", "--model", model]
+    return [*args, "--mcp-stdio", memo_server, *extra, "watch my notes"]
 
 
 def loop_args(model: str, *servers: str, extra: tuple[str, ...] = ()) -> list[str]:

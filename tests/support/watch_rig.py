@@ -19,12 +19,13 @@ from typing import Any
 
 import trio
 
-from agentd.supervisor.events import ResourceChanged, SubscriptionStateChanged, WatchNotice
+from agentd.events import ResourceChanged, SubscriptionStateChanged, WatchNotice
 from agentd.triggers.router import Continue, ContinueDelivery, QueuedEvent, Router, RouteSpec
 from agentd.upstream import Upstream, resolve_server_for_uri
 from agentd.watches.limits import WatchLimits
 from agentd.watches.manager import WatchManager
-from tests.support.watch import Recording, Spec
+from tests.support.telemetry import RecordingTelemetry
+from tests.support.watch import Spec
 
 #: Short debounce so a notice follows a change within a fraction of a second.
 FAST = WatchLimits(debounce_quiet_secs=0.05, debounce_max_secs=0.5)
@@ -47,7 +48,7 @@ class Rig:
     manager: WatchManager
     upstreams: dict[str, Upstream]
     router: Router
-    telemetry: Recording
+    telemetry: RecordingTelemetry
     send: trio.MemorySendChannel[Any]
     """The channel the upstreams and the manager post to (what the reactor reads)."""
     notices: list[WatchNotice] = field(default_factory=list)
@@ -125,7 +126,7 @@ async def rig(
 ) -> AsyncIterator[Rig]:
     """The rig over ``specs``; ``resubscribe`` = (delays, attempts) for the upstreams."""
     send, recv = trio.open_memory_channel[Any](1000)
-    telemetry = Recording()
+    telemetry = RecordingTelemetry()
     options: dict[str, Any] = {}
     if resubscribe is not None:
         options = {"resubscribe_backoff": resubscribe[0], "resubscribe_attempts": resubscribe[1]}

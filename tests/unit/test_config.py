@@ -419,7 +419,7 @@ def test_bad_size(tmp_path: Path) -> None:
 
 
 def test_bad_enums(tmp_path: Path) -> None:
-    err(tmp_path, r"^--output: 'yaml' is not valid: choose one of text, json$", output="yaml")
+    err(tmp_path, r"^--output: 'yaml' is not valid: choose one of text, json, stream-json$", output="yaml")
     err(
         tmp_path,
         r"^--session: 'lukewarm' is not valid: choose one of fresh, warm$",

@@ -7,15 +7,11 @@ from typing import Any
 
 import trio
 
-from agentd.supervisor.budget import Budget
+from agentd.events import ResourceChanged, ServerState, SubscriptionStateChanged
 from agentd.supervisor.declared import DeclaredSubscriptions, pattern_label, resolve
-from agentd.supervisor.events import ResourceChanged, ServerState, SubscriptionStateChanged
-from agentd.supervisor.governor import RestartGovernor
-from agentd.supervisor.reactor import Hooks, Reactor
-from agentd.telemetry import Telemetry
-from agentd.triggers import mode as modes
 from agentd.triggers.router import Router, RouteSpec
 from agentd.upstream.resolve import Catalog
+from tests.support.telemetry import RecordingTelemetry
 
 NOTES = Catalog(
     uris=frozenset({"note://alpha", "note://beta", "config://server"}),
@@ -88,15 +84,6 @@ def test_pattern_label() -> None:
 # --------------------------------------------------------------------------- the shell
 
 
-class Rec(Telemetry):
-    def __init__(self) -> None:
-        super().__init__(stream=None, verbose=True)
-        self.events: list[tuple[str, dict[str, Any]]] = []
-
-    def emit(self, event: str, /, **fields: Any) -> None:
-        self.events.append((event, fields))
-
-
 @dataclass
 class FakeUpstream:
     """Quacks like :class:`agentd.upstream.Upstream` for subscribing."""
@@ -129,107 +116,105 @@ class FakeUpstream:
         self.subs.discard(uri)
 
 
-def _reactor(routes: list[RouteSpec], required: frozenset[str] = frozenset()) -> Reactor:
+@dataclass
+class Rig:
+    """A router and the reactor's channel, as DeclaredSubscriptions sees them."""
+
+    router: Router
+    send: trio.MemorySendChannel[Any]
+    recv: trio.MemoryReceiveChannel[Any]
+
+    def declared(
+        self, subs: list[Sub], upstreams: dict[str, Any], tel: RecordingTelemetry, nursery: trio.Nursery
+    ) -> DeclaredSubscriptions:
+        return DeclaredSubscriptions(
+            subs, upstreams, router=self.router, events=self.send, telemetry=tel, nursery=nursery
+        )
+
+    def drain(self) -> list[Any]:
+        out = []
+        while True:
+            try:
+                out.append(self.recv.receive_nowait())
+            except trio.WouldBlock:
+                return out
+
+
+def _rig(routes: list[RouteSpec]) -> Rig:
     router = Router()
     for spec in routes:
         router.add_route(spec)
-    return Reactor(
-        driver=modes.make_driver("reactive"),
-        router=router,
-        budget=Budget(max_steps=None, max_tokens=None, deadline_at=None),
-        governor=RestartGovernor(intensity=3, period=60),
-        hooks=Hooks(
-            spawn=lambda a: None,
-            kill_all=lambda: None,
-            unsubscribe=lambda s, u: None,
-            publish=lambda *a: None,
-        ),
-        telemetry=Rec(),
-        instruction="x",
-        grace=1.0,
-        mode="reactive",
-        session="fresh",
-        required=required,
-    )
-
-
-def _drain(reactor: Reactor) -> list[Any]:
-    out = []
-    while True:
-        try:
-            out.append(reactor._recv.receive_nowait())
-        except trio.WouldBlock:
-            return out
+    send, recv = trio.open_memory_channel[Any](100)
+    return Rig(router, send, recv)
 
 
 async def test_start_up_subscribes_then_posts_one_startup_re_read_per_uri() -> None:
-    reactor = _reactor([RouteSpec("note://*", route_id="notes")])
+    rig = _rig([RouteSpec("note://*", route_id="notes")])
     up = FakeUpstream("notes", NOTES)
-    tel = Rec()
+    tel = RecordingTelemetry()
     async with trio.open_nursery() as nursery:
-        d = DeclaredSubscriptions([Sub("note://*", "notes")], {"notes": up}, reactor, tel, nursery)
+        d = rig.declared([Sub("note://*", "notes")], {"notes": up}, tel, nursery)
         d.refresh("start")
-        assert reactor.declared == {("notes", "note://alpha"), ("notes", "note://beta")}
-        assert set(reactor.subscription_states.values()) == {"pending"}
+        assert d.pairs == {("notes", "note://alpha"), ("notes", "note://beta")}
         d.refresh("connected")  # in flight: not subscribed twice
     assert sorted(up.calls) == ["note://alpha", "note://beta"]
-    events = _drain(reactor)
+    events = rig.drain()
     assert sorted((e.uri, e.kind, e.startup) for e in events) == [
         ("note://alpha", "synthetic", True),
         ("note://beta", "synthetic", True),
     ]
-    assert reactor.router.get("notes").queue.cap == 16  # type: ignore[union-attr]
+    assert rig.router.get("notes").queue.cap == 16  # type: ignore[union-attr]
 
 
 async def test_a_released_declared_subscription_is_made_again_when_its_server_connects() -> None:
-    reactor = _reactor([])
+    rig = _rig([])
     up = FakeUpstream("memo", MEMO)
     async with trio.open_nursery() as nursery:
-        d = DeclaredSubscriptions([Sub("memo://notes", "memo")], {"memo": up}, reactor, Rec(), nursery)
+        d = rig.declared([Sub("memo://notes", "memo")], {"memo": up}, RecordingTelemetry(), nursery)
         d.refresh("start")
-    _drain(reactor)
+    rig.drain()
     up.subs.clear()  # lost (e.g. refused on a reconnect, forgotten by the connection)
     async with trio.open_nursery() as nursery:
         d._nursery = nursery
         d.refresh("connected")
     assert up.calls == ["memo://notes", "memo://notes"]
-    [again] = _drain(reactor)
+    [again] = rig.drain()
     assert (again.kind, again.startup) == ("synthetic", False)  # a re-read, but no start-up one
 
 
 async def test_a_server_not_connected_at_start_is_subscribed_when_it_connects() -> None:
-    reactor = _reactor([])
+    rig = _rig([])
     up = FakeUpstream("memo", None, state=ServerState.RESTARTING)
-    tel = Rec()
+    tel = RecordingTelemetry()
     async with trio.open_nursery() as nursery:
-        d = DeclaredSubscriptions([Sub("memo://*", "memo")], {"memo": up}, reactor, tel, nursery)
+        d = rig.declared([Sub("memo://*", "memo")], {"memo": up}, tel, nursery)
         d.refresh("start")
         assert up.calls == []
-        [(_name, fields)] = [e for e in tel.events if e[0] == "subscription.unresolved"]
+        [fields] = tel.find("subscription.unresolved")
         assert "has not connected yet" in fields["error"]
         up.cat, up.state = MEMO, ServerState.CONNECTED
         d.refresh("connected")
     assert up.calls == ["memo://notes"]
-    assert reactor.unresolved == {}
-    [seed] = _drain(reactor)
+    assert d.unresolved == {}
+    [seed] = rig.drain()
     assert seed.startup is True  # its first establishment since agentd started
 
 
 async def test_a_uri_that_left_the_catalog_is_released_and_one_that_appeared_is_seeded() -> None:
-    reactor = _reactor([])
+    rig = _rig([])
     cat = Catalog(uris=frozenset({"note://alpha"}), can_subscribe=True)
     up = FakeUpstream("notes", cat)
     async with trio.open_nursery() as nursery:
-        d = DeclaredSubscriptions([Sub("note://*", "notes")], {"notes": up}, reactor, Rec(), nursery)
+        d = rig.declared([Sub("note://*", "notes")], {"notes": up}, RecordingTelemetry(), nursery)
         d.refresh("start")
-    _drain(reactor)
+    rig.drain()
     up.cat = Catalog(uris=frozenset({"note://gamma"}), can_subscribe=True)
     async with trio.open_nursery() as nursery:
         d._nursery = nursery
-        d.refresh("catalog")
+        assert d.refresh("catalog") == [("notes", "note://alpha")]
     assert up.subs == {"note://gamma"}
-    assert reactor.declared == {("notes", "note://gamma")}
-    [seed] = _drain(reactor)
+    assert d.pairs == {("notes", "note://gamma")}
+    [seed] = rig.drain()
     assert (seed.uri, seed.startup) == ("note://gamma", False)
 
 
@@ -240,17 +225,15 @@ async def test_a_refused_subscription_is_reported_failed() -> None:
         async def subscribe(self, uri: str) -> None:
             raise CapabilityMissing("server 'memo' cannot subscribe")
 
-    reactor = _reactor([])
-    tel = Rec()
+    rig = _rig([])
+    tel = RecordingTelemetry()
     async with trio.open_nursery() as nursery:
-        d = DeclaredSubscriptions(
-            [Sub("memo://notes", "memo")], {"memo": Refusing("memo", MEMO)}, reactor, tel, nursery
-        )
+        d = rig.declared([Sub("memo://notes", "memo")], {"memo": Refusing("memo", MEMO)}, tel, nursery)
         d.refresh("start")
-    [failed] = _drain(reactor)
+    [failed] = rig.drain()
     assert isinstance(failed, SubscriptionStateChanged)
     assert (failed.state, failed.error) == ("failed", "server 'memo' cannot subscribe")
-    assert [e[0] for e in tel.events] == ["subscription.failed"]
+    assert tel.names() == ["subscription.failed"]
 
 
 def test_only_the_start_up_re_read_is_marked() -> None:

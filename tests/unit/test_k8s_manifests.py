@@ -110,7 +110,7 @@ def objects(overlay: str, kind: str) -> list[dict[str, Any]]:
 def pod_specs(overlay: str) -> list[tuple[str, dict[str, Any]]]:
     out = []
     for o in render(overlay):
-        if o["kind"] in ("Job", "Deployment"):
+        if o["kind"] in ("Job", "Deployment", "StatefulSet"):
             out.append((o["kind"], o["spec"]["template"]["spec"]))
         elif o["kind"] == "CronJob":
             out.append((o["kind"], o["spec"]["jobTemplate"]["spec"]["template"]["spec"]))
@@ -140,19 +140,117 @@ def overlay(request) -> str:
 
 
 def test_the_expected_overlays_exist():
-    assert {"job", "cronjob", "deployment"} <= set(OVERLAYS)
+    assert {"job", "cronjob", "deployment", "statefulset"} <= set(OVERLAYS)
 
 
 def test_every_overlay_renders_one_workload(overlay):
     kinds = [o["kind"] for o in render(overlay)]
-    assert sum(k in ("Job", "CronJob", "Deployment") for k in kinds) == 1
+    assert sum(k in ("Job", "CronJob", "Deployment", "StatefulSet") for k in kinds) == 1
     assert "ServiceAccount" in kinds
     assert "ConfigMap" in kinds
 
 
+PODMONITOR_CRD = ROOT / "tests" / "support" / "crds" / "monitoring.coreos.com_podmonitors.yaml"
+"""The Prometheus Operator's PodMonitor CRD (0.93.0), vendored: its openAPIV3Schema validates ours."""
+
+
+def _strict(schema: Any) -> Any:
+    """A CRD schema that refuses unknown fields (as ``kubectl apply --validate=strict`` does)."""
+    if isinstance(schema, dict):
+        out = {k: _strict(v) for k, v in schema.items() if not k.startswith("x-kubernetes-")}
+        if "properties" in schema and "additionalProperties" not in schema:
+            out["additionalProperties"] = False
+        return out
+    if isinstance(schema, list):
+        return [_strict(v) for v in schema]
+    return schema
+
+
+@functools.cache
+def podmonitor_validator() -> Any:
+    import jsonschema
+
+    crd = yaml.safe_load(PODMONITOR_CRD.read_text())
+    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+    return jsonschema.Draft7Validator(_strict(version["schema"]["openAPIV3Schema"]))
+
+
 def test_every_object_validates_against_the_pinned_schema(overlay):
     for obj in render(overlay):
+        if obj["kind"] == "PodMonitor":
+            errors = [e.message for e in podmonitor_validator().iter_errors(obj)]
+            assert not errors, errors
+            continue
         kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+
+
+def test_the_podmonitor_schema_check_can_fail():
+    bad = {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PodMonitor",
+        "metadata": {"name": "x"},
+        "spec": {"selector": {}, "podMetricsEndpoints": [{"port": "metrics", "intervall": "30s"}]},
+    }
+    assert any("intervall" in e.message for e in podmonitor_validator().iter_errors(bad))
+    bad["spec"]["podMetricsEndpoints"] = [{"port": 9090}]
+    assert list(podmonitor_validator().iter_errors(bad))
+
+
+def test_the_podmonitor_scrapes_the_deployment_s_metrics_port():
+    (monitor,) = objects("deployment-monitoring", "PodMonitor")
+    (deployment,) = objects("deployment-monitoring", "Deployment")
+    pod = deployment["spec"]["template"]
+    for key, value in monitor["spec"]["selector"]["matchLabels"].items():
+        assert pod["metadata"]["labels"][key] == value
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    ports = {p["name"]: p["containerPort"] for p in agentd_container(pod["spec"])["ports"]}
+    assert endpoint["port"] in ports
+    args = agentd_container(pod["spec"])["args"]
+    assert flag(args, "--metrics-addr").endswith(f":{ports[endpoint['port']]}")
+    assert endpoint["path"] == "/metrics"
+    assert monitor["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+
+
+def test_the_grafana_dashboard_queries_only_metrics_agentd_exposes():
+    import re
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from agentd.histograms import Histograms
+    from agentd.metrics import MetricsSnapshot, render_with_process
+
+    h = Histograms()
+    for name in ("model_call", "tool_call", "spawn", "event_to_agent", "turn"):
+        h.observe(name, 0.1, {})  # type: ignore[arg-type]
+    text = render_with_process(MetricsSnapshot(routed={"r": 1}, histograms=h.snapshot()))
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count")}
+    exposed = {
+        f.name + suffix
+        for f in text_string_to_metric_families(text)
+        for suffix in suffixes.get(f.type, ("",))
+    }
+    (cm,) = [
+        c
+        for c in objects("deployment-monitoring", "ConfigMap")
+        if c["metadata"]["name"] == "agentd-grafana-dashboard"
+    ]
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dashboard = json.loads(cm["data"]["agentd-dashboard.json"])
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    assert len(exprs) >= 20
+    used = {m for e in exprs for m in re.findall(r"\b((?:agentd|process)_[a-z_]+)", e)}
+    assert used <= exposed, used - exposed
+    # Every latency histogram has a panel.
+    for family in (
+        "model_call_duration",
+        "tool_call_duration",
+        "spawn_duration",
+        "event_to_agent",
+        "turn_duration",
+    ):
+        assert any(f"agentd_{family}" in e for e in exprs), family
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
 
 
 def test_every_namespaced_object_sits_in_one_namespace(overlay):
@@ -251,8 +349,30 @@ def _port_of(container: dict[str, Any], ref: str | int) -> int:
     return port
 
 
+def test_sharded_replicas_each_own_a_volume_and_a_shard(overlay):
+    for sts in objects(overlay, "StatefulSet"):
+        spec = sts["spec"]
+        c = agentd_container(spec["template"]["spec"])
+        assert spec["podManagementPolicy"] == "Parallel"
+        assert flag(c["args"], "--mode") == "reactive"
+        assert flag(c["args"], "--shard") == "auto"
+        env = {e["name"]: e for e in c["env"]}
+        assert int(env["AGENTD_SHARD_COUNT"]["value"]) == spec["replicas"]
+        assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+        (claim,) = spec["volumeClaimTemplates"]
+        state_mount = [m for m in c["volumeMounts"] if m["name"] == claim["metadata"]["name"]]
+        assert [m["mountPath"] for m in state_mount] == [flag(c["args"], "--state-dir")]
+        (pdb,) = objects(overlay, "PodDisruptionBudget")
+        assert pdb["spec"]["selector"] == spec["selector"]
+        assert pdb["spec"]["maxUnavailable"] == 1
+
+
+def _workloads(overlay: str) -> list[dict[str, Any]]:
+    return objects(overlay, "Deployment") + objects(overlay, "StatefulSet")
+
+
 def test_probes_hit_the_health_server_paths_and_port(overlay):
-    for dep in objects(overlay, "Deployment"):
+    for dep in _workloads(overlay):
         c = agentd_container(dep["spec"]["template"]["spec"])
         health_host, health_port = health.parse_addr(flag(c["args"], "--health-addr") or "")
         assert health_host in (None, "0.0.0.0", "::"), (
@@ -270,7 +390,7 @@ def test_probes_hit_the_health_server_paths_and_port(overlay):
 
 
 def test_metrics_port_and_scrape_annotations_agree(overlay):
-    for dep in objects(overlay, "Deployment"):
+    for dep in _workloads(overlay):
         template = dep["spec"]["template"]
         c = agentd_container(template["spec"])
         _, metrics_port = health.parse_addr(flag(c["args"], "--metrics-addr") or "", setting="--metrics-addr")
@@ -316,8 +436,17 @@ def test_writable_paths_are_exactly_tmp_and_the_watch_state_dir(overlay):
         state = flag(c["args"], "--watch-state")
         if state is not None:
             expected.add(str(Path(state).parent))
+        if flag(c["args"], "--state-dir") is not None:
+            expected.add(str(flag(c["args"], "--state-dir")))
         assert set(writable) == expected, kind
+        claims = {
+            v["metadata"]["name"]
+            for w in objects(overlay, "StatefulSet")
+            for v in w["spec"]["volumeClaimTemplates"]
+        }
         for name in writable.values():
+            if name in claims:
+                continue  # a PersistentVolumeClaim per replica
             assert "emptyDir" in volumes[name] or "persistentVolumeClaim" in volumes[name]
             if "emptyDir" in volumes[name]:
                 assert "sizeLimit" in volumes[name]["emptyDir"], "bound every emptyDir"
@@ -344,7 +473,7 @@ def test_model_keys_come_only_from_an_optional_secret(overlay):
 
 
 def test_config_files_parse(overlay):
-    (cm,) = objects(overlay, "ConfigMap")
+    (cm,) = [c for c in objects(overlay, "ConfigMap") if c["metadata"]["name"].startswith("agentd-config")]
     data = cm["data"]
     tomllib.loads(data["agentd.toml"])
     servers = json.loads(data["mcp.json"])["mcpServers"]
@@ -370,7 +499,7 @@ def test_images_are_pinned(overlay):
 
 def test_the_cli_accepts_every_workload_s_args(overlay, tmp_path):
     """`agentd check` (validate only, no side effect) takes each container's exact args and config."""
-    (cm,) = objects(overlay, "ConfigMap")
+    (cm,) = [c for c in objects(overlay, "ConfigMap") if c["metadata"]["name"].startswith("agentd-config")]
     for name, text in cm["data"].items():
         (tmp_path / name).write_text(text.replace("/etc/agentd/", f"{tmp_path}/"), encoding="utf-8")
     for kind, pod in pod_specs(overlay):
@@ -383,6 +512,10 @@ def test_the_cli_accepts_every_workload_s_args(overlay, tmp_path):
                 local.mkdir(exist_ok=True)
                 args = [a.replace(mount["mountPath"] + "/", f"{local}/") for a in args]
         env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTD_")}
+        # Literal variables of the container (AGENTD_SHARD_COUNT), and the pod name a StatefulSet gives.
+        env.update({e["name"]: e["value"] for e in c.get("env", []) if "value" in e})
+        if kind == "StatefulSet":
+            env["POD_NAME"] = "agentd-sharded-0"
         result = subprocess.run(
             [sys.executable, "-m", "agentd", "check", *args],
             capture_output=True,
@@ -419,7 +552,9 @@ def test_rbac_is_read_only_and_bound_to_agentd(overlay):
         assert subject["name"] == "agentd"
         assert subject["namespace"] == binding["metadata"]["namespace"]
     if objects(overlay, "Role"):
-        (cm,) = objects(overlay, "ConfigMap")
+        (cm,) = [
+            c for c in objects(overlay, "ConfigMap") if c["metadata"]["name"].startswith("agentd-config")
+        ]
         assert "kube" in json.loads(cm["data"]["mcp.json"])["mcpServers"]
 
 

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
+from agentd.events import ServerState, SubscriptionStateChanged
 from agentd.metrics import (
     SUBSCRIPTION_STATES,
     MetricsSnapshot,
@@ -17,7 +18,6 @@ from agentd.metrics import (
     escape_label_value,
     render,
 )
-from agentd.supervisor.events import ServerState, SubscriptionStateChanged
 
 FULL = MetricsSnapshot(
     routed={"inbox": 7, "alerts": 2},
@@ -74,11 +74,19 @@ def test_every_family_parses_with_the_right_type_and_prefix():
         "agentd_server_state",
         "agentd_subscription_state",
         "agentd_subscriptions_unresolved",
+        "agentd_build_info",
+        "agentd_model_call_duration_seconds",
+        "agentd_tool_call_duration_seconds",
+        "agentd_spawn_duration_seconds",
+        "agentd_event_to_agent_seconds",
+        "agentd_turn_duration_seconds",
     }
     for name, (kind, samples) in families.items():
         assert name.startswith("agentd_")
         if kind == "counter":
             assert all(s.name == name + "_total" for s in samples), name
+        elif kind == "histogram":
+            assert name.endswith("_seconds"), name
         else:
             assert kind == "gauge", name
     # Every family has HELP and TYPE lines, and the text ends with a newline.
@@ -154,3 +162,51 @@ def test_any_label_value_survives_the_parser(route, uri):
     f = _parse(render(snap))
     assert f["agentd_events_routed"][1][0].labels == {"route": route}
     assert _value(f["agentd_subscription_state"][1], server="s", uri=uri, state="lost") == 1
+
+
+def test_build_info_names_the_version_and_python():
+    from agentd import __version__
+
+    (sample,) = _parse(render(MetricsSnapshot()))["agentd_build_info"][1]
+    assert sample.value == 1
+    assert sample.labels["version"] == __version__
+    assert sample.labels["python_version"].count(".") == 2
+
+
+def test_histograms_render_cumulative_buckets_sum_and_count():
+    from agentd.histograms import LATENCY_BUCKETS, Histograms
+
+    h = Histograms()
+    for seconds in (0.0005, 0.2, 0.2, 7.0, 10_000.0, -1.0):
+        h.observe("model_call", seconds, {"route": "inbox", "provider": "openai"})
+    h.observe("spawn", 0.003, {"how": "zygote"})
+    f = _parse(render(MetricsSnapshot(histograms=h.snapshot())))
+    kind, samples = f["agentd_model_call_duration_seconds"]
+    assert kind == "histogram"
+    buckets = {
+        s.labels["le"]: s.value
+        for s in samples
+        if s.name.endswith("_bucket") and s.labels["route"] == "inbox" and s.labels["provider"] == "openai"
+    }
+    assert len(buckets) == len(LATENCY_BUCKETS) + 1
+    assert buckets["0.001"] == 2  # 0.0005 and the negative one, counted as 0
+    assert buckets["0.25"] == 4
+    assert buckets["10.0"] == 5
+    assert buckets["+Inf"] == 6
+    (total,) = [s.value for s in samples if s.name.endswith("_count")]
+    (summed,) = [s.value for s in samples if s.name.endswith("_sum")]
+    assert total == 6
+    assert summed == pytest.approx(0.0005 + 0.4 + 7.0 + 10_000.0)
+    spawn = f["agentd_spawn_duration_seconds"][1]
+    assert {s.labels["how"] for s in spawn} == {"zygote"}
+    # Families with no observation yet are still declared (HELP and TYPE).
+    assert f["agentd_turn_duration_seconds"] == ("histogram", [])
+
+
+def test_process_metrics_come_with_the_endpoint_rendering():
+    from agentd.metrics import render_with_process
+
+    f = _parse(render_with_process(MetricsSnapshot()))
+    assert _value(f["process_resident_memory_bytes"][1]) > 0
+    assert _value(f["process_open_fds"][1]) > 0
+    assert "agentd_up" in f

@@ -27,7 +27,12 @@ REQUIREMENTS = [Requirement(r) for r in PROJECT["dependencies"]]
 DECLARED = {canonicalize_name(r.name) for r in REQUIREMENTS}
 
 #: Modules allowed to import an optional extra's packages (lazily: only when its provider is used).
-OPTIONAL_IMPORTERS = {"bedrock": {"agentd/models/cloud.py"}, "vertex": {"agentd/models/cloud.py"}}
+OPTIONAL_IMPORTERS = {
+    "bedrock": {"agentd/models/cloud.py"},
+    "vertex": {"agentd/models/cloud.py"},
+    # The OTLP exporter and SDK: imported only by the tracing module, only when OTEL_* asks.
+    "otel": {"agentd/tracing.py"},
+}
 EXTRAS = {
     extra: {canonicalize_name(Requirement(r).name) for r in reqs}
     for extra, reqs in PROJECT["optional-dependencies"].items()

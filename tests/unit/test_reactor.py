@@ -3,7 +3,7 @@
 No processes: the reactor runs with the real driver, router, budget and
 governor; fake :class:`Hooks` record what it asks for, and the tests play the
 children by sending usage reports, turn ends (``tests/support/reports.py``),
-``ChildMessage`` and ``ChildExited`` into ``reactor.send`` exactly as the
+typed self-tool requests and ``ChildExited`` into ``reactor.send`` exactly as the
 control channel, the hub and the tree do. Every test runs under
 ``MockClock(autojump_threshold=0)`` (the ``autojump_clock`` fixture), so the
 times asserted are exact virtual times.
@@ -21,42 +21,33 @@ from typing import Any
 import pytest
 import trio
 
-from agentd.exitcodes import ExitCode, TerminalStatus
-from agentd.supervisor.budget import Budget
-from agentd.supervisor.events import (
+from agentd.events import (
     ChildExited,
-    ChildMessage,
+    Refused,
+    Reply,
     ResourceChanged,
+    SelfSubscribe,
+    SelfUnsubscribe,
     ServerState,
     ServerStateChanged,
     SignalReceived,
+    Subscribed,
+    Unsubscribed,
     WatchNotice,
 )
+from agentd.exitcodes import ExitCode, TerminalStatus
+from agentd.supervisor.budget import Budget
 from agentd.supervisor.governor import RestartGovernor
 from agentd.supervisor.reactor import Agent, AgentPhase, Hooks, Reactor
-from agentd.telemetry import Telemetry
 from agentd.triggers import mode as modes
 from agentd.triggers.router import Continue, Router, RouteSpec, Spawn
 from agentd.triggers.timer import IntervalSource
 from tests.support.reports import turn_ended, usage_reported
+from tests.support.telemetry import RecordingTelemetry
 
 #: Upper bound on any single await in these tests, in *virtual* seconds: far
 #: past every timer a test arms, so only a reactor that never answers hits it.
 STEP = 1000.0
-
-
-class RecTelemetry(Telemetry):
-    """Telemetry that keeps every event with the virtual time it was emitted at."""
-
-    def __init__(self) -> None:
-        super().__init__(stream=None, verbose=True)
-        self.events: list[tuple[float, str, dict[str, Any]]] = []
-
-    def emit(self, event: str, /, **fields: Any) -> None:
-        self.events.append((trio.current_time(), event, fields))
-
-    def named(self, name: str) -> list[tuple[float, dict[str, Any]]]:
-        return [(t, f) for t, e, f in self.events if e == name]
 
 
 @dataclass
@@ -94,10 +85,22 @@ class FakeHooks:
 
 
 @dataclass
+class FakeDeclared:
+    """Declared subscriptions already resolved (the reactor's ``Declared`` seam)."""
+
+    pairs: set[tuple[str, str]] = field(default_factory=set)
+    unresolved: dict[str, str] = field(default_factory=dict)
+    unresolved_required: frozenset[str] = frozenset()
+
+    def refresh(self, reason: str) -> list[tuple[str, str]]:
+        return []
+
+
+@dataclass
 class Harness:
     reactor: Reactor
     hooks: FakeHooks
-    telemetry: RecTelemetry
+    telemetry: RecordingTelemetry
     result: list[tuple[float, ExitCode]] = field(default_factory=list)
     done: trio.Event = field(default_factory=trio.Event)
 
@@ -114,9 +117,7 @@ class Harness:
             event, recv = turn_ended(agent, **payload)
             await self.send(event)
             return recv
-        send, recv = trio.open_memory_channel[Any](1)
-        await self.send(ChildMessage(agent=agent, kind=kind, payload={**payload, "reply": send}))
-        return recv
+        raise ValueError(f"not a child report: {kind!r}")
 
     async def usage(self, agent: str, *, tokens: int = 10, steps: int = 1) -> dict[str, Any]:
         recv = await self.ask(agent, "usage", input_tokens=tokens, output_tokens=0, steps=steps)
@@ -138,11 +139,17 @@ class Harness:
             idle = text.strip() == "NO_REPLY" or not text.strip()
         return await self.ask(agent, "turn_end", status=status, text=text, idle=idle)
 
-    async def self_tool(self, agent: str, **payload: Any) -> dict[str, Any]:
-        recv = await self.ask(agent, "self_tool", **payload)
+    async def subscribe(self, agent: str, uri: str, server: str = "memo") -> Subscribed | Refused:
+        send, recv = trio.open_memory_channel[Subscribed | Refused](1)
+        await self.send(SelfSubscribe(agent, uri, server, Reply(send)))
         with trio.fail_after(STEP):
-            answer: dict[str, Any] = await recv.receive()
-        return answer
+            return await recv.receive()
+
+    async def unsubscribe(self, agent: str, uri: str, server: str | None = "memo") -> Unsubscribed:
+        send, recv = trio.open_memory_channel[Unsubscribed](1)
+        await self.send(SelfUnsubscribe(agent, uri, server, Reply(send)))
+        with trio.fail_after(STEP):
+            return await recv.receive()
 
     async def exited(self, agent: str, returncode: int | None = 0) -> None:
         await self.send(ChildExited(agent=agent, pid=1000, returncode=returncode))
@@ -175,14 +182,15 @@ def build(
     instruction: str = "work",
     deadline: float | None = None,
     required: frozenset[str] = frozenset(),
-) -> tuple[Reactor, FakeHooks, RecTelemetry]:
+    declared: FakeDeclared | None = None,
+) -> tuple[Reactor, FakeHooks, RecordingTelemetry]:
     now = trio.current_time()
     driver = modes.make_driver(mode, interval=interval, session=session, now_mono=now)
     router = Router()
     for spec in routes:
         router.add_route(spec)
     hooks = FakeHooks()
-    telemetry = RecTelemetry()
+    telemetry = RecordingTelemetry()
     if isinstance(driver, modes.Schedule):
         clock = driver.source
     session_mode = driver.session if isinstance(driver, modes.Loop) else "fresh"
@@ -203,6 +211,7 @@ def build(
         session=session_mode,
         clock=clock,
         required=required,
+        declared=declared,
     )
     return reactor, hooks, telemetry
 
@@ -241,7 +250,7 @@ async def test_loop_interval_0_reenters_at_once_after_work_and_backs_off_when_id
             assert msg == {"action": "continue", "input": "work"}
             times.append(t - ended_at)
         assert times == [0.0, 1.0, 2.0, 4.0, 0.0, 1.0]
-        assert [f["after_s"] for _, f in h.telemetry.named("loop.reenter")] == [0.0, 1.0, 2.0, 4.0, 0.0, 1.0]
+        assert [f["after_s"] for _, f in h.telemetry.timed("loop.reenter")] == [0.0, 1.0, 2.0, 4.0, 0.0, 1.0]
         assert len(h.hooks.spawned) == 1  # warm: the same agent every shift
         # NO_REPLY turns publish nothing; real work does
         assert [p[2] for p in h.hooks.published] == ["did A", "did B"]
@@ -274,7 +283,7 @@ async def test_loop_interval_5_fresh_spawns_a_new_root_every_5s(autojump_clock):
         await h.exited(second.id)
         await h.hooks.next_spawn()
         assert trio.current_time() == 11.5
-        assert [f["after_s"] for _, f in h.telemetry.named("loop.reenter")] == [5.0, 5.0]
+        assert [f["after_s"] for _, f in h.telemetry.timed("loop.reenter")] == [5.0, 5.0]
 
 
 async def test_loop_warm_continues_the_same_agent_fresh_spawns_anew(autojump_clock):
@@ -285,7 +294,7 @@ async def test_loop_warm_continues_the_same_agent_fresh_spawns_anew(autojump_clo
             assert msg == {"action": "continue", "input": "work"}
         assert trio.current_time() == 6.0
         assert [a.id for _, a in h.hooks.spawned] == [root.id]
-        assert [f.get("warm") for _, f in h.telemetry.named("loop.shift")] == [True, True, True]
+        assert [f.get("warm") for _, f in h.telemetry.timed("loop.shift")] == [True, True, True]
 
     base = trio.current_time()
     async with running("loop", interval=2, session="fresh") as h:
@@ -313,8 +322,8 @@ async def test_loop_restart_governor_opens_the_breaker_and_exits_1(autojump_cloc
     # each shift crashes after 1 s; restarts wait the governor's backoff (0.5 s, then 1 s);
     # the first run and 2 restarts, then the breaker
     assert [t for t, _ in h.hooks.spawned] == [0.0, 1.5, 3.5]
-    assert [f["after_s"] for _, f in h.telemetry.named("subagent.restart")] == [0.5, 1.0]
-    assert len(h.telemetry.named("governor.breaker_open")) == 1
+    assert [f["after_s"] for _, f in h.telemetry.timed("subagent.restart")] == [0.5, 1.0]
+    assert len(h.telemetry.timed("governor.breaker_open")) == 1
     assert h.telemetry.counters["restarts"] == 2
 
 
@@ -326,7 +335,7 @@ async def test_once_root_crash_exits_1_without_restart(autojump_clock):
         t, code = await h.exit_code()
     assert (t, code) == (0.0, ExitCode.CRASHED)
     assert len(h.hooks.spawned) == 1
-    assert h.telemetry.named("subagent.exit")[0][1]["status"] == "crashed"
+    assert h.telemetry.timed("subagent.exit")[0][1]["status"] == "crashed"
 
 
 async def test_once_completed_exits_0_and_tells_the_root_to_exit(autojump_clock):
@@ -359,7 +368,7 @@ async def test_schedule_fires_on_the_grid_and_coalesces_fires_while_the_root_run
         assert trio.current_time() == 6.0  # back on the grid, no catch-up burst
         assert h.hooks.no_spawn_pending()
     assert [t for t, _ in h.hooks.spawned] == [0.0, 5.0, 6.0]
-    assert [t for t, _ in h.telemetry.named("timer.coalesced")] == [2.0, 4.0]
+    assert [t for t, _ in h.telemetry.timed("timer.coalesced")] == [2.0, 4.0]
     assert a3.role == "root"
 
 
@@ -396,7 +405,7 @@ async def test_budget_spent_stops_spawning_drains_warm_sessions_and_exits_7(auto
         t, code = await h.exit_code()
     assert (t, code) == (2.5, ExitCode.BUDGET)
     assert len(h.hooks.spawned) == 2
-    assert len(h.telemetry.named("budget.exhausted")) == 1
+    assert len(h.telemetry.timed("budget.exhausted")) == 1
 
 
 async def test_loop_budget_spent_exits_7_after_the_root_exits(autojump_clock):
@@ -460,7 +469,7 @@ async def test_drain_grace_elapsed_kills_all_at_exactly_grace_and_exits_143(auto
         t, code = await h.exit_code()
     assert (t, code) == (4.0, ExitCode.DRAIN_TIMEOUT)
     assert h.hooks.kill_all_at == [4.0]
-    assert h.telemetry.named("drain.timeout")[0][0] == 4.0
+    assert h.telemetry.timed("drain.timeout")[0][0] == 4.0
 
 
 async def test_second_signal_exits_143_at_once(autojump_clock):
@@ -536,7 +545,7 @@ async def test_unrouted_changes_are_counted_and_dropped(autojump_clock):
         await trio.sleep(1)
         assert h.hooks.no_spawn_pending()
     assert h.telemetry.counters["unrouted"] == 1
-    assert h.telemetry.named("resource.updated")[0][1]["route"] is None
+    assert h.telemetry.timed("resource.updated")[0][1]["route"] is None
 
 
 # --------------------------------------------------------------------------- reactive: continue routes
@@ -555,16 +564,16 @@ async def test_continue_route_delivers_the_queued_set_once_only_when_idle_in_ord
             await h.send(ResourceChanged(server="memo", uri=uri))
             await trio.sleep(0.1)
         await trio.sleep(2)  # the debounce elapsed long ago; the session is still mid-turn
-        assert len(h.telemetry.named("session.deliver")) == 1  # only the start
+        assert len(h.telemetry.timed("session.deliver")) == 1  # only the start
         t, msg = await answer(await h.end_turn(s.id))
         assert t == pytest.approx(3.3)  # delivered the moment the turn ended
         assert msg["action"] == "continue"
         lines = msg["input"].splitlines()
         assert [ln.split()[1] for ln in lines[1:]] == ["memo://u2", "memo://u3"]  # one set, arrival order
-        delivers = h.telemetry.named("session.deliver")
+        delivers = h.telemetry.timed("session.deliver")
         assert len(delivers) == 2
         assert delivers[1][1]["agent"] == s.id
-        assert len(h.telemetry.named("route.deliver")) == 2
+        assert len(h.telemetry.timed("route.deliver")) == 2
     assert len(h.hooks.spawned) == 1
 
 
@@ -575,7 +584,7 @@ async def test_self_subscribe_routes_ahead_of_declared_is_exclusive_and_unsubscr
     async with running("reactive", routes=[RouteSpec(match="memo://*", route_id="all")]) as h:
         await h.send(ResourceChanged(server="memo", uri="memo://x"))
         a1 = await h.hooks.next_spawn()
-        assert await h.self_tool(a1.id, op="subscribe", uri="memo://notes", server="memo") == {"ok": True}
+        assert await h.subscribe(a1.id, "memo://notes") == Subscribed()
         held = await h.end_turn(a1.id, "watching")
         # the next change to memo://notes wakes the SAME agent, not the declared spawn route
         await trio.sleep(1)
@@ -584,49 +593,47 @@ async def test_self_subscribe_routes_ahead_of_declared_is_exclusive_and_unsubscr
         assert t == pytest.approx(1.5)
         assert msg["action"] == "continue"
         assert "memo://notes" in msg["input"]
-        routed = h.telemetry.named("resource.updated")[-1][1]
+        routed = h.telemetry.timed("resource.updated")[-1][1]
         assert routed["route"] == f"self:{a1.id}:memo://notes"
-        assert h.telemetry.named("session.deliver")[-1][1]["agent"] == a1.id
+        assert h.telemetry.timed("session.deliver")[-1][1]["agent"] == a1.id
         # a second session may not take the same URI
         await h.send(ResourceChanged(server="memo", uri="memo://y"))
         a2 = await h.hooks.next_spawn()
-        refused = await h.self_tool(a2.id, op="subscribe", uri="memo://notes", server="memo")
-        assert "memo://notes" in refused["error"]
-        assert repr(a1.id) in refused["error"]
+        refused = await h.subscribe(a2.id, "memo://notes")
+        assert isinstance(refused, Refused)
+        assert "memo://notes" in refused.error
+        assert repr(a1.id) in refused.error
         # unsubscribe removes the self route; nothing else needs the URI upstream
         # (the hub path with a declared subscription: tests/e2e/test_routing.py)
-        assert await h.self_tool(a1.id, op="unsubscribe", uri="memo://notes", server="memo") == {
-            "ok": True,
-            "needed": False,
-        }
+        assert await h.unsubscribe(a1.id, "memo://notes") == Unsubscribed(existed=True, needed=False)
         assert h.reactor.router.get(f"self:{a1.id}:memo://notes") is None
 
 
 async def test_unsubscribing_a_declared_uri_tells_the_hub_to_keep_the_upstream_subscription(autojump_clock):
-    async with running("reactive", routes=[RouteSpec(match="memo://*", route_id="all")]) as h:
-        h.reactor.declared = {("memo", "memo://notes")}
+    declared = FakeDeclared(pairs={("memo", "memo://notes")})
+    async with running(
+        "reactive", routes=[RouteSpec(match="memo://*", route_id="all")], declared=declared
+    ) as h:
         await h.send(ResourceChanged(server="memo", uri="memo://x"))
         a1 = await h.hooks.next_spawn()
-        assert await h.self_tool(a1.id, op="subscribe", uri="memo://notes", server="memo") == {"ok": True}
-        answer = await h.self_tool(a1.id, op="unsubscribe", uri="memo://notes", server="memo")
-        assert answer == {"ok": True, "needed": True}
+        assert await h.subscribe(a1.id, "memo://notes") == Subscribed()
+        answer = await h.unsubscribe(a1.id, "memo://notes")
+        assert answer == Unsubscribed(existed=True, needed=True)
         await h.end_turn(a1.id, "done")
         await h.exited(a1.id)
         await h.send(ResourceChanged(server="memo", uri="memo://y"))
         await h.hooks.next_spawn()
     # the agent exited without a subscription of its own: nothing is released
     assert h.hooks.unsubscribed == []
-    [(_, unsub)] = h.telemetry.named("self.unsubscribe")
+    [(_, unsub)] = h.telemetry.timed("self.unsubscribe")
     assert (unsub["uri"], unsub["kept"]) == ("memo://notes", True)
 
 
-async def test_unknown_self_tool_operation_is_an_error(autojump_clock):
+async def test_a_self_tool_request_of_an_unknown_agent_is_refused(autojump_clock):
     async with running("reactive", routes=[RouteSpec(match="memo://*")]) as h:
-        await h.send(ResourceChanged(server="memo", uri="memo://x"))
-        a1 = await h.hooks.next_spawn()
-        assert await h.self_tool(a1.id, op="frobnicate", uri="memo://x") == {
-            "error": "unknown self-tool operation 'frobnicate'"
-        }
+        assert await h.subscribe("a99", "memo://x") == Refused("unknown agent 'a99'")
+        assert await h.unsubscribe("a99", "memo://x") == Unsubscribed(existed=False, needed=True)
+        assert h.reactor.router.get("self:a99:memo://x") is None
 
 
 # --------------------------------------------------------------------------- reactive timer
@@ -644,7 +651,7 @@ async def test_reactive_timer_route_receives_interval_fires(autojump_clock):
         a2 = await h.hooks.next_spawn()
         assert trio.current_time() == 4.0
         assert a2.route == "tick"
-    assert [t for t, _ in h.telemetry.named("timer.fire")][:2] == [2.0, 4.0]
+    assert [t for t, _ in h.telemetry.timed("timer.fire")][:2] == [2.0, 4.0]
 
 
 async def test_deadline_ends_an_idle_loop_at_exactly_the_deadline(autojump_clock):
@@ -662,7 +669,7 @@ async def test_a_self_subscribed_agent_that_dies_gives_the_uri_back_to_the_decla
     async with running("reactive", routes=[RouteSpec(match="memo://*", route_id="all")]) as h:
         await h.send(ResourceChanged(server="memo", uri="memo://x"))
         a1 = await h.hooks.next_spawn()
-        assert await h.self_tool(a1.id, op="subscribe", uri="memo://notes", server="memo") == {"ok": True}
+        assert await h.subscribe(a1.id, "memo://notes") == Subscribed()
         await h.end_turn(a1.id, "watching")
         await h.exited(a1.id, returncode=-9)  # killed while idle
         await h.send(ResourceChanged(server="memo", uri="memo://notes"))
@@ -676,7 +683,7 @@ async def test_a_self_subscribed_spawn_agent_frees_its_route_slot_at_its_first_t
     async with running("reactive", routes=routes) as h:
         await h.send(ResourceChanged(server="memo", uri="memo://a"))
         a1 = await h.hooks.next_spawn()
-        assert await h.self_tool(a1.id, op="subscribe", uri="memo://notes", server="memo") == {"ok": True}
+        assert await h.subscribe(a1.id, "memo://notes") == Subscribed()
         await h.end_turn(a1.id, "watching")  # held warm for its subscription
         await h.send(ResourceChanged(server="memo", uri="memo://b"))
         a2 = await h.hooks.next_spawn()  # the one slot is free again
@@ -685,18 +692,20 @@ async def test_a_self_subscribed_spawn_agent_frees_its_route_slot_at_its_first_t
 
 
 async def test_a_dead_subscribers_upstream_subscription_is_released_unless_declared(autojump_clock):
-    async with running("reactive", routes=[RouteSpec(match="memo://*", route_id="all")]) as h:
-        h.reactor.declared = {("memo", "memo://declared")}
+    declared = FakeDeclared(pairs={("memo", "memo://declared")})
+    async with running(
+        "reactive", routes=[RouteSpec(match="memo://*", route_id="all")], declared=declared
+    ) as h:
         await h.send(ResourceChanged(server="memo", uri="memo://x"))
         a1 = await h.hooks.next_spawn()
-        assert await h.self_tool(a1.id, op="subscribe", uri="memo://mine", server="memo") == {"ok": True}
-        assert await h.self_tool(a1.id, op="subscribe", uri="memo://declared", server="memo") == {"ok": True}
+        assert await h.subscribe(a1.id, "memo://mine") == Subscribed()
+        assert await h.subscribe(a1.id, "memo://declared") == Subscribed()
         await h.end_turn(a1.id, "watching")
         await h.exited(a1.id, returncode=-9)
         await h.send(ResourceChanged(server="memo", uri="memo://y"))  # a wake, so the exit was handled
         await h.hooks.next_spawn()
     assert h.hooks.unsubscribed == [("memo", "memo://mine")]
-    released = h.telemetry.named("self.unsubscribe")
+    released = h.telemetry.timed("self.unsubscribe")
     assert [(f["uri"], f["reason"]) for _, f in released] == [("memo://mine", "owner exited")]
 
 
@@ -707,7 +716,7 @@ async def test_once_starts_the_root_only_when_every_required_server_connected(au
     async with running("once", required=frozenset({"memo", "files"})) as h:
         await trio.sleep(5)
         assert h.hooks.spawned == []
-        [(_, waiting)] = h.telemetry.named("reactor.waiting")
+        [(_, waiting)] = h.telemetry.timed("reactor.waiting")
         assert waiting["servers"] == ["files", "memo"]
         await h.send(ServerStateChanged("memo", ServerState.CONNECTED, required=True))
         await h.send(ServerStateChanged("files", ServerState.RESTARTING, required=True, attempt=1))
@@ -749,7 +758,7 @@ async def test_reap_writes_the_once_roots_subagent_exit(autojump_clock):
             nursery.start_soon(h.reactor.reap)
             await h.exited(root.id)
         assert trio.current_time() == 0.0  # no wait beyond the child's own exit
-    [(_, ex)] = h.telemetry.named("subagent.exit")
+    [(_, ex)] = h.telemetry.timed("subagent.exit")
     assert (ex["agent"], ex["status"], ex["returncode"], ex.get("stopped")) == (root.id, "completed", 0, None)
     assert h.hooks.kill_all_at == []
 
@@ -764,7 +773,7 @@ async def test_reap_kills_agents_still_running_and_reports_unseen_exits(autojump
         await h.reactor.reap()  # the root never reports its exit
         assert h.hooks.kill_all_at == [3.0]
         assert trio.current_time() == 3.0 + REAP_KILL_WAIT
-    [(_, ex)] = h.telemetry.named("subagent.exit")
+    [(_, ex)] = h.telemetry.timed("subagent.exit")
     assert (ex["agent"], ex["status"], ex["returncode"], ex["stopped"]) == (root.id, "deadline", None, True)
 
 
@@ -785,7 +794,7 @@ async def test_a_delivery_into_the_warm_loop_root_resets_the_idle_backoff(autoju
         held = await h.end_turn(root.id, "NO_REPLY")  # the delivered turn answered nothing
         t, msg = await answer(held)
         assert (t, msg["input"]) == (10.0, "work")  # the next shift came after the base wait
-    waits = [f["after_s"] for _, f in h.telemetry.named("loop.reenter")]
+    waits = [f["after_s"] for _, f in h.telemetry.timed("loop.reenter")]
     assert waits == [1.0, 2.0, 4.0, 8.0, 1.0]
 
 
@@ -805,7 +814,7 @@ async def test_a_route_that_opts_out_skips_only_the_start_up_re_read(autojump_cl
         await h.send(ResourceChanged(server="memo", uri="memo://quiet", kind="synthetic"))  # a reconnect's
         a2 = await h.hooks.next_spawn()
         assert a2.route == "quiet"
-    [(_, skipped)] = h.telemetry.named("resource.reread_skipped")
+    [(_, skipped)] = h.telemetry.timed("resource.reread_skipped")
     assert (skipped["uri"], skipped["route"]) == ("memo://quiet", "quiet")
 
 
@@ -823,13 +832,13 @@ async def test_drop_telemetry_and_metrics_use_the_routers_reasons(autojump_clock
         await h.hooks.next_spawn()
         await trio.sleep(1)
         snapshot = h.reactor.metrics_snapshot()
-    dropped = [f for _, f in h.telemetry.named("route.dropped")]
+    dropped = [f for _, f in h.telemetry.timed("route.dropped")]
     assert dropped == [
         {"route": "r0", "uri": "o://2", "reason": "drop_oldest", "incoming": "o://3"},
         {"route": "r1", "uri": "c://3", "reason": "coalesce_cap"},
     ]
     assert snapshot.dropped == {"drop_oldest": 1, "coalesce_cap": 1}
-    reasons = [f.get("reason") for _, f in h.telemetry.named("resource.updated")]
+    reasons = [f.get("reason") for _, f in h.telemetry.timed("resource.updated")]
     assert reasons == [None, None, "drop_oldest", None, None, "coalesce_cap"]
 
 
@@ -849,8 +858,8 @@ async def test_a_full_block_route_pauses_its_server_until_there_is_room(autojump
         await h.hooks.next_spawn()
         await trio.sleep(1)
     assert h.hooks.paused == [(0.0, "slow", True), (1.0, "slow", False)]
-    assert [f["server"] for _, f in h.telemetry.named("upstream.paused")] == ["slow"]
-    assert [f["server"] for _, f in h.telemetry.named("upstream.resumed")] == ["slow"]
+    assert [f["server"] for _, f in h.telemetry.timed("upstream.paused")] == ["slow"]
+    assert [f["server"] for _, f in h.telemetry.timed("upstream.resumed")] == ["slow"]
 
 
 # --------------------------------------------------------------------------- readiness
@@ -859,14 +868,14 @@ async def test_a_full_block_route_pauses_its_server_until_there_is_room(autojump
 async def test_readiness_fails_for_a_declared_subscription_that_was_released_or_resolves_to_nothing(
     autojump_clock,
 ):
-    async with running("reactive") as h:
-        h.reactor.declared = {("memo", "memo://notes")}
+    declared = FakeDeclared(pairs={("memo", "memo://notes")})
+    async with running("reactive", declared=declared) as h:
         assert h.reactor.ready() == (False, "subscriptions not established: memo:memo://notes")
         h.reactor.subscription_states[("memo", "memo://notes")] = "established"
         assert h.reactor.ready() == (True, "ok")
-        h.reactor.unresolved = {"notes:file:///*": "no concrete resource matches"}
+        declared.unresolved = {"notes:file:///*": "no concrete resource matches"}
         assert h.reactor.ready() == (True, "ok")  # an optional server: a warning only
-        h.reactor.unresolved_required = {"notes:file:///*"}
+        declared.unresolved_required = frozenset({"notes:file:///*"})
         assert h.reactor.ready() == (
             False,
             "declared subscription 'notes:file:///*' resolves to nothing: no concrete resource matches",
@@ -925,6 +934,6 @@ async def test_the_restore_notice_rides_in_the_warm_roots_first_turn(autojump_cl
         t, msg = await answer(await h.end_turn(root.id, "NO_REPLY"))
         # No follow-up turn for the notice: the next input is the loop's next shift.
         assert (t, msg) == (2.0, {"action": "continue", "input": "work"})
-        [(_, suppressed)] = [e for e in h.telemetry.named("reply.suppressed") if e[1]["agent"] == root.id]
+        [(_, suppressed)] = [e for e in h.telemetry.timed("reply.suppressed") if e[1]["agent"] == root.id]
         assert suppressed["watch"] == [""]
     assert [a.id for _, a in h.hooks.spawned] == [root.id, other.id]

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agentd.errors import ConfigError, ModelRequestError
+from agentd.events import ServerState
 from agentd.metrics import MetricsSnapshot, render
 from agentd.models._http import join_url
 from agentd.redact import (
@@ -21,7 +22,6 @@ from agentd.redact import (
     secret_values,
     secrets_in,
 )
-from agentd.supervisor.events import ServerState
 from agentd.telemetry import Telemetry
 
 SECRET_CHARS = string.ascii_letters + string.digits

@@ -1,20 +1,54 @@
-"""The typed events every task sends into the reactor's one memory channel.
+"""The typed events and requests every task sends into the reactor's one memory channel.
 
 Producers (MCP connection tasks, child watchers, the signal handler, the
-health endpoint) never touch supervisor state: they build one of these and
-``send`` it. The reactor is the single consumer and the only place that acts.
+health endpoint, the hub, the watch manager) never touch supervisor state:
+they build one of these and ``send`` it. The reactor is the single consumer
+and the only place that acts.
+
+This module sits low in agentd's layers: ``upstream``, ``watches``,
+``health``, ``metrics`` and ``supervisor`` all import it, and it imports no
+part of them (the layer contracts in ``pyproject.toml`` hold it there). It
+never imports trio: a :class:`Reply` wraps any object with ``send_nowait``.
+
+Requests and their typed answers (each request carries a :class:`Reply`)::
+
+    child (control channel, via its reader task)
+      UsageReported     -> UsageVerdict
+      TurnEnded         -> NextTurn
+    hub (a child's self-tool call)
+      SelfSubscribe     -> Subscribed | Refused
+      SelfUnsubscribe   -> Unsubscribed
+      WatchSession      -> SessionOf
+    hub or start-up restore, for the watch manager
+      WatchRouteAdd     -> RouteAdded | Refused
+      WatchRouteRemove  -> RouteRemoved
+    health endpoint / watchdog
+      HealthProbe       -> (the probe's event is set)
 """
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, TypeVar
+from dataclasses import dataclass
+from typing import Generic, Literal, Protocol, TypeAlias, TypeVar
 
 from agentd.selfmcp.protocol import NextTurn, TurnEnd, UsageReport, UsageVerdict
 from agentd.triggers.router import ChangeKind
 
 T = TypeVar("T")
+T_contra = TypeVar("T_contra", contravariant=True)
+
+
+class ReplySender(Protocol[T_contra]):
+    """The sending end of a one-slot channel (``trio.MemorySendChannel`` is one)."""
+
+    def send_nowait(self, value: T_contra, /) -> None: ...
+
+
+class ProbeEvent(Protocol):
+    """What a health probe waits on (``trio.Event`` is one)."""
+
+    def set(self) -> None: ...
 
 
 class Reply(Generic[T]):
@@ -30,7 +64,7 @@ class Reply(Generic[T]):
 
     __slots__ = ("_answered", "_send")
 
-    def __init__(self, send: Any) -> None:
+    def __init__(self, send: ReplySender[T]) -> None:
         self._send = send
         self._answered = False
 
@@ -119,13 +153,111 @@ class SignalReceived:
     signum: int
 
 
-@dataclass(slots=True)
-class ChildMessage:
-    """A self-tool request of a child's model (``subscribe``, watches), relayed by the hub."""
+# -- self-tool requests (hub -> reactor) and their answers ------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A request the reactor refused; ``error`` is the text the model reads."""
+
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class Subscribed:
+    """``subscribe`` made (or already had) the session's exact route."""
+
+
+@dataclass(frozen=True, slots=True)
+class Unsubscribed:
+    """``unsubscribe`` done.
+
+    Attributes:
+        existed: the agent had subscribed to the URI.
+        needed: another route or a declared subscription still needs the
+            upstream subscription (the hub must keep it).
+    """
+
+    existed: bool
+    needed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SessionOf:
+    """The session a calling agent's watches belong to."""
+
+    session: str
+
+
+@dataclass(frozen=True, slots=True)
+class RouteAdded:
+    """The watch's route is in the router (its id)."""
+
+    route_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class RouteRemoved:
+    """The watch's route is gone; ``needed``: another route or declared subscription keeps ``uri``."""
+
+    needed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SelfSubscribe:
+    """A child's model called ``subscribe(uri)``: an exact continue route to its session."""
 
     agent: str
-    kind: Literal["self_tool"]
-    payload: dict[str, Any] = field(default_factory=dict)
+    uri: str
+    server: str
+    reply: Reply[Subscribed | Refused]
+
+
+@dataclass(frozen=True, slots=True)
+class SelfUnsubscribe:
+    """``unsubscribe(uri)`` (or the hub undoing a subscribe whose upstream subscription failed)."""
+
+    agent: str
+    uri: str
+    server: str | None
+    reply: Reply[Unsubscribed]
+
+
+@dataclass(frozen=True, slots=True)
+class WatchSession:
+    """Which session the calling agent's watches belong to; ``register`` makes the agent that session."""
+
+    agent: str
+    register: bool
+    reply: Reply[SessionOf | Refused]
+
+
+@dataclass(frozen=True, slots=True)
+class WatchRouteAdd:
+    """Add the exact front route of watch ``name`` of ``session`` for ``uri``."""
+
+    agent: str
+    session: str
+    name: str
+    uri: str
+    server: str
+    reply: Reply[RouteAdded | Refused]
+
+
+@dataclass(frozen=True, slots=True)
+class WatchRouteRemove:
+    """Remove the route of watch ``name`` of ``session`` (idempotent)."""
+
+    agent: str
+    session: str
+    name: str
+    uri: str
+    server: str
+    reply: Reply[RouteRemoved]
+
+
+SelfToolRequest: TypeAlias = SelfSubscribe | SelfUnsubscribe | WatchSession | WatchRouteAdd | WatchRouteRemove
+"""Every request the hub makes of the reactor on behalf of a child's self-tool call."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,7 +320,7 @@ class ZygoteStateChanged:
 class HealthProbe:
     """The health endpoint asks the reactor to prove it is turning; the reactor sets ``reply``."""
 
-    reply: Any  # a trio.Event; typed loosely so this module never imports trio
+    reply: ProbeEvent
 
 
 WatchNoticeKind = Literal["notice", "restore"]
@@ -214,17 +346,52 @@ class WatchNotice:
     kind: WatchNoticeKind = "notice"
 
 
-ReactorEvent = (
+@dataclass(frozen=True, slots=True)
+class RouteNotice:
+    """A notice from a declared route's watch stage (rfcs/0078): the route's disposition applies.
+
+    Attributes:
+        route: The staged route's id.
+        uri: The URI whose change the notice reports.
+        server: The server of ``uri`` (for the ``{server}`` template placeholder).
+        text: The message the agent receives.
+        session: Continue routes: the route's session (set by the reactor); empty otherwise.
+    """
+
+    route: str
+    uri: str
+    server: str | None
+    text: str
+    session: str = ""
+    kind: WatchNoticeKind = "notice"
+
+    @property
+    def watch(self) -> str:
+        """The name telemetry gives the notice's source (the route id)."""
+        return self.route
+
+
+Notice: TypeAlias = WatchNotice | RouteNotice
+"""A notice one agent turn carries: a watch's, or a staged declared route's."""
+
+
+ReactorEvent: TypeAlias = (
     ResourceChanged
     | CatalogChanged
     | ServerStateChanged
     | SubscriptionStateChanged
     | SignalReceived
-    | ChildMessage
+    | SelfSubscribe
+    | SelfUnsubscribe
+    | WatchSession
+    | WatchRouteAdd
+    | WatchRouteRemove
     | UsageReported
     | TurnEnded
     | ChildExited
     | ZygoteStateChanged
     | HealthProbe
     | WatchNotice
+    | RouteNotice
 )
+"""Everything the reactor's channel carries: a closed union (the reactor matches it exhaustively)."""

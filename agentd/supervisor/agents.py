@@ -1,0 +1,226 @@
+"""The agent table: every agent child the reactor started, and its lifecycle.
+
+An :class:`Agent`'s phase changes only through its transition methods; each
+checks the phase it leaves and raises :class:`IllegalTransition` (naming the
+current and the allowed phases) on a move the lifecycle does not have::
+
+    STARTING --usage/turn_end--> TURN --turn_end, held--> IDLE --delivery--> TURN
+    STARTING|TURN|IDLE --told to exit--> EXITING
+    any --process gone--> EXITED
+
+The reactor checks a child's report against the phase before it applies it
+(a report that cannot happen is refused, never applied), so a raise here is a
+bug in the reactor, not something a child can cause.
+
+:class:`AgentTable` owns the agents by id, the warm sessions by name and the
+agent id sequence. Pure: no trio, no I/O.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Literal
+
+from agentd.errors import AgentdError
+from agentd.events import Notice, TurnEnded
+from agentd.exitcodes import TerminalStatus
+from agentd.triggers.router import QueuedEvent
+
+
+class AgentPhase(enum.Enum):
+    """An agent as the reactor sees it."""
+
+    STARTING = "starting"
+    """Spawned; no turn boundary reached yet (it is running its first turn)."""
+    TURN = "turn"
+    """Mid-turn: model and tool calls in flight."""
+    IDLE = "idle"
+    """Warm and waiting for a delivery; its turn-end call is held open."""
+    EXITING = "exiting"
+    """Told to exit (or being killed)."""
+    EXITED = "exited"
+    """Its process is gone."""
+
+
+AgentRole = Literal["root", "spawn", "session"]
+"""Why the agent runs: the mode's root, a spawn route's event, or a named warm session."""
+
+
+class IllegalTransition(AgentdError):
+    """An agent was asked to move between phases its lifecycle does not connect (a reactor bug)."""
+
+
+@dataclass
+class Agent:
+    """One agent child, as the reactor tracks it.
+
+    The phase is read-only from outside: use the transition methods.
+    """
+
+    id: str
+    role: AgentRole
+    instruction: str
+    route: str | None = None
+    """Owning route id (spawn-route agents and route sessions)."""
+    session: str | None = None
+    """Session name when this agent is a warm session (``root`` for loop --session warm)."""
+    warm: bool = False
+    """Held between turns instead of exiting."""
+    _phase: AgentPhase = AgentPhase.STARTING
+    held: TurnEnded | None = None
+    """Its pending turn end while IDLE (answered with the next delivery, or exit)."""
+    status: TerminalStatus | None = None
+    text: str = ""
+    turns: int = 0
+    subscriptions: set[str] = field(default_factory=set)
+    subscription_servers: dict[str, str] = field(default_factory=dict)
+    """Which server each self-subscription is on (to release it when the agent exits)."""
+    slot_released: bool = False
+    """Spawn agents: the route's inflight slot was given back (at the first terminal status)."""
+    started_at: float = 0.0
+    turn_started_at: float = 0.0
+    """When its current turn's input was handed over (turn duration is measured from it)."""
+    notices: list[Notice] = field(default_factory=list)
+    """Watch notices that arrived mid-turn: all of them become ONE follow-up turn."""
+    notice_turn: list[Notice] = field(default_factory=list)
+    """The notices the current turn answers (for ``reply.suppressed`` telemetry)."""
+    origin: list[QueuedEvent] = field(default_factory=list)
+    """The routed changes it was started for: queued again if its spawn fails."""
+
+    @property
+    def phase(self) -> AgentPhase:
+        return self._phase
+
+    @property
+    def busy(self) -> bool:
+        """Mid-turn (its first, or a later one)."""
+        return self._phase in (AgentPhase.STARTING, AgentPhase.TURN)
+
+    @property
+    def alive(self) -> bool:
+        return self._phase is not AgentPhase.EXITED
+
+    def _move(self, to: AgentPhase, allowed: tuple[AgentPhase, ...]) -> None:
+        if self._phase not in allowed:
+            raise IllegalTransition(
+                f"agent {self.id!r} cannot go {self._phase.value} -> {to.value}: only from "
+                f"{', '.join(p.value for p in allowed)} (a reactor bug: please report it)"
+            )
+        self._phase = to
+
+    def begin_turn(self) -> None:
+        """Its first model call was reported. STARTING -> TURN (a TURN stays TURN)."""
+        self._move(AgentPhase.TURN, (AgentPhase.STARTING, AgentPhase.TURN))
+
+    def hold(self, end: TurnEnded) -> None:
+        """Its turn ended and it waits warm for the next delivery. STARTING|TURN -> IDLE."""
+        self._move(AgentPhase.IDLE, (AgentPhase.STARTING, AgentPhase.TURN))
+        self.held = end
+
+    def resume(self) -> TurnEnded | None:
+        """A delivery reached it. IDLE -> TURN; returns the held turn end to answer."""
+        self._move(AgentPhase.TURN, (AgentPhase.IDLE,))
+        held, self.held = self.held, None
+        return held
+
+    def exiting(self) -> TurnEnded | None:
+        """Told to exit (or being killed). STARTING|TURN|IDLE -> EXITING; returns a held turn end."""
+        self._move(AgentPhase.EXITING, (AgentPhase.STARTING, AgentPhase.TURN, AgentPhase.IDLE))
+        held, self.held = self.held, None
+        return held
+
+    def exited(self) -> AgentPhase:
+        """Its process is gone. any -> EXITED; returns the phase it was in."""
+        was = self._phase
+        self._move(AgentPhase.EXITED, tuple(AgentPhase))
+        self.held = None
+        return was
+
+
+class AgentTable:
+    """Every agent the reactor started, by id, and which agent holds each warm session.
+
+    Args:
+        reserved: session names that are taken without an agent (restored
+            watch sessions): an unnamed agent's id, which doubles as its
+            session name, skips them.
+    """
+
+    def __init__(self, reserved: Callable[[str], bool] = lambda _name: False) -> None:
+        self._agents: dict[str, Agent] = {}
+        self._sessions: dict[str, str] = {}
+        self._seq = 0
+        self._reserved = reserved
+
+    def __iter__(self) -> Iterator[Agent]:
+        return iter(self._agents.values())
+
+    def __len__(self) -> int:
+        return len(self._agents)
+
+    def get(self, agent_id: str) -> Agent | None:
+        return self._agents.get(agent_id)
+
+    def __getitem__(self, agent_id: str) -> Agent:
+        return self._agents[agent_id]
+
+    def live(self) -> list[Agent]:
+        return [a for a in self._agents.values() if a.alive]
+
+    def busy(self) -> bool:
+        """Some agent is mid-turn."""
+        return any(a.busy for a in self._agents.values())
+
+    def new(
+        self,
+        *,
+        role: AgentRole,
+        instruction: str,
+        route: str | None,
+        session: str | None,
+        warm: bool,
+        now: float,
+    ) -> Agent:
+        """A new agent (STARTING) with the next free id; it holds ``session`` if one is named."""
+        self._seq += 1
+        # Unnamed agents use their id as session name (self-subscribe, watches);
+        # skip ids a restored watch session already holds.
+        while self._reserved(f"a{self._seq}"):
+            self._seq += 1
+        agent = Agent(
+            id=f"a{self._seq}",
+            role=role,
+            instruction=instruction,
+            route=route,
+            session=session,
+            warm=warm,
+            started_at=now,
+            turn_started_at=now,
+        )
+        self._agents[agent.id] = agent
+        if session is not None:
+            self._sessions[session] = agent.id
+        return agent
+
+    # -- sessions ---------------------------------------------------------------------
+
+    def session_agent(self, session: str) -> Agent | None:
+        """The agent that holds ``session`` now, if any."""
+        agent_id = self._sessions.get(session)
+        return self._agents[agent_id] if agent_id is not None else None
+
+    def name_session(self, agent: Agent) -> str:
+        """The agent's session, making its id its session name if it had none."""
+        if agent.session is None:
+            agent.session = agent.id
+            self._sessions[agent.id] = agent.id
+        return agent.session
+
+    def release_session(self, agent: Agent) -> bool:
+        """The agent no longer holds its session; False if it did not hold one."""
+        if agent.session is not None and self._sessions.get(agent.session) == agent.id:
+            del self._sessions[agent.session]
+            return True
+        return False

@@ -1,0 +1,65 @@
+"""Run the real ``agentd`` command and prove afterwards that no process it started survived it."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import psutil
+import trio
+
+from tests.e2e.agentd_proc import Agentd, run_agentd
+
+#: A whole run on this shared 2-core machine: interpreter and zygote start-up
+#: (~2 s under load) plus the seconds of virtual work each test asks for.
+RUN_TIMEOUT = 40.0
+
+
+def _descendants(pid: int) -> set[int]:
+    try:
+        return {p.pid for p in psutil.Process(pid).children(recursive=True)}
+    except psutil.NoSuchProcess:
+        return set()
+
+
+def _alive(pid: int) -> psutil.Process | None:
+    try:
+        p = psutil.Process(pid)
+        return None if p.status() == psutil.STATUS_ZOMBIE else p
+    except psutil.NoSuchProcess:
+        return None
+
+
+def assert_no_orphans(seen: set[int], tmp_path: Path) -> None:
+    """No process agentd started (seen while it ran), and none naming ``tmp_path``, is still alive."""
+    left = [p for p in (_alive(pid) for pid in sorted(seen)) if p is not None]
+    marker = str(tmp_path)
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if marker in cmd and p.pid not in seen and _alive(p.pid) is not None:
+            left.append(p)
+    described = [f"{p.pid}: {' '.join(p.cmdline())[:200]}" for p in left if _alive(p.pid) is not None]
+    assert not described, "processes outlived agentd:\n" + "\n".join(described)
+
+
+@asynccontextmanager
+async def supervised(
+    args: Sequence[str], tmp_path: Path, *, env: dict[str, str] | None = None
+) -> AsyncIterator[Agentd]:
+    """Run agentd; record its descendants on every telemetry line; afterwards assert none survived."""
+    seen: set[int] = set()
+    async with run_agentd(list(args), env=env) as a:
+
+        async def track() -> None:
+            while a.proc.returncode is None:
+                seen.update(_descendants(a.proc.pid))
+                await a._changed.wait()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(track)
+            try:
+                yield a
+            finally:
+                nursery.cancel_scope.cancel()
+    assert_no_orphans(seen, tmp_path)

@@ -1,0 +1,120 @@
+"""SessionJournals (component): commit, restore, compaction, end, and bad files next to good ones.
+
+Real files in ``tmp_path``; the reactor's view is a dict (agent id -> session, subscriptions).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agentd.selfmcp.protocol import MessageFrame
+from agentd.state import journal as jf
+from agentd.state.sessions import SessionJournals
+from tests.support.telemetry import RecordingTelemetry
+
+
+def _turn(i: int, size: int = 0) -> tuple[MessageFrame, ...]:
+    return (
+        MessageFrame(role="user", content=f"delivery {i}" + "x" * size),
+        MessageFrame(role="assistant", content=f"answer {i}"),
+    )
+
+
+def _store(tmp_path: Path, view: dict[str, tuple[str, tuple[tuple[str, str | None], ...]]], **kw: int):
+    telemetry = RecordingTelemetry()
+    store = SessionJournals(
+        tmp_path / "sessions", telemetry, max_tokens=kw.get("max_tokens", 100_000), lookup=view.get
+    )
+    store.scan()
+    return store, telemetry
+
+
+async def test_turns_committed_by_one_agent_are_resumed_by_the_next(tmp_path: Path) -> None:
+    view = {"a1": ("ops", (("memo://notes", "memo"),))}
+    store, _ = _store(tmp_path, view)
+    await store.commit("a1", _turn(0))
+    await store.commit("a1", _turn(1))
+    await store.commit("a9", _turn(9))  # no session: nothing written
+    store.close()
+    view2: dict[str, tuple[str, tuple[tuple[str, str | None], ...]]] = {}
+    again, telemetry = _store(tmp_path, view2)
+    assert again.resumable("ops") == (("memo://notes", "memo"),)
+    assert again.reserved("ops")
+    assert not again.reserved("a9")
+    history = await again.history("a2", "ops")
+    assert history == (*_turn(0), *_turn(1))
+    assert telemetry.find("journal.restored")[0]["turns"] == 2
+    # The resumed agent appends to the same file.
+    view2["a2"] = ("ops", ())  # the next run's reactor: a2 serves ops
+    await again.commit("a2", _turn(2))
+    assert jf.read(tmp_path / "sessions" / jf.file_name("ops")).turns == [_turn(0), _turn(1), _turn(2)]
+
+
+async def test_a_new_agent_for_a_session_replaces_a_stale_journal(tmp_path: Path) -> None:
+    view: dict[str, tuple[str, tuple[tuple[str, str | None], ...]]] = {"a1": ("ops", ())}
+    store, _ = _store(tmp_path, view)
+    await store.commit("a1", _turn(0))
+    view["a5"] = ("ops", ())
+    await store.commit("a5", _turn(5))  # a5 was not restored from it: a new conversation
+    assert jf.read(tmp_path / "sessions" / jf.file_name("ops")).turns == [_turn(5)]
+
+
+async def test_past_the_budget_the_oldest_turns_go_and_the_first_instruction_stays(tmp_path: Path) -> None:
+    store, telemetry = _store(tmp_path, {"a1": ("ops", ())}, max_tokens=1000)
+    for i in range(12):
+        await store.commit("a1", _turn(i, size=1000))  # ~250 tokens a turn
+    turns = jf.read(tmp_path / "sessions" / jf.file_name("ops")).turns
+    assert turns[0][0] == _turn(0, size=1000)[0]
+    assert turns[0][1].content == jf.COMPACTED_NOTE
+    assert turns[-1] == _turn(11, size=1000)
+    assert sum(jf.turn_tokens(t) for t in turns) <= 1000
+    assert telemetry.find("journal.compacted")
+
+
+async def test_end_removes_the_journal(tmp_path: Path) -> None:
+    store, _ = _store(tmp_path, {"a1": ("ops", ())})
+    await store.commit("a1", _turn(0))
+    store.end("ops")
+    assert not (tmp_path / "sessions" / jf.file_name("ops")).exists()
+    assert store.resumable("ops") is None
+
+
+async def test_a_corrupt_journal_is_moved_aside_keeping_its_prefix_and_others_restore(tmp_path: Path) -> None:
+    store, _ = _store(tmp_path, {"a1": ("ops", ()), "a2": ("other", ())})
+    await store.commit("a1", _turn(0))
+    await store.commit("a1", _turn(1))
+    await store.commit("a2", _turn(7))
+    store.close()
+    path = tmp_path / "sessions" / jf.file_name("ops")
+    data = bytearray(path.read_bytes())
+    data[-30] ^= 0xFF  # inside the last record: torn-looking, but make it mid-file by appending a record
+    path.write_bytes(bytes(data) + jf.encode(jf.TurnRecord(messages=_turn(2))))
+    foreign = tmp_path / "sessions" / jf.file_name("stranger")
+    foreign.write_text("not a journal at all\n")
+    again, telemetry = _store(tmp_path, {})
+    corrupt = {e["path"]: e for e in telemetry.find("journal.corrupt")}
+    assert set(corrupt) == {str(path), str(foreign)}
+    assert corrupt[str(path)]["kept_turns"] == 1
+    assert "checksum" in corrupt[str(path)]["error"]
+    assert await again.history("a3", "ops") == _turn(0)  # the good prefix
+    assert await again.history("a4", "other") == _turn(7)  # untouched
+    assert again.resumable("stranger") is None
+    moved = sorted(p.name for p in (tmp_path / "sessions").glob("*.corrupt-*"))
+    assert len(moved) == 2
+    assert (tmp_path / "sessions" / moved[[foreign.name in m for m in moved].index(True)]).read_text() == (
+        "not a journal at all\n"
+    )
+
+
+async def test_a_torn_tail_is_cut_and_reported(tmp_path: Path) -> None:
+    store, _ = _store(tmp_path, {"a1": ("ops", ())})
+    await store.commit("a1", _turn(0))
+    store.close()
+    path = tmp_path / "sessions" / jf.file_name("ops")
+    whole = path.stat().st_size
+    path.write_bytes(path.read_bytes() + jf.encode(jf.TurnRecord(messages=_turn(1)))[:25])
+    again, telemetry = _store(tmp_path, {})
+    (torn,) = telemetry.find("journal.torn")
+    assert (torn["session"], torn["dropped_bytes"], torn["turns"]) == ("ops", 25, 1)
+    assert path.stat().st_size == whole
+    assert await again.history("a2", "ops") == _turn(0)
