@@ -36,7 +36,7 @@ def _env(url: str, **extra: str) -> dict[str, str]:
 async def test_r1_refused_credentials_end_a_required_server_with_exit_6_and_no_secret(
     tmp_path: Path, allow_files: object
 ) -> None:
-    allow_files("oauth.log")  # type: ignore[operator]
+    allow_files("oauth.log", "state/.agentd.lock")  # type: ignore[operator]
     wrong = "wrong-secret-value-7f3a"
     async with oauth_servers(tmp_path) as servers, provider_server([]) as srv:
         config = _config(tmp_path, servers.url, servers.issuer)
@@ -55,7 +55,7 @@ async def test_r1_refused_credentials_end_a_required_server_with_exit_6_and_no_s
 async def test_r2_agentd_sigkilled_after_caching_a_token_restarts_without_a_new_one(
     tmp_path: Path, allow_files: object
 ) -> None:
-    allow_files("state/oauth/*.json", "oauth.log")  # type: ignore[operator]
+    allow_files("state/oauth/*.json", "state/.agentd.lock", "oauth.log")  # type: ignore[operator]
     async with (
         oauth_servers(tmp_path) as servers,
         provider_server(handler=lambda _r: openai_reply("ok")) as srv,

@@ -16,7 +16,7 @@ from pathlib import Path
 import trio
 
 from agentd.config import OAuthSpec, ServerSpec
-from agentd.supervisor.events import ServerState
+from agentd.events import ServerState
 from agentd.telemetry import NullTelemetry
 from agentd.upstream import Upstream
 from agentd.upstream.auth import auth_for, refresh_margin

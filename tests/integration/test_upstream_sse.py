@@ -20,7 +20,7 @@ import trio
 
 from agentd.config import ServerSpec
 from agentd.errors import UpstreamError
-from agentd.supervisor.events import ResourceChanged, ServerState, ServerStateChanged
+from agentd.events import ResourceChanged, ServerState, ServerStateChanged
 from agentd.telemetry import NullTelemetry
 from agentd.upstream import Upstream
 
