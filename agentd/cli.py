@@ -33,6 +33,7 @@ from agentd.config import (
     Settings,
     deprecations,
     effective_config,
+    ignored_keys,
     load_settings,
     missing_server_commands,
     server_secrets,
@@ -120,13 +121,29 @@ def build_parser(prog: str = "agentd") -> argparse.ArgumentParser:
         "--mcp-config",
         action="append",
         metavar="FILE",
-        help="mcpServers JSON file, as Claude Code/Desktop/Cursor write it (repeatable)",
+        help=(
+            "MCP server file as another client writes it: mcpServers JSON (Claude, Cursor, …), "
+            "VS Code's servers JSON or Codex's [mcp_servers] TOML (repeatable)"
+        ),
     )
     g.add_argument(
         "--require",
         action="append",
         metavar="NAME",
         help="mark a server required: its failure ends the run with exit 6 (repeatable)",
+    )
+    g.add_argument(
+        "--tool-timeout", metavar="DURATION", help="bound on one tool call (default 30s; per server: timeout)"
+    )
+    g.add_argument(
+        "--allowed-tools",
+        metavar="GLOBS",
+        help="offer only these tools, comma-separated globs over server__tool (e.g. 'files__read_*,memo__*')",
+    )
+    g.add_argument(
+        "--disallowed-tools",
+        metavar="GLOBS",
+        help="never offer these tools (comma-separated server__tool globs)",
     )
 
     g = p.add_argument_group("time")
@@ -187,7 +204,7 @@ def build_parser(prog: str = "agentd") -> argparse.ArgumentParser:
     g.add_argument(
         "--state-dir",
         metavar="DIR",
-        help="keep watch state and warm sessions' journals here across restarts (one agentd per DIR)",
+        help="keep watch state, warm sessions' journals and OAuth tokens here across restarts (one agentd per DIR)",
     )
     g.add_argument(
         "--session-max-tokens",
@@ -287,14 +304,12 @@ def _serve(argv: list[str]) -> int:
 def _launch_servers_early(settings: Settings) -> dict[str, Any]:
     """Start the stdio servers now, before the supervisor's imports (:mod:`agentd.prelaunch`).
 
-    Only once nothing left to check can refuse the run: the operator knobs
-    the supervisor validates itself (``AGENTD_RECONNECT_BACKOFF``,
-    ``AGENTD_TELEMETRY_BUFFER``) and the ``--watch-state`` lock are checked
-    before any server starts, so with those set the servers start later, as before.
+    Only once nothing left to check can refuse the run: every setting was
+    validated by the settings layers; the ``--watch-state`` lock is taken by
+    the supervisor before any server starts, so with it set the servers start
+    later, as before.
     """
-    if settings.watch_state is not None or any(
-        os.environ.get(var) for var in ("AGENTD_RECONNECT_BACKOFF", "AGENTD_TELEMETRY_BUFFER")
-    ):
+    if settings.watch_state is not None:
         return {}
     from agentd.prelaunch import launch
     from agentd.watches.limits import watch_limits
@@ -393,6 +408,8 @@ def _main(argv: Sequence[str]) -> int:
     register_secrets(server_secrets(settings))
     for old_name in deprecations(settings):
         print(f"agentd: {old_name.message()}", file=sys.stderr)
+    for key in ignored_keys(settings):
+        print(f"agentd: warning: {key}: not used by agentd; ignored", file=sys.stderr)
     if command == "check":
         return _check(settings, show_secrets=bool(getattr(ns, "show_secrets", False)))
     return _run(settings, closed_fds)
@@ -401,12 +418,6 @@ def _main(argv: Sequence[str]) -> int:
 def _check(settings: Settings, *, show_secrets: bool) -> int:
     """``agentd check``: what a run would refuse, then the effective config (redacted unless asked)."""
     problems: list[ConfigError] = []
-    try:
-        from agentd.supervisor.app import reconnect_backoff
-
-        reconnect_backoff(os.environ)
-    except ConfigError as exc:
-        problems.append(exc)
     for spec, problem in missing_server_commands(settings, os.environ):
         if spec.required:
             problems.append(problem)

@@ -31,12 +31,39 @@ from typing import Any
 INHERITED_ENV_VARS = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
 
 
+#: Passed on top of :data:`INHERITED_ENV_VARS`: a server behind a corporate proxy or a private
+#: CA needs them to reach the network (``npx``/``uvx`` fetch packages at start-up), and none of
+#: them is a credential agentd holds for itself. A server's own ``env`` overrides them.
+PASSED_ENV = (
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "ALL_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "all_proxy",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+    "PIP_CERT",
+    "UV_NATIVE_TLS",
+    "LANG",
+    "LC_ALL",
+    "TZ",
+)
+
+
 def server_environment(
-    extra: Mapping[str, str] | None, environ: Mapping[str, str] = os.environ
+    extra: Mapping[str, str] | None, environ: Mapping[str, str] | None = None
 ) -> dict[str, str]:
-    """A server's environment: the inherited safe variables, then its configured ``env``."""
+    """A server's environment: the inherited safe variables, the proxy and CA settings, then its ``env``."""
+    environ = os.environ if environ is None else environ
     env = {k: v for k in INHERITED_ENV_VARS if (v := environ.get(k)) is not None and not v.startswith("()")}
-    return env | dict(extra or {})
+    passed = {k: v for k in PASSED_ENV if (v := environ.get(k))}
+    return env | passed | dict(extra or {})
 
 
 class EarlyProcess:
@@ -134,4 +161,4 @@ class _Adopted:
         return self._popen.returncode
 
 
-__all__ = ["INHERITED_ENV_VARS", "EarlyProcess", "launch", "server_environment"]
+__all__ = ["INHERITED_ENV_VARS", "PASSED_ENV", "EarlyProcess", "launch", "server_environment"]

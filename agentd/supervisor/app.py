@@ -30,7 +30,7 @@ import sys
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -39,13 +39,12 @@ import trio
 
 from agentd.agent.zygote import PREWARM_MODELS_ENV, _rehearse
 from agentd.config import ProviderSpec, Settings, deprecations
-from agentd.durations import parse_size
 from agentd.errors import AgentdError, ConfigError
 from agentd.events import ReactorEvent, SignalReceived
 from agentd.exitcodes import ExitCode, TerminalStatus, code_for_status
 from agentd.health import raise_open_files_limit, reactor_probe, serve_health, serve_metrics
 from agentd.metrics import MetricsSnapshot
-from agentd.output import DEFAULT_OUTPUT_BUFFER, DEFAULT_TELEMETRY_BUFFER, LineWriter
+from agentd.output import DEFAULT_OUTPUT_BUFFER, LineWriter
 from agentd.redact import redact
 from agentd.sdnotify import Notifier
 from agentd.selfmcp.protocol import ProviderFrame, SpawnPayload, ToolSpecFrame
@@ -62,56 +61,17 @@ from agentd.supervisor.routes import build_router, make_clock, model_profiles, s
 from agentd.supervisor.sessionroutes import SessionRoutes
 from agentd.supervisor.tree import Tree
 from agentd.telemetry import Telemetry
+from agentd.toolpolicy import ToolPolicy
 from agentd.triggers import mode as modes
 from agentd.upstream import Upstream
+from agentd.upstream.auth import auth_for
 from agentd.watches.limits import WatchLimits
 from agentd.watches.manager import WatchManager, watch_limits
 from agentd.watches.state import claim
 
-
-def reconnect_backoff(env: Mapping[str, str] = os.environ) -> tuple[float, ...] | None:
-    """``AGENTD_RECONNECT_BACKOFF``: seconds before reconnect attempt 1, 2, … (comma-separated).
-
-    An operator knob (default 1, 2, 4, 8, 16 s); tests use it to fail fast.
-
-    Raises:
-        ConfigError: not a comma-separated list of non-negative seconds.
-    """
-    raw = env.get("AGENTD_RECONNECT_BACKOFF")
-    if raw is None:
-        return None
-    try:
-        values = tuple(float(v) for v in raw.split(","))
-    except ValueError:
-        values = ()
-    if not values or any(not (v >= 0) or v == float("inf") for v in values):
-        raise ConfigError("AGENTD_RECONNECT_BACKOFF", raw, "give comma-separated seconds, e.g. '1,2,4,8,16'")
-    return values
-
-
 #: How long agentd waits at exit for stderr and stdout to take what is still
 #: buffered; a stream nobody reads is then given up on (the exit code stands).
 EXIT_FLUSH_TIMEOUT = 5.0
-
-
-def telemetry_buffer(env: Mapping[str, str] = os.environ) -> int:
-    """``AGENTD_TELEMETRY_BUFFER``: bytes of telemetry held while stderr is slow or blocked.
-
-    An operator knob (default 8MiB); beyond it lines are dropped and counted.
-
-    Raises:
-        ConfigError: not a size of at least 1 KiB.
-    """
-    raw = env.get("AGENTD_TELEMETRY_BUFFER")
-    if raw is None or raw == "":
-        return DEFAULT_TELEMETRY_BUFFER
-    try:
-        size = parse_size(raw)
-    except ValueError:
-        size = -1
-    if size < 1024:
-        raise ConfigError("AGENTD_TELEMETRY_BUFFER", raw, "give a size of at least 1KiB, e.g. 8MiB")
-    return size
 
 
 def run(
@@ -140,9 +100,9 @@ def run(
 
 def _run(settings: Settings, closed_fds: frozenset[int], early_servers: dict[str, Any]) -> int:
     try:
-        backoff = reconnect_backoff()
+        backoff = settings.reconnect_backoff
         limits = watch_limits(settings.watches)
-        buffer = telemetry_buffer()
+        buffer = settings.telemetry_buffer
         # One agentd per --state-dir (rfcs/0210); watch state lives in it unless --watch-state says otherwise.
         state_dir = None
         if settings.state_dir is not None:
@@ -391,6 +351,8 @@ async def _main(
                 events,
                 telemetry,
                 max_read_bytes=settings.max_read_bytes,
+                tool_timeout=spec.timeout or settings.tool_timeout,
+                auth=auth_for(spec, state_dir=settings.state_dir),
                 early=(early_servers or {}).get(name),
                 **extra,
             )
@@ -403,14 +365,21 @@ async def _main(
             server_for=partial(server_for, upstreams),
             state_path=settings.watch_state,
             routes=staged,
+            # Filters follow the global and per-server tool policy (the hub holds the tool names).
+            tool_allowed=lambda server, tool: hub.policy_allows(server, tool),
         )
         # A once root cannot be woken later: no subscribe / watch_* tools for it.
         hub = SupervisorHub(
-            events=events, upstreams=upstreams, telemetry=telemetry, watches=watches, offer_wakeups=not once
+            events=events,
+            upstreams=upstreams,
+            telemetry=telemetry,
+            watches=watches,
+            policy=ToolPolicy.from_settings(settings),
+            offer_wakeups=not once,
         )
         tree = Tree(
             events=events,
-            serve_child=partial(serve_child, hub),
+            serve_child=partial(_serve_bound_child, hub),
             telemetry=telemetry,
             spawn_timeout=settings.spawn_timeout,
             # The zygote prepares these models' providers (TLS, prices, a cloud SDK) before forking.
@@ -441,12 +410,13 @@ async def _main(
 
         def spawn(agent: Agent) -> None:
             profile = route_profiles.get(agent.route or "", default_profile)
+            hub.bind(agent.id, agent.route)  # the route's tool policy (allowed/disallowed, read-only)
             payload = SpawnPayload(
                 agent=agent.id,
                 model=profile.model,
                 system=profile.system,
                 instruction=agent.instruction,
-                tools=tuple(ToolSpecFrame.model_construct(**spec) for spec in hub.tool_specs()),
+                tools=tuple(ToolSpecFrame.model_construct(**spec) for spec in hub.tool_specs(agent.id)),
                 model_timeout=settings.model_timeout,
                 max_turn_steps=settings.max_turn_steps,
                 model_settings=profile.model_settings,
@@ -606,6 +576,14 @@ def _provider_payload(name: str, spec: ProviderSpec) -> ProviderFrame:
         headers=dict(spec.headers),
         prices=spec.prices,
     )
+
+
+async def _serve_bound_child(hub: SupervisorHub, agent: str, stream: Any) -> None:
+    """Serve a child's self-MCP channel; then forget its route binding."""
+    try:
+        await serve_child(hub, agent, stream)
+    finally:
+        hub.release(agent)
 
 
 def _model_telemetry(settings: Settings, telemetry: Telemetry) -> None:

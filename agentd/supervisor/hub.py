@@ -44,6 +44,7 @@ from agentd.events import (
 from agentd.selfmcp.protocol import unknown_tool_text
 from agentd.selfmcp.server import text_result
 from agentd.telemetry import Telemetry
+from agentd.toolpolicy import ToolPolicy
 from agentd.tracing import active as active_tracing
 from agentd.upstream.connection import Upstream
 from agentd.upstream.naming import ToolNameMap
@@ -160,6 +161,7 @@ class SupervisorHub:
         upstreams: Mapping[str, Upstream],
         telemetry: Telemetry,
         watches: WatchManager | None = None,
+        policy: ToolPolicy | None = None,
         offer_wakeups: bool = True,
     ) -> None:
         self._events = events
@@ -167,39 +169,79 @@ class SupervisorHub:
         self.upstreams = upstreams
         self._telemetry = telemetry
         self.names = ToolNameMap()
-        self._tools: list[types.Tool] | None = None
-        self._tool_names: frozenset[str] = frozenset()
-        self._specs: list[dict[str, Any]] | None = None
+        self._policy = policy or ToolPolicy()
+        self._routes: dict[str, str] = {}
+        """Agent -> its route, for agents whose route narrows the tools (see :meth:`bind`)."""
+        self._all: list[tuple[types.Tool, str | None, str | None]] | None = None
+        self._catalogs: dict[
+            str | None, tuple[list[types.Tool], frozenset[str], list[dict[str, Any]] | None]
+        ] = {}
         self._tools_key: tuple[int, ...] = ()
         self.watches = watches
 
     # -- tools ----------------------------------------------------------------------
 
-    def tools_for(self, agent: str) -> list[types.Tool]:
+    def bind(self, agent: str, route: str | None) -> None:
+        """Record ``agent``'s route before it starts (its catalog follows the route's tool policy)."""
+        key = self._policy.scoped(route)
+        if key is not None:
+            self._routes[agent] = key
+
+    def policy_allows(self, server: str, tool: types.Tool) -> bool:
+        """Whether the global and per-server tool policy lets ``server``'s ``tool`` be used (watch filters)."""
+        hint = tool.annotations.read_only_hint if tool.annotations is not None else None
+        return self._policy.allows(
+            None, self.names.add(server, tool.name), server=server, tool=tool.name, read_only_hint=hint
+        )
+
+    def release(self, agent: str) -> None:
+        """Forget ``agent`` (its channel closed)."""
+        self._routes.pop(agent, None)
+
+    def _catalog(self, agent: str) -> tuple[list[types.Tool], frozenset[str], list[dict[str, Any]] | None]:
         # Rebuilt only when an upstream's tool list changed (a connection came
         # up late, reconnected, or announced tools/list_changed): every
         # connection bumps its ``tools_version`` when it refreshes its tools.
         key = tuple(getattr(up, "tools_version", 0) for up in self.upstreams.values())
-        if self._tools is None or key != self._tools_key:
-            tools = list(self._self_tools)
+        if self._all is None or key != self._tools_key:
+            every: list[tuple[types.Tool, str | None, str | None]] = [
+                (t, None, None) for t in self._self_tools
+            ]
             for server, up in self.upstreams.items():
                 for tool in getattr(up, "tools", None) or []:
                     name = self.names.add(server, tool.name)
-                    tools.append(tool.model_copy(update={"name": name}))
-            self._tools, self._tools_key, self._specs = tools, key, None
-            self._tool_names = frozenset(t.name for t in tools)
-        return self._tools
+                    every.append((tool.model_copy(update={"name": name}), server, tool.name))
+            self._all, self._tools_key, self._catalogs = every, key, {}
+        route = self._routes.get(agent)
+        found = self._catalogs.get(route)
+        if found is None:
+            tools = [
+                t
+                for t, server, own in self._all
+                if self._policy.allows(
+                    route,
+                    t.name,
+                    server=server,
+                    tool=own,
+                    read_only_hint=t.annotations.read_only_hint if t.annotations is not None else None,
+                )
+            ]
+            found = self._catalogs[route] = (tools, frozenset(t.name for t in tools), None)
+        return found
+
+    def tools_for(self, agent: str) -> list[types.Tool]:
+        """The tools ``agent`` is offered (its route's policy applied)."""
+        return self._catalog(agent)[0]
 
     def offers(self, agent: str, name: str) -> bool:
         """Whether ``name`` is a tool ``agent`` may call (an upstream tool or a self-tool)."""
-        self.tools_for(agent)
-        return name in self._tool_names
+        return name in self._catalog(agent)[1]
 
-    def tool_specs(self) -> list[dict[str, Any]]:
-        """The tools as the spawn payload carries them (for the model's tool list); cached per tool list."""
-        tools = self.tools_for("")
-        if self._specs is None:
-            self._specs = [
+    def tool_specs(self, agent: str = "") -> list[dict[str, Any]]:
+        """The tools as the spawn payload carries them (for the model's tool list); cached per catalog."""
+        tools, names, specs = self._catalog(agent)
+        if specs is None:
+            specs = [
                 {
                     "name": t.name,
                     "description": t.description or "",
@@ -207,7 +249,8 @@ class SupervisorHub:
                 }
                 for t in tools
             ]
-        return self._specs
+            self._catalogs[self._routes.get(agent)] = (tools, names, specs)
+        return specs
 
     # -- calls ----------------------------------------------------------------------
 

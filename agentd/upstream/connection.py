@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import anyio
+import httpx2
 import mcp_types as types
 import trio
 from mcp import Client
@@ -51,6 +52,7 @@ from agentd.events import (
     ServerStateChanged,
     SubscriptionStateChanged,
 )
+from agentd.limits import DEFAULT_MAX_READ_BYTES, DEFAULT_STARTUP_TIMEOUT, DEFAULT_TOOL_TIMEOUT
 from agentd.telemetry import Telemetry
 from agentd.upstream.backoff import (
     MAX_CONSECUTIVE_FAILURES,
@@ -74,18 +76,18 @@ __all__ = [
     "connect_all",
 ]
 
-REQUEST_TIMEOUT = 30.0
+REQUEST_TIMEOUT = DEFAULT_TOOL_TIMEOUT
 """Seconds one request (tool call, read, list, subscribe) may take. Measured round
 trips are under a millisecond; 30 s covers slow tools without letting a hung
 (e.g. SIGSTOPped) server block an agent turn for long."""
 
-INIT_TIMEOUT = 15.0
+INIT_TIMEOUT = DEFAULT_STARTUP_TIMEOUT
 """Seconds for spawn + handshake + first catalog fetch. A Python server connects in
 ~0.45 s here; ``npx``-launched servers can take several seconds on a cold cache."""
 
-MAX_READ_BYTES = 1024 * 1024
-"""Largest resource body (decoded bytes) handed to an agent (``--max-read-bytes``):
-bodies land in model context, where a megabyte is already far too much to read."""
+MAX_READ_BYTES = DEFAULT_MAX_READ_BYTES
+"""Largest resource body (decoded bytes) handed to an agent unless told otherwise: the
+``--max-read-bytes`` default (one definition, in :mod:`agentd.config`)."""
 
 STDERR_SETTLE = 0.5
 """Seconds to wait for a dead server's stderr to reach EOF before quoting its tail."""
@@ -115,6 +117,12 @@ class ServerSpecLike(Protocol):
     def headers(self) -> dict[str, str]: ...
     @property
     def required(self) -> bool: ...
+    @property
+    def transport(self) -> str | None: ...
+    @property
+    def timeout(self) -> float | None: ...
+    @property
+    def startup_timeout(self) -> float: ...
 
 
 @dataclass
@@ -177,8 +185,12 @@ class Upstream:
             selects stdio, ``url`` Streamable HTTP.
         events: where state changes, resource changes and catalog changes are posted.
         telemetry: NDJSON telemetry.
-        request_timeout: bound on every request, seconds.
-        init_timeout: bound on spawn + handshake + first catalog fetch, seconds.
+        request_timeout: bound on every request but tool calls, seconds.
+        tool_timeout: bound on one tool call, seconds (None: the spec's ``timeout``,
+            else ``request_timeout``).
+        init_timeout: bound on spawn + handshake + first catalog fetch, seconds (None:
+            the spec's ``startup_timeout``).
+        auth: authentication for an HTTP server's requests (see :mod:`agentd.upstream.auth`).
         max_read_bytes: largest resource body :meth:`read_resource` returns.
         backoff: seconds before reconnect attempt 1, 2, ... (tests pass short ones).
         resubscribe_backoff: seconds before re-opening a lost subscription, attempt 1, 2, ...
@@ -198,7 +210,9 @@ class Upstream:
         telemetry: Telemetry,
         *,
         request_timeout: float = REQUEST_TIMEOUT,
-        init_timeout: float = INIT_TIMEOUT,
+        tool_timeout: float | None = None,
+        init_timeout: float | None = None,
+        auth: httpx2.Auth | None = None,
         max_read_bytes: int = MAX_READ_BYTES,
         backoff: Sequence[float] = RECONNECT_BACKOFF,
         resubscribe_backoff: Sequence[float] = RESUBSCRIBE_BACKOFF,
@@ -217,7 +231,13 @@ class Upstream:
         self._events = events
         self._telemetry = telemetry
         self.request_timeout = request_timeout
-        self.init_timeout = init_timeout
+        self.tool_timeout = (
+            tool_timeout if tool_timeout is not None else getattr(spec, "timeout", None) or request_timeout
+        )
+        self.init_timeout = (
+            init_timeout if init_timeout is not None else getattr(spec, "startup_timeout", INIT_TIMEOUT)
+        )
+        self._auth = auth
         self.max_read_bytes = max_read_bytes
         self._backoff = tuple(backoff)
         self._resubscribe_backoff = tuple(resubscribe_backoff)
@@ -416,7 +436,13 @@ class Upstream:
                 early=early if early is not None and early.matches(spec.command, spec.args) else None,
             )
         assert spec.url is not None
-        return HttpTransport(self.name, spec.url, spec.headers)
+        return HttpTransport(
+            self.name,
+            spec.url,
+            spec.headers,
+            auth=self._auth,
+            sse=getattr(spec, "transport", None) == "sse",
+        )
 
     async def _connect_and_serve(self, task_status: trio.TaskStatus[None] | None, retry: int) -> None:
         """One connection: connect (bounded), serve until it drops. Raises _ConnectFailed if it never came up."""
@@ -916,14 +942,23 @@ class Upstream:
             raise ServerUnavailable(f"server {self.name!r} is {self.state.value}; cannot {what}{detail}")
         return conn
 
-    async def _bounded(self, what: str, conn: _Conn, op: Callable[[Client], Awaitable[_T]]) -> _T:
+    async def _bounded(
+        self,
+        what: str,
+        conn: _Conn,
+        op: Callable[[Client], Awaitable[_T]],
+        *,
+        timeout: float | None = None,
+        setting: str = "request_timeout",
+    ) -> _T:
+        bound = self.request_timeout if timeout is None else timeout
         try:
-            with trio.fail_after(self.request_timeout):
+            with trio.fail_after(bound):
                 return await op(conn.client)
         except (trio.TooSlowError, TimeoutError):
             raise UpstreamError(
-                f"server {self.name!r} did not answer {what} within {self.request_timeout:g}s "
-                "(request_timeout); it may be hung or overloaded"
+                f"server {self.name!r} did not answer {what} within {bound:g}s "
+                f"({setting}); it may be hung or overloaded"
             ) from None
         except MCPError as exc:
             if exc.code == types.CONNECTION_CLOSED or conn.lost.is_set():
@@ -944,7 +979,14 @@ class Upstream:
         """Call tool ``name`` (its upstream name, not namespaced); a tool error comes back as ``is_error``."""
         what = f"tools/call {name!r}"
         conn = self._require(what)
-        return await self._bounded(what, conn, lambda c: c.call_tool(name, arguments))
+        # The SDK's own per-request read timeout would cut a long call at request_timeout.
+        return await self._bounded(
+            what,
+            conn,
+            lambda c: c.call_tool(name, arguments, read_timeout_seconds=self.tool_timeout),
+            timeout=self.tool_timeout,
+            setting="tool_timeout, or the server's timeout",
+        )
 
     async def read_resource(self, uri: str) -> types.ReadResourceResult:
         """Read ``uri`` (never from a cache).

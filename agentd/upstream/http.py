@@ -1,12 +1,17 @@
-"""Streamable HTTP transport for upstream MCP servers, with loss detection.
+"""HTTP transports for upstream MCP servers (Streamable HTTP, legacy HTTP+SSE), with loss detection.
 
-Wraps the SDK's ``streamable_http_client`` with an ``httpx2`` client that
-carries the configured headers and watches every exchange, so agentd learns
-that the server went away even when the SDK would retry quietly:
+Wraps the SDK's ``streamable_http_client`` (or, for ``transport = "sse"``,
+its legacy ``sse_client``) with an ``httpx2`` client that carries the
+configured headers and authentication (a bearer token, or the OAuth client
+credentials provider of :mod:`agentd.upstream.auth`) and watches every
+exchange, so agentd learns that the server went away even when the SDK would
+retry quietly:
 
 * a connection-level failure (refused, reset, unreachable) on any request;
 * HTTP 404 for a request that carried an ``Mcp-Session-Id`` (the server
-  restarted and forgot the session: the client must start a new one).
+  restarted and forgot the session: the client must start a new one);
+* on the legacy transport, the end of the server's event stream (the
+  session lives on that one GET: when it ends, the session is gone).
 
 Either sets :attr:`HttpTransport.lost`; the connection owner then reconnects.
 The read timeout is disabled because listen streams and the server-push GET
@@ -18,9 +23,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any
 
 import httpx2
 import trio
+from mcp.client.sse import sse_client
 from mcp.client.streamable_http import MCP_SESSION_ID, streamable_http_client
 
 from agentd.redact import redact
@@ -52,25 +59,70 @@ class _Watch(httpx2.AsyncBaseTransport):
                 f"server {self._owner.server!r} no longer knows session "
                 f"{request.headers[MCP_SESSION_ID]!r} (HTTP 404): it restarted"
             )
+        if (
+            self._owner.sse
+            and request.method == "GET"
+            and response.status_code == 200
+            and "text/event-stream" in response.headers.get("content-type", "")
+        ):
+            return httpx2.Response(
+                response.status_code,
+                headers=response.headers,
+                stream=_EventStream(self._owner, response.stream),
+                request=request,
+                extensions=response.extensions,
+            )
         return response
 
     async def aclose(self) -> None:
         await self._inner.aclose()
 
 
+class _EventStream(httpx2.AsyncByteStream):
+    """The legacy transport's event stream: its end (or failure) means the session is gone."""
+
+    def __init__(self, owner: HttpTransport, inner: Any) -> None:
+        self._owner = owner
+        self._inner = inner
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._inner:
+                yield chunk
+        except httpx2.TransportError as exc:
+            self._owner.mark_lost(f"server {self._owner.server!r} event stream failed: {exc!r}")
+            raise
+        self._owner.mark_lost(f"server {self._owner.server!r} closed its event stream")
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
 class HttpTransport:
-    """An MCP ``Transport`` over Streamable HTTP.
+    """An MCP ``Transport`` over Streamable HTTP, or over legacy HTTP+SSE when ``sse``.
 
     Args:
         server: the server's configured name (for messages).
-        url: the MCP endpoint.
+        url: the MCP endpoint (for ``sse``: the event-stream endpoint, e.g. ``…/sse``).
         headers: sent with every request (e.g. ``Authorization``).
+        auth: authentication applied to every request (an OAuth provider).
+        sse: speak the legacy HTTP+SSE transport (the 2024-11-05 era).
     """
 
-    def __init__(self, server: str, url: str, headers: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        server: str,
+        url: str,
+        headers: Mapping[str, str] | None = None,
+        *,
+        auth: httpx2.Auth | None = None,
+        sse: bool = False,
+    ) -> None:
         self.server = server
         self.url = url
         self.headers = dict(headers or {})
+        self.auth = auth
+        self.sse = sse
         self.lost = trio.Event()
         """Set when the server went away (see the module docstring)."""
         self.lost_reason: str | None = None
@@ -90,13 +142,23 @@ class HttpTransport:
         assert self._ctx is not None
         return await self._ctx.__aexit__(*exc)  # type: ignore[arg-type]
 
+    def _client(self, *_args: object, **_kwargs: object) -> httpx2.AsyncClient:
+        # The SDK's factory arguments (its 300 s read timeout) are not used: see the module docstring.
+        return httpx2.AsyncClient(
+            headers=self.headers,
+            auth=self.auth,
+            timeout=httpx2.Timeout(CONNECT_TIMEOUT, read=None),
+            transport=_Watch(self, httpx2.AsyncHTTPTransport()),
+        )
+
     @asynccontextmanager
     async def _run(self) -> AsyncIterator[tuple[object, object]]:
-        timeout = httpx2.Timeout(CONNECT_TIMEOUT, read=None)
+        if self.sse:
+            async with sse_client(self.url, httpx_client_factory=self._client) as streams:
+                yield streams
+            return
         async with (
-            httpx2.AsyncClient(
-                headers=self.headers, timeout=timeout, transport=_Watch(self, httpx2.AsyncHTTPTransport())
-            ) as client,
+            self._client() as client,
             streamable_http_client(self.url, http_client=client) as streams,
         ):
             yield streams

@@ -40,20 +40,21 @@ import anyio
 import mcp_types as types
 import trio
 from anyio.streams.memory import MemoryObjectSendStream
-from mcp.client.stdio import get_default_environment
 from mcp.shared.dispatcher import coerce_request_id
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
-from agentd.prelaunch import EarlyProcess
+from agentd.prelaunch import PASSED_ENV, EarlyProcess, server_environment
 from agentd.telemetry import Telemetry
 
 __all__ = [
     "EXIT_GRACE",
     "MAX_LINE_BYTES",
+    "PASSED_ENV",
     "STDERR_TAIL_BYTES",
     "TERM_GRACE",
     "StdioTransport",
+    "server_environment",
 ]
 
 EXIT_GRACE = 2.0
@@ -112,7 +113,8 @@ class StdioTransport:
         server: the server's configured name (for messages).
         command: the executable.
         args: its arguments.
-        env: variables added over a minimal inherited environment (HOME, PATH, ...).
+        env: variables added over a minimal inherited environment (HOME, PATH, ...) and the
+            proxy and CA settings (:data:`PASSED_ENV`).
         cwd: working directory, or ``None`` for the supervisor's.
         telemetry: where skipped stdout lines are reported.
         max_line_bytes: cap on one stdout line.
@@ -176,7 +178,7 @@ class StdioTransport:
 
     @asynccontextmanager
     async def _run(self) -> AsyncIterator[tuple[object, object]]:
-        env = get_default_environment() | self.env
+        env = server_environment(self.env)
         early, self._early = self._early, None
         try:
             process = (

@@ -133,14 +133,5 @@ def watch_limits(config: Any) -> WatchLimits:
     Raises:
         ConfigError: a combination the stage cannot run with (names the setting and the fix).
     """
-    return WatchLimits(
-        max_watches=config.max_watches,
-        filter_time_secs=float(config.filter_timeout),
-        filter_tool_calls=config.filter_tool_calls,
-        events_per_update=config.events_per_update,
-        lines_per_notice=config.notice_lines,
-        debounce_quiet_secs=float(config.debounce),
-        debounce_max_secs=float(config.max_wait),
-        # The upstream connections do the resubscribing, with these attempts and delays.
-        resubscribe_attempts=config.resubscribe_attempts,
-    )
+    limits: WatchLimits = config.limits()  # the settings face of WatchLimits builds them
+    return limits

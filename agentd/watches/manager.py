@@ -236,8 +236,11 @@ class WatchManager:
         state_path: Path | None = None,
         pool: FilterPool | None = None,
         routes: Iterable[StagedRoute] = (),
+        tool_allowed: Callable[[str, Any], bool] | None = None,
     ) -> None:
         self.upstreams = upstreams
+        self._tool_allowed = tool_allowed
+        """The tool policy (server, tool) -> offered; a filter never reaches a tool agents are denied."""
         self._events = events
         self._telemetry = telemetry
         self.limits = limits or WatchLimits()
@@ -501,7 +504,8 @@ class WatchManager:
             for tool in getattr(up, "tools", None) or []:
                 exposed = namespaced(server, tool.name)
                 annotations = getattr(tool, "annotations", None)
-                if annotations is not None and annotations.read_only_hint is True:
+                allowed = self._tool_allowed is None or self._tool_allowed(server, tool)
+                if allowed and annotations is not None and annotations.read_only_hint is True:
                     catalog[exposed] = self._sync_call(self._tool_caller(server, tool.name))
                 else:
                     denied.add(exposed)

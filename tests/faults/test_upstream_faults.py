@@ -243,10 +243,11 @@ async def test_02_stopped_server_times_out_without_hanging_the_reactor_or_other_
             assert not of(a, "tool.call", server="frozen")  # the call was still hanging meanwhile
             frozen = await a.wait_event("tool.call", when(server="frozen"), timeout=45)
             assert frozen["error"] == (
-                "server 'frozen' did not answer tools/call 'get_note' within 30s (request_timeout); "
+                "server 'frozen' did not answer tools/call 'get_note' within 30s "
+                "(tool_timeout, or the server's timeout); "
                 "it may be hung or overloaded"
             )
-            assert 30_000 <= frozen["latency_ms"] < 35_000  # bounded by request_timeout, not a hang
+            assert 30_000 <= frozen["latency_ms"] < 35_000  # bounded by tool_timeout, not a hang
             assert await a.wait_exit() == ExitCode.OK
         finally:
             with _gone_ok():

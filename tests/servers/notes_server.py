@@ -25,7 +25,7 @@ first request arrives), ``--crash-after S`` (``os._exit(3)`` after S seconds),
 sleeping grandchild that inherits stdout, to test process-group teardown; its
 pid is written to ``<state>.grandchild``).
 
-Transports: ``--transport stdio`` (default) or ``--transport http --fd N``
+Transports: ``--transport stdio`` (default), ``--transport http --fd N`` or ``--transport sse --fd N``
 (serve Streamable HTTP on an inherited, already-listening socket: the test owns
 the port, so a restart needs no readiness probe).
 """
@@ -239,7 +239,8 @@ async def serve_http(mcp: MCPServer[Any], args: argparse.Namespace) -> None:
     import uvicorn
 
     sock = socket.socket(fileno=args.fd)
-    app = mcp.streamable_http_app()
+    # --transport sse: the legacy HTTP+SSE transport (GET /sse, POST /messages/).
+    app = mcp.sse_app() if args.transport == "sse" else mcp.streamable_http_app()
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
     await server.serve(sockets=[sock])
 
@@ -274,8 +275,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--era", choices=["modern", "legacy"], default="modern")
     parser.add_argument("--state", required=True, help="JSON file holding the notes (created if missing)")
-    parser.add_argument("--transport", choices=["stdio", "http"], default="stdio")
-    parser.add_argument("--fd", type=int, help="listening socket fd for --transport http")
+    parser.add_argument("--transport", choices=["stdio", "http", "sse"], default="stdio")
+    parser.add_argument("--fd", type=int, help="listening socket fd for --transport http/sse")
     parser.add_argument("--exit-during-init", action="store_true")
     parser.add_argument("--crash-after", type=float)
     parser.add_argument("--garbage-at-start", type=int, default=0)

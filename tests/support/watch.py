@@ -35,6 +35,9 @@ class Spec:
     url: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
     required: bool = False
+    transport: str | None = None
+    timeout: float | None = None
+    startup_timeout: float = 15.0
 
 
 def server_args(control: Path, *extra: str) -> list[str]:

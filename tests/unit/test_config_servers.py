@@ -85,15 +85,15 @@ def test_mcp_json_expands_env_references() -> None:
     ("doc", "message"),
     [
         ("{not json", r"^m\.json: '\{not json' is not valid: not valid JSON"),
-        ('{"servers": {}}', r'expected a JSON object with an "mcpServers" object'),
+        ('{"other": {}}', r'expected a JSON object with an "mcpServers" object .* or a "servers" object'),
         (
             '{"mcpServers": {"a": {"command": "x"}, "a": {"command": "y"}}}',
             r"mcpServers\.a: 'a' is not valid: defined twice in this file",
         ),
         ('{"mcpServers": {"a": "x"}}', r"mcpServers\.a: 'x' is not valid: each server is an object"),
         (
-            '{"mcpServers": {"a": {"type": "sse", "url": "http://h/x"}}}',
-            r"mcpServers\.a\.type: 'sse' is not valid: use stdio, http or streamable-http",
+            '{"mcpServers": {"a": {"type": "websocket", "url": "http://h/x"}}}',
+            r"mcpServers\.a\.type: 'websocket' is not valid: use stdio, http, streamable-http or sse",
         ),
         ('{"mcpServers": {"a": {"type": "http", "command": "x"}}}', r"a http server needs 'url'"),
         (
@@ -107,7 +107,7 @@ def test_mcp_json_expands_env_references() -> None:
         ),
         (
             '{"mcpServers": {"a": {"command": "x", "headers": {"A": "b"}}}}',
-            r"headers apply to url servers only",
+            r"headers is for url servers only",
         ),
         (
             '{"mcpServers": {"a": {"url": "http://h/x", "args": ["y"]}}}',
@@ -195,7 +195,7 @@ def test_server_flag_errors(tmp_path: Path) -> None:
         load(tmp_path, mcp_stdio=["a=cmd"], require=["ghost"])
     with pytest.raises(
         ConfigError,
-        match=r"^--mcp-config: '/nonexistent\.json' is not valid: cannot read the mcpServers file",
+        match=r"^--mcp-config: '/nonexistent\.json' is not valid: cannot read the MCP server file",
     ):
         load(tmp_path, mcp_config=["/nonexistent.json"])
     with pytest.raises(ConfigError, match=r"^AGENTD_SERVERS: '\{' is not valid: not valid JSON"):

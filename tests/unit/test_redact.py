@@ -164,7 +164,7 @@ def test_ordinary_text_is_unchanged() -> None:
     for text in (
         "subagent.spawn agent a-3 role spawn route notes",
         "memo://notes",
-        "server 'memo' did not answer tools/call 'get_note' within 30s (request_timeout)",
+        "server 'memo' did not answer tools/call 'get_note' within 30s (tool_timeout, or the server's timeout)",
         "--max-tokens: 'x' is not valid: must be a whole number ≥ 1",
         "MODIFIED key=todo new=milk",
         "export OPENAI_API_KEY=..., or point the base URL at a server that needs none",

@@ -1,0 +1,114 @@
+"""agentd's settings: four layers, one validated, frozen :class:`Settings`.
+
+Layers, lowest to highest precedence::
+
+    built-in defaults  <  TOML file (--config FILE)  <  environment (AGENTD_…)  <  flags
+
+Each scalar setting is taken from the highest layer that sets it; the
+``[watches]`` table merges key by key. MCP servers are the exception: they are
+the *union* of every source (``[servers.NAME]`` tables, ``mcp_config`` /
+``--mcp-config`` / ``AGENTD_MCP_CONFIG`` files in the ``mcpServers`` JSON
+format, ``AGENTD_SERVERS``, ``--mcp-stdio``, ``--mcp-http``) and a name defined
+twice is an error that names both sources (see ``rfcs/0031``).
+
+Everything is validated before anything happens: no process is started, no
+file written, no socket opened. Reading files the user named (the config
+file, ``@FILE`` instructions, ``mcpServers`` JSON) is the only I/O. Every
+problem becomes a :class:`~agentd.errors.ConfigError` whose ``setting`` is
+spelled the way the user wrote it (``--max-steps``, ``AGENTD_MAX_STEPS`` or
+``agentd.toml: max_steps``); several problems are raised together as
+:class:`ConfigErrors`, one line each.
+
+Entry points: :func:`load_settings` (used by the CLI and by tests) and
+:func:`effective_config` (the redacted view ``agentd check`` prints).
+
+The package's private modules, from the bottom up: ``_vocab`` (the closed
+value sets and defaults, each defined once), ``_problems`` (collected
+problems), ``_values`` (value parsers), ``_models`` (servers, routes,
+providers, watches), ``_sources`` (the layers and how a setting is spelled in
+a message), ``_rules`` (the rules between settings, per mode),
+``_settings`` (:class:`Settings`), ``_clients`` and ``_servers`` (the server
+files other MCP clients write, and the union of every server source),
+``_flags`` (``--route`` / ``--subscribe``), ``_load`` and ``_redaction``.
+This module only re-exports.
+"""
+
+from __future__ import annotations
+
+from agentd.config._flags import parse_route_spec, parse_subscription
+from agentd.config._load import deprecations, ignored_keys, load_settings
+from agentd.config._models import (
+    ModelSettingsConfig,
+    OAuthSpec,
+    ProviderSpec,
+    RouteConfig,
+    ServerSpec,
+    SubscriptionSpec,
+    WatchesConfig,
+)
+from agentd.config._problems import ConfigErrors
+from agentd.config._redaction import effective_config, server_secrets
+from agentd.config._rules import route_model_settings
+from agentd.config._servers import (
+    missing_server_commands,
+    parse_codex_toml,
+    parse_mcp_servers_json,
+    parse_server_file,
+)
+from agentd.config._settings import Settings
+from agentd.config._sources import Deprecation
+from agentd.config._vocab import (
+    DEFAULT_MAX_READ_BYTES,
+    DEFAULT_STARTUP_TIMEOUT,
+    DEFAULT_TOOL_TIMEOUT,
+    SERVER_NAME_RE,
+    Disposition,
+    Extract,
+    LogFormat,
+    LogLevel,
+    Mode,
+    OutputFormat,
+    Overflow,
+    SessionKind,
+    ToolScope,
+    Transport,
+)
+
+__all__ = [
+    "DEFAULT_MAX_READ_BYTES",
+    "DEFAULT_STARTUP_TIMEOUT",
+    "DEFAULT_TOOL_TIMEOUT",
+    "SERVER_NAME_RE",
+    "ConfigErrors",
+    "Deprecation",
+    "Disposition",
+    "Extract",
+    "LogFormat",
+    "LogLevel",
+    "Mode",
+    "ModelSettingsConfig",
+    "OAuthSpec",
+    "OutputFormat",
+    "Overflow",
+    "ProviderSpec",
+    "RouteConfig",
+    "ServerSpec",
+    "SessionKind",
+    "Settings",
+    "SubscriptionSpec",
+    "ToolScope",
+    "Transport",
+    "WatchesConfig",
+    "deprecations",
+    "effective_config",
+    "ignored_keys",
+    "load_settings",
+    "missing_server_commands",
+    "parse_codex_toml",
+    "parse_mcp_servers_json",
+    "parse_route_spec",
+    "parse_server_file",
+    "parse_subscription",
+    "route_model_settings",
+    "server_secrets",
+]

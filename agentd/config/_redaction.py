@@ -1,0 +1,81 @@
+"""What ``agentd check`` prints: the effective settings with every credential hidden."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from agentd.redact import REDACTED, redact, secret_values, secrets_in
+
+if TYPE_CHECKING:
+    from agentd.config._settings import Settings
+
+
+def server_secrets(settings: Settings, env: Mapping[str, str] | None = None) -> list[str]:
+    """Values of the servers' settings that are credentials: to hide wherever they appear.
+
+    Every ``headers`` value (and the credential in ``Bearer …``), each ``env``
+    value whose name looks like a credential and the credentials inside the
+    others (``DATABASE_URL=postgres://u:pw@…``), the values of credential
+    flags in ``args`` (``-k VALUE``, ``--token=VALUE``), the credentials in
+    a server URL (userinfo, secret query parameters), an OAuth client secret,
+    and the values of the variables ``bearer_token_env`` and
+    ``oauth.client_secret_env`` name (read from ``env``, ``os.environ`` by
+    default), whatever those variables are called.
+    The CLI registers them (:func:`agentd.redact.register_secrets`) so that
+    no error or event can print them; ``agentd check`` hides them too.
+    """
+    env = os.environ if env is None else env
+    found: list[str] = []
+    for spec in settings.servers.values():
+        named = [spec.bearer_token_env]
+        if spec.oauth is not None:
+            named.append(spec.oauth.client_secret_env)
+            if spec.oauth.client_secret:
+                found.append(spec.oauth.client_secret)
+        found += [env[v] for v in named if v is not None and env.get(v)]
+        found += [v for v in spec.headers.values() if v]
+        for v in spec.headers.values():
+            found += secrets_in(v)
+        found += secret_values(spec.env)
+        found += secrets_in(spec.args)
+        if spec.url is not None:
+            found += secrets_in(spec.url)
+    for provider in settings.providers.values():  # [providers.NAME] headers and URLs, the same way
+        found += [v for v in provider.headers.values() if v]
+        for v in provider.headers.values():
+            found += secrets_in(v)
+        found += secrets_in(provider.base_url)
+    return found
+
+
+def effective_config(
+    settings: Settings, env: Mapping[str, str] | None = None, *, show_secrets: bool = False
+) -> dict[str, Any]:
+    """The settings as a JSON-ready dict, with every credential replaced by ``***``.
+
+    Server ``env`` and ``headers`` show their keys only (every value is
+    ``***``); everything else goes through :func:`agentd.redact.redact`
+    (credential flags in ``args``, URL userinfo, secret query parameters,
+    token shapes), and any string containing the value of a credential-named
+    variable in ``env`` (``OPENAI_API_KEY`` …) or a server credential has
+    that value replaced, wherever it appears.
+
+    Args:
+        settings: the validated settings.
+        env: the environment the credentials are read from (``os.environ`` by default).
+        show_secrets: show everything as configured (``agentd check --show-secrets``).
+    """
+    env = os.environ if env is None else env
+    data: dict[str, Any] = settings.model_dump(mode="json")
+    if show_secrets:
+        return data
+    known = secret_values(env) + server_secrets(settings, env)
+    for server in data["servers"].values():
+        for table in ("env", "headers"):
+            server[table] = dict.fromkeys(server[table], REDACTED)
+    for provider in data["providers"].values():
+        provider["headers"] = dict.fromkeys(provider["headers"], REDACTED)
+    redacted: dict[str, Any] = redact(data, extra=sorted(set(known), key=len, reverse=True))
+    return redacted

@@ -1,0 +1,175 @@
+"""Value parsers and checks shared by the settings models (durations, counts, paths, addresses, models)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agentd.config._vocab import _ADDR_RE, MAX_TEXT_FILE_BYTES, MODEL_FORMS, MODEL_PREFIXES
+from agentd.durations import parse_duration
+from agentd.errors import ConfigError
+
+if TYPE_CHECKING:
+    from agentd.config._models import ProviderSpec
+
+
+def _duration(value: object, *, positive: bool = False) -> float:
+    seconds = parse_duration(value)  # type: ignore[arg-type]  # it rejects non-str/num itself
+    if positive and seconds == 0:
+        raise ValueError("must be greater than zero; write e.g. 250ms, 30s, 5m or 1h")
+    return seconds
+
+
+def _integer(value: object, *, minimum: int) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"must be a whole number ≥ {minimum}, not a boolean")
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, str) and re.fullmatch(r"\s*[+-]?[0-9]+\s*", value):
+        value = int(value)
+    if not isinstance(value, int):
+        raise ValueError(f"must be a whole number ≥ {minimum}")
+    if value < minimum:
+        raise ValueError(f"must be a whole number ≥ {minimum}")
+    return value
+
+
+def _expand_user(path: Path) -> Path:
+    """``~`` and ``~user`` expanded; a path naming an unknown user stays as written."""
+    try:
+        return path.expanduser()
+    except RuntimeError:
+        return path
+
+
+def _read_at_file(value: str, what: str) -> str:
+    """``@FILE`` reads the file; ``@@text`` is the literal ``@text``; anything else is itself."""
+    if value.startswith("@@"):
+        return value[1:]
+    if not value.startswith("@"):
+        return value
+    if "\x00" in value:
+        raise ValueError("a file path cannot contain a NUL character")
+    path = _expand_user(Path(value[1:]))
+    try:
+        with path.open("rb") as f:
+            data = f.read(MAX_TEXT_FILE_BYTES + 1)
+        if len(data) > MAX_TEXT_FILE_BYTES:
+            raise ValueError(
+                f"the {what} file {str(path)!r} is larger than {MAX_TEXT_FILE_BYTES} bytes; shorten it"
+            )
+        return data.decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        raise ValueError(
+            f"cannot read the {what} file {str(path)!r} ({reason}); fix the path, "
+            f"or write @@ to start literal text with @"
+        ) from None
+
+
+def _check_addr(value: str) -> str:
+    m = _ADDR_RE.fullmatch(value.strip())
+    if m is None or int(m.group("port")) > 65535:
+        raise ValueError("write HOST:PORT, e.g. 0.0.0.0:8080, 127.0.0.1:9090 or [::1]:9090 (port 0-65535)")
+    return value.strip()
+
+
+def _cron_error(expr: str) -> str | None:
+    """The reason ``expr`` is not a valid cron expression, or None.
+
+    Uses :func:`agentd.triggers.timer.validate_cron` when that module exists
+    (it is the authority: the same code computes next fires), else croniter
+    with a five-field check.
+    """
+    try:
+        from agentd.triggers.timer import validate_cron
+    except ImportError as exc:
+        if exc.name != "agentd.triggers.timer":
+            raise
+    else:
+        return validate_cron(expr)
+    from croniter import croniter
+
+    forms = "write 5 UTC fields: minute hour day-of-month month day-of-week (e.g. '*/15 * * * *')"
+    text = expr.strip()
+    if text.startswith("@"):
+        return (
+            None
+            if croniter.is_valid(text)
+            else f"unknown cron alias; use @hourly, @daily, @weekly or {forms}"
+        )
+    fields = text.split()
+    if len(fields) != 5:
+        return f"a cron expression has 5 fields, this one has {len(fields)}; {forms}"
+    if not croniter.is_valid(text):
+        return f"a field is out of range or malformed; {forms}"
+    return None
+
+
+def _model_error(
+    spec: str, env: Mapping[str, str], providers: Mapping[str, ProviderSpec] | None = None
+) -> ConfigError | None:
+    prefix, sep, rest = spec.partition(":")
+    if not sep or not rest.strip():
+        return ConfigError("model", spec, f"write {MODEL_FORMS}")
+    if prefix not in MODEL_PREFIXES and prefix not in (providers or {}):
+        from agentd.models import parse_model_spec
+
+        try:  # its message suggests the closest provider name
+            parse_model_spec(spec, _provider_configs(providers or {}))
+        except ConfigError as exc:
+            return exc
+        return ConfigError("model", spec, f"write {MODEL_FORMS}")
+    if prefix == "script" and not _expand_user(Path(rest)).is_file():
+        return ConfigError(
+            "model", spec, f"the script file {rest!r} does not exist; give the path of a model script"
+        )
+    try:
+        from agentd.models import validate_model_spec
+    except ImportError as exc:
+        if exc.name != "agentd.models":
+            raise
+        return None
+    try:
+        validate_model_spec(spec, env=env, providers=_provider_configs(providers or {}))
+    except ConfigError as exc:
+        return exc
+    return None
+
+
+def _provider_configs(providers: Mapping[str, ProviderSpec]) -> dict[str, Any]:
+    """The ``[providers.NAME]`` tables as the model factory takes them."""
+    from agentd.models import ProviderConfig
+
+    return {
+        name: ProviderConfig(
+            name=name,
+            base_url=p.base_url,
+            api=p.api,
+            api_key_env=p.api_key_env,
+            headers=dict(p.headers),
+            prices=p.prices,
+        )
+        for name, p in providers.items()
+    }
+
+
+def _check_tool_glob(pattern: str) -> None:
+    """Raise ValueError (the fix) if ``pattern`` is not a tool-name glob."""
+    if not isinstance(pattern, str) or not re.fullmatch(r"[A-Za-z0-9_./*?\[\]!-]{1,160}", pattern):
+        raise ValueError(
+            f"{pattern!r} is not a tool glob: write tool names or globs of letters, digits, '_', '-', "
+            "'*' and '?', e.g. 'files__read_*' or 'memo__*'"
+        )
+
+
+def _check_glob(pattern: str) -> None:
+    """Raise ValueError (the fix) if ``pattern`` does not compile as a route/subscription glob."""
+    from agentd.triggers.glob import compile_glob
+
+    try:
+        compile_glob(pattern)
+    except ValueError as exc:
+        raise ValueError(str(exc).removeprefix("route match: ")) from None

@@ -1,0 +1,293 @@
+"""Credentials for remote MCP servers: a bearer token from the environment, or OAuth client credentials.
+
+:func:`auth_for` turns a server's settings into what its HTTP client sends:
+
+* ``bearer_token_env = "VAR"`` -> ``Authorization: Bearer $VAR`` on every request;
+* ``[servers.NAME.oauth]`` -> the SDK's OAuth 2.1 client-credentials provider
+  (:class:`mcp.client.auth.extensions.client_credentials.ClientCredentialsOAuthProvider`):
+  on the first 401 it discovers the resource server's metadata and its
+  authorization server (which must be the configured ``issuer``), asks for a
+  token with the client id and secret, and retries the request.
+
+agentd adds two things the SDK leaves to its caller:
+
+* **A token cache** in the state directory (``STATE_DIR/oauth/SERVER.json``,
+  mode 0600, written atomically), holding the token and its absolute expiry,
+  bound to the server URL, issuer and client id it was issued for: a restart
+  reuses a live token instead of asking again. Without a state directory the
+  token is kept in memory only.
+* **Refresh before expiry**: a token is treated as expired
+  :func:`refresh_margin` seconds early; the next request then fetches a new
+  one first (client credentials have no refresh token: the grant is simply
+  repeated), so no request is sent with a token about to lapse.
+
+The SDK hooks used here (``_initialize``, ``_handle_token_response``,
+``_auth_flow``, ``_exchange_token_client_credentials`` and the ``context``
+fields) are not public API; they are used only in this module, and
+``tests/integration/test_upstream_oauth.py`` exercises every one of them
+against a real authorization server, so an SDK release that changes them
+fails that test.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import AsyncGenerator, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+import anyio.to_thread
+import httpx2
+from mcp.client.auth import OAuthTokenError
+from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
+from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
+
+__all__ = ["TokenCache", "auth_for", "refresh_margin"]
+
+MAX_REFRESH_MARGIN = 60.0
+"""Seconds before expiry at which a token is replaced: a minute covers clock skew between
+agentd and the authorization server and a slow token request."""
+
+
+def refresh_margin(lifetime: float) -> float:
+    """How early a token of ``lifetime`` seconds is replaced: a tenth of it, at most a minute."""
+    return min(MAX_REFRESH_MARGIN, max(0.0, lifetime) / 10)
+
+
+class OAuthLike(Protocol):
+    """What :func:`auth_for` needs from ``agentd.config.OAuthSpec``."""
+
+    @property
+    def client_id(self) -> str: ...
+    @property
+    def client_secret(self) -> str | None: ...
+    @property
+    def client_secret_env(self) -> str | None: ...
+    @property
+    def issuer(self) -> str: ...
+    @property
+    def scope(self) -> str | None: ...
+    @property
+    def token_endpoint_auth_method(self) -> Any: ...
+
+
+class AuthSpecLike(Protocol):
+    """What :func:`auth_for` needs from ``agentd.config.ServerSpec``."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def url(self) -> str | None: ...
+    @property
+    def bearer_token_env(self) -> str | None: ...
+    @property
+    def oauth(self) -> OAuthLike | None: ...
+
+
+class TokenCache:
+    """The SDK's ``TokenStorage`` over one JSON file (or memory when ``path`` is None).
+
+    Args:
+        path: the cache file; its folder is created (mode 0700) on first write.
+        binding: what the token was issued for (URL, issuer, client id): a file
+            written for another binding is ignored.
+    """
+
+    def __init__(self, path: Path | None, binding: str) -> None:
+        self.path = path
+        self._binding = binding
+        self._token: OAuthToken | None = None
+        self._expires_at: float | None = None
+        self._client: OAuthClientInformationFull | None = None
+        self.loaded = False
+        self.write_error: str | None = None
+        """Why the last token could not be written (it is kept in memory)."""
+
+    @property
+    def expires_at(self) -> float | None:
+        """Absolute (wall-clock) expiry of the held token, if it has one."""
+        return self._expires_at
+
+    async def get_tokens(self) -> OAuthToken | None:
+        if not self.loaded:
+            self.loaded = True
+            if self.path is not None:
+                await anyio.to_thread.run_sync(self._load)
+        if self._token is None:
+            return None
+        if self._expires_at is not None:
+            # The SDK counts expires_in from when it reads it: hand it what is left.
+            left = self._expires_at - time.time()
+            return self._token.model_copy(update={"expires_in": max(0, int(left))})
+        return self._token
+
+    async def set_tokens(self, tokens: OAuthToken) -> None:
+        self._token = tokens
+        self._expires_at = None if tokens.expires_in is None else time.time() + tokens.expires_in
+        if self.path is not None:
+            try:
+                await anyio.to_thread.run_sync(self._save)
+            except OSError as exc:
+                # A full or read-only state directory costs a token request at the next
+                # start, never the connection: the token stays in memory.
+                self.write_error = f"cannot cache the token in {self.path}: {exc.strerror or exc}"
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        return self._client
+
+    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+        self._client = client_info  # fixed by configuration: never written to disk
+
+    def _load(self) -> None:
+        assert self.path is not None
+        try:
+            doc = json.loads(self.path.read_text(encoding="utf-8"))
+            if doc.get("binding") != self._binding:
+                return
+            token = OAuthToken.model_validate(doc["token"])
+            expires_at = doc.get("expires_at")
+        except (OSError, ValueError, KeyError, TypeError):
+            return  # no cache, or a damaged one: a new token is fetched
+        if isinstance(expires_at, int | float) and expires_at - time.time() <= 0:
+            return
+        self._token = token
+        self._expires_at = float(expires_at) if isinstance(expires_at, int | float) else None
+
+    def _save(self) -> None:
+        assert self.path is not None
+        assert self._token is not None
+        doc = {
+            "binding": self._binding,
+            "expires_at": self._expires_at,
+            "token": self._token.model_dump(mode="json", exclude_none=True),
+        }
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(doc, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+
+
+class _ClientCredentials(ClientCredentialsOAuthProvider):
+    """The SDK's client-credentials provider with a token cache and refresh before expiry."""
+
+    def __init__(
+        self,
+        *,
+        server_url: str,
+        client_id: str,
+        client_secret: str,
+        token_endpoint_auth_method: Any,
+        scope: str | None,
+        issuer: str,
+        cache: TokenCache,
+    ) -> None:
+        super().__init__(
+            server_url,
+            cache,
+            client_id,
+            client_secret,
+            token_endpoint_auth_method=token_endpoint_auth_method,
+            scope=scope,
+            issuer=issuer,
+        )
+        self._cache = cache
+
+    def _set_expiry(self) -> None:
+        # The SDK's expiry is the token's; agentd's is a margin earlier (see the module docstring).
+        expires_at = self._cache.expires_at
+        token = self.context.current_tokens
+        if expires_at is None or token is None:
+            return
+        lifetime = float(token.expires_in) if token.expires_in is not None else expires_at - time.time()
+        self.context.token_expiry_time = expires_at - refresh_margin(lifetime)
+
+    async def _initialize(self) -> None:
+        await super()._initialize()
+        self._set_expiry()
+
+    async def _handle_token_response(self, response: httpx2.Response) -> None:
+        await super()._handle_token_response(response)
+        self._set_expiry()
+
+    async def _auth_flow(self, request: httpx2.Request) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
+        async with self.context.lock:
+            if not self._initialized:
+                await self._initialize()
+            # A token about to expire is replaced before the request goes out, once the
+            # authorization server is known (after the first discovery in this process).
+            if (
+                self.context.current_tokens is not None
+                and not self.context.is_token_valid()
+                and self.context.oauth_metadata is not None
+            ):
+                response = yield await self._exchange_token_client_credentials()
+                try:
+                    await self._handle_token_response(response)
+                except OAuthTokenError:
+                    self.context.clear_tokens()  # the full flow below starts again
+        inner = super()._auth_flow(request)
+        try:
+            outgoing = await inner.__anext__()
+            while True:
+                response = yield outgoing
+                outgoing = await inner.asend(response)
+        except StopAsyncIteration:
+            return
+        finally:
+            await inner.aclose()
+
+
+class _Bearer(httpx2.Auth):
+    """``Authorization: Bearer TOKEN`` on every request."""
+
+    def __init__(self, token: str) -> None:
+        self._value = f"Bearer {token}"
+
+    def auth_flow(self, request: httpx2.Request) -> Any:
+        request.headers["Authorization"] = self._value
+        yield request
+
+
+def auth_for(
+    spec: AuthSpecLike, *, state_dir: Path | None, env: Mapping[str, str] | None = None
+) -> httpx2.Auth | None:
+    """The authentication for one HTTP server's client (None: only its configured headers).
+
+    Built once per server and kept across reconnects, so an OAuth token
+    outlives a dropped connection.
+    """
+    env = os.environ if env is None else env
+    if spec.bearer_token_env is not None:
+        # Checked at load (exit 2 when unset); read now so the value is never part of the settings.
+        return _Bearer(env.get(spec.bearer_token_env, ""))
+    oauth = spec.oauth
+    if oauth is None or spec.url is None:
+        return None
+    secret = (
+        oauth.client_secret if oauth.client_secret is not None else env.get(oauth.client_secret_env or "", "")
+    )
+    binding = "\n".join((spec.url, oauth.issuer, oauth.client_id))
+    path = None
+    if state_dir is not None:
+        digest = hashlib.sha256(binding.encode()).hexdigest()[:12]
+        path = state_dir / "oauth" / f"{spec.name}-{digest}.json"
+    return _ClientCredentials(
+        server_url=spec.url,
+        client_id=oauth.client_id,
+        client_secret=secret,
+        token_endpoint_auth_method=oauth.token_endpoint_auth_method,
+        scope=oauth.scope,
+        issuer=oauth.issuer,
+        cache=TokenCache(path, binding),
+    )
