@@ -834,7 +834,7 @@ class Reactor:
             return started
         self.telemetry.emit("session.deliver", session=session, route=route, agent=agent.id)
         self._real_work(agent)
-        self._resume(agent, text)
+        self._resume(agent, text, now)
         return agent
 
     def _real_work(self, agent: Agent) -> None:
@@ -842,10 +842,10 @@ class Reactor:
         if agent.role == "root" and isinstance(self.driver, modes.Loop):
             self.driver.on_delivery()
 
-    def _resume(self, agent: Agent, text: str) -> None:
+    def _resume(self, agent: Agent, text: str, now: float) -> None:
         """Answer an idle agent's held turn end with its next input (IDLE -> TURN)."""
         held = agent.resume()
-        agent.turn_started_at = trio.current_time()
+        agent.turn_started_at = now
         if held is not None:
             # The next turn's trace context (tracing on): the child's tool calls carry it.
             tracing = active_tracing()
@@ -1017,7 +1017,7 @@ class Reactor:
             ev.reply.answer(NextTurn(id=end.id, action="exit"))
         self._after_terminal(agent, status, idle, now)
         if agent.notices and agent.phase is AgentPhase.IDLE and agent.held is not None:
-            self._resume_with_notices(agent)
+            self._resume_with_notices(agent, now)
 
     def _should_hold(self, agent: Agent, status: TerminalStatus) -> bool:
         if self.phase is not Phase.RUNNING or self.budget.spent() is not None or self.fatal_infra:
@@ -1075,7 +1075,7 @@ class Reactor:
         action = self.driver.reentry() if isinstance(self.driver, modes.Loop) else modes.SpawnRoot()
         if isinstance(action, modes.ContinueRoot) and root is not None and root.phase is AgentPhase.IDLE:
             self.telemetry.emit("loop.shift", agent=root.id, warm=True)
-            self._resume(root, self.instruction)
+            self._resume(root, self.instruction, now)
             return
         if root is not None:
             return  # still busy: the next terminal status decides again
@@ -1255,7 +1255,7 @@ class Reactor:
             )
             agent.notice_turn = [ev]
             self._real_work(agent)
-            self._resume(agent, ev.text)
+            self._resume(agent, ev.text, now)
         elif agent.busy:
             agent.notices.append(ev)  # one follow-up turn carries every notice queued meanwhile
         else:
@@ -1318,7 +1318,7 @@ class Reactor:
             )
             agent.notice_turn = list(pending)
 
-    def _resume_with_notices(self, agent: Agent) -> None:
+    def _resume_with_notices(self, agent: Agent, now: float) -> None:
         pending, agent.notices = agent.notices, []
         self.telemetry.emit(
             "session.deliver",
@@ -1329,7 +1329,7 @@ class Reactor:
         )
         agent.notice_turn = pending
         self._real_work(agent)
-        self._resume(agent, "\n\n".join(n.text for n in pending))
+        self._resume(agent, "\n\n".join(n.text for n in pending), now)
 
     def _release_upstream(self, agent: Agent, uri: str) -> None:
         """The agent that subscribed ``uri`` is gone: drop the upstream subscription unless still needed."""
