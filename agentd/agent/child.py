@@ -61,6 +61,7 @@ from agentd.selfmcp.protocol import (
     parse_supervisor_frame,
 )
 from agentd.telemetry import Telemetry
+from agentd.timeline import mark
 
 #: Exit status after the supervisor said exit, or went away.
 EXIT_OK = 0
@@ -320,6 +321,7 @@ class SelfMcpLink:
 
 async def amain(payload: SpawnPayload, mcp_sock: socket.socket, control_sock: socket.socket) -> int:
     """Run one agent to the end; returns the process exit status."""
+    mark("child.trio", payload.agent)
     from mcp import Client
 
     from agentd.agent.loop import run_agent
@@ -342,12 +344,14 @@ async def amain(payload: SpawnPayload, mcp_sock: socket.socket, control_sock: so
         ToolSpec(name=t.name, description=t.description, input_schema=dict(t.input_schema))
         for t in payload.tools
     ]
+    mark("child.model", payload.agent)
     code = EXIT_OK
     async with trio.open_nursery() as nursery:
         nursery.start_soon(control.run, nursery.cancel_scope)
         try:
             async with Client(stream_transport(mcp_stream), mode="2026-07-28", cache=None) as client:
                 link = SelfMcpLink(client, control)
+                mark("child.mcp", payload.agent)
                 try:
                     # The supervisor's turn span: the MCP SDK puts it in each tool call's _meta.
                     with child_turn_context(payload.traceparent):

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import os
 import selectors
 import signal
@@ -41,6 +42,8 @@ import sys
 
 import orjson
 import trio
+
+from agentd.timeline import mark
 
 _PR_SET_PDEATHSIG = 1
 
@@ -72,6 +75,8 @@ def prewarm() -> None:
     import agentd.agent.loop
     import agentd.models
     import agentd.selfmcp.transport
+    import agentd.state.transcript
+    import agentd.tracing
 
     # A cloud SDK (bedrock:/vertex:) takes seconds to import: before "ready",
     # where the supervisor's generous start-up bound applies, never in a spawn.
@@ -155,6 +160,7 @@ def prewarm_http() -> None:
 
 def _child(ctl: socket.socket, mcp_fd: int, control_fd: int, agent: str) -> None:
     """In the forked child: detach from the zygote's plumbing and run the agent."""
+    mark("child.forked", agent)
     ctl.close()
     for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, signal.SIG_DFL)
@@ -167,6 +173,7 @@ def _child(ctl: socket.socket, mcp_fd: int, control_fd: int, agent: str) -> None
     control_sock = socket.socket(fileno=control_fd)
     try:
         payload = read_spawn_payload(control_sock)
+        mark("child.payload", agent)
         rc = run_child(payload, mcp_sock, control_sock)
     except BaseException as exc:
         print(f"agentd child {agent}: {type(exc).__name__}: {exc}", file=sys.stderr)
@@ -192,6 +199,11 @@ def serve(ctl: socket.socket) -> None:
     sel.register(rpipe, selectors.EVENT_READ, "chld")
     ctl.send(orjson.dumps({"ready": os.getpid()}))
     prewarm_http()
+    # Every object that exists now is the template's: frozen, it is never traversed
+    # by a child's collector (nor ours), so a child's first collections cost
+    # microseconds instead of walking (and copying the pages of) the whole heap.
+    gc.collect()
+    gc.freeze()
     while True:
         for key, _ in sel.select():
             if key.data == "chld":
@@ -206,6 +218,7 @@ def serve(ctl: socket.socket) -> None:
             if not msg:
                 return  # the supervisor is gone: exiting takes the children with us
             agent = _agent_of(msg)
+            mark("zygote.request", agent or "")
             if len(fds) != 2 or agent is None:
                 for fd in fds:
                     os.close(fd)

@@ -51,6 +51,7 @@ from agentd import __version__
 from agentd.errors import ModelAuthError, ModelRequestError, ModelResponseError, ModelUnavailableError
 from agentd.redact import redact
 from agentd.telemetry import NullTelemetry, Telemetry
+from agentd.timeline import mark
 
 #: Attempts per model call, the first included. Five attempts with the
 #: default backoff span about 15 s of expected waiting (up to 31 s), long
@@ -296,6 +297,7 @@ class JsonPoster:
             ModelRequestError: another non-2xx status (the status and the provider's message).
             ModelResponseError: a 2xx body that is not a JSON object, or larger than the cap.
         """
+        mark("model.post")
         payload = orjson.dumps(body)
         all_headers = {
             "content-type": "application/json",
@@ -321,6 +323,7 @@ class JsonPoster:
             state.count = attempt
             retry_after: float | None = None
             try:
+                mark("model.send")
                 async with self._client.stream("POST", url, content=payload, headers=headers) as response:
                     status = response.status_code
                     raw = await self._read_body(response, shown)

@@ -66,6 +66,7 @@ from agentd.selfmcp.control import FrameStream
 from agentd.selfmcp.protocol import MAX_CHILD_FRAME_BYTES, SpawnPayload
 from agentd.supervisor.channel import Journal, serve_control
 from agentd.telemetry import Telemetry
+from agentd.timeline import mark
 
 #: Time for the zygote to import trio, mcp and the agent code (~0.5 s here); generous for slow disks.
 ZYGOTE_READY_TIMEOUT = 30.0
@@ -592,6 +593,7 @@ class Tree:
                 )
                 try:
                     await control.send(payload)
+                    mark("tree.payload_sent", child.agent)
                 except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                     raise SpawnFailed(
                         f"the child (pid {pid}) exited before taking its spawn payload"
@@ -658,6 +660,7 @@ class Tree:
         z.pending[agent] = send
         try:
             try:
+                mark("tree.fork_request", agent)
                 await z.ctl.sendmsg(
                     [orjson.dumps({"agent": agent})],
                     [(socket.SOL_SOCKET, socket.SCM_RIGHTS, _fds(*(s.fileno() for s in fds)))],
@@ -668,6 +671,7 @@ class Tree:
         finally:
             z.pending.pop(agent, None)
         if kind == "spawned":
+            mark("tree.forked", agent)
             return int(value)
         raise _ZygoteUnusable(f"the zygote (pid {z.pid}) could not fork: {value}")
 
