@@ -30,6 +30,7 @@ import math
 import os
 import socket
 import sys
+from collections.abc import Callable
 from typing import Any, get_args
 
 import trio
@@ -54,10 +55,12 @@ from agentd.selfmcp.protocol import (
     Frame,
     NextTurn,
     SpawnPayload,
+    ToolSpecFrame,
     TranscriptPart,
     TurnEnd,
     UsageReport,
     UsageVerdict,
+    encode,
     parse_supervisor_frame,
 )
 from agentd.telemetry import Telemetry
@@ -282,9 +285,10 @@ class ChildTelemetry(Telemetry):
 class SelfMcpLink:
     """:class:`agentd.agent.loop.SupervisorLink`: tools over MCP, usage and turn ends over control frames."""
 
-    def __init__(self, client: Any, control: ControlLink) -> None:
+    def __init__(self, client: Any, control: ControlLink, release: Callable[[], None] | None = None) -> None:
         self._client = client
         self._control = control
+        self._release = release
 
     async def call_tool(self, name: str, arguments: dict[str, object]) -> Any:
         from agentd.agent.loop import ToolResult
@@ -300,6 +304,10 @@ class SelfMcpLink:
         return ToolResult(text, bool(result.is_error))
 
     async def report_usage(self, **usage: Any) -> UsageVerdict:
+        if self._release is not None:
+            # The first model call is over: the zygote may warm its next spare now.
+            release, self._release = self._release, None
+            release()
         return await self._control.report_usage(**usage)
 
     async def turn_end(self, **end: Any) -> NextTurn:
@@ -319,8 +327,17 @@ class SelfMcpLink:
         await self._control.send_transcript(messages)
 
 
-async def amain(payload: SpawnPayload, mcp_sock: socket.socket, control_sock: socket.socket) -> int:
-    """Run one agent to the end; returns the process exit status."""
+async def amain(
+    payload: SpawnPayload,
+    mcp_sock: socket.socket,
+    control_sock: socket.socket,
+    release: Callable[[], None] | None = None,
+) -> int:
+    """Run one agent to the end; returns the process exit status.
+
+    ``release`` is called once, when the first model call is over (a zygote's
+    child: the zygote then forks its next spare; see :mod:`agentd.agent.zygote`).
+    """
     mark("child.trio", payload.agent)
     from mcp import Client
 
@@ -350,7 +367,7 @@ async def amain(payload: SpawnPayload, mcp_sock: socket.socket, control_sock: so
         nursery.start_soon(control.run, nursery.cancel_scope)
         try:
             async with Client(stream_transport(mcp_stream), mode="2026-07-28", cache=None) as client:
-                link = SelfMcpLink(client, control)
+                link = SelfMcpLink(client, control, release)
                 mark("child.mcp", payload.agent)
                 try:
                     # The supervisor's turn span: the MCP SDK puts it in each tool call's _meta.
@@ -374,6 +391,67 @@ async def amain(payload: SpawnPayload, mcp_sock: socket.socket, control_sock: so
                 await model.aclose()
         nursery.cancel_scope.cancel()
     return EXIT_OK if control.supervisor_gone else code
+
+
+def warm_start(model_specs: list[str]) -> None:
+    """Run a child's start-up path once, without I/O, in a spare child before its agent is known.
+
+    A forked child's first pass over this code copies every page it writes
+    (reference counts on shared objects): ~1,600 page faults, 6-8 ms of CPU
+    before the first model request. A spare (:mod:`agentd.agent.zygote`)
+    takes them here, ahead of need: the payload's validation, trio's first
+    run, the control link, each model of ``model_specs`` (with placeholder
+    credentials and a loopback URL that is never contacted; closed at once)
+    and the self-MCP client over a socketpair nobody serves.
+    """
+    line = encode(
+        SpawnPayload(
+            agent="warm",
+            model=model_specs[0] if model_specs else "script:warm",
+            instruction="",
+            tools=(ToolSpecFrame(name="warm", input_schema={"type": "object"}),),
+        )
+    )
+    payload = parse_supervisor_frame(line[:-1])
+    assert isinstance(payload, SpawnPayload)
+    trio.run(_warm_start, payload, model_specs)
+
+
+async def _warm_start(payload: SpawnPayload, model_specs: list[str]) -> None:
+    import contextlib
+
+    from mcp import Client
+
+    from agentd.models import ToolSpec, make_model
+    from agentd.selfmcp.transport import stream_transport
+
+    mcp_ours, mcp_theirs = trio.socket.socketpair()
+    ctl_ours, ctl_theirs = trio.socket.socketpair()
+    control = ControlLink(FrameStream(trio.SocketStream(ctl_ours), max_line=MAX_SUPERVISOR_FRAME_BYTES))
+    for spec in model_specs:
+        with contextlib.suppress(Exception):
+            model = make_model(
+                spec, env=_WARM_ENV, telemetry=ChildTelemetry(control), **_model_options(payload)
+            )
+            await model.aclose()
+    tools = [
+        ToolSpec(name=t.name, description=t.description, input_schema=dict(t.input_schema))
+        for t in payload.tools
+    ]
+    assert tools
+    async with Client(stream_transport(trio.SocketStream(mcp_ours)), mode="2026-07-28", cache=None):
+        pass
+    for sock in (mcp_theirs, ctl_ours, ctl_theirs):
+        sock.close()
+
+
+#: The environment of :func:`warm_start`'s models: placeholders, a loopback URL never contacted.
+_WARM_ENV = {
+    "OPENAI_API_KEY": "warm",
+    "OPENAI_BASE_URL": "http://127.0.0.1:9/v1",
+    "ANTHROPIC_API_KEY": "warm",
+    "ANTHROPIC_BASE_URL": "http://127.0.0.1:9",
+}
 
 
 def _history(payload: SpawnPayload) -> list[Any]:
@@ -401,10 +479,16 @@ def _model_options(payload: SpawnPayload) -> dict[str, Any]:
     return options
 
 
-def run_child(payload: SpawnPayload, mcp_sock: socket.socket, control_sock: socket.socket) -> int:
+def run_child(
+    payload: SpawnPayload,
+    mcp_sock: socket.socket,
+    control_sock: socket.socket,
+    *,
+    release: Callable[[], None] | None = None,
+) -> int:
     """Entry used after fork and by ``python -m``: run the agent under a fresh trio run."""
     try:
-        return trio.run(amain, payload, mcp_sock, control_sock)
+        return trio.run(amain, payload, mcp_sock, control_sock, release)
     except BaseException as exc:  # the supervisor sees the crash as the channels closing
         from agentd.redact import redact
 

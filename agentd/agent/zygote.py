@@ -158,15 +158,81 @@ def prewarm_http() -> None:
         signal.set_wakeup_fd(wakeup)
 
 
-def _child(ctl: socket.socket, mcp_fd: int, control_fd: int, agent: str) -> None:
-    """In the forked child: detach from the zygote's plumbing and run the agent."""
-    mark("child.forked", agent)
+def _detach(ctl: socket.socket, held: list[socket.socket]) -> None:
+    """In a forked process: leave the zygote's plumbing (its sockets, signals), own group."""
     ctl.close()
+    for sock in held:
+        sock.close()
     for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, signal.SIG_DFL)
     signal.set_wakeup_fd(-1)
     set_pdeathsig()
     os.setpgid(0, 0)
+
+
+def _child(
+    ctl: socket.socket, held: list[socket.socket], fds: list[int], release: socket.socket, agent: str
+) -> None:
+    """In a child forked for a spawn request: detach from the zygote's plumbing and run the agent."""
+    mark("child.forked", agent)
+    _detach(ctl, held)
+    _run(fds[0], fds[1], release, agent)
+
+
+class _Spare:
+    """A child forked ahead of need: it has paid its copy-on-write faults and waits for its agent.
+
+    ``sock`` is the zygote's end of their private socketpair: the spawn
+    request's fds travel over it, and once the spare is an agent it closes its
+    end after its first model call (or exits): the zygote then forks the next
+    spare, when its warm-up no longer competes with that first request.
+    """
+
+    def __init__(self, pid: int, sock: socket.socket) -> None:
+        self.pid = pid
+        self.sock = sock
+
+
+def _fork_spare(ctl: socket.socket, held: list[socket.socket]) -> _Spare | None:
+    """Fork a spare (None: the kernel refused the fork; the next spawn forks directly)."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    gc.freeze()  # what the zygote allocated since the last fork stays shared too
+    try:
+        pid = os.fork()
+    except OSError:
+        ours.close()
+        theirs.close()
+        return None
+    if pid == 0:
+        ours.close()
+        _spare(ctl, held, theirs, os.getppid())
+    theirs.close()
+    return _Spare(pid, ours)
+
+
+def _spare(ctl: socket.socket, held: list[socket.socket], sock: socket.socket, zygote: int) -> None:
+    """In a spare: detach, warm up the child's start-up path, wait for an agent, run it."""
+    _detach(ctl, held)
+    if os.getppid() != zygote:
+        os._exit(0)  # the zygote died before the death signal was set
+    from agentd.agent.child import warm_start
+
+    # Only a head start: whatever fails here runs (and fails properly) in the agent.
+    with contextlib.suppress(Exception):
+        warm_start(_prewarm_specs())
+    try:
+        msg, fds, _flags, _addr = socket.recv_fds(sock, MAX_CONTROL_MESSAGE, 2)
+    except OSError:
+        msg, fds = b"", []
+    agent = _agent_of(msg) if msg else None
+    if agent is None or len(fds) != 2:
+        os._exit(0)  # the zygote is gone: never an agent
+    mark("child.assigned", agent)
+    _run(fds[0], fds[1], sock, agent)
+
+
+def _run(mcp_fd: int, control_fd: int, release: socket.socket, agent: str) -> None:
+    """Take the spawn payload and run the agent (``release`` closed after its first model call)."""
     from agentd.agent.child import read_spawn_payload, run_child
 
     mcp_sock = socket.socket(fileno=mcp_fd)
@@ -174,7 +240,7 @@ def _child(ctl: socket.socket, mcp_fd: int, control_fd: int, agent: str) -> None
     try:
         payload = read_spawn_payload(control_sock)
         mark("child.payload", agent)
-        rc = run_child(payload, mcp_sock, control_sock)
+        rc = run_child(payload, mcp_sock, control_sock, release=release.close)
     except BaseException as exc:
         print(f"agentd child {agent}: {type(exc).__name__}: {exc}", file=sys.stderr)
         rc = 1
@@ -194,6 +260,9 @@ def serve(ctl: socket.socket) -> None:
     # for a zygote someone started in the foreground by hand.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     agents: dict[int, str] = {}
+    #: Our ends of the release sockets of agents before their first model call
+    #: (and of the spare): no forked process keeps a copy.
+    held: list[socket.socket] = []
     sel = selectors.DefaultSelector()
     sel.register(ctl, selectors.EVENT_READ, "ctl")
     sel.register(rpipe, selectors.EVENT_READ, "chld")
@@ -204,12 +273,31 @@ def serve(ctl: socket.socket) -> None:
     # microseconds instead of walking (and copying the pages of) the whole heap.
     gc.collect()
     gc.freeze()
+    spare = _fork_spare(ctl, held)
+    if spare is not None:
+        held.append(spare.sock)
     while True:
         for key, _ in sel.select():
             if key.data == "chld":
                 with contextlib.suppress(BlockingIOError):
                     os.read(rpipe, 4096)
-                _reap(ctl, agents)
+                unused = _reap(ctl, agents)
+                if spare is not None and spare.pid in unused:
+                    held.remove(spare.sock)
+                    spare.sock.close()
+                    spare = None  # it died unused: the next spawn forks directly
+                continue
+            if key.data == "release":
+                # An agent made its first model call (or exited): warm the next spare now.
+                sock = key.fileobj
+                assert isinstance(sock, socket.socket)
+                sel.unregister(sock)
+                held.remove(sock)
+                sock.close()
+                if spare is None:
+                    spare = _fork_spare(ctl, held)
+                    if spare is not None:
+                        held.append(spare.sock)
                 continue
             try:
                 msg, fds, _flags, _addr = socket.recv_fds(ctl, MAX_CONTROL_MESSAGE, 4)
@@ -227,21 +315,47 @@ def serve(ctl: socket.socket) -> None:
                     {"error": agent, "errno": 0, "message": "spawn request needs an agent id and two fds"},
                 )
                 continue
-            try:
-                pid = os.fork()
-            except OSError as exc:
-                # EAGAIN under a pids limit, ENOMEM: report it and keep serving;
-                # the supervisor decides (a fresh interpreter, or a new zygote).
-                for fd in fds:
-                    os.close(fd)
-                _send(ctl, {"error": agent, "errno": exc.errno, "message": f"fork failed: {exc}"})
-                continue
-            if pid == 0:
-                _child(ctl, fds[0], fds[1], agent)
+            got = _hand_over(spare, msg, fds)
+            if got is None and spare is not None:
+                held.remove(spare.sock)  # it died unused: reaped as a spare
+                spare.sock.close()
+            spare = None
+            if got is None:
+                release, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+                try:
+                    pid = os.fork()
+                except OSError as exc:
+                    # EAGAIN under a pids limit, ENOMEM: report it and keep serving;
+                    # the supervisor decides (a fresh interpreter, or a new zygote).
+                    for fd in fds:
+                        os.close(fd)
+                    release.close()
+                    theirs.close()
+                    _send(ctl, {"error": agent, "errno": exc.errno, "message": f"fork failed: {exc}"})
+                    continue
+                if pid == 0:
+                    release.close()
+                    _child(ctl, held, fds, theirs, agent)
+                theirs.close()
+                held.append(release)
+                got = (pid, release)
+            pid, release = got
+            sel.register(release, selectors.EVENT_READ, "release")
             for fd in fds:
                 os.close(fd)
             agents[pid] = agent
             _send(ctl, {"spawned": agent, "pid": pid})
+
+
+def _hand_over(spare: _Spare | None, msg: bytes, fds: list[int]) -> tuple[int, socket.socket] | None:
+    """Give the spawn request's fds to ``spare``: its pid and release socket, or None (none, or it died)."""
+    if spare is None:
+        return None
+    try:
+        socket.send_fds(spare.sock, [msg], fds)
+    except OSError:
+        return None
+    return spare.pid, spare.sock
 
 
 def _agent_of(msg: bytes) -> str | None:
@@ -258,20 +372,25 @@ def _send(ctl: socket.socket, msg: dict[str, object]) -> None:
         ctl.send(orjson.dumps(msg))
 
 
-def _reap(ctl: socket.socket, agents: dict[int, str]) -> None:
+def _reap(ctl: socket.socket, agents: dict[int, str]) -> set[int]:
+    """Reap exited children and report the agents among them; returns the others' pids (spares)."""
+    unused: set[int] = set()
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            return
+            return unused
         if pid == 0:
-            return
+            return unused
+        agent = agents.pop(pid, None)
+        if agent is None:
+            unused.add(pid)  # a spare that never got an agent: nothing to report
+            continue
         rc = os.waitstatus_to_exitcode(status)
-        agent = agents.pop(pid, "?")
         try:
             ctl.send(orjson.dumps({"exited": agent, "pid": pid, "returncode": rc}))
         except OSError:
-            return
+            return unused
 
 
 def main(argv: list[str] | None = None) -> int:
