@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import re
 import sys
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -17,7 +17,7 @@ from pydantic import (
 )
 
 from agentd.config._problems import _Problem, _Problems
-from agentd.config._values import _check_glob, _check_tool_glob, _duration, _integer, _read_at_file
+from agentd.config._values import _check_glob, _check_tool_globs, _duration, _integer, _read_at_file
 from agentd.config._vocab import (
     _SESSION_NAME_RE,
     DEFAULT_MAX_INFLIGHT,
@@ -33,6 +33,9 @@ from agentd.config._vocab import (
 )
 from agentd.errors import ConfigError
 from agentd.watches.limits import WatchLimits
+
+if TYPE_CHECKING:
+    from agentd.models.settings import ModelSettings
 
 
 class _Frozen(BaseModel):
@@ -125,7 +128,7 @@ class ServerSpec(_Frozen):
 
     @model_validator(mode="before")
     @classmethod
-    def _agentd_itself(cls, data: Any) -> Any:
+    def _agentd_itself(cls, data: object) -> object:
         # `agentd serve NAME` as a server command means this installation's
         # agentd, wherever it is installed (a venv's bin/ need not be on PATH).
         if (
@@ -164,12 +167,7 @@ class ServerSpec(_Frozen):
             raise ValueError("give the name of an environment variable (e.g. DOCS_TOKEN), not its value")
         return v
 
-    @field_validator("allowed_tools", "disallowed_tools")
-    @classmethod
-    def _tool_globs(cls, v: list[str] | None) -> list[str] | None:
-        for pattern in v or []:
-            _check_tool_glob(pattern)
-        return v
+    _tool_globs = field_validator("allowed_tools", "disallowed_tools")(_check_tool_globs)
 
     @model_validator(mode="after")
     def _one_transport(self) -> ServerSpec:
@@ -250,17 +248,17 @@ class ModelSettingsConfig(_Frozen):
     parallel_tool_calls: bool | None = None
     tool_choice: str | None = None
     prompt_cache: str | None = None
-    extra: dict[str, Any] = Field(default_factory=dict)
+    extra: dict[str, object] = Field(default_factory=dict)
 
     @model_validator(mode="before")
     @classmethod
-    def _values(cls, data: Any) -> Any:
+    def _values(cls, data: object) -> object:
         if not isinstance(data, dict):
             return data
         from agentd.models.settings import ModelSettings, SettingError
 
         problems: list[_Problem] = []
-        out: dict[str, Any] = {}
+        out: dict[str, object] = {}
         for key, raw in data.items():
             if key not in cls.model_fields:
                 out[key] = raw  # reported as an unknown setting, with its known keys
@@ -276,7 +274,7 @@ class ModelSettingsConfig(_Frozen):
             raise _Problems(problems)
         return out
 
-    def to_model_settings(self) -> Any:
+    def to_model_settings(self) -> ModelSettings:
         """As :class:`agentd.models.ModelSettings`."""
         from agentd.models.settings import ModelSettings
 
@@ -387,12 +385,7 @@ class RouteConfig(_Frozen):
             return [part.strip() for part in v.split(";") if part.strip()]
         return v
 
-    @field_validator("allowed_tools", "disallowed_tools")
-    @classmethod
-    def _tool_globs(cls, v: list[str] | None) -> list[str] | None:
-        for pattern in v or []:
-            _check_tool_glob(pattern)
-        return v
+    _tool_globs = field_validator("allowed_tools", "disallowed_tools")(_check_tool_globs)
 
     @field_validator("match")
     @classmethod
@@ -458,7 +451,7 @@ class RouteConfig(_Frozen):
 
     @model_validator(mode="before")
     @classmethod
-    def _defaults(cls, data: Any) -> Any:
+    def _defaults(cls, data: object) -> object:
         if isinstance(data, dict):
             data = dict(data)
             if data.get("on_event") is not None and data.get("extract") is None:
