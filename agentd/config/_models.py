@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import re
 import sys
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -32,6 +32,7 @@ from agentd.config._vocab import (
     Transport,
 )
 from agentd.errors import ConfigError
+from agentd.limits import TokenAuthMethod
 from agentd.watches.limits import WatchLimits
 
 if TYPE_CHECKING:
@@ -59,7 +60,7 @@ class OAuthSpec(_Frozen):
     """The authorization server's issuer URL: the credentials are only ever sent there."""
     scope: str | None = None
     """Space-separated scopes to request (None: what the server asks for)."""
-    token_endpoint_auth_method: Literal["client_secret_basic", "client_secret_post"] = "client_secret_basic"
+    token_endpoint_auth_method: TokenAuthMethod = "client_secret_basic"
 
     @field_validator("client_id")
     @classmethod

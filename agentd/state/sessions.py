@@ -42,16 +42,20 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 
 from agentd.selfmcp.protocol import MessageFrame, SpawnPayload
 from agentd.state import journal as jf
 from agentd.telemetry import Telemetry
+
+if TYPE_CHECKING:
+    from agentd.config import Settings
+    from agentd.supervisor.tree import Tree
 
 Subs = tuple[tuple[str, str | None], ...]
 """A session's self-subscriptions: ``(uri, server)`` pairs."""
@@ -314,7 +318,7 @@ class SessionJournals:
         j.turn_tokens = [jf.turn_tokens(t) for t in turns]
         return dropped
 
-    async def spawn_resumed(self, tree: Any, agent: str, session: str, payload: SpawnPayload) -> None:
+    async def spawn_resumed(self, tree: Tree, agent: str, session: str, payload: SpawnPayload) -> None:
         """Spawn ``session``'s agent with the conversation its journal holds (read in a worker thread)."""
         history = await self.history(agent, session)
         with contextlib.suppress(RuntimeError):  # the tree stopped meanwhile (agentd is exiting)
@@ -328,8 +332,19 @@ class SessionJournals:
                 j.fd = None
 
 
+class SessionAgent(Protocol):
+    """The reactor's view of an agent that a journal records (its session and self-subscriptions)."""
+
+    @property
+    def session(self) -> str | None: ...
+    @property
+    def subscriptions(self) -> Collection[str]: ...
+    @property
+    def subscription_servers(self) -> Mapping[str, str]: ...
+
+
 def journals_for(
-    settings: Any, telemetry: Telemetry, agent_of: Callable[[str], Any]
+    settings: Settings, telemetry: Telemetry, agent_of: Callable[[str], SessionAgent | None]
 ) -> SessionJournals | None:
     """The session journals under ``--state-dir`` (None without one, and in once mode: nothing resumes).
 

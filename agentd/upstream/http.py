@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any
 
 import httpx2
 import trio
@@ -64,6 +63,7 @@ class _Watch(httpx2.AsyncBaseTransport):
             and request.method == "GET"
             and response.status_code == 200
             and "text/event-stream" in response.headers.get("content-type", "")
+            and isinstance(response.stream, httpx2.AsyncByteStream)  # always, from an async transport
         ):
             return httpx2.Response(
                 response.status_code,
@@ -81,7 +81,7 @@ class _Watch(httpx2.AsyncBaseTransport):
 class _EventStream(httpx2.AsyncByteStream):
     """The legacy transport's event stream: its end (or failure) means the session is gone."""
 
-    def __init__(self, owner: HttpTransport, inner: Any) -> None:
+    def __init__(self, owner: HttpTransport, inner: httpx2.AsyncByteStream) -> None:
         self._owner = owner
         self._inner = inner
 

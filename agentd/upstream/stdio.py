@@ -44,7 +44,7 @@ from mcp.shared.dispatcher import coerce_request_id
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
-from agentd.prelaunch import PASSED_ENV, EarlyProcess, server_environment
+from agentd.prelaunch import PASSED_ENV, ChildProcess, EarlyProcess, server_environment
 from agentd.telemetry import Telemetry
 
 __all__ = [
@@ -181,7 +181,7 @@ class StdioTransport:
         env = server_environment(self.env)
         early, self._early = self._early, None
         try:
-            process = (
+            process: ChildProcess = (
                 early.adopt()
                 if early is not None
                 else await trio.lowlevel.open_process(
@@ -386,7 +386,7 @@ class StdioTransport:
             return f"server {self.server!r} was killed by {name}"
         return f"server {self.server!r} exited with status {self.returncode}"
 
-    async def _stop(self, process: trio.Process, write_send: MemoryObjectSendStream[SessionMessage]) -> None:
+    async def _stop(self, process: ChildProcess, write_send: MemoryObjectSendStream[SessionMessage]) -> None:
         """Close stdin, wait, SIGTERM the group, wait, SIGKILL the group (all bounded)."""
         write_send.close()
         assert process.stdin is not None
