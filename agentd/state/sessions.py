@@ -114,6 +114,15 @@ class SessionJournals:
         for path in sorted(self.directory.glob("*" + jf.SUFFIX)):
             self._scan_one(path)
 
+    def _repaired(self, path: Path, repair: Callable[[], None]) -> bool:
+        """Run ``repair`` on the damaged journal ``path``; False (reported) when the file system refused."""
+        try:
+            repair()
+        except OSError as exc:
+            self._telemetry.emit("journal.failed", path=str(path), error=str(exc))
+            return False
+        return True
+
     def _scan_one(self, path: Path) -> None:
         try:
             contents = jf.read(path)
@@ -134,13 +143,10 @@ class SessionJournals:
             contents.turns, contents.good_bytes = [], 0
         if contents.problem == "torn":
             dropped = path.stat().st_size - contents.good_bytes
-            try:
-                if session is None:
-                    path.unlink()
-                else:
-                    jf.truncate(path, contents.good_bytes)
-            except OSError as exc:
-                self._telemetry.emit("journal.failed", path=str(path), error=str(exc))
+            good_bytes = contents.good_bytes
+            if not self._repaired(
+                path, path.unlink if session is None else lambda: jf.truncate(path, good_bytes)
+            ):
                 return
             self._telemetry.emit(
                 "journal.torn",
@@ -154,12 +160,13 @@ class SessionJournals:
         elif contents.problem == "corrupt":
             stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
             aside = path.with_name(f"{path.name}.corrupt-{stamp}")
-            try:
+
+            def move_aside() -> None:
                 os.replace(path, aside)
                 if session is not None and contents.turns and jf.file_name(session) == path.name:
                     jf.write_whole(path, session, contents.turns, contents.subs)
-            except OSError as exc:
-                self._telemetry.emit("journal.failed", path=str(path), error=str(exc))
+
+            if not self._repaired(path, move_aside):
                 return
             self._telemetry.emit(
                 "journal.corrupt",

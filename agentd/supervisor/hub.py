@@ -57,6 +57,11 @@ R = TypeVar("R")
 _OBJ: JSONObject = {"type": "object"}
 
 
+def _one_string(name: str) -> JSONObject:
+    """The input schema of a self-tool that takes one string argument, ``name``."""
+    return {"type": "object", "properties": {name: {"type": "string"}}, "required": [name]}
+
+
 class ToolSpec(TypedDict):
     """One tool as the spawn payload carries it (:class:`agentd.selfmcp.protocol.ToolSpecFrame`'s fields)."""
 
@@ -84,12 +89,12 @@ SELF_TOOLS: list[types.Tool] = [
     types.Tool(
         name="unsubscribe",
         description="Stop being woken for an MCP resource you subscribed to.",
-        input_schema={"type": "object", "properties": {"uri": {"type": "string"}}, "required": ["uri"]},
+        input_schema=_one_string("uri"),
     ),
     types.Tool(
         name="read_resource",
         description="Read an MCP resource by URI. Returns parsed JSON when the body is JSON, else text.",
-        input_schema={"type": "object", "properties": {"uri": {"type": "string"}}, "required": ["uri"]},
+        input_schema=_one_string("uri"),
     ),
     types.Tool(
         name="list_resources",
@@ -127,7 +132,7 @@ SELF_TOOLS: list[types.Tool] = [
     types.Tool(
         name="watch_stop",
         description="Stop a watch you started. Returns true if it existed.",
-        input_schema={"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
+        input_schema=_one_string("name"),
     ),
     types.Tool(
         name="watch_list",
