@@ -36,6 +36,7 @@ from agentd.limits import TokenAuthMethod
 from agentd.watches.limits import WatchLimits
 
 if TYPE_CHECKING:
+    from agentd.models import ProviderConfig
     from agentd.models.settings import ModelSettings
 
 
@@ -326,6 +327,19 @@ class ProviderSpec(_Frozen):
                 f"not a genai-prices provider; {hint}known: {', '.join(known) or 'none installed'}"
             )
         return v
+
+    def config(self, name: str) -> ProviderConfig:
+        """As the model factory takes it (:class:`agentd.models.ProviderConfig`), named ``name``."""
+        from agentd.models import ProviderConfig
+
+        return ProviderConfig(
+            name=name,
+            base_url=self.base_url,
+            api=self.api,
+            api_key_env=self.api_key_env,
+            headers=dict(self.headers),
+            prices=self.prices,
+        )
 
 
 class RouteConfig(_Frozen):

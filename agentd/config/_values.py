@@ -142,19 +142,7 @@ def _model_error(
 
 def _provider_configs(providers: Mapping[str, ProviderSpec]) -> dict[str, ProviderConfig]:
     """The ``[providers.NAME]`` tables as the model factory takes them."""
-    from agentd.models import ProviderConfig
-
-    return {
-        name: ProviderConfig(
-            name=name,
-            base_url=p.base_url,
-            api=p.api,
-            api_key_env=p.api_key_env,
-            headers=dict(p.headers),
-            prices=p.prices,
-        )
-        for name, p in providers.items()
-    }
+    return {name: p.config(name) for name, p in providers.items()}
 
 
 def _check_tool_glob(pattern: str) -> None:

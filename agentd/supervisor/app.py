@@ -573,14 +573,7 @@ async def _main(
 
 def _provider_payload(name: str, spec: ProviderSpec) -> ProviderFrame:
     """A ``[providers.NAME]`` table as the spawn payload carries it."""
-    return ProviderFrame(
-        name=name,
-        base_url=spec.base_url,
-        api=spec.api,
-        api_key_env=spec.api_key_env,
-        headers=dict(spec.headers),
-        prices=spec.prices,
-    )
+    return ProviderFrame.model_validate(spec.config(name).to_payload())
 
 
 async def _serve_bound_child(hub: SupervisorHub, agent: str, stream: trio.SocketStream) -> None:
