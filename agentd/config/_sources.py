@@ -8,14 +8,13 @@ import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import get_args
+from typing import Any, get_args
 
 from pydantic import (
     BaseModel,
     ValidationError,
 )
 from pydantic.fields import FieldInfo
-from pydantic_core import ErrorDetails
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
@@ -108,7 +107,7 @@ def _spell(loc: tuple[str | int, ...], origins: Mapping[str, Layer], file_label:
     return _join(top, rest)
 
 
-def _fix_for(err: ErrorDetails, model: type[BaseModel]) -> str:
+def _fix_for(err: Mapping[str, Any], model: type[BaseModel]) -> str:
     kind = err["type"]
     ctx = err.get("ctx") or {}
     if kind == "value_error":
