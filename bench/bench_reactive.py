@@ -509,7 +509,8 @@ async def wake(
     """A memo change → the model request of the agent it wakes, at a loopback ``openai:`` provider.
 
     ``spawn``: a fresh agent per change (forked from the zygote); ``continue``:
-    a turn of the warm session ``s``. Returns (floor, request) per sample:
+    a turn of the warm session ``s`` (a spawn sample starts once the previous
+    agent exited). Returns (floor, request) per sample:
     the arrival of the SDK's own notification at an in-process listener, and
     of agentd's request at the fake provider, both after ``memo_set`` started.
     """
@@ -567,6 +568,10 @@ async def wake(
                                 while len(stamps) == before:
                                     await arrived.wait()
                                 await a.wait_for("turn.end", after=mark)
+                                if disposition == "spawn":
+                                    # The next change finds no agent running (its exit is not
+                                    # part of the next sample), as a change that comes alone.
+                                    await a.wait_for("subagent.exit", after=mark)
                         if i >= WARMUP:
                             samples.append((got["floor"] - t0, stamps[before] - t0))
                 a.stop()
