@@ -19,7 +19,17 @@ zygote → supervisor
 
 The zygote is plain synchronous Python (it must never run trio: forking a
 running event loop is unsafe) and waits in ``selectors`` on the control
-socket and a SIGCHLD wakeup pipe: no timers, no polling. The supervisor
+socket, a SIGCHLD wakeup pipe and its children's release sockets: no
+timers, no polling.
+
+**The spare** (rfcs/0230). A forked child's first pass over its start-up
+path copies ~1,600 pages it shares with the zygote (6-8 ms of CPU). So the
+zygote keeps one child forked ahead of need, which has run that path once
+without I/O (:func:`agentd.agent.child.warm_start`) and waits on a private
+socketpair; a spawn request's two fds go to it, and the answer is its pid.
+Each child closes its end of a socket to the zygote after its first model
+call (or exits): only then is the next spare forked, so its warm-up never
+competes with a request. Without a spare the zygote forks as before. The supervisor
 starts it in a session of its own, so a signal sent to the supervisor's
 process group (a terminal's Ctrl-C, ``kill -- -PGID``, systemd's
 ``KillMode=control-group``, ``tini -g``) reaches the supervisor only, which
@@ -191,6 +201,8 @@ class _Spare:
     def __init__(self, pid: int, sock: socket.socket) -> None:
         self.pid = pid
         self.sock = sock
+        self.ready = False
+        """It said its warm-up is done (until then a spawn request forks directly)."""
 
 
 def _fork_spare(ctl: socket.socket, held: list[socket.socket]) -> _Spare | None:
@@ -221,6 +233,7 @@ def _spare(ctl: socket.socket, held: list[socket.socket], sock: socket.socket, z
     with contextlib.suppress(Exception):
         warm_start(_prewarm_specs())
     try:
+        sock.send(b"ready")
         msg, fds, _flags, _addr = socket.recv_fds(sock, MAX_CONTROL_MESSAGE, 2)
     except OSError:
         msg, fds = b"", []
@@ -273,9 +286,23 @@ def serve(ctl: socket.socket) -> None:
     # microseconds instead of walking (and copying the pages of) the whole heap.
     gc.collect()
     gc.freeze()
-    spare = _fork_spare(ctl, held)
-    if spare is not None:
-        held.append(spare.sock)
+    spare: _Spare | None = None
+
+    def new_spare() -> _Spare | None:
+        forked = _fork_spare(ctl, held)
+        if forked is not None:
+            held.append(forked.sock)
+            sel.register(forked.sock, selectors.EVENT_READ, "spare")
+        return forked
+
+    def drop(sock: socket.socket) -> None:
+        with contextlib.suppress(KeyError, ValueError):
+            sel.unregister(sock)
+        with contextlib.suppress(ValueError):
+            held.remove(sock)
+        sock.close()
+
+    spare = new_spare()
     while True:
         for key, _ in sel.select():
             if key.data == "chld":
@@ -283,21 +310,29 @@ def serve(ctl: socket.socket) -> None:
                     os.read(rpipe, 4096)
                 unused = _reap(ctl, agents)
                 if spare is not None and spare.pid in unused:
-                    held.remove(spare.sock)
-                    spare.sock.close()
+                    drop(spare.sock)
                     spare = None  # it died unused: the next spawn forks directly
+                continue
+            if key.data == "spare":
+                if spare is None or key.fileobj is not spare.sock:
+                    continue  # stale: it was dropped or handed over earlier in this batch
+                try:
+                    said = spare.sock.recv(16)
+                except OSError:
+                    said = b""
+                if said:
+                    spare.ready = True
+                else:
+                    drop(spare.sock)  # it died before its warm-up ended
+                    spare = None
                 continue
             if key.data == "release":
                 # An agent made its first model call (or exited): warm the next spare now.
                 sock = key.fileobj
                 assert isinstance(sock, socket.socket)
-                sel.unregister(sock)
-                held.remove(sock)
-                sock.close()
+                drop(sock)
                 if spare is None:
-                    spare = _fork_spare(ctl, held)
-                    if spare is not None:
-                        held.append(spare.sock)
+                    spare = new_spare()
                 continue
             try:
                 msg, fds, _flags, _addr = socket.recv_fds(ctl, MAX_CONTROL_MESSAGE, 4)
@@ -315,11 +350,14 @@ def serve(ctl: socket.socket) -> None:
                     {"error": agent, "errno": 0, "message": "spawn request needs an agent id and two fds"},
                 )
                 continue
-            got = _hand_over(spare, msg, fds)
-            if got is None and spare is not None:
-                held.remove(spare.sock)  # it died unused: reaped as a spare
-                spare.sock.close()
-            spare = None
+            got: tuple[int, socket.socket] | None = None
+            if spare is not None and spare.ready:
+                # A spare still warming is kept for the next request: this one forks directly.
+                sel.unregister(spare.sock)
+                got = _hand_over(spare, msg, fds)
+                if got is None:
+                    drop(spare.sock)  # it died unused: reaped as a spare
+                spare = None
             if got is None:
                 release, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
                 try:
