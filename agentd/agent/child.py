@@ -339,10 +339,15 @@ async def amain(
 ) -> int:
     """Run one agent to the end; returns the process exit status.
 
-    ``release`` is called once, when the first model call is over (a zygote's
-    child: the zygote then forks its next spare; see :mod:`agentd.agent.zygote`).
+    ``release`` is called when the first model request has been sent (an HTTP
+    provider) or its call is over (a zygote's child: the zygote then forks its
+    next spare; see :mod:`agentd.agent.zygote`). Calling it again does nothing.
     """
     mark("child.trio", payload.agent)
+    if release is not None:
+        from agentd.models._http import after_first_request_sent
+
+        after_first_request_sent(release)  # else (an SDK provider) at its first usage report
     from mcp import Client
 
     from agentd.agent.loop import run_agent

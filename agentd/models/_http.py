@@ -117,6 +117,25 @@ Sleep = Callable[[float], Awaitable[None]]
 
 _SSL_CONTEXT: Any = None
 
+_first_sent: Callable[[], None] | None = None
+
+
+def after_first_request_sent(callback: Callable[[], None]) -> None:
+    """Call ``callback`` once, when this process's next request body has been written.
+
+    An agent child forked by the zygote releases the zygote's next spare
+    then (rfcs/0230): its warm-up no longer competes with the request.
+    """
+    global _first_sent
+    _first_sent = callback
+
+
+async def _trace(event: str, info: Mapping[str, Any]) -> None:
+    global _first_sent
+    if event.endswith("send_request_body.complete") and _first_sent is not None:
+        callback, _first_sent = _first_sent, None
+        callback()
+
 
 def shared_ssl_context() -> Any:
     """One TLS context for every provider client of this process (built on first use).
@@ -324,7 +343,10 @@ class JsonPoster:
             retry_after: float | None = None
             try:
                 mark("model.send")
-                async with self._client.stream("POST", url, content=payload, headers=headers) as response:
+                extensions = {"trace": _trace} if _first_sent is not None else None
+                async with self._client.stream(
+                    "POST", url, content=payload, headers=headers, extensions=extensions
+                ) as response:
                     status = response.status_code
                     raw = await self._read_body(response, shown)
             except httpx2.RequestError as exc:  # transport failures, and a body that cannot be decoded
