@@ -11,7 +11,8 @@ supervisor → zygote
     the child's ends of its two fresh socketpairs (its MCP channel, then its
     control channel).
 zygote → supervisor
-    ``{"ready": PID}`` once warm; ``{"spawned": ID, "pid": PID}`` per fork;
+    ``{"ready": PID}`` once warm; ``{"spare": PID}`` per spare child forked
+    (rfcs/0230); ``{"spawned": ID, "pid": PID}`` per spawn (a fork, or the spare);
     ``{"error": ID, "errno": N, "message": TEXT}`` when a spawn failed (a
     ``fork()`` refused by the kernel, e.g. EAGAIN under a pids limit: the
     zygote reports it and keeps serving); ``{"exited": ID, "pid": PID,
@@ -293,6 +294,7 @@ def serve(ctl: socket.socket) -> None:
         if forked is not None:
             held.append(forked.sock)
             sel.register(forked.sock, selectors.EVENT_READ, "spare")
+            _send(ctl, {"spare": forked.pid})  # the supervisor makes sure it never outlives the tree
         return forked
 
     def drop(sock: socket.socket) -> None:
