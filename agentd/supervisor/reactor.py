@@ -27,13 +27,13 @@ from __future__ import annotations
 import datetime as _dt
 import enum
 import signal as _signal
-from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Literal, Protocol, assert_never
 
 import trio
 
+from agentd.counters import RunCounters
 from agentd.errors import RouteError
 from agentd.events import (
     CatalogChanged,
@@ -242,6 +242,8 @@ class Reactor:
         declared: the declared subscriptions, if any.
         journals: the session journals (``--state-dir``), if any.
         handles: ``--shard``: whether this replica handles an update a route matched.
+        counters: the run's counter set (created if not given; the app creates
+            it first and gives it to the router's ``on_drop`` and the upstreams too).
     """
 
     def __init__(
@@ -266,6 +268,7 @@ class Reactor:
         declared: Declared | None = None,
         journals: SessionResume | None = None,
         handles: Callable[[Route, str], bool] | None = None,
+        counters: RunCounters | None = None,
     ) -> None:
         self.driver = driver
         self.router = router
@@ -312,10 +315,8 @@ class Reactor:
         self.budget_reported = False
         self.exit_code: ExitCode | None = None
         self._reported_ready: bool | None = None
-        self.routed_by_route: Counter[str] = Counter()
-        self.coalesced_by_route: Counter[str] = Counter()
-        self.server_restarts: Counter[str] = Counter()
-        self.agent_restarts = 0
+        self.counters = counters if counters is not None else RunCounters()
+        """The run's counts: ``/metrics`` and ``supervisor.exit`` read this one object."""
         self.started = False
         """The driver's ``on_start`` ran (once every required server had connected, rfcs/0135)."""
         self.open = not required
@@ -400,32 +401,25 @@ class Reactor:
             self.telemetry.emit("ready.changed", ready=ready, reason=reason)
             self.hooks.readiness(ready, reason)
 
-    def dropped_by_reason(self) -> dict[str, int]:
-        """Dropped events by the router's reason (``coalesce_cap``, ``drop_oldest``, ...), non-zero only."""
-        prefix = "dropped_events."
-        return {
-            k.removeprefix(prefix): v for k, v in self.router.counters().items() if k.startswith(prefix) and v
-        }
-
     def metrics_snapshot(self) -> MetricsSnapshot:
         """A frozen copy of the numbers ``/metrics`` exposes."""
         live = self.live_agents()
-        counters = self.telemetry.counters
+        counters = self.counters
         # Declared routes are present from the start, at 0 (a rate over a missing series is no rate).
         declared = [r.id for r in self.router.routes() if r.owner is None]
         return MetricsSnapshot(
-            routed={**dict.fromkeys(declared, 0), **self.routed_by_route},
-            unrouted=counters.get("unrouted", 0),
-            coalesced={**dict.fromkeys(declared, 0), **self.coalesced_by_route},
-            dropped=self.dropped_by_reason(),
-            server_restarts=dict(self.server_restarts),
-            agent_restarts=self.agent_restarts,
-            tokens_input=counters.get("input_tokens", 0),
-            tokens_output=counters.get("output_tokens", 0),
-            tokens_cached_input=counters.get("cached_input_tokens", 0),
-            tokens_cache_creation_input=counters.get("cache_creation_input_tokens", 0),
+            routed={**dict.fromkeys(declared, 0), **counters.routed},
+            unrouted=counters.unrouted,
+            coalesced={**dict.fromkeys(declared, 0), **counters.coalesced},
+            dropped=counters.dropped_by_reason(),
+            server_restarts=dict(counters.server_restarts),
+            agent_restarts=counters.agent_restarts,
+            tokens_input=counters.input_tokens,
+            tokens_output=counters.output_tokens,
+            tokens_cached_input=counters.cached_input_tokens,
+            tokens_cache_creation_input=counters.cache_creation_input_tokens,
             cost_usd=self.budget.usd,
-            unpriced_calls=self.budget.unpriced_calls,
+            unpriced_calls=counters.unpriced_calls,
             telemetry_dropped=self.telemetry.dropped,
             subagents_running=len(live),
             warm_sessions=sum(1 for a in live if a.warm or a.subscriptions),
@@ -736,19 +730,17 @@ class Reactor:
             **({"reason": result.reason} if result.reason is not None else {}),
         )
         if result.route_id is None:
-            self.telemetry.incr("unrouted")
+            self.counters.unroute()
             return
-        self.telemetry.incr("routed")
-        self.routed_by_route[result.route_id] += 1
+        self.counters.route(result.route_id)
         outcome = result.outcome
         if outcome is PushOutcome.COALESCED:
-            self.telemetry.incr("coalesced")
-            self.coalesced_by_route[result.route_id] += 1
+            self.counters.coalesce(result.route_id)
             self.telemetry.emit("route.coalesced", route=result.route_id, uri=ev.uri)
         elif result.reason is not None:
             # One vocabulary: the router's reason, and the URI that was lost
             # (under drop_oldest that is the oldest queued one, not this one).
-            self.telemetry.incr("dropped_events")
+            # Counted by the router's on_drop (with the drops of removed routes).
             self.telemetry.emit(
                 "route.dropped",
                 route=result.route_id,
@@ -928,11 +920,13 @@ class Reactor:
             steps=report.steps,
             cost_usd=report.cost_usd,
         )
-        self.telemetry.incr("input_tokens", report.input_tokens)
-        self.telemetry.incr("output_tokens", report.output_tokens)
-        self.telemetry.incr("cached_input_tokens", report.cached_input_tokens)
-        self.telemetry.incr("cache_creation_input_tokens", report.cache_creation_input_tokens)
-        self.telemetry.incr("model_calls")
+        self.counters.model_call(
+            input_tokens=report.input_tokens,
+            output_tokens=report.output_tokens,
+            cached_input_tokens=report.cached_input_tokens,
+            cache_creation_input_tokens=report.cache_creation_input_tokens,
+            priced=report.cost_usd is not None,
+        )
         self.telemetry.observe(
             "model_call", report.latency_ms / 1000, route=agent.route, provider=report.provider
         )
@@ -951,8 +945,6 @@ class Reactor:
             cached_input_tokens=report.cached_input_tokens,
             cost_usd=report.cost_usd,
         )
-        if report.cost_usd is None:
-            self.telemetry.incr("unpriced_calls")
         self.telemetry.emit(
             "model.call",
             agent=agent.id,
@@ -1008,7 +1000,7 @@ class Reactor:
         elif text or status != "completed":
             self.hooks.publish(agent, status, text, idle)
         self.telemetry.observe("turn", now - agent.turn_started_at, route=agent.route)
-        self.telemetry.incr("turns")
+        self.counters.turn()
         self.telemetry.emit("turn.end", agent=agent.id, status=status, route=agent.route, idle=idle)
         if self._should_hold(agent, status):
             agent.hold(ev)  # TURN -> IDLE
@@ -1052,8 +1044,7 @@ class Reactor:
                 self.telemetry.emit("loop.reenter", after_s=disposition.delay)
             case modes.Restart():
                 if self.governor.record_restart(now):
-                    self.telemetry.incr("restarts")
-                    self.agent_restarts += 1
+                    self.counters.agent_restart()
                     delay = self.governor.restart_delay()
                     self.telemetry.emit("subagent.restart", agent=agent.id, after_s=delay)
                     # The governor's backoff (0.5 s, 1 s, 2 s ...): a crashing root must
@@ -1372,7 +1363,7 @@ class Reactor:
     def _server_state(self, ev: ServerStateChanged) -> None:
         self.server_states[ev.server] = ev.state
         if ev.state is ServerState.RESTARTING:
-            self.server_restarts[ev.server] += 1
+            self.counters.server_restart(ev.server)
         self.telemetry.emit(
             "server.state", server=ev.server, state=ev.state.value, attempt=ev.attempt, error=ev.error
         )

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import trio
 
+from agentd.counters import RunCounters
 from agentd.events import (
     ChildExited,
     Refused,
@@ -186,7 +187,8 @@ def build(
 ) -> tuple[Reactor, FakeHooks, RecordingTelemetry]:
     now = trio.current_time()
     driver = modes.make_driver(mode, interval=interval, session=session, now_mono=now)
-    router = Router()
+    counters = RunCounters()
+    router = Router(on_drop=counters.drop)
     for spec in routes:
         router.add_route(spec)
     hooks = FakeHooks()
@@ -212,6 +214,7 @@ def build(
         clock=clock,
         required=required,
         declared=declared,
+        counters=counters,
     )
     return reactor, hooks, telemetry
 
@@ -324,7 +327,8 @@ async def test_loop_restart_governor_opens_the_breaker_and_exits_1(autojump_cloc
     assert [t for t, _ in h.hooks.spawned] == [0.0, 1.5, 3.5]
     assert [f["after_s"] for _, f in h.telemetry.timed("subagent.restart")] == [0.5, 1.0]
     assert len(h.telemetry.timed("governor.breaker_open")) == 1
-    assert h.telemetry.counters["restarts"] == 2
+    assert h.reactor.counters.agent_restarts == 2
+    assert h.reactor.counters.totals()["restarts"] == 2
 
 
 async def test_once_root_crash_exits_1_without_restart(autojump_clock):
@@ -519,7 +523,7 @@ async def test_a_burst_is_one_spawn_and_quiet_separated_changes_are_two(autojump
         await h.hooks.next_spawn()
         assert trio.current_time() == pytest.approx(5.9)
     assert len(h.hooks.spawned) == 2
-    assert h.telemetry.counters["coalesced"] == 4
+    assert h.reactor.counters.coalesced.total() == 4
 
 
 async def test_max_inflight_is_respected(autojump_clock):
@@ -544,7 +548,7 @@ async def test_unrouted_changes_are_counted_and_dropped(autojump_clock):
         await h.send(ResourceChanged(server="memo", uri="memo://other"))
         await trio.sleep(1)
         assert h.hooks.no_spawn_pending()
-    assert h.telemetry.counters["unrouted"] == 1
+    assert h.reactor.counters.unrouted == 1
     assert h.telemetry.timed("resource.updated")[0][1]["route"] is None
 
 
