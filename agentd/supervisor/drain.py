@@ -25,7 +25,7 @@ from agentd.events import (
     WatchRouteRemove,
     WatchSession,
 )
-from agentd.exitcodes import ExitCode, TerminalStatus, code_for_status
+from agentd.exitcodes import ExitCode, TerminalStatus
 from agentd.selfmcp.protocol import NextTurn, UsageVerdict
 from agentd.supervisor.agents import AgentPhase
 from agentd.supervisor.delivery import Delivery
@@ -119,11 +119,4 @@ class Drain(Delivery):
             status = "deadline" if code is ExitCode.DEADLINE else "crashed"
         else:
             status = agent.status or "completed"
-        self.telemetry.emit(
-            "subagent.exit",
-            agent=agent.id,
-            status=status,
-            returncode=ev.returncode,
-            exit_code=int(code_for_status(status, partial=bool(agent.text.strip()))),
-            **({"stopped": True} if stopped else {}),
-        )
+        self._exit_event(agent, status, ev.returncode, **({"stopped": True} if stopped else {}))

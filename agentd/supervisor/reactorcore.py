@@ -28,7 +28,7 @@ from agentd.events import (
     RouteNotice,
     ServerState,
 )
-from agentd.exitcodes import ExitCode, TerminalStatus
+from agentd.exitcodes import ExitCode, TerminalStatus, code_for_status
 from agentd.metrics import MetricsSnapshot
 from agentd.selfmcp.protocol import NextTurn
 from agentd.supervisor.agents import Agent, AgentPhase, AgentRole, AgentTable
@@ -332,6 +332,19 @@ class ReactorCore:
         self.telemetry.emit("subagent.spawn", agent=agent.id, role=role, route=route, session=session)
         self.hooks.spawn(agent)
         return agent
+
+    def _exit_event(
+        self, agent: Agent, status: TerminalStatus, returncode: int | None, **extra: object
+    ) -> None:
+        """``subagent.exit`` for ``agent`` (exactly one per ``subagent.spawn``)."""
+        self.telemetry.emit(
+            "subagent.exit",
+            agent=agent.id,
+            status=status,
+            returncode=returncode,
+            exit_code=int(code_for_status(status, partial=bool(agent.text.strip()))),
+            **extra,
+        )
 
     def _release_idle(self) -> None:
         """Tell every idle agent (its turn-end held) to exit."""

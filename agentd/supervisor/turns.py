@@ -17,7 +17,7 @@ from agentd.events import (
     TurnEnded,
     UsageReported,
 )
-from agentd.exitcodes import TerminalStatus, code_for_status
+from agentd.exitcodes import TerminalStatus
 from agentd.selfmcp.protocol import NextTurn, StopReason, UsageVerdict
 from agentd.supervisor.agents import Agent, AgentPhase
 from agentd.supervisor.seams import Phase
@@ -248,14 +248,7 @@ class Turns(SelfTools):
             was is AgentPhase.IDLE and self.phase is Phase.RUNNING and ev.returncode not in (0, None)
         )
         status: TerminalStatus = "crashed" if crashed else (agent.status or "completed")
-        self.telemetry.emit(
-            "subagent.exit",
-            agent=agent.id,
-            status=status,
-            returncode=ev.returncode,
-            exit_code=int(code_for_status(status, partial=bool(agent.text.strip()))),
-            reason=ev.reason,
-        )
+        self._exit_event(agent, status, ev.returncode, reason=ev.reason)
         if crashed:
             agent.status = "crashed"
             self._after_terminal(agent, "crashed", False, now)
