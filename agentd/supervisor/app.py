@@ -479,6 +479,7 @@ async def _main(
             watches=watches,
             staged={s.route_id: s for s in staged},
             declared=declared if resumed is None else resumed.alongside(declared),
+            subscriptions=declared.subscriptions,
             journals=journals,
             handles=None if shard is None else partial(handles, shard),
             counters=counters,

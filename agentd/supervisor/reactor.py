@@ -109,7 +109,9 @@ class Reactor(Drain):
             Create it first when other parts need its sending end.
         watches: the watch manager, if watches are available.
         staged: declared routes with a watch stage, by route id (rfcs/0078).
-        declared: the declared subscriptions, if any.
+        declared: what performs the declared subscriptions, if any.
+        subscriptions: which upstream subscriptions are wanted and why (the
+            pure component the declared shell shares); none declared if not given.
         journals: the session journals (``--state-dir``), if any.
         handles: ``--shard``: whether this replica handles an update a route matched.
         counters: the run's counter set (created if not given; the app creates

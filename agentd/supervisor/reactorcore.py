@@ -45,6 +45,7 @@ from agentd.supervisor.seams import (
     open_channel,
 )
 from agentd.supervisor.sessionroutes import SessionRoutes
+from agentd.supervisor.subscriptions import Subscriptions
 from agentd.telemetry import Telemetry
 from agentd.tracing import active as active_tracing
 from agentd.triggers import mode as modes
@@ -79,6 +80,7 @@ class ReactorCore:
         watches: WatchHooks | None = None,
         staged: Mapping[str, StagedRoute] | None = None,
         declared: Declared | None = None,
+        subscriptions: Subscriptions | None = None,
         journals: SessionResume | None = None,
         handles: Callable[[Route, str], bool] | None = None,
         counters: RunCounters | None = None,
@@ -99,6 +101,14 @@ class ReactorCore:
         self._watches = watches
         self._staged: Mapping[str, StagedRoute] = staged or {}
         self._declared: Declared = declared or NoDeclared()
+        if subscriptions is None:  # nothing declared: routes and watches alone need subscriptions
+            subscriptions = (
+                Subscriptions((), router, watched=watches.needs)
+                if watches is not None
+                else Subscriptions((), router)
+            )
+        self.subscriptions = subscriptions
+        """Which upstream subscriptions are wanted and why (pure; the declared shell shares it)."""
         self.session_routes = SessionRoutes(router)
         self.journals = journals
         """The session journals (``--state-dir``; rfcs/0210)."""
@@ -147,7 +157,7 @@ class ReactorCore:
     @property
     def declared(self) -> set[tuple[str, str]]:
         """(server, uri) of every declared subscription (globs expanded against the catalogs)."""
-        return self._declared.pairs
+        return self.subscriptions.pairs
 
     def live_agents(self) -> list[Agent]:
         return self.agents.live()
@@ -186,11 +196,11 @@ class ReactorCore:
         bad += [f"{s}:{u}" for (s, u) in self.declared if (s, u) not in self.subscription_states]
         if bad:
             return False, f"subscriptions not established: {', '.join(sorted(bad)[:5])}"
-        if self._declared.unresolved_required:
-            pattern = sorted(self._declared.unresolved_required)[0]
+        if self.subscriptions.unresolved_required:
+            pattern = sorted(self.subscriptions.unresolved_required)[0]
             return (
                 False,
-                f"declared subscription {pattern!r} resolves to nothing: {self._declared.unresolved[pattern]}",
+                f"declared subscription {pattern!r} resolves to nothing: {self.subscriptions.unresolved[pattern]}",
             )
         if self.zygote_problem is not None:
             return (
@@ -237,13 +247,13 @@ class ReactorCore:
             draining=self.phase is not Phase.RUNNING,
             server_state=dict(self.server_states),
             subscription_state={k: v for k, v in self.subscription_states.items() if v != "pending"},  # type: ignore[misc]
-            subscriptions_unresolved=len(self._declared.unresolved),
+            subscriptions_unresolved=len(self.subscriptions.unresolved),
             histograms=self.telemetry.histograms.snapshot(),
         )
 
     def uri_needed(self, server: str, uri: str) -> bool:
         """Whether a route or a declared subscription other than a watch still needs ``uri``."""
-        return (server, uri) in self.declared or self.session_routes.routed(uri)
+        return self.subscriptions.needed(server, uri)
 
     def _session_idle(self, session: str) -> bool:
         agent = self.agents.session_agent(session)

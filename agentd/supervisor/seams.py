@@ -10,7 +10,7 @@ Kept apart from :mod:`agentd.supervisor.reactor` so the reactor's parts
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -106,22 +106,11 @@ class WatchHooks(Protocol):
 
 
 class Declared(Protocol):
-    """The declared subscriptions (:class:`agentd.supervisor.declared.DeclaredSubscriptions`)."""
+    """What performs the declared subscriptions (:class:`agentd.supervisor.declared.DeclaredSubscriptions`).
 
-    @property
-    def pairs(self) -> set[tuple[str, str]]:
-        """(server, uri) of every declared subscription (globs expanded)."""
-        ...
-
-    @property
-    def unresolved(self) -> Mapping[str, str]:
-        """Patterns that resolve to nothing now -> why."""
-        ...
-
-    @property
-    def unresolved_required(self) -> frozenset[str]:
-        """The unresolved patterns that name a required server."""
-        ...
+    What they are (the pairs, what resolves to nothing) the reactor reads from
+    the pure :class:`~agentd.supervisor.subscriptions.Subscriptions` it is given.
+    """
 
     def refresh(self, reason: Literal["start", "connected", "catalog"]) -> list[tuple[str, str]]:
         """Re-resolve and (re)subscribe; returns the pairs no longer declared."""
@@ -130,10 +119,6 @@ class Declared(Protocol):
 
 class NoDeclared:
     """No declared subscriptions."""
-
-    pairs: set[tuple[str, str]] = set()  # noqa: RUF012 - never mutated
-    unresolved: Mapping[str, str] = {}
-    unresolved_required: frozenset[str] = frozenset()
 
     def refresh(self, reason: Literal["start", "connected", "catalog"]) -> list[tuple[str, str]]:
         return []

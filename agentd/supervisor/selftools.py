@@ -94,12 +94,17 @@ class SelfTools(Notices):
     def _release_upstream(self, agent: Agent, uri: str) -> None:
         """The agent that subscribed ``uri`` is gone: drop the upstream subscription unless still needed."""
         server = agent.subscription_servers.pop(uri, None)
-        if server is None or self.uri_needed(server, uri):
+        if server is None:
             return
-        if self._watches is not None and self._watches.needs(server, uri):
-            return
-        self.telemetry.emit("self.unsubscribe", agent=agent.id, uri=uri, server=server, reason="owner exited")
-        self.hooks.unsubscribe(server, uri)
+        for action in self.subscriptions.released([(server, uri)]):
+            self.telemetry.emit(
+                "self.unsubscribe",
+                agent=agent.id,
+                uri=action.uri,
+                server=action.server,
+                reason="owner exited",
+            )
+            self.hooks.unsubscribe(action.server, action.uri)
 
     def _drop_self_route(self, agent: Agent, uri: str) -> None:
         agent.subscriptions.discard(uri)

@@ -40,9 +40,11 @@ from agentd.exitcodes import ExitCode, TerminalStatus
 from agentd.supervisor.budget import Budget
 from agentd.supervisor.governor import RestartGovernor
 from agentd.supervisor.reactor import Agent, AgentPhase, Hooks, Reactor
+from agentd.supervisor.subscriptions import ServerView, Subscriptions
 from agentd.triggers import mode as modes
 from agentd.triggers.router import Continue, Router, RouteSpec, Spawn
 from agentd.triggers.timer import IntervalSource
+from agentd.upstream.resolve import Catalog
 from tests.support.reports import turn_ended, usage_reported
 from tests.support.telemetry import RecordingTelemetry
 
@@ -86,15 +88,22 @@ class FakeHooks:
 
 
 @dataclass
-class FakeDeclared:
-    """Declared subscriptions already resolved (the reactor's ``Declared`` seam)."""
+class Pattern:
+    """A declared subscription pattern (``server:uri``), as the configuration gives it."""
 
-    pairs: set[tuple[str, str]] = field(default_factory=set)
-    unresolved: dict[str, str] = field(default_factory=dict)
-    unresolved_required: frozenset[str] = frozenset()
+    server: str | None
+    uri: str
 
-    def refresh(self, reason: str) -> list[tuple[str, str]]:
-        return []
+
+def declared_subscriptions(
+    router: Router, patterns: Sequence[str], required: frozenset[str]
+) -> Subscriptions:
+    """The pure subscriptions component with ``patterns`` resolved against servers that offer nothing yet."""
+    subs = Subscriptions([Pattern(*p.split(":", 1)) for p in patterns], router, required=required)
+    servers = {p.split(":", 1)[0] for p in patterns}
+    view = ServerView(connected=False, subscribed=frozenset(), catalog=Catalog())
+    assert subs.refresh({name: view for name in sorted(servers)}, "start").actions == ()
+    return subs
 
 
 @dataclass
@@ -183,7 +192,8 @@ def build(
     instruction: str = "work",
     deadline: float | None = None,
     required: frozenset[str] = frozenset(),
-    declared: FakeDeclared | None = None,
+    declared: Sequence[str] = (),
+    declared_required: frozenset[str] = frozenset(),
 ) -> tuple[Reactor, FakeHooks, RecordingTelemetry]:
     now = trio.current_time()
     driver = modes.make_driver(mode, interval=interval, session=session, now_mono=now)
@@ -213,7 +223,7 @@ def build(
         session=session_mode,
         clock=clock,
         required=required,
-        declared=declared,
+        subscriptions=declared_subscriptions(router, declared, declared_required),
         counters=counters,
     )
     return reactor, hooks, telemetry
@@ -614,9 +624,8 @@ async def test_self_subscribe_routes_ahead_of_declared_is_exclusive_and_unsubscr
 
 
 async def test_unsubscribing_a_declared_uri_tells_the_hub_to_keep_the_upstream_subscription(autojump_clock):
-    declared = FakeDeclared(pairs={("memo", "memo://notes")})
     async with running(
-        "reactive", routes=[RouteSpec(match="memo://*", route_id="all")], declared=declared
+        "reactive", routes=[RouteSpec(match="memo://*", route_id="all")], declared=["memo:memo://notes"]
     ) as h:
         await h.send(ResourceChanged(server="memo", uri="memo://x"))
         a1 = await h.hooks.next_spawn()
@@ -696,9 +705,8 @@ async def test_a_self_subscribed_spawn_agent_frees_its_route_slot_at_its_first_t
 
 
 async def test_a_dead_subscribers_upstream_subscription_is_released_unless_declared(autojump_clock):
-    declared = FakeDeclared(pairs={("memo", "memo://declared")})
     async with running(
-        "reactive", routes=[RouteSpec(match="memo://*", route_id="all")], declared=declared
+        "reactive", routes=[RouteSpec(match="memo://*", route_id="all")], declared=["memo:memo://declared"]
     ) as h:
         await h.send(ResourceChanged(server="memo", uri="memo://x"))
         a1 = await h.hooks.next_spawn()
@@ -872,17 +880,21 @@ async def test_a_full_block_route_pauses_its_server_until_there_is_room(autojump
 async def test_readiness_fails_for_a_declared_subscription_that_was_released_or_resolves_to_nothing(
     autojump_clock,
 ):
-    declared = FakeDeclared(pairs={("memo", "memo://notes")})
-    async with running("reactive", declared=declared) as h:
+    async with running("reactive", declared=["memo:memo://notes"]) as h:
         assert h.reactor.ready() == (False, "subscriptions not established: memo:memo://notes")
         h.reactor.subscription_states[("memo", "memo://notes")] = "established"
         assert h.reactor.ready() == (True, "ok")
-        declared.unresolved = {"notes:file:///*": "no concrete resource matches"}
+    nothing = ["memo:memo://notes", "notes:file:///*"]
+    async with running("reactive", declared=nothing) as h:
+        h.reactor.subscription_states[("memo", "memo://notes")] = "established"
         assert h.reactor.ready() == (True, "ok")  # an optional server: a warning only
-        declared.unresolved_required = frozenset({"notes:file:///*"})
-        assert h.reactor.ready() == (
-            False,
-            "declared subscription 'notes:file:///*' resolves to nothing: no concrete resource matches",
+        assert h.reactor.metrics_snapshot().subscriptions_unresolved == 1
+    async with running("reactive", declared=nothing, declared_required=frozenset({"notes"})) as h:
+        h.reactor.subscription_states[("memo", "memo://notes")] = "established"
+        ready, reason = h.reactor.ready()
+        assert not ready
+        assert reason.startswith(
+            "declared subscription 'notes:file:///*' resolves to nothing: no concrete resource matches"
         )
         assert h.reactor.metrics_snapshot().subscriptions_unresolved == 1
 
