@@ -623,6 +623,21 @@ async def test_self_subscribe_routes_ahead_of_declared_is_exclusive_and_unsubscr
         assert h.reactor.router.get(f"self:{a1.id}:memo://notes") is None
 
 
+async def test_changes_lost_with_a_removed_route_are_counted_once_for_metrics_and_exit(autojump_clock):
+    # A busy session's own route holds a change; unsubscribing removes the route and loses it.
+    async with running("reactive", routes=[RouteSpec(match="memo://*", route_id="all")]) as h:
+        await h.send(ResourceChanged(server="memo", uri="memo://x"))
+        a1 = await h.hooks.next_spawn()
+        assert await h.subscribe(a1.id, "memo://notes") == Subscribed()
+        await h.send(ResourceChanged(server="memo", uri="memo://notes"))
+        await trio.sleep(1)  # past the debounce: queued, the session is mid-turn
+        assert await h.unsubscribe(a1.id, "memo://notes") == Unsubscribed(existed=True, needed=False)
+        snapshot = h.reactor.metrics_snapshot()
+    assert snapshot.dropped == {"route_removed": 1}
+    assert h.reactor.counters.totals()["dropped_events"] == 1  # supervisor.exit's count: the same
+    assert sum(snapshot.routed.values()) == h.reactor.counters.totals()["routed"] == 2
+
+
 async def test_unsubscribing_a_declared_uri_tells_the_hub_to_keep_the_upstream_subscription(autojump_clock):
     async with running(
         "reactive", routes=[RouteSpec(match="memo://*", route_id="all")], declared=["memo:memo://notes"]
