@@ -16,6 +16,11 @@ whose stdout is closed or full keeps running and counts the lost results
 Signals: SIGTERM, SIGINT and SIGHUP drain (no new work; running turns
 finish; exit 0 within ``--grace``, else 143); a second one stops at once
 (143). SIGHUP does not reload anything.
+
+Size: over 600 lines because ``_main`` builds every part in construction
+order inside one nursery (its closures ``spawn``, ``publish`` and ``pause``
+share its locals), and the end of a run (the once result, the JSON summary,
+``supervisor.exit``) is written beside it from the same locals.
 """
 
 from __future__ import annotations
