@@ -56,7 +56,9 @@ class SelfTools(Notices):
                 # A declared subscription (or another route or watch) still needs
                 # the upstream subscription: the hub must keep it, and the URI goes
                 # back to its declared route (rfcs/0134).
-                needed = request.server is not None and self.uri_needed(request.server, request.uri)
+                needed = request.server is not None and not self.subscriptions.unsubscribed(
+                    request.server, request.uri
+                )
                 request.reply.answer(Unsubscribed(existed=existed, needed=needed))
                 self.telemetry.emit(
                     "self.unsubscribe", agent=agent.id, uri=request.uri, server=request.server, kept=needed
@@ -74,7 +76,8 @@ class SelfTools(Notices):
                 request.reply.answer(RouteAdded(route_id))
             case WatchRouteRemove():
                 self.session_routes.remove_watch(request.session, request.name)
-                request.reply.answer(RouteRemoved(needed=self.uri_needed(request.server, request.uri)))
+                released = self.subscriptions.unsubscribed(request.server, request.uri)
+                request.reply.answer(RouteRemoved(needed=not released))
             case _:
                 assert_never(request)
 

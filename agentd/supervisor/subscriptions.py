@@ -28,10 +28,10 @@ a catalog changed                      pair not subscribed yet (with the start-u
                                        first time); unsubscribe pairs no longer declared that
                                        nothing else needs
 a subscribe finished                   :meth:`~Subscriptions.finished`
-an agent unsubscribed                  :meth:`~Subscriptions.needed` (the hub keeps it if so)
+an agent unsubscribed, a watch route   :meth:`~Subscriptions.unsubscribed`: unsubscribe unless
+was removed                            still needed (the hub or the watch manager performs it)
 an agent exited                        :meth:`~Subscriptions.released`: unsubscribe its
                                        subscriptions nothing else needs
-a watch route was removed              :meth:`~Subscriptions.needed`
 =====================================  ======================================================
 
 Performing them is someone else's job: the declared shell
@@ -346,6 +346,15 @@ class Subscriptions:
         self._inflight.discard((server, uri))
         if ok:
             self._seeded.add((server, uri))
+
+    def unsubscribed(self, server: str, uri: str) -> list[Unsubscribe]:
+        """An agent's ``unsubscribe`` or a ``watch_stop`` removed its route: the unsubscribe, unless still needed.
+
+        Whoever performs it (the hub, the watch manager) also asks whether a
+        live watch still reads the URI, as it always did; ``watched`` is not
+        applied here.
+        """
+        return [] if self.needed(server, uri) else [Unsubscribe(server, uri)]
 
     def released(self, held: Iterable[tuple[str, str]]) -> list[Unsubscribe]:
         """An agent exited holding these ``(server, uri)`` (its routes already gone): what to unsubscribe."""

@@ -131,6 +131,13 @@ def test_an_exited_agents_subscriptions_are_released_unless_still_needed() -> No
     routes.subscribe("other", "memo://theirs")  # another session still subscribes it
     held = [("memo", u) for u in ("memo://mine", "memo://declared", "memo://routed", "memo://theirs")]
     assert subs.released(held) == [Unsubscribe("memo", "memo://mine")]
+    # An unsubscribe (or a watch_stop) releases what nothing else needs; the rest is kept.
+    assert [subs.unsubscribed(server, uri) for server, uri in held] == [
+        [Unsubscribe("memo", "memo://mine")],
+        [],
+        [],
+        [],
+    ]
     assert subs.why("memo", "memo://declared") == {"declared"}
     assert subs.why("memo", "memo://routed") == {"route"}
     assert subs.needed("memo", "memo://theirs")
