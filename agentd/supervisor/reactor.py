@@ -3,9 +3,10 @@
 This module holds the loop and the dispatch; the handlers live beside it,
 grouped by job (see :mod:`agentd.supervisor.reactorcore` for the map), and the
 parts that own state of their own are objects it holds: the agent table
-(``agents.py``), the sessions' routes (``sessionroutes.py``), the run's
-counters (``agentd.counters``); declared subscriptions (``declared.py``) are
-given; the exit rules live in the drivers.
+(``agents.py``), the sessions' routes (``sessionroutes.py``); it is given
+the run's counters (``agentd.counters``), which subscriptions are wanted and
+why (``subscriptions.py``, pure) and what performs the declared ones
+(``declared.py``); the exit rules live in the drivers.
 
 Every other task (MCP connections, child channels, the signal watcher, the
 health endpoint, the self-MCP handlers) only *sends* typed events
@@ -88,9 +89,10 @@ __all__ = [
 class Reactor(Drain):
     """Runs one event loop over its owned parts; the mode's driver decides when it ends.
 
-    Owned parts: the agent table (:class:`~agentd.supervisor.agents.AgentTable`),
-    the sessions' own routes (:class:`~agentd.supervisor.sessionroutes.SessionRoutes`),
-    and the counters ``/metrics`` reads. Everything else it is given.
+    Owned parts: the agent table (:class:`~agentd.supervisor.agents.AgentTable`)
+    and the sessions' own routes (:class:`~agentd.supervisor.sessionroutes.SessionRoutes`).
+    Everything else it is given, among them the counters ``/metrics`` and
+    ``supervisor.exit`` read and the subscriptions component.
 
     Args:
         driver: the mode's driver (exit predicates).
