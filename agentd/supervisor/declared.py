@@ -39,7 +39,14 @@ from agentd.triggers.router import Router
 from agentd.upstream.resolve import Catalog
 
 # The pure part (resolution, what is wanted) lives in agentd.supervisor.subscriptions.
-__all__ = ["DeclaredSubscriptions", "Resolution", "SubscriptionPattern", "pattern_label", "resolve"]
+__all__ = [
+    "DeclaredSubscriptions",
+    "RefreshReason",
+    "Resolution",
+    "SubscriptionPattern",
+    "pattern_label",
+    "resolve",
+]
 
 
 class _UpstreamLike(Protocol):

@@ -17,7 +17,6 @@ from __future__ import annotations
 import datetime as _dt
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from agentd.config import RouteConfig, Settings, route_model_settings
 from agentd.errors import ConfigError
@@ -72,7 +71,7 @@ class ModelProfile:
 
     model: str
     system: str | None
-    model_settings: dict[str, Any]
+    model_settings: dict[str, object]
 
 
 def model_profiles(settings: Settings) -> tuple[ModelProfile, dict[str, ModelProfile]]:
