@@ -13,22 +13,19 @@ from agentd.events import (
     ServerStateChanged,
     SubscriptionStateChanged,
 )
-from agentd.telemetry import NullTelemetry
-from agentd.upstream import Upstream
 
 # tests/integration has no __init__.py, so the repository root is not on sys.path by itself.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.servers.helpers import Events, Spec
+from tests.servers.helpers import Spec, restarting_upstream
 from tests.support.processes import listening, notes_server
 
 
 async def test_http_subscribe_and_survive_a_server_restart(tmp_path: Path) -> None:
     state = tmp_path / "s.json"
     listener, port = listening()
-    send, recv = trio.open_memory_channel[object](100)
-    events = Events(recv)
-    spec = Spec(name="web", url=f"http://127.0.0.1:{port}/mcp", headers={"X-Test": "1"})
-    up = Upstream(spec, send, NullTelemetry(), backoff=(0.2,), resubscribe_backoff=(0.2,))
+    up, events = restarting_upstream(
+        Spec(name="web", url=f"http://127.0.0.1:{port}/mcp", headers={"X-Test": "1"})
+    )
     try:
         async with notes_server(listener, state) as first, trio.open_nursery() as nursery:
             await nursery.start(up.run)

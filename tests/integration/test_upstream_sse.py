@@ -21,17 +21,16 @@ from agentd.telemetry import NullTelemetry
 from agentd.upstream import Upstream
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.servers.helpers import Events, notes_spec
+from tests.servers.helpers import notes_spec, restarting_upstream
 from tests.support.processes import listening, notes_server
 
 
 async def test_sse_server_calls_subscribes_and_survives_a_restart(tmp_path: Path) -> None:
     state = tmp_path / "s.json"
     listener, port = listening()
-    send, recv = trio.open_memory_channel[object](100)
-    events = Events(recv)
-    spec = ServerSpec(name="legacy", url=f"http://127.0.0.1:{port}/sse", transport="sse")
-    up = Upstream(spec, send, NullTelemetry(), backoff=(0.2,), resubscribe_backoff=(0.2,))
+    up, events = restarting_upstream(
+        ServerSpec(name="legacy", url=f"http://127.0.0.1:{port}/sse", transport="sse")
+    )
     try:
         async with notes_server(listener, state, "sse") as first, trio.open_nursery() as nursery:
             await nursery.start(up.run)

@@ -8,6 +8,8 @@ from typing import Any, TypeVar
 
 import trio
 
+from agentd.telemetry import NullTelemetry
+from agentd.upstream import Upstream
 from tests.support.watch import Spec
 
 NOTES_SERVER = str(Path(__file__).with_name("notes_server.py"))
@@ -43,3 +45,9 @@ class Events:
 
     def of(self, kind: type[E]) -> list[E]:
         return [e for e in self.seen if isinstance(e, kind)]
+
+
+def restarting_upstream(spec: Spec) -> tuple[Upstream, Events]:
+    """An upstream for ``spec`` that retries (and resubscribes) every 0.2 s, and its event reader."""
+    send, recv = trio.open_memory_channel[object](100)
+    return Upstream(spec, send, NullTelemetry(), backoff=(0.2,), resubscribe_backoff=(0.2,)), Events(recv)
