@@ -18,11 +18,11 @@ STOP_GRACE = 5.0
 """Seconds a test server gets to exit after SIGTERM before SIGKILL."""
 
 
-def listening() -> tuple[socket.socket, int]:
+def listening(backlog: int = 64) -> tuple[socket.socket, int]:
     """A loopback socket already listening (a server inherits it, so a restart needs no readiness probe), and its port."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
-    listener.listen(64)
+    listener.listen(backlog)
     return listener, listener.getsockname()[1]
 
 
