@@ -145,6 +145,14 @@ class Harness:
         with trio.fail_after(STEP):
             return await recv.receive()
 
+    async def subscribed_agent(self, *uris: str) -> Agent:
+        """A change of ``memo://x`` spawns an agent (the test's routes must spawn for it); it subscribes to ``uris``."""
+        await self.send(ResourceChanged(server="memo", uri="memo://x"))
+        agent = await self.hooks.next_spawn()
+        for uri in uris:
+            assert await self.subscribe(agent.id, uri) == Subscribed()
+        return agent
+
     async def unsubscribe(self, agent: str, uri: str, server: str | None = "memo") -> Unsubscribed:
         send, recv = trio.open_memory_channel[Unsubscribed](1)
         await self.send(SelfUnsubscribe(agent, uri, server, Reply(send)))
@@ -582,9 +590,7 @@ async def test_continue_route_delivers_the_queued_set_once_only_when_idle_in_ord
 
 async def test_self_subscribe_routes_ahead_of_declared_is_exclusive_and_unsubscribes(autojump_clock):
     async with running("reactive", routes=[RouteSpec(match="memo://*", route_id="all")]) as h:
-        await h.send(ResourceChanged(server="memo", uri="memo://x"))
-        a1 = await h.hooks.next_spawn()
-        assert await h.subscribe(a1.id, "memo://notes") == Subscribed()
+        a1 = await h.subscribed_agent("memo://notes")
         held = await h.end_turn(a1.id, "watching")
         # the next change to memo://notes wakes the SAME agent, not the declared spawn route
         await trio.sleep(1)
@@ -614,9 +620,7 @@ async def test_unsubscribing_a_declared_uri_tells_the_hub_to_keep_the_upstream_s
     async with running(
         "reactive", routes=[RouteSpec(match="memo://*", route_id="all")], declared=declared
     ) as h:
-        await h.send(ResourceChanged(server="memo", uri="memo://x"))
-        a1 = await h.hooks.next_spawn()
-        assert await h.subscribe(a1.id, "memo://notes") == Subscribed()
+        a1 = await h.subscribed_agent("memo://notes")
         answer = await h.unsubscribe(a1.id, "memo://notes")
         assert answer == Unsubscribed(existed=True, needed=True)
         await h.end_turn(a1.id, "done")
@@ -667,9 +671,7 @@ async def test_deadline_ends_an_idle_loop_at_exactly_the_deadline(autojump_clock
 
 async def test_a_self_subscribed_agent_that_dies_gives_the_uri_back_to_the_declared_route(autojump_clock):
     async with running("reactive", routes=[RouteSpec(match="memo://*", route_id="all")]) as h:
-        await h.send(ResourceChanged(server="memo", uri="memo://x"))
-        a1 = await h.hooks.next_spawn()
-        assert await h.subscribe(a1.id, "memo://notes") == Subscribed()
+        a1 = await h.subscribed_agent("memo://notes")
         await h.end_turn(a1.id, "watching")
         await h.exited(a1.id, returncode=-9)  # killed while idle
         await h.send(ResourceChanged(server="memo", uri="memo://notes"))
@@ -696,10 +698,7 @@ async def test_a_dead_subscribers_upstream_subscription_is_released_unless_decla
     async with running(
         "reactive", routes=[RouteSpec(match="memo://*", route_id="all")], declared=declared
     ) as h:
-        await h.send(ResourceChanged(server="memo", uri="memo://x"))
-        a1 = await h.hooks.next_spawn()
-        assert await h.subscribe(a1.id, "memo://mine") == Subscribed()
-        assert await h.subscribe(a1.id, "memo://declared") == Subscribed()
+        a1 = await h.subscribed_agent("memo://mine", "memo://declared")
         await h.end_turn(a1.id, "watching")
         await h.exited(a1.id, returncode=-9)
         await h.send(ResourceChanged(server="memo", uri="memo://y"))  # a wake, so the exit was handled
