@@ -33,6 +33,7 @@ from agentd import __version__
 from agentd.exitcodes import ExitCode
 from tests.e2e.agentd_proc import PY, REPO, Agentd, agentd_cmd, run_agentd, script
 from tests.support.files import edit
+from tests.support.memo import NOTES, memo_toml
 
 pytestmark = [pytest.mark.realclock, pytest.mark.slow]
 
@@ -47,38 +48,21 @@ EXIT_AFTER_GRACE = 3.0
 #: not-ready window after a server dies is unmistakable.
 FAST_RECONNECT = {"AGENTD_RECONNECT_BACKOFF": "0.5,0.5,0.5,0.5,0.5"}
 
-NOTES = "memo://notes"
-
 
 # --- helpers -------------------------------------------------------------------
 
 
 def config(tmp: Path, memo: Path, model: str, *, max_inflight: int = 4, grace: str = "20s") -> Path:
     """A reactive agentd.toml: required memo server, its notes subscribed, one spawn route."""
-    path = tmp / "agentd.toml"
-    path.write_text(
-        f"""
-mode = "reactive"
-model = {json.dumps(model)}
-instruction = "React to the notes."
-grace = "{grace}"
-subscribe = ["memo:{NOTES}"]
-
-[servers.memo]
-command = {json.dumps(PY)}
-args = ["-m", "agentd", "serve", "memo", "--file", {json.dumps(str(memo))}]
-required = true
-
-[[routes]]
-name = "notes"
-match = "{NOTES}"
-disposition = "spawn"
-debounce = "0s"
-max_inflight = {max_inflight}
-reread_on_start = false
-"""
+    toml, _ = memo_toml(
+        tmp,
+        model,
+        memo=memo,
+        settings=f'grace = "{grace}"',
+        server="required = true",
+        route=f"max_inflight = {max_inflight}",
     )
-    return path
+    return toml
 
 
 def reactive_args(toml: Path, *extra: str) -> list[str]:
