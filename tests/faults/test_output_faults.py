@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+import pytest
 import trio
 
 from agentd.exitcodes import ExitCode
@@ -93,29 +94,22 @@ def metric(text: str, name: str) -> float:
 # ----------------------------------------------------------------------------- stderr
 
 
-async def test_once_with_stderr_on_a_full_device_still_prints_its_result_and_exits_0(
-    tmp_path: Path, allow_files: Any
+@pytest.mark.parametrize("stderr", ["full-device", "closed"])
+async def test_once_with_stderr_unwritable_still_prints_its_result_and_exits_0(
+    tmp_path: Path, allow_files: Any, stderr: str
 ) -> None:
+    """stderr on ``/dev/full``, or closed (``2>&-``)."""
     allow_files("out.txt")
     model = script(tmp_path, [{"text": "the result"}])
     out = tmp_path / "out.txt"
-    with fd("/dev/full") as full, fd(out) as stdout:
-        code = await run_once(
-            agentd_cmd("--model", model, "do it"), stdout=stdout, stderr=full, tmp_path=tmp_path
-        )
-    assert code == ExitCode.OK
-    assert out.read_text() == "the result\n"
-
-
-async def test_once_with_stderr_closed_still_prints_its_result_and_exits_0(
-    tmp_path: Path, allow_files: Any
-) -> None:
-    allow_files("out.txt")
-    model = script(tmp_path, [{"text": "the result"}])
-    out = tmp_path / "out.txt"
-    argv = ["sh", "-c", 'exec "$@" 2>&-', "sh", *agentd_cmd("--model", model, "do it")]
-    with fd(out) as stdout:
-        code = await run_once(argv, stdout=stdout, stderr=subprocess.DEVNULL, tmp_path=tmp_path)
+    argv = agentd_cmd("--model", model, "do it")
+    with contextlib.ExitStack() as stack:
+        stdout = stack.enter_context(fd(out))
+        if stderr == "full-device":
+            err = stack.enter_context(fd("/dev/full"))
+        else:
+            argv, err = ["sh", "-c", 'exec "$@" 2>&-', "sh", *argv], subprocess.DEVNULL
+        code = await run_once(argv, stdout=stdout, stderr=err, tmp_path=tmp_path)
     assert code == ExitCode.OK
     assert out.read_text() == "the result\n"
 

@@ -30,7 +30,7 @@ from agentd.events import ResourceChanged
 from agentd.exitcodes import ExitCode
 from agentd.supervisor.budget import Budget
 from agentd.supervisor.governor import RestartGovernor
-from agentd.supervisor.reactor import Agent, Hooks, Reactor
+from agentd.supervisor.reactor import Agent, Reactor
 from agentd.triggers import mode as modes
 from agentd.triggers.router import Router, RouteSpec, Spawn
 from agentd.triggers.timer import CronSource
@@ -45,6 +45,7 @@ from tests.fakes.provider_server import (
 )
 from tests.faults.conftest import tagged_env
 from tests.support.files import edit
+from tests.support.reactor import spawn_hooks
 from tests.support.telemetry import RecordingTelemetry
 
 #: Slack on wall-time assertions for a shared, loaded 2-core machine.
@@ -481,11 +482,7 @@ async def test_debounce_and_deadline_ignore_wall_clock_jumps(
     reactor = Reactor(
         driver=modes.Reactive(), router=router, budget=Budget(deadline_at=10.0),
         governor=RestartGovernor(intensity=3, period=60.0),
-        hooks=Hooks(
-            spawn=lambda agent: spawned.append((trio.current_time(), agent)),
-            kill_all=lambda: None, unsubscribe=lambda _s, _u: None,
-            publish=lambda *_a: None,
-        ),
+        hooks=spawn_hooks(lambda agent: spawned.append((trio.current_time(), agent))),
         telemetry=telemetry, instruction="react", grace=5.0, mode="reactive", session="fresh",
     )  # fmt: skip
     result: list[tuple[float, ExitCode]] = []

@@ -145,6 +145,11 @@ class Harness:
         with trio.fail_after(STEP):
             return await recv.receive()
 
+    async def fill_blocking_route(self, server: str) -> None:
+        """``server`` sends ``b://1``-``b://3``: one agent runs, one update waits, the third finds the route full."""
+        for uri in ("b://1", "b://2", "b://3"):
+            await self.send(ResourceChanged(server=server, uri=uri))
+
     async def subscribed_agent(self, *uris: str) -> Agent:
         """A change of ``memo://x`` spawns an agent (the test's routes must spawn for it); it subscribes to ``uris``."""
         await self.send(ResourceChanged(server="memo", uri="memo://x"))
@@ -841,15 +846,15 @@ async def test_drop_telemetry_and_metrics_use_the_routers_reasons(autojump_clock
     assert reasons == [None, None, "drop_oldest", None, None, "coalesce_cap"]
 
 
+BLOCK_ONE = RouteSpec(
+    match="b://*", disposition=Spawn(max_inflight=1), queue_cap=1, overflow="block", debounce=0
+)
+"""A blocking route with one agent and one queue slot: a third update fills it."""
+
+
 async def test_a_full_block_route_pauses_its_server_until_there_is_room(autojump_clock):
-    routes = [
-        RouteSpec(
-            match="b://*", disposition=Spawn(max_inflight=1), queue_cap=1, overflow="block", debounce=0
-        ),
-    ]
-    async with running("reactive", routes=routes) as h:
-        for uri in ("b://1", "b://2", "b://3"):
-            await h.send(ResourceChanged(server="slow", uri=uri))
+    async with running("reactive", routes=[BLOCK_ONE]) as h:
+        await h.fill_blocking_route("slow")
         a1 = await h.hooks.next_spawn()
         await trio.sleep(1)
         assert h.hooks.paused == [(0.0, "slow", True)]
@@ -898,14 +903,8 @@ async def test_schedule_fires_go_to_a_declared_timer_route(autojump_clock):
 
 
 async def test_a_second_server_feeding_a_blocked_route_is_paused_too(autojump_clock):
-    routes = [
-        RouteSpec(
-            match="b://*", disposition=Spawn(max_inflight=1), queue_cap=1, overflow="block", debounce=0
-        ),
-    ]
-    async with running("reactive", routes=routes) as h:
-        for uri in ("b://1", "b://2", "b://3"):
-            await h.send(ResourceChanged(server="one", uri=uri))
+    async with running("reactive", routes=[BLOCK_ONE]) as h:
+        await h.fill_blocking_route("one")
         await h.hooks.next_spawn()
         await trio.sleep(1)
         await h.send(ResourceChanged(server="two", uri="b://4"))  # the route is already blocked
