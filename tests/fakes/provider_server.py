@@ -92,6 +92,16 @@ class Reply:
 Responder = Callable[[RecordedRequest], Reply]
 
 
+async def _receive_more(stream: trio.SocketStream, buf: bytearray) -> bool:
+    """Append the next bytes from ``stream`` to ``buf``; False once the peer closed or broke the connection."""
+    try:
+        chunk = await stream.receive_some(65536)
+    except trio.BrokenResourceError:
+        return False
+    buf += chunk
+    return bool(chunk)
+
+
 class ProviderServer:
     """The server. ``requests`` grows as requests arrive; ``push`` adds replies.
 
@@ -188,15 +198,8 @@ class ProviderServer:
     @staticmethod
     async def _read_request(stream: trio.SocketStream, buf: bytearray) -> RecordedRequest | None:
         while b"\r\n\r\n" not in buf:
-            if len(buf) > _MAX_HEAD:
+            if len(buf) > _MAX_HEAD or not await _receive_more(stream, buf):
                 return None
-            try:
-                chunk = await stream.receive_some(65536)
-            except trio.BrokenResourceError:
-                return None
-            if not chunk:
-                return None
-            buf += chunk
         head_end = buf.index(b"\r\n\r\n")
         head = bytes(buf[:head_end]).decode("latin-1")
         del buf[: head_end + 4]
@@ -209,13 +212,8 @@ class ProviderServer:
             headers[key] = f"{headers[key]}, {value.strip()}" if key in headers else value.strip()
         length = int(headers.get("content-length", "0"))
         while len(buf) < length:
-            try:
-                chunk = await stream.receive_some(65536)
-            except trio.BrokenResourceError:
+            if not await _receive_more(stream, buf):
                 return None
-            if not chunk:
-                return None
-            buf += chunk
         body = bytes(buf[:length])
         del buf[:length]
         return RecordedRequest(method=method, path=path, headers=headers, body=body)

@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 import trio
 import trio.testing
@@ -46,6 +45,7 @@ from tests.fakes.provider_server import (
 from tests.faults.conftest import tagged_env
 from tests.support.files import edit
 from tests.support.reactor import spawn_hooks
+from tests.support.supervised import survivors, tree_of
 from tests.support.telemetry import RecordingTelemetry
 
 #: Slack on wall-time assertions for a shared, loaded 2-core machine.
@@ -72,22 +72,6 @@ def reactive_args(model: str, memo: Path, *extra: str, inflight: int = 1) -> lis
         "--mcp-stdio", memo_server(memo), "--subscribe", "memo:memo://notes",
         "--route", f"memo://notes=spawn:{inflight}", *extra, "react to the memo",
     ]  # fmt: skip
-
-
-def tree_of(a: Agentd) -> list[psutil.Process]:
-    """Every process below agentd: zygote, agents, MCP servers, sandbox workers."""
-    return psutil.Process(a.proc.pid).children(recursive=True)
-
-
-def alive(p: psutil.Process) -> bool:
-    try:
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def survivors(procs: list[psutil.Process]) -> list[str]:
-    return [f"{p.pid} {p.cmdline()}" for p in procs if alive(p)]
 
 
 async def change_spawns_an_agent(a: Agentd, memo: Path, value: str) -> dict[str, Any]:

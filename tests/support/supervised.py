@@ -31,6 +31,23 @@ def alive(pid: int) -> psutil.Process | None:
         return None
 
 
+def tree_of(a: Agentd) -> list[psutil.Process]:
+    """Every process below agentd: zygote, agents, MCP servers, sandbox workers."""
+    return psutil.Process(a.proc.pid).children(recursive=True)
+
+
+def survivors(procs: list[psutil.Process]) -> list[str]:
+    """Those of ``procs`` still running (not zombies), as ``pid [cmdline]``."""
+
+    def running(p: psutil.Process) -> bool:
+        try:
+            return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    return [f"{p.pid} {p.cmdline()}" for p in procs if running(p)]
+
+
 def assert_no_orphans(seen: set[int], tmp_path: Path) -> None:
     """No process agentd started (seen while it ran), and none naming ``tmp_path``, is still alive."""
     left = [p for p in (alive(pid) for pid in sorted(seen)) if p is not None]
