@@ -114,19 +114,26 @@ async def test_once_with_stderr_unwritable_still_prints_its_result_and_exits_0(
     assert out.read_text() == "the result\n"
 
 
-async def test_sigterm_drains_while_stderr_is_still_blocked(tmp_path: Path) -> None:
-    """Nobody ever reads stderr: the drain still ends, with exit 0, within the grace plus the flush bound."""
+async def ticking_daemon(tmp_path: Path, *flags: str, buffer: str) -> trio.Process:
+    """A schedule daemon publishing ``tick`` every 200 ms, verbose, with a telemetry buffer of ``buffer``;
+    its stdout and stderr are pipes, stderr's only one page (4 KiB) deep."""
     model = script(tmp_path, [{"text": "tick"}], then="repeat")
     argv = agentd_cmd(
-        "--mode", "schedule", "--interval", "200ms", "--verbose", "--model", model, "--grace", "20s", "t"
-    )
+        "--mode", "schedule", "--interval", "200ms", "--verbose", "--model", model, *flags, "--grace", "20s", "tick"
+    )  # fmt: skip
     proc = await trio.lowlevel.open_process(
         argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        env=env(tmp_path, AGENTD_TELEMETRY_BUFFER="1KiB"), cwd=str(REPO),
+        env=env(tmp_path, AGENTD_TELEMETRY_BUFFER=buffer), cwd=str(REPO),
     )  # fmt: skip
-    assert proc.stdout is not None
     assert proc.stderr is not None
     fcntl.fcntl(proc.stderr.fileno(), fcntl.F_SETPIPE_SZ, 4096)
+    return proc
+
+
+async def test_sigterm_drains_while_stderr_is_still_blocked(tmp_path: Path) -> None:
+    """Nobody ever reads stderr: the drain still ends, with exit 0, within the grace plus the flush bound."""
+    proc = await ticking_daemon(tmp_path, buffer="1KiB")
+    assert proc.stdout is not None
     try:
         published = b""
         with trio.fail_after(WAIT_S):
@@ -147,19 +154,17 @@ async def test_sigterm_drains_while_stderr_is_still_blocked(tmp_path: Path) -> N
 async def test_a_stderr_pipe_nobody_reads_never_blocks_the_daemon(tmp_path: Path) -> None:
     """Telemetry fills the pipe and the buffer; the daemon publishes, answers probes and drains."""
     port, metrics_port = free_port(), free_port()
-    model = script(tmp_path, [{"text": "tick"}], then="repeat")
-    argv = agentd_cmd(
-        "--mode", "schedule", "--interval", "200ms", "--verbose", "--model", model,
-        "--health-addr", f"127.0.0.1:{port}", "--metrics-addr", f"127.0.0.1:{metrics_port}", "--grace", "20s", "tick",
-    )  # fmt: skip
-    proc = await trio.lowlevel.open_process(
-        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        env=env(tmp_path, AGENTD_TELEMETRY_BUFFER="4KiB"), cwd=str(REPO),
-    )  # fmt: skip
+    proc = await ticking_daemon(
+        tmp_path,
+        "--health-addr",
+        f"127.0.0.1:{port}",
+        "--metrics-addr",
+        f"127.0.0.1:{metrics_port}",
+        buffer="4KiB",
+    )
     assert proc.stdout is not None
     assert proc.stderr is not None
     stdout, stderr = proc.stdout, proc.stderr
-    fcntl.fcntl(stderr.fileno(), fcntl.F_SETPIPE_SZ, 4096)  # one page
     published = bytearray()
     logged = bytearray()
     changed = trio.Event()
@@ -190,9 +195,14 @@ async def test_a_stderr_pipe_nobody_reads_never_blocks_the_daemon(tmp_path: Path
             # Someone reads stderr again: it catches up, and the drain's lines
             # (supervisor.exit with the count) all get through.
             nursery.start_soon(read_stderr)
-            # Caught up: the turn end of a root that starts after reading resumed is in.
-            caught_up = f'"event":"turn.end","agent":"a{published.count(b"tick") + 2}"'.encode()
             with trio.fail_after(WAIT_S):
+                await changed.wait()  # reading has resumed
+                # Read stdout up to now (it was not read meanwhile either): the root two after
+                # the last published one starts after reading resumed, so its turn end gets in.
+                last = published.count(b"tick\n") + 1
+                await ticks(last)
+                last = published.count(b"tick\n")
+                caught_up = f'"event":"turn.end","agent":"a{last + 2}"'.encode()
                 while caught_up not in logged:
                     await changed.wait()
             proc.send_signal(signal.SIGTERM)

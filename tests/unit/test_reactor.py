@@ -388,12 +388,15 @@ async def test_schedule_fires_on_the_grid_and_coalesces_fires_while_the_root_run
 # --------------------------------------------------------------------------- budget
 
 
+SESSION_A_SPAWN_B = [
+    RouteSpec(match="memo://a", disposition=Continue("s"), debounce=0.25),
+    RouteSpec(match="memo://b", disposition=Spawn(), debounce=0.25),
+]
+"""``memo://a`` goes to the warm session ``s``, ``memo://b`` spawns an agent."""
+
+
 async def test_budget_spent_stops_spawning_drains_warm_sessions_and_exits_7(autojump_clock):
-    routes = [
-        RouteSpec(match="memo://a", disposition=Continue("s"), debounce=0.25),
-        RouteSpec(match="memo://b", disposition=Spawn(), debounce=0.25),
-    ]
-    async with running("reactive", routes=routes, max_steps=3) as h:
+    async with running("reactive", routes=SESSION_A_SPAWN_B, max_steps=3) as h:
         await h.send(ResourceChanged(server="memo", uri="memo://a"))
         s = await h.hooks.next_spawn()
         assert (s.role, s.session, s.warm) == ("session", "s", True)
@@ -443,11 +446,7 @@ async def test_loop_budget_spent_exits_7_after_the_root_exits(autojump_clock):
 
 
 async def test_sigterm_exits_idle_sessions_lets_the_running_turn_finish_then_0(autojump_clock):
-    routes = [
-        RouteSpec(match="memo://a", disposition=Continue("s"), debounce=0.25),
-        RouteSpec(match="memo://b", disposition=Spawn(), debounce=0.25),
-    ]
-    async with running("reactive", routes=routes, grace=10) as h:
+    async with running("reactive", routes=SESSION_A_SPAWN_B, grace=10) as h:
         await h.send(ResourceChanged(server="memo", uri="memo://a"))
         s = await h.hooks.next_spawn()
         held = await h.end_turn(s.id)
