@@ -682,6 +682,28 @@ class GoogleTokenEndpoint:
         )
         return path
 
+    def vertex(self, replies: list[Reply]) -> Responder:
+        """A handler for this endpoint (``/token``) and Vertex AI's ``rawPredict`` on one port: a
+        request with one of the issued tokens gets the next of ``replies``, any other a 401."""
+
+        def handle(request: RecordedRequest) -> Reply:
+            if request.path == "/token":
+                return self(request)
+            if request.headers.get("authorization") not in {f"Bearer {t}" for t in self.issued}:
+                return anthropic_error(401, "Request had invalid authentication credentials.")
+            return replies.pop(0)
+
+        return handle
+
+    def vertex_env(self, key_file: Any, base_url: str, region: str) -> dict[str, str]:
+        """The environment that points the Vertex provider at ``base_url`` with ``key_file``'s account."""
+        return {
+            "GOOGLE_APPLICATION_CREDENTIALS": str(key_file),
+            "ANTHROPIC_VERTEX_BASE_URL": base_url,
+            "CLOUD_ML_REGION": region,
+            "ANTHROPIC_VERTEX_PROJECT_ID": self.project,
+        }
+
     def __call__(self, request: RecordedRequest) -> Reply:
         problem = self._check(request)
         if problem is not None:

@@ -22,7 +22,8 @@ import os
 import signal
 import socket
 import subprocess
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -114,7 +115,8 @@ async def test_once_with_stderr_unwritable_still_prints_its_result_and_exits_0(
     assert out.read_text() == "the result\n"
 
 
-async def ticking_daemon(tmp_path: Path, *flags: str, buffer: str) -> trio.Process:
+@asynccontextmanager
+async def ticking_daemon(tmp_path: Path, *flags: str, buffer: str) -> AsyncIterator[trio.Process]:
     """A schedule daemon publishing ``tick`` every 200 ms, verbose, with a telemetry buffer of ``buffer``;
     its stdout and stderr are pipes, stderr's only one page (4 KiB) deep."""
     model = script(tmp_path, [{"text": "tick"}], then="repeat")
@@ -127,14 +129,19 @@ async def ticking_daemon(tmp_path: Path, *flags: str, buffer: str) -> trio.Proce
     )  # fmt: skip
     assert proc.stderr is not None
     fcntl.fcntl(proc.stderr.fileno(), fcntl.F_SETPIPE_SZ, 4096)
-    return proc
+    try:
+        yield proc
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            with trio.CancelScope(shield=True):
+                await proc.wait()
 
 
 async def test_sigterm_drains_while_stderr_is_still_blocked(tmp_path: Path) -> None:
     """Nobody ever reads stderr: the drain still ends, with exit 0, within the grace plus the flush bound."""
-    proc = await ticking_daemon(tmp_path, buffer="1KiB")
-    assert proc.stdout is not None
-    try:
+    async with ticking_daemon(tmp_path, buffer="1KiB") as proc:
+        assert proc.stdout is not None
         published = b""
         with trio.fail_after(WAIT_S):
             while published.count(b"tick\n") < 5:  # the pipe is long full by now
@@ -144,46 +151,40 @@ async def test_sigterm_drains_while_stderr_is_still_blocked(tmp_path: Path) -> N
         proc.send_signal(signal.SIGTERM)
         with trio.fail_after(20 + EXIT_FLUSH_TIMEOUT + 10):
             assert await proc.wait() == ExitCode.OK
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            with trio.CancelScope(shield=True):
-                await proc.wait()
 
 
 async def test_a_stderr_pipe_nobody_reads_never_blocks_the_daemon(tmp_path: Path) -> None:
     """Telemetry fills the pipe and the buffer; the daemon publishes, answers probes and drains."""
     port, metrics_port = free_port(), free_port()
-    proc = await ticking_daemon(
+    async with ticking_daemon(
         tmp_path,
         "--health-addr",
         f"127.0.0.1:{port}",
         "--metrics-addr",
         f"127.0.0.1:{metrics_port}",
         buffer="4KiB",
-    )
-    assert proc.stdout is not None
-    assert proc.stderr is not None
-    stdout, stderr = proc.stdout, proc.stderr
-    published = bytearray()
-    logged = bytearray()
-    changed = trio.Event()
+    ) as proc:
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        stdout, stderr = proc.stdout, proc.stderr
+        published = bytearray()
+        logged = bytearray()
+        changed = trio.Event()
 
-    async def ticks(n: int) -> None:
-        with trio.fail_after(WAIT_S):
-            while published.count(b"tick\n") < n:
-                chunk = await stdout.receive_some(4096)
-                assert chunk, f"agentd exited early ({await proc.wait()})"
-                published.extend(chunk)
+        async def ticks(n: int) -> None:
+            with trio.fail_after(WAIT_S):
+                while published.count(b"tick\n") < n:
+                    chunk = await stdout.receive_some(4096)
+                    assert chunk, f"agentd exited early ({await proc.wait()})"
+                    published.extend(chunk)
 
-    async def read_stderr() -> None:
-        nonlocal changed
-        while chunk := await stderr.receive_some(65536):
-            logged.extend(chunk)
-            changed.set()
-            changed = trio.Event()
+        async def read_stderr() -> None:
+            nonlocal changed
+            while chunk := await stderr.receive_some(65536):
+                logged.extend(chunk)
+                changed.set()
+                changed = trio.Event()
 
-    try:
         # Nobody reads stderr: 20 roots ran (each writes about 1 KB of telemetry, so the
         # 4 KiB pipe and the 4 KiB buffer overflowed), and results kept coming.
         await ticks(20)
@@ -208,11 +209,6 @@ async def test_a_stderr_pipe_nobody_reads_never_blocks_the_daemon(tmp_path: Path
             proc.send_signal(signal.SIGTERM)
             with trio.fail_after(WAIT_S):
                 assert await proc.wait() == ExitCode.OK
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            with trio.CancelScope(shield=True):
-                await proc.wait()
     exit_event = [e for e in events(bytes(logged)) if e.get("event") == "supervisor.exit"]
     assert exit_event, bytes(logged[-2000:])
     assert exit_event[0]["exit_code"] == 0

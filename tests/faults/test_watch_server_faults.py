@@ -9,7 +9,6 @@ wait is on NDJSON telemetry with a timeout, nothing sleeps.
 
 from __future__ import annotations
 
-import html
 import json
 import signal
 import time
@@ -21,7 +20,7 @@ import pytest
 
 from tests.e2e.agentd_proc import PY, Agentd, run_agentd, script
 from tests.faults.conftest import tagged_env
-from tests.support.watch import Control, loop_args, mcp_stdio, obj, server_args, watch_start
+from tests.support.watch import Control, loop_args, mcp_stdio, notice_lines, obj, server_args, watch_start
 
 #: Slack on wall-time bounds for a shared, loaded 2-core machine.
 SLACK_S = 2.0
@@ -47,15 +46,6 @@ def echo_turns(first: list[dict[str, Any]], n: int = 10) -> list[dict[str, Any]]
 async def drain(a: Agentd) -> None:
     a.signal(signal.SIGTERM)
     assert await a.wait_exit() == 0, a.tail()
-
-
-def notice_lines(out: str) -> list[list[str]]:
-    """The lines of every ``<watch-event>`` block on stdout, unescaped."""
-    blocks = []
-    for part in out.split("<watch-event ")[1:]:
-        body = part.split("\n</watch-event>")[0]
-        blocks.append([html.unescape(line) for line in body.split("\n")[1:]])
-    return blocks
 
 
 # ------------------------------------------------------------------------ flapping
