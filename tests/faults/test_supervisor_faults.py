@@ -360,17 +360,23 @@ def _tool_results_anthropic(body: dict[str, Any]) -> list[str]:
     return out
 
 
+async def _recovers(tmp_path: Path, provider: str, model: str, replies: list[Reply]) -> tuple[Agentd, Any]:
+    """Run once against ``provider``'s fake answering ``replies``: exit 0 with "recovered" on stdout."""
+    async with provider_server(replies) as srv:
+        env = tagged_env(tmp_path, **PROVIDERS[provider]["env"](srv.base_url))
+        async with run_agentd(["--model", model, "go"], env=env) as a:
+            assert await a.wait_exit() == ExitCode.OK, a.tail()
+    assert a.out.strip() == "recovered"
+    return a, srv
+
+
 async def test_malformed_tool_calls_go_back_to_the_model_as_tool_errors_openai(tmp_path: Path) -> None:
     replies = [
         openai_reply(tool_calls=[("c1", "list_resources", '{"uri": ')]),
         openai_reply(tool_calls=[("c2", "no_such_tool", "{}")]),
         openai_reply("recovered"),
     ]
-    async with provider_server(replies) as srv:
-        env = tagged_env(tmp_path, **PROVIDERS["openai"]["env"](srv.base_url))
-        async with run_agentd(["--model", "openai:gpt-fake", "go"], env=env) as a:
-            assert await a.wait_exit() == ExitCode.OK, a.tail()
-    assert a.out.strip() == "recovered"
+    a, srv = await _recovers(tmp_path, "openai", "openai:gpt-fake", replies)
     second, third = (r.json for r in srv.requests[1:])
     (bad_json,) = _tool_results_openai(second)
     assert "the arguments for tool 'list_resources' are not valid JSON" in bad_json
@@ -388,11 +394,7 @@ async def test_unknown_tool_goes_back_to_the_model_as_a_tool_result_anthropic(tm
         anthropic_reply(tool_uses=[("t1", "no_such_tool", {"x": 1})]),
         anthropic_reply("recovered"),
     ]
-    async with provider_server(replies) as srv:
-        env = tagged_env(tmp_path, **PROVIDERS["anthropic"]["env"](srv.base_url))
-        async with run_agentd(["--model", "anthropic:claude-fake", "go"], env=env) as a:
-            assert await a.wait_exit() == ExitCode.OK, a.tail()
-    assert a.out.strip() == "recovered"
+    _, srv = await _recovers(tmp_path, "anthropic", "anthropic:claude-fake", replies)
     (result,) = _tool_results_anthropic(srv.requests[1].json)
     assert "unknown tool 'no_such_tool'" in result
 
