@@ -17,7 +17,9 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
+
+from agentd.jsonvalue import JSONObject, JSONValue
 
 Role = Literal["user", "assistant", "tool"]
 """Who speaks a transcript message."""
@@ -55,7 +57,7 @@ class ToolSpec:
 
     name: str
     description: str
-    input_schema: dict[str, Any]
+    input_schema: JSONObject
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +76,7 @@ class ToolCall:
 
     id: str
     name: str
-    arguments: dict[str, Any] | None
+    arguments: JSONObject | None
     raw_arguments: str
     error: str | None = None
 
@@ -109,7 +111,7 @@ class ToolCall:
         if raw_arguments.strip() == "":
             return cls(id=id, name=name, arguments={}, raw_arguments=raw_arguments)
         try:
-            parsed = json.loads(raw_arguments)
+            parsed: JSONValue = json.loads(raw_arguments)
         except RecursionError:
             return cls(
                 id=id,
@@ -168,7 +170,7 @@ class Message:
     tool_calls: list[ToolCall] = field(default_factory=list)
     tool_call_id: str | None = None
     is_error: bool = False
-    provider_data: Mapping[str, Any] | None = None
+    provider_data: Mapping[str, JSONValue] | None = None
 
     @classmethod
     def user(cls, content: str) -> Message:
@@ -181,7 +183,7 @@ class Message:
         content: str,
         tool_calls: Sequence[ToolCall] = (),
         *,
-        provider_data: Mapping[str, Any] | None = None,
+        provider_data: Mapping[str, JSONValue] | None = None,
     ) -> Message:
         """An assistant turn, with the tool calls it made."""
         return cls(
@@ -244,7 +246,7 @@ class ModelReply:
     usage: Usage
     refusal: str | None = None
     cost_usd: float | None = None
-    provider_data: Mapping[str, Any] | None = None
+    provider_data: Mapping[str, JSONValue] | None = None
 
     def as_message(self) -> Message:
         """This reply as the assistant message to append to the transcript."""
