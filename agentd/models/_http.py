@@ -11,7 +11,7 @@ Retry policy (see ``rfcs/0021-model-http-retries.md``):
 * At most :data:`MAX_ATTEMPTS` attempts, then
   :class:`~agentd.errors.ModelUnavailableError`.
 * 401/403: :class:`~agentd.errors.ModelAuthError` at once (retrying cannot fix a key).
-* Any other non-2xx: :class:`~agentd.errors.ModelRequestError` at once, with
+* Every other non-2xx: :class:`~agentd.errors.ModelRequestError` at once, with
   the HTTP status and the provider's own message (a 404 "model not found", a
   400 "invalid request").
 * A 2xx whose body is not a JSON object: :class:`~agentd.errors.ModelResponseError`.
