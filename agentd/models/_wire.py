@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from types import EllipsisType
-from typing import TYPE_CHECKING, ClassVar, TypedDict
+from typing import TYPE_CHECKING, ClassVar, Protocol, TypedDict
 
 import httpx2
 
@@ -117,6 +117,34 @@ def response_model(body: JSONObject) -> str | None:
     return name[:_MAX_MODEL_NAME] if name else None
 
 
+class RequestBuilder(Protocol):
+    """A wire format's ``build_request``: the request body for a transcript (pure)."""
+
+    def __call__(
+        self,
+        model: str,
+        *,
+        system: str | None,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+        settings: ModelSettings | None = None,
+    ) -> JSONObject: ...
+
+
+class ReplyParser(Protocol):
+    """A wire format's ``parse_response``: the reply in an answer (``estimated_input``: input tokens when it reports none)."""
+
+    def __call__(self, body: JSONObject, *, estimated_input: int = 0) -> ModelReply: ...
+
+
+@dataclass(frozen=True, slots=True)
+class WireFormat:
+    """The two pure halves of a provider's wire format."""
+
+    build_request: RequestBuilder
+    parse_response: ReplyParser
+
+
 class HttpModel:
     """A model behind one JSON endpoint: one ``POST`` per call, the reply priced.
 
@@ -140,6 +168,7 @@ class HttpModel:
 
     provider: str
     price_provider: str | None
+    wire: ClassVar[WireFormat]
     #: The path under the base URL.
     path: ClassVar[str]
     default_base_url: ClassVar[str]
@@ -193,11 +222,9 @@ class HttpModel:
         self, system: str | None, messages: Sequence[Message], tools: Sequence[ToolSpec]
     ) -> JSONObject:
         """The request body of one call."""
-        raise NotImplementedError
-
-    def _reply(self, answer: JSONObject, *, estimated_input: int) -> ModelReply:
-        """The reply in the provider's answer (``estimated_input``: input tokens when it reports none)."""
-        raise NotImplementedError
+        return self.wire.build_request(
+            self.name, system=system, messages=messages, tools=tools, settings=self.settings
+        )
 
     async def complete(
         self,
@@ -210,7 +237,9 @@ class HttpModel:
         answer = await self._poster.post(
             self.url, headers=self._headers, body=self._request(system, messages, tools)
         )
-        reply = self._reply(answer, estimated_input=estimate_input_tokens(system, messages, tools))
+        reply = self.wire.parse_response(
+            answer, estimated_input=estimate_input_tokens(system, messages, tools)
+        )
         cost = price_call(self.price_provider, (response_model(answer), self.name), reply.usage)
         return replace(reply, cost_usd=cost)
 

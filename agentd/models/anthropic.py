@@ -61,7 +61,7 @@ from agentd.jsonvalue import (
     get_str,
     is_object,
 )
-from agentd.models._wire import HttpModel, messages_usage
+from agentd.models._wire import HttpModel, WireFormat, messages_usage
 from agentd.models.base import MAX_TOOL_ARGUMENT_CHARS, Message, ModelReply, StopReason, ToolCall, ToolSpec
 from agentd.models.settings import ModelSettings
 
@@ -369,6 +369,8 @@ class AnthropicModel(HttpModel):
     provider = "anthropic"
     price_provider = "anthropic"
     path = "/v1/messages"
+    # The Messages API reports usage itself: nothing is estimated.
+    wire = WireFormat(build_request, lambda body, *, estimated_input=0: parse_response(body))
     default_base_url = DEFAULT_BASE_URL
     key_var = "ANTHROPIC_API_KEY"
     base_url_env = "ANTHROPIC_BASE_URL"
@@ -385,11 +387,3 @@ class AnthropicModel(HttpModel):
         if api_key:
             headers["x-api-key"] = api_key
         return headers
-
-    def _request(
-        self, system: str | None, messages: Sequence[Message], tools: Sequence[ToolSpec]
-    ) -> JSONObject:
-        return build_request(self.name, system=system, messages=messages, tools=tools, settings=self.settings)
-
-    def _reply(self, answer: JSONObject, *, estimated_input: int) -> ModelReply:
-        return parse_response(answer)

@@ -51,7 +51,7 @@ from agentd.jsonvalue import (
     get_str,
     is_object,
 )
-from agentd.models._wire import HttpModel, openai_usage
+from agentd.models._wire import HttpModel, WireFormat, openai_usage
 from agentd.models._wire import usage_from as usage_from  # the OpenAI usage reader, under its older home
 from agentd.models.base import MAX_TOOL_ARGUMENT_CHARS, Message, ModelReply, StopReason, ToolCall, ToolSpec
 from agentd.models.settings import TOOL_CHOICE_WORDS, ModelSettings
@@ -237,29 +237,27 @@ def _keys(obj: JSONObject) -> str:
     return f"keys {sorted(obj)!r:.200}"
 
 
-class OpenAIModel(HttpModel):
-    """A Chat Completions model (OpenAI, Azure OpenAI, or any compatible server).
+class OpenAIEndpoint(HttpModel):
+    """What the Chat Completions and Responses clients share: the base URL, the key (a bearer token), the prices."""
 
-    ``/chat/completions`` is appended to ``base_url`` (``…/v1``); the key is sent as
-    ``Authorization: Bearer``. The arguments are :class:`agentd.models._wire.HttpModel`'s.
-    """
-
-    provider = "openai"
     price_provider = "openai"
-    path = "/chat/completions"
     default_base_url = DEFAULT_BASE_URL
     key_var = "OPENAI_API_KEY"
     base_url_env = "OPENAI_BASE_URL"
+
+
+class OpenAIModel(OpenAIEndpoint):
+    """A Chat Completions model (OpenAI, Azure OpenAI, or any compatible server).
+
+    ``/chat/completions`` is appended to ``base_url`` (``…/v1``). The arguments
+    are :class:`agentd.models._wire.HttpModel`'s.
+    """
+
+    provider = "openai"
+    path = "/chat/completions"
+    wire = WireFormat(build_request, parse_response)
 
     @property
     def max_tokens(self) -> int | None:
         """The output-token limit sent (``settings.max_output_tokens``), if any."""
         return self.settings.max_output_tokens
-
-    def _request(
-        self, system: str | None, messages: Sequence[Message], tools: Sequence[ToolSpec]
-    ) -> JSONObject:
-        return build_request(self.name, system=system, messages=messages, tools=tools, settings=self.settings)
-
-    def _reply(self, answer: JSONObject, *, estimated_input: int) -> ModelReply:
-        return parse_response(answer, estimated_input=estimated_input)

@@ -41,9 +41,9 @@ from collections.abc import Sequence
 
 from agentd.errors import ModelResponseError
 from agentd.jsonvalue import JSONArray, JSONObject, as_object, get_array, get_object, get_str, is_object
-from agentd.models._wire import HttpModel, openai_usage
+from agentd.models._wire import WireFormat, openai_usage
 from agentd.models.base import Message, ModelReply, StopReason, ToolCall, ToolSpec
-from agentd.models.openai import CONTENT_FILTER_REFUSAL, DEFAULT_BASE_URL, TOOL_ERROR_PREFIX
+from agentd.models.openai import CONTENT_FILTER_REFUSAL, TOOL_ERROR_PREFIX, OpenAIEndpoint
 from agentd.models.settings import TOOL_CHOICE_WORDS, ModelSettings
 
 #: Tag of :attr:`~agentd.models.base.Message.provider_data` written by this wire format.
@@ -219,24 +219,13 @@ def _tool_call(index: int, item: JSONObject) -> ToolCall:
     return ToolCall.from_raw(call_id[:_MAX_ID], name, args)
 
 
-class ResponsesModel(HttpModel):
+class ResponsesModel(OpenAIEndpoint):
     """An OpenAI Responses API model.
 
-    ``/responses`` is appended to ``base_url`` (``…/v1``); the key is sent as
-    ``Authorization: Bearer``. The arguments are :class:`agentd.models._wire.HttpModel`'s.
+    ``/responses`` is appended to ``base_url`` (``…/v1``). The arguments are
+    :class:`agentd.models._wire.HttpModel`'s.
     """
 
     provider = "openai-responses"
-    price_provider = "openai"
     path = "/responses"
-    default_base_url = DEFAULT_BASE_URL
-    key_var = "OPENAI_API_KEY"
-    base_url_env = "OPENAI_BASE_URL"
-
-    def _request(
-        self, system: str | None, messages: Sequence[Message], tools: Sequence[ToolSpec]
-    ) -> JSONObject:
-        return build_request(self.name, system=system, messages=messages, tools=tools, settings=self.settings)
-
-    def _reply(self, answer: JSONObject, *, estimated_input: int) -> ModelReply:
-        return parse_response(answer, estimated_input=estimated_input)
+    wire = WireFormat(build_request, parse_response)
