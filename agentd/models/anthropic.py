@@ -341,21 +341,18 @@ def _tool_call(index: int, block: JSONObject) -> ToolCall:
     if not call_id:
         raise _unexpected(f"content[{index}].id", f"of a tool_use block is missing: {block!r:.200}")
     args = block.get("input")
-    # orjson: it measures a huge input in milliseconds, and any depth orjson parsed it serializes
-    # (json.dumps would hit Python's recursion limit on a deeply nested input).
+    if is_object(args):
+        return ToolCall.from_object(call_id, name, args)
     raw = orjson.dumps(args).decode()
     if len(raw) > MAX_TOOL_ARGUMENT_CHARS:
         return ToolCall.oversized(call_id, name, raw)
-    if not is_object(args):
-        return ToolCall(
-            id=call_id,
-            name=name,
-            arguments=None,
-            raw_arguments=raw,
-            error=f"the input for tool {name!r} is JSON {type(args).__name__}, not an object. "
-            "Call the tool again with the input as one JSON object.",
-        )
-    return ToolCall(id=call_id, name=name, arguments=args, raw_arguments=raw)
+    return ToolCall.rejected(
+        call_id,
+        name,
+        raw,
+        f"the input for tool {name!r} is JSON {type(args).__name__}, not an object. "
+        "Call the tool again with the input as one JSON object.",
+    )
 
 
 class AnthropicModel(HttpModel):

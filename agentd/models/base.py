@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
+import orjson
+
 from agentd.jsonvalue import JSONObject, JSONValue
 
 Role = Literal["user", "assistant", "tool"]
@@ -81,23 +83,38 @@ class ToolCall:
     error: str | None = None
 
     @classmethod
+    def rejected(cls, id: str, name: str, raw_arguments: str, error: str) -> ToolCall:
+        """A call whose arguments are unusable: never run; ``error`` goes back to the model as its result."""
+        return cls(id=id, name=name, arguments=None, raw_arguments=raw_arguments, error=error)
+
+    @classmethod
     def oversized(cls, id: str, name: str, raw_arguments: str) -> ToolCall:
         """A call whose arguments exceed :data:`MAX_TOOL_ARGUMENT_CHARS`: an error, never parsed or run.
 
         Only the first characters of the arguments are kept, so a runaway
         model cannot fill the transcript (and every later request) with them.
         """
-        return cls(
-            id=id,
-            name=name,
-            arguments=None,
-            raw_arguments=raw_arguments[:_QUOTE_CHARS],
-            error=(
-                f"the arguments for tool {name!r} are {len(raw_arguments)} characters long, over the "
-                f"limit of {MAX_TOOL_ARGUMENT_CHARS}; the tool was not called. Call it again with smaller "
-                "arguments (split the work into several calls)."
-            ),
+        return cls.rejected(
+            id,
+            name,
+            raw_arguments[:_QUOTE_CHARS],
+            f"the arguments for tool {name!r} are {len(raw_arguments)} characters long, over the "
+            f"limit of {MAX_TOOL_ARGUMENT_CHARS}; the tool was not called. Call it again with smaller "
+            "arguments (split the work into several calls).",
         )
+
+    @classmethod
+    def from_object(cls, id: str, name: str, arguments: JSONObject) -> ToolCall:
+        """A call whose arguments came already parsed (a JSON object), kept with their JSON text; oversized: an error.
+
+        orjson writes the text: it measures a huge input in milliseconds, and
+        serialises any depth orjson parsed (``json.dumps`` would hit Python's
+        recursion limit on a deeply nested input).
+        """
+        raw_arguments = orjson.dumps(arguments).decode()
+        if len(raw_arguments) > MAX_TOOL_ARGUMENT_CHARS:
+            return cls.oversized(id, name, raw_arguments)
+        return cls(id=id, name=name, arguments=arguments, raw_arguments=raw_arguments)
 
     @classmethod
     def from_raw(cls, id: str, name: str, raw_arguments: str) -> ToolCall:
@@ -113,38 +130,29 @@ class ToolCall:
         try:
             parsed: JSONValue = json.loads(raw_arguments)
         except RecursionError:
-            return cls(
-                id=id,
-                name=name,
-                arguments=None,
-                raw_arguments=raw_arguments[:_QUOTE_CHARS],
-                error=(
-                    f"the arguments for tool {name!r} are nested too deeply to read. "
-                    "Call the tool again with the arguments as one flat JSON object."
-                ),
+            return cls.rejected(
+                id,
+                name,
+                raw_arguments[:_QUOTE_CHARS],
+                f"the arguments for tool {name!r} are nested too deeply to read. "
+                "Call the tool again with the arguments as one flat JSON object.",
             )
         except json.JSONDecodeError as exc:
-            return cls(
-                id=id,
-                name=name,
-                arguments=None,
-                raw_arguments=raw_arguments,
-                error=(
-                    f"the arguments for tool {name!r} are not valid JSON ({exc.msg} at line "
-                    f"{exc.lineno} column {exc.colno}): {raw_arguments[:_QUOTE_CHARS]!r}. "
-                    "Call the tool again with the arguments as one JSON object."
-                ),
+            return cls.rejected(
+                id,
+                name,
+                raw_arguments,
+                f"the arguments for tool {name!r} are not valid JSON ({exc.msg} at line "
+                f"{exc.lineno} column {exc.colno}): {raw_arguments[:_QUOTE_CHARS]!r}. "
+                "Call the tool again with the arguments as one JSON object.",
             )
         if not isinstance(parsed, dict):
-            return cls(
-                id=id,
-                name=name,
-                arguments=None,
-                raw_arguments=raw_arguments,
-                error=(
-                    f"the arguments for tool {name!r} are JSON {type(parsed).__name__}, not an object: "
-                    f"{raw_arguments[:_QUOTE_CHARS]!r}. Call the tool again with the arguments as one JSON object."
-                ),
+            return cls.rejected(
+                id,
+                name,
+                raw_arguments,
+                f"the arguments for tool {name!r} are JSON {type(parsed).__name__}, not an object: "
+                f"{raw_arguments[:_QUOTE_CHARS]!r}. Call the tool again with the arguments as one JSON object.",
             )
         return cls(id=id, name=name, arguments=parsed, raw_arguments=raw_arguments)
 

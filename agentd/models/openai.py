@@ -53,7 +53,7 @@ from agentd.jsonvalue import (
 )
 from agentd.models._wire import HttpModel, WireFormat, openai_usage
 from agentd.models._wire import usage_from as usage_from  # the OpenAI usage reader, under its older home
-from agentd.models.base import MAX_TOOL_ARGUMENT_CHARS, Message, ModelReply, StopReason, ToolCall, ToolSpec
+from agentd.models.base import Message, ModelReply, StopReason, ToolCall, ToolSpec
 from agentd.models.settings import TOOL_CHOICE_WORDS, ModelSettings
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -215,19 +215,15 @@ def _tool_call(index: int, raw: JSONValue) -> ToolCall:
     args = fn.get("arguments")
     if is_object(args):
         # Some compatible servers send the arguments as an object, not JSON text.
-        text = orjson.dumps(args).decode()
-        if len(text) > MAX_TOOL_ARGUMENT_CHARS:
-            return ToolCall.oversized(call_id, name, text)
-        return ToolCall(id=call_id, name=name, arguments=args, raw_arguments=text)
+        return ToolCall.from_object(call_id, name, args)
     if args is None:
         args = ""
     if not isinstance(args, str):
-        return ToolCall(
-            id=call_id,
-            name=name,
-            arguments=None,
-            raw_arguments=orjson.dumps(args).decode(),
-            error=f"the arguments for tool {name!r} are JSON {type(args).__name__}, not an object. "
+        return ToolCall.rejected(
+            call_id,
+            name,
+            orjson.dumps(args).decode(),
+            f"the arguments for tool {name!r} are JSON {type(args).__name__}, not an object. "
             "Call the tool again with the arguments as one JSON object.",
         )
     return ToolCall.from_raw(call_id, name, args)
