@@ -75,6 +75,9 @@ PROVIDER_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 #: What a ``[providers.NAME]`` endpoint speaks (``api``).
 ProviderApi = Literal["chat", "responses", "messages"]
 
+#: The providers reached through a cloud's SDK (:mod:`agentd.models.cloud`), by prefix.
+_CLOUDS: dict[str, Literal["bedrock", "vertex"]] = {"bedrock": "bedrock", "vertex": "vertex"}
+
 _PROVIDER_APIS: tuple[ProviderApi, ...] = get_args(ProviderApi)
 
 _EXAMPLES = "openai:gpt-4o-mini, anthropic:claude-sonnet-4-5, or script:examples/scripts/hello.json"
@@ -293,10 +296,10 @@ def validate_model_spec(
         _check_key(spec, env, "ANTHROPIC_API_KEY", url, _anthropic.DEFAULT_BASE_URL)
     elif provider == "azure":
         _azure(spec, name, env)
-    elif provider in ("bedrock", "vertex"):
+    elif provider in _CLOUDS:
         from agentd.models import cloud
 
-        cloud.check_environment(provider, spec, env)  # type: ignore[arg-type]
+        cloud.check_environment(_CLOUDS[provider], spec, env)
     elif provider == "script":
         load_script(name, spec=spec)
     else:
@@ -323,14 +326,11 @@ def prewarm(specs: list[str], *, sdks: bool = True, http: bool = True) -> None:
         _http.prewarm()
         pricing.prewarm()
     if sdks:
-        clouds: tuple[Literal["bedrock", "vertex"], ...] = ("bedrock", "vertex")
-        for provider in clouds:
-            if provider not in prefixes:
-                continue
+        for provider in sorted(prefixes & _CLOUDS.keys()):
             from agentd.models import cloud
 
-            if not cloud.missing_modules(provider):
-                cloud.prewarm(provider)
+            if not cloud.missing_modules(_CLOUDS[provider]):
+                cloud.prewarm(_CLOUDS[provider])
 
 
 def make_model(
@@ -413,12 +413,11 @@ def make_model(
             base_url_var="AZURE_OPENAI_ENDPOINT; the deployment is the name after 'azure:'",
             **seams,
         )
-    if provider == "bedrock" or provider == "vertex":
+    if provider in _CLOUDS:
         from agentd.models.cloud import CloudAnthropicModel
 
-        cloud: Literal["bedrock", "vertex"] = "bedrock" if provider == "bedrock" else "vertex"
         return CloudAnthropicModel(
-            name, provider=cloud, settings=settings, timeout=timeout, max_attempts=max_attempts
+            name, provider=_CLOUDS[provider], settings=settings, timeout=timeout, max_attempts=max_attempts
         )
     if provider == "script":
         return ScriptModel(load_script(name, spec=spec), name=name, sleep=sleep)

@@ -195,6 +195,7 @@ class ModelSettings:
 
     def merged(self, over: ModelSettings) -> ModelSettings:
         """These settings with every key ``over`` sets replacing ours (``extra`` merged key by key)."""
+        # Any: each value is the same field of another ModelSettings (so of its type), for replace(**).
         changes: dict[str, Any] = {}
         for f in fields(over):
             value = getattr(over, f.name)
@@ -208,6 +209,7 @@ class ModelSettings:
     def for_api(self, api: WireApi) -> ModelSettings:
         """Only the settings ``api`` can carry (used for inherited settings; see the module docstring)."""
         keep = SUPPORTED[api]
+        # Any: each field's empty value (None, or {} for extra), for replace(**).
         cleared: dict[str, Any] = {
             f.name: (None if f.name != "extra" else {}) for f in fields(self) if f.name not in keep
         }
@@ -236,7 +238,8 @@ class ModelSettings:
                 f"unknown model setting; {hint}known: {', '.join(sorted(known))} "
                 "(put provider fields agentd does not know under extra)",
             )
-        values: dict[str, Any] = {}  # each value checked by its own parser; the constructor checks no types
+        # Any: each value is what its own parser returned (the field's type), for the constructor's **.
+        values: dict[str, Any] = {}
         for key, raw in data.items():
             if raw is None:
                 continue
