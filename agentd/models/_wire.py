@@ -17,7 +17,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import EllipsisType
-from typing import TYPE_CHECKING, ClassVar, Protocol, TypedDict
+from typing import ClassVar, Protocol, TypedDict, Unpack
 
 import httpx2
 
@@ -36,9 +36,6 @@ from agentd.models.pricing import price_call
 from agentd.models.settings import ModelSettings
 from agentd.redact import redact
 from agentd.telemetry import Telemetry
-
-if TYPE_CHECKING:
-    from typing_extensions import Unpack
 
 #: Longest model name kept from an answer (a hostile server cannot grow telemetry through it).
 _MAX_MODEL_NAME = 200
@@ -218,14 +215,6 @@ class HttpModel:
         """The headers that carry the key (a bearer token unless the API says otherwise)."""
         return {"authorization": f"Bearer {api_key}"} if api_key else {}
 
-    def _request(
-        self, system: str | None, messages: Sequence[Message], tools: Sequence[ToolSpec]
-    ) -> JSONObject:
-        """The request body of one call."""
-        return self.wire.build_request(
-            self.name, system=system, messages=messages, tools=tools, settings=self.settings
-        )
-
     async def complete(
         self,
         *,
@@ -234,9 +223,10 @@ class HttpModel:
         tools: Sequence[ToolSpec],
     ) -> ModelReply:
         """One call (see :class:`agentd.models.base.Model`)."""
-        answer = await self._poster.post(
-            self.url, headers=self._headers, body=self._request(system, messages, tools)
+        body = self.wire.build_request(
+            self.name, system=system, messages=messages, tools=tools, settings=self.settings
         )
+        answer = await self._poster.post(self.url, headers=self._headers, body=body)
         reply = self.wire.parse_response(
             answer, estimated_input=estimate_input_tokens(system, messages, tools)
         )
