@@ -35,7 +35,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Collection, Iterable, Mapping
-from typing import Any, Final, TypeVar, overload
+from typing import Final, TypeVar, overload
 
 __all__ = [
     "MIN_REGISTERED_CHARS",
@@ -105,6 +105,13 @@ _WORD_SPLIT = re.compile(r"[-_.\s]+")
 # it is far more often a data key (a watch item's key), so it is left shown there.
 _KEY_WORD: Final = "key"
 
+# A last word that makes the name describe a credential rather than hold one:
+# ``token_endpoint_auth_method``, ``token_url``, ``bearer_token_env`` (the name of
+# a variable), ``password_file`` (a path) hold no secret and are worth showing.
+_DESCRIBING_WORDS: Final = frozenset(
+    {"method", "methods", "url", "uri", "endpoint", "env", "var", "type", "file", "path"}
+)
+
 # Single-letter flags that take a key in common MCP server command lines.
 _SECRET_SHORT_FLAGS: Final = frozenset({"k"})
 
@@ -115,12 +122,14 @@ def is_secret_key(name: str) -> bool:
 
     ``api_key``, ``X-Api-Key``, ``GITHUB_TOKEN``, ``token``, ``PGPASSWORD``,
     ``Authorization``, ``sig`` do; ``input_tokens``, ``max_tokens``,
-    ``keyboard`` do not.
+    ``keyboard``, ``token_endpoint_auth_method``, ``bearer_token_env`` do not.
     """
     lowered = name.lower()
+    words = [w for w in _WORD_SPLIT.split(lowered) if w]
+    if len(words) > 1 and words[-1] in _DESCRIBING_WORDS:
+        return False
     if any(part in lowered for part in _SECRET_PARTS):
         return True
-    words = [w for w in _WORD_SPLIT.split(lowered) if w]
     return any(w in _SECRET_WORDS for w in words) or (len(words) > 1 and _KEY_WORD in words)
 
 
@@ -332,8 +341,8 @@ def _string(text: str, extra: Collection[str]) -> str:
     return _cached_text(text)
 
 
-def _sequence(items: list[Any], extra: Collection[str]) -> list[Any]:
-    out: list[Any] = []
+def _sequence(items: list[object], extra: Collection[str]) -> list[object]:
+    out: list[object] = []
     hide_next = False
     for item in items:
         if hide_next:
@@ -361,7 +370,7 @@ T = TypeVar("T")
 def redact(value: str, *, extra: Collection[str] = ()) -> str: ...
 @overload
 def redact(value: T, *, extra: Collection[str] = ()) -> T: ...
-def redact(value: Any, *, extra: Collection[str] = ()) -> Any:
+def redact(value: object, *, extra: Collection[str] = ()) -> object:
     """Return ``value`` with every credential in it replaced by ``***`` (see the module docstring).
 
     Strings are scanned for the patterns above and registered values;
