@@ -178,7 +178,7 @@ class Message:
     tool_calls: list[ToolCall] = field(default_factory=list)
     tool_call_id: str | None = None
     is_error: bool = False
-    provider_data: Mapping[str, JSONValue] | None = None
+    provider_data: Mapping[str, object] | None = None
 
     @classmethod
     def user(cls, content: str) -> Message:
@@ -191,7 +191,7 @@ class Message:
         content: str,
         tool_calls: Sequence[ToolCall] = (),
         *,
-        provider_data: Mapping[str, JSONValue] | None = None,
+        provider_data: Mapping[str, object] | None = None,
     ) -> Message:
         """An assistant turn, with the tool calls it made."""
         return cls(
@@ -254,7 +254,7 @@ class ModelReply:
     usage: Usage
     refusal: str | None = None
     cost_usd: float | None = None
-    provider_data: Mapping[str, JSONValue] | None = None
+    provider_data: Mapping[str, object] | None = None
 
     def as_message(self) -> Message:
         """This reply as the assistant message to append to the transcript."""

@@ -181,9 +181,9 @@ class ModelSettings:
     prompt_cache: PromptCache | None = None
     extra: Mapping[str, JSONValue] = field(default_factory=dict)
 
-    def given(self) -> JSONObject:
+    def given(self) -> dict[str, object]:
         """The settings that are set, as plain JSON-ready values (``extra`` only when non-empty)."""
-        out: JSONObject = {}
+        out: dict[str, object] = {}
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name == "extra":
@@ -195,7 +195,7 @@ class ModelSettings:
 
     def merged(self, over: ModelSettings) -> ModelSettings:
         """These settings with every key ``over`` sets replacing ours (``extra`` merged key by key)."""
-        # Any: each value is the same field of another ModelSettings (so of its type), for replace(**).
+        # Values of several types: each is the same field of another ModelSettings (so of its type), for replace(**).
         changes: dict[str, Any] = {}
         for f in fields(over):
             value = getattr(over, f.name)
@@ -209,7 +209,7 @@ class ModelSettings:
     def for_api(self, api: WireApi) -> ModelSettings:
         """Only the settings ``api`` can carry (used for inherited settings; see the module docstring)."""
         keep = SUPPORTED[api]
-        # Any: each field's empty value (None, or {} for extra), for replace(**).
+        # Values of several types: each field's empty value (None, or {} for extra), for replace(**).
         cleared: dict[str, Any] = {
             f.name: (None if f.name != "extra" else {}) for f in fields(self) if f.name not in keep
         }
@@ -238,7 +238,7 @@ class ModelSettings:
                 f"unknown model setting; {hint}known: {', '.join(sorted(known))} "
                 "(put provider fields agentd does not know under extra)",
             )
-        # Any: each value is what its own parser returned (the field's type), for the constructor's **.
+        # Values of several types: each is what its own parser returned (the field's type), for the constructor's **.
         values: dict[str, Any] = {}
         for key, raw in data.items():
             if raw is None:

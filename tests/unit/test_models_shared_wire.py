@@ -117,14 +117,7 @@ def test_a_rejected_call_carries_its_error_and_no_arguments() -> None:
 
 
 def test_provider_payload_round_trips_and_refuses_a_wrong_shape() -> None:
-    config = ProviderConfig(
-        name="local",
-        base_url="http://h/v1",
-        api="responses",
-        api_key_env="K",
-        headers={"x": "y"},
-        prices="openai",
-    )
+    config = ProviderConfig("local", "http://h/v1", "responses", "K", {"x": "y"}, "openai")
     assert ProviderConfig.from_payload(config.to_payload()) == config
     with pytest.raises(ValueError, match="not a provider table"):
         ProviderConfig.from_payload({**config.to_payload(), "api": "soap"})
