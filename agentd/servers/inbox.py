@@ -1096,7 +1096,9 @@ class InboxServer:
         for client in self.server.legacy_clients() if clients is None else clients:
             if not self._wants_channel(client):
                 continue
-            pushed: IntervalSet = client.state.setdefault("inbox_pushed", IntervalSet())
+            pushed = client.state.get("inbox_pushed")
+            if not isinstance(pushed, IntervalSet):
+                pushed = client.state["inbox_pushed"] = IntervalSet()
             todo = [e for e in entries if e.seq not in pushed and self.log.is_pending(e.seq)]
             if not todo:
                 continue
