@@ -100,6 +100,7 @@ from pydantic import BaseModel
 from agentd import __version__
 from agentd.errors import AgentdError, ConfigError
 from agentd.exitcodes import ExitCode
+from agentd.jsonvalue import JSONObject
 from agentd.servers import _sdk
 from agentd.servers._httpguard import MIN_TOKEN_LENGTH, HostOriginGuard, HttpPolicy, is_loopback, is_wildcard
 from agentd.servers._safefs import write_atomic
@@ -211,6 +212,15 @@ class EventRing:
             event.update(fields)
         self._events.append(event)
         return event
+
+    def append_drafts(self, drafts: Iterable[Mapping[str, object]]) -> int:
+        """Append a watcher's drafts (events with ``type`` and without ``seq``), in order; returns how many."""
+        count = 0
+        for draft in drafts:
+            fields = dict(draft)
+            self.append(str(fields.pop("type")), fields)
+            count += 1
+        return count
 
     def error(self, message: str) -> dict[str, object]:
         """Record a source failure in-band: ``{"seq", "type": "ERROR", "message"}``."""
@@ -434,7 +444,7 @@ class WatchableServer:
         name: str,
         *,
         instructions: str,
-        experimental: Mapping[str, dict[str, Any]] | None = None,
+        experimental: Mapping[str, JSONObject] | None = None,
     ) -> None:
         self.name = name
         self.bus = InMemorySubscriptionBus()

@@ -30,6 +30,8 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.models import InitializationOptions
 from pydantic import BaseModel
 
+from agentd.jsonvalue import JSONObject
+
 __all__ = [
     "advertise_experimental",
     "connection_of",
@@ -82,14 +84,14 @@ def connection_of(session: object) -> object:
 
 
 def initialization_options(
-    mcp: MCPServer, experimental: Mapping[str, dict[str, Any]] | None
+    mcp: MCPServer, experimental: Mapping[str, JSONObject] | None
 ) -> InitializationOptions:
     """The initialization options of ``mcp`` with ``experimental`` capabilities (for stdio)."""
     caps = dict(experimental) if experimental is not None else None
     return lowlevel(mcp).create_initialization_options(experimental_capabilities=caps)
 
 
-def advertise_experimental(mcp: MCPServer, experimental: Mapping[str, dict[str, Any]]) -> None:
+def advertise_experimental(mcp: MCPServer, experimental: Mapping[str, JSONObject]) -> None:
     """Make every initialization ``mcp`` answers (the HTTP session manager's too) carry ``experimental``."""
     low = lowlevel(mcp)
     original = low.create_initialization_options

@@ -465,12 +465,8 @@ class KubeWatcher:
             await self._emit(self.tracker.reconcile(items))
 
     async def _emit(self, drafts: list[Draft]) -> None:
-        if not drafts:
-            return
-        for draft in drafts:
-            kind = draft.pop("type")
-            self.ring.append(str(kind), draft)  # drafts are built above: "type" is always text
-        await self._changed()
+        if self.ring.append_drafts(drafts):
+            await self._changed()
 
     async def _run_once(self, argv: list[str]) -> _Run:
         with trio.fail_after(LIST_TIMEOUT_S):
