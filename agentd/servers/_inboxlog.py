@@ -770,16 +770,7 @@ class InboxLog:
         Raises:
             AckError: the id names several pending messages and no ``seq`` chose one.
         """
-        found = self.pending_by_id(msg_id)
-        if seq is not None:
-            return [e for e in found if e.seq == seq]
-        if len(found) > 1:
-            listed = ", ".join(f"seq {e.seq}: {e.text[:40]!r}" for e in found[:5])
-            raise AckError(
-                f"id {msg_id!r} names {len(found)} pending messages ({listed}); "
-                "pass seq to choose one, or seqs=[...] to acknowledge several"
-            )
-        return found
+        return choose_by_id(self.pending_by_id(msg_id), msg_id, seq)
 
     def _ack_one(self, s: int) -> None:
         entry = self.mem.pop(s, None)
@@ -884,6 +875,23 @@ class InboxLog:
             "anchor": cur.anchor,
             "ledger": self.ledger.to_json(),
         }
+
+
+def choose_by_id(found: list[Entry], msg_id: str, seq: int | None) -> list[Entry]:
+    """The pending messages with ``msg_id`` an ack/handle means: the one at ``seq``, else all (one, or none).
+
+    Raises:
+        AckError: several pending messages have the id and no ``seq`` chose one.
+    """
+    if seq is not None:
+        return [e for e in found if e.seq == seq]
+    if len(found) > 1:
+        listed = ", ".join(f"seq {e.seq}: {e.text[:40]!r}" for e in found[:5])
+        raise AckError(
+            f"id {msg_id!r} names {len(found)} pending messages ({listed}); "
+            "pass seq to choose one, or seqs=[...] to acknowledge several"
+        )
+    return found
 
 
 _ACKED: Final = object()  # feed: the line's seq was acknowledged (a restart walk): consumed, not pending

@@ -131,6 +131,7 @@ from agentd.servers._inboxlog import (
     Note,
     Reader,
     channel_params,
+    choose_by_id,
     cursor_from_json,
     find_newline,
     message_id,
@@ -1289,16 +1290,10 @@ class InboxServer:
             raise ToolError(str(exc)) from exc
         if entries:
             return entries
-        found = await self._find_pending(msg_id)
-        if seq is not None:
-            found = [e for e in found if e.seq == seq]
-        if len(found) > 1:
-            listed = ", ".join(f"seq {e.seq}" for e in found[:5])
-            raise ToolError(
-                f"id {msg_id!r} names {len(found)} pending messages ({listed}); pass seq to choose one, "
-                "or seqs=[...] to acknowledge several"
-            )
-        return found
+        try:
+            return choose_by_id(await self._find_pending(msg_id), msg_id, seq)
+        except AckError as exc:
+            raise ToolError(str(exc)) from exc
 
     def _unknown_id(self, msg_id: str) -> str:
         recent = ", ".join(repr(e.id) for e in self.log.window()[:5]) or "(none pending)"
