@@ -692,6 +692,15 @@ def build(args: argparse.Namespace) -> WatchableServer:
     registry.install()
     open_security = ResourceSecurity(exempt_params={"path"})  # our own checks, with clearer messages
 
+    def resolve(ctx: Context, fallback: str) -> tuple[str, str]:
+        """The URI the client read (its subscription key) and the real path it names."""
+        uri = request_uri(ctx) or fallback
+        try:
+            (_, real), _raw = parse(uri)
+        except PathRefused as exc:
+            raise ResourceError(str(exc)) from exc
+        return uri, real
+
     events_description = describe(
         "File changes below a directory of the served root (the path is relative to the root; "
         "'.' or empty for the whole tree): ADDED / MODIFIED / DELETED events with path, size and "
@@ -709,15 +718,6 @@ def build(args: argparse.Namespace) -> WatchableServer:
         mime_type=EVENTS_MIME,
         security=open_security,
     )
-    def resolve(ctx: Context, fallback: str) -> tuple[str, str]:
-        """The URI the client read (its subscription key) and the real path it names."""
-        uri = request_uri(ctx) or fallback
-        try:
-            (_, real), _raw = parse(uri)
-        except PathRefused as exc:
-            raise ResourceError(str(exc)) from exc
-        return uri, real
-
     async def read_events(path: str, ctx: Context) -> str:
         uri, real = resolve(ctx, f"file-events://{path}")
         watcher = registry.get(uri)

@@ -93,7 +93,7 @@ FilterOutcomeKind: TypeAlias = Literal["dropped", "lines", "error"]
 
 #: A host function a filter may call. The sandbox passes whatever arguments the
 #: filter's code gives (the function checks them) and hands the result back into
-#: Monty, whose API types both sides as Any: this is that boundary.
+#: Monty, whose API leaves both sides untyped: this is that boundary.
 CatalogFunction: TypeAlias = Callable[..., Any]
 
 _T = TypeVar("_T")
