@@ -49,12 +49,13 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Literal, TypeAlias
+from typing import Final, Literal, TypeAlias
 
 import orjson
 
 from agentd.errors import ConfigError
 from agentd.errors import WatchStateError as WatchStateError  # re-exported
+from agentd.jsonvalue import JSONObject
 
 #: The file format written (and the newest one read).
 STATE_FORMAT_VERSION: Final = 1
@@ -79,9 +80,9 @@ class WatchSpec:
     uri: str
     on_event: str | None = None
     owner: str | None = None
-    baseline: dict[str, Any] | None = None
+    baseline: JSONObject | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         """The spec as it is stored."""
         return {
             "name": self.name,
