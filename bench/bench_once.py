@@ -77,7 +77,9 @@ PHASES = [
 ]
 
 
-async def run_agentd_once(model: str, env: dict[str, str] | None = None) -> tuple[float, dict[str, float]]:
+async def run_agentd_once(
+    model: str, env: dict[str, str] | None = None, cwd: Path = REPO
+) -> tuple[float, dict[str, float]]:
     """One ``agentd --mode once``; returns (wall seconds, first arrival of each telemetry event in s).
 
     ``ts:EVENT`` keys hold agentd's own timestamp of each event's first
@@ -86,7 +88,7 @@ async def run_agentd_once(model: str, env: dict[str, str] | None = None) -> tupl
     """
     args = ["--mode", "once", "--model", model, "--mcp-stdio", "memo=" + " ".join(SERVER), "save it"]
     t0 = time.perf_counter()
-    async with run_agentd(args, env=env) as a:
+    async with run_agentd(args, env=env, cwd=cwd) as a:
         with trio.fail_after(STEP_TIMEOUT):
             code = await a.proc.wait()
         wall = time.perf_counter() - t0
@@ -386,6 +388,20 @@ async def main(n: int) -> None:
     print(f"agentd overhead over the fresh-process SDK floor: {(p50(agentd) - ref) * 1000:.0f} ms (p50)")
 
 
+def _check_code(side: str, root: Path, env: dict[str, str]) -> None:
+    """Refuse to compare unless ``python -m agentd`` from ``root`` imports the package under ``root``."""
+    found = subprocess.run(
+        [PY, "-c", "import agentd; print(agentd.__file__)"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    if not Path(found).resolve().is_relative_to(root.resolve()):
+        raise RuntimeError(f"the {side} side would run {found}, not the code under {root}")
+
+
 async def providers_main(n: int, prev_ref: str | None) -> None:
     from _providers import SPECS, code_env, fake_provider, merge_base, previous_code, provider_env
 
@@ -408,10 +424,13 @@ async def providers_main(n: int, prev_ref: str | None) -> None:
             anthropic_reply("saved"),
         ]
 
-    async def once(provider: str, side: str, code: dict[str, str], tmp: Path, record: bool) -> None:
+    async def once(
+        provider: str, side: str, code: tuple[Path, dict[str, str]], tmp: Path, record: bool
+    ) -> None:
+        root, code_vars = code
         async with fake_provider(provider, replies(provider)) as (_fake, server):
-            env = {**code, **provider_env(provider, server.base_url, tmp)}
-            wall, firsts = await run_agentd_once(SPECS[provider], env)
+            env = {**code_vars, **provider_env(provider, server.base_url, tmp)}
+            wall, firsts = await run_agentd_once(SPECS[provider], env, cwd=root)
         if record:
             walls.setdefault((provider, side), []).append(wall)
             spawn_to_call.setdefault((provider, side), []).append(
@@ -422,7 +441,11 @@ async def providers_main(n: int, prev_ref: str | None) -> None:
             )
 
     with tempfile.TemporaryDirectory(prefix="agentd-bench-") as tmp, previous_code(ref) as prev:
-        sides = [("this", code_env(REPO)), ("previous", code_env(prev))]
+        # Each side runs from its own code's root: ``python -m`` imports the package in its
+        # working directory first, so from this checkout both sides would run this code.
+        sides = [("this", (REPO, code_env(REPO))), ("previous", (prev, code_env(prev)))]
+        for side, (root, code_vars) in sides:
+            _check_code(side, root, code_vars)
         for i in range(n + 1):
             for provider in ("openai", "anthropic"):
                 for side, code in sides if i % 2 == 0 else sides[::-1]:
