@@ -432,14 +432,8 @@ async def main(n: int) -> None:
 
 def _check_code(side: str, root: Path, env: dict[str, str]) -> None:
     """Refuse to compare unless ``python -m agentd`` from ``root`` imports the package under ``root``."""
-    found = subprocess.run(
-        [PY, "-c", "import agentd; print(agentd.__file__)"],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+    probe = [PY, "-c", "import agentd; print(agentd.__file__)"]
+    found = subprocess.check_output(probe, cwd=root, env=env, text=True).strip()
     if not Path(found).resolve().is_relative_to(root.resolve()):
         raise RuntimeError(f"the {side} side would run {found}, not the code under {root}")
 
