@@ -105,6 +105,13 @@ _WORD_SPLIT = re.compile(r"[-_.\s]+")
 # it is far more often a data key (a watch item's key), so it is left shown there.
 _KEY_WORD: Final = "key"
 
+# A last word that makes the name describe a credential rather than hold one:
+# ``token_endpoint_auth_method``, ``token_url``, ``bearer_token_env`` (the name of
+# a variable), ``password_file`` (a path) hold no secret and are worth showing.
+_DESCRIBING_WORDS: Final = frozenset(
+    {"method", "methods", "url", "uri", "endpoint", "env", "var", "type", "file", "path"}
+)
+
 # Single-letter flags that take a key in common MCP server command lines.
 _SECRET_SHORT_FLAGS: Final = frozenset({"k"})
 
@@ -115,12 +122,14 @@ def is_secret_key(name: str) -> bool:
 
     ``api_key``, ``X-Api-Key``, ``GITHUB_TOKEN``, ``token``, ``PGPASSWORD``,
     ``Authorization``, ``sig`` do; ``input_tokens``, ``max_tokens``,
-    ``keyboard`` do not.
+    ``keyboard``, ``token_endpoint_auth_method``, ``bearer_token_env`` do not.
     """
     lowered = name.lower()
+    words = [w for w in _WORD_SPLIT.split(lowered) if w]
+    if len(words) > 1 and words[-1] in _DESCRIBING_WORDS:
+        return False
     if any(part in lowered for part in _SECRET_PARTS):
         return True
-    words = [w for w in _WORD_SPLIT.split(lowered) if w]
     return any(w in _SECRET_WORDS for w in words) or (len(words) > 1 and _KEY_WORD in words)
 
 

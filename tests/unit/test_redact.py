@@ -47,8 +47,10 @@ def test_credential_names(name: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["input_tokens", "max_tokens", "keyboard", "key", "monkey", "author", "session", "uri", "path"]
-)
+    "name",
+    ["input_tokens", "max_tokens", "keyboard", "key", "monkey", "author", "session", "uri", "path",
+     "token_endpoint_auth_method", "token_url", "bearer_token_env", "bearer_token_env_var", "password_file", "auth_type"],
+)  # fmt: skip
 def test_names_that_are_not_credentials(name: str) -> None:
     assert not is_secret_key(name)
 
