@@ -25,7 +25,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from agentd import __version__
 from agentd.config import (
@@ -42,6 +42,9 @@ from agentd.errors import ConfigError
 from agentd.exitcodes import ExitCode
 from agentd.output import claim_standard_fds
 from agentd.redact import register_secrets, secret_values
+
+if TYPE_CHECKING:
+    from agentd.prelaunch import EarlyProcess
 
 __all__ = ["build_parser", "flags_from_args", "main"]
 
@@ -259,14 +262,14 @@ _RENAMES = {"subscribe": "subscriptions", "route": "routes"}
 _NOT_SETTINGS = {"config", "instruction_arg", "instruction", "show_secrets"}
 
 
-def flags_from_args(ns: argparse.Namespace) -> tuple[dict[str, Any], Path | None]:
+def flags_from_args(ns: argparse.Namespace) -> tuple[dict[str, object], Path | None]:
     """The flags actually given, keyed for :func:`agentd.config.load_settings`, and the config path.
 
     Raises:
         ConfigError: INSTRUCTION and ``--instruction`` were both given.
     """
     values = vars(ns)
-    flags: dict[str, Any] = {}
+    flags: dict[str, object] = {}
     for dest, value in values.items():
         if value is None or dest in _NOT_SETTINGS:
             continue
@@ -301,7 +304,7 @@ def _serve(argv: list[str]) -> int:
     return servers_main(argv)
 
 
-def _launch_servers_early(settings: Settings) -> dict[str, Any]:
+def _launch_servers_early(settings: Settings) -> dict[str, EarlyProcess]:
     """Start the stdio servers now, before the supervisor's imports (:mod:`agentd.prelaunch`).
 
     Only once nothing left to check can refuse the run: every setting was
@@ -318,7 +321,7 @@ def _launch_servers_early(settings: Settings) -> dict[str, Any]:
         watch_limits(settings.watches)
     except ConfigError:
         return {}
-    early: dict[str, Any] = {}
+    early: dict[str, EarlyProcess] = {}
     for name, spec in settings.servers.items():
         if spec.command is not None:
             proc = launch(spec.command, spec.args, env=spec.env, cwd=spec.cwd)

@@ -53,7 +53,7 @@ import resource
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import trio
 
@@ -160,7 +160,7 @@ def parse_addr(addr: str, *, setting: str = "--health-addr") -> tuple[str | None
     return (host or None), int(port_text)
 
 
-def reactor_probe(send_channel: trio.MemorySendChannel[Any]) -> Probe:
+def reactor_probe(send_channel: trio.MemorySendChannel[HealthProbe]) -> Probe:
     """Build the ``/healthz`` probe that asks the reactor to prove it is turning.
 
     Each call sends one ``HealthProbe(reply=trio.Event())`` into

@@ -113,7 +113,7 @@ class Series:
 
 
 class Histograms:
-    """Observations by histogram and label values. Any thread may observe and snapshot."""
+    """Observations by histogram and label values. Every thread may observe and snapshot."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

@@ -1,4 +1,4 @@
-"""Defaults that a setting configures and a lower layer applies (upstream connections).
+"""Defaults and choices that a setting configures and a lower layer applies (upstream connections).
 
 The settings (:mod:`agentd.config`) and the upstream connections both import
 them from here, so each is defined once and the upstream layer never imports
@@ -10,6 +10,10 @@ a run without probes does not import the HTTP and metrics stack for it).
 from __future__ import annotations
 
 import resource
+from typing import Literal
+
+TokenAuthMethod = Literal["client_secret_basic", "client_secret_post"]
+"""How an OAuth client authenticates at the token endpoint (``token_endpoint_auth_method``)."""
 
 #: Default cap on one resource read: large enough for any sane state
 #: document, small enough that a runaway resource cannot balloon memory.

@@ -46,9 +46,9 @@ so a query like ``agentd_server_state{state="failed"} == 1`` needs no regex.
 from __future__ import annotations
 
 import platform
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Literal, get_args
 
 from agentd import __version__
 from agentd.events import ServerState
@@ -177,7 +177,7 @@ def _histogram(name: HistogramName, series: Mapping[tuple[str, ...], Series]) ->
 class SnapshotCollector:
     """A ``prometheus_client`` collector over one snapshot function (called per scrape)."""
 
-    def __init__(self, snapshot: Any) -> None:
+    def __init__(self, snapshot: Callable[[], MetricsSnapshot]) -> None:
         self._snapshot = snapshot
 
     def collect(self) -> Iterator[Metric]:

@@ -24,7 +24,11 @@ import os
 import signal
 import subprocess
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import trio
+    from trio.abc import ReceiveStream, SendStream
 
 #: The variables a stdio server inherits from agentd's environment (the MCP SDK's
 #: POSIX list, ``mcp.client.stdio.DEFAULT_INHERITED_ENV_VARS``; a test checks they agree).
@@ -66,6 +70,22 @@ def server_environment(
     return env | passed | dict(extra or {})
 
 
+class ChildProcess(Protocol):
+    """The parts of ``trio.Process`` the stdio transport uses (an adopted early process has them too)."""
+
+    @property
+    def pid(self) -> int: ...
+    @property
+    def stdin(self) -> SendStream | None: ...
+    @property
+    def stdout(self) -> ReceiveStream | None: ...
+    @property
+    def stderr(self) -> ReceiveStream | None: ...
+    @property
+    def returncode(self) -> int | None: ...
+    async def wait(self) -> int: ...
+
+
 class EarlyProcess:
     """A server process started before trio (a ``subprocess.Popen``), until its connection adopts it."""
 
@@ -80,7 +100,7 @@ class EarlyProcess:
         """Whether this is the process a transport for ``command args`` would start."""
         return (command, list(args)) == (self.command, self.args)
 
-    def adopt(self) -> Any:
+    def adopt(self) -> ChildProcess:
         """The process as the transport uses it (``trio.Process``'s surface); call once, inside trio."""
         assert not self._adopted, "an early process is adopted once"
         self._adopted = True
@@ -133,7 +153,7 @@ class _Adopted:
             streams.append(trio.lowlevel.FdStream(os.dup(stream.fileno())))
             stream.close()
         self.stdin, self.stdout, self.stderr = streams
-        self._waiter: Any = None
+        self._waiter: trio.Event | None = None
 
     @property
     def returncode(self) -> int | None:

@@ -35,7 +35,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Collection, Iterable, Mapping
-from typing import Any, Final, TypeVar, overload
+from typing import Final, TypeVar, overload
 
 __all__ = [
     "MIN_REGISTERED_CHARS",
@@ -341,8 +341,8 @@ def _string(text: str, extra: Collection[str]) -> str:
     return _cached_text(text)
 
 
-def _sequence(items: list[Any], extra: Collection[str]) -> list[Any]:
-    out: list[Any] = []
+def _sequence(items: list[object], extra: Collection[str]) -> list[object]:
+    out: list[object] = []
     hide_next = False
     for item in items:
         if hide_next:
@@ -370,7 +370,7 @@ T = TypeVar("T")
 def redact(value: str, *, extra: Collection[str] = ()) -> str: ...
 @overload
 def redact(value: T, *, extra: Collection[str] = ()) -> T: ...
-def redact(value: Any, *, extra: Collection[str] = ()) -> Any:
+def redact(value: object, *, extra: Collection[str] = ()) -> object:
     """Return ``value`` with every credential in it replaced by ``***`` (see the module docstring).
 
     Strings are scanned for the patterns above and registered values;

@@ -35,7 +35,7 @@ import errno
 import os
 import socket
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any, Protocol
+from typing import Protocol
 
 import trio
 
@@ -60,7 +60,7 @@ _VARIABLES = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
 
 
 class _Telemetry(Protocol):
-    def emit(self, event: str, /, **fields: Any) -> None: ...
+    def emit(self, event: str, /, **fields: object) -> None: ...
 
 
 def parse_address(value: str) -> str:

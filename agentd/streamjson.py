@@ -25,13 +25,18 @@ result: a reader that stops reading costs lines (counted), never the run.
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Literal, TypedDict
 
 import orjson
 
 from agentd import __version__
+from agentd.jsonvalue import as_array, get_str
 from agentd.output import LineWriter
 from agentd.redact import redact
+
+if TYPE_CHECKING:
+    from agentd.config import Settings
 
 #: The stream-json schema version (``docs/stream-json.schema.json``); bumped when a line changes incompatibly.
 SCHEMA_VERSION = 1
@@ -43,6 +48,14 @@ def _now() -> str:
     return _now_rfc3339()
 
 
+class Delivery(TypedDict):
+    """What started a turn: a routed update (its URIs), a clock fire or a watch notice."""
+
+    kind: Literal["resource", "timer", "notice"]
+    route: str | None
+    uris: list[object]
+
+
 class Causes:
     """Which delivery started each agent's current turn (a telemetry tap), for the reply lines.
 
@@ -52,23 +65,31 @@ class Causes:
     """
 
     def __init__(self) -> None:
-        self._pending: dict[str, Any] | None = None
-        self._by_agent: dict[str, dict[str, Any]] = {}
+        self._pending: Delivery | None = None
+        self._by_agent: dict[str, Delivery] = {}
 
-    def of(self, agent: str) -> dict[str, Any] | None:
+    def of(self, agent: str) -> Delivery | None:
         """The cause of ``agent``'s current turn (None: its instruction, e.g. a once run's root)."""
         return self._by_agent.get(agent)
 
-    def on_event(self, event: str, f: dict[str, Any]) -> dict[str, Any] | None:
+    def on_event(self, event: str, f: Mapping[str, object]) -> Delivery | None:
         """Track ``event``; returns the delivery it announces, if it is one."""
         if event == "route.deliver":
-            self._pending = {"kind": "resource", "route": f.get("route"), "uris": list(f.get("uris") or ())}
+            self._pending = {
+                "kind": "resource",
+                "route": get_str(f, "route"),
+                "uris": list(as_array(f.get("uris")) or ()),
+            }
             return self._pending
         if event == "timer.fire":
             self._pending = {"kind": "timer", "route": None, "uris": []}
             return self._pending
         if event == "watch.notice":
-            return {"kind": "notice", "route": f.get("route"), "uris": [f.get("uri")] if f.get("uri") else []}
+            return {
+                "kind": "notice",
+                "route": get_str(f, "route"),
+                "uris": [f.get("uri")] if f.get("uri") else [],
+            }
         if event in ("session.deliver", "subagent.spawn") and f.get("agent") is not None and self._pending:
             self._by_agent[str(f["agent"])] = self._pending
             if event == "subagent.spawn":
@@ -93,17 +114,17 @@ class StreamJson:
 
     # -- lines ---------------------------------------------------------------------
 
-    def _put(self, line: dict[str, Any]) -> None:
+    def _put(self, line: dict[str, object]) -> None:
         record = {"type": line.pop("type"), "ts": _now(), "session_id": self.session_id, **redact(line)}
         self._writer.put(orjson.dumps(record, default=str) + b"\n")
 
-    def _cut(self, text: str, line: dict[str, Any]) -> str:
+    def _cut(self, text: str, line: dict[str, object]) -> str:
         if self._truncate and len(text) > self._truncate:
             line["truncated"] = True
             return text[: self._truncate]
         return text
 
-    def start(self, settings: Any, *, routes: list[str]) -> None:
+    def start(self, settings: Settings, *, routes: list[str]) -> None:
         """The first line: what runs (``routes``: the router's route ids)."""
         self._put(
             {
@@ -126,25 +147,25 @@ class StreamJson:
 
     def reply(self, *, agent: str, route: str | None, status: str, text: str) -> None:
         """A daemon's published reply, with its cause."""
-        line: dict[str, Any] = {"type": "reply", "agent": agent, "route": route, "status": status}
+        line: dict[str, object] = {"type": "reply", "agent": agent, "route": route, "status": status}
         line["result"] = self._cut(text, line)
         line["cause"] = self.causes.of(agent)
         self._put(line)
 
-    def result(self, result: dict[str, Any]) -> None:
+    def result(self, result: Mapping[str, object]) -> None:
         """The last line."""
         self._put({"type": "result", **result})
 
     # -- the tap -------------------------------------------------------------------
 
-    def on_event(self, event: str, fields: dict[str, Any]) -> None:
+    def on_event(self, event: str, fields: Mapping[str, object]) -> None:
         """A :meth:`agentd.telemetry.Telemetry.add_tap` tap: the events and steps that make lines."""
         try:
             self._on_event(event, fields)
         except Exception:  # a line must never break the supervisor
             return
 
-    def _on_event(self, event: str, f: dict[str, Any]) -> None:
+    def _on_event(self, event: str, f: Mapping[str, object]) -> None:
         delivery = self.causes.on_event(event, f)
         if delivery is not None:
             extra = {"watch": f.get("watch"), "session": f.get("session")} if event == "watch.notice" else {}
@@ -161,7 +182,7 @@ class StreamJson:
                 }
             )
         elif event == "step.assistant":
-            line = {
+            line: dict[str, object] = {
                 "type": "assistant",
                 "agent": f.get("agent"),
                 "route": f.get("route"),
@@ -205,7 +226,7 @@ class StreamJson:
             )
 
 
-def _content_text(content: Any) -> str:
+def _content_text(content: object) -> str:
     """A tool result's content blocks as text (text blocks as is, others by kind)."""
     if not isinstance(content, list | tuple):
         return "" if content is None else str(content)
@@ -216,4 +237,4 @@ def _content_text(content: Any) -> str:
     return "\n".join(parts)
 
 
-__all__ = ["SCHEMA_VERSION", "Causes", "StreamJson"]
+__all__ = ["SCHEMA_VERSION", "Causes", "Delivery", "StreamJson"]

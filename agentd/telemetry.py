@@ -32,13 +32,13 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
-from typing import IO, Any, Literal
+from collections.abc import Callable, Iterable, Mapping
+from typing import IO, Literal
 
 import orjson
 
 from agentd.histograms import HistogramName, Histograms
-from agentd.output import DEFAULT_TELEMETRY_BUFFER, LineWriter, RateLimiter
+from agentd.output import DEFAULT_TELEMETRY_BUFFER, LineWriter, RateLimiter, Suppressed
 
 # Re-exported: the one redaction function lives in agentd.redact.
 from agentd.redact import REDACTED as REDACTED
@@ -131,7 +131,7 @@ class Telemetry:
         self.counters: Counter[str] = Counter()
         self.histograms = Histograms()
         """Latency observations (``/metrics`` renders them)."""
-        self._taps: list[Callable[[str, dict[str, Any]], object]] = []
+        self._taps: list[Callable[[str, dict[str, object]], object]] = []
 
     @property
     def verbose(self) -> bool:
@@ -147,7 +147,7 @@ class Telemetry:
         """Lines dropped because stderr was full, closed or not read (0 without a writer)."""
         return self._writer.dropped if self._writer is not None else 0
 
-    def emit(self, event: str, /, **fields: Any) -> None:
+    def emit(self, event: str, /, **fields: object) -> None:
         """Write one event line at its declared level. Never blocks, never raises.
 
         A ``level`` keyword (one of the levels) overrides the declared level
@@ -157,12 +157,12 @@ class Telemetry:
         for tap in self._taps:
             tap(event, fields)
         spec = EVENTS.get(event)
-        if level not in LEVEL_RANK:
+        if not isinstance(level, str) or level not in LEVEL_RANK:
             level = spec.level_for(fields) if spec is not None else "warning"
         self._check_declared(event, fields)
         if LEVEL_RANK[level] < self._min_rank:
             return
-        record: dict[str, Any] = {
+        record: dict[str, object] = {
             "ts": _now_rfc3339(),
             "level": level,
             "severity": SEVERITY[level],
@@ -188,7 +188,7 @@ class Telemetry:
         if wake is not None:
             self._writer.wake_at(wake)
 
-    def _check_declared(self, event: str, fields: dict[str, Any]) -> None:
+    def _check_declared(self, event: str, fields: Mapping[str, object]) -> None:
         """Report, once per event and set of fields, what :mod:`agentd.vocabulary` does not declare."""
         declared = _FIELDS.get(event)
         extra = frozenset(fields) if declared is None else fields.keys() - declared
@@ -219,10 +219,10 @@ class Telemetry:
         if wake is not None and self._writer is not None:
             self._writer.wake_at(wake)
 
-    def _write_summaries(self, summaries: list[Any]) -> None:
+    def _write_summaries(self, summaries: list[Suppressed]) -> None:
         for s in summaries:
-            event, *values = s.key
-            record: dict[str, Any] = {
+            event, *values = s.key if isinstance(s.key, tuple) else (s.key,)
+            record: dict[str, object] = {
                 "ts": _now_rfc3339(),
                 "level": "warning",
                 "severity": "WARNING",
@@ -246,7 +246,7 @@ class Telemetry:
             # must never take the supervisor down.
             pass
 
-    def _encode(self, record: dict[str, Any]) -> bytes:
+    def _encode(self, record: Mapping[str, object]) -> bytes:
         return _encode(record) if self.line_format == "json" else _text_line(record)
 
     def close(self, timeout: float) -> bool:
@@ -260,14 +260,14 @@ class Telemetry:
         """Add ``n`` to counter ``name``."""
         self.counters[name] += n
 
-    def add_tap(self, tap: Callable[[str, dict[str, Any]], object]) -> None:
+    def add_tap(self, tap: Callable[[str, dict[str, object]], object]) -> None:
         """Also hand every event, and every step (:meth:`step`), to ``tap`` (stream-json, traces).
 
         A tap sees the fields unredacted, at every level; it must not block or raise.
         """
         self._taps.append(tap)
 
-    def step(self, kind: str, /, **fields: Any) -> None:
+    def step(self, kind: str, /, **fields: object) -> None:
         """A step of an agent with its content (a tool call's arguments, an assistant's text).
 
         Steps go only to the taps (``--output stream-json``), never to stderr:
@@ -287,7 +287,7 @@ class Telemetry:
         return {n: self.counters.get(n, 0) for n in names}
 
 
-def _encode(record: dict[str, Any]) -> bytes:
+def _encode(record: Mapping[str, object]) -> bytes:
     """One NDJSON line; a value orjson refuses (an integer past 64 bits) is written as text."""
     try:
         return orjson.dumps(record, default=_redacted_str) + b"\n"
@@ -298,7 +298,7 @@ def _encode(record: dict[str, Any]) -> bytes:
         )
 
 
-def _text_value(value: Any) -> str:
+def _text_value(value: object) -> str:
     if isinstance(value, dict):
         value = {k: v for k, v in value.items() if v not in (0, None, {}, [])}  # a person wants what moved
     if isinstance(value, str):
@@ -312,7 +312,7 @@ def _text_value(value: Any) -> str:
     return text if len(text) <= TEXT_VALUE_CHARS else text[: TEXT_VALUE_CHARS - 1] + "…"
 
 
-def _text_line(record: dict[str, Any]) -> bytes:
+def _text_line(record: Mapping[str, object]) -> bytes:
     """``HH:MM:SS.mmm LEVEL event key=value …``: what a person at a terminal reads.
 
     Fields that are None are left out; long values are cut; a traceback
@@ -342,5 +342,5 @@ class NullTelemetry(Telemetry):
     def __init__(self) -> None:
         super().__init__(stream=None, verbose=False)
 
-    def emit(self, event: str, /, **fields: Any) -> None:
+    def emit(self, event: str, /, **fields: object) -> None:
         return None

@@ -27,7 +27,10 @@ import fnmatch
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from agentd.config import Settings
 
 __all__ = ["ToolPolicy", "ToolRules"]
 
@@ -118,7 +121,7 @@ class ToolPolicy:
         return route if route is not None and route in self.routes else None
 
     @classmethod
-    def from_settings(cls, settings: Any) -> ToolPolicy:
+    def from_settings(cls, settings: Settings) -> ToolPolicy:
         """Build it from :class:`agentd.config.Settings` (route ids as the router numbers them)."""
         servers = {
             name: ToolRules.of(spec.allowed_tools, spec.disallowed_tools)

@@ -43,13 +43,24 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.util.types import AttributeValue
+
+from agentd.jsonvalue import as_array, get_number
+
+if TYPE_CHECKING:
+    # The SDK is the optional extra agentd[otel]: imported at run time only when tracing is on.
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.trace import Span as SdkSpan
+    from opentelemetry.sdk.trace.export import SpanExporter
+
+    from agentd.telemetry import Telemetry
 
 #: Seconds a finished span waits before its batch is exported: spans of one
 #: turn go out together, and an idle daemon exports nothing at all.
@@ -96,11 +107,13 @@ class QuietBatchProcessor:
     for more, exports, and sleeps again without a timeout until the next span.
     """
 
-    def __init__(self, exporter: Any, *, on_error: Any = None) -> None:
+    def __init__(
+        self, exporter: SpanExporter, *, on_error: Callable[[str, int], object] | None = None
+    ) -> None:
         self._exporter = exporter
         self._on_error = on_error
         self._cond = threading.Condition()
-        self._queue: list[Any] = []
+        self._queue: list[ReadableSpan] = []
         self._stopping = False
         self._exporting = False
         self._flush = False
@@ -112,13 +125,13 @@ class QuietBatchProcessor:
     # The SDK's SpanProcessor interface, duck-typed: importing the SDK (~60 ms) only when
     # tracing is on. The SDK also calls the private _on_ending; the tracing e2e tests
     # fail if that interface changes.
-    def on_start(self, span: Any, parent_context: Any = None) -> None:
+    def on_start(self, span: SdkSpan, parent_context: otel_context.Context | None = None) -> None:
         return None
 
-    def _on_ending(self, span: Any) -> None:
+    def _on_ending(self, span: SdkSpan) -> None:
         return None
 
-    def on_end(self, span: Any) -> None:
+    def on_end(self, span: ReadableSpan) -> None:
         with self._cond:
             if self._stopping or len(self._queue) >= MAX_QUEUE:
                 self.dropped += 1
@@ -147,7 +160,7 @@ class QuietBatchProcessor:
                         self._flush = False
                     self._cond.notify_all()
 
-    def _export(self, batch: list[Any]) -> None:
+    def _export(self, batch: list[ReadableSpan]) -> None:
         from opentelemetry.sdk.trace.export import SpanExportResult
 
         error: str | None
@@ -199,7 +212,7 @@ class Tracing:
         capture: record prompt and completion text.
     """
 
-    def __init__(self, provider: Any, processor: QuietBatchProcessor, *, capture: bool) -> None:
+    def __init__(self, provider: TracerProvider, processor: QuietBatchProcessor, *, capture: bool) -> None:
         self._provider = provider
         self._processor = processor
         self._tracer = provider.get_tracer("agentd")
@@ -215,14 +228,14 @@ class Tracing:
 
     # -- the tap ----------------------------------------------------------------------
 
-    def on_event(self, event: str, f: dict[str, Any]) -> None:
+    def on_event(self, event: str, f: Mapping[str, object]) -> None:
         """A telemetry tap: every event and step; never raises."""
         try:
             self._on_event(event, f)
         except Exception:
             return
 
-    def _on_event(self, event: str, f: dict[str, Any]) -> None:
+    def _on_event(self, event: str, f: Mapping[str, object]) -> None:
         now = time.time_ns()
         if event == "resource.updated" and f.get("route") is not None:
             uri = str(f.get("uri"))
@@ -249,7 +262,7 @@ class Tracing:
             span.end(now)
             self._cause = span
         elif event == "route.deliver":
-            uris = [str(u) for u in f.get("uris") or ()]
+            uris = [str(u) for u in as_array(f.get("uris")) or ()]
             roots = [self._pending.pop(u) for u in uris if u in self._pending]
             parent = roots[0] if roots else None
             start = min((getattr(r, "start_time", None) or now) for r in roots) if roots else now
@@ -282,29 +295,29 @@ class Tracing:
         elif event == "step.assistant":
             self._chat(f, now)
         elif event == "turn.end":
-            span = self._turns.pop(str(f.get("agent")), None)
-            if span is not None:
+            ended = self._turns.pop(str(f.get("agent")), None)
+            if ended is not None:
                 status = str(f.get("status"))
-                span.set_attribute("agentd.status", status)
+                ended.set_attribute("agentd.status", status)
                 if status in ("crashed", "stalled", "refused"):
-                    span.set_status(Status(StatusCode.ERROR, status))
-                    span.set_attribute("error.type", status)
-                span.end(now)
+                    ended.set_status(Status(StatusCode.ERROR, status))
+                    ended.set_attribute("error.type", status)
+                ended.end(now)
         elif event == "subagent.exit":
             agent = str(f.get("agent"))
             for spans in (self._turns, self._spawns):
-                span = spans.pop(agent, None)
-                if span is not None:
-                    span.set_status(Status(StatusCode.ERROR, str(f.get("status"))))
-                    span.end(now)
+                left = spans.pop(agent, None)
+                if left is not None:
+                    left.set_status(Status(StatusCode.ERROR, str(f.get("status"))))
+                    left.end(now)
 
-    def _start_turn(self, agent: str, *, route: Any, role: Any, session: Any, now: int) -> None:
+    def _start_turn(self, agent: str, *, route: object, role: object, session: object, now: int) -> None:
         old = self._turns.pop(agent, None)
         if old is not None:
             old.end(now)
         cause, self._cause = self._cause, None
         name = str(route or role or "agent")
-        attributes: dict[str, Any] = {
+        attributes: dict[str, AttributeValue] = {
             "gen_ai.operation.name": "invoke_agent",
             "gen_ai.agent.name": name,
             "gen_ai.agent.id": agent,
@@ -321,19 +334,19 @@ class Tracing:
             start_time=now,
         )
 
-    def _chat(self, f: dict[str, Any], now: int) -> None:
+    def _chat(self, f: Mapping[str, object], now: int) -> None:
         turn = self._turns.get(str(f.get("agent")))
         model = str(f.get("model") or "")
-        latency_ns = int(float(f.get("latency_ms") or 0.0) * 1_000_000)
-        attributes: dict[str, Any] = {
+        latency_ns = int((get_number(f, "latency_ms") or 0.0) * 1_000_000)
+        attributes: dict[str, AttributeValue] = {
             "gen_ai.operation.name": "chat",
             "gen_ai.provider.name": str(f.get("provider") or ""),
             "gen_ai.request.model": model,
             "gen_ai.response.model": model,
             "gen_ai.response.finish_reasons": ["tool_calls" if f.get("tool_calls") else "stop"],
-            "gen_ai.usage.input_tokens": int(f.get("input_tokens") or 0),
-            "gen_ai.usage.output_tokens": int(f.get("output_tokens") or 0),
-            "gen_ai.usage.cache_read.input_tokens": int(f.get("cached_input_tokens") or 0),
+            "gen_ai.usage.input_tokens": int(get_number(f, "input_tokens") or 0),
+            "gen_ai.usage.output_tokens": int(get_number(f, "output_tokens") or 0),
+            "gen_ai.usage.cache_read.input_tokens": int(get_number(f, "cached_input_tokens") or 0),
         }
         if self.capture and f.get("text"):
             attributes["gen_ai.output.messages"] = _messages("assistant", str(f["text"]))
@@ -358,7 +371,7 @@ class Tracing:
         return carrier.get("traceparent")
 
     @contextlib.contextmanager
-    def tool_span(self, agent: str, name: str, arguments: Mapping[str, Any]) -> Iterator[Span]:
+    def tool_span(self, agent: str, name: str, arguments: Mapping[str, object]) -> Iterator[Span]:
         """``execute_tool NAME`` around one tool call, current while it runs.
 
         Its parent is the current span (the self-MCP server's, continued from
@@ -369,7 +382,7 @@ class Tracing:
         parent_ctx = None
         if turn is not None and current.get_span_context().trace_id != turn.get_span_context().trace_id:
             parent_ctx = trace.set_span_in_context(turn)
-        attributes: dict[str, Any] = {
+        attributes: dict[str, AttributeValue] = {
             "gen_ai.operation.name": "execute_tool",
             "gen_ai.tool.name": name,
             "gen_ai.agent.id": agent,
@@ -424,7 +437,7 @@ def _messages(role: str, text: str) -> str:
     ).decode()
 
 
-def setup(env: Mapping[str, str], telemetry: Any) -> Tracing | None:
+def setup(env: Mapping[str, str], telemetry: Telemetry) -> Tracing | None:
     """Start tracing when the ``OTEL_*`` variables ask (and ``agentd[otel]`` is installed); else None.
 
     Makes the tracer provider the global one (the MCP SDK's spans join it)

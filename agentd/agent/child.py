@@ -30,7 +30,8 @@ import math
 import os
 import socket
 import sys
-from typing import Any, get_args
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, TypedDict, TypeGuard, get_args
 
 import trio
 
@@ -61,6 +62,14 @@ from agentd.selfmcp.protocol import (
     parse_supervisor_frame,
 )
 from agentd.telemetry import Telemetry
+
+if TYPE_CHECKING:
+    from mcp import Client
+
+    from agentd.agent.loop import ModelCall, ToolResult
+    from agentd.exitcodes import TerminalStatus
+    from agentd.models import Message, ModelSettings
+    from agentd.models.factory import Providers
 
 #: Exit status after the supervisor said exit, or went away.
 EXIT_OK = 0
@@ -149,49 +158,36 @@ class ControlLink:
         self._last_id += 1
         return self._last_id
 
-    async def report_usage(
-        self,
-        *,
-        input_tokens: int,
-        output_tokens: int,
-        steps: int,
-        latency_ms: float,
-        provider: str,
-        model: str,
-        cached_input_tokens: int = 0,
-        cache_creation_input_tokens: int = 0,
-        cost_usd: float | None = None,
-        text: str = "",
-        tool_calls: int = 0,
-    ) -> UsageVerdict:
+    async def report_usage(self, *, call: ModelCall) -> UsageVerdict:
         """Report one model call; the answer says whether to go on.
 
         Values are clamped into the protocol's bounds here, so what a provider
         reports (a negative or absurd token count) never turns an honest
         child into one the supervisor must kill.
         """
-        total_in = _clamp(input_tokens, MAX_TOKENS_PER_CALL)
-        cached = _clamp(cached_input_tokens, total_in)
+        total_in = _clamp(call.input_tokens, MAX_TOKENS_PER_CALL)
+        cached = _clamp(call.cached_input_tokens, total_in)
+        latency_ms = call.latency_ms
         report = UsageReport(
             id=self._next_id(),
             input_tokens=total_in,
-            output_tokens=_clamp(output_tokens, MAX_TOKENS_PER_CALL),
-            steps=_clamp(steps, 1000),
+            output_tokens=_clamp(call.output_tokens, MAX_TOKENS_PER_CALL),
+            steps=_clamp(call.steps, 1000),
             latency_ms=min(max(float(latency_ms), 0.0), MAX_LATENCY_MS) if math.isfinite(latency_ms) else 0.0,
-            provider=str(provider)[:MAX_NAME_CHARS],
-            model=str(model)[:MAX_NAME_CHARS],
+            provider=str(call.provider)[:MAX_NAME_CHARS],
+            model=str(call.model)[:MAX_NAME_CHARS],
             cached_input_tokens=cached,
-            cache_creation_input_tokens=_clamp(cache_creation_input_tokens, total_in - cached),
-            cost_usd=_cost(cost_usd),
-            text=str(text)[:MAX_STEP_TEXT_CHARS],
-            tool_calls=_clamp(tool_calls, 1000),
+            cache_creation_input_tokens=_clamp(call.cache_creation_input_tokens, total_in - cached),
+            cost_usd=_cost(call.cost_usd),
+            text=str(call.text)[:MAX_STEP_TEXT_CHARS],
+            tool_calls=_clamp(call.tool_calls, 1000),
         )
         answer = await self._request(report, timeout=LINK_TIMEOUT)
         assert isinstance(answer, UsageVerdict)
         return answer
 
     async def turn_end(
-        self, *, status: Any, text: str, idle: bool, fatal_infra: str | None = None
+        self, *, status: TerminalStatus, text: str, idle: bool, fatal_infra: str | None = None
     ) -> NextTurn:
         """End a turn; the answer is exit, or the next turn's input (a warm session waits for it)."""
         if len(text) > MAX_TEXT_CHARS:
@@ -208,21 +204,21 @@ class ControlLink:
         assert isinstance(answer, NextTurn)
         return answer
 
-    async def send_transcript(self, messages: Any) -> None:
+    async def send_transcript(self, messages: Sequence[Message]) -> None:
         """Send a turn's new messages as transcript parts (queued before its turn end, never dropped)."""
         from agentd.state.transcript import parts
 
         for group in parts(messages):
             await self._out_send.send(TranscriptPart(messages=group))
 
-    def post_event(self, event: str, fields: dict[str, Any]) -> None:
+    def post_event(self, event: str, fields: Mapping[str, object]) -> None:
         """Queue a telemetry event for the supervisor; dropped (and counted) if the queue is full."""
         from pydantic import ValidationError
 
-        if event not in _CHILD_EVENTS:
+        if not _is_child_event(event):
             return
         try:
-            frame = ChildEvent(event=event, fields=_event_fields(fields))  # type: ignore[arg-type]
+            frame = ChildEvent(event=event, fields=_event_fields(fields))
         except ValidationError:
             self.dropped_events += 1
             return
@@ -232,14 +228,19 @@ class ControlLink:
             self.dropped_events += 1
 
 
-def _cost(value: Any) -> float | None:
+def _is_child_event(event: str) -> TypeGuard[ChildEventName]:
+    """Whether a child may send ``event`` (the protocol's closed list)."""
+    return event in _CHILD_EVENTS
+
+
+def _cost(value: object) -> float | None:
     """A call's cost as the protocol carries it: a finite amount within bounds, else unknown."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return None
     return float(value) if 0 <= value <= MAX_CALL_COST_USD else None
 
 
-def _clamp(value: Any, top: int) -> int:
+def _clamp(value: float, top: int) -> int:
     try:
         n = int(value)
     except (TypeError, ValueError, OverflowError):
@@ -247,23 +248,25 @@ def _clamp(value: Any, top: int) -> int:
     return min(max(n, 0), top)
 
 
-def _event_fields(fields: dict[str, Any]) -> dict[str, Any]:
+def _event_fields(fields: Mapping[str, object]) -> dict[str, str | int | float | bool | None]:
     """Fields coerced into what a child event may carry (scalars, bounded texts, plain keys)."""
     import re
 
-    out: dict[str, Any] = {}
+    out: dict[str, str | int | float | bool | None] = {}
     for key, value in fields.items():
         if len(out) >= MAX_EVENT_FIELDS:
             break
         if key in RESERVED_EVENT_FIELDS or not re.fullmatch(r"[a-z][a-z0-9_]{0,31}", key):
             continue
-        plain = (
+        if (
             value is None
             or isinstance(value, bool)
             or (isinstance(value, int) and -MAX_ID <= value <= MAX_ID)
             or (isinstance(value, float) and math.isfinite(value))
-        )
-        out[key] = value if plain else str(value)[:MAX_EVENT_TEXT]
+        ):
+            out[key] = value
+        else:
+            out[key] = str(value)[:MAX_EVENT_TEXT]
     return out
 
 
@@ -274,18 +277,18 @@ class ChildTelemetry(Telemetry):
         super().__init__(stream=None)
         self._link = link
 
-    def emit(self, event: str, /, **fields: Any) -> None:
+    def emit(self, event: str, /, **fields: object) -> None:
         self._link.post_event(event, fields)
 
 
 class SelfMcpLink:
     """:class:`agentd.agent.loop.SupervisorLink`: tools over MCP, usage and turn ends over control frames."""
 
-    def __init__(self, client: Any, control: ControlLink) -> None:
+    def __init__(self, client: Client, control: ControlLink) -> None:
         self._client = client
         self._control = control
 
-    async def call_tool(self, name: str, arguments: dict[str, object]) -> Any:
+    async def call_tool(self, name: str, arguments: dict[str, object]) -> ToolResult:
         from agentd.agent.loop import ToolResult
 
         try:
@@ -298,11 +301,11 @@ class SelfMcpLink:
         text = "\n".join(getattr(c, "text", "") or "" for c in result.content)
         return ToolResult(text, bool(result.is_error))
 
-    async def report_usage(self, **usage: Any) -> UsageVerdict:
-        return await self._control.report_usage(**usage)
+    async def report_usage(self, *, call: ModelCall) -> UsageVerdict:
+        return await self._control.report_usage(call=call)
 
-    async def turn_end(self, **end: Any) -> NextTurn:
-        answer = await self._control.turn_end(**end)
+    async def turn_end(self, *, status: TerminalStatus, text: str, idle: bool) -> NextTurn:
+        answer = await self._control.turn_end(status=status, text=text, idle=idle)
         if answer.traceparent:
             # The next turn's span: current from here on in this task (the loop's), so the
             # MCP SDK puts it in the _meta of that turn's tool calls.
@@ -314,7 +317,7 @@ class SelfMcpLink:
     def tool_refused(self, name: str) -> None:
         self._control.post_event("tool.refused", {"tool": name, "reason": "not offered to the model"})
 
-    async def record_transcript(self, messages: Any) -> None:
+    async def record_transcript(self, messages: Sequence[Message]) -> None:
         await self._control.send_transcript(messages)
 
 
@@ -372,7 +375,7 @@ async def amain(payload: SpawnPayload, mcp_sock: socket.socket, control_sock: so
     return EXIT_OK if control.supervisor_gone else code
 
 
-def _history(payload: SpawnPayload) -> list[Any]:
+def _history(payload: SpawnPayload) -> list[Message]:
     """A restored session's conversation (empty for a new agent)."""
     if not payload.history:
         return []
@@ -381,11 +384,19 @@ def _history(payload: SpawnPayload) -> list[Any]:
     return history(payload.history)
 
 
-def _model_options(payload: SpawnPayload) -> dict[str, Any]:
+class _ModelOptions(TypedDict, total=False):
+    """The ``make_model`` keywords a spawn payload can carry."""
+
+    timeout: float
+    settings: ModelSettings
+    providers: Providers
+
+
+def _model_options(payload: SpawnPayload) -> _ModelOptions:
     """``make_model`` keywords the spawn payload carries (absent: the model's defaults)."""
     from agentd.models import ModelSettings, ProviderConfig
 
-    options: dict[str, Any] = {}
+    options: _ModelOptions = {}
     if payload.model_timeout is not None:
         options["timeout"] = payload.model_timeout
     if payload.model_settings:

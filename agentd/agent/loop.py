@@ -39,6 +39,25 @@ class ToolResult:
     is_error: bool = False
 
 
+@dataclass(frozen=True)
+class ModelCall:
+    """One model call as the loop reports it (the control link clamps it into the protocol's bounds)."""
+
+    input_tokens: int
+    output_tokens: int
+    steps: int
+    latency_ms: float
+    provider: str
+    model: str
+    cached_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cost_usd: float | None = None
+    text: str = ""
+    """The reply's text (stream-json's ``assistant`` line)."""
+    tool_calls: int = 0
+    """How many tool calls the reply asked for."""
+
+
 class SupervisorLink(Protocol):
     """What the loop needs from the supervisor: tools (self-MCP), usage and turn ends (control frames).
 
@@ -48,21 +67,9 @@ class SupervisorLink(Protocol):
 
     async def call_tool(self, name: str, arguments: dict[str, object]) -> ToolResult: ...
 
-    async def report_usage(
-        self,
-        *,
-        input_tokens: int,
-        output_tokens: int,
-        steps: int,
-        latency_ms: float,
-        provider: str,
-        model: str,
-        cached_input_tokens: int = 0,
-        cache_creation_input_tokens: int = 0,
-        cost_usd: float | None = None,
-        text: str = "",
-        tool_calls: int = 0,
-    ) -> UsageVerdict: ...
+    async def report_usage(self, *, call: ModelCall) -> UsageVerdict:
+        """Report one model call; the answer says whether to go on."""
+        ...
 
     async def turn_end(self, *, status: TerminalStatus, text: str, idle: bool) -> NextTurn: ...
 
@@ -136,17 +143,19 @@ async def run_turn(
         latency_ms = (time.monotonic() - started) * 1000
         state.turn_steps += 1
         verdict = await link.report_usage(
-            input_tokens=reply.usage.input_tokens,
-            output_tokens=reply.usage.output_tokens,
-            steps=1,
-            latency_ms=latency_ms,
-            provider=model.provider,
-            model=model.name,
-            cached_input_tokens=reply.usage.cached_input_tokens,
-            cache_creation_input_tokens=reply.usage.cache_creation_input_tokens,
-            cost_usd=reply.cost_usd,
-            text=reply.text,
-            tool_calls=len(reply.tool_calls),
+            call=ModelCall(
+                input_tokens=reply.usage.input_tokens,
+                output_tokens=reply.usage.output_tokens,
+                steps=1,
+                latency_ms=latency_ms,
+                provider=model.provider,
+                model=model.name,
+                cached_input_tokens=reply.usage.cached_input_tokens,
+                cache_creation_input_tokens=reply.usage.cache_creation_input_tokens,
+                cost_usd=reply.cost_usd,
+                text=reply.text,
+                tool_calls=len(reply.tool_calls),
+            )
         )
         # as_message keeps what the provider needs back next call (thinking blocks, reasoning items).
         state.messages.append(reply.as_message())

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from agentd.errors import ConfigError
 
@@ -86,7 +86,7 @@ _VSCODE_OTHER_RE = re.compile(r"\$\{(input|command|config|workspaceFolder[A-Za-z
 class Translated:
     """The outcome of translating one file."""
 
-    servers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    servers: dict[str, dict[str, object]] = field(default_factory=dict)
     """Server name -> agentd server table (not yet validated, ``${VAR}`` not yet expanded)."""
     ignored: list[str] = field(default_factory=list)
     """Keys that were not used, spelled ``LABEL: mcpServers.NAME.KEY``."""
@@ -96,7 +96,7 @@ class Translated:
     """Server name -> how its keys are spelled in messages (``LABEL: servers.NAME``)."""
 
 
-def detect_json_format(doc: object) -> tuple[ClientFormat, Mapping[str, Any], str] | None:
+def detect_json_format(doc: object) -> tuple[ClientFormat, Mapping[str, object], str] | None:
     """Which JSON format ``doc`` is, its server object and the key path that holds it."""
     if not isinstance(doc, dict):
         return None
@@ -149,7 +149,7 @@ def translate_json(doc: object, *, label: str, duplicates: frozenset[str] = froz
             continue
         if entry.get("disabled") is True:
             continue
-        table: dict[str, Any] = {}
+        table: dict[str, object] = {}
         for key, value in entry.items():
             if key in _JSON_KEYS and key not in ("type", "disabled"):
                 table[key] = value
@@ -172,7 +172,7 @@ def translate_json(doc: object, *, label: str, duplicates: frozenset[str] = froz
             table["transport"] = transport
         if kind == "vscode":
             try:
-                table = _vscode_refs(table, where)
+                table = {k: _vscode_refs(v, f"{where}.{k}") for k, v in table.items()}
             except ConfigError as exc:
                 out.problems.append(exc)
                 continue
@@ -181,7 +181,7 @@ def translate_json(doc: object, *, label: str, duplicates: frozenset[str] = froz
     return out
 
 
-def _vscode_refs(value: Any, where: str) -> Any:
+def _vscode_refs(value: object, where: str) -> object:
     """``${env:VAR}`` -> ``${VAR}``; VS Code's interactive variables are refused with the fix."""
     if isinstance(value, str):
         other = _VSCODE_OTHER_RE.search(value)
@@ -200,7 +200,7 @@ def _vscode_refs(value: Any, where: str) -> Any:
     return value
 
 
-def translate_codex(doc: Mapping[str, Any], *, label: str, env: Mapping[str, str]) -> Translated:
+def translate_codex(doc: Mapping[str, object], *, label: str, env: Mapping[str, str]) -> Translated:
     """Translate Codex's ``[mcp_servers.NAME]`` tables.
 
     ``bearer_token_env_var`` -> ``bearer_token_env``; ``http_headers`` ->
@@ -229,7 +229,8 @@ def translate_codex(doc: Mapping[str, Any], *, label: str, env: Mapping[str, str
             continue
         if entry.get("enabled") is False:
             continue
-        table: dict[str, Any] = {}
+        table: dict[str, object] = {}
+        headers: dict[str, object] = {}
         passed: dict[str, str] = {}
         for key, value in entry.items():
             if key not in _CODEX_KEYS:
@@ -239,7 +240,8 @@ def translate_codex(doc: Mapping[str, Any], *, label: str, env: Mapping[str, str
             elif key == "bearer_token_env_var":
                 table["bearer_token_env"] = value
             elif key == "http_headers":
-                table["headers"] = {**table.get("headers", {}), **(value if isinstance(value, dict) else {})}
+                headers = {**headers, **(value if isinstance(value, dict) else {})}
+                table["headers"] = headers
                 if not isinstance(value, dict):
                     out.problems.append(
                         ConfigError(f"{where}.{key}", value, "write a table of header = value")
@@ -247,7 +249,8 @@ def translate_codex(doc: Mapping[str, Any], *, label: str, env: Mapping[str, str
             elif key == "env_http_headers":
                 if isinstance(value, dict) and all(isinstance(v, str) for v in value.values()):
                     refs = {h: f"${{{var}}}" for h, var in value.items()}
-                    table["headers"] = {**table.get("headers", {}), **refs}
+                    headers = {**headers, **refs}
+                    table["headers"] = headers
                 else:
                     out.problems.append(
                         ConfigError(f"{where}.{key}", value, "write a table of header = ENV_VAR_NAME")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import difflib
 import re
-from typing import Any
 
 from agentd.config._vocab import (
     _OPTION_RE,
@@ -17,10 +16,10 @@ from agentd.config._vocab import (
 from agentd.errors import ConfigError
 
 
-def _disposition(text: str, match: str, disposition: str) -> dict[str, Any]:
+def _disposition(text: str, match: str, disposition: str) -> dict[str, object]:
     """``spawn[:N]`` / ``continue[:SESSION]`` after MATCH; raises ConfigError naming ``text``."""
     kind, sep, arg = disposition.strip().partition(":")
-    out: dict[str, Any] = {"timer": True} if match == "@timer" else {"match": match}
+    out: dict[str, object] = {"timer": True} if match == "@timer" else {"match": match}
     if kind == "spawn":
         out["disposition"] = "spawn"
         if sep:
@@ -49,7 +48,7 @@ def _is_disposition(text: str) -> bool:
     return kind in ("spawn", "continue")
 
 
-def parse_route_spec(text: str) -> dict[str, Any]:
+def parse_route_spec(text: str) -> dict[str, object]:
     """Parse a ``--route`` value into :class:`RouteConfig` fields.
 
     Forms: ``MATCH=spawn``, ``MATCH=spawn:MAX_INFLIGHT``, ``MATCH=continue``,
@@ -101,7 +100,7 @@ def parse_route_spec(text: str) -> dict[str, Any]:
     return out
 
 
-def parse_subscription(text: str, servers: set[str] | frozenset[str] = frozenset()) -> dict[str, Any]:
+def parse_subscription(text: str, servers: set[str] | frozenset[str] = frozenset()) -> dict[str, str | None]:
     """Parse ``[SERVER:]URI`` into :class:`SubscriptionSpec` fields.
 
     URIs contain colons, so a ``SERVER:`` prefix is recognised only when what

@@ -33,7 +33,7 @@ from agentd.config._vocab import MODEL_SETTING_FLAGS, SERVER_FLAG_KEYS
 from agentd.errors import ConfigError
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
+def _read_toml(path: Path) -> dict[str, object]:
     try:
         if "\x00" in str(path):
             raise OSError(0, "a path cannot contain a NUL character")
@@ -52,7 +52,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError("--config", str(path), f"not valid TOML: {exc}") from None
 
 
-def _file_relative(data: dict[str, Any], folder: Path) -> dict[str, Any]:
+def _file_relative(data: dict[str, object], folder: Path) -> dict[str, object]:
     """``data`` (a parsed config file) with the relative input paths it names made relative to ``folder``."""
 
     def anchor(path: str) -> str:
@@ -107,7 +107,7 @@ def load_settings(
     if config_file is None and env.get("AGENTD_CONFIG"):
         config_file = Path(env["AGENTD_CONFIG"])
     file_label = "config file"
-    file_data: dict[str, Any] = {}
+    file_data: dict[str, object] = {}
     file_mcp: list[Path] = []
     problems: list[ConfigError] = []
     if config_file is not None:
@@ -149,7 +149,7 @@ def load_settings(
     settings_flags = {k: v for k, v in flags.items() if k not in (*SERVER_FLAG_KEYS, "servers")}
     routes = settings_flags.get("routes")
     if isinstance(routes, list):
-        parsed: list[Any] = []
+        parsed: list[object] = []
         for item in routes:
             if isinstance(item, str):
                 try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import re
 import sys
-from typing import Any, Literal
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -17,7 +17,7 @@ from pydantic import (
 )
 
 from agentd.config._problems import _Problem, _Problems
-from agentd.config._values import _check_glob, _check_tool_glob, _duration, _integer, _read_at_file
+from agentd.config._values import _check_glob, _check_tool_globs, _duration, _integer, _read_at_file
 from agentd.config._vocab import (
     _SESSION_NAME_RE,
     DEFAULT_MAX_INFLIGHT,
@@ -32,7 +32,12 @@ from agentd.config._vocab import (
     Transport,
 )
 from agentd.errors import ConfigError
+from agentd.limits import TokenAuthMethod
 from agentd.watches.limits import WatchLimits
+
+if TYPE_CHECKING:
+    from agentd.models import ProviderConfig
+    from agentd.models.settings import ModelSettings
 
 
 class _Frozen(BaseModel):
@@ -56,7 +61,7 @@ class OAuthSpec(_Frozen):
     """The authorization server's issuer URL: the credentials are only ever sent there."""
     scope: str | None = None
     """Space-separated scopes to request (None: what the server asks for)."""
-    token_endpoint_auth_method: Literal["client_secret_basic", "client_secret_post"] = "client_secret_basic"
+    token_endpoint_auth_method: TokenAuthMethod = "client_secret_basic"
 
     @field_validator("client_id")
     @classmethod
@@ -125,7 +130,7 @@ class ServerSpec(_Frozen):
 
     @model_validator(mode="before")
     @classmethod
-    def _agentd_itself(cls, data: Any) -> Any:
+    def _agentd_itself(cls, data: object) -> object:
         # `agentd serve NAME` as a server command means this installation's
         # agentd, wherever it is installed (a venv's bin/ need not be on PATH).
         if (
@@ -164,12 +169,7 @@ class ServerSpec(_Frozen):
             raise ValueError("give the name of an environment variable (e.g. DOCS_TOKEN), not its value")
         return v
 
-    @field_validator("allowed_tools", "disallowed_tools")
-    @classmethod
-    def _tool_globs(cls, v: list[str] | None) -> list[str] | None:
-        for pattern in v or []:
-            _check_tool_glob(pattern)
-        return v
+    _tool_globs = field_validator("allowed_tools", "disallowed_tools")(_check_tool_globs)
 
     @model_validator(mode="after")
     def _one_transport(self) -> ServerSpec:
@@ -250,17 +250,17 @@ class ModelSettingsConfig(_Frozen):
     parallel_tool_calls: bool | None = None
     tool_choice: str | None = None
     prompt_cache: str | None = None
-    extra: dict[str, Any] = Field(default_factory=dict)
+    extra: dict[str, object] = Field(default_factory=dict)
 
     @model_validator(mode="before")
     @classmethod
-    def _values(cls, data: Any) -> Any:
+    def _values(cls, data: object) -> object:
         if not isinstance(data, dict):
             return data
         from agentd.models.settings import ModelSettings, SettingError
 
         problems: list[_Problem] = []
-        out: dict[str, Any] = {}
+        out: dict[str, object] = {}
         for key, raw in data.items():
             if key not in cls.model_fields:
                 out[key] = raw  # reported as an unknown setting, with its known keys
@@ -276,7 +276,7 @@ class ModelSettingsConfig(_Frozen):
             raise _Problems(problems)
         return out
 
-    def to_model_settings(self) -> Any:
+    def to_model_settings(self) -> ModelSettings:
         """As :class:`agentd.models.ModelSettings`."""
         from agentd.models.settings import ModelSettings
 
@@ -327,6 +327,19 @@ class ProviderSpec(_Frozen):
                 f"not a genai-prices provider; {hint}known: {', '.join(known) or 'none installed'}"
             )
         return v
+
+    def config(self, name: str) -> ProviderConfig:
+        """As the model factory takes it (:class:`agentd.models.ProviderConfig`), named ``name``."""
+        from agentd.models import ProviderConfig
+
+        return ProviderConfig(
+            name=name,
+            base_url=self.base_url,
+            api=self.api,
+            api_key_env=self.api_key_env,
+            headers=dict(self.headers),
+            prices=self.prices,
+        )
 
 
 class RouteConfig(_Frozen):
@@ -387,12 +400,7 @@ class RouteConfig(_Frozen):
             return [part.strip() for part in v.split(";") if part.strip()]
         return v
 
-    @field_validator("allowed_tools", "disallowed_tools")
-    @classmethod
-    def _tool_globs(cls, v: list[str] | None) -> list[str] | None:
-        for pattern in v or []:
-            _check_tool_glob(pattern)
-        return v
+    _tool_globs = field_validator("allowed_tools", "disallowed_tools")(_check_tool_globs)
 
     @field_validator("match")
     @classmethod
@@ -458,7 +466,7 @@ class RouteConfig(_Frozen):
 
     @model_validator(mode="before")
     @classmethod
-    def _defaults(cls, data: Any) -> Any:
+    def _defaults(cls, data: object) -> object:
         if isinstance(data, dict):
             data = dict(data)
             if data.get("on_event") is not None and data.get("extract") is None:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from agentd.jsonvalue import JSONObject, as_object, get_object
 from agentd.redact import REDACTED, redact, secret_values, secrets_in
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ def server_secrets(settings: Settings, env: Mapping[str, str] | None = None) -> 
 
 def effective_config(
     settings: Settings, env: Mapping[str, str] | None = None, *, show_secrets: bool = False
-) -> dict[str, Any]:
+) -> JSONObject:
     """The settings as a JSON-ready dict, with every credential replaced by ``***``.
 
     Server ``env`` and ``headers`` show their keys only (every value is
@@ -68,14 +69,18 @@ def effective_config(
         show_secrets: show everything as configured (``agentd check --show-secrets``).
     """
     env = os.environ if env is None else env
-    data: dict[str, Any] = settings.model_dump(mode="json")
+    data: JSONObject = settings.model_dump(mode="json")
     if show_secrets:
         return data
     known = secret_values(env) + server_secrets(settings, env)
-    for server in data["servers"].values():
-        for table in ("env", "headers"):
-            server[table] = dict.fromkeys(server[table], REDACTED)
-    for provider in data["providers"].values():
-        provider["headers"] = dict.fromkeys(provider["headers"], REDACTED)
-    redacted: dict[str, Any] = redact(data, extra=sorted(set(known), key=len, reverse=True))
-    return redacted
+    for section, tables in (("servers", ("env", "headers")), ("providers", ("headers",))):
+        for entry in (get_object(data, section) or {}).values():
+            table_of = as_object(entry) or {}
+            for table in tables:
+                table_of[table] = _keys_only(get_object(table_of, table) or {})
+    return redact(data, extra=sorted(set(known), key=len, reverse=True))
+
+
+def _keys_only(table: JSONObject) -> JSONObject:
+    """``table`` with every value hidden (``env`` and ``headers`` show their keys only)."""
+    return dict.fromkeys(table, REDACTED)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from agentd.config._models import RouteConfig
 from agentd.config._problems import _Problem
@@ -12,6 +12,7 @@ from agentd.config._vocab import MODEL_FORMS
 
 if TYPE_CHECKING:
     from agentd.config._settings import Settings
+    from agentd.models import ModelSettings
 
 
 def cross_field_problems(settings: Settings, env: Mapping[str, str]) -> list[_Problem]:
@@ -177,7 +178,7 @@ def cross_field_problems(settings: Settings, env: Mapping[str, str]) -> list[_Pr
     return problems
 
 
-def route_model_settings(settings: Settings, route: RouteConfig) -> Any:
+def route_model_settings(settings: Settings, route: RouteConfig) -> ModelSettings:
     """The model settings of the agents ``route`` starts (an :class:`agentd.models.ModelSettings`).
 
     The supervisor's settings, less those the route's model cannot carry
@@ -201,7 +202,7 @@ def _route_model_problems(settings: Settings, env: Mapping[str, str]) -> list[_P
     problems: list[_Problem] = []
     if settings.model is None:
         return problems
-    sessions: dict[str, tuple[int, tuple[Any, ...]]] = {}
+    sessions: dict[str, tuple[int, tuple[object, ...]]] = {}
     for i, route in enumerate(settings.routes):
         model = route.model or settings.model
         if route.model is not None:
@@ -210,7 +211,7 @@ def _route_model_problems(settings: Settings, env: Mapping[str, str]) -> list[_P
                 problems.append(_Problem(("routes", i, "model"), err.value, err.fix))
                 continue
         if route.model is None and route.model_settings is None and route.system is None:
-            profile: tuple[Any, ...] = ()
+            profile: tuple[object, ...] = ()
         else:
             effective = route_model_settings(settings, route)
             own = route.model_settings.to_model_settings().given() if route.model_settings is not None else {}

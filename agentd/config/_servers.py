@@ -8,9 +8,9 @@ import re
 import shlex
 import shutil
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import (
     ValidationError,
@@ -26,6 +26,8 @@ from agentd.errors import ConfigError
 
 if TYPE_CHECKING:
     from agentd.config._settings import Settings
+
+_T = TypeVar("_T")
 
 
 def _expand_env_refs(value: str, env: Mapping[str, str], where: str) -> str:
@@ -44,25 +46,21 @@ def _expand_env_refs(value: str, env: Mapping[str, str], where: str) -> str:
     return _ENV_REF_RE.sub(sub, value)
 
 
-def _expand_server(table: dict[str, Any], env: Mapping[str, str], where: str) -> dict[str, Any]:
+def _expand_server(table: Mapping[str, object], env: Mapping[str, str], where: str) -> dict[str, object]:
     out = dict(table)
     for key in ("command", "url", "cwd"):
-        if isinstance(out.get(key), str):
-            out[key] = _expand_env_refs(out[key], env, f"{where}.{key}")
-    if isinstance(out.get("args"), list):
-        out["args"] = [
-            _expand_env_refs(a, env, f"{where}.args") if isinstance(a, str) else a for a in out["args"]
-        ]
-    if isinstance(out.get("oauth"), dict):
-        out["oauth"] = {
-            k: _expand_env_refs(v, env, f"{where}.oauth.{k}") if isinstance(v, str) else v
-            for k, v in out["oauth"].items()
-        }
-    for key in ("env", "headers"):
-        if isinstance(out.get(key), dict):
+        value = out.get(key)
+        if isinstance(value, str):
+            out[key] = _expand_env_refs(value, env, f"{where}.{key}")
+    args = out.get("args")
+    if isinstance(args, list):
+        out["args"] = [_expand_env_refs(a, env, f"{where}.args") if isinstance(a, str) else a for a in args]
+    for key in ("oauth", "env", "headers"):
+        table_of = out.get(key)
+        if isinstance(table_of, dict):
             out[key] = {
                 k: _expand_env_refs(v, env, f"{where}.{key}.{k}") if isinstance(v, str) else v
-                for k, v in out[key].items()
+                for k, v in table_of.items()
             }
     return out
 
@@ -100,8 +98,8 @@ def parse_mcp_servers_json(
     env = os.environ if env is None else env
     duplicates: list[str] = []
 
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        seen: dict[str, Any] = {}
+    def pairs(items: list[tuple[str, object]]) -> dict[str, object]:
+        seen: dict[str, object] = {}
         for k, v in items:
             if k in seen:
                 duplicates.append(k)
@@ -232,7 +230,7 @@ def _collect_servers(
         else:
             out[spec.name] = spec
 
-    def attempt(fn: Any, *a: Any) -> Any:
+    def attempt(fn: Callable[..., _T], *a: object) -> _T | None:
         try:
             return fn(*a)
         except ConfigError as exc:
@@ -248,7 +246,7 @@ def _collect_servers(
             for name, table in file_servers.items():
                 where = f"{file_label}: servers.{name}"
 
-                def one(name: str = name, table: Any = table, where: str = where) -> ServerSpec:
+                def one(name: str = name, table: object = table, where: str = where) -> ServerSpec:
                     if isinstance(table, dict):
                         table = _expand_server(table, env, where)
                     return _server_spec(name, table, where=where, source=f"{file_label} [servers.{name}]")

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import (
     Field,
     PrivateAttr,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -36,7 +37,7 @@ from agentd.config._servers import _expand_env_refs
 from agentd.config._sources import _CONTEXT, Deprecation, _MappingEnvSource, _Recording
 from agentd.config._values import (
     _check_addr,
-    _check_tool_glob,
+    _check_tool_globs,
     _cron_error,
     _duration,
     _expand_user,
@@ -183,9 +184,9 @@ class Settings(BaseSettings):
 
     @field_validator("instruction", "system", mode="before")
     @classmethod
-    def _text(cls, v: object, info: Any) -> object:
+    def _text(cls, v: object, info: ValidationInfo) -> object:
         if isinstance(v, str):
-            return _read_at_file(v, info.field_name)
+            return _read_at_file(v, info.field_name or "")
         return v
 
     @field_validator("interval", mode="before")
@@ -224,12 +225,7 @@ class Settings(BaseSettings):
             return [part.strip() for part in text.split(",") if part.strip()]
         return v
 
-    @field_validator("allowed_tools", "disallowed_tools")
-    @classmethod
-    def _tool_globs(cls, v: list[str] | None) -> list[str] | None:
-        for pattern in v or []:
-            _check_tool_glob(pattern)
-        return v
+    _tool_globs = field_validator("allowed_tools", "disallowed_tools")(_check_tool_globs)
 
     @field_validator("reconnect_backoff", mode="before")
     @classmethod
@@ -428,7 +424,7 @@ class Settings(BaseSettings):
 
     @field_validator("subscriptions", mode="before")
     @classmethod
-    def _subscriptions(cls, v: object, info: Any) -> object:
+    def _subscriptions(cls, v: object, info: ValidationInfo) -> object:
         if not isinstance(v, list):
             return v
         known = set((info.data.get("servers") or {}).keys())
@@ -464,7 +460,7 @@ class Settings(BaseSettings):
 
     @model_validator(mode="before")
     @classmethod
-    def _default_session(cls, data: Any) -> Any:
+    def _default_session(cls, data: object) -> object:
         if isinstance(data, dict) and data.get("session") is None:
             data = dict(data)
             interval: float | None

@@ -33,7 +33,7 @@ class _LoadContext:
     """What one :func:`load_settings` call hands to the settings sources."""
 
     env: Mapping[str, str]
-    file_data: dict[str, Any]
+    file_data: dict[str, object]
     file_label: str
     origins: dict[str, Layer] = field(default_factory=dict)
     """Top-level field -> the highest layer that set it (filled while sources run)."""
@@ -62,8 +62,8 @@ class _MappingEnvSource(EnvSettingsSource):
     def _load_env_vars(self) -> Mapping[str, str | None]:
         return parse_env_vars(self._env, self.case_sensitive, self.env_ignore_empty, self.env_parse_none_str)
 
-    def __call__(self) -> dict[str, Any]:
-        data = super().__call__()
+    def __call__(self) -> dict[str, object]:
+        data: dict[str, object] = super().__call__()
         data.pop("servers", None)
         return data
 
@@ -77,11 +77,11 @@ class _Recording(PydanticBaseSettingsSource):
         self._layer = layer
         self._origins = origins
 
-    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[object, str, bool]:
         return self._inner.get_field_value(field, field_name)
 
-    def __call__(self) -> dict[str, Any]:
-        data = self._inner()
+    def __call__(self) -> dict[str, object]:
+        data: dict[str, object] = self._inner()
         for key in data:
             # Sources run highest precedence first: the first layer seen wins.
             self._origins.setdefault(key, self._layer)
@@ -136,7 +136,7 @@ def _fix_for(err: Mapping[str, Any], model: type[BaseModel]) -> str:
 
 def _known_keys(model: type[BaseModel], loc: Sequence[str | int]) -> list[str]:
     """Field names of the model reached by ``loc`` (for 'did you mean' hints)."""
-    current: Any = model
+    current: type[BaseModel] | None = model
     for part in loc:
         if isinstance(part, int) or current is None:
             continue
@@ -152,7 +152,7 @@ def _known_keys(model: type[BaseModel], loc: Sequence[str | int]) -> list[str]:
     return [n for n in current.model_fields if n not in hidden]
 
 
-def _model_in(annotation: Any) -> Any:
+def _model_in(annotation: object) -> type[BaseModel] | None:
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
     for arg in get_args(annotation):
@@ -205,7 +205,7 @@ class Deprecation:
         )
 
 
-def _renamed_settings(flags: dict[str, Any], ctx: _LoadContext) -> list[Deprecation]:
+def _renamed_settings(flags: dict[str, object], ctx: _LoadContext) -> list[Deprecation]:
     """Move ``max_tokens`` / ``max_steps`` (every layer) to their new names; one warning each.
 
     Both names in one layer is an error: the user must say which value they mean.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from agentd.config._vocab import _ADDR_RE, MAX_TEXT_FILE_BYTES, MODEL_FORMS, MODEL_PREFIXES
 from agentd.durations import parse_duration
@@ -13,6 +13,7 @@ from agentd.errors import ConfigError
 
 if TYPE_CHECKING:
     from agentd.config._models import ProviderSpec
+    from agentd.models import ProviderConfig
 
 
 def _duration(value: object, *, positive: bool = False) -> float:
@@ -139,21 +140,9 @@ def _model_error(
     return None
 
 
-def _provider_configs(providers: Mapping[str, ProviderSpec]) -> dict[str, Any]:
+def _provider_configs(providers: Mapping[str, ProviderSpec]) -> dict[str, ProviderConfig]:
     """The ``[providers.NAME]`` tables as the model factory takes them."""
-    from agentd.models import ProviderConfig
-
-    return {
-        name: ProviderConfig(
-            name=name,
-            base_url=p.base_url,
-            api=p.api,
-            api_key_env=p.api_key_env,
-            headers=dict(p.headers),
-            prices=p.prices,
-        )
-        for name, p in providers.items()
-    }
+    return {name: p.config(name) for name, p in providers.items()}
 
 
 def _check_tool_glob(pattern: str) -> None:
@@ -163,6 +152,13 @@ def _check_tool_glob(pattern: str) -> None:
             f"{pattern!r} is not a tool glob: write tool names or globs of letters, digits, '_', '-', "
             "'*' and '?', e.g. 'files__read_*' or 'memo__*'"
         )
+
+
+def _check_tool_globs(patterns: list[str] | None) -> list[str] | None:
+    """The ``allowed_tools``/``disallowed_tools`` validator: each pattern checked (ValueError with the fix)."""
+    for pattern in patterns or []:
+        _check_tool_glob(pattern)
+    return patterns
 
 
 def _check_glob(pattern: str) -> None:

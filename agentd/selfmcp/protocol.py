@@ -40,7 +40,7 @@ outside the reactor: the reactor only ever sees frames that passed it.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Annotated, Any, Final, Literal, TypeAlias
+from typing import Annotated, Final, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
@@ -137,7 +137,7 @@ class ToolSpecFrame(Frame):
 
     name: str
     description: str = ""
-    input_schema: dict[str, Any] = Field(default_factory=dict)
+    input_schema: dict[str, object] = Field(default_factory=dict)
 
 
 class ProviderFrame(Frame):
@@ -168,7 +168,7 @@ class MessageFrame(Frame):
     tool_calls: tuple[ToolCallFrame, ...] = ()
     tool_call_id: Annotated[str, Field(max_length=MAX_MESSAGE_CHARS)] | None = None
     is_error: bool = False
-    provider_data: dict[str, Any] | None = None
+    provider_data: dict[str, object] | None = None
 
 
 class SpawnPayload(Frame):
@@ -199,7 +199,7 @@ class SpawnPayload(Frame):
     tools: tuple[ToolSpecFrame, ...] = ()
     model_timeout: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
     max_turn_steps: Annotated[int, Field(ge=1)] | None = None
-    model_settings: dict[str, Any] = Field(default_factory=dict)
+    model_settings: dict[str, object] = Field(default_factory=dict)
     providers: dict[str, ProviderFrame] = Field(default_factory=dict)
     history: tuple[MessageFrame, ...] = ()
     journal: bool = False

@@ -10,10 +10,11 @@ The server serves whichever protocol era the child opens with (children pin
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 import mcp_types as types
 import trio
+from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import Server
 
 from agentd.selfmcp.transport import stream_transport
@@ -26,18 +27,22 @@ class Hub(Protocol):
         """The tools ``agent`` may call (upstream tools namespaced, plus self-tools)."""
         ...
 
-    async def call(self, agent: str, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    async def call(self, agent: str, name: str, arguments: dict[str, object]) -> types.CallToolResult:
         """Answer ``tools/call`` from ``agent``; errors (an unknown tool too) come back as ``is_error`` results."""
         ...
 
 
-def build_server(agent: str, hub: Hub) -> Server[Any]:
-    """An MCP server bound to one agent child."""
+def build_server(agent: str, hub: Hub) -> Server[object]:
+    """An MCP server bound to one agent child (no lifespan state)."""
 
-    async def on_list_tools(_ctx: Any, _params: Any) -> types.ListToolsResult:
+    async def on_list_tools(
+        _ctx: ServerRequestContext[object], _params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
         return types.ListToolsResult(tools=hub.tools_for(agent))
 
-    async def on_call_tool(_ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def on_call_tool(
+        _ctx: ServerRequestContext[object], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
         return await hub.call(agent, params.name, dict(params.arguments or {}))
 
     return Server(f"agentd-self-{agent}", on_list_tools=on_list_tools, on_call_tool=on_call_tool)

@@ -90,21 +90,27 @@ def claim(path: Path) -> StateDir:
         raise ConfigError(
             "--state-dir", str(path), f"cannot create or lock it ({exc.strerror or exc}); fix its permissions"
         ) from None
+    lock_exclusively(fd, "--state-dir", path, "give each agentd (each replica) its own state directory")
+    return StateDir(path, fd)
+
+
+def lock_exclusively(fd: int, setting: str, path: Path, fix: str) -> None:
+    """Take the exclusive lock of the open lock file ``fd`` at once, and write this process's pid in it.
+
+    Raises:
+        ConfigError: (exit 2) another process holds it: the message names its pid
+            (what it wrote) and ends with ``fix``; ``fd`` is closed.
+    """
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
         os.close(fd)
         owner = f"pid {holder}" if holder.isdigit() else "another process"
-        raise ConfigError(
-            "--state-dir",
-            str(path),
-            f"another agentd ({owner}) is using it; give each agentd (each replica) its own state directory",
-        ) from None
-    with contextlib.suppress(OSError):
+        raise ConfigError(setting, str(path), f"another agentd ({owner}) is using it; {fix}") from None
+    with contextlib.suppress(OSError):  # a full disk must not stop a start: the pid is a courtesy
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return StateDir(path, fd)
 
 
-__all__ = ["MAX_SESSION_TOKENS", "StateDir", "claim", "refusal"]
+__all__ = ["MAX_SESSION_TOKENS", "StateDir", "claim", "lock_exclusively", "refusal"]

@@ -13,13 +13,19 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING
 
 import trio
 
 from agentd.events import ResourceChanged, ServerState, SubscriptionStateChanged
 from agentd.state.sessions import SessionJournals
 from agentd.telemetry import Telemetry
+
+if TYPE_CHECKING:
+    from agentd.events import ReactorEvent
+    from agentd.supervisor.declared import DeclaredSubscriptions, RefreshReason
+    from agentd.triggers.router import Router
+    from agentd.upstream import Upstream
 
 
 class RestoredSubscriptions:
@@ -37,9 +43,9 @@ class RestoredSubscriptions:
     def __init__(
         self,
         journals: SessionJournals,
-        router: Any,
-        events: trio.MemorySendChannel[Any],
-        upstreams: Mapping[str, Any],
+        router: Router,
+        events: trio.MemorySendChannel[ReactorEvent],
+        upstreams: Mapping[str, Upstream],
         telemetry: Telemetry,
         nursery: trio.Nursery,
     ) -> None:
@@ -105,7 +111,7 @@ class RestoredSubscriptions:
         with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
             await send.send(ResourceChanged(server=server, uri=uri, kind="synthetic", startup=True))
 
-    def alongside(self, declared: Any) -> Any:
+    def alongside(self, declared: DeclaredSubscriptions) -> _Alongside:
         """``declared`` for the reactor, refreshing these too whenever a server connects."""
         return _Alongside(declared, self)
 
@@ -113,24 +119,24 @@ class RestoredSubscriptions:
 class _Alongside:
     """The reactor's view of the declared subscriptions, with the restored ones kept made as well."""
 
-    def __init__(self, declared: Any, restored: RestoredSubscriptions) -> None:
+    def __init__(self, declared: DeclaredSubscriptions, restored: RestoredSubscriptions) -> None:
         self._declared = declared
         self._restored = restored
 
     @property
     def pairs(self) -> set[tuple[str, str]]:
-        return self._declared.pairs  # type: ignore[no-any-return]
+        return self._declared.pairs
 
     @property
     def unresolved(self) -> Mapping[str, str]:
-        return self._declared.unresolved  # type: ignore[no-any-return]
+        return self._declared.unresolved
 
     @property
     def unresolved_required(self) -> frozenset[str]:
-        return self._declared.unresolved_required  # type: ignore[no-any-return]
+        return self._declared.unresolved_required
 
-    def refresh(self, reason: Literal["start", "connected", "catalog"]) -> list[tuple[str, str]]:
-        dropped: list[tuple[str, str]] = self._declared.refresh(reason)
+    def refresh(self, reason: RefreshReason) -> list[tuple[str, str]]:
+        dropped = self._declared.refresh(reason)
         if reason == "connected":
             self._restored.refresh(reason)
         return dropped

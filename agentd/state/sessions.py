@@ -42,16 +42,20 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 
 from agentd.selfmcp.protocol import MessageFrame, SpawnPayload
 from agentd.state import journal as jf
 from agentd.telemetry import Telemetry
+
+if TYPE_CHECKING:
+    from agentd.config import Settings
+    from agentd.supervisor.tree import Tree
 
 Subs = tuple[tuple[str, str | None], ...]
 """A session's self-subscriptions: ``(uri, server)`` pairs."""
@@ -110,6 +114,15 @@ class SessionJournals:
         for path in sorted(self.directory.glob("*" + jf.SUFFIX)):
             self._scan_one(path)
 
+    def _repaired(self, path: Path, repair: Callable[[], None]) -> bool:
+        """Run ``repair`` on the damaged journal ``path``; False (reported) when the file system refused."""
+        try:
+            repair()
+        except OSError as exc:
+            self._telemetry.emit("journal.failed", path=str(path), error=str(exc))
+            return False
+        return True
+
     def _scan_one(self, path: Path) -> None:
         try:
             contents = jf.read(path)
@@ -130,13 +143,10 @@ class SessionJournals:
             contents.turns, contents.good_bytes = [], 0
         if contents.problem == "torn":
             dropped = path.stat().st_size - contents.good_bytes
-            try:
-                if session is None:
-                    path.unlink()
-                else:
-                    jf.truncate(path, contents.good_bytes)
-            except OSError as exc:
-                self._telemetry.emit("journal.failed", path=str(path), error=str(exc))
+            good_bytes = contents.good_bytes
+            if not self._repaired(
+                path, path.unlink if session is None else lambda: jf.truncate(path, good_bytes)
+            ):
                 return
             self._telemetry.emit(
                 "journal.torn",
@@ -150,12 +160,13 @@ class SessionJournals:
         elif contents.problem == "corrupt":
             stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
             aside = path.with_name(f"{path.name}.corrupt-{stamp}")
-            try:
+
+            def move_aside() -> None:
                 os.replace(path, aside)
                 if session is not None and contents.turns and jf.file_name(session) == path.name:
                     jf.write_whole(path, session, contents.turns, contents.subs)
-            except OSError as exc:
-                self._telemetry.emit("journal.failed", path=str(path), error=str(exc))
+
+            if not self._repaired(path, move_aside):
                 return
             self._telemetry.emit(
                 "journal.corrupt",
@@ -314,7 +325,7 @@ class SessionJournals:
         j.turn_tokens = [jf.turn_tokens(t) for t in turns]
         return dropped
 
-    async def spawn_resumed(self, tree: Any, agent: str, session: str, payload: SpawnPayload) -> None:
+    async def spawn_resumed(self, tree: Tree, agent: str, session: str, payload: SpawnPayload) -> None:
         """Spawn ``session``'s agent with the conversation its journal holds (read in a worker thread)."""
         history = await self.history(agent, session)
         with contextlib.suppress(RuntimeError):  # the tree stopped meanwhile (agentd is exiting)
@@ -328,8 +339,19 @@ class SessionJournals:
                 j.fd = None
 
 
+class SessionAgent(Protocol):
+    """The reactor's view of an agent that a journal records (its session and self-subscriptions)."""
+
+    @property
+    def session(self) -> str | None: ...
+    @property
+    def subscriptions(self) -> Collection[str]: ...
+    @property
+    def subscription_servers(self) -> Mapping[str, str]: ...
+
+
 def journals_for(
-    settings: Any, telemetry: Telemetry, agent_of: Callable[[str], Any]
+    settings: Settings, telemetry: Telemetry, agent_of: Callable[[str], SessionAgent | None]
 ) -> SessionJournals | None:
     """The session journals under ``--state-dir`` (None without one, and in once mode: nothing resumes).
 

@@ -24,7 +24,11 @@ import hashlib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from agentd.config import Settings
+    from agentd.triggers.router import Router
 
 #: Most replicas a shard count may name (far above any sane StatefulSet).
 MAX_SHARDS: Final = 1024
@@ -118,7 +122,7 @@ def handles(shard: Shard | None, route: object, uri: str) -> bool:
     return key is None or shard.owns(key)
 
 
-def shard_for(settings: Any) -> Shard | None:
+def shard_for(settings: Settings) -> Shard | None:
     """This replica's shard from validated settings (None: it handles everything)."""
     if settings.shard is None:
         return None
@@ -128,7 +132,7 @@ def shard_for(settings: Any) -> Shard | None:
     return None if shard.count == 1 else shard
 
 
-def declared_filter(router: Any, shard: Shard) -> Callable[[tuple[str, str]], bool]:
+def declared_filter(router: Router, shard: Shard) -> Callable[[tuple[str, str]], bool]:
     """Which declared ``(server, uri)`` pairs this replica subscribes: those whose updates it handles."""
 
     def keep(pair: tuple[str, str]) -> bool:

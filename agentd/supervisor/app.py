@@ -32,7 +32,7 @@ import traceback
 import uuid
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import orjson
 import trio
@@ -63,6 +63,7 @@ from agentd.telemetry import Telemetry
 from agentd.toolpolicy import ToolPolicy
 from agentd.triggers import mode as modes
 from agentd.upstream import Upstream
+from agentd.upstream.backoff import RECONNECT_BACKOFF
 from agentd.watches.limits import WatchLimits
 from agentd.watches.manager import WatchManager, watch_limits
 from agentd.watches.state import claim
@@ -72,8 +73,13 @@ if TYPE_CHECKING:
 
     import httpx2
 
-    from agentd.config import ServerSpec
+    from agentd.agent.prefork import PreforkedChild
+    from agentd.config import LogFormat, ServerSpec
     from agentd.metrics import MetricsSnapshot
+    from agentd.prelaunch import EarlyProcess
+    from agentd.streamjson import StreamJson
+    from agentd.telemetry import LineFormat
+    from agentd.tracing import Tracing
 
 #: How long agentd waits at exit for stderr and stdout to take what is still
 #: buffered; a stream nobody reads is then given up on (the exit code stands).
@@ -84,7 +90,7 @@ def run(
     settings: Settings,
     *,
     closed_fds: frozenset[int] = frozenset(),
-    early_servers: dict[str, Any] | None = None,
+    early_servers: dict[str, EarlyProcess] | None = None,
 ) -> int:
     """Run agentd with validated settings; returns the process exit code.
 
@@ -104,7 +110,7 @@ def run(
             early.discard()
 
 
-def _run(settings: Settings, closed_fds: frozenset[int], early_servers: dict[str, Any]) -> int:
+def _run(settings: Settings, closed_fds: frozenset[int], early_servers: dict[str, EarlyProcess]) -> int:
     try:
         backoff = settings.reconnect_backoff
         limits = watch_limits(settings.watches)
@@ -176,7 +182,7 @@ def _run(settings: Settings, closed_fds: frozenset[int], early_servers: dict[str
     return code
 
 
-def _prefork_once_root(settings: Any) -> Any:
+def _prefork_once_root(settings: Settings) -> PreforkedChild | None:
     """A once run's root, forked from this process before trio starts (rfcs/0185); None otherwise."""
     if settings.mode != "once":
         return None
@@ -200,7 +206,7 @@ def _server_auth(spec: ServerSpec, state_dir: Path | None) -> httpx2.Auth | None
     return auth_for(spec, state_dir=state_dir)
 
 
-def line_format(log_format: str, fd: int) -> Any:
+def line_format(log_format: LogFormat, fd: int) -> LineFormat:
     """``--log-format``: ``auto`` is text when ``fd`` is a terminal (a person reads it), else JSON."""
     if log_format == "auto":
         try:
@@ -249,7 +255,7 @@ class _LogToTelemetry(logging.Handler):
         except Exception:  # a library's bad format string must not break anything
             message = str(record.msg)
         level = _LOG_LEVELS.get(record.levelno, "error" if record.levelno > logging.WARNING else "debug")
-        fields: dict[str, Any] = {}
+        fields: dict[str, object] = {}
         if record.exc_info and record.exc_info[1] is not None:
             import traceback
 
@@ -264,9 +270,9 @@ async def _main(
     stdout: LineWriter,
     backoff: tuple[float, ...] | None,
     limits: WatchLimits,
-    preforked: Any = None,
-    early_servers: dict[str, Any] | None = None,
-    tracing: Any = None,
+    preforked: PreforkedChild | None = None,
+    early_servers: dict[str, EarlyProcess] | None = None,
+    tracing: Tracing | None = None,
 ) -> int:
     started_wall = time.monotonic()
     now = trio.current_time()
@@ -302,7 +308,7 @@ async def _main(
     governor = RestartGovernor(intensity=settings.max_restarts, period=settings.restart_period)
     clock = driver.source if isinstance(driver, modes.Schedule) else make_clock(settings, now=now)
 
-    outputs: list[dict[str, Any]] = []
+    outputs: list[dict[str, str]] = []
     json_out = settings.output == "json"
     once = settings.mode == "once"
     from agentd.streamjson import Causes, StreamJson
@@ -359,12 +365,6 @@ async def _main(
         upstreams: dict[str, Upstream] = {}
         for name, spec in settings.servers.items():
             # [watches] resubscribe_attempts and its backoff govern every resource subscription.
-            extra: dict[str, Any] = {
-                "resubscribe_backoff": limits.resubscribe_delays(),
-                "resubscribe_attempts": limits.resubscribe_attempts,
-            }
-            if backoff:
-                extra.update(backoff=backoff, resubscribe_backoff=backoff)
             upstreams[name] = Upstream(
                 spec,
                 events,
@@ -373,7 +373,9 @@ async def _main(
                 tool_timeout=spec.timeout or settings.tool_timeout,
                 auth=_server_auth(spec, settings.state_dir),
                 early=(early_servers or {}).get(name),
-                **extra,
+                backoff=backoff or RECONNECT_BACKOFF,
+                resubscribe_backoff=backoff or limits.resubscribe_delays(),
+                resubscribe_attempts=limits.resubscribe_attempts,
             )
         staged = staged_routes(settings)  # declared routes with extract/on_event (rfcs/0078)
         watches = WatchManager(
@@ -589,17 +591,10 @@ async def _main(
 
 def _provider_payload(name: str, spec: ProviderSpec) -> ProviderFrame:
     """A ``[providers.NAME]`` table as the spawn payload carries it."""
-    return ProviderFrame(
-        name=name,
-        base_url=spec.base_url,
-        api=spec.api,
-        api_key_env=spec.api_key_env,
-        headers=dict(spec.headers),
-        prices=spec.prices,
-    )
+    return ProviderFrame.model_validate(spec.config(name).to_payload())
 
 
-async def _serve_bound_child(hub: SupervisorHub, agent: str, stream: Any) -> None:
+async def _serve_bound_child(hub: SupervisorHub, agent: str, stream: trio.SocketStream) -> None:
     """Serve a child's self-MCP channel; then forget its route binding."""
     try:
         await serve_child(hub, agent, stream)
@@ -703,7 +698,7 @@ def run_error(reactor: Reactor, code: ExitCode) -> dict[str, str] | None:
 
 def run_summary(
     reactor: Reactor, code: ExitCode, telemetry: Telemetry, duration: float, session_id: str
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """What every JSON result carries: exit code, session id, turns, steps, usage, cost, duration, error."""
     counters = telemetry.counters
     return {
@@ -731,7 +726,7 @@ async def _print_once(
     duration: float,
     telemetry: Telemetry,
     stdout: LineWriter,
-    stream: Any = None,
+    stream: StreamJson | None = None,
     session_id: str = "",
 ) -> ExitCode:
     """Write the once run's result; the exit code, OUTPUT_FAILED if the result could not be written."""
@@ -740,7 +735,7 @@ async def _print_once(
     line: bytes | None = None
     if json_out or stream is not None:
         summary = run_summary(reactor, code, telemetry, duration, session_id)
-        result: dict[str, Any] = {"status": status, "exit_code": int(code), "result": text, **summary}
+        result: dict[str, object] = {"status": status, "exit_code": int(code), "result": text, **summary}
         if stream is not None:
             lost_before = stdout.dropped
             stream.result(result)
@@ -758,7 +753,7 @@ async def _print_once(
 
 
 async def _flushed(
-    stdout: LineWriter, lost_before: int, code: ExitCode, status: Any, telemetry: Telemetry
+    stdout: LineWriter, lost_before: int, code: ExitCode, status: TerminalStatus | None, telemetry: Telemetry
 ) -> ExitCode:
     """Wait (bounded) until stdout took the result; the exit code, OUTPUT_FAILED if it did not."""
     flushed = await trio.to_thread.run_sync(stdout.flush, RESULT_WRITE_TIMEOUT, abandon_on_cancel=True)

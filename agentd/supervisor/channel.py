@@ -16,7 +16,6 @@ propagates to the tree, which kills the child and reports the reason in
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
 
 import trio
 
@@ -111,8 +110,8 @@ async def _ask(
     frame: UsageReport | TurnEnd,
     *,
     timeout: float | None,
-) -> Any:
-    send, recv = trio.open_memory_channel[Any](1)
+) -> UsageVerdict | NextTurn:
+    send, recv = trio.open_memory_channel[UsageVerdict | NextTurn](1)
     event: ReactorEvent
     if isinstance(frame, UsageReport):
         event = UsageReported(agent=agent, report=frame, reply=Reply[UsageVerdict](send))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import TypedDict, TypeVar
 
 import mcp_types as types
 import orjson
@@ -41,6 +41,7 @@ from agentd.events import (
     WatchRouteRemove,
     WatchSession,
 )
+from agentd.jsonvalue import JSONObject, JSONValue, loads
 from agentd.selfmcp.protocol import unknown_tool_text
 from agentd.selfmcp.server import text_result
 from agentd.telemetry import Telemetry
@@ -53,7 +54,21 @@ from agentd.watches.manager import WatchManager
 
 R = TypeVar("R")
 
-_OBJ: dict[str, Any] = {"type": "object"}
+_OBJ: JSONObject = {"type": "object"}
+
+
+def _one_string(name: str) -> JSONObject:
+    """The input schema of a self-tool that takes one string argument, ``name``."""
+    return {"type": "object", "properties": {name: {"type": "string"}}, "required": [name]}
+
+
+class ToolSpec(TypedDict):
+    """One tool as the spawn payload carries it (:class:`agentd.selfmcp.protocol.ToolSpecFrame`'s fields)."""
+
+    name: str
+    description: str
+    input_schema: dict[str, object]
+
 
 SELF_TOOLS: list[types.Tool] = [
     types.Tool(
@@ -74,12 +89,12 @@ SELF_TOOLS: list[types.Tool] = [
     types.Tool(
         name="unsubscribe",
         description="Stop being woken for an MCP resource you subscribed to.",
-        input_schema={"type": "object", "properties": {"uri": {"type": "string"}}, "required": ["uri"]},
+        input_schema=_one_string("uri"),
     ),
     types.Tool(
         name="read_resource",
         description="Read an MCP resource by URI. Returns parsed JSON when the body is JSON, else text.",
-        input_schema={"type": "object", "properties": {"uri": {"type": "string"}}, "required": ["uri"]},
+        input_schema=_one_string("uri"),
     ),
     types.Tool(
         name="list_resources",
@@ -117,7 +132,7 @@ SELF_TOOLS: list[types.Tool] = [
     types.Tool(
         name="watch_stop",
         description="Stop a watch you started. Returns true if it existed.",
-        input_schema={"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
+        input_schema=_one_string("name"),
     ),
     types.Tool(
         name="watch_list",
@@ -173,9 +188,7 @@ class SupervisorHub:
         self._routes: dict[str, str] = {}
         """Agent -> its route, for agents whose route narrows the tools (see :meth:`bind`)."""
         self._all: list[tuple[types.Tool, str | None, str | None]] | None = None
-        self._catalogs: dict[
-            str | None, tuple[list[types.Tool], frozenset[str], list[dict[str, Any]] | None]
-        ] = {}
+        self._catalogs: dict[str | None, tuple[list[types.Tool], frozenset[str], list[ToolSpec] | None]] = {}
         self._tools_key: tuple[int, ...] = ()
         self.watches = watches
 
@@ -198,7 +211,7 @@ class SupervisorHub:
         """Forget ``agent`` (its channel closed)."""
         self._routes.pop(agent, None)
 
-    def _catalog(self, agent: str) -> tuple[list[types.Tool], frozenset[str], list[dict[str, Any]] | None]:
+    def _catalog(self, agent: str) -> tuple[list[types.Tool], frozenset[str], list[ToolSpec] | None]:
         # Rebuilt only when an upstream's tool list changed (a connection came
         # up late, reconnected, or announced tools/list_changed): every
         # connection bumps its ``tools_version`` when it refreshes its tools.
@@ -237,7 +250,7 @@ class SupervisorHub:
         """Whether ``name`` is a tool ``agent`` may call (an upstream tool or a self-tool)."""
         return name in self._catalog(agent)[1]
 
-    def tool_specs(self, agent: str = "") -> list[dict[str, Any]]:
+    def tool_specs(self, agent: str = "") -> list[ToolSpec]:
         """The tools as the spawn payload carries them (for the model's tool list); cached per catalog."""
         tools, names, specs = self._catalog(agent)
         if specs is None:
@@ -261,7 +274,7 @@ class SupervisorHub:
         with trio.fail_after(REACTOR_REPLY_TIMEOUT):
             return await recv.receive()
 
-    async def call(self, agent: str, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    async def call(self, agent: str, name: str, arguments: dict[str, object]) -> types.CallToolResult:
         """Run one tool call for ``agent``; the step lines (stream-json) frame it."""
         self._telemetry.step("tool_call", agent=agent, name=name, arguments=arguments)
         started = time.monotonic()
@@ -282,7 +295,7 @@ class SupervisorHub:
         )
         return result
 
-    async def _call(self, agent: str, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    async def _call(self, agent: str, name: str, arguments: dict[str, object]) -> types.CallToolResult:
         if not self.offers(agent, name):
             # Checked here as well as in the child: a child's code is not trusted either.
             return text_result(
@@ -325,7 +338,7 @@ class SupervisorHub:
                 error=error,
             )
 
-    async def _self_tool(self, agent: str, name: str, args: dict[str, Any]) -> types.CallToolResult:
+    async def _self_tool(self, agent: str, name: str, args: Mapping[str, object]) -> types.CallToolResult:
         if name == "list_resources":
             return text_result(orjson.dumps(await self.list_resources()).decode())
         uri = args.get("uri")
@@ -371,7 +384,7 @@ class SupervisorHub:
 
     # -- watches --------------------------------------------------------------------
 
-    async def _watch_tool(self, agent: str, name: str, args: dict[str, Any]) -> types.CallToolResult:
+    async def _watch_tool(self, agent: str, name: str, args: Mapping[str, object]) -> types.CallToolResult:
         manager = self.watches
         if manager is None:
             return text_result(f"{name}: watches are not available in this agentd", is_error=True)
@@ -408,7 +421,8 @@ class SupervisorHub:
         """Which server a URI goes to: listed exactly, else template match, else first that can subscribe."""
         return server_for(self.upstreams, uri)
 
-    async def read_resource(self, uri: str) -> Any:
+    async def read_resource(self, uri: str) -> JSONValue:
+        """Read ``uri`` from the server that offers it: its JSON value when the body is JSON, else its text."""
         server = self.server_for(uri)
         if server is None:
             raise AgentdError(f"no connected server offers {uri!r}; call list_resources to see what exists")
@@ -419,11 +433,11 @@ class SupervisorHub:
             parts.append(text if text is not None else f"[binary {getattr(c, 'mime_type', '')}]")
         body = "\n".join(parts)
         try:
-            return orjson.loads(body)
+            return loads(body)
         except orjson.JSONDecodeError:
             return body
 
-    async def list_resources(self) -> list[dict[str, Any]]:
+    async def list_resources(self) -> list[dict[str, object]]:
         # Shared with watch filters' list_resources, so both see the same fields.
         return resource_listing(self.upstreams)
 

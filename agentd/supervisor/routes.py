@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import datetime as _dt
 from dataclasses import dataclass
-from typing import Any
 
 from agentd.config import RouteConfig, Settings, route_model_settings
 from agentd.errors import ConfigError
@@ -70,7 +69,7 @@ class ModelProfile:
 
     model: str
     system: str | None
-    model_settings: dict[str, Any]
+    model_settings: dict[str, object]
 
 
 def model_profiles(settings: Settings) -> tuple[ModelProfile, dict[str, ModelProfile]]:

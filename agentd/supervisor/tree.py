@@ -54,7 +54,6 @@ import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import orjson
 import trio
@@ -62,6 +61,7 @@ import trio
 from agentd.agent.prefork import PreforkedChild
 from agentd.errors import ProtocolError
 from agentd.events import ChildExited, ReactorEvent, ZygoteStateChanged
+from agentd.jsonvalue import JSONValue, as_object, get_int, loads
 from agentd.selfmcp.control import FrameStream
 from agentd.selfmcp.protocol import MAX_CHILD_FRAME_BYTES, SpawnPayload
 from agentd.supervisor.channel import Journal, serve_control
@@ -153,12 +153,7 @@ class _ZygoteProcess:
         nursery.start_soon(self._watch)
 
     async def _watch(self) -> None:
-        pidfd = os.pidfd_open(self.pid)
-        try:
-            with trio.CancelScope(shield=True):  # it must be reaped, even at shutdown
-                await trio.lowlevel.wait_readable(pidfd)
-        finally:
-            os.close(pidfd)
+        await _wait_exited(self.pid)
         self._popen.wait()  # it exited: this reaps at once
         self._exited.set()
 
@@ -175,6 +170,19 @@ class _ZygoteProcess:
         await self._exited.wait()
 
 
+async def _wait_exited(pid: int) -> None:
+    """Wait until process ``pid`` (a child of this process) exits, without reaping it.
+
+    Shielded: a process the tree started must be reaped, even at shutdown.
+    """
+    pidfd = os.pidfd_open(pid)
+    try:
+        with trio.CancelScope(shield=True):
+            await trio.lowlevel.wait_readable(pidfd)
+    finally:
+        os.close(pidfd)
+
+
 class _ForkedProcess:
     """A child this process forked itself (a pre-forked root): the surface of ``trio.Process`` the tree uses."""
 
@@ -185,12 +193,7 @@ class _ForkedProcess:
         nursery.start_soon(self._watch)
 
     async def _watch(self) -> None:
-        pidfd = os.pidfd_open(self.pid)
-        try:
-            with trio.CancelScope(shield=True):  # it must be reaped, even at shutdown
-                await trio.lowlevel.wait_readable(pidfd)
-        finally:
-            os.close(pidfd)
+        await _wait_exited(self.pid)
         _, status = os.waitpid(self.pid, 0)  # noqa: ASYNC222 (it exited: this reaps at once)
         self.returncode = os.waitstatus_to_exitcode(status)
         self._exited.set()
@@ -208,7 +211,7 @@ class Zygote:
     ctl: trio.socket.SocketType
     pid: int
     state: ZygoteState = ZygoteState.READY
-    pending: dict[str, trio.MemorySendChannel[tuple[str, Any]]] = field(default_factory=dict)
+    pending: dict[str, trio.MemorySendChannel[tuple[str, int | str]]] = field(default_factory=dict)
     """Spawn requests waiting for the zygote's answer, by agent id."""
     children: set[str] = field(default_factory=set)
     """Agents it forked whose channels are still open."""
@@ -382,25 +385,33 @@ class Tree:
                     self._retire(z, f"the zygote (pid {z.pid}) exited")
                 return
             try:
-                self._zygote_said(z, orjson.loads(msg))
+                self._zygote_said(z, loads(msg))
             except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, trio.WouldBlock):
                 continue  # our own zygote never says this; a garbled message is ignored
 
-    def _zygote_said(self, z: Zygote, data: Any) -> None:
-        if not isinstance(data, dict):
+    def _zygote_said(self, z: Zygote, said: JSONValue) -> None:
+        data = as_object(said)
+        if data is None:
             return
         if "spawned" in data:
             send = z.pending.get(str(data["spawned"]))
-            if send is not None:
-                send.send_nowait(("spawned", int(data["pid"])))
+            pid = get_int(data, "pid")
+            if send is not None and pid is not None:
+                send.send_nowait(("spawned", pid))
         elif "error" in data:
             send = z.pending.get(str(data["error"]))
             if send is not None:
                 send.send_nowait(("error", str(data.get("message", "spawn failed"))))
         elif "exited" in data:
             child = self.children.get(str(data["exited"]))
-            if child is not None and child.zygote is z and child.pid == data.get("pid"):
-                child.returncode = int(data["returncode"])
+            returncode = get_int(data, "returncode")
+            if (
+                child is not None
+                and child.zygote is z
+                and child.pid == data.get("pid")
+                and returncode is not None
+            ):
+                child.returncode = returncode
                 child.status_known.set()
 
     def _retire(self, z: Zygote, reason: str) -> None:
@@ -654,7 +665,7 @@ class Tree:
 
     async def _fork_via(self, z: Zygote, agent: str, fds: tuple[socket.socket, socket.socket]) -> int:
         """Ask ``z`` to fork ``agent``; its pid, or _ZygoteUnusable (fork failed, zygote gone)."""
-        send, recv = trio.open_memory_channel[tuple[str, Any]](1)
+        send, recv = trio.open_memory_channel[tuple[str, int | str]](1)
         z.pending[agent] = send
         try:
             try:

@@ -35,15 +35,17 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Generator, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import anyio.to_thread
 import httpx2
 from mcp.client.auth import OAuthTokenError
 from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
+
+from agentd.limits import TokenAuthMethod
 
 __all__ = ["TokenCache", "auth_for", "refresh_margin"]
 
@@ -71,7 +73,7 @@ class OAuthLike(Protocol):
     @property
     def scope(self) -> str | None: ...
     @property
-    def token_endpoint_auth_method(self) -> Any: ...
+    def token_endpoint_auth_method(self) -> TokenAuthMethod: ...
 
 
 class AuthSpecLike(Protocol):
@@ -187,7 +189,7 @@ class _ClientCredentials(ClientCredentialsOAuthProvider):
         server_url: str,
         client_id: str,
         client_secret: str,
-        token_endpoint_auth_method: Any,
+        token_endpoint_auth_method: TokenAuthMethod,
         scope: str | None,
         issuer: str,
         cache: TokenCache,
@@ -254,7 +256,7 @@ class _Bearer(httpx2.Auth):
     def __init__(self, token: str) -> None:
         self._value = f"Bearer {token}"
 
-    def auth_flow(self, request: httpx2.Request) -> Any:
+    def auth_flow(self, request: httpx2.Request) -> Generator[httpx2.Request, httpx2.Response, None]:
         request.headers["Authorization"] = self._value
         yield request
 

@@ -53,6 +53,7 @@ from agentd.events import (
     SubscriptionStateChanged,
 )
 from agentd.limits import DEFAULT_MAX_READ_BYTES, DEFAULT_STARTUP_TIMEOUT, DEFAULT_TOOL_TIMEOUT
+from agentd.prelaunch import EarlyProcess
 from agentd.telemetry import Telemetry
 from agentd.upstream.backoff import (
     MAX_CONSECUTIVE_FAILURES,
@@ -96,6 +97,16 @@ _PAGE_CAP = 100
 """Most pages fetched for one list: a server whose cursor never ends cannot hang a refresh."""
 
 _T = TypeVar("_T")
+
+
+class _PageLike(Protocol):
+    """One page of a paginated MCP listing."""
+
+    @property
+    def next_cursor(self) -> str | None: ...
+
+
+_Page = TypeVar("_Page", bound=_PageLike)
 
 
 class ServerSpecLike(Protocol):
@@ -219,7 +230,7 @@ class Upstream:
         resubscribe_attempts: int = MAX_CONSECUTIVE_FAILURES,
         stable_subscription: float = STABLE_SUBSCRIPTION,
         max_line_bytes: int = MAX_LINE_BYTES,
-        early: Any = None,
+        early: EarlyProcess | None = None,
     ) -> None:
         if (spec.command is None) == (spec.url is None):
             raise ValueError(
@@ -565,7 +576,7 @@ class Upstream:
         self.templates = await self._paginate(client.list_resource_templates, lambda p: p.resource_templates)
 
     async def _paginate(
-        self, fetch: Callable[..., Awaitable[Any]], items: Callable[[Any], list[_T]]
+        self, fetch: Callable[..., Awaitable[_Page]], items: Callable[[_Page], list[_T]]
     ) -> list[_T]:
         out: list[_T] = []
         cursor: str | None = None
@@ -657,7 +668,7 @@ class Upstream:
                 return
             await trio.sleep(decision.delay)
 
-    async def _on_message(self, message: Any) -> None:
+    async def _on_message(self, message: object) -> None:
         """SDK message handler: handshake-era notifications (2026-07-28 ones come via listen)."""
         if isinstance(message, Exception):
             self._telemetry.emit("upstream.transport_error", server=self.name, error=_describe(message))
@@ -975,7 +986,7 @@ class Upstream:
         except Exception as exc:
             raise UpstreamError(f"server {self.name!r} failed {what}: {_describe(exc)}") from exc
 
-    async def call_tool(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    async def call_tool(self, name: str, arguments: dict[str, object]) -> types.CallToolResult:
         """Call tool ``name`` (its upstream name, not namespaced); a tool error comes back as ``is_error``."""
         what = f"tools/call {name!r}"
         conn = self._require(what)

@@ -22,15 +22,14 @@ bounded by its own ``request_timeout`` instead.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any
+from contextlib import asynccontextmanager
 
 import httpx2
-import trio
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import MCP_SESSION_ID, streamable_http_client
 
 from agentd.redact import redact
+from agentd.upstream.transport import Transport
 
 __all__ = ["CONNECT_TIMEOUT", "HttpTransport"]
 
@@ -64,6 +63,7 @@ class _Watch(httpx2.AsyncBaseTransport):
             and request.method == "GET"
             and response.status_code == 200
             and "text/event-stream" in response.headers.get("content-type", "")
+            and isinstance(response.stream, httpx2.AsyncByteStream)  # always, from an async transport
         ):
             return httpx2.Response(
                 response.status_code,
@@ -81,7 +81,7 @@ class _Watch(httpx2.AsyncBaseTransport):
 class _EventStream(httpx2.AsyncByteStream):
     """The legacy transport's event stream: its end (or failure) means the session is gone."""
 
-    def __init__(self, owner: HttpTransport, inner: Any) -> None:
+    def __init__(self, owner: HttpTransport, inner: httpx2.AsyncByteStream) -> None:
         self._owner = owner
         self._inner = inner
 
@@ -98,7 +98,7 @@ class _EventStream(httpx2.AsyncByteStream):
         await self._inner.aclose()
 
 
-class HttpTransport:
+class HttpTransport(Transport):
     """An MCP ``Transport`` over Streamable HTTP, or over legacy HTTP+SSE when ``sse``.
 
     Args:
@@ -118,29 +118,11 @@ class HttpTransport:
         auth: httpx2.Auth | None = None,
         sse: bool = False,
     ) -> None:
-        self.server = server
+        super().__init__(server)
         self.url = url
         self.headers = dict(headers or {})
         self.auth = auth
         self.sse = sse
-        self.lost = trio.Event()
-        """Set when the server went away (see the module docstring)."""
-        self.lost_reason: str | None = None
-        self._ctx: AbstractAsyncContextManager[tuple[object, object]] | None = None
-
-    def mark_lost(self, reason: str) -> None:
-        """Record that the server went away (first reason wins)."""
-        if self.lost_reason is None:
-            self.lost_reason = reason
-            self.lost.set()
-
-    async def __aenter__(self) -> tuple[object, object]:
-        self._ctx = self._run()
-        return await self._ctx.__aenter__()
-
-    async def __aexit__(self, *exc: object) -> bool | None:
-        assert self._ctx is not None
-        return await self._ctx.__aexit__(*exc)  # type: ignore[arg-type]
 
     def _client(self, *_args: object, **_kwargs: object) -> httpx2.AsyncClient:
         # The SDK's factory arguments (its 300 s read timeout) are not used: see the module docstring.

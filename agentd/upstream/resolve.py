@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
+import mcp_types as types
 from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
 
 __all__ = ["Catalog", "resolve_server_for_uri", "resource_listing"]
@@ -60,7 +60,7 @@ def resolve_server_for_uri(
     return None
 
 
-def resource_listing(upstreams: Mapping[str, Any]) -> list[dict[str, Any]]:
+def resource_listing(upstreams: Mapping[str, object]) -> list[dict[str, object]]:
     """What ``list_resources`` returns, to agents and to watch filters alike.
 
     One entry per concrete resource, then per template, of every server in
@@ -71,7 +71,7 @@ def resource_listing(upstreams: Mapping[str, Any]) -> list[dict[str, Any]]:
     ``upstreams`` maps server names to objects with ``resources``,
     ``templates`` and ``capabilities`` (:class:`agentd.upstream.Upstream`).
     """
-    out: list[dict[str, Any]] = []
+    out: list[dict[str, object]] = []
     for server, up in upstreams.items():
         resources = getattr(getattr(up, "capabilities", None), "resources", None)
         subscribable = bool(getattr(resources, "subscribe", False))
@@ -82,7 +82,9 @@ def resource_listing(upstreams: Mapping[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _describe(server: str, uri: str, template: bool, r: Any, subscribable: bool) -> dict[str, Any]:
+def _describe(
+    server: str, uri: str, template: bool, r: types.Resource | types.ResourceTemplate, subscribable: bool
+) -> dict[str, object]:
     desc = r.description or ""
     example = next(
         (ln.strip() for ln in reversed(desc.splitlines()) if ln.strip().startswith("Example:")), None

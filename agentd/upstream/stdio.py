@@ -33,7 +33,7 @@ import re
 import signal
 import subprocess
 from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 
 import anyio
@@ -44,8 +44,9 @@ from mcp.shared.dispatcher import coerce_request_id
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
-from agentd.prelaunch import PASSED_ENV, EarlyProcess, server_environment
+from agentd.prelaunch import PASSED_ENV, ChildProcess, EarlyProcess, server_environment
 from agentd.telemetry import Telemetry
+from agentd.upstream.transport import Transport
 
 __all__ = [
     "EXIT_GRACE",
@@ -102,7 +103,7 @@ class _Ring:
             del self.data[: len(self.data) - self.limit]
 
 
-class StdioTransport:
+class StdioTransport(Transport):
     """An MCP ``Transport`` that runs a server as a child process.
 
     Use as an async context manager yielding ``(read_stream, write_stream)``
@@ -134,7 +135,7 @@ class StdioTransport:
         max_line_bytes: int = MAX_LINE_BYTES,
         early: EarlyProcess | None = None,
     ) -> None:
-        self.server = server
+        super().__init__(server)
         self._early = early
         self.command = command
         self.args = list(args)
@@ -142,21 +143,10 @@ class StdioTransport:
         self.cwd = cwd
         self.telemetry = telemetry
         self.max_line_bytes = max_line_bytes
-        self.lost_reason: str | None = None
-        """Why the connection ended, once it has (``None`` while it is up)."""
-        self.lost = trio.Event()
-        """Set when the connection ended on the server's side (exit, EOF, bad line)."""
         self.pid: int | None = None
         self.returncode: int | None = None
         self._stderr = _Ring(STDERR_TAIL_BYTES)
         self._stderr_done = trio.Event()
-        self._ctx: AbstractAsyncContextManager[tuple[object, object]] | None = None
-
-    def mark_lost(self, reason: str) -> None:
-        """Record that the connection is unusable (first reason wins); teardown follows."""
-        if self.lost_reason is None:
-            self.lost_reason = reason
-            self.lost.set()
 
     def stderr_tail(self, max_lines: int = 20) -> str:
         """The last ``max_lines`` lines the server wrote to stderr (decoded leniently)."""
@@ -168,20 +158,12 @@ class StdioTransport:
         with trio.move_on_after(bound):
             await self._stderr_done.wait()
 
-    async def __aenter__(self) -> tuple[object, object]:
-        self._ctx = self._run()
-        return await self._ctx.__aenter__()
-
-    async def __aexit__(self, *exc: object) -> bool | None:
-        assert self._ctx is not None
-        return await self._ctx.__aexit__(*exc)  # type: ignore[arg-type]
-
     @asynccontextmanager
     async def _run(self) -> AsyncIterator[tuple[object, object]]:
         env = server_environment(self.env)
         early, self._early = self._early, None
         try:
-            process = (
+            process: ChildProcess = (
                 early.adopt()
                 if early is not None
                 else await trio.lowlevel.open_process(
@@ -386,7 +368,7 @@ class StdioTransport:
             return f"server {self.server!r} was killed by {name}"
         return f"server {self.server!r} exited with status {self.returncode}"
 
-    async def _stop(self, process: trio.Process, write_send: MemoryObjectSendStream[SessionMessage]) -> None:
+    async def _stop(self, process: ChildProcess, write_send: MemoryObjectSendStream[SessionMessage]) -> None:
         """Close stdin, wait, SIGTERM the group, wait, SIGKILL the group (all bounded)."""
         write_send.close()
         assert process.stdin is not None

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from agentd.selfmcp.protocol import MessageFrame
 from agentd.state import journal as jf
 from agentd.state.sessions import SessionJournals
@@ -118,3 +120,26 @@ async def test_a_torn_tail_is_cut_and_reported(tmp_path: Path) -> None:
     assert (torn["session"], torn["dropped_bytes"], torn["turns"]) == ("ops", 25, 1)
     assert path.stat().st_size == whole
     assert await again.history("a2", "ops") == _turn(0)
+
+
+async def test_a_torn_tail_that_cannot_be_cut_is_reported_and_the_session_starts_fresh(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, _ = _store(tmp_path, {"a1": ("ops", ())})
+    await store.commit("a1", _turn(0))
+    store.close()
+    path = tmp_path / "sessions" / jf.file_name("ops")
+    damaged = path.read_bytes() + jf.encode(jf.TurnRecord(messages=_turn(1)))[:25]
+    path.write_bytes(damaged)
+
+    def refuse(_path: Path, _size: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(jf, "truncate", refuse)
+    again, telemetry = _store(tmp_path, {})
+    (failed,) = telemetry.find("journal.failed")
+    assert failed["path"] == str(path)
+    assert "No space left" in failed["error"]
+    assert telemetry.find("journal.torn") == []
+    assert again.resumable("ops") is None
+    assert path.read_bytes() == damaged  # left as it was, for the next start
