@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, TypedDict, TypeGuard, get_args
 
 import trio
 
+from agentd.jsonvalue import as_object
 from agentd.selfmcp.control import FrameStream, read_first_line
 from agentd.selfmcp.protocol import (
     MAX_CALL_COST_USD,
@@ -342,7 +343,7 @@ async def amain(payload: SpawnPayload, mcp_sock: socket.socket, control_sock: so
         payload.model, env=os.environ, telemetry=ChildTelemetry(control), **_model_options(payload)
     )
     tools = [
-        ToolSpec(name=t.name, description=t.description, input_schema=dict(t.input_schema))
+        ToolSpec(name=t.name, description=t.description, input_schema=dict(as_object(t.input_schema) or {}))
         for t in payload.tools
     ]
     code = EXIT_OK

@@ -145,6 +145,19 @@ class Harness:
         with trio.fail_after(STEP):
             return await recv.receive()
 
+    async def fill_blocking_route(self, server: str) -> None:
+        """``server`` sends ``b://1``-``b://3``: one agent runs, one update waits, the third finds the route full."""
+        for uri in ("b://1", "b://2", "b://3"):
+            await self.send(ResourceChanged(server=server, uri=uri))
+
+    async def subscribed_agent(self, *uris: str) -> Agent:
+        """A change of ``memo://x`` spawns an agent (the test's routes must spawn for it); it subscribes to ``uris``."""
+        await self.send(ResourceChanged(server="memo", uri="memo://x"))
+        agent = await self.hooks.next_spawn()
+        for uri in uris:
+            assert await self.subscribe(agent.id, uri) == Subscribed()
+        return agent
+
     async def unsubscribe(self, agent: str, uri: str, server: str | None = "memo") -> Unsubscribed:
         send, recv = trio.open_memory_channel[Unsubscribed](1)
         await self.send(SelfUnsubscribe(agent, uri, server, Reply(send)))
@@ -375,12 +388,15 @@ async def test_schedule_fires_on_the_grid_and_coalesces_fires_while_the_root_run
 # --------------------------------------------------------------------------- budget
 
 
+SESSION_A_SPAWN_B = [
+    RouteSpec(match="memo://a", disposition=Continue("s"), debounce=0.25),
+    RouteSpec(match="memo://b", disposition=Spawn(), debounce=0.25),
+]
+"""``memo://a`` goes to the warm session ``s``, ``memo://b`` spawns an agent."""
+
+
 async def test_budget_spent_stops_spawning_drains_warm_sessions_and_exits_7(autojump_clock):
-    routes = [
-        RouteSpec(match="memo://a", disposition=Continue("s"), debounce=0.25),
-        RouteSpec(match="memo://b", disposition=Spawn(), debounce=0.25),
-    ]
-    async with running("reactive", routes=routes, max_steps=3) as h:
+    async with running("reactive", routes=SESSION_A_SPAWN_B, max_steps=3) as h:
         await h.send(ResourceChanged(server="memo", uri="memo://a"))
         s = await h.hooks.next_spawn()
         assert (s.role, s.session, s.warm) == ("session", "s", True)
@@ -430,11 +446,7 @@ async def test_loop_budget_spent_exits_7_after_the_root_exits(autojump_clock):
 
 
 async def test_sigterm_exits_idle_sessions_lets_the_running_turn_finish_then_0(autojump_clock):
-    routes = [
-        RouteSpec(match="memo://a", disposition=Continue("s"), debounce=0.25),
-        RouteSpec(match="memo://b", disposition=Spawn(), debounce=0.25),
-    ]
-    async with running("reactive", routes=routes, grace=10) as h:
+    async with running("reactive", routes=SESSION_A_SPAWN_B, grace=10) as h:
         await h.send(ResourceChanged(server="memo", uri="memo://a"))
         s = await h.hooks.next_spawn()
         held = await h.end_turn(s.id)
@@ -582,9 +594,7 @@ async def test_continue_route_delivers_the_queued_set_once_only_when_idle_in_ord
 
 async def test_self_subscribe_routes_ahead_of_declared_is_exclusive_and_unsubscribes(autojump_clock):
     async with running("reactive", routes=[RouteSpec(match="memo://*", route_id="all")]) as h:
-        await h.send(ResourceChanged(server="memo", uri="memo://x"))
-        a1 = await h.hooks.next_spawn()
-        assert await h.subscribe(a1.id, "memo://notes") == Subscribed()
+        a1 = await h.subscribed_agent("memo://notes")
         held = await h.end_turn(a1.id, "watching")
         # the next change to memo://notes wakes the SAME agent, not the declared spawn route
         await trio.sleep(1)
@@ -614,9 +624,7 @@ async def test_unsubscribing_a_declared_uri_tells_the_hub_to_keep_the_upstream_s
     async with running(
         "reactive", routes=[RouteSpec(match="memo://*", route_id="all")], declared=declared
     ) as h:
-        await h.send(ResourceChanged(server="memo", uri="memo://x"))
-        a1 = await h.hooks.next_spawn()
-        assert await h.subscribe(a1.id, "memo://notes") == Subscribed()
+        a1 = await h.subscribed_agent("memo://notes")
         answer = await h.unsubscribe(a1.id, "memo://notes")
         assert answer == Unsubscribed(existed=True, needed=True)
         await h.end_turn(a1.id, "done")
@@ -667,9 +675,7 @@ async def test_deadline_ends_an_idle_loop_at_exactly_the_deadline(autojump_clock
 
 async def test_a_self_subscribed_agent_that_dies_gives_the_uri_back_to_the_declared_route(autojump_clock):
     async with running("reactive", routes=[RouteSpec(match="memo://*", route_id="all")]) as h:
-        await h.send(ResourceChanged(server="memo", uri="memo://x"))
-        a1 = await h.hooks.next_spawn()
-        assert await h.subscribe(a1.id, "memo://notes") == Subscribed()
+        a1 = await h.subscribed_agent("memo://notes")
         await h.end_turn(a1.id, "watching")
         await h.exited(a1.id, returncode=-9)  # killed while idle
         await h.send(ResourceChanged(server="memo", uri="memo://notes"))
@@ -696,10 +702,7 @@ async def test_a_dead_subscribers_upstream_subscription_is_released_unless_decla
     async with running(
         "reactive", routes=[RouteSpec(match="memo://*", route_id="all")], declared=declared
     ) as h:
-        await h.send(ResourceChanged(server="memo", uri="memo://x"))
-        a1 = await h.hooks.next_spawn()
-        assert await h.subscribe(a1.id, "memo://mine") == Subscribed()
-        assert await h.subscribe(a1.id, "memo://declared") == Subscribed()
+        a1 = await h.subscribed_agent("memo://mine", "memo://declared")
         await h.end_turn(a1.id, "watching")
         await h.exited(a1.id, returncode=-9)
         await h.send(ResourceChanged(server="memo", uri="memo://y"))  # a wake, so the exit was handled
@@ -842,15 +845,15 @@ async def test_drop_telemetry_and_metrics_use_the_routers_reasons(autojump_clock
     assert reasons == [None, None, "drop_oldest", None, None, "coalesce_cap"]
 
 
+BLOCK_ONE = RouteSpec(
+    match="b://*", disposition=Spawn(max_inflight=1), queue_cap=1, overflow="block", debounce=0
+)
+"""A blocking route with one agent and one queue slot: a third update fills it."""
+
+
 async def test_a_full_block_route_pauses_its_server_until_there_is_room(autojump_clock):
-    routes = [
-        RouteSpec(
-            match="b://*", disposition=Spawn(max_inflight=1), queue_cap=1, overflow="block", debounce=0
-        ),
-    ]
-    async with running("reactive", routes=routes) as h:
-        for uri in ("b://1", "b://2", "b://3"):
-            await h.send(ResourceChanged(server="slow", uri=uri))
+    async with running("reactive", routes=[BLOCK_ONE]) as h:
+        await h.fill_blocking_route("slow")
         a1 = await h.hooks.next_spawn()
         await trio.sleep(1)
         assert h.hooks.paused == [(0.0, "slow", True)]
@@ -899,14 +902,8 @@ async def test_schedule_fires_go_to_a_declared_timer_route(autojump_clock):
 
 
 async def test_a_second_server_feeding_a_blocked_route_is_paused_too(autojump_clock):
-    routes = [
-        RouteSpec(
-            match="b://*", disposition=Spawn(max_inflight=1), queue_cap=1, overflow="block", debounce=0
-        ),
-    ]
-    async with running("reactive", routes=routes) as h:
-        for uri in ("b://1", "b://2", "b://3"):
-            await h.send(ResourceChanged(server="one", uri=uri))
+    async with running("reactive", routes=[BLOCK_ONE]) as h:
+        await h.fill_blocking_route("one")
         await h.hooks.next_spawn()
         await trio.sleep(1)
         await h.send(ResourceChanged(server="two", uri="b://4"))  # the route is already blocked
