@@ -48,8 +48,7 @@ from agentd.counters import RunCounters
 from agentd.errors import AgentdError, ConfigError
 from agentd.events import ReactorEvent, SignalReceived
 from agentd.exitcodes import ExitCode, TerminalStatus, code_for_status
-from agentd.health import raise_open_files_limit, reactor_probe, serve_health, serve_metrics
-from agentd.metrics import MetricsSnapshot
+from agentd.limits import raise_open_files_limit
 from agentd.output import DEFAULT_OUTPUT_BUFFER, LineWriter
 from agentd.redact import redact
 from agentd.sdnotify import Notifier
@@ -70,15 +69,19 @@ from agentd.telemetry import Telemetry
 from agentd.toolpolicy import ToolPolicy
 from agentd.triggers import mode as modes
 from agentd.upstream import Upstream
-from agentd.upstream.auth import auth_for
 from agentd.upstream.backoff import RECONNECT_BACKOFF
 from agentd.watches.limits import WatchLimits
 from agentd.watches.manager import WatchManager, watch_limits
 from agentd.watches.state import claim
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    import httpx2
+
     from agentd.agent.prefork import PreforkedChild
-    from agentd.config import LogFormat
+    from agentd.config import LogFormat, ServerSpec
+    from agentd.metrics import MetricsSnapshot
     from agentd.prelaunch import EarlyProcess
     from agentd.streamjson import StreamJson
     from agentd.telemetry import LineFormat
@@ -194,6 +197,19 @@ def _prefork_once_root(settings: Settings) -> PreforkedChild | None:
 
     default_profile, route_profiles = model_profiles(settings)
     return prefork_root(sorted({default_profile.model, *(p.model for p in route_profiles.values())}))
+
+
+def _server_auth(spec: ServerSpec, state_dir: Path | None) -> httpx2.Auth | None:
+    """A url server's authentication (:func:`agentd.upstream.auth.auth_for`); a command server has none.
+
+    Imported only for url servers: it loads the MCP SDK's OAuth client and a
+    JWT library, which a run of stdio servers never uses (rfcs/0225).
+    """
+    if spec.url is None:
+        return None
+    from agentd.upstream.auth import auth_for
+
+    return auth_for(spec, state_dir=state_dir)
 
 
 def line_format(log_format: LogFormat, fd: int) -> LineFormat:
@@ -363,7 +379,7 @@ async def _main(
                 telemetry,
                 max_read_bytes=settings.max_read_bytes,
                 tool_timeout=spec.timeout or settings.tool_timeout,
-                auth=auth_for(spec, state_dir=settings.state_dir),
+                auth=_server_auth(spec, settings.state_dir),
                 early=(early_servers or {}).get(name),
                 backoff=backoff or RECONNECT_BACKOFF,
                 resubscribe_backoff=backoff or limits.resubscribe_delays(),
@@ -526,6 +542,8 @@ async def _main(
             await _start_health(settings, reactor, telemetry, nursery, snapshot)
 
         if notifier.watchdog_interval is not None:  # WatchdogSec= only: otherwise no timer at all
+            from agentd.health import reactor_probe
+
             nursery.start_soon(notifier.watchdog, reactor_probe(events))
         # The first connection attempts settled: the reactor starts from what the servers are now.
         code = await reactor.run(server_states={name: up.state for name, up in upstreams.items()})
@@ -772,6 +790,9 @@ async def _start_health(
     snapshot: Callable[[], MetricsSnapshot],
 ) -> None:
     """Serve /healthz and /readyz (and /metrics) without ever blocking the reactor."""
+    # Imported only here: a run without probes never loads the HTTP and metrics stack (rfcs/0225).
+    from agentd.health import reactor_probe, serve_health, serve_metrics
+
     same = settings.metrics_addr is None or settings.metrics_addr == settings.health_addr
     if settings.health_addr:
         port = await nursery.start(
