@@ -16,6 +16,11 @@ whose stdout is closed or full keeps running and counts the lost results
 Signals: SIGTERM, SIGINT and SIGHUP drain (no new work; running turns
 finish; exit 0 within ``--grace``, else 143); a second one stops at once
 (143). SIGHUP does not reload anything.
+
+Size: over 600 lines because ``_main`` builds every part in construction
+order inside one nursery (its closures ``spawn``, ``publish`` and ``pause``
+share its locals), and the end of a run (the once result, the JSON summary,
+``supervisor.exit``) is written beside it from the same locals.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import trio
 
 from agentd.agent.zygote import PREWARM_MODELS_ENV, _rehearse
 from agentd.config import ProviderSpec, Settings, deprecations
+from agentd.counters import RunCounters
 from agentd.errors import AgentdError, ConfigError
 from agentd.events import ReactorEvent, SignalReceived
 from agentd.exitcodes import ExitCode, TerminalStatus, code_for_status
@@ -297,7 +303,9 @@ async def _main(
         now_mono=now,
         now_wall=_dt.datetime.now(_dt.UTC),
     )
-    router = build_router(settings)
+    # The run's counter set first: the router, the upstreams and the reactor count into it.
+    counters = RunCounters()
+    router = build_router(settings, on_drop=counters.drop)
     budget = Budget(
         max_steps=settings.budget_steps,
         max_tokens=settings.budget_tokens,
@@ -376,6 +384,7 @@ async def _main(
                 backoff=backoff or RECONNECT_BACKOFF,
                 resubscribe_backoff=backoff or limits.resubscribe_delays(),
                 resubscribe_attempts=limits.resubscribe_attempts,
+                counters=counters,
             )
         staged = staged_routes(settings)  # declared routes with extract/on_event (rfcs/0078)
         watches = WatchManager(
@@ -496,8 +505,10 @@ async def _main(
             watches=watches,
             staged={s.route_id: s for s in staged},
             declared=declared if resumed is None else resumed.alongside(declared),
+            subscriptions=declared.subscriptions,
             journals=journals,
             handles=None if shard is None else partial(handles, shard),
+            counters=counters,
         )
 
         nursery.start_soon(_watch_signals, events)
@@ -562,27 +573,11 @@ async def _main(
         telemetry.emit(
             "supervisor.exit",
             exit_code=int(code),
-            counters={
-                **telemetry.snapshot(
-                    [
-                        "routed",
-                        "unrouted",
-                        "coalesced",
-                        "dropped_events",
-                        "restarts",
-                        "model_calls",
-                        "input_tokens",
-                        "output_tokens",
-                        "cached_input_tokens",
-                        "cache_creation_input_tokens",
-                        "unpriced_calls",
-                    ]
-                ),
-                "outputs_lost": stdout.dropped,
-            },
+            # The same counter set /metrics reads (agentd.counters).
+            counters={**counters.totals(), "outputs_lost": stdout.dropped},
             cost_usd=budget.cost_usd(),
             router=router.counters(),
-            dropped=reactor.dropped_by_reason(),
+            dropped=counters.dropped_by_reason(),
             telemetry_dropped=telemetry.dropped,
         )
         nursery.cancel_scope.cancel()
@@ -700,18 +695,18 @@ def run_summary(
     reactor: Reactor, code: ExitCode, telemetry: Telemetry, duration: float, session_id: str
 ) -> dict[str, object]:
     """What every JSON result carries: exit code, session id, turns, steps, usage, cost, duration, error."""
-    counters = telemetry.counters
+    counters = reactor.counters
     return {
         "exit_code": int(code),
         "session_id": session_id,
-        "turns": counters.get("turns", 0),
-        "steps": counters.get("model_calls", 0),
+        "turns": counters.turns,
+        "steps": counters.model_calls,
         "usage": {
-            "input_tokens": counters.get("input_tokens", 0),
-            "output_tokens": counters.get("output_tokens", 0),
-            "cached_input_tokens": counters.get("cached_input_tokens", 0),
-            "cache_creation_input_tokens": counters.get("cache_creation_input_tokens", 0),
-            "model_calls": counters.get("model_calls", 0),
+            "input_tokens": counters.input_tokens,
+            "output_tokens": counters.output_tokens,
+            "cached_input_tokens": counters.cached_input_tokens,
+            "cache_creation_input_tokens": counters.cache_creation_input_tokens,
+            "model_calls": counters.model_calls,
         },
         "cost_usd": reactor.budget.cost_usd(),
         "duration_s": round(duration, 3),

@@ -131,6 +131,14 @@ async def scrape(base: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], flo
     return out
 
 
+def metric_total(
+    metrics: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str
+) -> float:
+    """The sum of the samples of ``name`` (a :func:`scrape` result) whose labels include ``labels``."""
+    want = set(labels.items())
+    return sum(v for (n, lbl), v in metrics.items() if n == name and want <= set(lbl))
+
+
 def spawn_exit_pairs(a: Agentd) -> tuple[set[str], set[str]]:
     """The agents with a ``subagent.spawn`` and those with a ``subagent.exit``."""
     return {e["agent"] for e in a.find("subagent.spawn")}, {e["agent"] for e in a.find("subagent.exit")}
