@@ -59,6 +59,7 @@ import trio
 
 from agentd.errors import ConfigError
 from agentd.events import HealthProbe
+from agentd.limits import raise_open_files_limit
 from agentd.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from agentd.metrics import MetricsSnapshot, render_with_process
 from agentd.redact import redact
@@ -121,30 +122,6 @@ Ready = Callable[[], tuple[bool, str]]
 
 Snapshot = Callable[[], MetricsSnapshot]
 """Metrics source (sync, never blocks): a frozen copy of the reactor's numbers."""
-
-
-def raise_open_files_limit() -> tuple[int, int]:
-    """Raise this process's soft ``RLIMIT_NOFILE`` to its hard limit; return ``(before, after)``.
-
-    A daemon that any client can open connections to needs file descriptors
-    to spare: with the common soft limit of 1,024 a flood of idle connections
-    would exhaust them, and then no probe, child socket or server pipe could
-    be opened. Raising the soft limit up to the hard one needs no privilege.
-    Children inherit the raised limit. If the kernel refuses, the limit is
-    left as it was (``before == after``).
-    """
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = hard
-    if hard == resource.RLIM_INFINITY:
-        # "unlimited" is capped by the kernel's nr_open; ask for a large, always-valid value.
-        target = 1 << 20
-    if soft != resource.RLIM_INFINITY and soft < target:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-        except (ValueError, OSError):
-            return soft, soft
-        return soft, target
-    return soft, soft
 
 
 def connection_limit() -> int:

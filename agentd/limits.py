@@ -2,11 +2,14 @@
 
 The settings (:mod:`agentd.config`) and the upstream connections both import
 them from here, so each is defined once and the upstream layer never imports
-the settings.
+the settings. Also the process's open-files limit, raised at every start
+(:func:`raise_open_files_limit`; here rather than in :mod:`agentd.health`, so
+a run without probes does not import the HTTP and metrics stack for it).
 """
 
 from __future__ import annotations
 
+import resource
 from typing import Literal
 
 TokenAuthMethod = Literal["client_secret_basic", "client_secret_post"]
@@ -21,3 +24,27 @@ DEFAULT_TOOL_TIMEOUT = 30.0
 
 #: Seconds for a server's start + handshake + first catalog fetch (per server ``startup_timeout``).
 DEFAULT_STARTUP_TIMEOUT = 15.0
+
+
+def raise_open_files_limit() -> tuple[int, int]:
+    """Raise this process's soft ``RLIMIT_NOFILE`` to its hard limit; return ``(before, after)``.
+
+    A daemon that any client can open connections to needs file descriptors
+    to spare: with the common soft limit of 1,024 a flood of idle connections
+    would exhaust them, and then no probe, child socket or server pipe could
+    be opened. Raising the soft limit up to the hard one needs no privilege.
+    Children inherit the raised limit. If the kernel refuses, the limit is
+    left as it was (``before == after``).
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard
+    if hard == resource.RLIM_INFINITY:
+        # "unlimited" is capped by the kernel's nr_open; ask for a large, always-valid value.
+        target = 1 << 20
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError):
+            return soft, soft
+        return soft, target
+    return soft, soft

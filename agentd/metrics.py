@@ -48,20 +48,18 @@ from __future__ import annotations
 import platform
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Literal, get_args
-
-from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-)
+from typing import TYPE_CHECKING, Literal, get_args
 
 from agentd import __version__
 from agentd.events import ServerState
 from agentd.histograms import HISTOGRAMS, HistogramName, Series
 from agentd.redact import redact
+
+if TYPE_CHECKING:
+    # Imported where a scrape renders: the reactor holds a MetricsSnapshot in every run,
+    # and a run without /metrics never needs the exposition library.
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 """The ``Content-Type`` of :func:`render`'s output (exposition format 0.0.4)."""
@@ -146,6 +144,8 @@ Sample = tuple[Mapping[str, str], int | float]
 def _family(
     name: str, kind: Literal["counter", "gauge"], help_text: str, samples: Iterable[Sample]
 ) -> Metric:
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
     samples = list(samples)
     labels = sorted(samples[0][0]) if samples and samples[0][0] else []
     family: CounterMetricFamily | GaugeMetricFamily
@@ -164,6 +164,8 @@ def _by(label: str, counts: Mapping[str, int]) -> list[Sample]:
 
 
 def _histogram(name: HistogramName, series: Mapping[tuple[str, ...], Series]) -> Metric:
+    from prometheus_client.core import HistogramMetricFamily
+
     spec = HISTOGRAMS[name]
     family = HistogramMetricFamily(spec.family, spec.help, labels=list(spec.labels))
     for key in sorted(series):
@@ -321,6 +323,8 @@ def families(snap: MetricsSnapshot) -> list[Metric]:
 
 
 def _registry(snap: MetricsSnapshot, *, process: bool) -> CollectorRegistry:
+    from prometheus_client import CollectorRegistry, ProcessCollector
+
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SnapshotCollector(lambda: snap))
     if process:
@@ -334,9 +338,13 @@ def render(snap: MetricsSnapshot) -> str:
     The output is deterministic (families in a fixed order, series sorted)
     and ends with a newline, as the format requires.
     """
+    from prometheus_client import generate_latest
+
     return generate_latest(_registry(snap, process=False)).decode()
 
 
 def render_with_process(snap: MetricsSnapshot) -> str:
     """:func:`render` plus the standard ``process_*`` families (CPU, memory, descriptors, start time)."""
+    from prometheus_client import generate_latest
+
     return generate_latest(_registry(snap, process=True)).decode()

@@ -1,5 +1,9 @@
 """The closed vocabulary of agentd's telemetry: every event, its level and its fields.
 
+Size: over 600 lines because it is one table, a declaration per event, that
+``docs/telemetry.md`` is generated from; split, the closed list would have no
+one place.
+
 Every line agentd writes on stderr names one event declared here.
 :class:`agentd.telemetry.Telemetry` takes the line's level from the
 declaration (:attr:`EventSpec.level`, or :attr:`EventSpec.level_by` for the

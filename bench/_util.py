@@ -258,7 +258,11 @@ class Agentd:
 
 
 class run_agentd:
-    """``async with run_agentd(args) as a:``: start ``python -m agentd ARGS``; always reaped on exit."""
+    """``async with run_agentd(args) as a:``: start ``python -m agentd ARGS``; always reaped on exit.
+
+    ``cwd`` (default: this checkout) comes first on ``python -m``'s import
+    path: the package it holds is the one that runs, whatever ``PYTHONPATH`` says.
+    """
 
     def __init__(
         self,
@@ -266,10 +270,12 @@ class run_agentd:
         *,
         keep: Callable[[dict[str, Any]], bool] | None = None,
         env: dict[str, str] | None = None,
+        cwd: Path = REPO,
     ) -> None:
         self.args = [PY, "-m", "agentd", *args]
         self.keep = keep
         self.env = {**ENV, **(env or {})}
+        self.cwd = cwd
 
     async def __aenter__(self) -> Agentd:
         self._cm = trio.open_nursery()
@@ -280,7 +286,7 @@ class run_agentd:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=self.env,
-            cwd=str(REPO),
+            cwd=str(self.cwd),
         )
         self.a = Agentd(proc)
         if self.keep is not None:

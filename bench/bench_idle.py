@@ -32,6 +32,7 @@ import functools
 import os
 import socket
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -53,6 +54,10 @@ from _util import (
     write_script,
 )
 
+sys.path.insert(1, str(REPO))
+
+from tests.support.otlp import http_requests
+
 N_URIS = 100
 
 CONFIG = """
@@ -71,27 +76,9 @@ reread_on_start = false
 
 
 async def _otlp_sink(stream: trio.SocketStream, counter: list[int]) -> None:
-    """Answer every OTLP/HTTP request 200 with an empty body (the bench counts them, reads nothing)."""
-    buf = b""
+    """Answer every OTLP/HTTP request 200 with an empty body (the bench counts them, decodes nothing)."""
     try:
-        while True:
-            while b"\r\n\r\n" not in buf:
-                chunk = await stream.receive_some(65536)
-                if not chunk:
-                    return
-                buf += chunk
-            head, buf = buf.split(b"\r\n\r\n", 1)
-            length = 0
-            for line in head.split(b"\r\n")[1:]:
-                name, _, value = line.partition(b":")
-                if name.strip().lower() == b"content-length":
-                    length = int(value)
-            while len(buf) < length:
-                chunk = await stream.receive_some(65536)
-                if not chunk:
-                    return
-                buf += chunk
-            buf = buf[length:]
+        async for _request in http_requests(stream):
             counter[0] += 1
             await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
     except trio.BrokenResourceError:

@@ -38,7 +38,11 @@ the final answer → process exit (the fake's answer to the last request →
 the exit seen here), and the PSS of each side's own process tree (agentd:
 supervisor, zygote, agents; not the MCP server), sampled when the last model
 request arrives (every process is alive then; the fake answers after the
-sample).
+sample), also as its anonymous part alone (``Pss_Anon``: file-backed pages
+are left out, whose PSS moves with how many other processes on the machine
+map the same libraries). ``--prev-ref REF`` adds agentd at commit REF as a
+side of its own ("agentd previous", run from its own extracted code), so a
+change is measured before and after in one run.
 """
 
 from __future__ import annotations
@@ -77,7 +81,9 @@ PHASES = [
 ]
 
 
-async def run_agentd_once(model: str, env: dict[str, str] | None = None) -> tuple[float, dict[str, float]]:
+async def run_agentd_once(
+    model: str, env: dict[str, str] | None = None, cwd: Path = REPO
+) -> tuple[float, dict[str, float]]:
     """One ``agentd --mode once``; returns (wall seconds, first arrival of each telemetry event in s).
 
     ``ts:EVENT`` keys hold agentd's own timestamp of each event's first
@@ -86,7 +92,7 @@ async def run_agentd_once(model: str, env: dict[str, str] | None = None) -> tupl
     """
     args = ["--mode", "once", "--model", model, "--mcp-stdio", "memo=" + " ".join(SERVER), "save it"]
     t0 = time.perf_counter()
-    async with run_agentd(args, env=env) as a:
+    async with run_agentd(args, env=env, cwd=cwd) as a:
         with trio.fail_after(STEP_TIMEOUT):
             code = await a.proc.wait()
         wall = time.perf_counter() - t0
@@ -157,12 +163,18 @@ trio.run(main)
 """
 
 
-def tree_pss(pid: int) -> tuple[int, dict[str, int]]:
-    """PSS of ``pid`` and its descendants, MCP servers left out: (bytes, by role)."""
+def tree_pss(pid: int) -> tuple[int, dict[str, int], int]:
+    """PSS of ``pid`` and its descendants, MCP servers left out: (bytes, by role, anonymous bytes).
+
+    The anonymous part (``Pss_Anon``) leaves out the file-backed pages
+    (interpreter, libraries): their PSS also depends on how many other
+    processes on the machine map the same files at that moment.
+    """
     import psutil
     from _util import descendants, role_of
 
     by_role: dict[str, int] = {}
+    anon = 0
     root = psutil.Process(pid)
     command = root.cmdline()
     procs = [root, *descendants(pid)]
@@ -177,10 +189,19 @@ def tree_pss(pid: int) -> tuple[int, dict[str, int]]:
             continue
         try:
             pss = p.memory_full_info().pss
-        except psutil.Error:
+            anon += _pss_anon(p.pid)
+        except (psutil.Error, OSError):
             continue
         by_role[role] = by_role.get(role, 0) + pss
-    return sum(by_role.values()), by_role
+    return sum(by_role.values()), by_role, anon
+
+
+def _pss_anon(pid: int) -> int:
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("Pss_Anon:"):
+                return int(line.split()[1]) * 1024
+    return 0
 
 
 def _set_call(request: Any) -> Any:
@@ -206,8 +227,8 @@ def _llm_setup(tmp: Path, base_url: str) -> dict[str, str]:
     return {"LLM_USER_PATH": str(home), "LLM_TOOLS_MCP_CONFIG_DIR": str(home / "mcp")}
 
 
-async def job_run(side: str, tmp: Path, llm: str | None = None) -> dict[str, Any]:
-    """One Job-shaped run of ``side`` ("agentd", "bare" or "llm"): wall, answer → exit, PSS."""
+async def job_run(side: str, tmp: Path, llm: str | None = None, prev: Path | None = None) -> dict[str, Any]:
+    """One Job-shaped run of ``side`` ("agentd", "agentd previous", "bare" or "llm"): wall, answer → exit, PSS."""
     from _providers import fake_provider, provider_env
 
     from tests.fakes.provider_server import openai_reply
@@ -221,7 +242,7 @@ async def job_run(side: str, tmp: Path, llm: str | None = None) -> dict[str, Any
         def handler(request: Any) -> Any:
             fake.arrivals.append(time.perf_counter())
             if len(replies) == 1 and pid_box:  # the last request: every process is alive
-                out["pss"], out["pss_by_role"] = tree_pss(pid_box[0])
+                out["pss"], out["pss_by_role"], out["pss_anon"] = tree_pss(pid_box[0])
             reply = replies.pop(0)
             if callable(reply):
                 reply = reply(request)
@@ -230,7 +251,14 @@ async def job_run(side: str, tmp: Path, llm: str | None = None) -> dict[str, Any
 
         server._handler = handler
         env = {**ENV, **provider_env("openai", server.base_url, tmp)}
-        if side == "agentd":
+        cwd = REPO
+        if side == "agentd previous":
+            from _providers import code_env
+
+            assert prev is not None
+            env.update(code_env(prev))
+            cwd = prev  # python -m imports the package in its working directory first
+        if side.startswith("agentd"):
             argv = [
                 PY,
                 "-m",
@@ -256,7 +284,7 @@ async def job_run(side: str, tmp: Path, llm: str | None = None) -> dict[str, Any
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             env=env,
-            cwd=str(REPO),
+            cwd=str(cwd),
         )
         pid_box.append(proc.pid)
         assert proc.stdout is not None
@@ -274,19 +302,29 @@ async def job_run(side: str, tmp: Path, llm: str | None = None) -> dict[str, Any
     return out
 
 
-async def job_main(n: int, llm: str | None) -> None:
+async def job_main(n: int, llm: str | None, prev_ref: str | None) -> None:
+    import contextlib
+
+    from _providers import code_env, previous_code
+
     print(f"bench_once --job: {machine_note()}; n={n} per side (+1 warm-up each), alternating")
-    sides = ["agentd", "bare", *(["llm"] if llm else [])]
+    sides = ["agentd", *(["agentd previous"] if prev_ref else []), "bare", *(["llm"] if llm else [])]
     runs: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
-    with tempfile.TemporaryDirectory(prefix="agentd-bench-") as tmp:
+    with contextlib.ExitStack() as stack:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="agentd-bench-"))
+        prev = stack.enter_context(previous_code(prev_ref)) if prev_ref else None
+        if prev is not None:
+            print(f"agentd previous: {prev_ref}")
+            _check_code("previous", prev, code_env(prev))
         for i in range(n + 1):
             for side in sides if i % 2 == 0 else sides[::-1]:
-                r = await job_run(side, Path(tmp), llm)
+                r = await job_run(side, Path(tmp), llm, prev)
                 if i:
                     runs[side].append(r)
     print(f"load average at the end: {machine_note()}")
     bare_wall = p50([r["wall"] for r in runs["bare"]])
     bare_pss = max(r["pss"] for r in runs["bare"])
+    bare_anon = max(r["pss_anon"] for r in runs["bare"])
     rows = []
     for side, rs in runs.items():
         walls = [r["wall"] for r in rs]
@@ -303,6 +341,9 @@ async def job_main(n: int, llm: str | None) -> None:
                 fmt(p50(tails) * 1000, 1),
                 fmt(max(pss) / MiB, 1),
                 fmt(max(pss) / bare_pss),
+                fmt(p50(pss) / MiB, 1),
+                fmt(max(r["pss_anon"] for r in rs) / MiB, 1),
+                fmt(max(r["pss_anon"] for r in rs) / bare_anon),
                 " ".join(f"{k} {v / MiB:.1f}" for k, v in sorted(roles.items())),
             ]
         )
@@ -318,6 +359,9 @@ async def job_main(n: int, llm: str | None) -> None:
             "answer->exit p50 ms",
             "peak PSS MiB",
             "x bare PSS",
+            "PSS p50 MiB",
+            "peak anon PSS MiB",
+            "x bare anon",
             "PSS by process (last run)",
         ],
         rows,
@@ -386,6 +430,14 @@ async def main(n: int) -> None:
     print(f"agentd overhead over the fresh-process SDK floor: {(p50(agentd) - ref) * 1000:.0f} ms (p50)")
 
 
+def _check_code(side: str, root: Path, env: dict[str, str]) -> None:
+    """Refuse to compare unless ``python -m agentd`` from ``root`` imports the package under ``root``."""
+    probe = [PY, "-c", "import agentd; print(agentd.__file__)"]
+    found = subprocess.check_output(probe, cwd=root, env=env, text=True).strip()
+    if not Path(found).resolve().is_relative_to(root.resolve()):
+        raise RuntimeError(f"the {side} side would run {found}, not the code under {root}")
+
+
 async def providers_main(n: int, prev_ref: str | None) -> None:
     from _providers import SPECS, code_env, fake_provider, merge_base, previous_code, provider_env
 
@@ -408,10 +460,13 @@ async def providers_main(n: int, prev_ref: str | None) -> None:
             anthropic_reply("saved"),
         ]
 
-    async def once(provider: str, side: str, code: dict[str, str], tmp: Path, record: bool) -> None:
+    async def once(
+        provider: str, side: str, code: tuple[Path, dict[str, str]], tmp: Path, record: bool
+    ) -> None:
+        root, code_vars = code
         async with fake_provider(provider, replies(provider)) as (_fake, server):
-            env = {**code, **provider_env(provider, server.base_url, tmp)}
-            wall, firsts = await run_agentd_once(SPECS[provider], env)
+            env = {**code_vars, **provider_env(provider, server.base_url, tmp)}
+            wall, firsts = await run_agentd_once(SPECS[provider], env, cwd=root)
         if record:
             walls.setdefault((provider, side), []).append(wall)
             spawn_to_call.setdefault((provider, side), []).append(
@@ -422,7 +477,11 @@ async def providers_main(n: int, prev_ref: str | None) -> None:
             )
 
     with tempfile.TemporaryDirectory(prefix="agentd-bench-") as tmp, previous_code(ref) as prev:
-        sides = [("this", code_env(REPO)), ("previous", code_env(prev))]
+        # Each side runs from its own code's root: ``python -m`` imports the package in its
+        # working directory first, so from this checkout both sides would run this code.
+        sides = [("this", (REPO, code_env(REPO))), ("previous", (prev, code_env(prev)))]
+        for side, (root, code_vars) in sides:
+            _check_code(side, root, code_vars)
         for i in range(n + 1):
             for provider in ("openai", "anthropic"):
                 for side, code in sides if i % 2 == 0 else sides[::-1]:
@@ -469,7 +528,9 @@ if __name__ == "__main__":
         "--providers", action="store_true", help="openai:/anthropic: vs the previous code, and bedrock:"
     )
     ap.add_argument(
-        "--prev-ref", help="--providers: the commit to compare with (default: merge base with main)"
+        "--prev-ref",
+        help="--providers: the commit to compare with (default: merge base with main); "
+        "--job: also run agentd at this commit (an 'agentd previous' side)",
     )
     ap.add_argument("--job", action="store_true", help="the Job case vs a bare mcp + httpx2 script")
     ap.add_argument(
@@ -477,7 +538,7 @@ if __name__ == "__main__":
     )
     args = ap.parse_args()
     if args.job:
-        trio.run(job_main, args.n, args.llm)
+        trio.run(job_main, args.n, args.llm, args.prev_ref)
     elif args.providers:
         trio.run(providers_main, args.n, args.prev_ref)
     else:

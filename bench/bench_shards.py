@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -41,9 +40,7 @@ from agentd.state.sessions import SessionJournals
 from agentd.state.shard import Shard, handles
 from agentd.telemetry import Telemetry
 from agentd.triggers.router import Continue, QueuedEvent, Router, RouteSpec, Spawn
-
-NOTES_SERVER = REPO / "tests/servers/notes_server.py"
-
+from tests.support.processes import listening, start_notes_server
 
 # ------------------------------------------------------------------------------------ 1. journal
 
@@ -164,17 +161,9 @@ async def event_to_agent(replicas: int, samples: int, tmp: Path) -> tuple[list[f
     names = [f"u{i:02d}" for i in range(samples)]
     state = tmp / f"notes-{replicas}.json"
     state.write_text(json.dumps(dict.fromkeys(names, "v0")))
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(256)
-    url = f"http://127.0.0.1:{listener.getsockname()[1]}/mcp"
-    server = await trio.lowlevel.open_process(
-        [PY, str(NOTES_SERVER), "--state", str(state), "--transport", "http", "--fd", str(listener.fileno())],
-        pass_fds=(listener.fileno(),),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    listener, port = listening(backlog=256)
+    url = f"http://127.0.0.1:{port}/mcp"
+    server = await start_notes_server(listener, state, quiet=True)
     toml = tmp / f"agentd-{replicas}.toml"
     toml.write_text(
         'subscribe = ["web:note://*"]\n[[routes]]\nname = "changes"\nmatch = "note://u*"\n'

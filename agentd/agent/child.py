@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, TypedDict, TypeGuard, get_args
 
 import trio
 
+from agentd.jsonvalue import as_object
 from agentd.selfmcp.control import FrameStream, read_first_line
 from agentd.selfmcp.protocol import (
     MAX_CALL_COST_USD,
@@ -71,7 +72,7 @@ if TYPE_CHECKING:
 
     from agentd.agent.loop import ModelCall, ToolResult
     from agentd.exitcodes import TerminalStatus
-    from agentd.models import Message, ModelSettings
+    from agentd.models import Message, ModelSettings, ToolSpec
     from agentd.models.factory import Providers
 
 #: Exit status after the supervisor said exit, or went away.
@@ -352,7 +353,7 @@ async def amain(
 
     from agentd.agent.loop import run_agent
     from agentd.errors import FatalInfraError
-    from agentd.models import ToolSpec, make_model
+    from agentd.models import make_model
     from agentd.selfmcp.transport import stream_transport
     from agentd.tracing import child_turn_context
 
@@ -366,10 +367,7 @@ async def amain(
     model = make_model(
         payload.model, env=os.environ, telemetry=ChildTelemetry(control), **_model_options(payload)
     )
-    tools = [
-        ToolSpec(name=t.name, description=t.description, input_schema=dict(t.input_schema))
-        for t in payload.tools
-    ]
+    tools = _tool_specs(payload)
     mark("child.model", payload.agent)
     code = EXIT_OK
     async with trio.open_nursery() as nursery:
@@ -402,6 +400,16 @@ async def amain(
     return EXIT_OK if control.supervisor_gone else code
 
 
+def _tool_specs(payload: SpawnPayload) -> list[ToolSpec]:
+    """The tools the payload offers, as the model layer takes them."""
+    from agentd.models import ToolSpec
+
+    return [
+        ToolSpec(name=t.name, description=t.description, input_schema=dict(as_object(t.input_schema) or {}))
+        for t in payload.tools
+    ]
+
+
 def warm_start(model_specs: list[str]) -> None:
     """Run a child's start-up path once, without I/O, in a spare child before its agent is known.
 
@@ -431,7 +439,7 @@ async def _warm_start(payload: SpawnPayload, model_specs: list[str]) -> None:
 
     from mcp import Client
 
-    from agentd.models import ToolSpec, make_model
+    from agentd.models import make_model
     from agentd.selfmcp.transport import stream_transport
 
     mcp_ours, mcp_theirs = trio.socket.socketpair()
@@ -443,11 +451,7 @@ async def _warm_start(payload: SpawnPayload, model_specs: list[str]) -> None:
                 spec, env=_WARM_ENV, telemetry=ChildTelemetry(control), **_model_options(payload)
             )
             await model.aclose()
-    tools = [
-        ToolSpec(name=t.name, description=t.description, input_schema=dict(t.input_schema))
-        for t in payload.tools
-    ]
-    assert tools
+    assert _tool_specs(payload)
     async with Client(stream_transport(trio.SocketStream(mcp_ours)), mode="2026-07-28", cache=None):
         pass
     for sock in (mcp_theirs, ctl_ours, ctl_theirs):

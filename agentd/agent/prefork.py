@@ -62,6 +62,7 @@ def prefork_root(model_specs: list[str]) -> PreforkedChild | None:
     ctl_parent, ctl_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     err_read, err_write = os.pipe2(os.O_CLOEXEC)
     parent = os.getpid()
+    _import_shared()
     # Objects that exist now are never traversed by the child's collector, so the
     # pages holding them stay shared instead of being copied on the first collection.
     gc.freeze()
@@ -81,6 +82,27 @@ def prefork_root(model_specs: list[str]) -> PreforkedChild | None:
     ctl_child.close()
     os.close(err_write)
     return PreforkedChild(pid=pid, mcp=mcp_parent, control=ctl_parent, stderr_fd=err_read)
+
+
+#: Modules both processes import lazily once running (the MCP SDK's tool
+#: result validation, anyio's trio backend): imported here, before the fork,
+#: their pages are shared instead of built twice (rfcs/0225).
+SHARED_LAZY_IMPORTS = (
+    "anyio._backends._trio",
+    "anyio.streams.stapled",
+    "anyio.streams.tls",
+    "jsonschema.exceptions",
+    "jsonschema.validators",
+)
+
+
+def _import_shared() -> None:
+    """Import :data:`SHARED_LAZY_IMPORTS` (a module that is missing is skipped: the run imports it or not)."""
+    import importlib
+
+    for name in SHARED_LAZY_IMPORTS:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
 
 
 def _child(  # pragma: no cover - runs in the forked child

@@ -1,4 +1,9 @@
-"""The settings models below :class:`~agentd.config.Settings`: servers, subscriptions, routes, providers, watches."""
+"""The settings models below :class:`~agentd.config.Settings`: servers, subscriptions, routes, providers, watches.
+
+Size: a little over 600 lines because each table of the configuration file is
+one model here, with its field docs (what ``agentd check`` and the errors
+quote); the rules that span tables live in :mod:`agentd.config._rules`.
+"""
 
 from __future__ import annotations
 

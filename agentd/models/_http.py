@@ -11,7 +11,7 @@ Retry policy (see ``rfcs/0021-model-http-retries.md``):
 * At most :data:`MAX_ATTEMPTS` attempts, then
   :class:`~agentd.errors.ModelUnavailableError`.
 * 401/403: :class:`~agentd.errors.ModelAuthError` at once (retrying cannot fix a key).
-* Any other non-2xx: :class:`~agentd.errors.ModelRequestError` at once, with
+* Every other non-2xx: :class:`~agentd.errors.ModelRequestError` at once, with
   the HTTP status and the provider's own message (a 404 "model not found", a
   400 "invalid request").
 * A 2xx whose body is not a JSON object: :class:`~agentd.errors.ModelResponseError`.
@@ -38,9 +38,9 @@ import email.utils
 import http
 import math
 import random
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx2
@@ -49,6 +49,7 @@ import trio
 
 from agentd import __version__
 from agentd.errors import ModelAuthError, ModelRequestError, ModelResponseError, ModelUnavailableError
+from agentd.jsonvalue import JSONObject, as_object, loads
 from agentd.redact import redact
 from agentd.telemetry import NullTelemetry, Telemetry
 from agentd.timeline import mark
@@ -115,7 +116,7 @@ _REQUEST_FIXES = {
 
 Sleep = Callable[[float], Awaitable[None]]
 
-_SSL_CONTEXT: Any = None
+_SSL_CONTEXT: ssl.SSLContext | None = None
 
 _first_sent: Callable[[], None] | None = None
 
@@ -130,14 +131,14 @@ def after_first_request_sent(callback: Callable[[], None]) -> None:
     _first_sent = callback
 
 
-async def _trace(event: str, info: Mapping[str, Any]) -> None:
+async def _trace(event: str, info: Mapping[str, object]) -> None:
     global _first_sent
     if event.endswith("send_request_body.complete") and _first_sent is not None:
         callback, _first_sent = _first_sent, None
         callback()
 
 
-def shared_ssl_context() -> Any:
+def shared_ssl_context() -> ssl.SSLContext:
     """One TLS context for every provider client of this process (built on first use).
 
     Building one loads the CA bundle (about 0.1 s here) and the first HTTP
@@ -306,7 +307,7 @@ class JsonPoster:
         """Close the connection pool."""
         await self._client.aclose()
 
-    async def post(self, url: str, *, headers: Mapping[str, str], body: Mapping[str, Any]) -> dict[str, Any]:
+    async def post(self, url: str, *, headers: Mapping[str, str], body: JSONObject) -> JSONObject:
         """POST ``body`` as JSON to ``url`` and return the decoded JSON object.
 
         Raises:
@@ -337,7 +338,7 @@ class JsonPoster:
 
     async def _attempts(
         self, url: str, shown: str, payload: bytes, headers: dict[str, str], state: _Attempts
-    ) -> dict[str, Any]:
+    ) -> JSONObject:
         for attempt in range(1, self.max_attempts + 1):
             state.count = attempt
             retry_after: float | None = None
@@ -423,21 +424,22 @@ class JsonPoster:
             return "read the provider's message above; the same request will fail again"
         return fix.format(model=f" ({self._model!r})" if self._model else "", base_url_var=self._base_url_var)
 
-    def _decode(self, shown: str, status: int, raw: bytearray) -> dict[str, Any]:
+    def _decode(self, shown: str, status: int, raw: bytearray) -> JSONObject:
         try:
-            data = orjson.loads(raw)
+            data = loads(raw)
         except orjson.JSONDecodeError as exc:
             snippet = bytes(raw[:_SNIPPET_CHARS]).decode("utf-8", errors="replace")
             raise ModelResponseError(
                 f"{self.provider} returned an unexpected response: HTTP {status} from {shown} "
                 f"with a body that is not JSON ({exc}): {snippet!r}"
             ) from exc
-        if not isinstance(data, dict):
+        obj = as_object(data)
+        if obj is None:
             raise ModelResponseError(
                 f"{self.provider} returned an unexpected response: HTTP {status} from {shown} "
                 f"with JSON that is not an object: {type(data).__name__}"
             )
-        return data
+        return obj
 
 
 class _Attempts:

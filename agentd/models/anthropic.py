@@ -46,31 +46,24 @@ input (the API counts the three apart), ``output_tokens``.
 
 from __future__ import annotations
 
-import random
-import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
-from typing import Any
+from collections.abc import Sequence
 
-import httpx2
 import orjson
-import trio
 
 from agentd.errors import ModelResponseError
-from agentd.models._http import DEFAULT_MODEL_TIMEOUT_S, MAX_ATTEMPTS, JsonPoster, Sleep, join_url
-from agentd.models.base import (
-    MAX_TOOL_ARGUMENT_CHARS,
-    Message,
-    ModelReply,
-    StopReason,
-    ToolCall,
-    ToolSpec,
-    Usage,
+from agentd.jsonvalue import (
+    JSONArray,
+    JSONObject,
+    JSONValue,
+    as_array,
+    as_object,
+    get_array,
+    get_str,
+    is_object,
 )
-from agentd.models.pricing import price_call
+from agentd.models._wire import HttpModel, WireFormat, messages_usage
+from agentd.models.base import MAX_TOOL_ARGUMENT_CHARS, Message, ModelReply, StopReason, ToolCall, ToolSpec
 from agentd.models.settings import ModelSettings
-from agentd.redact import redact
-from agentd.telemetry import Telemetry
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 
@@ -135,7 +128,7 @@ def beta_headers(settings: ModelSettings) -> dict[str, str]:
     return {"anthropic-beta": EXTENDED_CACHE_TTL_BETA} if settings.prompt_cache == "1h" else {}
 
 
-def cache_control(ttl: str) -> dict[str, str]:
+def cache_control(ttl: str) -> JSONObject:
     """A ``cache_control`` breakpoint with the given lifetime (``5m`` is the API's default)."""
     return {"type": "ephemeral"} if ttl == "5m" else {"type": "ephemeral", "ttl": ttl}
 
@@ -162,22 +155,22 @@ def build_request(
     tools: Sequence[ToolSpec],
     max_tokens: int | None = None,
     settings: ModelSettings | None = None,
-) -> dict[str, Any]:
+) -> JSONObject:
     """The Messages API request body for this transcript (pure).
 
     ``max_tokens`` is the older spelling of ``settings.max_output_tokens``
     (the setting wins when both are given).
     """
     settings = settings or ModelSettings()
-    wire: list[dict[str, Any]] = []
+    wire: list[JSONObject] = []
     for m in messages:
         role: str
-        content: str | list[dict[str, Any]]
+        content: str | list[JSONObject]
         if m.role == "user":
             role, content = "user", m.content
         elif m.role == "assistant":
             role = "assistant"
-            blocks: list[dict[str, Any]] = _replayed_thinking(m)
+            blocks: list[JSONObject] = _replayed_thinking(m)
             if m.content:
                 blocks.append({"type": "text", "text": m.content})
             for c in m.tool_calls:
@@ -194,7 +187,7 @@ def build_request(
             content = blocks
         else:
             role = "user"
-            block: dict[str, Any] = {
+            block: JSONObject = {
                 "type": "tool_result",
                 "tool_use_id": m.tool_call_id or "",
                 "content": m.content,
@@ -202,14 +195,15 @@ def build_request(
             if m.is_error:
                 block["is_error"] = True
             content = [block]
+        value: JSONValue = content if isinstance(content, str) else [*content]
         if wire and wire[-1]["role"] == role:
-            wire[-1]["content"] = _as_blocks(wire[-1]["content"]) + _as_blocks(content)
+            wire[-1]["content"] = [*_as_blocks(wire[-1]["content"]), *_as_blocks(value)]
         else:
-            wire.append({"role": role, "content": content})
+            wire.append({"role": role, "content": value})
     cache = settings.prompt_cache or "5m"
     if max_tokens is None or settings.max_output_tokens is not None:
         max_tokens = settings.max_output_tokens or default_max_output_tokens(model, settings.thinking_budget)
-    body: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "messages": wire}
+    body: JSONObject = {"model": model, "max_tokens": max_tokens, "messages": [*wire]}
     if system:
         body["system"] = (
             system
@@ -217,11 +211,12 @@ def build_request(
             else [{"type": "text", "text": system, "cache_control": cache_control(cache)}]
         )
     if tools:
-        body["tools"] = [
+        specs: list[JSONObject] = [
             {"name": t.name, "description": t.description, "input_schema": t.input_schema} for t in tools
         ]
         if cache != "off":
-            body["tools"][-1]["cache_control"] = cache_control(cache)
+            specs[-1]["cache_control"] = cache_control(cache)
+        body["tools"] = [*specs]
     if cache != "off":
         _mark_prefix(wire, cache_control(cache))
     if settings.temperature is not None:
@@ -240,12 +235,12 @@ def build_request(
     return body
 
 
-def tool_choice_field(choice: str | None, parallel: bool | None) -> dict[str, Any] | None:
+def tool_choice_field(choice: str | None, parallel: bool | None) -> JSONObject | None:
     """``tool_choice`` as the Messages API spells it (``required`` is ``any``), or None to send none."""
     if choice is None and parallel is not False:
         return None
     if choice is None or choice == "auto":
-        field: dict[str, Any] = {"type": "auto"}
+        field: JSONObject = {"type": "auto"}
     elif choice == "none":
         return {"type": "none"}  # no tool is called: there is nothing to parallelise
     elif choice == "required":
@@ -257,14 +252,14 @@ def tool_choice_field(choice: str | None, parallel: bool | None) -> dict[str, An
     return field
 
 
-def _replayed_thinking(m: Message) -> list[dict[str, Any]]:
+def _replayed_thinking(m: Message) -> list[JSONObject]:
     data = m.provider_data
     if not data or data.get("api") != PROVIDER_DATA_API:
         return []
-    return [dict(b) for b in data.get("thinking", ()) if isinstance(b, dict)]
+    return [dict(b) for b in get_array(data, "thinking") or () if is_object(b)]
 
 
-def _mark_prefix(wire: list[dict[str, Any]], control: dict[str, str]) -> None:
+def _mark_prefix(wire: list[JSONObject], control: JSONObject) -> None:
     """Breakpoints on the request's last block and on the previous user message's last block."""
     users = [i for i, m in enumerate(wire) if m["role"] == "user"]
     marks = [len(wire) - 1] if wire else []
@@ -281,29 +276,33 @@ def _mark_prefix(wire: list[dict[str, Any]], control: dict[str, str]) -> None:
             ):
                 block["cache_control"] = control
                 break
-        wire[i]["content"] = blocks
+        wire[i]["content"] = [*blocks]
 
 
-def _as_blocks(content: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{"type": "text", "text": content}] if isinstance(content, str) else [dict(b) for b in content]
+def _as_blocks(content: JSONValue) -> list[JSONObject]:
+    """A message's content as blocks (copies: the caller may mark them); a text becomes one text block."""
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return [dict(b) for b in as_array(content) or () if is_object(b)]
 
 
-def parse_response(body: dict[str, Any]) -> ModelReply:
+def parse_response(body: JSONObject) -> ModelReply:
     """The reply in a Messages API response body (pure).
 
     Raises:
         ModelResponseError: the body lacks ``content`` or has blocks of the wrong shape
             ("anthropic returned an unexpected response: ...", naming the field).
     """
-    content = body.get("content")
-    if not isinstance(content, list):
+    content = get_array(body, "content")
+    if content is None:
         raise _unexpected("content", f"is missing or not a list (keys {sorted(body)!r:.200})")
     texts: list[str] = []
     calls: list[ToolCall] = []
-    thinking: list[dict[str, Any]] = []
-    for i, block in enumerate(content):
-        if not isinstance(block, dict):
-            raise _unexpected(f"content[{i}]", f"is not an object: {block!r:.200}")
+    thinking: JSONArray = []
+    for i, raw in enumerate(content):
+        block = as_object(raw)
+        if block is None:
+            raise _unexpected(f"content[{i}]", f"is not an object: {raw!r:.200}")
         kind = block.get("type")
         if kind == "text":
             texts.append(str(block.get("text") or ""))
@@ -314,150 +313,74 @@ def parse_response(body: dict[str, Any]) -> ModelReply:
             thinking.append(block)
         # Other block kinds (server tools) carry nothing the loop uses.
     text = "".join(texts)
-    reason = body.get("stop_reason")
-    stop: StopReason = _STOP.get(reason, "end") if isinstance(reason, str) else "end"
+    reason = get_str(body, "stop_reason")
+    stop: StopReason = _STOP.get(reason, "end") if reason is not None else "end"
     if calls and stop == "end":
         stop = "tool_use"
     refusal = (text or DEFAULT_REFUSAL) if stop == "refusal" else None
-    usage = body.get("usage")
-    if not isinstance(usage, dict):
-        usage = {}
-    read = _int(usage.get("cache_read_input_tokens"))
-    written = _int(usage.get("cache_creation_input_tokens"))
-    tokens = Usage(
-        _int(usage.get("input_tokens")) + read + written, _int(usage.get("output_tokens")), read, written
-    )
-    data = {"api": PROVIDER_DATA_API, "thinking": thinking} if thinking else None
+    data: JSONObject | None = {"api": PROVIDER_DATA_API, "thinking": thinking} if thinking else None
     return ModelReply(
-        text=text, tool_calls=calls, stop=stop, usage=tokens, refusal=refusal, provider_data=data
+        text=text,
+        tool_calls=calls,
+        stop=stop,
+        usage=messages_usage(body),
+        refusal=refusal,
+        provider_data=data,
     )
-
-
-def response_model(body: dict[str, Any]) -> str | None:
-    """The model name the provider reported, if any."""
-    name = body.get("model")
-    return name[:200] if isinstance(name, str) and name else None
 
 
 def _unexpected(field: str, problem: str) -> ModelResponseError:
     return ModelResponseError(f"anthropic returned an unexpected response: {field} {problem}")
 
 
-def _tool_call(index: int, block: dict[str, Any]) -> ToolCall:
-    name = block.get("name")
-    call_id = block.get("id")
-    if not isinstance(name, str) or not name:
+def _tool_call(index: int, block: JSONObject) -> ToolCall:
+    name = get_str(block, "name")
+    call_id = get_str(block, "id")
+    if not name:
         raise _unexpected(f"content[{index}].name", f"of a tool_use block is missing: {block!r:.200}")
-    if not isinstance(call_id, str) or not call_id:
+    if not call_id:
         raise _unexpected(f"content[{index}].id", f"of a tool_use block is missing: {block!r:.200}")
     args = block.get("input")
-    # orjson: it measures a huge input in milliseconds, and any depth orjson parsed it serializes
-    # (json.dumps would hit Python's recursion limit on a deeply nested input).
+    if is_object(args):
+        return ToolCall.from_object(call_id, name, args)
     raw = orjson.dumps(args).decode()
     if len(raw) > MAX_TOOL_ARGUMENT_CHARS:
         return ToolCall.oversized(call_id, name, raw)
-    if not isinstance(args, dict):
-        return ToolCall(
-            id=call_id,
-            name=name,
-            arguments=None,
-            raw_arguments=raw,
-            error=f"the input for tool {name!r} is JSON {type(args).__name__}, not an object. "
-            "Call the tool again with the input as one JSON object.",
-        )
-    return ToolCall(id=call_id, name=name, arguments=args, raw_arguments=raw)
+    return ToolCall.rejected(
+        call_id,
+        name,
+        raw,
+        f"the input for tool {name!r} is JSON {type(args).__name__}, not an object. "
+        "Call the tool again with the input as one JSON object.",
+    )
 
 
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
-
-
-class AnthropicModel:
+class AnthropicModel(HttpModel):
     """A Messages API model.
 
-    Args:
-        name: the model name sent as ``model``.
-        base_url: the API root; ``/v1/messages`` is appended.
-        api_key: sent as ``x-api-key``; ``None`` sends no key (a proxy that adds its own).
-        max_tokens: the older spelling of ``settings.max_output_tokens``.
-        settings: the model settings sent with every call.
-        headers: extra request headers (a ``[providers.NAME]`` table).
-        provider: the provider name in telemetry and messages (``anthropic``, NAME).
-        price_provider: the ``genai-prices`` provider id to price calls with (None: unknown).
-        timeout: the deadline of one call, retries included (``--model-timeout``).
-        sleep, rng, wall_clock, telemetry, max_attempts, client: see
-            :class:`agentd.models._http.JsonPoster` (injected by tests).
+    ``/v1/messages`` is appended to ``base_url``; the key is sent as ``x-api-key``
+    (``None`` sends none: a proxy that adds its own). The arguments are
+    :class:`agentd.models._wire.HttpModel`'s.
     """
 
     provider = "anthropic"
+    price_provider = "anthropic"
+    path = "/v1/messages"
+    # The Messages API reports usage itself: nothing is estimated.
+    wire = WireFormat(build_request, lambda body, *, estimated_input=0: parse_response(body))
+    default_base_url = DEFAULT_BASE_URL
+    key_var = "ANTHROPIC_API_KEY"
+    base_url_env = "ANTHROPIC_BASE_URL"
 
-    def __init__(
-        self,
-        name: str,
-        *,
-        base_url: str = DEFAULT_BASE_URL,
-        api_key: str | None = None,
-        max_tokens: int | None = None,
-        settings: ModelSettings | None = None,
-        headers: Mapping[str, str] | None = None,
-        provider: str = "anthropic",
-        price_provider: str | None = "anthropic",
-        auth_fix: str = "set ANTHROPIC_API_KEY to a valid key for this base URL (ANTHROPIC_BASE_URL)",
-        base_url_var: str = "ANTHROPIC_BASE_URL",
-        timeout: float = DEFAULT_MODEL_TIMEOUT_S,
-        sleep: Sleep = trio.sleep,
-        rng: random.Random | None = None,
-        wall_clock: Callable[[], float] = time.time,
-        telemetry: Telemetry | None = None,
-        max_attempts: int = MAX_ATTEMPTS,
-        client: httpx2.AsyncClient | None = None,
-    ) -> None:
-        self.name = name
-        self.provider = provider
-        self.price_provider = price_provider
-        self.url = join_url(base_url, "/v1/messages")
-        self.settings = settings or ModelSettings()
-        if max_tokens is not None and self.settings.max_output_tokens is None:
-            self.settings = replace(self.settings, max_output_tokens=max_tokens)
-        self.max_tokens = self.settings.max_output_tokens or default_max_output_tokens(
-            name, self.settings.thinking_budget
+    @property
+    def max_tokens(self) -> int:
+        """The output-token limit sent with every call."""
+        return self.settings.max_output_tokens or default_max_output_tokens(
+            self.name, self.settings.thinking_budget
         )
-        self._headers = {"anthropic-version": API_VERSION, **beta_headers(self.settings)}
+
+    def _auth_headers(self, api_key: str | None) -> dict[str, str]:
+        headers = {"anthropic-version": API_VERSION, **beta_headers(self.settings)}
         if api_key:
-            self._headers["x-api-key"] = api_key
-        self._headers.update(headers or {})
-        self._poster = JsonPoster(
-            provider=provider,
-            auth_fix=auth_fix,
-            model=name,
-            base_url_var=base_url_var,
-            timeout=timeout,
-            sleep=sleep,
-            rng=rng,
-            wall_clock=wall_clock,
-            telemetry=telemetry,
-            max_attempts=max_attempts,
-            client=client,
-        )
-
-    def __repr__(self) -> str:
-        return f"AnthropicModel({self.name!r}, provider={self.provider!r}, url={redact(self.url)!r})"
-
-    async def complete(
-        self,
-        *,
-        system: str | None,
-        messages: Sequence[Message],
-        tools: Sequence[ToolSpec],
-    ) -> ModelReply:
-        """One Messages API call (see :class:`agentd.models.base.Model`)."""
-        body = build_request(self.name, system=system, messages=messages, tools=tools, settings=self.settings)
-        answer = await self._poster.post(self.url, headers=self._headers, body=body)
-        reply = parse_response(answer)
-        return replace(
-            reply, cost_usd=price_call(self.price_provider, (response_model(answer), self.name), reply.usage)
-        )
-
-    async def aclose(self) -> None:
-        """Close the connection pool."""
-        await self._poster.aclose()
+            headers["x-api-key"] = api_key
+        return headers

@@ -17,7 +17,11 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
+
+import orjson
+
+from agentd.jsonvalue import JSONObject, JSONValue
 
 Role = Literal["user", "assistant", "tool"]
 """Who speaks a transcript message."""
@@ -55,7 +59,7 @@ class ToolSpec:
 
     name: str
     description: str
-    input_schema: dict[str, Any]
+    input_schema: JSONObject
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,9 +78,14 @@ class ToolCall:
 
     id: str
     name: str
-    arguments: dict[str, Any] | None
+    arguments: JSONObject | None
     raw_arguments: str
     error: str | None = None
+
+    @classmethod
+    def rejected(cls, id: str, name: str, raw_arguments: str, error: str) -> ToolCall:
+        """A call whose arguments are unusable: never run; ``error`` goes back to the model as its result."""
+        return cls(id=id, name=name, arguments=None, raw_arguments=raw_arguments, error=error)
 
     @classmethod
     def oversized(cls, id: str, name: str, raw_arguments: str) -> ToolCall:
@@ -85,17 +94,27 @@ class ToolCall:
         Only the first characters of the arguments are kept, so a runaway
         model cannot fill the transcript (and every later request) with them.
         """
-        return cls(
-            id=id,
-            name=name,
-            arguments=None,
-            raw_arguments=raw_arguments[:_QUOTE_CHARS],
-            error=(
-                f"the arguments for tool {name!r} are {len(raw_arguments)} characters long, over the "
-                f"limit of {MAX_TOOL_ARGUMENT_CHARS}; the tool was not called. Call it again with smaller "
-                "arguments (split the work into several calls)."
-            ),
+        return cls.rejected(
+            id,
+            name,
+            raw_arguments[:_QUOTE_CHARS],
+            f"the arguments for tool {name!r} are {len(raw_arguments)} characters long, over the "
+            f"limit of {MAX_TOOL_ARGUMENT_CHARS}; the tool was not called. Call it again with smaller "
+            "arguments (split the work into several calls).",
         )
+
+    @classmethod
+    def from_object(cls, id: str, name: str, arguments: JSONObject) -> ToolCall:
+        """A call whose arguments came already parsed (a JSON object), kept with their JSON text; oversized: an error.
+
+        orjson writes the text: it measures a huge input in milliseconds, and
+        serialises any depth orjson parsed (``json.dumps`` would hit Python's
+        recursion limit on a deeply nested input).
+        """
+        raw_arguments = orjson.dumps(arguments).decode()
+        if len(raw_arguments) > MAX_TOOL_ARGUMENT_CHARS:
+            return cls.oversized(id, name, raw_arguments)
+        return cls(id=id, name=name, arguments=arguments, raw_arguments=raw_arguments)
 
     @classmethod
     def from_raw(cls, id: str, name: str, raw_arguments: str) -> ToolCall:
@@ -109,40 +128,31 @@ class ToolCall:
         if raw_arguments.strip() == "":
             return cls(id=id, name=name, arguments={}, raw_arguments=raw_arguments)
         try:
-            parsed = json.loads(raw_arguments)
+            parsed: JSONValue = json.loads(raw_arguments)
         except RecursionError:
-            return cls(
-                id=id,
-                name=name,
-                arguments=None,
-                raw_arguments=raw_arguments[:_QUOTE_CHARS],
-                error=(
-                    f"the arguments for tool {name!r} are nested too deeply to read. "
-                    "Call the tool again with the arguments as one flat JSON object."
-                ),
+            return cls.rejected(
+                id,
+                name,
+                raw_arguments[:_QUOTE_CHARS],
+                f"the arguments for tool {name!r} are nested too deeply to read. "
+                "Call the tool again with the arguments as one flat JSON object.",
             )
         except json.JSONDecodeError as exc:
-            return cls(
-                id=id,
-                name=name,
-                arguments=None,
-                raw_arguments=raw_arguments,
-                error=(
-                    f"the arguments for tool {name!r} are not valid JSON ({exc.msg} at line "
-                    f"{exc.lineno} column {exc.colno}): {raw_arguments[:_QUOTE_CHARS]!r}. "
-                    "Call the tool again with the arguments as one JSON object."
-                ),
+            return cls.rejected(
+                id,
+                name,
+                raw_arguments,
+                f"the arguments for tool {name!r} are not valid JSON ({exc.msg} at line "
+                f"{exc.lineno} column {exc.colno}): {raw_arguments[:_QUOTE_CHARS]!r}. "
+                "Call the tool again with the arguments as one JSON object.",
             )
         if not isinstance(parsed, dict):
-            return cls(
-                id=id,
-                name=name,
-                arguments=None,
-                raw_arguments=raw_arguments,
-                error=(
-                    f"the arguments for tool {name!r} are JSON {type(parsed).__name__}, not an object: "
-                    f"{raw_arguments[:_QUOTE_CHARS]!r}. Call the tool again with the arguments as one JSON object."
-                ),
+            return cls.rejected(
+                id,
+                name,
+                raw_arguments,
+                f"the arguments for tool {name!r} are JSON {type(parsed).__name__}, not an object: "
+                f"{raw_arguments[:_QUOTE_CHARS]!r}. Call the tool again with the arguments as one JSON object.",
             )
         return cls(id=id, name=name, arguments=parsed, raw_arguments=raw_arguments)
 
@@ -168,7 +178,7 @@ class Message:
     tool_calls: list[ToolCall] = field(default_factory=list)
     tool_call_id: str | None = None
     is_error: bool = False
-    provider_data: Mapping[str, Any] | None = None
+    provider_data: Mapping[str, object] | None = None
 
     @classmethod
     def user(cls, content: str) -> Message:
@@ -181,7 +191,7 @@ class Message:
         content: str,
         tool_calls: Sequence[ToolCall] = (),
         *,
-        provider_data: Mapping[str, Any] | None = None,
+        provider_data: Mapping[str, object] | None = None,
     ) -> Message:
         """An assistant turn, with the tool calls it made."""
         return cls(
@@ -244,7 +254,7 @@ class ModelReply:
     usage: Usage
     refusal: str | None = None
     cost_usd: float | None = None
-    provider_data: Mapping[str, Any] | None = None
+    provider_data: Mapping[str, object] | None = None
 
     def as_message(self) -> Message:
         """This reply as the assistant message to append to the transcript."""

@@ -46,7 +46,7 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import trio
 
@@ -57,12 +57,17 @@ from agentd.errors import (
     ModelResponseError,
     ModelUnavailableError,
 )
+from agentd.jsonvalue import JSONObject
 from agentd.models._http import DEFAULT_MODEL_TIMEOUT_S, MAX_ATTEMPTS, new_client
 from agentd.models.anthropic import beta_headers, build_request, parse_response
 from agentd.models.base import Message, ModelReply, ToolSpec
 from agentd.models.pricing import price_usd
 from agentd.models.settings import ModelSettings
 from agentd.redact import redact
+
+if TYPE_CHECKING:
+    import anthropic
+    from anthropic.types import Message as SdkMessage
 
 CloudProvider = Literal["bedrock", "vertex"]
 
@@ -161,7 +166,11 @@ def prewarm(provider: CloudProvider) -> None:
 
 
 def make_client(provider: CloudProvider, *, timeout: float, max_retries: int) -> Any:
-    """The SDK's async client for ``provider``, configured from the environment, on agentd's HTTP client."""
+    """The SDK's async client for ``provider``, configured from the environment, on agentd's HTTP client.
+
+    ``Any``: the optional SDK's two client classes (imported only here), whose
+    ``messages.create`` is called with the body agentd built; tests hand in fakes.
+    """
     http_client = new_client(timeout)
     if provider == "bedrock":
         from anthropic import AsyncAnthropicBedrock
@@ -193,7 +202,7 @@ class CloudAnthropicModel:
         settings: ModelSettings | None = None,
         timeout: float = DEFAULT_MODEL_TIMEOUT_S,
         max_attempts: int = MAX_ATTEMPTS,
-        client: Any = None,
+        client: Any = None,  # an SDK client, or a fake with its messages.create (see make_client)
     ) -> None:
         self.name = name
         self.provider: str = provider
@@ -218,7 +227,7 @@ class CloudAnthropicModel:
         """One Messages call through the SDK (see :class:`agentd.models.base.Model`)."""
         body = build_request(self.name, system=system, messages=messages, tools=tools, settings=self.settings)
         keywords = {k: body.pop(k) for k in _KEYWORDS}
-        answer: Any = None
+        answer: SdkMessage | None = None
         with trio.move_on_after(self.timeout):
             answer = await self._call(keywords, body)
         if answer is None:
@@ -235,13 +244,14 @@ class CloudAnthropicModel:
         reply = parse_response(data)
         return replace(reply, cost_usd=price_usd(self.price_provider, self.name, reply.usage))
 
-    async def _call(self, keywords: dict[str, Any], extra_body: dict[str, Any]) -> Any:
+    async def _call(self, keywords: JSONObject, extra_body: JSONObject) -> SdkMessage:
         import anthropic
 
         try:
-            return await self._client.messages.create(
+            message: SdkMessage = await self._client.messages.create(
                 **keywords, extra_body=extra_body, extra_headers=self._beta, timeout=self.timeout
             )
+            return message
         except anthropic.APIStatusError as exc:
             raise self._status_error(exc) from exc
         except Exception as exc:
@@ -263,7 +273,7 @@ class CloudAnthropicModel:
                 raise ModelResponseError(f"{self.provider} returned an unexpected response: {exc}") from exc
             raise
 
-    def _status_error(self, exc: Any) -> Exception:
+    def _status_error(self, exc: anthropic.APIStatusError) -> Exception:
         status = int(getattr(exc, "status_code", 0) or 0)
         message = _provider_message(exc)
         if status in (401, 403):
@@ -292,7 +302,7 @@ class CloudAnthropicModel:
         await self._client.close()
 
 
-def _provider_message(exc: Any) -> str:
+def _provider_message(exc: anthropic.APIStatusError) -> str:
     body = getattr(exc, "body", None)
     if isinstance(body, dict):
         err = body.get("error")

@@ -33,15 +33,17 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 
 import trio
 
 from agentd.errors import ConfigError
+from agentd.jsonvalue import JSONObject, get_str
 from agentd.models import anthropic as _anthropic
 from agentd.models import openai as _openai
 from agentd.models._http import DEFAULT_MODEL_TIMEOUT_S, MAX_ATTEMPTS, Sleep
+from agentd.models._wire import HttpModel, PosterOptions
 from agentd.models.base import Model
 from agentd.models.script import ScriptModel, load_script
 from agentd.models.settings import ModelSettings, SettingError, WireApi, check_settings
@@ -73,6 +75,11 @@ PROVIDER_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 #: What a ``[providers.NAME]`` endpoint speaks (``api``).
 ProviderApi = Literal["chat", "responses", "messages"]
 
+#: The providers reached through a cloud's SDK (:mod:`agentd.models.cloud`), by prefix.
+_CLOUDS: dict[str, Literal["bedrock", "vertex"]] = {"bedrock": "bedrock", "vertex": "vertex"}
+
+_PROVIDER_APIS: tuple[ProviderApi, ...] = get_args(ProviderApi)
+
 _EXAMPLES = "openai:gpt-4o-mini, anthropic:claude-sonnet-4-5, or script:examples/scripts/hello.json"
 
 
@@ -99,7 +106,7 @@ class ProviderConfig:
     headers: Mapping[str, str] = field(default_factory=dict)
     prices: str | None = None
 
-    def to_payload(self) -> dict[str, Any]:
+    def to_payload(self) -> JSONObject:
         """As a JSON-ready table (the spawn payload carries it to the child)."""
         return {
             "name": self.name,
@@ -111,15 +118,23 @@ class ProviderConfig:
         }
 
     @classmethod
-    def from_payload(cls, data: Mapping[str, Any]) -> ProviderConfig:
-        """The inverse of :meth:`to_payload`."""
+    def from_payload(cls, data: Mapping[str, object]) -> ProviderConfig:
+        """The inverse of :meth:`to_payload`.
+
+        Raises:
+            ValueError: a field has the wrong shape (the payload was not made by :meth:`to_payload`).
+        """
+        api = data.get("api", "chat")
+        headers = data.get("headers") or {}
+        if api not in _PROVIDER_APIS or not isinstance(headers, Mapping):
+            raise ValueError(f"not a provider table: api={api!r}, headers of type {type(headers).__name__}")
         return cls(
             name=str(data["name"]),
             base_url=str(data["base_url"]),
-            api=data.get("api", "chat"),
-            api_key_env=data.get("api_key_env"),
-            headers=dict(data.get("headers") or {}),
-            prices=data.get("prices"),
+            api=api,
+            api_key_env=get_str(data, "api_key_env"),
+            headers={str(k): str(v) for k, v in headers.items()},
+            prices=get_str(data, "prices"),
         )
 
 
@@ -281,10 +296,10 @@ def validate_model_spec(
         _check_key(spec, env, "ANTHROPIC_API_KEY", url, _anthropic.DEFAULT_BASE_URL)
     elif provider == "azure":
         _azure(spec, name, env)
-    elif provider in ("bedrock", "vertex"):
+    elif provider in _CLOUDS:
         from agentd.models import cloud
 
-        cloud.check_environment(provider, spec, env)  # type: ignore[arg-type]
+        cloud.check_environment(_CLOUDS[provider], spec, env)
     elif provider == "script":
         load_script(name, spec=spec)
     else:
@@ -311,11 +326,11 @@ def prewarm(specs: list[str], *, sdks: bool = True, http: bool = True) -> None:
         _http.prewarm()
         pricing.prewarm()
     if sdks:
-        for provider in sorted(prefixes & {"bedrock", "vertex"}):
+        for provider in sorted(prefixes & _CLOUDS.keys()):
             from agentd.models import cloud
 
-            if not cloud.missing_modules(provider):  # type: ignore[arg-type]
-                cloud.prewarm(provider)  # type: ignore[arg-type]
+            if not cloud.missing_modules(_CLOUDS[provider]):
+                cloud.prewarm(_CLOUDS[provider])
 
 
 def make_model(
@@ -359,7 +374,7 @@ def make_model(
     if problems:
         raise ConfigError(f"model_settings.{problems[0].key}", problems[0].value, problems[0].fix)
     provider, name = parse_model_spec(spec, providers)
-    seams: dict[str, Any] = {
+    seams: PosterOptions = {
         "timeout": timeout,
         "sleep": sleep,
         "rng": rng,
@@ -367,25 +382,11 @@ def make_model(
         "telemetry": telemetry,
         "max_attempts": max_attempts,
     }
-    if provider == "openai":
+    if provider == "openai" or provider == "openai-responses":
         url = _base_url(spec, env, "OPENAI_BASE_URL", _openai.DEFAULT_BASE_URL)
-        return _openai.OpenAIModel(
-            name,
-            base_url=url,
-            api_key=_check_key(spec, env, "OPENAI_API_KEY", url, _openai.DEFAULT_BASE_URL),
-            settings=settings,
-            **seams,
-        )
-    if provider == "openai-responses":
-        from agentd.models.responses import ResponsesModel
-
-        url = _base_url(spec, env, "OPENAI_BASE_URL", _openai.DEFAULT_BASE_URL)
-        return ResponsesModel(
-            name,
-            base_url=url,
-            api_key=_check_key(spec, env, "OPENAI_API_KEY", url, _openai.DEFAULT_BASE_URL),
-            settings=settings,
-            **seams,
+        api_key = _check_key(spec, env, "OPENAI_API_KEY", url, _openai.DEFAULT_BASE_URL)
+        return _http_class("responses" if provider == "openai-responses" else "chat")(
+            name, base_url=url, api_key=api_key, settings=settings, **seams
         )
     if provider == "anthropic":
         url = _base_url(spec, env, "ANTHROPIC_BASE_URL", _anthropic.DEFAULT_BASE_URL)
@@ -412,36 +413,39 @@ def make_model(
             base_url_var="AZURE_OPENAI_ENDPOINT; the deployment is the name after 'azure:'",
             **seams,
         )
-    if provider == "bedrock" or provider == "vertex":
+    if provider in _CLOUDS:
         from agentd.models.cloud import CloudAnthropicModel
 
-        cloud: Literal["bedrock", "vertex"] = "bedrock" if provider == "bedrock" else "vertex"
         return CloudAnthropicModel(
-            name, provider=cloud, settings=settings, timeout=timeout, max_attempts=max_attempts
+            name, provider=_CLOUDS[provider], settings=settings, timeout=timeout, max_attempts=max_attempts
         )
     if provider == "script":
         return ScriptModel(load_script(name, spec=spec), name=name, sleep=sleep)
     config = providers[provider]
-    key = _named(spec, config, env)
-    named: dict[str, Any] = {
-        "base_url": config.base_url,
-        "api_key": key,
-        "headers": dict(config.headers),
-        "settings": settings,
-        "provider": config.name,
-        "price_provider": config.prices,
-        "auth_fix": (
+    return _http_class(config.api)(
+        name,
+        base_url=config.base_url,
+        api_key=_named(spec, config, env),
+        headers=dict(config.headers),
+        settings=settings,
+        provider=config.name,
+        price_provider=config.prices,
+        auth_fix=(
             f"set {config.api_key_env} to a valid key for [providers.{config.name}]"
             if config.api_key_env
             else f"give [providers.{config.name}] an api_key_env, or the headers its server expects"
         ),
-        "base_url_var": f"[providers.{config.name}] base_url",
+        base_url_var=f"[providers.{config.name}] base_url",
         **seams,
-    }
-    if config.api == "responses":
+    )
+
+
+def _http_class(api: ProviderApi) -> type[HttpModel]:
+    """The client class of a wire API (the Responses client is imported only when used)."""
+    if api == "responses":
         from agentd.models.responses import ResponsesModel
 
-        return ResponsesModel(name, **named)
-    if config.api == "messages":
-        return _anthropic.AnthropicModel(name, **named)
-    return _openai.OpenAIModel(name, **named)
+        return ResponsesModel
+    if api == "messages":
+        return _anthropic.AnthropicModel
+    return _openai.OpenAIModel

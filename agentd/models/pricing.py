@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import warnings
 from functools import lru_cache
-from typing import Any
+from typing import Protocol
 
 from agentd.models.base import Usage
 
@@ -94,11 +94,20 @@ PRICE_PROVIDERS: dict[str, str | None] = {
 }
 
 
-def price_provider_for(prefix: str, named: Any = None) -> str | None:
+class PricedEndpoint(Protocol):
+    """A ``[providers.NAME]`` table, as far as pricing reads it."""
+
+    @property
+    def prices(self) -> str | None:
+        """The ``genai-prices`` provider id its calls are priced as (None: unknown)."""
+        ...
+
+
+def price_provider_for(prefix: str, named: PricedEndpoint | None = None) -> str | None:
     """The ``genai-prices`` provider id a model spec's calls are priced as (``named``: its ``[providers.NAME]``)."""
     if prefix in PRICE_PROVIDERS:
         return PRICE_PROVIDERS[prefix]
-    return getattr(named, "prices", None)
+    return named.prices if named is not None else None
 
 
 def known_provider_ids() -> tuple[str, ...]:

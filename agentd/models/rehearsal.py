@@ -15,13 +15,14 @@ client, its connection) survives it.
 from __future__ import annotations
 
 import contextlib
-from typing import Any
 
 import orjson
 import trio
 
+from agentd.jsonvalue import JSONObject
+
 #: A minimal valid answer per wire API (text only, one token each way).
-_ANSWERS: dict[str, dict[str, Any]] = {
+_ANSWERS: dict[str, JSONObject] = {
     "chat": {
         "model": "rehearsal",
         "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],

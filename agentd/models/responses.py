@@ -37,38 +37,14 @@ joined (a ``refusal`` part → refusal), ``function_call`` → a tool call,
 
 from __future__ import annotations
 
-import random
-import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
-from typing import Any
-
-import httpx2
-import trio
+from collections.abc import Sequence
 
 from agentd.errors import ModelResponseError
-from agentd.models._http import DEFAULT_MODEL_TIMEOUT_S, MAX_ATTEMPTS, JsonPoster, Sleep, join_url
-from agentd.models.base import (
-    Message,
-    ModelReply,
-    StopReason,
-    ToolCall,
-    ToolSpec,
-    Usage,
-    estimate_input_tokens,
-    estimate_tokens,
-)
-from agentd.models.openai import (
-    CONTENT_FILTER_REFUSAL,
-    DEFAULT_BASE_URL,
-    TOOL_ERROR_PREFIX,
-    response_model,
-    usage_from,
-)
-from agentd.models.pricing import price_call
+from agentd.jsonvalue import JSONArray, JSONObject, as_object, get_array, get_object, get_str, is_object
+from agentd.models._wire import WireFormat, openai_usage
+from agentd.models.base import Message, ModelReply, StopReason, ToolCall, ToolSpec
+from agentd.models.openai import CONTENT_FILTER_REFUSAL, TOOL_ERROR_PREFIX, OpenAIEndpoint
 from agentd.models.settings import TOOL_CHOICE_WORDS, ModelSettings
-from agentd.redact import redact
-from agentd.telemetry import Telemetry
 
 #: Tag of :attr:`~agentd.models.base.Message.provider_data` written by this wire format.
 PROVIDER_DATA_API = "responses"
@@ -84,10 +60,10 @@ def build_request(
     messages: Sequence[Message],
     tools: Sequence[ToolSpec],
     settings: ModelSettings | None = None,
-) -> dict[str, Any]:
+) -> JSONObject:
     """The Responses API request body for this transcript (pure)."""
     settings = settings or ModelSettings()
-    items: list[dict[str, Any]] = []
+    items: JSONArray = []
     for m in messages:
         if m.role == "user":
             items.append({"role": "user", "content": m.content})
@@ -95,31 +71,33 @@ def build_request(
             data = (
                 m.provider_data if m.provider_data and m.provider_data.get("api") == PROVIDER_DATA_API else {}
             )
-            items += [dict(r) for r in data.get("reasoning", ()) if isinstance(r, dict)]
+            items += [dict(r) for r in get_array(data, "reasoning") or () if is_object(r)]
             if m.content:
-                message: dict[str, Any] = {
+                message: JSONObject = {
                     "type": "message",
                     "role": "assistant",
                     "content": [{"type": "output_text", "text": m.content}],
                 }
-                if isinstance(data.get("message_id"), str):
-                    message["id"] = data["message_id"]
+                message_id = get_str(data, "message_id")
+                if message_id is not None:
+                    message["id"] = message_id
                 items.append(message)
-            ids = data.get("call_item_ids") or {}
+            ids = get_object(data, "call_item_ids") or {}
             for c in m.tool_calls:
-                call: dict[str, Any] = {
+                call: JSONObject = {
                     "type": "function_call",
                     "call_id": c.id,
                     "name": c.name,
                     "arguments": "{}" if c.error is not None else (c.raw_arguments or "{}"),
                 }
-                if isinstance(ids.get(c.id), str):
-                    call["id"] = ids[c.id]
+                item_id = get_str(ids, c.id)
+                if item_id is not None:
+                    call["id"] = item_id
                 items.append(call)
         else:
             output = TOOL_ERROR_PREFIX + m.content if m.is_error else m.content
             items.append({"type": "function_call_output", "call_id": m.tool_call_id or "", "output": output})
-    body: dict[str, Any] = {"model": model, "input": items, "store": False}
+    body: JSONObject = {"model": model, "input": items, "store": False}
     if system:
         body["instructions"] = system
     if tools:
@@ -155,69 +133,74 @@ def build_request(
     return body
 
 
-def parse_response(body: dict[str, Any], *, estimated_input: int = 0) -> ModelReply:
+def parse_response(body: JSONObject, *, estimated_input: int = 0) -> ModelReply:
     """The reply in a Responses API body (pure).
 
     Raises:
         ModelResponseError: ``output`` is missing or an item has the wrong shape (naming the field).
     """
-    output = body.get("output")
-    if not isinstance(output, list):
+    output = get_array(body, "output")
+    if output is None:
         raise _unexpected("output", f"is missing or not a list (keys {sorted(body)!r:.200})")
     texts: list[str] = []
     refusals: list[str] = []
     calls: list[ToolCall] = []
-    reasoning: list[dict[str, Any]] = []
-    call_ids: dict[str, str] = {}
+    reasoning: JSONArray = []
+    call_ids: JSONObject = {}
     message_id: str | None = None
-    for i, item in enumerate(output):
-        if not isinstance(item, dict):
-            raise _unexpected(f"output[{i}]", f"is not an object: {item!r:.200}")
+    for i, raw in enumerate(output):
+        item = as_object(raw)
+        if item is None:
+            raise _unexpected(f"output[{i}]", f"is not an object: {raw!r:.200}")
         kind = item.get("type")
+        item_id = get_str(item, "id")
         if kind == "message":
-            parts = item.get("content")
-            if not isinstance(parts, list):
+            parts = get_array(item, "content")
+            if parts is None:
                 raise _unexpected(f"output[{i}].content", "is missing or not a list")
             for part in parts:
-                if isinstance(part, dict) and part.get("type") == "output_text":
-                    texts.append(str(part.get("text") or ""))
-                elif isinstance(part, dict) and part.get("type") == "refusal":
-                    refusals.append(str(part.get("refusal") or ""))
-            if isinstance(item.get("id"), str) and message_id is None:
-                message_id = item["id"][:_MAX_ID]
+                part_obj = as_object(part) or {}
+                if part_obj.get("type") == "output_text":
+                    texts.append(str(part_obj.get("text") or ""))
+                elif part_obj.get("type") == "refusal":
+                    refusals.append(str(part_obj.get("refusal") or ""))
+            if item_id is not None and message_id is None:
+                message_id = item_id[:_MAX_ID]
         elif kind == "function_call":
             call = _tool_call(i, item)
             calls.append(call)
-            if isinstance(item.get("id"), str):
-                call_ids[call.id] = item["id"][:_MAX_ID]
+            if item_id is not None:
+                call_ids[call.id] = item_id[:_MAX_ID]
         elif kind == "reasoning":
             reasoning.append({k: v for k, v in item.items() if k != "status"})
         # Other item kinds (hosted tools) carry nothing the loop uses.
     text = "".join(texts)
     stop: StopReason = "tool_use" if calls else "end"
     refusal: str | None = None
-    details = body.get("incomplete_details")
-    reason = details.get("reason") if isinstance(details, dict) else None
+    details = get_object(body, "incomplete_details")
+    reason = details.get("reason") if details is not None else None
     if body.get("status") == "incomplete" and reason == "max_output_tokens":
         stop = "max_tokens"
     if refusals:
         stop, refusal = "refusal", "".join(refusals) or CONTENT_FILTER_REFUSAL
     elif reason == "content_filter":
         stop, refusal = "refusal", text or CONTENT_FILTER_REFUSAL
-    usage = body.get("usage")
-    if isinstance(usage, dict) and isinstance(usage.get("input_tokens"), int):
-        tokens = usage_from(usage, "input_tokens", "output_tokens", "input_tokens_details")
-    else:
-        tokens = Usage(
-            estimated_input, estimate_tokens(text + "".join(c.name + c.raw_arguments for c in calls))
-        )
-    data: dict[str, Any] | None = None
+    usage = openai_usage(
+        body,
+        "input_tokens",
+        "output_tokens",
+        "input_tokens_details",
+        estimated_input=estimated_input,
+        text=text,
+        calls=calls,
+    )
+    data: JSONObject | None = None
     if reasoning or call_ids or message_id:
         data = {"api": PROVIDER_DATA_API, "reasoning": reasoning, "call_item_ids": call_ids}
         if message_id:
             data["message_id"] = message_id
     return ModelReply(
-        text=text, tool_calls=calls, stop=stop, usage=tokens, refusal=refusal, provider_data=data
+        text=text, tool_calls=calls, stop=stop, usage=usage, refusal=refusal, provider_data=data
     )
 
 
@@ -225,94 +208,24 @@ def _unexpected(field: str, problem: str) -> ModelResponseError:
     return ModelResponseError(f"openai-responses returned an unexpected response: {field} {problem}")
 
 
-def _tool_call(index: int, item: dict[str, Any]) -> ToolCall:
+def _tool_call(index: int, item: JSONObject) -> ToolCall:
     name = item.get("name")
     if not isinstance(name, str) or not name:
         raise _unexpected(f"output[{index}].name", f"of a function_call item is missing: {item!r:.200}")
-    call_id = item.get("call_id")
-    if not isinstance(call_id, str) or not call_id:
-        call_id = f"call_{index}"
+    call_id = get_str(item, "call_id") or f"call_{index}"
     args = item.get("arguments")
     if not isinstance(args, str):
         args = "" if args is None else str(args)
     return ToolCall.from_raw(call_id[:_MAX_ID], name, args)
 
 
-class ResponsesModel:
+class ResponsesModel(OpenAIEndpoint):
     """An OpenAI Responses API model.
 
-    Args:
-        name: the model name sent as ``model``.
-        base_url: the API root (``…/v1``); ``/responses`` is appended.
-        api_key: sent as ``Authorization: Bearer``; ``None`` sends no header.
-        settings: the model settings sent with every call.
-        headers: extra request headers (a ``[providers.NAME]`` table).
-        provider: the provider name in telemetry and messages.
-        price_provider: the ``genai-prices`` provider id to price calls with (None: unknown).
-        timeout: the deadline of one call, retries included (``--model-timeout``).
-        sleep, rng, wall_clock, telemetry, max_attempts, client: see
-            :class:`agentd.models._http.JsonPoster` (injected by tests).
+    ``/responses`` is appended to ``base_url`` (``…/v1``). The arguments are
+    :class:`agentd.models._wire.HttpModel`'s.
     """
 
-    def __init__(
-        self,
-        name: str,
-        *,
-        base_url: str = DEFAULT_BASE_URL,
-        api_key: str | None = None,
-        settings: ModelSettings | None = None,
-        headers: Mapping[str, str] | None = None,
-        provider: str = "openai-responses",
-        price_provider: str | None = "openai",
-        auth_fix: str = "set OPENAI_API_KEY to a valid key for this base URL (OPENAI_BASE_URL)",
-        base_url_var: str = "OPENAI_BASE_URL",
-        timeout: float = DEFAULT_MODEL_TIMEOUT_S,
-        sleep: Sleep = trio.sleep,
-        rng: random.Random | None = None,
-        wall_clock: Callable[[], float] = time.time,
-        telemetry: Telemetry | None = None,
-        max_attempts: int = MAX_ATTEMPTS,
-        client: httpx2.AsyncClient | None = None,
-    ) -> None:
-        self.name = name
-        self.provider = provider
-        self.price_provider = price_provider
-        self.url = join_url(base_url, "/responses")
-        self.settings = settings or ModelSettings()
-        self._headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
-        self._headers.update(headers or {})
-        self._poster = JsonPoster(
-            provider=provider,
-            auth_fix=auth_fix,
-            model=name,
-            base_url_var=base_url_var,
-            timeout=timeout,
-            sleep=sleep,
-            rng=rng,
-            wall_clock=wall_clock,
-            telemetry=telemetry,
-            max_attempts=max_attempts,
-            client=client,
-        )
-
-    def __repr__(self) -> str:
-        return f"ResponsesModel({self.name!r}, url={redact(self.url)!r})"
-
-    async def complete(
-        self,
-        *,
-        system: str | None,
-        messages: Sequence[Message],
-        tools: Sequence[ToolSpec],
-    ) -> ModelReply:
-        """One Responses API call (see :class:`agentd.models.base.Model`)."""
-        body = build_request(self.name, system=system, messages=messages, tools=tools, settings=self.settings)
-        answer = await self._poster.post(self.url, headers=self._headers, body=body)
-        reply = parse_response(answer, estimated_input=estimate_input_tokens(system, messages, tools))
-        return replace(
-            reply, cost_usd=price_call(self.price_provider, (response_model(answer), self.name), reply.usage)
-        )
-
-    async def aclose(self) -> None:
-        """Close the connection pool."""
-        await self._poster.aclose()
+    provider = "openai-responses"
+    path = "/responses"
+    wire = WireFormat(build_request, parse_response)

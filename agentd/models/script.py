@@ -59,11 +59,12 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Literal, TypeGuard, get_args
 
 import trio
 
 from agentd.errors import ConfigError
+from agentd.jsonvalue import JSONObject, JSONValue, is_object
 from agentd.models._http import Sleep
 from agentd.models.base import (
     Message,
@@ -95,7 +96,7 @@ _CALL_KEYS = frozenset({"name", "arguments", "id", "invalid_arguments"})
 _USAGE_KEYS = frozenset(
     {"input_tokens", "output_tokens", "cached_input_tokens", "cache_creation_input_tokens"}
 )
-_TURN_STOPS = ("end", "max_tokens")
+_TURN_STOPS: dict[str, Literal["end", "max_tokens"]] = {"end": "end", "max_tokens": "max_tokens"}
 _PLACEHOLDER = re.compile(r"\{(instruction|input|last_tool_result)\}")
 _FORMAT_HINT = "see the format in rfcs/0022-script-model-format.md or examples/scripts/"
 
@@ -105,7 +106,7 @@ class ScriptToolCall:
     """One scripted tool call (placeholders not yet replaced)."""
 
     name: str
-    arguments: dict[str, Any]
+    arguments: JSONObject
     id: str | None = None
     invalid_arguments: str | None = None
 
@@ -176,7 +177,7 @@ def load_script(path: str | Path, *, spec: str | None = None) -> Script:
             f"cannot read script file {str(p)!r} ({exc.strerror or exc}); fix the path or its permissions",
         ) from None
     try:
-        data = json.loads(text)
+        data: JSONValue = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(
             "model",
@@ -188,7 +189,7 @@ def load_script(path: str | Path, *, spec: str | None = None) -> Script:
     return parse_script(data, source=str(p), spec=spec)
 
 
-def parse_script(data: Any, *, source: str, spec: str) -> Script:
+def parse_script(data: object, *, source: str, spec: str) -> Script:
     """Validate decoded JSON as a script.
 
     Raises:
@@ -200,8 +201,8 @@ def parse_script(data: Any, *, source: str, spec: str) -> Script:
         raise ConfigError("model", spec, f"script file {source!r} {exc}; {_FORMAT_HINT}") from None
 
 
-def _parse(data: Any, source: str) -> Script:
-    if not isinstance(data, dict):
+def _parse(data: object, source: str) -> Script:
+    if not is_object(data):
         raise _Invalid("top level", f'must be an object like {{"turns": [...]}}, not {_kind(data)}')
     _no_unknown_keys(data, _TOP_KEYS, "top level")
     if "description" in data and not isinstance(data["description"], str):
@@ -220,8 +221,8 @@ def _parse(data: Any, source: str) -> Script:
     return Script(source=source, turns=turns, then=then)
 
 
-def _parse_turn(raw: Any, where: str) -> ScriptTurn:
-    if not isinstance(raw, dict):
+def _parse_turn(raw: JSONValue, where: str) -> ScriptTurn:
+    if not is_object(raw):
         raise _Invalid(where, f"must be an object, not {_kind(raw)}")
     _no_unknown_keys(raw, _TURN_KEYS, where)
     text = _opt_str(raw, "text", where) or ""
@@ -237,9 +238,10 @@ def _parse_turn(raw: Any, where: str) -> ScriptTurn:
         raise _Invalid(
             where, 'a "refusal" turn cannot also have "text" or "tool_calls"; split it into two turns'
         )
-    stop = raw.get("stop", "end")
-    if stop not in _TURN_STOPS:
-        raise _Invalid(f"{where}.stop", f"is {stop!r}; use 'end' or 'max_tokens'")
+    given_stop = raw.get("stop", "end")
+    stop = _TURN_STOPS.get(given_stop) if isinstance(given_stop, str) else None
+    if stop is None:
+        raise _Invalid(f"{where}.stop", f"is {given_stop!r}; use 'end' or 'max_tokens'")
     if stop != "end" and (calls or refusal is not None):
         raise _Invalid(f"{where}.stop", '"max_tokens" applies only to a text turn')
     usage = None
@@ -262,8 +264,8 @@ def _parse_turn(raw: Any, where: str) -> ScriptTurn:
     )
 
 
-def _parse_call(raw: Any, where: str, turn_invalid: str | None) -> ScriptToolCall:
-    if not isinstance(raw, dict):
+def _parse_call(raw: JSONValue, where: str, turn_invalid: str | None) -> ScriptToolCall:
+    if not is_object(raw):
         raise _Invalid(
             where, f'must be an object like {{"name": ..., "arguments": {{...}}}}, not {_kind(raw)}'
         )
@@ -272,7 +274,7 @@ def _parse_call(raw: Any, where: str, turn_invalid: str | None) -> ScriptToolCal
     if not isinstance(name, str) or not name:
         raise _Invalid(where, f'needs a "name" (a non-empty string), got {name!r}')
     arguments = raw.get("arguments", {})
-    if not isinstance(arguments, dict):
+    if not is_object(arguments):
         raise _Invalid(f"{where}.arguments", f"must be an object, not {_kind(arguments)}")
     call_id = _opt_str(raw, "id", where)
     if call_id == "":
@@ -285,8 +287,8 @@ def _parse_call(raw: Any, where: str, turn_invalid: str | None) -> ScriptToolCal
     return ScriptToolCall(name=name, arguments=arguments, id=call_id, invalid_arguments=invalid)
 
 
-def _parse_usage(raw: Any, where: str) -> Usage:
-    if not isinstance(raw, dict):
+def _parse_usage(raw: JSONValue, where: str) -> Usage:
+    if not is_object(raw):
         raise _Invalid(where, f'must be {{"input_tokens": int, "output_tokens": int}}, not {_kind(raw)}')
     _no_unknown_keys(raw, _USAGE_KEYS, where)
     values = []
@@ -303,13 +305,13 @@ def _parse_usage(raw: Any, where: str) -> Usage:
     return Usage(*values)
 
 
-def _no_unknown_keys(obj: dict[str, Any], allowed: frozenset[str], where: str) -> None:
+def _no_unknown_keys(obj: JSONObject, allowed: frozenset[str], where: str) -> None:
     unknown = sorted(str(k) for k in obj if k not in allowed)
     if unknown:
         raise _Invalid(where, f"unknown key {unknown[0]!r}; allowed: {', '.join(sorted(allowed))}")
 
 
-def _opt_str(obj: dict[str, Any], key: str, where: str) -> str | None:
+def _opt_str(obj: JSONObject, key: str, where: str) -> str | None:
     value = obj.get(key)
     if value is None:
         return None
@@ -318,21 +320,32 @@ def _opt_str(obj: dict[str, Any], key: str, where: str) -> str | None:
     return value
 
 
-def _is_number(v: Any) -> bool:
+def _is_number(v: object) -> TypeGuard[float]:
+    """A JSON number (an ``int`` or a ``float``, not a boolean)."""
     return isinstance(v, int | float) and not isinstance(v, bool)
 
 
-def _kind(value: Any) -> str:
+def _kind(value: object) -> str:
     names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}
     return names.get(type(value), "a number")
 
 
-def _substitute(value: Any, fields: dict[str, str]) -> Any:
-    """Replace the placeholders in every string inside ``value`` (one pass, no re-expansion)."""
+def _fill(text: str, fields: dict[str, str]) -> str:
+    """Replace the placeholders in ``text`` (one pass, no re-expansion)."""
+    return _PLACEHOLDER.sub(lambda m: fields[m.group(1)], text)
+
+
+def _fill_object(obj: JSONObject, fields: dict[str, str]) -> JSONObject:
+    """Replace the placeholders in every string inside ``obj``."""
+    return {k: _substitute(v, fields) for k, v in obj.items()}
+
+
+def _substitute(value: JSONValue, fields: dict[str, str]) -> JSONValue:
+    """Replace the placeholders in every string inside ``value``."""
     if isinstance(value, str):
-        return _PLACEHOLDER.sub(lambda m: fields[m.group(1)], value)
+        return _fill(value, fields)
     if isinstance(value, dict):
-        return {k: _substitute(v, fields) for k, v in value.items()}
+        return _fill_object(value, fields)
     if isinstance(value, list):
         return [_substitute(v, fields) for v in value]
     return value
@@ -400,8 +413,8 @@ class ScriptModel:
             )
         self._next += 1
         fields = placeholder_values(messages)
-        text = _substitute(turn.text, fields)
-        refusal = _substitute(turn.refusal, fields) if turn.refusal is not None else None
+        text = _fill(turn.text, fields)
+        refusal = _fill(turn.refusal, fields) if turn.refusal is not None else None
         calls = [self._tool_call(k, c, fields) for k, c in enumerate(turn.tool_calls)]
         stop: StopReason = "refusal" if refusal is not None else ("tool_use" if calls else turn.stop)
         usage = turn.usage
@@ -416,7 +429,7 @@ class ScriptModel:
         call_id = call.id or f"script-{self._calls}-{k}"
         if call.invalid_arguments is not None:
             return ToolCall.from_raw(call_id, call.name, call.invalid_arguments)
-        arguments = _substitute(call.arguments, fields)
+        arguments = _fill_object(call.arguments, fields)
         return ToolCall(id=call_id, name=call.name, arguments=arguments, raw_arguments=json.dumps(arguments))
 
     async def aclose(self) -> None:

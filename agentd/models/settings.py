@@ -37,9 +37,11 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, get_args
+
+from agentd.jsonvalue import JSONObject, JSONValue
 
 WireApi = Literal["chat", "responses", "messages", "script"]
 """The wire formats agentd speaks: Chat Completions, Responses, Anthropic Messages, and the script model."""
@@ -177,11 +179,11 @@ class ModelSettings:
     parallel_tool_calls: bool | None = None
     tool_choice: str | None = None
     prompt_cache: PromptCache | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    extra: Mapping[str, JSONValue] = field(default_factory=dict)
 
-    def given(self) -> dict[str, Any]:
+    def given(self) -> dict[str, object]:
         """The settings that are set, as plain JSON-ready values (``extra`` only when non-empty)."""
-        out: dict[str, Any] = {}
+        out: dict[str, object] = {}
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name == "extra":
@@ -193,6 +195,7 @@ class ModelSettings:
 
     def merged(self, over: ModelSettings) -> ModelSettings:
         """These settings with every key ``over`` sets replacing ours (``extra`` merged key by key)."""
+        # Values of several types: each is the same field of another ModelSettings (so of its type), for replace(**).
         changes: dict[str, Any] = {}
         for f in fields(over):
             value = getattr(over, f.name)
@@ -206,13 +209,14 @@ class ModelSettings:
     def for_api(self, api: WireApi) -> ModelSettings:
         """Only the settings ``api`` can carry (used for inherited settings; see the module docstring)."""
         keep = SUPPORTED[api]
+        # Values of several types: each field's empty value (None, or {} for extra), for replace(**).
         cleared: dict[str, Any] = {
             f.name: (None if f.name != "extra" else {}) for f in fields(self) if f.name not in keep
         }
         return replace(self, **cleared)
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, Any]) -> ModelSettings:
+    def from_mapping(cls, data: Mapping[str, object]) -> ModelSettings:
         """Parse and validate a settings table (TOML, env JSON, the spawn payload).
 
         Values are checked on their own (ranges, vocabularies, types);
@@ -234,6 +238,7 @@ class ModelSettings:
                 f"unknown model setting; {hint}known: {', '.join(sorted(known))} "
                 "(put provider fields agentd does not know under extra)",
             )
+        # Values of several types: each is what its own parser returned (the field's type), for the constructor's **.
         values: dict[str, Any] = {}
         for key, raw in data.items():
             if raw is None:
@@ -302,7 +307,7 @@ def _stop(key: str, raw: object) -> tuple[str, ...]:
     return tuple(items)
 
 
-def _choice(vocab: tuple[str, ...]) -> Any:
+def _choice(vocab: tuple[str, ...]) -> Callable[[str, object], str]:
     def parse(key: str, raw: object) -> str:
         if not isinstance(raw, str) or raw.strip().lower() not in vocab:
             raise SettingError(key, raw, f"choose one of {', '.join(vocab)}")
@@ -329,7 +334,7 @@ def _tool_choice(key: str, raw: object) -> str:
     )
 
 
-def _extra(key: str, raw: object) -> dict[str, Any]:
+def _extra(key: str, raw: object) -> JSONObject:
     if not isinstance(raw, Mapping):
         raise SettingError(key, raw, "write a table of raw request fields, e.g. extra = { seed = 7 }")
     taken = sorted(RESERVED_BODY_FIELDS & set(raw))
@@ -342,7 +347,7 @@ def _extra(key: str, raw: object) -> dict[str, Any]:
     return {str(k): v for k, v in raw.items()}
 
 
-_PARSERS: dict[str, Any] = {
+_PARSERS: dict[str, Callable[[str, object], object]] = {
     "temperature": _temperature,
     "top_p": _top_p,
     "max_output_tokens": _max_output,

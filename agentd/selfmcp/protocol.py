@@ -4,34 +4,47 @@ A child has two private channels to the supervisor, both socketpairs the
 supervisor made for it:
 
 * the **MCP channel**: the child is an MCP client of the supervisor there
-  (``tools/call`` and nothing else the model can reach). It carries only the
-  tools the model was offered; any other name, including anything that looks
-  like a control message, is answered "unknown tool".
+  (:mod:`agentd.selfmcp.server`: the handshake, ``tools/list`` and
+  ``tools/call``; only ``tools/call`` is reachable by the model). It lists only
+  the tools the model was offered; a call of any other name, including
+  anything that looks like a control message, is answered "unknown tool"
+  (:func:`unknown_tool_text`).
 * the **control channel** (this module): typed frames, one JSON object per
   line, that the model can never produce because no tool call reaches it.
 
 Frames, by ``type``::
 
     supervisor → child
-      spawn          SpawnPayload   first frame, exactly once: the agent's task and tools
-      usage_verdict  UsageVerdict   answers a UsageReport (same id)
-      next_turn      NextTurn       answers a TurnEnd (same id); for a warm session the
-                                    answer waits, at zero CPU, for its next delivery
+      spawn          SpawnPayload   first frame, exactly once: the agent's task, model and tools
+      usage_verdict  UsageVerdict   answers a UsageReport (same id): proceed, or stop and why
+      next_turn      NextTurn       answers a TurnEnd (same id): exit, or continue with the next
+                                    input; for a warm session the answer waits, at zero CPU,
+                                    for its next delivery
     child → supervisor
-      usage          UsageReport    after every model call: tokens, latency
-      turn_end       TurnEnd        when a turn reaches a terminal status
+      usage          UsageReport    after every model call: tokens, cost, latency, the reply's text
+      turn_end       TurnEnd        when a turn reaches a terminal status (also when the
+                                    provider is unusable: ``fatal_infra`` says why)
       event          ChildEvent     a telemetry event for the supervisor's stream
+                                    (``model.retry`` or ``tool.refused``); no answer
       transcript     TranscriptPart the messages a turn added (journaled sessions only: sent
-                                    just before that turn's TurnEnd, in one or more parts)
+                                    just before that turn's TurnEnd, in one or more parts); no answer
 
 Rules a child must keep, or be killed (``subagent.exit`` names the broken rule):
 
 * every line is one frame of the child → supervisor union, within
   :data:`MAX_CHILD_FRAME_BYTES`; integers are non-negative and bounded, texts
   are bounded (:data:`MAX_TEXT_CHARS` for a turn's result), statuses and event
-  names come from closed vocabularies, unknown keys are refused;
-* at most one request (``usage`` or ``turn_end``) is outstanding; ``id``
-  numbers the requests, 1, 2, 3, …, and the answer carries the same ``id``.
+  names come from closed vocabularies, unknown keys and reserved event fields
+  (:data:`RESERVED_EVENT_FIELDS`) are refused;
+* ``id`` numbers the requests (``usage`` and ``turn_end``) 1, 2, 3, … in the
+  order sent; the answer carries the same ``id``;
+* one turn's transcript parts stay within
+  :data:`agentd.supervisor.channel.MAX_TURN_TRANSCRIPT_BYTES`.
+
+The supervisor serves requests one at a time, in order: it reads the next
+frame only after answering the previous request (a request sent before that
+answer waits, unread, in the socket). The child in turn refuses a second
+``spawn`` and an answer it did not ask for or whose ``id`` does not match.
 
 Validation happens in the per-child reader task (:mod:`agentd.supervisor.channel`),
 outside the reactor: the reactor only ever sees frames that passed it.

@@ -79,8 +79,10 @@ from typing import Any, Final, Literal
 import anyio
 import orjson
 import trio
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.server.session import ServerSession
 from mcp.server.subscriptions import InMemorySubscriptionBus, ResourceUpdated
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
@@ -98,6 +100,7 @@ from pydantic import BaseModel
 from agentd import __version__
 from agentd.errors import AgentdError, ConfigError
 from agentd.exitcodes import ExitCode
+from agentd.jsonvalue import JSONObject
 from agentd.servers import _sdk
 from agentd.servers._httpguard import MIN_TOKEN_LENGTH, HostOriginGuard, HttpPolicy, is_loopback, is_wildcard
 from agentd.servers._safefs import write_atomic
@@ -188,7 +191,7 @@ class EventRing:
     def __init__(self, capacity: int = RING_CAPACITY) -> None:
         if capacity < 1:
             raise ValueError(f"EventRing capacity must be at least 1, got {capacity!r}")
-        self._events: deque[dict[str, Any]] = deque(maxlen=capacity)
+        self._events: deque[dict[str, object]] = deque(maxlen=capacity)
         self._seq = 0
 
     @property
@@ -199,26 +202,37 @@ class EventRing:
     def __len__(self) -> int:
         return len(self._events)
 
-    def append(self, type_: str, fields: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    def append(self, type_: str, fields: Mapping[str, object] | None = None) -> dict[str, object]:
         """Append one event and return it. ``fields`` may not set ``seq`` or ``type``."""
         if fields and ("seq" in fields or "type" in fields):
             raise ValueError("event fields may not override 'seq' or 'type'; rename the field")
         self._seq += 1
-        event: dict[str, Any] = {"seq": self._seq, "type": type_}
+        event: dict[str, object] = {"seq": self._seq, "type": type_}
         if fields:
             event.update(fields)
         self._events.append(event)
         return event
 
-    def error(self, message: str) -> dict[str, Any]:
+    def append_drafts(self, drafts: Iterable[Mapping[str, object]]) -> int:
+        """Append a watcher's drafts (events with ``type`` and without ``seq``), in order; returns how many."""
+        count = 0
+        for draft in drafts:
+            fields = dict(draft)
+            self.append(str(fields.pop("type")), fields)
+            count += 1
+        return count
+
+    def error(self, message: str) -> dict[str, object]:
         """Record a source failure in-band: ``{"seq", "type": "ERROR", "message"}``."""
         return self.append("ERROR", {"message": message})
 
-    def events(self, after: int = 0) -> list[dict[str, Any]]:
+    def events(self, after: int = 0) -> list[dict[str, object]]:
         """Events with ``seq > after``, oldest first."""
         if after <= 0:
             return list(self._events)
-        return [e for e in self._events if e["seq"] > after]
+        # seqs are consecutive and the newest is ``last_seq``: the wanted ones are the newest few.
+        wanted = min(max(self._seq - after, 0), len(self._events))
+        return list(self._events)[len(self._events) - wanted :]
 
     def body(self) -> str:
         """The resource body: ``{"events": [...]}`` as JSON text."""
@@ -378,10 +392,10 @@ class _ChannelNotification(BaseModel):
     """A notification with an arbitrary method (the SDK serialises any model with method/params)."""
 
     method: str
-    params: dict[str, Any] | None = None
+    params: dict[str, object] | None = None
 
 
-def _declares(session: Any, capability: str) -> bool:
+def _declares(session: object, capability: str) -> bool:
     caps = getattr(session, "client_capabilities", None)
     if caps is None:
         return False
@@ -400,7 +414,9 @@ class LegacyClient:
 
     key: object
     session: Any
-    state: dict[str, Any] = field(default_factory=dict)
+    """The SDK's ``ServerSession``, kept untyped: its ``send_notification`` is typed to the SDK's
+    own notification union, and this is how agentd's custom channel notifications go out."""
+    state: dict[str, object] = field(default_factory=dict)
     """Per-connection scratch space for the server built on top (e.g. what was pushed to it)."""
 
     def declares(self, capability: str) -> bool:
@@ -428,11 +444,11 @@ class WatchableServer:
         name: str,
         *,
         instructions: str,
-        experimental: Mapping[str, dict[str, Any]] | None = None,
+        experimental: Mapping[str, JSONObject] | None = None,
     ) -> None:
         self.name = name
         self.bus = InMemorySubscriptionBus()
-        self.mcp: MCPServer[Any] = MCPServer(
+        self.mcp: MCPServer = MCPServer(
             f"agentd-{name}",
             instructions=instructions,
             version=__version__,
@@ -444,7 +460,7 @@ class WatchableServer:
         self._cleanups: list[Callable[[], None]] = []
         self._ready_hooks: list[Callable[[LegacyClient], Awaitable[None]]] = []
         # uri -> connection key -> a session of that connection (handshake era)
-        self._legacy_subs: dict[str, dict[object, Any]] = {}
+        self._legacy_subs: dict[str, dict[object, ServerSession]] = {}
         # every handshake-era connection seen, for custom notifications
         self._legacy: dict[object, LegacyClient] = {}
         self._stdio: StdioTransport | None = None
@@ -529,7 +545,7 @@ class WatchableServer:
         return client.key in self._legacy_subs.get(uri, {})
 
     async def send_custom(
-        self, client: LegacyClient, method: str, params: Sequence[Mapping[str, Any]]
+        self, client: LegacyClient, method: str, params: Sequence[Mapping[str, object]]
     ) -> bool:
         """Send one ``method`` notification per ``params`` to ``client``, in order.
 
@@ -557,7 +573,9 @@ class WatchableServer:
             return False
         return True
 
-    async def notify_custom(self, method: str, params: Mapping[str, Any], *, capability: str | None) -> int:
+    async def notify_custom(
+        self, method: str, params: Mapping[str, object], *, capability: str | None
+    ) -> int:
         """Send a custom notification to every handshake-era client that declared ``capability``
         (every one when None). Returns how many clients it was sent to."""
         sent = 0
@@ -583,7 +601,7 @@ class WatchableServer:
 
     # ---------------------------------------------------------------- handlers
 
-    async def _track_session(self, ctx: Any, call_next: Callable[[Any], Awaitable[Any]]) -> Any:
+    async def _track_session(self, ctx: ServerRequestContext, call_next: CallNext) -> HandlerResult:
         result = await call_next(ctx)
         if ctx.method == "notifications/initialized" or (
             ctx.request_id is not None and ctx.method != "initialize"
@@ -611,14 +629,16 @@ class WatchableServer:
         except Exception:  # a hook's failure must not take the connection down
             log.exception("client-ready hook %r of %s failed", hook, self.name)
 
-    async def _on_subscribe(self, ctx: Any, params: SubscribeRequestParams) -> EmptyResult:
+    async def _on_subscribe(self, ctx: ServerRequestContext, params: SubscribeRequestParams) -> EmptyResult:
         uri = str(params.uri)
         await self._check_known(uri)
         key = _sdk.connection_of(ctx.session)
         self._legacy_subs.setdefault(uri, {})[key] = ctx.session
         return EmptyResult()
 
-    async def _on_unsubscribe(self, ctx: Any, params: UnsubscribeRequestParams) -> EmptyResult:
+    async def _on_unsubscribe(
+        self, ctx: ServerRequestContext, params: UnsubscribeRequestParams
+    ) -> EmptyResult:
         subs = self._legacy_subs.get(str(params.uri))
         if subs is not None:
             subs.pop(_sdk.connection_of(ctx.session), None)
@@ -643,7 +663,7 @@ class WatchableServer:
                 return
         raise MCPError(code=INVALID_PARAMS, message=await self._unknown_message(uri), data={"uri": uri})
 
-    async def _on_read(self, ctx: Any, params: ReadResourceRequestParams) -> Any:
+    async def _on_read(self, ctx: ServerRequestContext, params: ReadResourceRequestParams) -> HandlerResult:
         try:
             return await self._original_read(ctx, params)
         except MCPError as exc:

@@ -39,6 +39,7 @@ LOOPBACK_NAMES: Final = frozenset({"localhost", "127.0.0.1", "::1"})
 MIN_TOKEN_LENGTH: Final = 16
 """Shortest bearer token accepted: anything shorter is guessable."""
 
+# The ASGI interface's own types (as starlette spells them): its messages are dicts of mixed values.
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]

@@ -55,10 +55,11 @@ import re
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Final, Literal, TypedDict, TypeVar
 
 import orjson
 
+from agentd.jsonvalue import JSONObject
 from agentd.servers._intervals import IntervalSet
 
 __all__ = [
@@ -136,7 +137,7 @@ class Entry:
     id: str
     urgent: bool
     sender: str | None
-    event: dict[str, Any]
+    event: JSONObject
     """The event-log event, ``seq`` and ``type`` included (text capped for big lines)."""
     text: str
     """The message text as the channel shows it (capped)."""
@@ -179,7 +180,7 @@ def parse_line(line: bytes, *, offset: int, seq: int, agent: str, uri: str) -> E
             for key in ("seq", "type"):
                 if key in obj:
                     obj[f"message_{key}"] = obj.pop(key)
-        event: dict[str, Any] = {"seq": seq, "type": "MESSAGE", **obj, "id": msg_id}
+        event: JSONObject = {"seq": seq, "type": "MESSAGE", **obj, "id": msg_id}
         if "urgent" not in obj:
             event["urgent"] = False
         channel_text = _capped(text, uri, msg_id) if truncated else text
@@ -222,7 +223,12 @@ class Note:
     message: str
 
     def entry(self) -> Entry:
-        event = {"seq": self.seq, "type": "ERROR", "id": f"error-{self.seq}", "message": self.message}
+        event: JSONObject = {
+            "seq": self.seq,
+            "type": "ERROR",
+            "id": f"error-{self.seq}",
+            "message": self.message,
+        }
         return Entry(
             self.seq, "ERROR", self.at, self.at, f"error-{self.seq}", False, None, event, self.message
         )
@@ -241,7 +247,7 @@ def _meta_key(key: str) -> str:
     return clean
 
 
-def channel_params(entry: Entry, *, agent: str) -> dict[str, Any]:
+def channel_params(entry: Entry, *, agent: str) -> dict[str, object]:
     """``notifications/claude/channel`` params for one event: ``content`` + string ``meta``."""
     meta: dict[str, str] = {"seq": str(entry.seq), "id": entry.id, "inbox": agent}
     for key, value in entry.event.items():
@@ -269,12 +275,29 @@ def channel_params(entry: Entry, *, agent: str) -> dict[str, Any]:
 # --------------------------------------------------------------------------- persisted state
 
 
+_V = TypeVar("_V")
+
+
+class CursorSnapshot(TypedDict):
+    """The cursor file's content (:meth:`InboxLog.snapshot`; read back by :func:`cursor_from_json`)."""
+
+    version: int
+    offset: int
+    seq: int
+    acked: list[tuple[int, int]]
+    notes: list[dict[str, object]]
+    top: int
+    check: str | None
+    anchor: str | None
+    ledger: dict[str, object]
+
+
 class Ledger:
     """What consumers did, by message id (bounded): for the status resource and ``respond``."""
 
-    def __init__(self, data: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, data: Mapping[str, object] | None = None) -> None:
         self.acked: OrderedDict[str, str] = OrderedDict()
-        self.handled: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self.handled: OrderedDict[str, dict[str, object]] = OrderedDict()
         self.responded: OrderedDict[str, str] = OrderedDict()
         self.senders: OrderedDict[str, str | None] = OrderedDict()
         for name in ("acked", "handled", "responded", "senders"):
@@ -283,13 +306,13 @@ class Ledger:
                 getattr(self, name).update({str(k): v for k, v in value.items()})
 
     @staticmethod
-    def put(table: OrderedDict[str, Any], key: str, value: Any) -> None:
+    def put(table: OrderedDict[str, _V], key: str, value: _V) -> None:
         table[key] = value
         table.move_to_end(key)
         while len(table) > LEDGER_CAP:
             table.popitem(last=False)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "acked": self.acked,
             "handled": self.handled,
@@ -500,7 +523,7 @@ class InboxLog:
         shown.reverse()
         return [e for e in shown if e.urgent] + [e for e in shown if not e.urgent]
 
-    def gap(self, shown: list[Entry] | None = None) -> dict[str, Any] | None:
+    def gap(self, shown: list[Entry] | None = None) -> JSONObject | None:
         """What the window does not show (the pending events just below it), or None."""
         shown = self.window() if shown is None else shown
         missing = self.pending_count() - len(shown)
@@ -515,25 +538,23 @@ class InboxLog:
             for s in reversed(self._order)
             if s < floor and (e := self.mem.get(s)) is not None and e.urgent
         ]
-        gap: dict[str, Any] = {
-            "count": missing,
-            "first_seq": first,
-            "last_seq": last,
-            "message": (
-                f"{missing} older pending message(s) (seq {first}..{last}) are not shown; they stay on "
-                "disk and come back here as you acknowledge the ones shown (ack / ack_through); "
-                f"each is readable by id at {self.uri}/message/{{id}}"
-            ),
-        }
+        message = (
+            f"{missing} older pending message(s) (seq {first}..{last}) are not shown; they stay on "
+            "disk and come back here as you acknowledge the ones shown (ack / ack_through); "
+            f"each is readable by id at {self.uri}/message/{{id}}"
+        )
+        gap: JSONObject = {"count": missing, "first_seq": first, "last_seq": last, "message": message}
         if urgent:
-            gap["urgent_ids"] = urgent[:GAP_URGENT_IDS]
-            gap["message"] += f"; urgent among them: {', '.join(repr(i) for i in urgent[:GAP_URGENT_IDS])}"
+            gap["urgent_ids"] = [*urgent[:GAP_URGENT_IDS]]
+            gap["message"] = message + (
+                f"; urgent among them: {', '.join(repr(i) for i in urgent[:GAP_URGENT_IDS])}"
+            )
         return gap
 
     def body(self) -> bytes:
         """The ``inbox://AGENT`` resource body: ``{"events": [...], "pending": N, "gap"?: {...}}``."""
         shown = self.window()
-        doc: dict[str, Any] = {"events": [e.event for e in shown], "pending": self.pending_count()}
+        doc: JSONObject = {"events": [e.event for e in shown], "pending": self.pending_count()}
         gap = self.gap(shown)
         if gap is not None:
             doc["gap"] = gap
@@ -749,16 +770,7 @@ class InboxLog:
         Raises:
             AckError: the id names several pending messages and no ``seq`` chose one.
         """
-        found = self.pending_by_id(msg_id)
-        if seq is not None:
-            return [e for e in found if e.seq == seq]
-        if len(found) > 1:
-            listed = ", ".join(f"seq {e.seq}: {e.text[:40]!r}" for e in found[:5])
-            raise AckError(
-                f"id {msg_id!r} names {len(found)} pending messages ({listed}); "
-                "pass seq to choose one, or seqs=[...] to acknowledge several"
-            )
-        return found
+        return choose_by_id(self.pending_by_id(msg_id), msg_id, seq)
 
     def _ack_one(self, s: int) -> None:
         entry = self.mem.pop(s, None)
@@ -849,7 +861,7 @@ class InboxLog:
         self.version += 1
         return self._raise_note(message)
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> CursorSnapshot:
         """The cursor file's content (``check``/``anchor`` are filled in by the writer, who reads the file)."""
         cur = self.cursor
         return {
@@ -865,10 +877,27 @@ class InboxLog:
         }
 
 
+def choose_by_id(found: list[Entry], msg_id: str, seq: int | None) -> list[Entry]:
+    """The pending messages with ``msg_id`` an ack/handle means: the one at ``seq``, else all (one, or none).
+
+    Raises:
+        AckError: several pending messages have the id and no ``seq`` chose one.
+    """
+    if seq is not None:
+        return [e for e in found if e.seq == seq]
+    if len(found) > 1:
+        listed = ", ".join(f"seq {e.seq}: {e.text[:40]!r}" for e in found[:5])
+        raise AckError(
+            f"id {msg_id!r} names {len(found)} pending messages ({listed}); "
+            "pass seq to choose one, or seqs=[...] to acknowledge several"
+        )
+    return found
+
+
 _ACKED: Final = object()  # feed: the line's seq was acknowledged (a restart walk): consumed, not pending
 
 
-def cursor_from_json(doc: Mapping[str, Any]) -> tuple[Cursor, Ledger]:
+def cursor_from_json(doc: Mapping[str, object]) -> tuple[Cursor, Ledger]:
     """Parse the cursor file (see :meth:`InboxLog.snapshot`).
 
     Raises:
@@ -883,12 +912,12 @@ def cursor_from_json(doc: Mapping[str, Any]) -> tuple[Cursor, Ledger]:
     offset = need_int("offset", doc.get("offset", 0), 0)
     seq = need_int("seq", doc.get("seq", 1), 1)
     acked = IntervalSet()
-    for pair in doc.get("acked") or []:
+    for pair in _list_field(doc, "acked"):
         if not (isinstance(pair, list | tuple) and len(pair) == 2):
             raise ValueError(f"acked must be a list of [start, end] pairs, got {pair!r}")
         acked.add_range(need_int("acked start", pair[0], 0), need_int("acked end", pair[1], 0))
     notes = []
-    for raw in doc.get("notes") or []:
+    for raw in _list_field(doc, "notes"):
         if not isinstance(raw, Mapping):
             raise ValueError(f"notes must be objects, got {raw!r}")
         seq_n = need_int("note seq", raw.get("seq"), 1)
@@ -905,5 +934,14 @@ def cursor_from_json(doc: Mapping[str, Any]) -> tuple[Cursor, Ledger]:
         check=check if isinstance(check, str) else None,
         anchor=anchor if isinstance(anchor, str) else None,
     )
-    ledger = Ledger(doc.get("ledger") if isinstance(doc.get("ledger"), Mapping) else None)
+    raw_ledger = doc.get("ledger")
+    ledger = Ledger(raw_ledger if isinstance(raw_ledger, Mapping) else None)
     return cursor, ledger
+
+
+def _list_field(doc: Mapping[str, object], name: str) -> list[object]:
+    """``doc[name]`` as a list (absent or empty: ``[]``); anything else is a ``ValueError`` naming it."""
+    value = doc.get(name) or []
+    if not isinstance(value, list):
+        raise ValueError(f"{name} must be a list, got {value!r:.80}")
+    return value

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
 
 import orjson
+
+from agentd.jsonvalue import JSONValue, loads
 
 __all__ = ["MAX_VALUE_BYTES", "JsonStreamParser", "Malformed"]
 
@@ -81,7 +82,7 @@ class JsonStreamParser:
         """Bytes buffered for a value that is not complete yet."""
         return len(self._buf)
 
-    def feed(self, data: bytes) -> list[Any | Malformed]:
+    def feed(self, data: bytes) -> list[JSONValue | Malformed]:
         """Consume ``data`` and return every value it completed, in order.
 
         Args:
@@ -92,7 +93,7 @@ class JsonStreamParser:
         Returns:
             Decoded values and :class:`Malformed` markers, in stream order.
         """
-        out: list[Any | Malformed] = []
+        out: list[JSONValue | Malformed] = []
         buf = self._buf
         buf += data
         i = self._scan
@@ -176,9 +177,9 @@ class JsonStreamParser:
         self._reset_value()
         return out
 
-    def _decode(self, raw: bytes) -> Any | Malformed:
+    def _decode(self, raw: bytes) -> JSONValue | Malformed:
         try:
-            return orjson.loads(raw)
+            return loads(raw)
         except orjson.JSONDecodeError as exc:
             excerpt = raw[:_EXCERPT].decode("utf-8", "replace")
             return Malformed(f"invalid JSON value ({exc}): {excerpt!r}", len(raw))

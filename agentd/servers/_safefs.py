@@ -64,22 +64,22 @@ class UnsafePath(OSError):
     """A path that is not a regular file (or is a symlink) where one is required."""
 
 
+_KINDS: Final = (
+    (stat.S_ISLNK, "a symlink"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISREG, "a regular file"),
+)
+
+
 def describe_kind(mode: int) -> str:
     """What a ``st_mode`` is, for messages: ``"a FIFO"``, ``"a symlink"``, ..."""
-    if stat.S_ISLNK(mode):
-        return "a symlink"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISCHR(mode):
-        return "a character device"
-    if stat.S_ISBLK(mode):
-        return "a block device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISREG(mode):
-        return "a regular file"
+    for is_kind, kind in _KINDS:
+        if is_kind(mode):
+            return kind
     return "not a regular file"
 
 

@@ -22,10 +22,15 @@ bundled server in production.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, TypeAlias, TypeVar
 
+from mcp.server.context import HandlerResult, ServerRequestContext
 from mcp.server.lowlevel.server import Server
 from mcp.server.mcpserver import MCPServer
+from mcp.server.models import InitializationOptions
+from pydantic import BaseModel
+
+from agentd.jsonvalue import JSONObject
 
 __all__ = [
     "advertise_experimental",
@@ -36,17 +41,24 @@ __all__ = [
     "set_request_handler",
 ]
 
-Handler = Callable[[Any, Any], Awaitable[Any]]
+_Params = TypeVar("_Params", bound=BaseModel)
+
+Handler: TypeAlias = Callable[[ServerRequestContext, BaseModel], Awaitable[HandlerResult]]
 """A low-level request handler: ``async (ctx, params) -> result``."""
 
 
-def lowlevel(mcp: MCPServer) -> Server[Any]:
+def lowlevel(mcp: MCPServer) -> Server:
     """The low-level server under ``mcp`` (private in the SDK: ``MCPServer._lowlevel_server``)."""
-    server: Server[Any] = mcp._lowlevel_server
+    server: Server = mcp._lowlevel_server
     return server
 
 
-def set_request_handler(mcp: MCPServer, method: str, params_type: type[Any], handler: Handler) -> None:
+def set_request_handler(
+    mcp: MCPServer,
+    method: str,
+    params_type: type[_Params],
+    handler: Callable[[ServerRequestContext, _Params], Awaitable[HandlerResult]],
+) -> None:
     """Answer ``method`` with ``handler`` (replacing the SDK's own handler for it, if any)."""
     lowlevel(mcp).add_request_handler(method, params_type, handler)
 
@@ -60,7 +72,7 @@ def request_handler(mcp: MCPServer, method: str) -> Handler | None:
     return handler
 
 
-def connection_of(session: Any) -> object:
+def connection_of(session: object) -> object:
     """The client connection a request's session belongs to (its subscriptions' owner).
 
     The SDK builds one ``ServerSession`` per request but one connection per
@@ -71,18 +83,20 @@ def connection_of(session: Any) -> object:
     return getattr(session, "_connection", session)
 
 
-def initialization_options(mcp: MCPServer, experimental: Mapping[str, dict[str, Any]] | None) -> Any:
+def initialization_options(
+    mcp: MCPServer, experimental: Mapping[str, JSONObject] | None
+) -> InitializationOptions:
     """The initialization options of ``mcp`` with ``experimental`` capabilities (for stdio)."""
     caps = dict(experimental) if experimental is not None else None
     return lowlevel(mcp).create_initialization_options(experimental_capabilities=caps)
 
 
-def advertise_experimental(mcp: MCPServer, experimental: Mapping[str, dict[str, Any]]) -> None:
+def advertise_experimental(mcp: MCPServer, experimental: Mapping[str, JSONObject]) -> None:
     """Make every initialization ``mcp`` answers (the HTTP session manager's too) carry ``experimental``."""
     low = lowlevel(mcp)
     original = low.create_initialization_options
 
-    def with_experimental(*args: Any, **kwargs: Any) -> Any:
+    def with_experimental(*args: Any, **kwargs: Any) -> InitializationOptions:  # the SDK's own signature
         kwargs.setdefault("experimental_capabilities", dict(experimental))
         return original(*args, **kwargs)
 

@@ -32,12 +32,14 @@ import fcntl
 import math
 import os
 import stat
-from typing import Any, Final
+from typing import Final, TypeAlias
 
 import anyio
 import mcp_types as types
 import trio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp.server.lowlevel.server import Server
+from mcp.server.models import InitializationOptions
 from mcp.shared.message import SessionMessage
 
 __all__ = ["MAX_INBOUND_LINE", "StdioTransport"]
@@ -97,6 +99,9 @@ class _CountingSend:
         await self.aclose()
 
 
+_Reader: TypeAlias = "trio.lowlevel.FdStream | _ThreadFd"
+
+
 class StdioTransport:
     """Serve one MCP connection over this process's stdin/stdout (see the module docstring)."""
 
@@ -148,7 +153,7 @@ class StdioTransport:
                 break
         return done
 
-    async def _write_all(self, writer: Any, data: bytes) -> None:
+    async def _write_all(self, writer: _ThreadFd, data: bytes) -> None:
         if self._out_fd is None:
             await writer.send_all(data)
             return
@@ -170,7 +175,7 @@ class StdioTransport:
 
     # ---------------------------------------------------------------- serving
 
-    async def serve(self, low: Any, init_options: Any) -> None:
+    async def serve(self, low: Server, init_options: InitializationOptions) -> None:
         """Run the low-level server ``low`` over stdio until stdin closes (or cancellation)."""
         in_fd = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3)
         out_fd = fcntl.fcntl(1, fcntl.F_DUPFD_CLOEXEC, 3)
@@ -182,8 +187,8 @@ class StdioTransport:
             os.dup2(2, 1)
         finally:
             os.close(devnull)
-        reader: Any = trio.lowlevel.FdStream(in_fd) if _pollable(in_fd) else _ThreadFd(in_fd)
-        writer: Any = _ThreadFd(out_fd)
+        reader: _Reader = trio.lowlevel.FdStream(in_fd) if _pollable(in_fd) else _ThreadFd(in_fd)
+        writer = _ThreadFd(out_fd)
         out_was_blocking = True
         if _pollable(out_fd):
             out_was_blocking = os.get_blocking(out_fd)
@@ -214,7 +219,9 @@ class StdioTransport:
             os.close(keep_in)
             os.close(keep_out)
 
-    async def _read_loop(self, reader: Any, out: MemoryObjectSendStream[SessionMessage | Exception]) -> None:
+    async def _read_loop(
+        self, reader: _Reader, out: MemoryObjectSendStream[SessionMessage | Exception]
+    ) -> None:
         buf = b""
         dropping = False
         async with out:
@@ -247,7 +254,7 @@ class StdioTransport:
 
     async def _write_loop(
         self,
-        writer: Any,
+        writer: _ThreadFd,
         items: MemoryObjectReceiveStream[SessionMessage | bytes],
         scope: trio.CancelScope,
     ) -> None:

@@ -42,11 +42,12 @@ import stat
 from collections import Counter
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Generic, Literal, Protocol, TypeVar
+from typing import Final, Generic, Literal, Protocol, TypeVar
 from urllib.parse import unquote
 
 import orjson
 import trio
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.resources.templates import ResourceSecurity
 
@@ -208,7 +209,7 @@ def scan_tree(top: str) -> dict[str, FileStat]:
     return out
 
 
-def _draft(kind: EventType, root: str, path: str, st: FileStat) -> dict[str, Any]:
+def _draft(kind: EventType, root: str, path: str, st: FileStat) -> dict[str, object]:
     return {"type": kind, "path": relative(root, path), "size": st.size, "mtime": st.mtime_ns / 1e9}
 
 
@@ -228,9 +229,9 @@ class TreeSnapshot:
     top: str
     files: dict[str, FileStat] = field(default_factory=dict)
 
-    def update(self, dirty: Iterable[str], stat_fn: Stat = lstat_file) -> list[dict[str, Any]]:
+    def update(self, dirty: Iterable[str], stat_fn: Stat = lstat_file) -> list[dict[str, object]]:
         """Re-examine ``dirty`` paths; drafts (no ``seq``) for the ones that changed, sorted by path."""
-        out: list[dict[str, Any]] = []
+        out: list[dict[str, object]] = []
         for path in sorted(set(dirty)):
             now = stat_fn(path)
             before = self.files.get(path)
@@ -251,7 +252,7 @@ class TreeSnapshot:
         prefix = directory.rstrip("/") + "/"
         return [p for p in self.files if p.startswith(prefix)]
 
-    def replace(self, fresh: Mapping[str, FileStat]) -> list[dict[str, Any]]:
+    def replace(self, fresh: Mapping[str, FileStat]) -> list[dict[str, object]]:
         """Diff a full re-scan against the snapshot (after an overflow); drafts for every difference."""
         dirty = set(self.files) | set(fresh)
         return self.update(dirty, lambda p: fresh.get(p))
@@ -279,7 +280,7 @@ def dirty_paths(batch: Iterable[TreeEvent], snapshot: TreeSnapshot) -> tuple[set
 # --------------------------------------------------------------------------- file bodies (pure)
 
 
-def file_body(root: str, path: str, *, max_text_bytes: int) -> dict[str, Any]:
+def file_body(root: str, path: str, *, max_text_bytes: int) -> dict[str, object]:
     """The ``file:///`` body for a regular file.
 
     The file is opened without following a final symlink and without
@@ -443,7 +444,7 @@ class WatcherRegistry(Generic[W]):
 
     # ------------------------------------------------------------ middleware
 
-    async def _middleware(self, ctx: Any, call_next: Callable[[Any], Awaitable[Any]]) -> Any:
+    async def _middleware(self, ctx: ServerRequestContext, call_next: CallNext) -> HandlerResult:
         method = ctx.method
         params = ctx.params if isinstance(ctx.params, Mapping) else {}
         if method == "subscriptions/listen":
@@ -486,7 +487,7 @@ class WatcherRegistry(Generic[W]):
             self.release(uri)
 
 
-def request_uri(ctx: Context[Any, Any]) -> str | None:
+def request_uri(ctx: Context) -> str | None:
     """The URI exactly as the client sent it in ``resources/read`` (the key its subscription uses)."""
     params = ctx.request_context.params
     uri: object = params.get("uri") if isinstance(params, Mapping) else None
@@ -579,13 +580,9 @@ class TreeWatcher:
         finally:
             watcher.close()
 
-    async def _emit(self, drafts: list[dict[str, Any]]) -> None:
-        if not drafts:
-            return
-        for draft in drafts:
-            kind = draft.pop("type")
-            self.ring.append(kind, draft)
-        await self._changed()
+    async def _emit(self, drafts: list[dict[str, object]]) -> None:
+        if self.ring.append_drafts(drafts):
+            await self._changed()
 
 
 _FILE_MASK: Final = (
@@ -691,9 +688,18 @@ def build(args: argparse.Namespace) -> WatchableServer:
             return TreeWatcher(root, path, changed=registry.notifier(uri))
         return FileWatcher(root, path, changed=registry.notifier(uri))
 
-    registry: WatcherRegistry[Any] = WatcherRegistry(server, key=key, factory=make)
+    registry: WatcherRegistry[Watcher] = WatcherRegistry(server, key=key, factory=make)
     registry.install()
     open_security = ResourceSecurity(exempt_params={"path"})  # our own checks, with clearer messages
+
+    def resolve(ctx: Context, fallback: str) -> tuple[str, str]:
+        """The URI the client read (its subscription key) and the real path it names."""
+        uri = request_uri(ctx) or fallback
+        try:
+            (_, real), _raw = parse(uri)
+        except PathRefused as exc:
+            raise ResourceError(str(exc)) from exc
+        return uri, real
 
     events_description = describe(
         "File changes below a directory of the served root (the path is relative to the root; "
@@ -712,20 +718,16 @@ def build(args: argparse.Namespace) -> WatchableServer:
         mime_type=EVENTS_MIME,
         security=open_security,
     )
-    async def read_events(path: str, ctx: Context[Any, Any]) -> str:
-        uri = request_uri(ctx) or f"file-events://{path}"
-        try:
-            (_, real), _raw = parse(uri)
-        except PathRefused as exc:
-            raise ResourceError(str(exc)) from exc
+    async def read_events(path: str, ctx: Context) -> str:
+        uri, real = resolve(ctx, f"file-events://{path}")
         watcher = registry.get(uri)
-        if watcher is None:
+        if not isinstance(watcher, TreeWatcher):  # file-events:// URIs key tree watchers only
             problem = _not_a_directory(root, real)
             if problem is not None:
                 raise ResourceError(problem)
             return orjson.dumps({"events": []}).decode()
         await watcher.gate.wait_ready()
-        return str(watcher.ring.body())
+        return watcher.ring.body()
 
     file_description = describe(
         "One file under the served root (the path is relative to the root), as JSON: "
@@ -738,12 +740,8 @@ def build(args: argparse.Namespace) -> WatchableServer:
     @server.mcp.resource(
         FILE_TEMPLATE, name="file", description=file_description, mime_type=STATE_MIME, security=open_security
     )
-    async def read_file(path: str, ctx: Context[Any, Any]) -> str:
-        uri = request_uri(ctx) or f"file:///{path}"
-        try:
-            (_, real), _raw = parse(uri)
-        except PathRefused as exc:
-            raise ResourceError(str(exc)) from exc
+    async def read_file(path: str, ctx: Context) -> str:
+        uri, real = resolve(ctx, f"file:///{path}")
         watcher = registry.get(uri)
         if watcher is not None:
             await watcher.gate.wait_ready()

@@ -97,7 +97,7 @@ import uuid
 from collections import deque
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final, Literal
+from typing import Final, Literal, TypeAlias
 from urllib.parse import unquote
 
 import orjson
@@ -124,10 +124,14 @@ from agentd.servers._inboxlog import (
     WINDOW,
     AckError,
     Cursor,
+    CursorSnapshot,
     Entry,
     InboxLog,
     Ledger,
+    Note,
+    Reader,
     channel_params,
+    choose_by_id,
     cursor_from_json,
     find_newline,
     message_id,
@@ -278,7 +282,7 @@ def process_start_time(pid: int) -> float | None:
         return None
 
 
-def sentinel_is_live(info: dict[str, Any]) -> bool:
+def sentinel_is_live(info: dict[str, object]) -> bool:
     """Whether a sentinel's owner still runs *on this host* (pid alive with the same start time).
 
     A sentinel from another host is never live here: it can only have come
@@ -307,11 +311,11 @@ class DrainerLock:
         self.inbox = os.path.join(directory, names.inbox)
         self.sentinel_path = os.path.join(directory, names.sentinel)
         self._fds: list[int] = []
-        self.took_over: dict[str, Any] | None = None
-        self.foreign: dict[str, Any] | None = None
+        self.took_over: dict[str, object] | None = None
+        self.foreign: dict[str, object] | None = None
         """A sentinel from another host found at start (reported, then replaced)."""
 
-    def _read_sentinel(self, name: str) -> dict[str, Any] | None:
+    def _read_sentinel(self, name: str) -> dict[str, object] | None:
         try:
             info = orjson.loads(read_regular(name, 64 * 1024, dir_fd=self.dir_fd))
         except (OSError, orjson.JSONDecodeError):
@@ -388,7 +392,7 @@ class DrainerLock:
                 f"{self.sentinel_path} is {kind}, not a regular file; remove it (the server writes its sentinel there)"
             ) from exc
 
-    def _busy_message(self, info: dict[str, Any] | None) -> str:
+    def _busy_message(self, info: dict[str, object] | None) -> str:
         who = f"pid {info.get('pid')} on {info.get('host')}" if info else "another process"
         return (
             f"{self.inbox} is already drained by {who} (sentinel {self.sentinel_path}); "
@@ -436,7 +440,11 @@ def syncthing_warning(directory: str) -> str | None:
 # --------------------------------------------------------------------------- the cursor file
 
 
-def _boundary_digests(read: Any, offset: int) -> tuple[str | None, str | None]:
+_Located: TypeAlias = tuple[int | None, int, int, bool]
+"""Where a message with a given id is: (seq if known, start, end, pending)."""
+
+
+def _boundary_digests(read: Reader, offset: int) -> tuple[str | None, str | None]:
     """(check, anchor) for a cursor at ``offset``: sha256 of the 4 KiB before it and of the last non-blank line."""
     if offset <= 0:
         return None, None
@@ -459,7 +467,7 @@ def _boundary_digests(read: Any, offset: int) -> tuple[str | None, str | None]:
     return check, None
 
 
-def _find_anchor(read: Any, size: int, anchor: str) -> int | None:
+def _find_anchor(read: Reader, size: int, anchor: str) -> int | None:
     """Offset just past the *first* non-blank line whose sha256 is ``anchor`` (first: a repeated line never
     makes delivery skip ahead), or None."""
     pos = 0
@@ -657,10 +665,10 @@ class InboxServer:
         return open_regular(self.names.inbox, os.O_RDONLY, dir_fd=self.dir_fd if dir_fd is None else dir_fd)
 
     @staticmethod
-    def _reader(fd: int) -> Any:
+    def _reader(fd: int) -> Reader:
         return lambda offset, n: os.pread(fd, n, offset)
 
-    def _write_cursor(self, dir_fd: int, snap: dict[str, Any]) -> tuple[int, str | None, str | None]:
+    def _write_cursor(self, dir_fd: int, snap: CursorSnapshot) -> tuple[int, str | None, str | None]:
         """Write the cursor file (in a worker thread); fills in check/anchor from the inbox. Returns them."""
         offset = snap["offset"]
         check = anchor = None
@@ -916,7 +924,7 @@ class InboxServer:
     # ---------------------------------------------------------------- refill from disk
 
     def _walk_pending(
-        self, dir_fd: int, start: int, seq: int, stop: int, notes: list[Any], below: int | None,
+        self, dir_fd: int, start: int, seq: int, stop: int, notes: list[Note], below: int | None,
         acked: IntervalSet, keep: int, match_id: str | None = None,
     ) -> list[Entry]:  # fmt: skip
         """Pending events in ``[start, stop)`` (worker thread): the first and the newest ``keep`` (or those with ``match_id``)."""
@@ -1096,7 +1104,9 @@ class InboxServer:
         for client in self.server.legacy_clients() if clients is None else clients:
             if not self._wants_channel(client):
                 continue
-            pushed: IntervalSet = client.state.setdefault("inbox_pushed", IntervalSet())
+            pushed = client.state.get("inbox_pushed")
+            if not isinstance(pushed, IntervalSet):
+                pushed = client.state["inbox_pushed"] = IntervalSet()
             todo = [e for e in entries if e.seq not in pushed and self.log.is_pending(e.seq)]
             if not todo:
                 continue
@@ -1140,7 +1150,7 @@ class InboxServer:
 
     # ---------------------------------------------------------------- resources
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> dict[str, object]:
         cur = self.log.cursor
         deferral = self.log.deferral
         ledger = self.log.ledger
@@ -1163,7 +1173,7 @@ class InboxServer:
             "persist_error": self._persist_error,
         }
 
-    async def message(self, msg_id: str) -> dict[str, Any]:
+    async def message(self, msg_id: str) -> dict[str, object]:
         """``inbox://AGENT/message/{id}``: every message with this id, whole (pending ones first)."""
         await self.gate.wait_ready()
         pending = await self._find_pending(msg_id)
@@ -1194,11 +1204,11 @@ class InboxServer:
             os.close(fd)
         return {"messages": out}
 
-    def _scan_all(self, dir_fd: int, msg_id: str) -> list[tuple[int | None, int, int, bool]]:
+    def _scan_all(self, dir_fd: int, msg_id: str) -> list[_Located]:
         """Every line of the file with ``msg_id`` (worker thread): (seq if known, start, end, pending=False)."""
         needle = msg_id.encode()
         fd = self._open_inbox(dir_fd)
-        out: list[tuple[int | None, int, int, bool]] = []
+        out: list[_Located] = []
         try:
             read = self._reader(fd)
             size = os.fstat(fd).st_size
@@ -1225,7 +1235,7 @@ class InboxServer:
             os.close(fd)
         return out
 
-    def _match_line(self, line: bytes, offset: int, msg_id: str, needle: bytes, out: list[Any]) -> None:
+    def _match_line(self, line: bytes, offset: int, msg_id: str, needle: bytes, out: list[_Located]) -> None:
         if needle not in line and not msg_id.startswith(f"{self.agent}@"):
             return
         try:
@@ -1237,7 +1247,7 @@ class InboxServer:
 
     # ---------------------------------------------------------------- tools
 
-    async def ack(self, msg_id: str | None, seq: int | None, seqs: list[int] | None) -> dict[str, Any]:
+    async def ack(self, msg_id: str | None, seq: int | None, seqs: list[int] | None) -> dict[str, object]:
         await self.gate.wait_ready()
         shown = self._shown()
         if seqs is not None:
@@ -1280,16 +1290,10 @@ class InboxServer:
             raise ToolError(str(exc)) from exc
         if entries:
             return entries
-        found = await self._find_pending(msg_id)
-        if seq is not None:
-            found = [e for e in found if e.seq == seq]
-        if len(found) > 1:
-            listed = ", ".join(f"seq {e.seq}" for e in found[:5])
-            raise ToolError(
-                f"id {msg_id!r} names {len(found)} pending messages ({listed}); pass seq to choose one, "
-                "or seqs=[...] to acknowledge several"
-            )
-        return found
+        try:
+            return choose_by_id(await self._find_pending(msg_id), msg_id, seq)
+        except AckError as exc:
+            raise ToolError(str(exc)) from exc
 
     def _unknown_id(self, msg_id: str) -> str:
         recent = ", ".join(repr(e.id) for e in self.log.window()[:5]) or "(none pending)"
@@ -1311,7 +1315,7 @@ class InboxServer:
             await self._push_channel(revealed)
         await self.server.notify_changed(self.status_uri)
 
-    async def ack_through(self, seq: int) -> dict[str, Any]:
+    async def ack_through(self, seq: int) -> dict[str, object]:
         await self.gate.wait_ready()
         shown = self._shown()
         ts = _now()
@@ -1322,7 +1326,7 @@ class InboxServer:
         await self._committed(shown)
         return {"through": seq, "acked": count, "pending": self.log.pending_count()}
 
-    async def mark_handled(self, msg_id: str, note: str | None, seq: int | None) -> dict[str, Any]:
+    async def mark_handled(self, msg_id: str, note: str | None, seq: int | None) -> dict[str, object]:
         await self.gate.wait_ready()
         shown = self._shown()
         entries = await self._entries_for(msg_id, seq)
@@ -1331,13 +1335,14 @@ class InboxServer:
         if entries:
             self.log.ack_seqs([e.seq for e in entries])
         ts = _now()
-        Ledger.put(self.log.ledger.handled, msg_id, {"ts": ts, "note": note})
+        handled: dict[str, object] = {"ts": ts, "note": note}
+        Ledger.put(self.log.ledger.handled, msg_id, handled)
         Ledger.put(self.log.ledger.acked, msg_id, ts)
         self.log.touch()
         await self._committed(shown)
         return {"id": msg_id, "handled": True, "pending": self.log.pending_count()}
 
-    async def respond(self, msg_id: str, text: str, seq: int | None) -> dict[str, Any]:
+    async def respond(self, msg_id: str, text: str, seq: int | None) -> dict[str, object]:
         await self.gate.wait_ready()
         entries = await self._entries_for(msg_id, seq)
         if entries:
@@ -1351,7 +1356,7 @@ class InboxServer:
                 f"message {msg_id!r} has no usable 'from' ({sender!r}), so there is no inbox to reply to"
             )
         reply_id = f"{self.agent}-{uuid.uuid4().hex[:12]}"
-        reply: dict[str, Any] = {
+        reply: dict[str, object] = {
             "id": reply_id,
             "from": self.agent,
             "ts": _now(),
@@ -1461,7 +1466,7 @@ def build(args: argparse.Namespace) -> WatchableServer:
         description=f"Every message of {agent}'s inbox with this id, whole (however large), pending or not.",
         security=ResourceSecurity(exempt_params={"id"}),
     )
-    async def message(id: str, ctx: Context[Any, Any]) -> str:
+    async def message(id: str, ctx: Context) -> str:
         return orjson.dumps(await inbox.message(unquote(id))).decode()
 
     @server.mcp.tool(
@@ -1472,26 +1477,26 @@ def build(args: argparse.Namespace) -> WatchableServer:
     )
     async def ack(
         id: str | None = None, seq: int | None = None, seqs: list[int] | None = None
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         return await inbox.ack(id, seq, seqs)
 
     @server.mcp.tool(
         description="Acknowledge every pending message up to and including `seq` (shown or not): an explicit cursor."
     )
-    async def ack_through(seq: int) -> dict[str, Any]:
+    async def ack_through(seq: int) -> dict[str, object]:
         return await inbox.ack_through(seq)
 
     @server.mcp.tool(
         description="Reply to message `id`: appends a line with in_reply_to to the sender's inbox.",
         annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False),
     )
-    async def respond(id: str, text: str, seq: int | None = None) -> dict[str, Any]:
+    async def respond(id: str, text: str, seq: int | None = None) -> dict[str, object]:
         return await inbox.respond(id, text, seq)
 
     @server.mcp.tool(
         description="Mark message `id` handled (this acknowledges it), with an optional note. Shown in inbox status."
     )
-    async def mark_handled(id: str, note: str | None = None, seq: int | None = None) -> dict[str, Any]:
+    async def mark_handled(id: str, note: str | None = None, seq: int | None = None) -> dict[str, object]:
         return await inbox.mark_handled(id, note, seq)
 
     server.on_client_ready(inbox.on_client_ready)

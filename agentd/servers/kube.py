@@ -46,7 +46,7 @@ import shutil
 import subprocess
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Final, Literal
 from urllib.parse import parse_qsl, urlsplit
 
 import orjson
@@ -54,6 +54,7 @@ import trio
 from mcp.server.mcpserver import Context
 
 from agentd.errors import ConfigError
+from agentd.jsonvalue import JSONObject, JSONValue, as_object, get_array, get_object, get_str, loads
 from agentd.servers._base import (
     EVENTS_MIME,
     EventRing,
@@ -265,21 +266,21 @@ def backoff_delay(attempt: int, schedule: tuple[float, ...] = RECONNECT_BACKOFF_
 # --------------------------------------------------------------------------- object tracking
 
 
-def strip_object(obj: Mapping[str, Any]) -> dict[str, Any]:
+def strip_object(obj: Mapping[str, JSONValue]) -> JSONObject:
     """A copy of ``obj`` without ``metadata.managedFields`` (noise for readers, often most of the bytes)."""
     out = dict(obj)
-    meta = out.get("metadata")
-    if isinstance(meta, Mapping) and "managedFields" in meta:
+    meta = get_object(out, "metadata")
+    if meta is not None and "managedFields" in meta:
         out["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
     return out
 
 
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, Mapping) else {}
+def _meta(obj: JSONObject) -> JSONObject:
+    meta = get_object(obj, "metadata")
+    return meta if meta is not None else {}
 
 
-def _identity(obj: Mapping[str, Any]) -> str:
+def _identity(obj: JSONObject) -> str:
     meta = _meta(obj)
     uid = meta.get("uid")
     if isinstance(uid, str) and uid:
@@ -288,12 +289,11 @@ def _identity(obj: Mapping[str, Any]) -> str:
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
-def _version(obj: Mapping[str, Any]) -> str | None:
-    rv = _meta(obj).get("resourceVersion")
-    return rv if isinstance(rv, str) else None
+def _version(obj: JSONObject) -> str | None:
+    return get_str(_meta(obj), "resourceVersion")
 
 
-Draft = dict[str, Any]
+Draft = JSONObject
 """An event without ``seq``: ``{"type": ..., "object": ..., "old"?: ..., "synthetic"?: True}``."""
 
 
@@ -313,22 +313,23 @@ class KubeTracker:
     """
 
     def __init__(self) -> None:
-        self.known: dict[str, dict[str, Any]] = {}
+        self.known: dict[str, JSONObject] = {}
 
-    def seed(self, items: Iterable[Mapping[str, Any]]) -> None:
+    def seed(self, items: Iterable[JSONObject]) -> None:
         """Replace the known set with a list result; reports nothing."""
         self.known = {}
         for item in items:
             obj = strip_object(item)
             self.known[_identity(obj)] = obj
 
-    def apply(self, event: Any) -> list[Draft]:
+    def apply(self, value: JSONValue) -> list[Draft]:
         """Turn one decoded watch event (``{"type", "object"}``) into zero or more drafts."""
-        if not isinstance(event, Mapping):
-            return [_error_draft(f"kubectl printed a {type(event).__name__} where a watch event belongs")]
+        event = as_object(value)
+        if event is None:
+            return [_error_draft(f"kubectl printed a {type(value).__name__} where a watch event belongs")]
         kind = event.get("type")
-        raw = event.get("object")
-        if kind not in _WATCH_TYPES or not isinstance(raw, Mapping):
+        raw = get_object(event, "object")
+        if kind not in _WATCH_TYPES or raw is None:
             excerpt = orjson.dumps(event)[:120].decode("utf-8", "replace")
             return [_error_draft(f"unrecognised watch event from kubectl: {excerpt}")]
         if kind == "BOOKMARK":
@@ -352,9 +353,9 @@ class KubeTracker:
             draft["old"] = old
         return [draft]
 
-    def reconcile(self, items: Iterable[Mapping[str, Any]]) -> list[Draft]:
+    def reconcile(self, items: Iterable[JSONObject]) -> list[Draft]:
         """Compare a fresh list with what is known; synthetic drafts for every difference."""
-        fresh: dict[str, dict[str, Any]] = {}
+        fresh: dict[str, JSONObject] = {}
         for item in items:
             obj = strip_object(item)
             fresh[_identity(obj)] = obj
@@ -376,20 +377,21 @@ def _error_draft(message: str) -> Draft:
     return {"type": "ERROR", "message": message}
 
 
-def parse_list_output(stdout: bytes) -> list[Mapping[str, Any]]:
+def parse_list_output(stdout: bytes) -> list[JSONObject]:
     """Items of ``kubectl get -o json`` output (a ``List``, or one object for a named get).
 
     Raises:
         ValueError: not JSON, or not a list/object.
     """
     try:
-        doc = orjson.loads(stdout)
+        doc = as_object(loads(stdout))
     except orjson.JSONDecodeError as exc:
         excerpt = stdout[:120].decode("utf-8", "replace")
         raise ValueError(f"kubectl printed something that is not JSON ({exc}): {excerpt!r}") from exc
-    if isinstance(doc, Mapping) and isinstance(doc.get("items"), list):
-        return [i for i in doc["items"] if isinstance(i, Mapping)]
-    if isinstance(doc, Mapping) and "metadata" in doc:
+    items = get_array(doc, "items") if doc is not None else None
+    if items is not None:
+        return [obj for item in items if (obj := as_object(item)) is not None]
+    if doc is not None and "metadata" in doc:
         return [doc]
     raise ValueError(f"kubectl printed JSON that is not a list of objects: {stdout[:120]!r}")
 
@@ -463,19 +465,15 @@ class KubeWatcher:
             await self._emit(self.tracker.reconcile(items))
 
     async def _emit(self, drafts: list[Draft]) -> None:
-        if not drafts:
-            return
-        for draft in drafts:
-            kind = draft.pop("type")
-            self.ring.append(kind, draft)
-        await self._changed()
+        if self.ring.append_drafts(drafts):
+            await self._changed()
 
     async def _run_once(self, argv: list[str]) -> _Run:
         with trio.fail_after(LIST_TIMEOUT_S):
             done = await trio.run_process(argv, capture_stdout=True, capture_stderr=True, check=False)
         return _Run(done.returncode, done.stdout, _stderr_text(done.stderr))
 
-    async def _list(self) -> list[Mapping[str, Any]]:
+    async def _list(self) -> list[JSONObject]:
         argv = list_argv(self.kubectl, self.spec)
         try:
             run = await self._run_once(argv)
@@ -626,7 +624,7 @@ def build(args: argparse.Namespace) -> WatchableServer:
         labelSelector: str | None = None,
         fieldSelector: str | None = None,
         context: str | None = None,
-        ctx: Context[Any, Any] | None = None,
+        ctx: Context | None = None,
     ) -> str:
         uri = (request_uri(ctx) if ctx is not None else None) or _rebuild(
             resource, namespace, labelSelector, fieldSelector, context

@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import stat
-from typing import Any, Final
+from typing import Final
 
 import orjson
 from mcp_types import ToolAnnotations
@@ -64,7 +64,7 @@ class MemoStore:
 
     def __init__(self, path: str | None) -> None:
         self.path = os.path.abspath(path) if path else None
-        self.notes: dict[str, Any] = {}
+        self.notes: dict[str, object] = {}
         self.error: str | None = None
         """Why the file cannot be used right now (reads fail with it); None when fine."""
         if self.path is not None:
@@ -107,7 +107,7 @@ class MemoStore:
             raise ResourceError(self.error)
         return orjson.dumps(self.notes, option=orjson.OPT_SORT_KEYS).decode()
 
-    def commit(self, notes: dict[str, Any]) -> None:
+    def commit(self, notes: dict[str, object]) -> None:
         """Make ``notes`` current, persisting first; on a write error nothing changes."""
         if self.path is not None:
             if self.error is not None and os.path.lexists(self.path):
@@ -161,7 +161,7 @@ def build(args: argparse.Namespace) -> WatchableServer:
         ),
     )(notes)
 
-    async def apply(notes: dict[str, Any]) -> None:
+    async def apply(notes: dict[str, object]) -> None:
         try:
             store.commit(notes)
         except UnsafePath as exc:
@@ -176,7 +176,7 @@ def build(args: argparse.Namespace) -> WatchableServer:
     @server.mcp.tool(
         description="Set note `key` to `value` (any JSON). Subscribers of memo://notes are notified."
     )
-    async def memo_set(key: str, value: Any) -> dict[str, Any]:
+    async def memo_set(key: str, value: object) -> dict[str, object]:
         _check_key(key)
         base = {} if store.error is not None else dict(store.notes)
         base[key] = value
@@ -184,7 +184,7 @@ def build(args: argparse.Namespace) -> WatchableServer:
         return {"key": key, "value": value}
 
     @server.mcp.tool(description="Delete note `key`. Subscribers of memo://notes are notified.")
-    async def memo_delete(key: str) -> dict[str, Any]:
+    async def memo_delete(key: str) -> dict[str, object]:
         _check_key(key)
         if store.error is not None:
             raise ToolError(store.error)
@@ -200,7 +200,7 @@ def build(args: argparse.Namespace) -> WatchableServer:
         description="Return the value of note `key`.",
         annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True),
     )
-    async def memo_get(key: str) -> Any:
+    async def memo_get(key: str) -> object:
         if store.error is not None:
             raise ToolError(store.error)
         if key not in store.notes:

@@ -15,14 +15,13 @@ StatefulSet gets its own volume, so its own directory.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from agentd.errors import ConfigError
+from agentd.filelock import lock_exclusively as lock_exclusively  # re-exported
 
 LOCK_NAME: Final = ".agentd.lock"
 WATCH_STATE_NAME: Final = "watches.json"
@@ -92,25 +91,6 @@ def claim(path: Path) -> StateDir:
         ) from None
     lock_exclusively(fd, "--state-dir", path, "give each agentd (each replica) its own state directory")
     return StateDir(path, fd)
-
-
-def lock_exclusively(fd: int, setting: str, path: Path, fix: str) -> None:
-    """Take the exclusive lock of the open lock file ``fd`` at once, and write this process's pid in it.
-
-    Raises:
-        ConfigError: (exit 2) another process holds it: the message names its pid
-            (what it wrote) and ends with ``fix``; ``fd`` is closed.
-    """
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
-        os.close(fd)
-        owner = f"pid {holder}" if holder.isdigit() else "another process"
-        raise ConfigError(setting, str(path), f"another agentd ({owner}) is using it; {fix}") from None
-    with contextlib.suppress(OSError):  # a full disk must not stop a start: the pid is a courtesy
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
 
 
 __all__ = ["MAX_SESSION_TOKENS", "StateDir", "claim", "lock_exclusively", "refusal"]

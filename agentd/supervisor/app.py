@@ -16,6 +16,11 @@ whose stdout is closed or full keeps running and counts the lost results
 Signals: SIGTERM, SIGINT and SIGHUP drain (no new work; running turns
 finish; exit 0 within ``--grace``, else 143); a second one stops at once
 (143). SIGHUP does not reload anything.
+
+Size: over 600 lines because ``_main`` builds every part in construction
+order inside one nursery (its closures ``spawn``, ``publish`` and ``pause``
+share its locals), and the end of a run (the once result, the JSON summary,
+``supervisor.exit``) is written beside it from the same locals.
 """
 
 from __future__ import annotations
@@ -39,11 +44,11 @@ import trio
 
 from agentd.agent.zygote import PREWARM_MODELS_ENV, _rehearse
 from agentd.config import ProviderSpec, Settings, deprecations
+from agentd.counters import RunCounters
 from agentd.errors import AgentdError, ConfigError
 from agentd.events import ReactorEvent, SignalReceived
 from agentd.exitcodes import ExitCode, TerminalStatus, code_for_status
-from agentd.health import raise_open_files_limit, reactor_probe, serve_health, serve_metrics
-from agentd.metrics import MetricsSnapshot
+from agentd.limits import raise_open_files_limit
 from agentd.output import DEFAULT_OUTPUT_BUFFER, LineWriter
 from agentd.redact import redact
 from agentd.sdnotify import Notifier
@@ -65,15 +70,19 @@ from agentd.timeline import mark
 from agentd.toolpolicy import ToolPolicy
 from agentd.triggers import mode as modes
 from agentd.upstream import Upstream
-from agentd.upstream.auth import auth_for
 from agentd.upstream.backoff import RECONNECT_BACKOFF
 from agentd.watches.limits import WatchLimits
 from agentd.watches.manager import WatchManager, watch_limits
 from agentd.watches.state import claim
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    import httpx2
+
     from agentd.agent.prefork import PreforkedChild
-    from agentd.config import LogFormat
+    from agentd.config import LogFormat, ServerSpec
+    from agentd.metrics import MetricsSnapshot
     from agentd.prelaunch import EarlyProcess
     from agentd.streamjson import StreamJson
     from agentd.telemetry import LineFormat
@@ -191,6 +200,19 @@ def _prefork_once_root(settings: Settings) -> PreforkedChild | None:
     return prefork_root(sorted({default_profile.model, *(p.model for p in route_profiles.values())}))
 
 
+def _server_auth(spec: ServerSpec, state_dir: Path | None) -> httpx2.Auth | None:
+    """A url server's authentication (:func:`agentd.upstream.auth.auth_for`); a command server has none.
+
+    Imported only for url servers: it loads the MCP SDK's OAuth client and a
+    JWT library, which a run of stdio servers never uses (rfcs/0225).
+    """
+    if spec.url is None:
+        return None
+    from agentd.upstream.auth import auth_for
+
+    return auth_for(spec, state_dir=state_dir)
+
+
 def line_format(log_format: LogFormat, fd: int) -> LineFormat:
     """``--log-format``: ``auto`` is text when ``fd`` is a terminal (a person reads it), else JSON."""
     if log_format == "auto":
@@ -282,7 +304,9 @@ async def _main(
         now_mono=now,
         now_wall=_dt.datetime.now(_dt.UTC),
     )
-    router = build_router(settings)
+    # The run's counter set first: the router, the upstreams and the reactor count into it.
+    counters = RunCounters()
+    router = build_router(settings, on_drop=counters.drop)
     budget = Budget(
         max_steps=settings.budget_steps,
         max_tokens=settings.budget_tokens,
@@ -356,11 +380,12 @@ async def _main(
                 telemetry,
                 max_read_bytes=settings.max_read_bytes,
                 tool_timeout=spec.timeout or settings.tool_timeout,
-                auth=auth_for(spec, state_dir=settings.state_dir),
+                auth=_server_auth(spec, settings.state_dir),
                 early=(early_servers or {}).get(name),
                 backoff=backoff or RECONNECT_BACKOFF,
                 resubscribe_backoff=backoff or limits.resubscribe_delays(),
                 resubscribe_attempts=limits.resubscribe_attempts,
+                counters=counters,
             )
         staged = staged_routes(settings)  # declared routes with extract/on_event (rfcs/0078)
         watches = WatchManager(
@@ -482,8 +507,10 @@ async def _main(
             watches=watches,
             staged={s.route_id: s for s in staged},
             declared=declared if resumed is None else resumed.alongside(declared),
+            subscriptions=declared.subscriptions,
             journals=journals,
             handles=None if shard is None else partial(handles, shard),
+            counters=counters,
         )
 
         nursery.start_soon(_watch_signals, events)
@@ -517,6 +544,8 @@ async def _main(
             await _start_health(settings, reactor, telemetry, nursery, snapshot)
 
         if notifier.watchdog_interval is not None:  # WatchdogSec= only: otherwise no timer at all
+            from agentd.health import reactor_probe
+
             nursery.start_soon(notifier.watchdog, reactor_probe(events))
         # The first connection attempts settled: the reactor starts from what the servers are now.
         code = await reactor.run(server_states={name: up.state for name, up in upstreams.items()})
@@ -546,27 +575,11 @@ async def _main(
         telemetry.emit(
             "supervisor.exit",
             exit_code=int(code),
-            counters={
-                **telemetry.snapshot(
-                    [
-                        "routed",
-                        "unrouted",
-                        "coalesced",
-                        "dropped_events",
-                        "restarts",
-                        "model_calls",
-                        "input_tokens",
-                        "output_tokens",
-                        "cached_input_tokens",
-                        "cache_creation_input_tokens",
-                        "unpriced_calls",
-                    ]
-                ),
-                "outputs_lost": stdout.dropped,
-            },
+            # The same counter set /metrics reads (agentd.counters).
+            counters={**counters.totals(), "outputs_lost": stdout.dropped},
             cost_usd=budget.cost_usd(),
             router=router.counters(),
-            dropped=reactor.dropped_by_reason(),
+            dropped=counters.dropped_by_reason(),
             telemetry_dropped=telemetry.dropped,
         )
         nursery.cancel_scope.cancel()
@@ -684,18 +697,18 @@ def run_summary(
     reactor: Reactor, code: ExitCode, telemetry: Telemetry, duration: float, session_id: str
 ) -> dict[str, object]:
     """What every JSON result carries: exit code, session id, turns, steps, usage, cost, duration, error."""
-    counters = telemetry.counters
+    counters = reactor.counters
     return {
         "exit_code": int(code),
         "session_id": session_id,
-        "turns": counters.get("turns", 0),
-        "steps": counters.get("model_calls", 0),
+        "turns": counters.turns,
+        "steps": counters.model_calls,
         "usage": {
-            "input_tokens": counters.get("input_tokens", 0),
-            "output_tokens": counters.get("output_tokens", 0),
-            "cached_input_tokens": counters.get("cached_input_tokens", 0),
-            "cache_creation_input_tokens": counters.get("cache_creation_input_tokens", 0),
-            "model_calls": counters.get("model_calls", 0),
+            "input_tokens": counters.input_tokens,
+            "output_tokens": counters.output_tokens,
+            "cached_input_tokens": counters.cached_input_tokens,
+            "cache_creation_input_tokens": counters.cache_creation_input_tokens,
+            "model_calls": counters.model_calls,
         },
         "cost_usd": reactor.budget.cost_usd(),
         "duration_s": round(duration, 3),
@@ -779,6 +792,9 @@ async def _start_health(
     snapshot: Callable[[], MetricsSnapshot],
 ) -> None:
     """Serve /healthz and /readyz (and /metrics) without ever blocking the reactor."""
+    # Imported only here: a run without probes never loads the HTTP and metrics stack (rfcs/0225).
+    from agentd.health import reactor_probe, serve_health, serve_metrics
+
     same = settings.metrics_addr is None or settings.metrics_addr == settings.health_addr
     if settings.health_addr:
         port = await nursery.start(

@@ -15,6 +15,7 @@ applies to the stage's notices.
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from agentd.config import RouteConfig, Settings, route_model_settings
@@ -24,6 +25,7 @@ from agentd.triggers.router import (
     DEFAULT_TEMPLATE,
     DEFAULT_TIMER_TEMPLATE,
     Continue,
+    DropReason,
     Router,
     RouteSpec,
     Spawn,
@@ -181,9 +183,14 @@ def route_specs(settings: Settings) -> list[RouteSpec]:
     return specs
 
 
-def build_router(settings: Settings) -> Router:
-    """The router with declared routes plus default routes for unrouted subscriptions."""
-    router = Router()
+def build_router(settings: Settings, *, on_drop: Callable[[DropReason, int], None] | None = None) -> Router:
+    """The router with declared routes plus default routes for unrouted subscriptions.
+
+    Args:
+        settings: the validated settings.
+        on_drop: told of every lost change (the run's counter set).
+    """
+    router = Router(on_drop=on_drop)
     for spec in route_specs(settings):
         router.add_route(spec)
     warm_loop = settings.mode == "loop" and settings.session == "warm"

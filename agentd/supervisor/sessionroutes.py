@@ -118,10 +118,6 @@ class SessionRoutes:
         """Whether ``session`` owns any watch (its name is taken even without an agent)."""
         return bool(self._watches.get(session))
 
-    def routed(self, uri: str) -> bool:
-        """Whether an exact route (declared, self or watch) owns ``uri``."""
-        return any(r.glob.exact and r.glob.literal == uri for r in self._router.routes())
-
 
 def _watch_route_id(session: str, name: str) -> str:
     return f"watch:{session}:{name}"

@@ -495,9 +495,14 @@ class Router:
 
     Counters (``counters()``): ``unrouted``, ``coalesced``, ``dropped_events``
     and ``dropped_events.<reason>`` for each :data:`DropReason`, ``blocked``.
+
+    Args:
+        on_drop: told ``(reason, n)`` whenever queued changes are lost (the
+            run's counter set, :class:`agentd.counters.RunCounters`).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, on_drop: Callable[[DropReason, int], None] | None = None) -> None:
+        self._on_drop = on_drop
         self._routes: dict[str, Route] = {}
         self._exact: dict[str, list[Route]] = {}
         self._globs: GlobIndex[Route] = GlobIndex()
@@ -725,6 +730,8 @@ class Router:
     def _drop(self, reason: DropReason, n: int) -> None:
         self._counters["dropped_events"] += n
         self._counters[f"dropped_events.{reason}"] += n
+        if self._on_drop is not None:
+            self._on_drop(reason, n)
 
     def next_deadline(self) -> float | None:
         """The earliest armed debounce deadline, or None (the reactor's receive bound).

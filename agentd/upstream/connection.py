@@ -43,6 +43,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from agentd import __version__
+from agentd.counters import RunCounters
 from agentd.errors import CapabilityMissing, ServerUnavailable, UpstreamError
 from agentd.events import (
     CatalogChanged,
@@ -213,6 +214,7 @@ class Upstream:
         max_line_bytes: cap on one stdout message from a stdio server.
         early: a stdio server's process started before agentd's imports
             (:mod:`agentd.prelaunch`); its first connection adopts it.
+        counters: the run's counter set (updates of URIs nobody subscribed to count as unrouted).
     """
 
     def __init__(
@@ -232,6 +234,7 @@ class Upstream:
         stable_subscription: float = STABLE_SUBSCRIPTION,
         max_line_bytes: int = MAX_LINE_BYTES,
         early: EarlyProcess | None = None,
+        counters: RunCounters | None = None,
     ) -> None:
         if (spec.command is None) == (spec.url is None):
             raise ValueError(
@@ -242,6 +245,7 @@ class Upstream:
         self._early = early
         self._events = events
         self._telemetry = telemetry
+        self._counters = counters if counters is not None else RunCounters()
         self.request_timeout = request_timeout
         self.tool_timeout = (
             tool_timeout if tool_timeout is not None else getattr(spec, "timeout", None) or request_timeout
@@ -685,7 +689,7 @@ class Upstream:
                 await self._post(ResourceChanged(self.name, uri, "updated"))
             else:
                 # Nobody subscribed (or it was just unsubscribed): never routed, but counted.
-                self._telemetry.incr("unrouted")
+                self._counters.unroute()
                 self._telemetry.emit("upstream.unsubscribed_update", server=self.name, uri=uri)
         elif isinstance(message, types.ResourceListChangedNotification):
             self._request_refresh(conn, "resources")

@@ -45,11 +45,12 @@ notice) and the next good read carries on.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final, Literal, TypeAlias
+from typing import Final, Literal, TypeAlias
 
 import orjson
 
 from agentd.errors import MalformedReadError as MalformedReadError  # re-exported
+from agentd.jsonvalue import JSONArray, JSONObject, JSONValue, as_object, get_array, get_int, get_str, loads
 
 Shape: TypeAlias = Literal["event-log", "state"]
 """How a watched resource's reads are interpreted."""
@@ -65,7 +66,7 @@ GapReason: TypeAlias = Literal["ring", "hole", "overflow", "reset"]
   the read is delivered as new.
 """
 
-Event: TypeAlias = dict[str, Any]
+Event: TypeAlias = JSONObject
 """One watch event, exactly as the filter sees it (see the module docstring)."""
 
 #: Mime types that mark an event-log resource (the first is agentd's own; the
@@ -99,6 +100,18 @@ _QUOTE_CHARS: Final = 80
 _MISSING: Final = object()
 
 
+def _checked_events_per_update(events_per_update: int) -> int:
+    if events_per_update < 2:
+        raise ValueError(f"events_per_update must be >= 2, got {events_per_update!r}")
+    return events_per_update
+
+
+def _json_list(paths: list[str]) -> JSONArray:
+    """``changed`` paths as the JSON array an event carries."""
+    out: JSONArray = [*paths]
+    return out
+
+
 # --------------------------------------------------------------------- shapes
 
 
@@ -113,7 +126,7 @@ def shape_of(mime_type: str | None) -> Shape:
 # ------------------------------------------------------------- changed paths
 
 
-def changed_paths(old: Any, new: Any) -> list[str]:
+def changed_paths(old: object, new: object) -> list[str]:
     """Sorted dotted paths where ``old`` and ``new`` differ.
 
     Objects are compared key by key, at most :data:`MAX_CHANGED_DEPTH` levels
@@ -129,7 +142,9 @@ def changed_paths(old: Any, new: Any) -> list[str]:
     return [] if _same(old, new) else [WHOLE_VALUE]
 
 
-def _walk(old: dict[Any, Any], new: dict[Any, Any], prefix: str, level: int, out: list[str]) -> None:
+def _walk(
+    old: Mapping[str, object], new: Mapping[str, object], prefix: str, level: int, out: list[str]
+) -> None:
     for k in {**old, **new}:
         path = f"{prefix}{k}"
         if path in IGNORED_PATHS:
@@ -144,7 +159,7 @@ def _walk(old: dict[Any, Any], new: dict[Any, Any], prefix: str, level: int, out
             out.append(path)
 
 
-def _same(a: Any, b: Any) -> bool:
+def _same(a: object, b: object) -> bool:
     # JSON says 1, 1.0 and true are different values; Python's == does not.
     if type(a) is not type(b):
         return False
@@ -154,8 +169,8 @@ def _same(a: Any, b: Any) -> bool:
 # ---------------------------------------------------------------- item keys
 
 
-def _get_path(obj: Mapping[str, Any], path: tuple[str, ...]) -> Any:
-    cur: Any = obj
+def _get_path(obj: Mapping[str, object], path: tuple[str, ...]) -> object:
+    cur: object = obj
     for part in path:
         if not isinstance(cur, dict) or part not in cur:
             return _MISSING
@@ -163,7 +178,7 @@ def _get_path(obj: Mapping[str, Any], path: tuple[str, ...]) -> Any:
     return cur
 
 
-def identity_key(item: Any) -> str | None:
+def identity_key(item: object) -> str | None:
     """The item's identity: the first present of ``metadata.uid``, ``uid``, ``id``,
     ``metadata.name``, ``name`` (as text), or ``None`` if it has none."""
     if not isinstance(item, dict):
@@ -175,13 +190,13 @@ def identity_key(item: Any) -> str | None:
     return None
 
 
-def item_key(item: Any) -> str:
+def item_key(item: object) -> str:
     """The list-diff key of ``item``: :func:`identity_key`, else the whole item as JSON."""
     key = identity_key(item)
     return key if key is not None else compact_json(item)
 
 
-def compact_json(value: Any) -> str:
+def compact_json(value: object) -> str:
     """``value`` as compact JSON with sorted keys (unknown types via ``str``)."""
     return orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=str).decode()
 
@@ -205,7 +220,7 @@ def _quote(text: str) -> str:
     return repr(text[:_QUOTE_CHARS] + ("…" if len(text) > _QUOTE_CHARS else ""))
 
 
-def parse_event_log(body: str | bytes, *, uri: str = "") -> list[dict[str, Any]]:
+def parse_event_log(body: str | bytes, *, uri: str = "") -> list[JSONObject]:
     """Parse and check an event-log body; return its events sorted by ``seq``.
 
     Raises:
@@ -213,34 +228,43 @@ def parse_event_log(body: str | bytes, *, uri: str = "") -> list[dict[str, Any]]
             ``events`` list, or an event is not an object with an integer
             ``seq`` and a string ``type``.
     """
+    return [ev for _seq, ev in _sequenced_events(body, uri)]
+
+
+def _sequenced_events(body: str | bytes, uri: str) -> list[tuple[int, JSONObject]]:
+    """:func:`parse_event_log`'s events, each with its checked ``seq``."""
     text = _decode(body, uri)
     fix = 'an event-log read must be JSON like {"events": [{"seq": 1, "type": "ADDED", ...}]}'
     try:
-        doc = orjson.loads(text)
+        doc = loads(text)
     except orjson.JSONDecodeError as exc:
         raise MalformedReadError(
             f"watch read of {uri!r}: the body {_quote(text)} is not JSON ({exc}); {fix}"
         ) from exc
-    if not isinstance(doc, dict) or not isinstance(doc.get("events"), list):
+    obj = as_object(doc)
+    listed = get_array(obj, "events") if obj is not None else None
+    if listed is None:
         raise MalformedReadError(f"watch read of {uri!r}: no 'events' list in {_quote(text)}; {fix}")
-    events: dict[int, dict[str, Any]] = {}
-    for i, ev in enumerate(doc["events"]):
-        if not isinstance(ev, dict):
+    events: dict[int, JSONObject] = {}
+    for i, item in enumerate(listed):
+        ev = as_object(item)
+        if ev is None:
             raise MalformedReadError(
-                f"watch read of {uri!r}: events[{i}] is {_quote(repr(ev))}, not an object; {fix}"
+                f"watch read of {uri!r}: events[{i}] is {_quote(repr(item))}, not an object; {fix}"
             )
-        seq = ev.get("seq")
-        if not isinstance(seq, int) or isinstance(seq, bool):
+        seq = get_int(ev, "seq")
+        if seq is None:
             raise MalformedReadError(
-                f"watch read of {uri!r}: events[{i}] has seq {seq!r}; every event needs an integer 'seq'; {fix}"
+                f"watch read of {uri!r}: events[{i}] has seq {ev.get('seq')!r}; "
+                f"every event needs an integer 'seq'; {fix}"
             )
-        if not isinstance(ev.get("type"), str):
+        if get_str(ev, "type") is None:
             raise MalformedReadError(
                 f"watch read of {uri!r}: events[{i}] (seq {seq}) has type {ev.get('type')!r}; "
                 f"every event needs a string 'type'; {fix}"
             )
         events.setdefault(seq, ev)  # a repeated seq is the same event: first wins
-    return [events[s] for s in sorted(events)]
+    return [(s, events[s]) for s in sorted(events)]
 
 
 def gap_event(
@@ -307,15 +331,13 @@ class EventLogExtractor:
         uri: str = "",
         events_per_update: int = DEFAULT_EVENTS_PER_UPDATE,
     ) -> None:
-        if events_per_update < 2:
-            raise ValueError(f"events_per_update must be >= 2, got {events_per_update!r}")
         self.last_seq = last_seq
         self.primed = last_seq is not None if primed is None else primed
         self.watch = watch
         self.uri = uri
-        self.events_per_update = events_per_update
+        self.events_per_update = _checked_events_per_update(events_per_update)
 
-    def baseline(self) -> dict[str, Any] | None:
+    def baseline(self) -> JSONObject | None:
         """JSON-able baseline for ``--watch-state``; ``None`` before the first read."""
         if not self.primed:
             return None
@@ -327,32 +349,31 @@ class EventLogExtractor:
         Raises:
             MalformedReadError: the read broke the contract; nothing changed.
         """
-        raw = parse_event_log(body, uri=self.uri)
+        raw = _sequenced_events(body, self.uri)
         if not self.primed:
             self.primed = True
             # An empty log has emitted nothing yet: its sequence starts at 1,
             # so a later read whose oldest event is above 1 missed events and
             # must say so (GAP) rather than lose them silently.
-            self.last_seq = raw[-1]["seq"] if raw else 0
+            self.last_seq = raw[-1][0] if raw else 0
             return []
         out: list[Event] = []
         last = self.last_seq
         first: int | None  # the first seq this read must account for
         if last is None:
             new, first = raw, None
-        elif raw and raw[-1]["seq"] < last:
+        elif raw and raw[-1][0] < last:
             out.append(self._gap("reset", None, None, None))
             new, first = raw, None
         else:
-            new, first = [ev for ev in raw if ev["seq"] > last], last + 1
-            if raw and raw[0]["seq"] > last + 1:
-                first_missed, last_missed = last + 1, raw[0]["seq"] - 1
+            new, first = [(seq, ev) for seq, ev in raw if seq > last], last + 1
+            if raw and raw[0][0] > last + 1:
+                first_missed, last_missed = last + 1, raw[0][0] - 1
                 out.append(self._gap("ring", first_missed, last_missed, last_missed - first_missed + 1))
-                first = raw[0]["seq"]
+                first = raw[0][0]
         # What the read holds above ``first``, in seq order: events, and holes between them.
-        items: list[tuple[int, int, dict[str, Any] | None]] = []
-        for ev in new:
-            seq = ev["seq"]
+        items: list[tuple[int, int, JSONObject | None]] = []
+        for seq, ev in new:
             if first is not None and seq > first:
                 items.append((first, seq - 1, None))
             items.append((seq, seq, ev))
@@ -366,7 +387,7 @@ class EventLogExtractor:
         if raw:
             # Non-reset reads never end below ``last``; after a reset the new
             # sequence is the one to follow.
-            self.last_seq = raw[-1]["seq"]
+            self.last_seq = raw[-1][0]
         for lo, hi, item in items:
             if item is None:
                 out.append(self._gap("hole", lo, hi, hi - lo + 1))
@@ -381,7 +402,7 @@ class EventLogExtractor:
             watch=self.watch, uri=self.uri, reason=reason, first_seq=first, last_seq=last, missed=missed
         )
 
-    def _event(self, ev: dict[str, Any]) -> Event | None:
+    def _event(self, ev: JSONObject) -> Event | None:
         event: Event = dict(ev)
         event["watch"] = self.watch
         event["uri"] = self.uri
@@ -392,7 +413,7 @@ class EventLogExtractor:
             changed = changed_paths(old, ev["object"])
             if not changed:
                 return None  # no-op update (only bookkeeping fields moved)
-            event["changed"] = changed
+            event["changed"] = _json_list(changed)
         return event
 
 
@@ -401,13 +422,26 @@ class EventLogExtractor:
 _StateKind: TypeAlias = Literal["json", "text"]
 
 
-def parse_state(body: str | bytes, *, uri: str = "") -> tuple[_StateKind, Any]:
+def parse_state(body: str | bytes, *, uri: str = "") -> tuple[_StateKind, JSONValue]:
     """``("json", value)`` if the body is JSON, else ``("text", body)``."""
     text = _decode(body, uri)
     try:
-        return "json", orjson.loads(text)
+        return "json", loads(text)
     except orjson.JSONDecodeError:
         return "text", text
+
+
+def _state_from_baseline(previous: Mapping[str, JSONValue]) -> tuple[_StateKind, JSONValue]:
+    kind = previous.get("kind")
+    if (kind != "json" and kind != "text") or "value" not in previous:
+        raise ValueError(
+            f"state baseline {dict(previous)!r} is not valid: "
+            'expected {"shape": "state", "kind": "json"|"text", "value": ...}'
+        )
+    value = previous["value"]
+    if kind == "text" and not isinstance(value, str):
+        raise ValueError(f"state baseline has kind 'text' but value {value!r}")
+    return ("json" if kind == "json" else "text"), value
 
 
 class StateExtractor:
@@ -425,30 +459,18 @@ class StateExtractor:
 
     def __init__(
         self,
-        previous: Mapping[str, Any] | None = None,
+        previous: Mapping[str, JSONValue] | None = None,
         *,
         watch: str = "",
         uri: str = "",
         events_per_update: int = DEFAULT_EVENTS_PER_UPDATE,
     ) -> None:
-        if events_per_update < 2:
-            raise ValueError(f"events_per_update must be >= 2, got {events_per_update!r}")
         self.watch = watch
         self.uri = uri
-        self.events_per_update = events_per_update
-        self._state: tuple[_StateKind, Any] | None = None
-        if previous is not None:
-            kind = previous.get("kind")
-            if kind not in ("json", "text") or "value" not in previous:
-                raise ValueError(
-                    f"state baseline {dict(previous)!r} is not valid: "
-                    'expected {"shape": "state", "kind": "json"|"text", "value": ...}'
-                )
-            if kind == "text" and not isinstance(previous["value"], str):
-                raise ValueError(f"state baseline has kind 'text' but value {previous['value']!r}")
-            self._state = (kind, previous["value"])
+        self.events_per_update = _checked_events_per_update(events_per_update)
+        self._state = None if previous is None else _state_from_baseline(previous)
 
-    def baseline(self) -> dict[str, Any] | None:
+    def baseline(self) -> JSONObject | None:
         """JSON-able baseline for ``--watch-state``; ``None`` before the first read."""
         if self._state is None:
             return None
@@ -476,7 +498,9 @@ class StateExtractor:
             )
         return events
 
-    def _diff(self, previous: tuple[_StateKind, Any], current: tuple[_StateKind, Any]) -> list[Event]:
+    def _diff(
+        self, previous: tuple[_StateKind, JSONValue], current: tuple[_StateKind, JSONValue]
+    ) -> list[Event]:
         (pk, old), (ck, new) = previous, current
         if pk == ck == "json" and isinstance(old, list) and isinstance(new, list):
             return self._diff_keyed(_index(old), _index(new))
@@ -486,7 +510,7 @@ class StateExtractor:
             return []
         return [self._event("CHANGED", None, old, new, None)]
 
-    def _diff_keyed(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Event]:
+    def _diff_keyed(self, old: Mapping[str, JSONValue], new: Mapping[str, JSONValue]) -> list[Event]:
         out: list[Event] = []
         for key, value in new.items():
             if key not in old:
@@ -494,13 +518,15 @@ class StateExtractor:
             elif not _same(old[key], value):
                 changed = changed_paths(old[key], value)
                 if changed:
-                    out.append(self._event("MODIFIED", key, old[key], value, changed))
+                    out.append(self._event("MODIFIED", key, old[key], value, _json_list(changed)))
         for key, value in old.items():
             if key not in new:
                 out.append(self._event("DELETED", key, value, None, None))
         return out
 
-    def _event(self, type_: str, key: str | None, old: Any, new: Any, changed: list[str] | None) -> Event:
+    def _event(
+        self, type_: str, key: str | None, old: JSONValue, new: JSONValue, changed: JSONArray | None
+    ) -> Event:
         return {
             "watch": self.watch,
             "uri": self.uri,
@@ -512,9 +538,9 @@ class StateExtractor:
         }
 
 
-def _index(items: list[Any]) -> dict[str, Any]:
+def _index(items: JSONArray) -> JSONObject:
     """Items by key; a repeated key gets ``#2``, ``#3``... so no item is lost."""
-    out: dict[str, Any] = {}
+    out: JSONObject = {}
     for item in items:
         key = base = item_key(item)
         n = 1
@@ -531,7 +557,7 @@ Extractor: TypeAlias = EventLogExtractor | StateExtractor
 
 
 def extractor_from_baseline(
-    baseline: Mapping[str, Any] | None,
+    baseline: Mapping[str, JSONValue] | None,
     *,
     shape: Shape,
     watch: str = "",

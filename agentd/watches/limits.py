@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 from agentd.errors import ConfigError
 
@@ -127,11 +127,17 @@ class WatchLimits:
         )
 
 
-def watch_limits(config: Any) -> WatchLimits:
+class LimitsSource(Protocol):
+    """What :func:`watch_limits` reads: the ``[watches]`` settings (kept structural so
+    this module does not import the config package, which imports it)."""
+
+    def limits(self) -> WatchLimits: ...
+
+
+def watch_limits(config: LimitsSource) -> WatchLimits:
     """:class:`WatchLimits` from the ``[watches]`` settings (:class:`agentd.config.WatchesConfig`).
 
     Raises:
         ConfigError: a combination the stage cannot run with (names the setting and the fix).
     """
-    limits: WatchLimits = config.limits()  # the settings face of WatchLimits builds them
-    return limits
+    return config.limits()  # the settings face of WatchLimits builds them

@@ -46,16 +46,17 @@ import contextlib
 import enum
 import html
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Final, Protocol, TypeAlias
 
 import orjson
 import trio
 
 from agentd.errors import AgentdError, ConfigError, FilterRejected, WatchError, WatchStateError
 from agentd.events import ReactorEvent, RouteNotice, SubscriptionStateChanged, WatchNotice
+from agentd.jsonvalue import JSONObject, JSONValue, loads
 from agentd.telemetry import Telemetry
 from agentd.upstream.naming import namespaced
 from agentd.upstream.resolve import resource_listing
@@ -68,14 +69,14 @@ from agentd.watches.stage import StagedRoute, WatchStage
 from agentd.watches.state import WatchSpec
 
 if TYPE_CHECKING:  # the sandbox (pydantic-monty) is imported only when a watch filters
-    from agentd.watches.sandbox import FilterPool, WatchFilter
+    from mcp import types
 
+    from agentd.upstream.connection import Upstream
+    from agentd.watches.sandbox import CatalogFunction, FilterPool, WatchFilter
 
-def _sandbox() -> Any:
-    """The filter sandbox module, imported on first use: a run without filters never loads it."""
-    from agentd.watches import sandbox
-
-    return sandbox
+#: An async catalog function: called with the filter's own arguments (checked
+#: by the function), its result goes back into the sandbox.
+AsyncCatalogFunction: TypeAlias = "Callable[..., Awaitable[object]]"
 
 
 #: Watch names: short, safe in a route id, an XML attribute and a log line.
@@ -148,7 +149,7 @@ class Watch:
     """Events extracted so far (before the filter)."""
     notices: int = 0
     """Notices handed to the reactor."""
-    saved_baseline: dict[str, Any] | None = None
+    saved_baseline: JSONObject | None = None
     """The baseline as of the last notice (what ``--watch-state`` stores)."""
     error: str | None = None
     """Why a restore failed (RESTORE_FAILED)."""
@@ -186,8 +187,8 @@ class Watch:
             baseline=self.saved_baseline,
         )
 
-    def describe(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def describe(self) -> JSONObject:
+        out: JSONObject = {
             "name": self.name,
             "uri": self.uri,
             "shape": self.shape,
@@ -228,7 +229,7 @@ class WatchManager:
     def __init__(
         self,
         *,
-        upstreams: Mapping[str, Any],
+        upstreams: Mapping[str, Upstream],
         events: trio.MemorySendChannel[ReactorEvent],
         telemetry: Telemetry,
         limits: WatchLimits | None = None,
@@ -236,7 +237,7 @@ class WatchManager:
         state_path: Path | None = None,
         pool: FilterPool | None = None,
         routes: Iterable[StagedRoute] = (),
-        tool_allowed: Callable[[str, Any], bool] | None = None,
+        tool_allowed: Callable[[str, types.Tool], bool] | None = None,
     ) -> None:
         self.upstreams = upstreams
         self._tool_allowed = tool_allowed
@@ -305,7 +306,9 @@ class WatchManager:
     async def _filter_pool(self) -> FilterPool:
         async with self._pool_lock:
             if self._pool is None:
-                pool = _sandbox().FilterPool()
+                from agentd.watches.sandbox import FilterPool  # lazy: loads pydantic-monty
+
+                pool = FilterPool()
                 # Entering starts a sandbox worker process: keep it off the event loop.
                 await trio.to_thread.run_sync(pool.__enter__)
                 self._pool = pool
@@ -320,7 +323,7 @@ class WatchManager:
     def get(self, session: str, name: str) -> Watch | None:
         return self._watches.get((session, name))
 
-    def listing(self, session: str) -> list[dict[str, Any]]:
+    def listing(self, session: str) -> list[JSONObject]:
         """``watch_list()`` for ``session``."""
         return [w.describe() for w in self.watches(session)]
 
@@ -344,8 +347,8 @@ class WatchManager:
         uri: object,
         on_event: object = None,
         routes: RouteTable,
-        baseline: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
+        baseline: JSONObject | None = None,
+    ) -> JSONObject:
         """``watch_start``: validate, read the baseline, add the route, subscribe, start the task.
 
         Everything happens inside the call, so every failure is reported to the
@@ -396,7 +399,11 @@ class WatchManager:
         filt: WatchFilter | None = None
         routed = False
         try:
-            source = None if on_event is None else _sandbox().check_source(on_event)
+            source: str | None = None
+            if on_event is not None:
+                from agentd.watches.sandbox import check_source  # lazy: loads pydantic-monty
+
+                source = check_source(on_event)
             server = self._server_for(uri)
             if server is None or server not in self.upstreams:
                 raise WatchError(
@@ -408,17 +415,17 @@ class WatchManager:
             w.server = server
             catalog, denied = self.filter_catalog()
             if source is not None:
+                from agentd.watches.sandbox import WatchFilter, sample_event  # loaded by check_source
+
                 pool = await self._filter_pool()
                 source = await pool.avalidate(
                     source,
                     limits=self.limits,
                     catalog_names=catalog.keys(),
                     denied=denied,
-                    sample=_sandbox().sample_event(watch=name, uri=uri),
+                    sample=sample_event(watch=name, uri=uri),
                 )
-                filt = _sandbox().WatchFilter(
-                    source, pool=pool, limits=self.limits, catalog=catalog, denied=denied
-                )
+                filt = WatchFilter(source, pool=pool, limits=self.limits, catalog=catalog, denied=denied)
             w.on_event = source
             try:
                 body, mime = await self._read(server, uri)
@@ -488,14 +495,14 @@ class WatchManager:
         self._request_save()
         return {"name": name, "uri": uri, "shape": w.shape}
 
-    def filter_catalog(self) -> tuple[dict[str, Callable[..., Any]], set[str]]:
+    def filter_catalog(self) -> tuple[dict[str, CatalogFunction], set[str]]:
         """The filter's read-only catalog and the names it is denied (mutating tools).
 
         Catalog functions are called from a filter's worker thread; each runs
         its call on the event loop, bounded by the run's time left
         (:func:`agentd.watches.sandbox.call_on_loop`).
         """
-        catalog: dict[str, Callable[..., Any]] = {
+        catalog: dict[str, CatalogFunction] = {
             "read_resource": self._sync_call(self._catalog_read),
             "list_resources": self._sync_call(self._catalog_list),
         }
@@ -511,34 +518,36 @@ class WatchManager:
                     denied.add(exposed)
         return catalog, denied
 
-    def _sync_call(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def _sync_call(self, fn: AsyncCatalogFunction) -> CatalogFunction:
         """A callable for the filter's worker thread that runs ``fn`` on the event loop.
 
         Bounded by what is left of the filter run's time and by
         :data:`CATALOG_CALL_TIMEOUT_SECS`, whichever ends first.
         """
 
-        def call(*args: Any, **kwargs: Any) -> Any:
-            return _sandbox().call_on_loop(lambda: fn(*args, **kwargs), cap=CATALOG_CALL_TIMEOUT_SECS)
+        def call(*args: object, **kwargs: object) -> object:
+            from agentd.watches.sandbox import call_on_loop  # loaded: a filter is calling
+
+            return call_on_loop(lambda: fn(*args, **kwargs), cap=CATALOG_CALL_TIMEOUT_SECS)
 
         return call
 
-    async def _catalog_read(self, uri: str) -> Any:
+    async def _catalog_read(self, uri: str) -> JSONValue:
         server = self._server_for(uri)
         if server is None:
             raise KeyError(f"no connected server offers {uri!r}")
         body, _ = await self._read(server, uri)
         try:
-            return orjson.loads(body)
+            return loads(body)
         except orjson.JSONDecodeError:
             return body
 
-    async def _catalog_list(self) -> list[dict[str, Any]]:
+    async def _catalog_list(self) -> Sequence[Mapping[str, object]]:
         # The same entries as the list_resources self-tool.
         return resource_listing(self.upstreams)
 
-    def _tool_caller(self, server: str, tool: str) -> Callable[..., Any]:
-        async def call(*args: Any, **kwargs: Any) -> Any:
+    def _tool_caller(self, server: str, tool: str) -> AsyncCatalogFunction:
+        async def call(*args: object, **kwargs: object) -> object:
             if args:
                 raise TypeError("call tools with keyword arguments, e.g. memo__memo_get(key='todo')")
             result = await self.upstreams[server].call_tool(tool, kwargs)
@@ -548,7 +557,7 @@ class WatchManager:
             if result.structured_content is not None:
                 return result.structured_content
             try:
-                return orjson.loads(text)
+                return loads(text)
             except orjson.JSONDecodeError:
                 return text
 
@@ -657,6 +666,8 @@ class WatchManager:
         with_filter = [r for r in self._routes.values() if r.on_event is not None]
         if not with_filter:
             return
+        from agentd.watches.sandbox import sample_event  # lazy: loads pydantic-monty
+
         pool = await self._filter_pool()
         catalog, denied = self.filter_catalog()
         for r in with_filter:
@@ -666,7 +677,7 @@ class WatchManager:
                     limits=self.limits,
                     catalog_names=catalog.keys(),
                     denied=denied,
-                    sample=_sandbox().sample_event(
+                    sample=sample_event(
                         watch=r.route_id,
                         uri=r.match,
                         shape="event-log" if r.extract == "event-log" else "state",
@@ -741,8 +752,10 @@ class WatchManager:
             return
         filt: WatchFilter | None = None
         if route.on_event is not None:
+            from agentd.watches.sandbox import WatchFilter  # lazy: loads pydantic-monty
+
             catalog, denied = self.filter_catalog()
-            filt = _sandbox().WatchFilter(
+            filt = WatchFilter(
                 route.on_event,
                 pool=await self._filter_pool(),
                 limits=self.limits,
@@ -1058,7 +1071,7 @@ class WatchManager:
 
     # ------------------------------------------------------------------ helpers
 
-    def _fields(self, w: Watch) -> dict[str, Any]:
+    def _fields(self, w: Watch) -> dict[str, str | None]:
         if w.route is not None:
             session = w.route.session if w.route.disposition == "continue" else None
             return {"watch": w.name, "uri": w.uri, "session": session, "route": w.route.route_id}

@@ -25,8 +25,9 @@ import html
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
+from agentd.jsonvalue import JSONValue
 from agentd.watches.extract import WHOLE_VALUE, Event, compact_json, identity_key
 
 #: ``MODIFIED`` lines name at most this many changed paths (then ``+N more``).
@@ -60,7 +61,7 @@ _MISSING: Final = object()
 # ------------------------------------------------------------ default lines
 
 
-def _k8s_name(obj: Any) -> str | None:
+def _k8s_name(obj: object) -> str | None:
     if not isinstance(obj, dict):
         return None
     meta = obj.get("metadata")
@@ -70,7 +71,7 @@ def _k8s_name(obj: Any) -> str | None:
     return f"{ns}/{meta['name']}" if isinstance(ns, str) and ns else str(meta["name"])
 
 
-def _subject(event: Event) -> Any:
+def _subject(event: Event) -> JSONValue:
     for field in ("object", "new", "old"):
         value = event.get(field)
         if value is not None:
@@ -93,7 +94,7 @@ def object_key(event: Event) -> str | None:
     return identity_key(obj) if obj is not None else None
 
 
-def _lookup(value: Any, path: str) -> Any:
+def _lookup(value: object, path: str) -> object:
     if path == WHOLE_VALUE:
         return value
     cur = value
@@ -104,7 +105,7 @@ def _lookup(value: Any, path: str) -> Any:
     return cur
 
 
-def _scalar(value: Any) -> str | None:
+def _scalar(value: object) -> str | None:
     """Short text for a scalar, or ``None`` for objects and lists (shown by path only)."""
     if value is _MISSING:
         return "∅"  # absent on that side (added or removed field)
@@ -116,7 +117,7 @@ def _scalar(value: Any) -> str | None:
     return text if len(text) <= MAX_VALUE_CHARS else text[: MAX_VALUE_CHARS - 1] + "…"
 
 
-def describe_changes(old: Any, new: Any, changed: Sequence[str]) -> str:
+def describe_changes(old: object, new: object, changed: Sequence[str]) -> str:
     """``status.phase: Deciding→Published, spec.x`` for up to three paths (then ``+N more``).
 
     Scalars are shown before and after; objects and lists by path only (a
@@ -164,8 +165,9 @@ def default_line(event: Event) -> str:
         text = new.strip().splitlines()[0] if isinstance(new, str) and new.strip() else compact_json(new)
         return f"CHANGED {_cut(text, MAX_DEFAULT_JSON_CHARS)}"
     label = _k8s_name(_subject(event))
-    if label is None and isinstance(event.get("key"), str):
-        label = event["key"]
+    key = event.get("key")
+    if label is None and isinstance(key, str):
+        label = key
     if label is None:
         subject = _subject(event)
         if subject is None:
@@ -173,9 +175,10 @@ def default_line(event: Event) -> str:
         label = _cut(compact_json(subject), MAX_DEFAULT_JSON_CHARS)
     line = f"{type_} {label}"
     changed = event.get("changed")
-    if type_ == "MODIFIED" and changed:
+    if type_ == "MODIFIED" and isinstance(changed, list) and changed:
         new = event.get("object", event.get("new"))
-        line += f" ({describe_changes(event.get('old'), new, changed)})"
+        paths = [path for path in changed if isinstance(path, str)]  # the extractors' changed_paths
+        line += f" ({describe_changes(event.get('old'), new, paths)})"
     return line
 
 

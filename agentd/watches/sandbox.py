@@ -68,7 +68,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal, TypeAlias, TypeVar
+from typing import Any, Final, Literal, NoReturn, TypeAlias, TypeVar
 
 import trio
 from pydantic_monty import (
@@ -84,12 +84,16 @@ from pydantic_monty import (
 
 from agentd.errors import FilterRejected as FilterRejected  # re-exported
 from agentd.errors import SandboxError
+from agentd.jsonvalue import JSONObject
 from agentd.watches.extract import Event, Shape, compact_json
 from agentd.watches.limits import WatchLimits
 
 FilterOutcomeKind: TypeAlias = Literal["dropped", "lines", "error"]
 """What a filter run decided: drop the event, emit lines, or it failed."""
 
+#: A host function a filter may call. The sandbox passes whatever arguments the
+#: filter's code gives (the function checks them) and hands the result back into
+#: Monty, whose API leaves both sides untyped: this is that boundary.
 CatalogFunction: TypeAlias = Callable[..., Any]
 
 _T = TypeVar("_T")
@@ -303,10 +307,10 @@ class FilterPool:
         denied_all = ALWAYS_DENIED | set(denied)
         attempted: list[str] = []
 
-        def stub(*_args: Any, **_kwargs: Any) -> None:
+        def stub(*_args: object, **_kwargs: object) -> None:
             return None
 
-        lookup: dict[str, Any] = {name: stub for name in catalog_names if name not in denied_all}
+        lookup: dict[str, CatalogFunction] = {name: stub for name in catalog_names if name not in denied_all}
         for name in denied_all:
             lookup[name] = _denier(name, attempted)
         session = self.checkout(limits)
@@ -416,7 +420,7 @@ def check_source(source: object) -> str:
 
 def sample_event(*, watch: str = "sample", uri: str = "sample://watch", shape: Shape = "event-log") -> Event:
     """A plausible event for the ``watch_start`` dry run (values are placeholders)."""
-    obj = {
+    obj: JSONObject = {
         "kind": "Sample",
         "metadata": {"name": "sample", "namespace": "default", "uid": "00000000-sample"},
         "status": {"phase": "Ready"},
@@ -521,7 +525,9 @@ class WatchFilter:
         calls = _CallBudget(
             self.limits.filter_tool_calls, deadline, self.limits.filter_time_secs, on_call=watchdog.arm
         )
-        lookup: dict[str, Any] = {name: calls.wrap(name, fn) for name, fn in self._catalog.items()}
+        lookup: dict[str, CatalogFunction] = {
+            name: calls.wrap(name, fn) for name, fn in self._catalog.items()
+        }
         for name in self._denied:
             lookup[name] = _denier(name, calls.denied)
         printed = _PrintSink()
@@ -664,7 +670,7 @@ class _CallBudget:
         return TimeoutError(f"{name}: {_OUT_OF_TIME} ({self.seconds:g} s, tool calls included)")
 
     def wrap(self, name: str, fn: CatalogFunction) -> CatalogFunction:
-        def call(*args: Any, **kwargs: Any) -> Any:
+        def call(*args: object, **kwargs: object) -> object:
             with self._lock:
                 if self.count >= self.limit:
                     self.over_limit = True
@@ -776,14 +782,14 @@ _REAPER: Final = _Reaper()
 
 
 def _denier(name: str, attempted: list[str]) -> CatalogFunction:
-    def refuse(*_args: Any, **_kwargs: Any) -> Any:
+    def refuse(*_args: object, **_kwargs: object) -> NoReturn:
         attempted.append(name)
         raise PermissionError(f"{name} is not available in a watch filter: filters are read-only")
 
     return refuse
 
 
-def _denied_message(name: str, catalog: Mapping[str, Any]) -> str:
+def _denied_message(name: str, catalog: Mapping[str, object]) -> str:
     allowed = ", ".join(sorted(catalog)) or "none"
     return (
         f"on_event called {name!r}, which a watch filter may not use: filters are read-only "
@@ -832,7 +838,7 @@ def _discard_print(_stream: Literal["stdout", "stderr"], _text: str) -> None:
     return None
 
 
-def _value_lines(value: Any) -> list[str]:
+def _value_lines(value: object) -> list[str]:
     if isinstance(value, str):
         return [line.rstrip() for line in value.splitlines() if line.strip()]
     return [compact_json(value)]

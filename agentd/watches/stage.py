@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
+from agentd.jsonvalue import JSONObject, JSONValue
 from agentd.watches.extract import Event, Extractor, MalformedReadError, Shape, extractor_from_baseline
 from agentd.watches.limits import WatchLimits
 from agentd.watches.notices import (
@@ -113,7 +114,7 @@ class WatchStage:
         shape: Shape,
         limits: WatchLimits | None = None,
         filter: WatchFilter | None = None,
-        baseline: Mapping[str, Any] | None = None,
+        baseline: Mapping[str, JSONValue] | None = None,
     ) -> None:
         self.name = name
         self.uri = uri
@@ -129,7 +130,7 @@ class WatchStage:
             max_lines=self.limits.lines_per_notice,
         )
 
-    def baseline(self) -> dict[str, Any] | None:
+    def baseline(self) -> JSONObject | None:
         """The extractor's baseline, for ``--watch-state``."""
         return self.extractor.baseline()
 

@@ -39,7 +39,6 @@ supervisor reports before running with watches in memory only.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import glob
 import os
 import re
@@ -49,12 +48,14 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Literal, TypeAlias
+from typing import Final, Literal, TypeAlias
 
 import orjson
 
 from agentd.errors import ConfigError
 from agentd.errors import WatchStateError as WatchStateError  # re-exported
+from agentd.filelock import lock_exclusively
+from agentd.jsonvalue import JSONObject
 
 #: The file format written (and the newest one read).
 STATE_FORMAT_VERSION: Final = 1
@@ -79,9 +80,9 @@ class WatchSpec:
     uri: str
     on_event: str | None = None
     owner: str | None = None
-    baseline: dict[str, Any] | None = None
+    baseline: JSONObject | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         """The spec as it is stored."""
         return {
             "name": self.name,
@@ -240,21 +241,12 @@ def claim(path: Path | str) -> StateLock:
         fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     except OSError:
         return StateLock(path, None)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
-        os.close(fd)
-        owner = f"pid {holder}" if holder.isdigit() else "another process"
-        raise ConfigError(
-            "--watch-state",
-            str(path),
-            f"another agentd ({owner}) is using it (it holds {str(lock)!r}); give each agentd its own "
-            "--watch-state file, or stop the other one first",
-        ) from None
-    with contextlib.suppress(OSError):  # a full disk must not stop a start: the pid is a courtesy
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    lock_exclusively(
+        fd,
+        "--watch-state",
+        path,
+        f"it holds {str(lock)!r}; give each agentd its own --watch-state file, or stop the other one first",
+    )
     for leftover in leftover_temps(path):
         with contextlib.suppress(OSError):
             leftover.unlink()

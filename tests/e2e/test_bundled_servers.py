@@ -36,6 +36,7 @@ from mcp import Client
 from agentd.config import load_settings
 from agentd.supervisor.routes import build_router
 from tests.e2e.agentd_proc import PY, REPO, Agentd, run_agentd, script
+from tests.support.kube import Cluster
 from tests.support.routing import wait_gone
 
 FAKES = REPO / "tests" / "fakes"
@@ -202,32 +203,6 @@ async def test_inbox_an_appended_line_wakes_an_agent_that_reads_acks_and_respond
 
 
 # --------------------------------------------------------------------------- kube
-
-
-class Cluster:
-    """The fake kubectl's control directory (see tests/fakes/kubectl_fake.py)."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.fds: dict[str, int] = {}
-
-    def set_list(self, resource: str, items: list[dict[str, Any]]) -> None:
-        (self.root / f"{resource}.json").write_text(json.dumps(items))
-        if resource not in self.fds:
-            fifo = self.root / f"{resource}.watch"
-            os.mkfifo(fifo)
-            self.fds[resource] = os.open(fifo, os.O_RDWR)  # never blocks; outlives each kubectl run
-
-    def event(self, resource: str, kind: str, obj: dict[str, Any]) -> None:
-        os.write(self.fds[resource], (json.dumps({"type": kind, "object": obj}, indent=2) + "\n").encode())
-
-    def pids(self) -> list[int]:
-        log = self.root / "argv.log"
-        return [json.loads(x)["pid"] for x in log.read_text().splitlines()] if log.exists() else []
-
-    def close(self) -> None:
-        for fd in self.fds.values():
-            os.close(fd)
 
 
 def configmap(name: str, uid: str, rv: str, **data: str) -> dict[str, Any]:

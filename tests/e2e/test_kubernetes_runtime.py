@@ -21,6 +21,7 @@ import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import psutil
@@ -33,6 +34,7 @@ from agentd import __version__
 from agentd.exitcodes import ExitCode
 from tests.e2e.agentd_proc import PY, REPO, Agentd, agentd_cmd, run_agentd, script
 from tests.support.files import edit
+from tests.support.memo import NOTES, memo_toml
 
 pytestmark = [pytest.mark.realclock, pytest.mark.slow]
 
@@ -47,38 +49,21 @@ EXIT_AFTER_GRACE = 3.0
 #: not-ready window after a server dies is unmistakable.
 FAST_RECONNECT = {"AGENTD_RECONNECT_BACKOFF": "0.5,0.5,0.5,0.5,0.5"}
 
-NOTES = "memo://notes"
-
 
 # --- helpers -------------------------------------------------------------------
 
 
 def config(tmp: Path, memo: Path, model: str, *, max_inflight: int = 4, grace: str = "20s") -> Path:
     """A reactive agentd.toml: required memo server, its notes subscribed, one spawn route."""
-    path = tmp / "agentd.toml"
-    path.write_text(
-        f"""
-mode = "reactive"
-model = {json.dumps(model)}
-instruction = "React to the notes."
-grace = "{grace}"
-subscribe = ["memo:{NOTES}"]
-
-[servers.memo]
-command = {json.dumps(PY)}
-args = ["-m", "agentd", "serve", "memo", "--file", {json.dumps(str(memo))}]
-required = true
-
-[[routes]]
-name = "notes"
-match = "{NOTES}"
-disposition = "spawn"
-debounce = "0s"
-max_inflight = {max_inflight}
-reread_on_start = false
-"""
+    toml, _ = memo_toml(
+        tmp,
+        model,
+        memo=memo,
+        settings=f'grace = "{grace}"',
+        server="required = true",
+        route=f"max_inflight = {max_inflight}",
     )
-    return path
+    return toml
 
 
 def reactive_args(toml: Path, *extra: str) -> list[str]:
@@ -93,6 +78,18 @@ def reactive_args(toml: Path, *extra: str) -> list[str]:
         "127.0.0.2:0",
         *extra,
     ]
+
+
+@asynccontextmanager
+async def reacting(tmp_path: Path, turn: dict[str, Any], grace: float) -> AsyncIterator[tuple[Agentd, Path]]:
+    """agentd reacting to the memo's notes (``{"todo": "milk"}``) with agents that take the one
+    ``turn``, draining within ``grace`` seconds; yields it, once ready, and the memo file."""
+    memo = tmp_path / "notes.json"
+    edit(memo, {"todo": "milk"})
+    toml = config(tmp_path, memo, script(tmp_path, [turn]), grace=f"{grace:g}s")
+    async with run_agentd(reactive_args(toml), env=FAST_RECONNECT) as a:
+        await a.wait_event("ready.changed", lambda e: e["ready"])
+        yield a, memo
 
 
 async def endpoints(a: Agentd) -> tuple[str, str]:
@@ -248,15 +245,10 @@ async def test_probes_and_metrics_follow_the_required_server_and_its_subscriptio
 async def test_sigterm_not_ready_at_once_running_turn_finishes_nothing_new_starts_exit_0(
     tmp_path: Path,
 ) -> None:
-    memo = tmp_path / "notes.json"
-    edit(memo, {"todo": "milk"})
     # The turn outlives the signal by 2 s: long enough to probe, change and count meanwhile.
-    model = script(tmp_path, [{"text": "turn finished", "latency_ms": 2000}])
     grace = 20.0
-    toml = config(tmp_path, memo, model, grace=f"{grace:g}s")
-    async with run_agentd(reactive_args(toml), env=FAST_RECONNECT) as a:
+    async with reacting(tmp_path, {"text": "turn finished", "latency_ms": 2000}, grace) as (a, memo):
         health, metrics = await endpoints(a)
-        await a.wait_event("ready.changed", lambda e: e["ready"])
         edit(memo, {"todo": "bread"})
         await a.wait_event("subagent.started")
         assert spawned(a) == 1
@@ -286,13 +278,11 @@ async def test_sigterm_not_ready_at_once_running_turn_finishes_nothing_new_start
 
 
 async def test_turn_past_grace_is_killed_exit_143_after_grace_and_no_process_left(tmp_path: Path) -> None:
-    memo = tmp_path / "notes.json"
-    edit(memo, {"todo": "milk"})
-    model = script(tmp_path, [{"text": "ignores the turn boundary", "latency_ms": 600_000}])
     grace = 1.0
-    toml = config(tmp_path, memo, model, grace=f"{grace:g}s")
-    async with run_agentd(reactive_args(toml), env=FAST_RECONNECT) as a:
-        await a.wait_event("ready.changed", lambda e: e["ready"])
+    async with reacting(tmp_path, {"text": "ignores the turn boundary", "latency_ms": 600_000}, grace) as (
+        a,
+        memo,
+    ):
         edit(memo, {"todo": "bread"})
         started = await a.wait_event("subagent.started")
         before = tree(a.proc.pid)

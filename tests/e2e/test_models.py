@@ -25,7 +25,6 @@ from tests.fakes.provider_server import (
     GoogleTokenEndpoint,
     RecordedRequest,
     Reply,
-    anthropic_error,
     anthropic_reply,
     openai_reply,
     provider_server,
@@ -469,21 +468,9 @@ async def test_vertex_through_agentd(tmp_path: Path) -> None:
     tokens = GoogleTokenEndpoint()
     replies = [anthropic_reply("hello from vertex")]
 
-    def vertex(request: RecordedRequest) -> Reply:
-        if request.path == "/token":
-            return tokens(request)
-        if request.headers.get("authorization") not in {f"Bearer {t}" for t in tokens.issued}:
-            return anthropic_error(401, "Request had invalid authentication credentials.")
-        return replies.pop(0)
-
-    async with provider_server(handler=vertex) as srv:
+    async with provider_server(handler=tokens.vertex(replies)) as srv:
         key_file = tokens.service_account(tmp_path, srv.url("/token"))
-        env = _clean_env(
-            GOOGLE_APPLICATION_CREDENTIALS=str(key_file),
-            ANTHROPIC_VERTEX_BASE_URL=srv.url("/v1"),
-            CLOUD_ML_REGION="europe-west1",
-            ANTHROPIC_VERTEX_PROJECT_ID="agentd-test",
-        )
+        env = _clean_env(**tokens.vertex_env(key_file, srv.url("/v1"), "europe-west1"))
         async with run_agentd(["--model", "vertex:claude-sonnet-4-5@20250929", "hi"], env=env) as a:
             assert await a.wait_exit() == 0, a.tail()
     assert tokens.problems == []

@@ -37,6 +37,7 @@ from tests.support.routing import (
     get,
     health_base,
     memo_server,
+    metric_total,
     scrape,
     script,
     sdk_server,
@@ -416,6 +417,8 @@ async def test_drops_name_the_lost_uri_and_the_routers_reason_everywhere(
         (tmp_path / "many.json.storm").write_text(json.dumps({"items": 3, "rounds": 1}))
         server_process(a, "fault_server.py").send_signal(signal.SIGUSR1)
         dropped = await a.wait_event("route.dropped", timeout=STEP)
+        # Quiet: the first change's agent and the queued change's ended their turns.
+        await a.wait_event("turn.end", count=2, timeout=STEP)
         metrics = await scrape(base)
         assert await drain(a) == ExitCode.OK
     reason = "coalesce_cap" if overflow == "coalesce" else "drop_oldest"
@@ -436,6 +439,23 @@ async def test_drops_name_the_lost_uri_and_the_routers_reason_everywhere(
     exit_line = a.find("supervisor.exit")[0]
     assert exit_line["dropped"] == {reason: 1}
     assert exit_line["router"][f"dropped_events.{reason}"] == 1
+    # One counter set: /metrics and supervisor.exit report the same numbers.
+    counters = exit_line["counters"]
+    assert counters["routed"] == metric_total(metrics, "agentd_events_routed_total") == 3
+    assert counters["unrouted"] == metric_total(metrics, "agentd_events_unrouted_total")
+    assert counters["coalesced"] == metric_total(metrics, "agentd_events_coalesced_total")
+    assert counters["dropped_events"] == metric_total(metrics, "agentd_events_dropped_total") == 1
+    assert counters["restarts"] == metric_total(metrics, "agentd_agent_restarts_total")
+    assert counters["model_calls"] == 2
+    assert counters["input_tokens"] == metric_total(metrics, "agentd_tokens_total", direction="input") > 0
+    assert counters["output_tokens"] == metric_total(metrics, "agentd_tokens_total", direction="output") > 0
+    assert counters["cached_input_tokens"] == metric_total(metrics, "agentd_cache_tokens_total", kind="read")
+    assert counters["cache_creation_input_tokens"] == metric_total(
+        metrics, "agentd_cache_tokens_total", kind="write"
+    )
+    assert counters["unpriced_calls"] == metric_total(metrics, "agentd_model_calls_unpriced_total")
+    assert counters["outputs_lost"] == metric_total(metrics, "agentd_outputs_lost_total")
+    assert exit_line["telemetry_dropped"] == metric_total(metrics, "agentd_telemetry_dropped_total") == 0
 
 
 # --------------------------------------------------------------------------- loop: a delivery is real work

@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 import re
 import signal
-import socket
-import subprocess
 from collections import Counter
 from pathlib import Path
 
@@ -22,12 +20,12 @@ import trio
 from mcp import Client
 
 from agentd.state.shard import owner
-from tests.e2e.agentd_proc import PY, REPO, Agentd, run_agentd
+from tests.e2e.agentd_proc import Agentd, run_agentd
 from tests.fakes.provider_server import RecordedRequest, Reply, openai_reply, provider_server
+from tests.support.processes import listening, start_notes_server
 
 pytestmark = pytest.mark.slow
 
-NOTES_SERVER = REPO / "tests/servers/notes_server.py"
 SPAWNED = [f"u{i:02d}" for i in range(60)]
 SESSIONS = ["c0", "c1", "c2"]
 REPLICAS = 3
@@ -77,17 +75,9 @@ async def _set_all(url: str, names: list[str], text: str) -> None:
 async def test_three_replicas_handle_every_change_once_and_a_restarted_one_catches_up(tmp_path: Path) -> None:
     state = tmp_path / "notes.json"
     state.write_text(json.dumps({n: "v0" for n in [*SPAWNED, *SESSIONS]}))
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(256)
-    url = f"http://127.0.0.1:{listener.getsockname()[1]}/mcp"
-    server = await trio.lowlevel.open_process(
-        [PY, str(NOTES_SERVER), "--state", str(state), "--transport", "http", "--fd", str(listener.fileno())],
-        pass_fds=(listener.fileno(),),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    listener, port = listening(backlog=256)
+    url = f"http://127.0.0.1:{port}/mcp"
+    server = await start_notes_server(listener, state, quiet=True)
     routes = "".join(
         f'[[routes]]\nname = "s{i}"\nmatch = "note://c{i}"\ndisposition = "continue"\nsession = "s{i}"\n'
         'debounce = "50ms"\n'

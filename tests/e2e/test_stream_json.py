@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 from pathlib import Path
 from typing import Any
@@ -12,12 +11,13 @@ import jsonschema
 import pytest
 
 from agentd.exitcodes import ExitCode
-from tests.e2e.agentd_proc import PY, REPO, notes_server, run_agentd, script
+from tests.e2e.agentd_proc import REPO, notes_server, run_agentd, script
 from tests.fakes.provider_server import openai_error, provider_server
+from tests.support.files import edit
+from tests.support.memo import NOTES, memo_toml
 
 SCHEMA = json.loads((REPO / "docs" / "stream-json.schema.json").read_text())
 VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
-NOTES = "memo://notes"
 
 
 def lines_of(out: str) -> list[dict[str, Any]]:
@@ -120,46 +120,13 @@ async def test_a_401_says_why_and_what_to_do(tmp_path: Path, output: str) -> Non
     assert "sk-wrong" not in a.out
 
 
-def _memo_config(tmp_path: Path, model: str, output: str) -> Path:
-    memo = tmp_path / "notes.json"
-    memo.write_text("{}")
-    path = tmp_path / "agentd.toml"
-    path.write_text(
-        f"""
-mode = "reactive"
-model = {json.dumps(model)}
-instruction = "React to the notes."
-output = "{output}"
-subscribe = ["memo:{NOTES}"]
-
-[servers.memo]
-command = {json.dumps(PY)}
-args = ["-m", "agentd", "serve", "memo", "--file", {json.dumps(str(memo))}]
-
-[[routes]]
-name = "notes"
-match = "{NOTES}"
-disposition = "spawn"
-debounce = "0s"
-reread_on_start = false
-"""
-    )
-    return memo
-
-
-def _edit(path: Path, notes: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(notes))
-    os.replace(tmp, path)
-
-
 @pytest.mark.parametrize("output", ["json", "stream-json"])
 async def test_reactive_replies_carry_their_time_and_cause(tmp_path: Path, output: str) -> None:
     model = script(tmp_path, [{"text": "seen the change"}], then="repeat")
-    memo = _memo_config(tmp_path, model, output)
+    _, memo = memo_toml(tmp_path, model, settings=f'output = "{output}"')
     async with run_agentd(["--config", str(tmp_path / "agentd.toml")]) as a:
         await a.wait_event("ready.changed", lambda e: e["ready"])
-        _edit(memo, {"todo": "milk"})
+        edit(memo, {"todo": "milk"})
         await a.wait_event("turn.end")
         await a.wait_event("subagent.exit")
         a.signal(signal.SIGTERM)

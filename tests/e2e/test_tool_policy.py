@@ -14,6 +14,7 @@ from pathlib import Path
 
 from tests.e2e.agentd_proc import PY, run_agentd
 from tests.fakes.provider_server import RecordedRequest, openai_reply, provider_server
+from tests.support.routing import memo_server
 
 
 def _env(url: str) -> dict[str, str]:
@@ -38,12 +39,7 @@ async def test_a_disallowed_tool_is_not_offered_and_a_call_to_it_is_unknown(tmp_
         openai_reply("could not write"),
     ]
     async with provider_server(replies) as srv:
-        args = [
-            "--model",
-            "openai:gpt-4o-mini",
-            "--mcp-stdio",
-            f"memo={PY} -m agentd serve memo --file {notes}",
-        ]
+        args = ["--model", "openai:gpt-4o-mini", "--mcp-stdio", memo_server(notes)]
         args += ["--disallowed-tools", "memo__memo_set,memo__memo_del*", "write k"]
         async with run_agentd(args, env=_env(srv.url("/v1"))) as a:
             assert await a.wait_exit() == 0, a.tail()

@@ -6,13 +6,13 @@ import json
 import os
 import signal
 from pathlib import Path
-from typing import Any
 
 from agentd.exitcodes import ExitCode
 from tests.e2e.agentd_proc import PY, REPO, run_agentd, script
+from tests.support.files import edit
+from tests.support.memo import NOTES, memo_toml
 from tests.support.otlp import otlp_receiver
 
-NOTES = "memo://notes"
 TRACED = f"traced={PY} {REPO / 'tests/servers/traced_server.py'}"
 CONTENT_KEYS = {
     "gen_ai.input.messages",
@@ -23,41 +23,14 @@ CONTENT_KEYS = {
 
 
 def _config(tmp_path: Path, model: str, endpoint: str, disposition: str = "spawn") -> tuple[Path, Path]:
-    memo = tmp_path / "notes.json"
-    memo.write_text("{}")
-    path = tmp_path / "agentd.toml"
-    path.write_text(
-        f"""
-mode = "reactive"
-model = {json.dumps(model)}
-instruction = "React to the notes."
-subscribe = ["memo:{NOTES}"]
-
-[servers.memo]
-command = {json.dumps(PY)}
-args = ["-m", "agentd", "serve", "memo", "--file", {json.dumps(str(memo))}]
-
+    traced = f"""
 [servers.traced]
 command = {json.dumps(PY)}
 args = [{json.dumps(str(REPO / "tests/servers/traced_server.py"))}]
 # A stdio server gets a minimal environment: it is told where its own spans go.
 env = {{ OTEL_EXPORTER_OTLP_ENDPOINT = {json.dumps(endpoint)} }}
-
-[[routes]]
-name = "notes"
-match = "{NOTES}"
-disposition = "{disposition}"
-debounce = "0s"
-reread_on_start = false
 """
-    )
-    return path, memo
-
-
-def _edit(path: Path, notes: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(notes))
-    os.replace(tmp, path)
+    return memo_toml(tmp_path, model, servers=traced, disposition=disposition)
 
 
 async def test_a_memo_change_is_one_trace_from_the_update_to_the_upstream_tool(tmp_path: Path) -> None:
@@ -76,7 +49,7 @@ async def test_a_memo_change_is_one_trace_from_the_update_to_the_upstream_tool(t
             enabled = await a.wait_event("tracing.enabled")
             assert enabled["endpoint"] == rx.endpoint + "/v1/traces"
             await a.wait_event("ready.changed", lambda e: e["ready"])
-            _edit(memo, {"todo": "milk"})
+            edit(memo, {"todo": "milk"})
             # The upstream server's own span: its parent came in the request's _meta.
             upstream = await rx.wait_for(
                 lambda s: s.service == "traced-server" and s.name == "tools/call stamp"
@@ -188,9 +161,9 @@ async def test_each_turn_of_a_warm_session_is_its_own_trace_across_the_child(tmp
         toml, memo = _config(tmp_path, model, rx.endpoint, disposition="continue")
         async with run_agentd(["--config", str(toml)], env={"OTEL_EXPORTER_OTLP_ENDPOINT": rx.endpoint}) as a:
             await a.wait_event("ready.changed", lambda e: e["ready"])
-            _edit(memo, {"todo": "one"})
+            edit(memo, {"todo": "one"})
             await a.wait_event("turn.end")
-            _edit(memo, {"todo": "two"})
+            edit(memo, {"todo": "two"})
             await a.wait_event("turn.end", count=2)
             a.signal(signal.SIGTERM)
             assert await a.wait_exit() == 0, a.tail()

@@ -10,7 +10,6 @@ timeout; nothing sleeps.
 
 from __future__ import annotations
 
-import html
 import json
 import signal
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Any
 import trio
 
 from tests.e2e.agentd_proc import PY, Agentd, run_agentd, script
-from tests.support.watch import Control, loop_args, mcp_stdio, obj, server_args, watch_start
+from tests.support.watch import Control, loop_args, mcp_stdio, notice_lines, obj, server_args, watch_start
 
 #: The default quiet time: a notice sooner than this shows the setting was applied.
 DEFAULT_DEBOUNCE_S = 3.0
@@ -29,14 +28,6 @@ def echo_turns(first: list[dict[str, Any]], n: int = 10) -> list[dict[str, Any]]
     return [{"tool_calls": first}, {"text": "started: {last_tool_result}"}] + [
         {"text": "got: {input}"} for _ in range(n)
     ]
-
-
-def notice_lines(out: str) -> list[list[str]]:
-    blocks = []
-    for part in out.split("<watch-event ")[1:]:
-        body = part.split("\n</watch-event>")[0]
-        blocks.append([html.unescape(line) for line in body.split("\n")[1:]])
-    return blocks
 
 
 async def drain(a: Agentd) -> None:

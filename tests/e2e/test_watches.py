@@ -23,6 +23,14 @@ FAST_WATCHES = {"AGENTD_WATCHES__DEBOUNCE": "0.2", "AGENTD_WATCHES__MAX_WAIT": "
 FILTER = "f\"{event['type']} {event['key']}={event['new']}\" if event['key'] != 'noise' else None"
 
 
+WATCH_TODO = {
+    "tool_calls": [
+        {"name": "watch_start", "arguments": {"name": "todo", "uri": "memo://notes", "on_event": FILTER}}
+    ]
+}
+"""A model step that starts the watch ``todo`` on the memo's notes, through :data:`FILTER`."""
+
+
 def memo_server(path: Path) -> str:
     return f"memo={PY} -m agentd serve memo --file {path}"
 
@@ -33,14 +41,7 @@ async def test_a_watch_wakes_the_same_agent_and_no_reply_publishes_nothing(tmp_p
     model = script(
         tmp_path,
         [
-            {
-                "tool_calls": [
-                    {
-                        "name": "watch_start",
-                        "arguments": {"name": "todo", "uri": "memo://notes", "on_event": FILTER},
-                    }
-                ]
-            },
+            WATCH_TODO,
             {"text": "watching"},
             {"text": "got: {input}"},
         ],
@@ -80,14 +81,7 @@ async def test_watch_state_restores_after_a_restart_and_reports_changes_made_whi
     first = script(
         tmp_path,
         [
-            {
-                "tool_calls": [
-                    {
-                        "name": "watch_start",
-                        "arguments": {"name": "todo", "uri": "memo://notes", "on_event": FILTER},
-                    }
-                ]
-            },
+            WATCH_TODO,
             {"text": "watching"},
         ],
         name="first.json",

@@ -92,6 +92,16 @@ class Reply:
 Responder = Callable[[RecordedRequest], Reply]
 
 
+async def _receive_more(stream: trio.SocketStream, buf: bytearray) -> bool:
+    """Append the next bytes from ``stream`` to ``buf``; False once the peer closed or broke the connection."""
+    try:
+        chunk = await stream.receive_some(65536)
+    except trio.BrokenResourceError:
+        return False
+    buf += chunk
+    return bool(chunk)
+
+
 class ProviderServer:
     """The server. ``requests`` grows as requests arrive; ``push`` adds replies.
 
@@ -188,15 +198,8 @@ class ProviderServer:
     @staticmethod
     async def _read_request(stream: trio.SocketStream, buf: bytearray) -> RecordedRequest | None:
         while b"\r\n\r\n" not in buf:
-            if len(buf) > _MAX_HEAD:
+            if len(buf) > _MAX_HEAD or not await _receive_more(stream, buf):
                 return None
-            try:
-                chunk = await stream.receive_some(65536)
-            except trio.BrokenResourceError:
-                return None
-            if not chunk:
-                return None
-            buf += chunk
         head_end = buf.index(b"\r\n\r\n")
         head = bytes(buf[:head_end]).decode("latin-1")
         del buf[: head_end + 4]
@@ -209,13 +212,8 @@ class ProviderServer:
             headers[key] = f"{headers[key]}, {value.strip()}" if key in headers else value.strip()
         length = int(headers.get("content-length", "0"))
         while len(buf) < length:
-            try:
-                chunk = await stream.receive_some(65536)
-            except trio.BrokenResourceError:
+            if not await _receive_more(stream, buf):
                 return None
-            if not chunk:
-                return None
-            buf += chunk
         body = bytes(buf[:length])
         del buf[:length]
         return RecordedRequest(method=method, path=path, headers=headers, body=body)
@@ -683,6 +681,28 @@ class GoogleTokenEndpoint:
             ).decode()
         )
         return path
+
+    def vertex(self, replies: list[Reply]) -> Responder:
+        """A handler for this endpoint (``/token``) and Vertex AI's ``rawPredict`` on one port: a
+        request with one of the issued tokens gets the next of ``replies``, any other a 401."""
+
+        def handle(request: RecordedRequest) -> Reply:
+            if request.path == "/token":
+                return self(request)
+            if request.headers.get("authorization") not in {f"Bearer {t}" for t in self.issued}:
+                return anthropic_error(401, "Request had invalid authentication credentials.")
+            return replies.pop(0)
+
+        return handle
+
+    def vertex_env(self, key_file: Any, base_url: str, region: str) -> dict[str, str]:
+        """The environment that points the Vertex provider at ``base_url`` with ``key_file``'s account."""
+        return {
+            "GOOGLE_APPLICATION_CREDENTIALS": str(key_file),
+            "ANTHROPIC_VERTEX_BASE_URL": base_url,
+            "CLOUD_ML_REGION": region,
+            "ANTHROPIC_VERTEX_PROJECT_ID": self.project,
+        }
 
     def __call__(self, request: RecordedRequest) -> Reply:
         problem = self._check(request)

@@ -58,12 +58,13 @@ from agentd.selfmcp.server import serve_child
 from agentd.supervisor.budget import Budget
 from agentd.supervisor.governor import RestartGovernor
 from agentd.supervisor.hub import SupervisorHub
-from agentd.supervisor.reactor import Agent, Hooks, Reactor
+from agentd.supervisor.reactor import Agent, Reactor
 from agentd.supervisor.tree import Tree
 from agentd.triggers import mode as modes
 from agentd.triggers.router import QueuedEvent, Router, RouteSpec, Spawn
 from tests.e2e.agentd_proc import PY, run_agentd, script
 from tests.faults.conftest import tagged_env
+from tests.support.reactor import spawn_hooks
 from tests.support.reports import turn_ended, usage_reported
 from tests.support.telemetry import RecordingTelemetry
 
@@ -327,7 +328,7 @@ async def supervisor(tmp_path: Path) -> AsyncIterator[Supervisor]:
         # breaker (exit 1, the crash-loop rule). This test wants the reactor
         # to meet as many hostile frames as possible, so the breaker is wide.
         governor=RestartGovernor(intensity=10**9, period=60.0),
-        hooks=Hooks(spawn=spawn, kill_all=lambda: None, unsubscribe=lambda _s, _u: None, publish=lambda *_a: None),
+        hooks=spawn_hooks(spawn),
         telemetry=telemetry, instruction="work", grace=10.0, mode="reactive", session="fresh",
     )  # fmt: skip
     hub = SupervisorHub(events=reactor.send, upstreams={}, telemetry=telemetry)
@@ -449,7 +450,7 @@ def bare_reactor() -> tuple[Reactor, list[Agent]]:
     reactor = Reactor(
         driver=modes.Reactive(), router=router, budget=Budget(max_tokens=10**7, max_steps=10**5),
         governor=RestartGovernor(intensity=10**6, period=60.0),
-        hooks=Hooks(spawn=spawned.append, kill_all=lambda: None, unsubscribe=lambda _s, _u: None, publish=lambda *_a: None),
+        hooks=spawn_hooks(spawned.append),
         telemetry=RecordingTelemetry(), instruction="work", grace=5.0, mode="reactive", session="fresh",
     )  # fmt: skip
     return reactor, spawned

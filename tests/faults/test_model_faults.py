@@ -103,12 +103,7 @@ async def test_m3_vertex_token_refused_is_exit_4_naming_the_credentials(tmp_path
     async with provider_server(handler=tokens) as srv:
         key_file = tokens.service_account(tmp_path, srv.url("/token"))
         tokens.email = "not-this-account@example.com"  # every grant is now refused (invalid_grant)
-        env = _env(
-            GOOGLE_APPLICATION_CREDENTIALS=str(key_file),
-            ANTHROPIC_VERTEX_BASE_URL=srv.url("/v1"),
-            CLOUD_ML_REGION="us-east5",
-            ANTHROPIC_VERTEX_PROJECT_ID="agentd-test",
-        )
+        env = _env(**tokens.vertex_env(key_file, srv.url("/v1"), "us-east5"))
         async with run_agentd(["--model", "vertex:claude-sonnet-4-5@20250929", "hi"], env=env) as a:
             assert await a.wait_exit(60) == ExitCode.FATAL_INFRA, a.tail()
     fatal = a.find("model.fatal")[0]["error"]

@@ -22,11 +22,13 @@ import os
 import signal
 import socket
 import subprocess
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx2
+import pytest
 import trio
 
 from agentd.exitcodes import ExitCode
@@ -93,47 +95,53 @@ def metric(text: str, name: str) -> float:
 # ----------------------------------------------------------------------------- stderr
 
 
-async def test_once_with_stderr_on_a_full_device_still_prints_its_result_and_exits_0(
-    tmp_path: Path, allow_files: Any
+@pytest.mark.parametrize("stderr", ["full-device", "closed"])
+async def test_once_with_stderr_unwritable_still_prints_its_result_and_exits_0(
+    tmp_path: Path, allow_files: Any, stderr: str
 ) -> None:
+    """stderr on ``/dev/full``, or closed (``2>&-``)."""
     allow_files("out.txt")
     model = script(tmp_path, [{"text": "the result"}])
     out = tmp_path / "out.txt"
-    with fd("/dev/full") as full, fd(out) as stdout:
-        code = await run_once(
-            agentd_cmd("--model", model, "do it"), stdout=stdout, stderr=full, tmp_path=tmp_path
-        )
+    argv = agentd_cmd("--model", model, "do it")
+    with contextlib.ExitStack() as stack:
+        stdout = stack.enter_context(fd(out))
+        if stderr == "full-device":
+            err = stack.enter_context(fd("/dev/full"))
+        else:
+            argv, err = ["sh", "-c", 'exec "$@" 2>&-', "sh", *argv], subprocess.DEVNULL
+        code = await run_once(argv, stdout=stdout, stderr=err, tmp_path=tmp_path)
     assert code == ExitCode.OK
     assert out.read_text() == "the result\n"
 
 
-async def test_once_with_stderr_closed_still_prints_its_result_and_exits_0(
-    tmp_path: Path, allow_files: Any
-) -> None:
-    allow_files("out.txt")
-    model = script(tmp_path, [{"text": "the result"}])
-    out = tmp_path / "out.txt"
-    argv = ["sh", "-c", 'exec "$@" 2>&-', "sh", *agentd_cmd("--model", model, "do it")]
-    with fd(out) as stdout:
-        code = await run_once(argv, stdout=stdout, stderr=subprocess.DEVNULL, tmp_path=tmp_path)
-    assert code == ExitCode.OK
-    assert out.read_text() == "the result\n"
+@asynccontextmanager
+async def ticking_daemon(tmp_path: Path, *flags: str, buffer: str) -> AsyncIterator[trio.Process]:
+    """A schedule daemon publishing ``tick`` every 200 ms, verbose, with a telemetry buffer of ``buffer``;
+    its stdout and stderr are pipes, stderr's only one page (4 KiB) deep."""
+    model = script(tmp_path, [{"text": "tick"}], then="repeat")
+    argv = agentd_cmd(
+        "--mode", "schedule", "--interval", "200ms", "--verbose", "--model", model, *flags, "--grace", "20s", "tick"
+    )  # fmt: skip
+    proc = await trio.lowlevel.open_process(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env=env(tmp_path, AGENTD_TELEMETRY_BUFFER=buffer), cwd=str(REPO),
+    )  # fmt: skip
+    assert proc.stderr is not None
+    fcntl.fcntl(proc.stderr.fileno(), fcntl.F_SETPIPE_SZ, 4096)
+    try:
+        yield proc
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            with trio.CancelScope(shield=True):
+                await proc.wait()
 
 
 async def test_sigterm_drains_while_stderr_is_still_blocked(tmp_path: Path) -> None:
     """Nobody ever reads stderr: the drain still ends, with exit 0, within the grace plus the flush bound."""
-    model = script(tmp_path, [{"text": "tick"}], then="repeat")
-    argv = agentd_cmd(
-        "--mode", "schedule", "--interval", "200ms", "--verbose", "--model", model, "--grace", "20s", "t"
-    )
-    proc = await trio.lowlevel.open_process(
-        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        env=env(tmp_path, AGENTD_TELEMETRY_BUFFER="1KiB"), cwd=str(REPO),
-    )  # fmt: skip
-    assert proc.stdout is not None
-    assert proc.stderr is not None
-    fcntl.fcntl(proc.stderr.fileno(), fcntl.F_SETPIPE_SZ, 4096)
-    try:
+    async with ticking_daemon(tmp_path, buffer="1KiB") as proc:
+        assert proc.stdout is not None
         published = b""
         with trio.fail_after(WAIT_S):
             while published.count(b"tick\n") < 5:  # the pipe is long full by now
@@ -143,48 +151,40 @@ async def test_sigterm_drains_while_stderr_is_still_blocked(tmp_path: Path) -> N
         proc.send_signal(signal.SIGTERM)
         with trio.fail_after(20 + EXIT_FLUSH_TIMEOUT + 10):
             assert await proc.wait() == ExitCode.OK
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            with trio.CancelScope(shield=True):
-                await proc.wait()
 
 
 async def test_a_stderr_pipe_nobody_reads_never_blocks_the_daemon(tmp_path: Path) -> None:
     """Telemetry fills the pipe and the buffer; the daemon publishes, answers probes and drains."""
     port, metrics_port = free_port(), free_port()
-    model = script(tmp_path, [{"text": "tick"}], then="repeat")
-    argv = agentd_cmd(
-        "--mode", "schedule", "--interval", "200ms", "--verbose", "--model", model,
-        "--health-addr", f"127.0.0.1:{port}", "--metrics-addr", f"127.0.0.1:{metrics_port}", "--grace", "20s", "tick",
-    )  # fmt: skip
-    proc = await trio.lowlevel.open_process(
-        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        env=env(tmp_path, AGENTD_TELEMETRY_BUFFER="4KiB"), cwd=str(REPO),
-    )  # fmt: skip
-    assert proc.stdout is not None
-    assert proc.stderr is not None
-    stdout, stderr = proc.stdout, proc.stderr
-    fcntl.fcntl(stderr.fileno(), fcntl.F_SETPIPE_SZ, 4096)  # one page
-    published = bytearray()
-    logged = bytearray()
-    changed = trio.Event()
+    async with ticking_daemon(
+        tmp_path,
+        "--health-addr",
+        f"127.0.0.1:{port}",
+        "--metrics-addr",
+        f"127.0.0.1:{metrics_port}",
+        buffer="4KiB",
+    ) as proc:
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        stdout, stderr = proc.stdout, proc.stderr
+        published = bytearray()
+        logged = bytearray()
+        changed = trio.Event()
 
-    async def ticks(n: int) -> None:
-        with trio.fail_after(WAIT_S):
-            while published.count(b"tick\n") < n:
-                chunk = await stdout.receive_some(4096)
-                assert chunk, f"agentd exited early ({await proc.wait()})"
-                published.extend(chunk)
+        async def ticks(n: int) -> None:
+            with trio.fail_after(WAIT_S):
+                while published.count(b"tick\n") < n:
+                    chunk = await stdout.receive_some(4096)
+                    assert chunk, f"agentd exited early ({await proc.wait()})"
+                    published.extend(chunk)
 
-    async def read_stderr() -> None:
-        nonlocal changed
-        while chunk := await stderr.receive_some(65536):
-            logged.extend(chunk)
-            changed.set()
-            changed = trio.Event()
+        async def read_stderr() -> None:
+            nonlocal changed
+            while chunk := await stderr.receive_some(65536):
+                logged.extend(chunk)
+                changed.set()
+                changed = trio.Event()
 
-    try:
         # Nobody reads stderr: 20 roots ran (each writes about 1 KB of telemetry, so the
         # 4 KiB pipe and the 4 KiB buffer overflowed), and results kept coming.
         await ticks(20)
@@ -196,19 +196,19 @@ async def test_a_stderr_pipe_nobody_reads_never_blocks_the_daemon(tmp_path: Path
             # Someone reads stderr again: it catches up, and the drain's lines
             # (supervisor.exit with the count) all get through.
             nursery.start_soon(read_stderr)
-            # Caught up: the turn end of a root that starts after reading resumed is in.
-            caught_up = f'"event":"turn.end","agent":"a{published.count(b"tick") + 2}"'.encode()
             with trio.fail_after(WAIT_S):
+                await changed.wait()  # reading has resumed
+                # Read stdout up to now (it was not read meanwhile either): the root two after
+                # the last published one starts after reading resumed, so its turn end gets in.
+                last = published.count(b"tick\n") + 1
+                await ticks(last)
+                last = published.count(b"tick\n")
+                caught_up = f'"event":"turn.end","agent":"a{last + 2}"'.encode()
                 while caught_up not in logged:
                     await changed.wait()
             proc.send_signal(signal.SIGTERM)
             with trio.fail_after(WAIT_S):
                 assert await proc.wait() == ExitCode.OK
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            with trio.CancelScope(shield=True):
-                await proc.wait()
     exit_event = [e for e in events(bytes(logged)) if e.get("event") == "supervisor.exit"]
     assert exit_event, bytes(logged[-2000:])
     assert exit_event[0]["exit_code"] == 0

@@ -12,9 +12,10 @@ import signal
 from pathlib import Path
 
 from agentd.exitcodes import ExitCode
-from tests.e2e.agentd_proc import PY, run_agentd
+from tests.e2e.agentd_proc import run_agentd
 from tests.fakes.provider_server import openai_reply, provider_server
 from tests.support.oauth import CLIENT_ID, CLIENT_SECRET, oauth_servers
+from tests.support.routing import memo_server
 
 
 def _config(tmp_path: Path, url: str, issuer: str, *, secret_env: str = "SECURE_SECRET") -> str:
@@ -88,12 +89,7 @@ async def test_r3_a_model_naming_a_disallowed_tool_gets_unknown_tool(tmp_path: P
         openai_reply("gave up"),
     ]
     async with provider_server(replies) as srv:
-        args = [
-            "--model",
-            "openai:gpt-4o-mini",
-            "--mcp-stdio",
-            f"memo={PY} -m agentd serve memo --file {notes}",
-        ]
+        args = ["--model", "openai:gpt-4o-mini", "--mcp-stdio", memo_server(notes)]
         args += ["--disallowed-tools", "memo__memo_set", "--output", "json", "try"]
         async with run_agentd(args, env=_env(srv.url("/v1"))) as a:
             assert await a.wait_exit() == 0, a.tail()

@@ -73,13 +73,19 @@ async def readiness_flips(a: Agentd, *, reason: str) -> None:
     assert a.events.index(up) > a.events.index(replaced)
 
 
+async def zygote_when_ready(a: Agentd) -> int:
+    """The zygote's pid, once agentd reports ready."""
+    pid = (await a.wait_event("zygote.ready"))["pid"]
+    await a.wait_event("ready.changed", lambda e: e["ready"])
+    return int(pid)
+
+
 async def test_a_stopped_zygote_is_detected_replaced_and_the_change_still_runs(tmp_path: Path) -> None:
     memo = tmp_path / "notes.json"
     edit(memo, {"todo": "milk"})
     extra_args = args(tmp_path, memo, latency_ms=1500, inflight=2)
     async with run_agentd(extra_args, env=tagged_env(tmp_path)) as a:
-        old = (await a.wait_event("zygote.ready"))["pid"]
-        await a.wait_event("ready.changed", lambda e: e["ready"])
+        old = await zygote_when_ready(a)
         # Agent A, forked by the zygote, is mid-turn (its model call takes 1.5 s) when the zygote stops.
         edit(memo, {"todo": "first"})
         a_started = await a.wait_event("subagent.started")
@@ -113,8 +119,7 @@ async def test_a_killed_zygote_is_replaced_and_the_next_change_forks_from_the_re
     memo = tmp_path / "notes.json"
     edit(memo, {"todo": "milk"})
     async with run_agentd(args(tmp_path, memo), env=tagged_env(tmp_path)) as a:
-        old = (await a.wait_event("zygote.ready"))["pid"]
-        await a.wait_event("ready.changed", lambda e: e["ready"])
+        old = await zygote_when_ready(a)
         os.kill(old, signal.SIGKILL)
         degraded = await a.wait_event("zygote.degraded")
         assert degraded["reason"] == f"the zygote (pid {old}) exited"
@@ -129,8 +134,7 @@ async def test_a_zygote_whose_fork_fails_with_eagain_is_replaced_and_the_change_
     edit(memo, {"todo": "milk"})
     with pids_cgroup() as cgroup:
         async with run_agentd(args(tmp_path, memo), env=tagged_env(tmp_path)) as a:
-            old = (await a.wait_event("zygote.ready"))["pid"]
-            await a.wait_event("ready.changed", lambda e: e["ready"])
+            old = await zygote_when_ready(a)
             cgroup.add(old)
             cgroup.limit(0)  # the zygote may not create one more task: fork() -> EAGAIN
             first = await started(a, memo, "under the limit")
@@ -154,8 +158,7 @@ async def test_when_no_child_can_start_the_change_is_queued_again_and_handled_la
     with pids_cgroup() as cgroup:
         extra = ("--max-restarts", "1000")  # failed spawns count as crashes; keep the breaker shut here
         async with run_agentd(args(tmp_path, memo, *extra), env=tagged_env(tmp_path)) as a:
-            zygote = (await a.wait_event("zygote.ready"))["pid"]
-            await a.wait_event("ready.changed", lambda e: e["ready"])
+            zygote = await zygote_when_ready(a)
             cgroup.add(a.proc.pid)
             cgroup.add(zygote)
             cgroup.limit(0)  # neither agentd nor its zygote can fork (or start a thread)

@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 import trio
 import trio.testing
@@ -30,7 +29,7 @@ from agentd.events import ResourceChanged
 from agentd.exitcodes import ExitCode
 from agentd.supervisor.budget import Budget
 from agentd.supervisor.governor import RestartGovernor
-from agentd.supervisor.reactor import Agent, Hooks, Reactor
+from agentd.supervisor.reactor import Agent, Reactor
 from agentd.triggers import mode as modes
 from agentd.triggers.router import Router, RouteSpec, Spawn
 from agentd.triggers.timer import CronSource
@@ -45,6 +44,8 @@ from tests.fakes.provider_server import (
 )
 from tests.faults.conftest import tagged_env
 from tests.support.files import edit
+from tests.support.reactor import spawn_hooks
+from tests.support.supervised import survivors, tree_of
 from tests.support.telemetry import RecordingTelemetry
 
 #: Slack on wall-time assertions for a shared, loaded 2-core machine.
@@ -71,22 +72,6 @@ def reactive_args(model: str, memo: Path, *extra: str, inflight: int = 1) -> lis
         "--mcp-stdio", memo_server(memo), "--subscribe", "memo:memo://notes",
         "--route", f"memo://notes=spawn:{inflight}", *extra, "react to the memo",
     ]  # fmt: skip
-
-
-def tree_of(a: Agentd) -> list[psutil.Process]:
-    """Every process below agentd: zygote, agents, MCP servers, sandbox workers."""
-    return psutil.Process(a.proc.pid).children(recursive=True)
-
-
-def alive(p: psutil.Process) -> bool:
-    try:
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def survivors(procs: list[psutil.Process]) -> list[str]:
-    return [f"{p.pid} {p.cmdline()}" for p in procs if alive(p)]
 
 
 async def change_spawns_an_agent(a: Agentd, memo: Path, value: str) -> dict[str, Any]:
@@ -375,17 +360,23 @@ def _tool_results_anthropic(body: dict[str, Any]) -> list[str]:
     return out
 
 
+async def _recovers(tmp_path: Path, provider: str, model: str, replies: list[Reply]) -> tuple[Agentd, Any]:
+    """Run once against ``provider``'s fake answering ``replies``: exit 0 with "recovered" on stdout."""
+    async with provider_server(replies) as srv:
+        env = tagged_env(tmp_path, **PROVIDERS[provider]["env"](srv.base_url))
+        async with run_agentd(["--model", model, "go"], env=env) as a:
+            assert await a.wait_exit() == ExitCode.OK, a.tail()
+    assert a.out.strip() == "recovered"
+    return a, srv
+
+
 async def test_malformed_tool_calls_go_back_to_the_model_as_tool_errors_openai(tmp_path: Path) -> None:
     replies = [
         openai_reply(tool_calls=[("c1", "list_resources", '{"uri": ')]),
         openai_reply(tool_calls=[("c2", "no_such_tool", "{}")]),
         openai_reply("recovered"),
     ]
-    async with provider_server(replies) as srv:
-        env = tagged_env(tmp_path, **PROVIDERS["openai"]["env"](srv.base_url))
-        async with run_agentd(["--model", "openai:gpt-fake", "go"], env=env) as a:
-            assert await a.wait_exit() == ExitCode.OK, a.tail()
-    assert a.out.strip() == "recovered"
+    a, srv = await _recovers(tmp_path, "openai", "openai:gpt-fake", replies)
     second, third = (r.json for r in srv.requests[1:])
     (bad_json,) = _tool_results_openai(second)
     assert "the arguments for tool 'list_resources' are not valid JSON" in bad_json
@@ -403,11 +394,7 @@ async def test_unknown_tool_goes_back_to_the_model_as_a_tool_result_anthropic(tm
         anthropic_reply(tool_uses=[("t1", "no_such_tool", {"x": 1})]),
         anthropic_reply("recovered"),
     ]
-    async with provider_server(replies) as srv:
-        env = tagged_env(tmp_path, **PROVIDERS["anthropic"]["env"](srv.base_url))
-        async with run_agentd(["--model", "anthropic:claude-fake", "go"], env=env) as a:
-            assert await a.wait_exit() == ExitCode.OK, a.tail()
-    assert a.out.strip() == "recovered"
+    _, srv = await _recovers(tmp_path, "anthropic", "anthropic:claude-fake", replies)
     (result,) = _tool_results_anthropic(srv.requests[1].json)
     assert "unknown tool 'no_such_tool'" in result
 
@@ -481,11 +468,7 @@ async def test_debounce_and_deadline_ignore_wall_clock_jumps(
     reactor = Reactor(
         driver=modes.Reactive(), router=router, budget=Budget(deadline_at=10.0),
         governor=RestartGovernor(intensity=3, period=60.0),
-        hooks=Hooks(
-            spawn=lambda agent: spawned.append((trio.current_time(), agent)),
-            kill_all=lambda: None, unsubscribe=lambda _s, _u: None,
-            publish=lambda *_a: None,
-        ),
+        hooks=spawn_hooks(lambda agent: spawned.append((trio.current_time(), agent))),
         telemetry=telemetry, instruction="react", grace=5.0, mode="reactive", session="fresh",
     )  # fmt: skip
     result: list[tuple[float, ExitCode]] = []

@@ -13,8 +13,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
-import subprocess
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -28,6 +26,7 @@ from agentd.telemetry import RATE_BURST
 from tests.e2e.agentd_proc import PY, REPO, Agentd, run_agentd, script
 from tests.faults.conftest import tagged_env
 from tests.support.files import edit
+from tests.support.processes import listening, start_notes_server, stop
 
 NOTES_SERVER = REPO / "tests/servers/notes_server.py"
 FAULT_SERVER = REPO / "tests/faults/servers/fault_server.py"
@@ -702,39 +701,10 @@ async def test_12_listen_stream_ended_by_a_full_backlog_is_reopened_and_reread(
 
 # ----------------------------------------------------------------------------- 13. HTTP restart
 
-HTTP_STOP_GRACE = 5.0
-"""Seconds a test HTTP server gets to exit after SIGTERM before SIGKILL."""
-
-
-async def start_http_server(listener: socket.socket, state: Path) -> trio.Process:
-    """The notes server over Streamable HTTP on the test's already-listening socket."""
-    fd = listener.fileno()
-    return await trio.lowlevel.open_process(
-        [PY, str(NOTES_SERVER), "--state", str(state), "--transport", "http", "--fd", str(fd)],
-        pass_fds=(fd,),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-
-
-async def stop(process: trio.Process) -> None:
-    with trio.CancelScope(shield=True):
-        if process.returncode is None:
-            process.terminate()
-            with trio.move_on_after(HTTP_STOP_GRACE):
-                await process.wait()
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-
 
 async def test_13_http_server_restart_resubscribes_and_rereads(tmp_path: Path) -> None:
     state = tmp_path / "web.json"
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(64)
-    port = listener.getsockname()[1]
+    listener, port = listening()
     cfg = config(tmp_path, [spawn_route("note://*")])
     args = reactive(
         tmp_path,
@@ -742,7 +712,7 @@ async def test_13_http_server_restart_resubscribes_and_rereads(tmp_path: Path) -
         extra=("--mcp-http", f"web=http://127.0.0.1:{port}/mcp", "--subscribe", "web:note://alpha"),
     )
     second: trio.Process | None = None
-    first = await start_http_server(listener, state)
+    first = await start_notes_server(listener, state, quiet=True)
     try:
         async with run_agentd(args, env=env(tmp_path)) as a:
             await a.wait_event("subscription.established", timeout=STARTUP)
@@ -750,7 +720,7 @@ async def test_13_http_server_restart_resubscribes_and_rereads(tmp_path: Path) -
             await first.wait()
             # Changed while the server is down (it keeps its notes in this file).
             edit(state, {**json.loads(state.read_text()), "alpha": "changed while restarting"})
-            second = await start_http_server(listener, state)
+            second = await start_notes_server(listener, state, quiet=True)
             await a.wait_event("subscription.established", count=2, timeout=STARTUP)
             synthetic = await a.wait_event("resource.updated", when(kind="synthetic"))
             await a.wait_event("turn.end")

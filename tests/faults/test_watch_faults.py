@@ -25,7 +25,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 import trio
 
@@ -34,6 +33,7 @@ from agentd.watches.state import WatchSpec, encode, leftover_temps, save
 from tests.e2e.agentd_proc import PY, REPO, Agentd, run_agentd, script
 from tests.faults.conftest import tagged_env
 from tests.support.files import edit
+from tests.support.supervised import survivors, tree_of
 from tests.support.watch import memo_loop_args
 
 #: Filter time limit for these runs: short so the infinite-loop case costs half a second.
@@ -101,24 +101,12 @@ def ts(event: dict[str, Any]) -> float:
     return datetime.fromisoformat(event["ts"]).timestamp()
 
 
-def tree_of(a: Agentd) -> list[psutil.Process]:
-    """Every process below agentd (zygote, agents, MCP servers, sandbox workers)."""
-    return psutil.Process(a.proc.pid).children(recursive=True)
-
-
-def alive(p: psutil.Process) -> bool:
-    try:
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
 async def stop_and_check_no_orphans(a: Agentd) -> None:
     """SIGTERM a daemon that should be healthy: it drains (exit 0) and leaves no process behind."""
     before = tree_of(a)
     a.signal(signal.SIGTERM)
     assert await a.wait_exit() == 0, a.tail()
-    left = [f"{p.pid} {p.cmdline()}" for p in before if alive(p)]
+    left = survivors(before)
     assert left == [], f"processes outlived agentd: {left}\n{a.tail()}"
 
 

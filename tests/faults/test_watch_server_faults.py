@@ -9,10 +9,11 @@ wait is on NDJSON telemetry with a timeout, nothing sleeps.
 
 from __future__ import annotations
 
-import html
 import json
 import signal
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ import pytest
 
 from tests.e2e.agentd_proc import PY, Agentd, run_agentd, script
 from tests.faults.conftest import tagged_env
-from tests.support.watch import Control, loop_args, mcp_stdio, obj, server_args, watch_start
+from tests.support.watch import Control, loop_args, mcp_stdio, notice_lines, obj, server_args, watch_start
 
 #: Slack on wall-time bounds for a shared, loaded 2-core machine.
 SLACK_S = 2.0
@@ -47,15 +48,6 @@ def echo_turns(first: list[dict[str, Any]], n: int = 10) -> list[dict[str, Any]]
 async def drain(a: Agentd) -> None:
     a.signal(signal.SIGTERM)
     assert await a.wait_exit() == 0, a.tail()
-
-
-def notice_lines(out: str) -> list[list[str]]:
-    """The lines of every ``<watch-event>`` block on stdout, unescaped."""
-    blocks = []
-    for part in out.split("<watch-event ")[1:]:
-        body = part.split("\n</watch-event>")[0]
-        blocks.append([html.unescape(line) for line in body.split("\n")[1:]])
-    return blocks
 
 
 # ------------------------------------------------------------------------ flapping
@@ -98,6 +90,20 @@ async def test_a_server_that_ends_every_subscription_at_once_fails_the_watch_aft
 # ------------------------------------------------------------ slow read-only tools
 
 
+@asynccontextmanager
+async def watching(
+    tmp_path: Path, start: dict[str, Any], **env: str
+) -> AsyncIterator[tuple[Agentd, Control]]:
+    """A loop agent whose first turn makes the ``start`` call on the watch server ``watchy``
+    (its control FIFO ``tmp_path/ctl``), once that turn has ended."""
+    ctl = Control(tmp_path / "ctl")
+    model = script(tmp_path, echo_turns([start]))
+    env = tagged_env(tmp_path, **FAST_NOTICES, **env)
+    async with run_agentd(loop_args(model, mcp_stdio("watchy", tmp_path / "ctl")), env=env) as a:
+        await a.wait_event("turn.end")
+        yield a, ctl
+
+
 SLOW_FILTER = (
     "if event['key'] == 'slow':\n"
     "    for i in range(4):\n"
@@ -111,11 +117,9 @@ async def test_time_in_read_only_tool_calls_counts_toward_the_filter_limit(
 ) -> None:
     """Four calls to a 30 s tool: the event fails at the 0.5 s limit, and the next one is fine."""
     allow_files("ctl")
-    ctl = Control(tmp_path / "ctl")
-    model = script(tmp_path, echo_turns([watch_start("slow", "state://doc", SLOW_FILTER)]))
-    env = tagged_env(tmp_path, **FAST_NOTICES, AGENTD_WATCHES__FILTER_TIMEOUT="0.5")
-    async with run_agentd(loop_args(model, mcp_stdio("watchy", tmp_path / "ctl")), env=env) as a:
-        await a.wait_event("turn.end")
+    async with watching(
+        tmp_path, watch_start("slow", "state://doc", SLOW_FILTER), AGENTD_WATCHES__FILTER_TIMEOUT="0.5"
+    ) as (a, ctl):
         sent = time.time()
         ctl.set("slow", 1)
         slow = await a.wait_event("watch.event")
@@ -199,11 +203,7 @@ async def test_gap_and_in_band_error_reach_the_agent_whatever_the_filter_does(
     tmp_path: Path, allow_files: Any
 ) -> None:
     allow_files("ctl")
-    ctl = Control(tmp_path / "ctl")
-    model = script(tmp_path, echo_turns([watch_start("cm", "events://log", DESIGN_EXAMPLE)]))
-    env = tagged_env(tmp_path, **FAST_NOTICES)
-    async with run_agentd(loop_args(model, mcp_stdio("watchy", tmp_path / "ctl")), env=env) as a:
-        await a.wait_event("turn.end")
+    async with watching(tmp_path, watch_start("cm", "events://log", DESIGN_EXAMPLE)) as (a, ctl):
         ctl.append({"type": "ADDED", "object": obj("o1")})
         await a.wait_event("turn.end", count=2)
         # seq jumps from 1 to 7, then the source reports an error in-band.
@@ -258,11 +258,7 @@ async def test_an_overflowing_read_shows_its_gap_and_the_newest_events_in_20_lin
     tmp_path: Path, allow_files: Any
 ) -> None:
     allow_files("ctl")
-    ctl = Control(tmp_path / "ctl")
-    model = script(tmp_path, echo_turns([watch_start("objs", "events://log")]))
-    env = tagged_env(tmp_path, **FAST_NOTICES)
-    async with run_agentd(loop_args(model, mcp_stdio("watchy", tmp_path / "ctl")), env=env) as a:
-        await a.wait_event("turn.end")
+    async with watching(tmp_path, watch_start("objs", "events://log")) as (a, ctl):
         ctl.append_many(150)  # one read: o0 .. o149
         notice = await a.wait_event("watch.notice")
         await a.wait_event("turn.end", count=2)

@@ -148,16 +148,25 @@ async def test_two_writers_sharing_a_file_never_corrupt_it(tmp_path: Path) -> No
 # ------------------------------------------------------------------ paths agentd must not use
 
 
+def _check_and_start(tmp_path: Path, state: Path) -> list[subprocess.CompletedProcess[str]]:
+    """``agentd check`` and a start, each with ``--watch-state state``: both must refuse it (exit CONFIG)."""
+    model = script(tmp_path, [{"text": "up"}])
+    memo = tmp_path / "notes.json"
+    edit(memo, {})
+    results = [
+        _run(args, tmp_path)
+        for args in (["check", *_loop_args(model, memo, state)], _loop_args(model, memo, state))
+    ]
+    for result in results:
+        assert result.returncode == ExitCode.CONFIG, result.stderr
+    return results
+
+
 async def test_a_file_that_is_not_agentds_is_refused_by_check_and_at_start(tmp_path: Path) -> None:
     notes = tmp_path / "todo.json"  # the user's own file, passed by mistake
     content = b'{"todo": ["milk", "bread"], "owner": "me"}\n'
     notes.write_bytes(content)
-    model = script(tmp_path, [{"text": "up"}])
-    memo = tmp_path / "notes.json"
-    edit(memo, {})
-    for args in (["check", *_loop_args(model, memo, notes)], _loop_args(model, memo, notes)):
-        result = _run(args, tmp_path)
-        assert result.returncode == ExitCode.CONFIG, result.stderr
+    for result in _check_and_start(tmp_path, notes):
         assert (
             f"--watch-state: {str(notes)!r} is not valid: exists and is not an agentd watch-state file"
             in (result.stderr)
@@ -180,12 +189,7 @@ async def test_a_path_that_is_not_a_regular_file_is_refused_by_check_and_at_star
     else:
         path, what = tmp_path / "state.fifo", "a FIFO (named pipe)"
         os.mkfifo(path)
-    model = script(tmp_path, [{"text": "up"}])
-    memo = tmp_path / "notes.json"
-    edit(memo, {})
-    for args in (["check", *_loop_args(model, memo, path)], _loop_args(model, memo, path)):
-        result = _run(args, tmp_path)
-        assert result.returncode == ExitCode.CONFIG, result.stderr
+    for result in _check_and_start(tmp_path, path):
         assert f"--watch-state: {str(path)!r} is not valid: is {what}, not a regular file" in result.stderr
     if kind == "fifo":
         path.unlink()

@@ -7,7 +7,6 @@ Every wait is on telemetry or a channel, bounded by ``trio.fail_after``.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import sys
 from collections.abc import AsyncIterator
@@ -25,7 +24,7 @@ from agentd.errors import ConfigError
 from agentd.events import ChildExited, SignalReceived
 from agentd.supervisor.budget import Budget
 from agentd.supervisor.governor import RestartGovernor
-from agentd.supervisor.reactor import Agent, Hooks, Reactor, open_channel
+from agentd.supervisor.reactor import Agent, Reactor, open_channel
 from agentd.supervisor.routes import build_router, staged_routes
 from agentd.triggers import mode as modes
 from agentd.upstream import Upstream
@@ -35,6 +34,7 @@ from agentd.watches.state import load
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.servers.helpers import Spec
+from tests.support.reactor import spawn_hooks
 from tests.support.reports import turn_ended
 from tests.support.telemetry import RecordingTelemetry
 
@@ -91,15 +91,8 @@ async def stack(memo: Path, *routes: RouteConfig, state_path: Path | None = None
     )
     telemetry = RecordingTelemetry(timeout=WAIT)
     spawned: list[Agent] = []
-    hooks = Hooks(
-        spawn=spawned.append,
-        kill_all=lambda: None,
-        unsubscribe=lambda _s, _u: None,
-        publish=lambda *_a: None,
-    )
-    driver = modes.make_driver(
-        "reactive", interval=None, cron=None, session=None, now_mono=0.0, now_wall=dt.datetime.now(dt.UTC)
-    )
+    hooks = spawn_hooks(spawned.append)
+    driver = modes.make_driver("reactive")
     channel = open_channel()
     upstream = Upstream(memo_spec(memo), channel[0], telemetry)
     staged = staged_routes(settings)

@@ -22,7 +22,6 @@ from tests.fakes.provider_server import (
     GoogleTokenEndpoint,
     RecordedRequest,
     Reply,
-    anthropic_error,
     anthropic_reply,
     provider_server,
     sigv4_problem,
@@ -144,30 +143,15 @@ def test_bedrock_needs_a_region() -> None:
         validate_model_spec(f"vertex:{VERTEX_MODEL}", {"CLOUD_ML_REGION": "global"})
 
 
-def _vertex_fake(tokens: GoogleTokenEndpoint, replies: list[Reply]) -> object:
-    """Google's token endpoint and Vertex AI's ``rawPredict`` on one loopback port."""
-
-    def handle(request: RecordedRequest) -> Reply:
-        if request.path == "/token":
-            return tokens(request)
-        if request.headers.get("authorization") not in {f"Bearer {t}" for t in tokens.issued}:
-            return anthropic_error(401, "Request had invalid authentication credentials.")
-        return replies.pop(0)
-
-    return handle
-
-
 async def test_vertex_gets_a_token_through_adc_and_speaks_raw_predict(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     tokens = GoogleTokenEndpoint()
     replies = [anthropic_reply("hi from vertex", usage=(9, 3)), anthropic_reply("again", usage=(9, 3))]
-    async with provider_server(handler=_vertex_fake(tokens, replies)) as server:  # type: ignore[arg-type]
+    async with provider_server(handler=tokens.vertex(replies)) as server:
         key_file = tokens.service_account(tmp_path, server.url("/token"))
-        monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(key_file))
-        monkeypatch.setenv("ANTHROPIC_VERTEX_BASE_URL", server.url("/v1"))
-        monkeypatch.setenv("CLOUD_ML_REGION", "us-east5")
-        monkeypatch.setenv("ANTHROPIC_VERTEX_PROJECT_ID", "agentd-test")
+        for name, value in tokens.vertex_env(key_file, server.url("/v1"), "us-east5").items():
+            monkeypatch.setenv(name, value)
         model = make_model(f"vertex:{VERTEX_MODEL}", env=VERTEX_ENV)
         first = await model.complete(system=None, messages=[Message.user("hi")], tools=[])
         second = await model.complete(system=None, messages=[Message.user("hi")], tools=[])
@@ -187,13 +171,11 @@ async def test_vertex_gets_a_token_through_adc_and_speaks_raw_predict(
 
 async def test_vertex_refused_token_is_an_auth_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     tokens = GoogleTokenEndpoint()
-    async with provider_server(handler=_vertex_fake(tokens, [])) as server:  # type: ignore[arg-type]
+    async with provider_server(handler=tokens.vertex([])) as server:
         key_file = tokens.service_account(tmp_path, server.url("/token"))
         tokens.email = "someone-else@example.com"  # the endpoint now refuses this account's JWTs
-        monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(key_file))
-        monkeypatch.setenv("ANTHROPIC_VERTEX_BASE_URL", server.url("/v1"))
-        monkeypatch.setenv("CLOUD_ML_REGION", "us-east5")
-        monkeypatch.setenv("ANTHROPIC_VERTEX_PROJECT_ID", "agentd-test")
+        for name, value in tokens.vertex_env(key_file, server.url("/v1"), "us-east5").items():
+            monkeypatch.setenv(name, value)
         model = make_model(f"vertex:{VERTEX_MODEL}", env=VERTEX_ENV)
         with pytest.raises(ModelAuthError, match=r"vertex: no usable credentials \(RefreshError"):
             await model.complete(system=None, messages=[Message.user("hi")], tools=[])

@@ -14,6 +14,8 @@ import trio
 from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
+from tests.support.kube import Cluster
+from tests.support.routing import wait_gone
 from tests.support.servers import Pushes, subscribed
 
 REPO = Path(__file__).resolve().parents[2]
@@ -44,55 +46,6 @@ def pod(name: str, uid: str, rv: str, **extra: Any) -> dict[str, Any]:
         },
         **extra,
     }
-
-
-class Cluster:
-    """The fake kubectl's control directory: list files and the watch FIFO."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.fds: dict[str, int] = {}
-
-    def set_list(self, resource: str, items: list[dict[str, Any]]) -> None:
-        (self.root / f"{resource}.json").write_text(json.dumps(items))
-        fifo = self.root / f"{resource}.watch"
-        if resource not in self.fds:
-            os.mkfifo(fifo)
-            # O_RDWR: never blocks, and keeps the FIFO open between kubectl runs.
-            self.fds[resource] = os.open(fifo, os.O_RDWR)
-
-    def send(self, resource: str, text: str) -> None:
-        os.write(self.fds[resource], text.encode())
-
-    def event(self, resource: str, kind: str, obj: dict[str, Any], *, pretty: bool = True) -> None:
-        self.send(resource, json.dumps({"type": kind, "object": obj}, indent=2 if pretty else None) + "\n")
-
-    def runs(self) -> list[dict[str, Any]]:
-        """Every fake kubectl run so far: ``{"pid", "argv"}``."""
-        return [json.loads(line) for line in (self.root / "argv.log").read_text().splitlines()]
-
-    def argv_log(self) -> list[list[str]]:
-        return [run["argv"] for run in self.runs()]
-
-    def watch_pids(self) -> list[int]:
-        return [run["pid"] for run in self.runs() if "--watch" in run["argv"]]
-
-    def close(self) -> None:
-        for fd in self.fds.values():
-            os.close(fd)
-
-
-async def wait_exited(pid: int) -> None:
-    """Wait (no polling: a pidfd becomes readable on exit) for a process that is not our child."""
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return
-    try:
-        with trio.fail_after(PUSH_TIMEOUT):
-            await trio.lowlevel.wait_readable(fd)
-    finally:
-        os.close(fd)
 
 
 @pytest.fixture
@@ -230,7 +183,8 @@ async def test_watcher_is_shared_and_stopped_when_the_last_subscriber_leaves(clu
                 assert (await two.__anext__()).uri == URI
         # Both listen streams closed: the watcher is cancelled and its kubectl -w terminated.
         (first_watch,) = cluster.watch_pids()
-        await wait_exited(first_watch)
+        with trio.fail_after(PUSH_TIMEOUT):
+            await wait_gone(first_watch)
         # A new subscriber starts a fresh watcher (a second kubectl -w) that delivers live events.
         async with client.listen(resource_subscriptions=[URI]) as three:
             await read_events(client)

@@ -15,7 +15,7 @@ import trio
 from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
-from tests.support.servers import Pushes, subscribed
+from tests.support.servers import Pushes, http_server, serve_argv, subscribed
 
 REPO = str(Path(__file__).resolve().parents[2])
 #: A push must reach the client well within this; the measured p50 is ~1 ms,
@@ -176,34 +176,15 @@ def test_unknown_server_and_remote_http_are_usage_errors(tmp_path: Path) -> None
 
 
 async def test_streamable_http_transport_pushes() -> None:
-    proc = await trio.lowlevel.open_process(
-        [sys.executable, "-m", "agentd.servers", "memo", "--http", "127.0.0.1:0"],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": REPO},
-        stderr=subprocess.PIPE,
-    )
-    try:
-        assert proc.stderr is not None
-        buf = b""
-        with trio.fail_after(PUSH_TIMEOUT):
-            while b"listening on " not in buf or not buf.endswith(b"\n"):
-                chunk = await proc.stderr.receive_some()
-                assert chunk, buf
-                buf += chunk
-        line = next(ln for ln in buf.decode().splitlines() if "listening on " in ln)
-        url = line.split("listening on ", 1)[1].strip()
-        async with Client(url) as client:
-            assert client.protocol_version == "2026-07-28"
-            async with client.listen(resource_subscriptions=[NOTES]) as sub:
-                await client.call_tool("memo_set", {"key": "h", "value": 1})
-                with trio.fail_after(PUSH_TIMEOUT):
-                    ev = await sub.__anext__()
-                assert str(ev.uri) == NOTES
-            assert await read_notes(client) == {"h": 1}
-    finally:
-        proc.terminate()
-        with trio.move_on_after(5):
-            await proc.wait()
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+    argv = serve_argv("memo", "--http", "127.0.0.1:0")
+    async with (
+        http_server(argv, env={**os.environ, "PYTHONPATH": REPO}) as server,
+        Client(server.url) as client,
+    ):
+        assert client.protocol_version == "2026-07-28"
+        async with client.listen(resource_subscriptions=[NOTES]) as sub:
+            await client.call_tool("memo_set", {"key": "h", "value": 1})
+            with trio.fail_after(PUSH_TIMEOUT):
+                ev = await sub.__anext__()
+            assert str(ev.uri) == NOTES
+        assert await read_notes(client) == {"h": 1}

@@ -22,18 +22,14 @@ from agentd.upstream import Upstream, connect_all, resolve_server_for_uri
 
 # tests/integration has no __init__.py, so the repository root is not on sys.path by itself.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.servers.helpers import Events, notes_spec
+from tests.servers.helpers import notes_spec, running_upstream
 
 ERAS = [("modern", "2026-07-28"), ("legacy", "2025-11-25")]
 
 
 @pytest.mark.parametrize(("era", "version"), ERAS)
 async def test_connect_call_read_subscribe_and_change(tmp_path: Path, era: str, version: str) -> None:
-    send, recv = trio.open_memory_channel[object](100)
-    events = Events(recv)
-    up = Upstream(notes_spec("notes", tmp_path / "s.json", era=era), send, NullTelemetry())
-    async with trio.open_nursery() as nursery:
-        await nursery.start(up.run)
+    async with running_upstream(notes_spec("notes", tmp_path / "s.json", era=era)) as (up, events):
         assert up.state is ServerState.CONNECTED
         assert up.protocol_version == version
         await events.next(ServerStateChanged, state=ServerState.CONNECTED)
@@ -70,18 +66,13 @@ async def test_connect_call_read_subscribe_and_change(tmp_path: Path, era: str, 
         await up.call_tool("set_note", {"name": "beta", "text": "x"})
         await up.call_tool("set_note", {"name": "alpha", "text": "y"})
         assert up.subscriptions == frozenset()
-        nursery.cancel_scope.cancel()
     assert not [e for e in events.of(ResourceChanged) if e.kind == "updated" and e != changed]
     assert up.state is ServerState.STOPPED
 
 
 @pytest.mark.parametrize(("era", "version"), ERAS)
 async def test_list_changed_refreshes_catalogs(tmp_path: Path, era: str, version: str) -> None:
-    send, recv = trio.open_memory_channel[object](100)
-    events = Events(recv)
-    up = Upstream(notes_spec("notes", tmp_path / "s.json", era=era), send, NullTelemetry())
-    async with trio.open_nursery() as nursery:
-        await nursery.start(up.run)
+    async with running_upstream(notes_spec("notes", tmp_path / "s.json", era=era)) as (up, events):
         await up.call_tool("add_note", {"name": "gamma", "text": "third"})
         catalog = await events.next(CatalogChanged)
         assert catalog.server == "notes"
@@ -94,15 +85,14 @@ async def test_list_changed_refreshes_catalogs(tmp_path: Path, era: str, version
         with trio.fail_after(10):
             while "shiny" not in {t.name for t in up.tools}:
                 version = await up.wait_tools_changed(version)
-        nursery.cancel_scope.cancel()
 
 
 @pytest.mark.parametrize("era", ["modern", "legacy"])
 async def test_subscribe_without_capability_is_refused(tmp_path: Path, era: str) -> None:
-    send, _recv = trio.open_memory_channel[object](100)
-    up = Upstream(notes_spec("plain", tmp_path / "s.json", "--no-subscribe", era=era), send, NullTelemetry())
-    async with trio.open_nursery() as nursery:
-        await nursery.start(up.run)
+    async with running_upstream(notes_spec("plain", tmp_path / "s.json", "--no-subscribe", era=era)) as (
+        up,
+        _events,
+    ):
         with pytest.raises(
             CapabilityMissing,
             match=r"^server 'plain' cannot subscribe to 'note://alpha': it does not advertise the "
@@ -110,33 +100,24 @@ async def test_subscribe_without_capability_is_refused(tmp_path: Path, era: str)
         ):
             await up.subscribe("note://alpha")
         assert up.catalog().can_subscribe is False
-        nursery.cancel_scope.cancel()
 
 
 async def test_read_resource_above_cap_is_refused(tmp_path: Path) -> None:
-    send, _recv = trio.open_memory_channel[object](100)
-    up = Upstream(notes_spec("notes", tmp_path / "s.json"), send, NullTelemetry(), max_read_bytes=5)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(up.run)
+    async with running_upstream(notes_spec("notes", tmp_path / "s.json"), max_read_bytes=5) as (up, _events):
         with pytest.raises(
             UpstreamError,
             match=r"^resource 'note://alpha' on server 'notes' is 10 bytes, above the cap of 5 bytes; "
             r"raise the cap with --max-read-bytes",
         ):
             await up.read_resource("note://alpha")
-        nursery.cancel_scope.cancel()
 
 
 async def test_tool_error_and_unknown_tool(tmp_path: Path) -> None:
-    send, _recv = trio.open_memory_channel[object](100)
-    up = Upstream(notes_spec("notes", tmp_path / "s.json"), send, NullTelemetry())
-    async with trio.open_nursery() as nursery:
-        await nursery.start(up.run)
+    async with running_upstream(notes_spec("notes", tmp_path / "s.json")) as (up, _events):
         result = await up.call_tool("get_note", {"name": "nope"})
         assert result.is_error
         with pytest.raises(UpstreamError, match=r"^server 'notes' failed resources/read 'note://nope'"):
             await up.read_resource("note://nope")
-        nursery.cancel_scope.cancel()
 
 
 async def test_calls_before_connect_are_refused(tmp_path: Path) -> None:

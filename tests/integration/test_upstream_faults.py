@@ -72,15 +72,20 @@ async def test_sigkill_restarts_resubscribes_and_rereads(tmp_path: Path, era: st
         assert pid is not None
 
         pending: list[BaseException] = []
+        (receipts,) = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        port = receipts.socket.getsockname()[1]
 
         async def slow_call() -> None:
             try:
-                await up.call_tool("sleep", {"seconds": 60})
+                await up.call_tool("sleep", {"seconds": 60, "receipt_port": port})
             except ServerUnavailable as exc:
                 pending.append(exc)
 
         nursery.start_soon(slow_call)
-        await trio.sleep(0.2)  # let the call reach the server (not a condition wait: any delay works)
+        with trio.fail_after(10):  # the server has the call in hand when it writes its receipt
+            async with await receipts.accept() as receipt:
+                assert await receipt.receive_some() == b"sleep\n"
+        await receipts.aclose()
         t0 = trio.current_time()
         os.kill(pid, signal.SIGKILL)
         restarting = await events.next(ServerStateChanged, within=PROMPT, state=ServerState.RESTARTING)

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import socket
-import subprocess
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import trio
@@ -17,51 +13,21 @@ from agentd.events import (
     ServerStateChanged,
     SubscriptionStateChanged,
 )
-from agentd.telemetry import NullTelemetry
-from agentd.upstream import Upstream
 
 # tests/integration has no __init__.py, so the repository root is not on sys.path by itself.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.servers.helpers import NOTES_SERVER, Events, Spec
-
-STOP_GRACE = 5.0
-"""Seconds a test HTTP server gets to exit after SIGTERM before SIGKILL."""
-
-
-@asynccontextmanager
-async def http_server(listener: socket.socket, state: Path) -> AsyncIterator[trio.Process]:
-    """Run the notes server on the already-listening ``listener`` (the test owns the port)."""
-    fd = listener.fileno()
-    process = await trio.lowlevel.open_process(
-        [sys.executable, NOTES_SERVER, "--state", str(state), "--transport", "http", "--fd", str(fd)],
-        pass_fds=(fd,),
-        stdin=subprocess.DEVNULL,
-    )
-    try:
-        yield process
-    finally:
-        with trio.CancelScope(shield=True):
-            if process.returncode is None:
-                process.terminate()
-                with trio.move_on_after(STOP_GRACE):
-                    await process.wait()
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
+from tests.servers.helpers import Spec, restarting_upstream
+from tests.support.processes import listening, notes_server
 
 
 async def test_http_subscribe_and_survive_a_server_restart(tmp_path: Path) -> None:
     state = tmp_path / "s.json"
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(64)
-    port = listener.getsockname()[1]
-    send, recv = trio.open_memory_channel[object](100)
-    events = Events(recv)
-    spec = Spec(name="web", url=f"http://127.0.0.1:{port}/mcp", headers={"X-Test": "1"})
-    up = Upstream(spec, send, NullTelemetry(), backoff=(0.2,), resubscribe_backoff=(0.2,))
+    listener, port = listening()
+    up, events = restarting_upstream(
+        Spec(name="web", url=f"http://127.0.0.1:{port}/mcp", headers={"X-Test": "1"})
+    )
     try:
-        async with http_server(listener, state) as first, trio.open_nursery() as nursery:
+        async with notes_server(listener, state) as first, trio.open_nursery() as nursery:
             await nursery.start(up.run)
             assert up.state is ServerState.CONNECTED
             assert {str(r.uri) for r in up.resources} >= {"note://alpha"}
@@ -71,7 +37,7 @@ async def test_http_subscribe_and_survive_a_server_restart(tmp_path: Path) -> No
 
             first.kill()
             await first.wait()
-            async with http_server(listener, state):
+            async with notes_server(listener, state):
                 synthetic = await events.next(ResourceChanged, within=20)
                 assert synthetic == ResourceChanged("web", "note://alpha", "synthetic")
                 read = await up.read_resource("note://alpha")

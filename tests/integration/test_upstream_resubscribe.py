@@ -9,7 +9,9 @@ a real one over stdio. Nothing sleeps: tests await the upstream's events.
 from __future__ import annotations
 
 import sys
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -17,7 +19,7 @@ from agentd.events import ResourceChanged, SubscriptionStateChanged
 from agentd.upstream import Upstream
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.servers.helpers import Events
+from tests.servers.helpers import Events, running_upstream
 from tests.support.telemetry import RecordingTelemetry
 from tests.support.watch import watch_spec
 
@@ -26,6 +28,20 @@ FAST = (0.01, 0.02, 0.04)
 
 #: Bound on one awaited event.
 WAIT = 15.0
+
+
+def flapping(
+    tmp_path: Path, *flags: str, attempts: int, **options: Any
+) -> AbstractAsyncContextManager[tuple[Upstream, Events]]:
+    """A running upstream to a watch server whose subscriptions end soon after they open."""
+    spec = watch_spec("flappy", tmp_path / "ctl", "--listen", "flap", *flags)
+    return running_upstream(
+        spec,
+        telemetry=RecordingTelemetry(),
+        resubscribe_backoff=FAST,
+        resubscribe_attempts=attempts,
+        **options,
+    )
 
 
 async def test_a_server_that_ends_every_subscription_at_once_is_given_up_after_the_attempts(
@@ -71,15 +87,9 @@ async def test_a_server_that_ends_every_subscription_at_once_is_given_up_after_t
 
 
 async def test_zero_attempts_gives_up_at_the_first_loss(tmp_path: Path) -> None:
-    send, recv = trio.open_memory_channel[object](100)
-    events = Events(recv)
-    spec = watch_spec("flappy", tmp_path / "ctl", "--listen", "flap")
-    up = Upstream(spec, send, RecordingTelemetry(), resubscribe_backoff=FAST, resubscribe_attempts=0)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(up.run)
+    async with flapping(tmp_path, attempts=0) as (up, events):
         await up.subscribe("state://doc")
         failed = await events.next(SubscriptionStateChanged, within=WAIT, state="failed")
-        nursery.cancel_scope.cancel()
     assert failed.attempt == 0
     assert [e.state for e in events.of(SubscriptionStateChanged)] == ["established", "lost", "failed"]
     assert events.of(ResourceChanged) == []
@@ -87,58 +97,35 @@ async def test_zero_attempts_gives_up_at_the_first_loss(tmp_path: Path) -> None:
 
 async def test_a_stream_that_stayed_up_long_enough_resets_the_count(tmp_path: Path) -> None:
     """Streams that live past ``stable_subscription`` are healthy: every re-open is attempt 1."""
-    send, recv = trio.open_memory_channel[object](1000)
-    events = Events(recv)
-    spec = watch_spec("slowflap", tmp_path / "ctl", "--listen", "flap", "--flap-after", "0.3")
-    up = Upstream(
-        spec,
-        send,
-        RecordingTelemetry(),
-        resubscribe_backoff=FAST,
-        resubscribe_attempts=2,
-        stable_subscription=0.1,
-    )
-    async with trio.open_nursery() as nursery:
-        await nursery.start(up.run)
+    async with flapping(tmp_path, "--flap-after", "0.3", attempts=2, stable_subscription=0.1) as (up, events):
         await up.subscribe("state://doc")
         for _ in range(4):
             await events.next(SubscriptionStateChanged, within=WAIT, state="resubscribing")
-        nursery.cancel_scope.cancel()
     attempts = [e.attempt for e in events.of(SubscriptionStateChanged) if e.state == "resubscribing"]
     assert attempts == [1, 1, 1, 1]
     assert all(e.state != "failed" for e in events.of(SubscriptionStateChanged))
 
 
 async def test_subscribing_again_after_giving_up_tries_again(tmp_path: Path) -> None:
-    send, recv = trio.open_memory_channel[object](1000)
-    events = Events(recv)
-    spec = watch_spec("flappy", tmp_path / "ctl", "--listen", "flap")
-    up = Upstream(spec, send, RecordingTelemetry(), resubscribe_backoff=FAST, resubscribe_attempts=1)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(up.run)
+    async with flapping(tmp_path, attempts=1) as (up, events):
         await up.subscribe("state://doc")
         await events.next(SubscriptionStateChanged, within=WAIT, state="failed")
         await up.subscribe("state://doc")  # a new watch asks for it: a fresh first attempt
         await events.next(SubscriptionStateChanged, within=WAIT, state="failed")
-        nursery.cancel_scope.cancel()
     established = [e for e in events.of(SubscriptionStateChanged) if e.state == "established"]
     assert [e.attempt for e in established] == [0, 1, 0, 1]
 
 
 async def test_list_changed_streams_that_end_at_once_are_given_up_too(tmp_path: Path) -> None:
-    send, _recv = trio.open_memory_channel[object](1000)
     telemetry = RecordingTelemetry()
     spec = watch_spec("flappy", tmp_path / "ctl", "--flap-catalog")
-    up = Upstream(spec, send, telemetry, resubscribe_backoff=FAST)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(up.run)
+    async with running_upstream(spec, telemetry=telemetry, resubscribe_backoff=FAST) as (up, _events):
         with trio.fail_after(WAIT):
             while not telemetry.find("upstream.catalog_stream_failed"):
                 # Each lost stream asks for a catalog refresh: wait for the next one.
                 await up.wait_tools_changed(up.tools_version)
         # The connection itself stays up and serves calls.
         result = await up.call_tool("get_key", {"key": "x"})
-        nursery.cancel_scope.cancel()
     assert not result.is_error
     [failed] = telemetry.find("upstream.catalog_stream_failed")
     assert failed["attempts"] == 5

@@ -8,11 +8,7 @@ re-reads what it subscribed to.
 
 from __future__ import annotations
 
-import socket
-import subprocess
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -25,49 +21,18 @@ from agentd.telemetry import NullTelemetry
 from agentd.upstream import Upstream
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.servers.helpers import NOTES_SERVER, Events, notes_spec
-
-STOP_GRACE = 5.0
-"""Seconds a test server gets to exit after SIGTERM before SIGKILL."""
-
-
-@asynccontextmanager
-async def sse_server(listener: socket.socket, state: Path) -> AsyncIterator[trio.Process]:
-    fd = listener.fileno()
-    process = await trio.lowlevel.open_process(
-        [sys.executable, NOTES_SERVER, "--state", str(state), "--transport", "sse", "--fd", str(fd)],
-        pass_fds=(fd,),
-        stdin=subprocess.DEVNULL,
-    )
-    try:
-        yield process
-    finally:
-        with trio.CancelScope(shield=True):
-            if process.returncode is None:
-                process.terminate()
-                with trio.move_on_after(STOP_GRACE):
-                    await process.wait()
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
-
-
-def listening() -> tuple[socket.socket, int]:
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(64)
-    return listener, listener.getsockname()[1]
+from tests.servers.helpers import notes_spec, restarting_upstream
+from tests.support.processes import listening, notes_server
 
 
 async def test_sse_server_calls_subscribes_and_survives_a_restart(tmp_path: Path) -> None:
     state = tmp_path / "s.json"
     listener, port = listening()
-    send, recv = trio.open_memory_channel[object](100)
-    events = Events(recv)
-    spec = ServerSpec(name="legacy", url=f"http://127.0.0.1:{port}/sse", transport="sse")
-    up = Upstream(spec, send, NullTelemetry(), backoff=(0.2,), resubscribe_backoff=(0.2,))
+    up, events = restarting_upstream(
+        ServerSpec(name="legacy", url=f"http://127.0.0.1:{port}/sse", transport="sse")
+    )
     try:
-        async with sse_server(listener, state) as first, trio.open_nursery() as nursery:
+        async with notes_server(listener, state, "sse") as first, trio.open_nursery() as nursery:
             await nursery.start(up.run)
             assert up.state is ServerState.CONNECTED, up.last_error
             assert "set_note" in {t.name for t in up.tools}
@@ -79,7 +44,7 @@ async def test_sse_server_calls_subscribes_and_survives_a_restart(tmp_path: Path
             first.kill()
             await first.wait()
             await events.next(ServerStateChanged, state=ServerState.RESTARTING)
-            async with sse_server(listener, state):
+            async with notes_server(listener, state, "sse"):
                 synthetic = await events.next(ResourceChanged, within=20)
                 assert synthetic == ResourceChanged("legacy", "note://alpha", "synthetic")
                 read = await up.read_resource("note://alpha")

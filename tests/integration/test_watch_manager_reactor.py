@@ -7,7 +7,6 @@ one-slot reply channels, as the hub would.
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
@@ -18,9 +17,10 @@ from agentd.errors import RouteError
 from agentd.events import ChildExited, SubscriptionStateChanged, WatchNotice
 from agentd.supervisor.budget import Budget
 from agentd.supervisor.governor import RestartGovernor
-from agentd.supervisor.reactor import Agent, AgentPhase, Hooks, Reactor
+from agentd.supervisor.reactor import Agent, AgentPhase, Reactor
 from agentd.triggers import mode as modes
 from agentd.triggers.router import Continue, Router, RouteSpec
+from tests.support.reactor import spawn_hooks
 from tests.support.reports import turn_ended
 from tests.support.telemetry import RecordingTelemetry
 
@@ -50,15 +50,8 @@ class FakeManager:
 def reactor() -> tuple[Reactor, list[Agent], RecordingTelemetry, FakeManager]:
     spawned: list[Agent] = []
     telemetry = RecordingTelemetry()
-    hooks = Hooks(
-        spawn=spawned.append,
-        kill_all=lambda: None,
-        unsubscribe=lambda _s, _u: None,
-        publish=lambda *_a: None,
-    )
-    driver = modes.make_driver(
-        "reactive", interval=None, cron=None, session=None, now_mono=0.0, now_wall=dt.datetime.now(dt.UTC)
-    )
+    hooks = spawn_hooks(spawned.append)
+    driver = modes.make_driver("reactive")
     manager = FakeManager()
     r = Reactor(
         driver=driver,

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
 import trio
 
+from agentd.telemetry import NullTelemetry, Telemetry
+from agentd.upstream import Upstream
 from tests.support.watch import Spec
 
 NOTES_SERVER = str(Path(__file__).with_name("notes_server.py"))
@@ -43,3 +47,22 @@ class Events:
 
     def of(self, kind: type[E]) -> list[E]:
         return [e for e in self.seen if isinstance(e, kind)]
+
+
+@asynccontextmanager
+async def running_upstream(
+    spec: Spec, *, telemetry: Telemetry | None = None, **options: Any
+) -> AsyncIterator[tuple[Upstream, Events]]:
+    """An upstream for ``spec`` connected (``Upstream.run`` started) for the block, and its event reader."""
+    send, recv = trio.open_memory_channel[object](1000)
+    up = Upstream(spec, send, telemetry or NullTelemetry(), **options)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(up.run)
+        yield up, Events(recv)
+        nursery.cancel_scope.cancel()
+
+
+def restarting_upstream(spec: Spec) -> tuple[Upstream, Events]:
+    """An upstream for ``spec`` that retries (and resubscribes) every 0.2 s, and its event reader."""
+    send, recv = trio.open_memory_channel[object](100)
+    return Upstream(spec, send, NullTelemetry(), backoff=(0.2,), resubscribe_backoff=(0.2,)), Events(recv)

@@ -16,7 +16,8 @@ Catalog:
     (read-only), ``set_note`` (changes a note and notifies), ``add_note``
     (adds a resource: ``resources/list_changed``), ``add_tool`` (adds a tool:
     ``tools/list_changed``), ``emit_garbage`` and ``emit_huge_line`` (write
-    non-protocol bytes to stdout), ``sleep`` (answers late).
+    non-protocol bytes to stdout), ``sleep`` (answers late; tells a
+    test's port it has the call).
 
 Fault knobs (argv): ``--exit-during-init`` (write to stderr and exit when the
 first request arrives), ``--crash-after S`` (``os._exit(3)`` after S seconds),
@@ -188,8 +189,12 @@ def build(args: argparse.Namespace) -> MCPServer[Any]:
         return "huge line written"
 
     @mcp.tool()
-    async def sleep(seconds: float) -> str:
-        """Answer after ``seconds``."""
+    async def sleep(seconds: float, receipt_port: int = 0) -> str:
+        """Answer after ``seconds``; with ``receipt_port``, first write ``sleep\\n`` to 127.0.0.1 at that port
+        (so a test can await the call's arrival instead of guessing a delay)."""
+        if receipt_port:
+            async with await anyio.connect_tcp("127.0.0.1", receipt_port) as receipt:
+                await receipt.send(b"sleep\n")
         await anyio.sleep(seconds)
         return "slept"
 

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import trio
 
+from tests.support.processes import stop
+
 SERVER = str(Path(__file__).resolve().parents[1] / "servers" / "oauth_server.py")
 CLIENT_ID = "agentd-test"
 CLIENT_SECRET = "s3cret-client-value"
-STOP_GRACE = 5.0
-"""Seconds the test servers get to exit after SIGTERM before SIGKILL."""
 
 
 class Servers:
@@ -61,12 +61,6 @@ async def oauth_servers(tmp_path: Path, *, method: str = "client_secret_basic") 
             log,
         )
     finally:
-        with trio.CancelScope(shield=True):
-            process.terminate()
-            with trio.move_on_after(STOP_GRACE):
-                await process.wait()
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
+        await stop(process)
         for s in socks:
             s.close()

@@ -104,26 +104,10 @@ class Receiver:
         return out
 
     async def _serve(self, stream: trio.SocketStream) -> None:
-        buf = b""
         try:
-            while True:
-                while b"\r\n\r\n" not in buf:
-                    chunk = await stream.receive_some(65536)
-                    if not chunk:
-                        return
-                    buf += chunk
-                head, buf = buf.split(b"\r\n\r\n", 1)
-                lines = head.decode("latin-1").split("\r\n")
-                headers = {k.strip().lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:])}
-                length = int(headers.get("content-length", "0"))
-                while len(buf) < length:
-                    chunk = await stream.receive_some(65536)
-                    if not chunk:
-                        return
-                    buf += chunk
-                body, buf = buf[:length], buf[length:]
+            async for request_line, headers, body in http_requests(stream):
                 self.content_types.add(headers.get("content-type", ""))
-                if lines[0].startswith("POST /v1/traces"):
+                if request_line.startswith("POST /v1/traces"):
                     self._add(body)
                     payload = ExportTraceServiceResponse().SerializeToString()
                     status = b"200 OK"
@@ -135,6 +119,31 @@ class Receiver:
                 )
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return
+
+
+async def http_requests(stream: trio.abc.ReceiveStream) -> AsyncIterator[tuple[str, dict[str, str], bytes]]:
+    """The HTTP/1.1 requests on a keep-alive connection, until the peer closes it.
+
+    Each is its request line, its headers (names lower-cased) and its body (``Content-Length`` bytes).
+    """
+    buf = b""
+    while True:
+        while b"\r\n\r\n" not in buf:
+            chunk = await stream.receive_some(65536)
+            if not chunk:
+                return
+            buf += chunk
+        head, buf = buf.split(b"\r\n\r\n", 1)
+        lines = head.decode("latin-1").split("\r\n")
+        headers = {k.strip().lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:])}
+        length = int(headers.get("content-length", "0"))
+        while len(buf) < length:
+            chunk = await stream.receive_some(65536)
+            if not chunk:
+                return
+            buf += chunk
+        body, buf = buf[:length], buf[length:]
+        yield lines[0], headers, body
 
 
 @asynccontextmanager

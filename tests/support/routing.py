@@ -20,7 +20,8 @@ import psutil
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.agentd_proc import PY, REPO, Agentd, run_agentd
+from tests.e2e.agentd_proc import PY, REPO, Agentd
+from tests.support.supervised import alive, tracking
 
 #: A whole agentd start on this shared 2-core machine (interpreter, zygote,
 #: servers' SDK imports), with room for a busy CI box.
@@ -66,20 +67,6 @@ def write(tmp: Path, name: str, text: str) -> str:
     return str(path)
 
 
-def _descendants(pid: int) -> set[int]:
-    try:
-        return {p.pid for p in psutil.Process(pid).children(recursive=True)}
-    except psutil.NoSuchProcess:
-        return set()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
 @asynccontextmanager
 async def supervised(
     args: Sequence[str], *, env: dict[str, str] | None = None, cwd: Path | None = None
@@ -88,27 +75,15 @@ async def supervised(
 
     Processes on their way out get :data:`HTTP` seconds, awaited on their pidfds.
     """
-    seen: set[int] = set()
-    async with run_agentd(list(args), env=env, cwd=cwd) as a:
-
-        async def track() -> None:
-            while a.proc.returncode is None:
-                seen.update(_descendants(a.proc.pid))
-                await a._changed.wait()
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(track)
-            try:
-                yield a
-            finally:
-                nursery.cancel_scope.cancel()
-    left = [pid for pid in sorted(seen) if _alive(pid)]
+    async with tracking(args, env=env, cwd=cwd) as (a, seen):
+        yield a
+    left = [pid for pid in sorted(seen) if alive(pid) is not None]
     with trio.move_on_after(HTTP):
         for pid in left:
             await wait_gone(pid)
     described = []
     for pid in left:
-        if _alive(pid):
+        if alive(pid) is not None:
             with contextlib.suppress(psutil.NoSuchProcess):
                 described.append(f"{pid}: {' '.join(psutil.Process(pid).cmdline())[:160]}")
                 os.kill(pid, signal.SIGKILL)
@@ -154,6 +129,14 @@ async def scrape(base: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], flo
         for s in family.samples:
             out[(s.name, tuple(sorted(s.labels.items())))] = s.value
     return out
+
+
+def metric_total(
+    metrics: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str
+) -> float:
+    """The sum of the samples of ``name`` (a :func:`scrape` result) whose labels include ``labels``."""
+    want = set(labels.items())
+    return sum(v for (n, lbl), v in metrics.items() if n == name and want <= set(lbl))
 
 
 def spawn_exit_pairs(a: Agentd) -> tuple[set[str], set[str]]:

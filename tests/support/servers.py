@@ -13,6 +13,7 @@ from typing import Any
 import trio
 from mcp import Client
 
+from tests.support.processes import stop
 from tests.support.rawmcp import REPO, server_env
 
 START_BOUND = 30.0
@@ -47,13 +48,7 @@ async def http_server(argv: Sequence[str], *, env: dict[str, str] | None = None)
         line = next(ln for ln in buf.decode().splitlines() if "listening on " in ln)
         yield HttpServer(proc, line.split("listening on ", 1)[1].strip())
     finally:
-        with trio.CancelScope(shield=True):
-            proc.terminate()
-            with trio.move_on_after(10):
-                await proc.wait()
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
+        await stop(proc, grace=10)
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -9,6 +9,7 @@ writes them. Nothing here sleeps: a command is one atomic write.
 from __future__ import annotations
 
 import errno
+import html
 import json
 import os
 import sys
@@ -119,3 +120,12 @@ def loop_args(model: str, *servers: str, extra: tuple[str, ...] = ()) -> list[st
     for server in servers:
         args += ["--mcp-stdio", server]
     return [*args, *extra, "watch things"]
+
+
+def notice_lines(out: str) -> list[list[str]]:
+    """The lines of every ``<watch-event>`` block on stdout, unescaped."""
+    blocks = []
+    for part in out.split("<watch-event ")[1:]:
+        body = part.split("\n</watch-event>")[0]
+        blocks.append([html.unescape(line) for line in body.split("\n")[1:]])
+    return blocks

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -12,27 +11,13 @@ from agentd.config import (
     ConfigErrors,
     effective_config,
     ignored_keys,
-    load_settings,
     parse_codex_toml,
     parse_mcp_servers_json,
     server_secrets,
 )
 from agentd.errors import ConfigError
 from agentd.upstream.stdio import server_environment
-
-SCRIPT = '{"turns": [{"text": "done"}]}'
-
-
-def load(tmp_path: Path, *, env: dict[str, str] | None = None, toml: str | None = None, **flags: Any):
-    model = tmp_path / "model.json"
-    model.write_text(SCRIPT)
-    flags.setdefault("model", f"script:{model}")
-    flags.setdefault("instruction", "x")
-    config = None
-    if toml is not None:
-        config = tmp_path / "agentd.toml"
-        config.write_text(toml)
-    return load_settings(flags, config_file=config, env=env or {})
+from tests.support.settings import load
 
 
 def test_mcp_servers_types_including_sse_and_unknown_keys_reported() -> None:

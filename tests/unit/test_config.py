@@ -19,36 +19,12 @@ from agentd.config import (
     parse_subscription,
 )
 from agentd.errors import ConfigError
-
-SCRIPT = '{"turns": [{"text": "done"}]}'
+from tests.support.settings import SCRIPT, load, script_model
 
 
 @pytest.fixture
 def script(tmp_path: Path) -> str:
-    path = tmp_path / "model.json"
-    path.write_text(SCRIPT)
-    return f"script:{path}"
-
-
-def load(
-    tmp_path: Path,
-    *,
-    toml: str | None = None,
-    env: dict[str, str] | None = None,
-    base: bool = True,
-    **flags: Any,
-) -> Settings:
-    """load_settings with an optional TOML file and a private environment."""
-    if base:
-        model = tmp_path / "model.json"
-        model.write_text(SCRIPT)
-        flags.setdefault("model", f"script:{model}")
-        flags.setdefault("instruction", "do the thing")
-    config = None
-    if toml is not None:
-        config = tmp_path / "agentd.toml"
-        config.write_text(toml)
-    return load_settings(flags, config_file=config, env=env or {})
+    return script_model(tmp_path)
 
 
 def test_defaults(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentd import cli
-from agentd.config import Settings, load_settings, parse_route_spec, parse_subscription
+from agentd.config import Settings, WatchesConfig, load_settings, parse_route_spec, parse_subscription
 from agentd.errors import ConfigError
 
 FIELDS = sorted(Settings.model_fields)
@@ -36,16 +36,7 @@ ROUTE_KEYS = [
     "on_event",
 ]
 SERVER_KEYS = ["command", "args", "env", "cwd", "url", "headers", "required"]
-WATCH_KEYS = [
-    "max_watches",
-    "filter_timeout",
-    "filter_tool_calls",
-    "events_per_update",
-    "notice_lines",
-    "debounce",
-    "max_wait",
-    "resubscribe_attempts",
-]
+WATCH_KEYS = list(WatchesConfig.model_fields)
 SAMPLE_STRINGS = [
     "once",
     "loop",

@@ -3,31 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 import agentd.config
-from agentd.config import WatchesConfig, load_settings
+from agentd.config import WatchesConfig
 from agentd.errors import ConfigError
 from agentd.output import DEFAULT_TELEMETRY_BUFFER
 from agentd.triggers import mode, router
 from agentd.upstream import MAX_READ_BYTES
 from agentd.watches.limits import WatchLimits
-
-SCRIPT = '{"turns": [{"text": "done"}]}'
-
-
-def load(tmp_path: Path, *, env: dict[str, str] | None = None, toml: str | None = None, **flags: Any):
-    model = tmp_path / "model.json"
-    model.write_text(SCRIPT)
-    flags.setdefault("model", f"script:{model}")
-    flags.setdefault("instruction", "x")
-    config = None
-    if toml is not None:
-        config = tmp_path / "agentd.toml"
-        config.write_text(toml)
-    return load_settings(flags, config_file=config, env=env or {})
+from tests.support.settings import load
 
 
 def test_public_surface() -> None:

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from agentd import cli
 from agentd.config import ConfigErrors, ServerSpec, effective_config, load_settings, parse_mcp_servers_json
 from agentd.errors import ConfigError
-
-SCRIPT = '{"turns": [{"text": "done"}]}'
+from tests.support.settings import load, script_model
 
 MCP_JSON = {
     "mcpServers": {
@@ -27,18 +25,6 @@ MCP_JSON = {
         "must": {"url": "http://127.0.0.1:9/mcp", "type": "http", "required": True},
     }
 }
-
-
-def load(tmp_path: Path, *, toml: str | None = None, env: dict[str, str] | None = None, **flags: Any):
-    model = tmp_path / "model.json"
-    model.write_text(SCRIPT)
-    flags.setdefault("model", f"script:{model}")
-    flags.setdefault("instruction", "x")
-    config = None
-    if toml is not None:
-        config = tmp_path / "agentd.toml"
-        config.write_text(toml)
-    return load_settings(flags, config_file=config, env=env or {})
 
 
 def test_mcp_servers_json_import() -> None:
@@ -227,8 +213,7 @@ def test_subscription_server_prefix_resolves_against_known_servers(tmp_path: Pat
 def test_check_prints_effective_config_with_secrets_redacted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    model = tmp_path / "model.json"
-    model.write_text(SCRIPT)
+    model = script_model(tmp_path)
     config = tmp_path / "agentd.toml"
     config.write_text(
         "budget_steps = 3\n"
@@ -245,7 +230,7 @@ def test_check_prints_effective_config_with_secrets_redacted(
             "--config",
             str(config),
             "--model",
-            f"script:{model}",
+            model,
             "--system",
             "key is sk-secret",
             "task",
@@ -286,14 +271,13 @@ def test_check_prints_effective_config_with_secrets_redacted(
 def test_check_show_secrets_prints_everything_as_configured(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    model = tmp_path / "model.json"
-    model.write_text(SCRIPT)
+    model = script_model(tmp_path)
     config = tmp_path / "agentd.toml"
     config.write_text(
         '[servers.db]\ncommand = "db-mcp"\nargs = ["--token", "tok-secret"]\n'
         'env = { DATABASE_URL = "postgres://u:pw-secret@db/x" }\n'
     )
-    code = cli.main(["check", "--config", str(config), "--model", f"script:{model}", "--show-secrets", "t"])
+    code = cli.main(["check", "--config", str(config), "--model", model, "--show-secrets", "t"])
     out, err = capsys.readouterr()
     assert code == 0, err
     db = json.loads(out)["servers"]["db"]

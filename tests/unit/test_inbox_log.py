@@ -293,6 +293,14 @@ def test_cursor_file_errors_name_the_field() -> None:
         cursor_from_json({"acked": [[1]]})
 
 
+@pytest.mark.parametrize("field", ["acked", "notes"])
+@pytest.mark.parametrize("value", [5, 2.5, True])
+def test_cursor_file_with_a_scalar_list_field_is_a_value_error(field: str, value: object) -> None:
+    # A ValueError makes the server move the file aside and start over; any other error stopped it.
+    with pytest.raises(ValueError, match=rf"{field} must be a list, got {value!r}"):
+        cursor_from_json({field: value})
+
+
 # ----------------------------------------------------------------------------- interval set
 
 

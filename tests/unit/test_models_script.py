@@ -16,6 +16,7 @@ from agentd.errors import ConfigError
 from agentd.models import NO_REPLY, Message, ModelReply, ScriptModel, ToolSpec, load_script, make_model
 from agentd.models.base import estimate_input_tokens, estimate_tokens
 from agentd.models.script import parse_script
+from tests.support.strategies import json_values
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "scripts"
 TOOLS = [ToolSpec("memo__memo_set", "Store a memo.", {"type": "object"})]
@@ -377,11 +378,7 @@ def test_nan_latency_is_rejected(tmp_path: Path) -> None:
 
 # --- any JSON: a ConfigError or a working model, never another exception ----------------
 
-_json = st.recursive(
-    st.none() | st.booleans() | st.integers(-5, 5) | st.floats(allow_nan=False) | st.text(max_size=8),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
-    max_leaves=12,
-)
+_json = json_values(ints=5, text=8, keys=8, leaves=12, floats=True)
 _keys = st.sampled_from(
     [
         "text",

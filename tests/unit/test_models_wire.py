@@ -13,6 +13,7 @@ from agentd.models import Message, ModelSettings, ToolCall, ToolSpec, Usage
 from agentd.models import anthropic as anth
 from agentd.models import openai as oai
 from agentd.models import responses as resp
+from tests.support.strategies import json_values
 
 # --- OpenAI -----------------------------------------------------------------------------
 
@@ -164,11 +165,7 @@ def test_anthropic_unusable_bodies(body: dict[str, Any], message: str) -> None:
 
 # --- any JSON object: a reply or ModelError, never another exception ---------------------
 
-_json = st.recursive(
-    st.none() | st.booleans() | st.integers(-3, 3) | st.text(max_size=5),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
-    max_leaves=10,
-)
+_json = json_values(ints=3, text=5, keys=6, leaves=10)
 _oai_keys = st.sampled_from(
     [
         "choices",

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import trio
 
+from agentd.counters import RunCounters
 from agentd.events import (
     ChildExited,
     Refused,
@@ -39,9 +40,11 @@ from agentd.exitcodes import ExitCode, TerminalStatus
 from agentd.supervisor.budget import Budget
 from agentd.supervisor.governor import RestartGovernor
 from agentd.supervisor.reactor import Agent, AgentPhase, Hooks, Reactor
+from agentd.supervisor.subscriptions import ServerView, Subscriptions
 from agentd.triggers import mode as modes
 from agentd.triggers.router import Continue, Router, RouteSpec, Spawn
 from agentd.triggers.timer import IntervalSource
+from agentd.upstream.resolve import Catalog
 from tests.support.reports import turn_ended, usage_reported
 from tests.support.telemetry import RecordingTelemetry
 
@@ -85,15 +88,22 @@ class FakeHooks:
 
 
 @dataclass
-class FakeDeclared:
-    """Declared subscriptions already resolved (the reactor's ``Declared`` seam)."""
+class Pattern:
+    """A declared subscription pattern (``server:uri``), as the configuration gives it."""
 
-    pairs: set[tuple[str, str]] = field(default_factory=set)
-    unresolved: dict[str, str] = field(default_factory=dict)
-    unresolved_required: frozenset[str] = frozenset()
+    server: str | None
+    uri: str
 
-    def refresh(self, reason: str) -> list[tuple[str, str]]:
-        return []
+
+def declared_subscriptions(
+    router: Router, patterns: Sequence[str], required: frozenset[str]
+) -> Subscriptions:
+    """The pure subscriptions component with ``patterns`` resolved against servers that offer nothing yet."""
+    subs = Subscriptions([Pattern(*p.split(":", 1)) for p in patterns], router, required=required)
+    servers = {p.split(":", 1)[0] for p in patterns}
+    view = ServerView(connected=False, subscribed=frozenset(), catalog=Catalog())
+    assert subs.refresh({name: view for name in sorted(servers)}, "start").actions == ()
+    return subs
 
 
 @dataclass
@@ -145,6 +155,19 @@ class Harness:
         with trio.fail_after(STEP):
             return await recv.receive()
 
+    async def fill_blocking_route(self, server: str) -> None:
+        """``server`` sends ``b://1``-``b://3``: one agent runs, one update waits, the third finds the route full."""
+        for uri in ("b://1", "b://2", "b://3"):
+            await self.send(ResourceChanged(server=server, uri=uri))
+
+    async def subscribed_agent(self, *uris: str) -> Agent:
+        """A change of ``memo://x`` spawns an agent (the test's routes must spawn for it); it subscribes to ``uris``."""
+        await self.send(ResourceChanged(server="memo", uri="memo://x"))
+        agent = await self.hooks.next_spawn()
+        for uri in uris:
+            assert await self.subscribe(agent.id, uri) == Subscribed()
+        return agent
+
     async def unsubscribe(self, agent: str, uri: str, server: str | None = "memo") -> Unsubscribed:
         send, recv = trio.open_memory_channel[Unsubscribed](1)
         await self.send(SelfUnsubscribe(agent, uri, server, Reply(send)))
@@ -182,11 +205,13 @@ def build(
     instruction: str = "work",
     deadline: float | None = None,
     required: frozenset[str] = frozenset(),
-    declared: FakeDeclared | None = None,
+    declared: Sequence[str] = (),
+    declared_required: frozenset[str] = frozenset(),
 ) -> tuple[Reactor, FakeHooks, RecordingTelemetry]:
     now = trio.current_time()
     driver = modes.make_driver(mode, interval=interval, session=session, now_mono=now)
-    router = Router()
+    counters = RunCounters()
+    router = Router(on_drop=counters.drop)
     for spec in routes:
         router.add_route(spec)
     hooks = FakeHooks()
@@ -211,7 +236,8 @@ def build(
         session=session_mode,
         clock=clock,
         required=required,
-        declared=declared,
+        subscriptions=declared_subscriptions(router, declared, declared_required),
+        counters=counters,
     )
     return reactor, hooks, telemetry
 
@@ -324,7 +350,8 @@ async def test_loop_restart_governor_opens_the_breaker_and_exits_1(autojump_cloc
     assert [t for t, _ in h.hooks.spawned] == [0.0, 1.5, 3.5]
     assert [f["after_s"] for _, f in h.telemetry.timed("subagent.restart")] == [0.5, 1.0]
     assert len(h.telemetry.timed("governor.breaker_open")) == 1
-    assert h.telemetry.counters["restarts"] == 2
+    assert h.reactor.counters.agent_restarts == 2
+    assert h.reactor.counters.totals()["restarts"] == 2
 
 
 async def test_once_root_crash_exits_1_without_restart(autojump_clock):
@@ -375,12 +402,15 @@ async def test_schedule_fires_on_the_grid_and_coalesces_fires_while_the_root_run
 # --------------------------------------------------------------------------- budget
 
 
+SESSION_A_SPAWN_B = [
+    RouteSpec(match="memo://a", disposition=Continue("s"), debounce=0.25),
+    RouteSpec(match="memo://b", disposition=Spawn(), debounce=0.25),
+]
+"""``memo://a`` goes to the warm session ``s``, ``memo://b`` spawns an agent."""
+
+
 async def test_budget_spent_stops_spawning_drains_warm_sessions_and_exits_7(autojump_clock):
-    routes = [
-        RouteSpec(match="memo://a", disposition=Continue("s"), debounce=0.25),
-        RouteSpec(match="memo://b", disposition=Spawn(), debounce=0.25),
-    ]
-    async with running("reactive", routes=routes, max_steps=3) as h:
+    async with running("reactive", routes=SESSION_A_SPAWN_B, max_steps=3) as h:
         await h.send(ResourceChanged(server="memo", uri="memo://a"))
         s = await h.hooks.next_spawn()
         assert (s.role, s.session, s.warm) == ("session", "s", True)
@@ -430,11 +460,7 @@ async def test_loop_budget_spent_exits_7_after_the_root_exits(autojump_clock):
 
 
 async def test_sigterm_exits_idle_sessions_lets_the_running_turn_finish_then_0(autojump_clock):
-    routes = [
-        RouteSpec(match="memo://a", disposition=Continue("s"), debounce=0.25),
-        RouteSpec(match="memo://b", disposition=Spawn(), debounce=0.25),
-    ]
-    async with running("reactive", routes=routes, grace=10) as h:
+    async with running("reactive", routes=SESSION_A_SPAWN_B, grace=10) as h:
         await h.send(ResourceChanged(server="memo", uri="memo://a"))
         s = await h.hooks.next_spawn()
         held = await h.end_turn(s.id)
@@ -519,7 +545,7 @@ async def test_a_burst_is_one_spawn_and_quiet_separated_changes_are_two(autojump
         await h.hooks.next_spawn()
         assert trio.current_time() == pytest.approx(5.9)
     assert len(h.hooks.spawned) == 2
-    assert h.telemetry.counters["coalesced"] == 4
+    assert h.reactor.counters.coalesced.total() == 4
 
 
 async def test_max_inflight_is_respected(autojump_clock):
@@ -544,7 +570,7 @@ async def test_unrouted_changes_are_counted_and_dropped(autojump_clock):
         await h.send(ResourceChanged(server="memo", uri="memo://other"))
         await trio.sleep(1)
         assert h.hooks.no_spawn_pending()
-    assert h.telemetry.counters["unrouted"] == 1
+    assert h.reactor.counters.unrouted == 1
     assert h.telemetry.timed("resource.updated")[0][1]["route"] is None
 
 
@@ -582,9 +608,7 @@ async def test_continue_route_delivers_the_queued_set_once_only_when_idle_in_ord
 
 async def test_self_subscribe_routes_ahead_of_declared_is_exclusive_and_unsubscribes(autojump_clock):
     async with running("reactive", routes=[RouteSpec(match="memo://*", route_id="all")]) as h:
-        await h.send(ResourceChanged(server="memo", uri="memo://x"))
-        a1 = await h.hooks.next_spawn()
-        assert await h.subscribe(a1.id, "memo://notes") == Subscribed()
+        a1 = await h.subscribed_agent("memo://notes")
         held = await h.end_turn(a1.id, "watching")
         # the next change to memo://notes wakes the SAME agent, not the declared spawn route
         await trio.sleep(1)
@@ -609,14 +633,26 @@ async def test_self_subscribe_routes_ahead_of_declared_is_exclusive_and_unsubscr
         assert h.reactor.router.get(f"self:{a1.id}:memo://notes") is None
 
 
-async def test_unsubscribing_a_declared_uri_tells_the_hub_to_keep_the_upstream_subscription(autojump_clock):
-    declared = FakeDeclared(pairs={("memo", "memo://notes")})
-    async with running(
-        "reactive", routes=[RouteSpec(match="memo://*", route_id="all")], declared=declared
-    ) as h:
+async def test_changes_lost_with_a_removed_route_are_counted_once_for_metrics_and_exit(autojump_clock):
+    # A busy session's own route holds a change; unsubscribing removes the route and loses it.
+    async with running("reactive", routes=[RouteSpec(match="memo://*", route_id="all")]) as h:
         await h.send(ResourceChanged(server="memo", uri="memo://x"))
         a1 = await h.hooks.next_spawn()
         assert await h.subscribe(a1.id, "memo://notes") == Subscribed()
+        await h.send(ResourceChanged(server="memo", uri="memo://notes"))
+        await trio.sleep(1)  # past the debounce: queued, the session is mid-turn
+        assert await h.unsubscribe(a1.id, "memo://notes") == Unsubscribed(existed=True, needed=False)
+        snapshot = h.reactor.metrics_snapshot()
+    assert snapshot.dropped == {"route_removed": 1}
+    assert h.reactor.counters.totals()["dropped_events"] == 1  # supervisor.exit's count: the same
+    assert sum(snapshot.routed.values()) == h.reactor.counters.totals()["routed"] == 2
+
+
+async def test_unsubscribing_a_declared_uri_tells_the_hub_to_keep_the_upstream_subscription(autojump_clock):
+    async with running(
+        "reactive", routes=[RouteSpec(match="memo://*", route_id="all")], declared=["memo:memo://notes"]
+    ) as h:
+        a1 = await h.subscribed_agent("memo://notes")
         answer = await h.unsubscribe(a1.id, "memo://notes")
         assert answer == Unsubscribed(existed=True, needed=True)
         await h.end_turn(a1.id, "done")
@@ -667,9 +703,7 @@ async def test_deadline_ends_an_idle_loop_at_exactly_the_deadline(autojump_clock
 
 async def test_a_self_subscribed_agent_that_dies_gives_the_uri_back_to_the_declared_route(autojump_clock):
     async with running("reactive", routes=[RouteSpec(match="memo://*", route_id="all")]) as h:
-        await h.send(ResourceChanged(server="memo", uri="memo://x"))
-        a1 = await h.hooks.next_spawn()
-        assert await h.subscribe(a1.id, "memo://notes") == Subscribed()
+        a1 = await h.subscribed_agent("memo://notes")
         await h.end_turn(a1.id, "watching")
         await h.exited(a1.id, returncode=-9)  # killed while idle
         await h.send(ResourceChanged(server="memo", uri="memo://notes"))
@@ -692,14 +726,10 @@ async def test_a_self_subscribed_spawn_agent_frees_its_route_slot_at_its_first_t
 
 
 async def test_a_dead_subscribers_upstream_subscription_is_released_unless_declared(autojump_clock):
-    declared = FakeDeclared(pairs={("memo", "memo://declared")})
     async with running(
-        "reactive", routes=[RouteSpec(match="memo://*", route_id="all")], declared=declared
+        "reactive", routes=[RouteSpec(match="memo://*", route_id="all")], declared=["memo:memo://declared"]
     ) as h:
-        await h.send(ResourceChanged(server="memo", uri="memo://x"))
-        a1 = await h.hooks.next_spawn()
-        assert await h.subscribe(a1.id, "memo://mine") == Subscribed()
-        assert await h.subscribe(a1.id, "memo://declared") == Subscribed()
+        a1 = await h.subscribed_agent("memo://mine", "memo://declared")
         await h.end_turn(a1.id, "watching")
         await h.exited(a1.id, returncode=-9)
         await h.send(ResourceChanged(server="memo", uri="memo://y"))  # a wake, so the exit was handled
@@ -842,15 +872,15 @@ async def test_drop_telemetry_and_metrics_use_the_routers_reasons(autojump_clock
     assert reasons == [None, None, "drop_oldest", None, None, "coalesce_cap"]
 
 
+BLOCK_ONE = RouteSpec(
+    match="b://*", disposition=Spawn(max_inflight=1), queue_cap=1, overflow="block", debounce=0
+)
+"""A blocking route with one agent and one queue slot: a third update fills it."""
+
+
 async def test_a_full_block_route_pauses_its_server_until_there_is_room(autojump_clock):
-    routes = [
-        RouteSpec(
-            match="b://*", disposition=Spawn(max_inflight=1), queue_cap=1, overflow="block", debounce=0
-        ),
-    ]
-    async with running("reactive", routes=routes) as h:
-        for uri in ("b://1", "b://2", "b://3"):
-            await h.send(ResourceChanged(server="slow", uri=uri))
+    async with running("reactive", routes=[BLOCK_ONE]) as h:
+        await h.fill_blocking_route("slow")
         a1 = await h.hooks.next_spawn()
         await trio.sleep(1)
         assert h.hooks.paused == [(0.0, "slow", True)]
@@ -868,17 +898,21 @@ async def test_a_full_block_route_pauses_its_server_until_there_is_room(autojump
 async def test_readiness_fails_for_a_declared_subscription_that_was_released_or_resolves_to_nothing(
     autojump_clock,
 ):
-    declared = FakeDeclared(pairs={("memo", "memo://notes")})
-    async with running("reactive", declared=declared) as h:
+    async with running("reactive", declared=["memo:memo://notes"]) as h:
         assert h.reactor.ready() == (False, "subscriptions not established: memo:memo://notes")
         h.reactor.subscription_states[("memo", "memo://notes")] = "established"
         assert h.reactor.ready() == (True, "ok")
-        declared.unresolved = {"notes:file:///*": "no concrete resource matches"}
+    nothing = ["memo:memo://notes", "notes:file:///*"]
+    async with running("reactive", declared=nothing) as h:
+        h.reactor.subscription_states[("memo", "memo://notes")] = "established"
         assert h.reactor.ready() == (True, "ok")  # an optional server: a warning only
-        declared.unresolved_required = frozenset({"notes:file:///*"})
-        assert h.reactor.ready() == (
-            False,
-            "declared subscription 'notes:file:///*' resolves to nothing: no concrete resource matches",
+        assert h.reactor.metrics_snapshot().subscriptions_unresolved == 1
+    async with running("reactive", declared=nothing, declared_required=frozenset({"notes"})) as h:
+        h.reactor.subscription_states[("memo", "memo://notes")] = "established"
+        ready, reason = h.reactor.ready()
+        assert not ready
+        assert reason.startswith(
+            "declared subscription 'notes:file:///*' resolves to nothing: no concrete resource matches"
         )
         assert h.reactor.metrics_snapshot().subscriptions_unresolved == 1
 
@@ -899,14 +933,8 @@ async def test_schedule_fires_go_to_a_declared_timer_route(autojump_clock):
 
 
 async def test_a_second_server_feeding_a_blocked_route_is_paused_too(autojump_clock):
-    routes = [
-        RouteSpec(
-            match="b://*", disposition=Spawn(max_inflight=1), queue_cap=1, overflow="block", debounce=0
-        ),
-    ]
-    async with running("reactive", routes=routes) as h:
-        for uri in ("b://1", "b://2", "b://3"):
-            await h.send(ResourceChanged(server="one", uri=uri))
+    async with running("reactive", routes=[BLOCK_ONE]) as h:
+        await h.fill_blocking_route("one")
         await h.hooks.next_spawn()
         await trio.sleep(1)
         await h.send(ResourceChanged(server="two", uri="b://4"))  # the route is already blocked

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 import pytest
 import trio
@@ -115,10 +117,16 @@ f'{event["type"].lower()} {m["namespace"]}/{m["name"]}' if event["type"] in ("AD
 """
 
 
+def event_log_stage(pool: Any, source: str, *, last_seq: int) -> tuple[WatchFilter, WatchStage]:
+    """Watch ``cm`` of an event-log resource read up to ``last_seq``, through the filter ``source`` (0.5 s)."""
+    f = WatchFilter(source, pool=pool, limits=WatchLimits(filter_time_secs=0.5))
+    baseline = {"shape": "event-log", "last_seq": last_seq}
+    return f, WatchStage("cm", "u", shape="event-log", filter=f, baseline=baseline)
+
+
 async def test_gap_and_in_band_error_reach_the_notice_when_the_filter_fails_on_them(pool):
     """A read jumping from seq 1 to 7 plus an in-band ERROR, through a filter that breaks on both."""
-    f = WatchFilter(DESIGN_EXAMPLE, pool=pool, limits=WatchLimits(filter_time_secs=0.5))
-    stage = WatchStage("cm", "u", shape="event-log", filter=f, baseline={"shape": "event-log", "last_seq": 1})
+    f, stage = event_log_stage(pool, DESIGN_EXAMPLE, last_seq=1)
     r = await stage.process_read(
         log(
             {"seq": 7, "type": "ADDED", "object": bid("Won", "7")},
@@ -141,12 +149,9 @@ async def test_gap_and_in_band_error_reach_the_notice_when_the_filter_fails_on_t
 
 
 async def test_a_filter_that_drops_everything_cannot_drop_gap_or_error_but_may_add_lines(pool):
-    f = WatchFilter(
-        'f"note: {event[\'type\']}" if event["type"] == "GAP" else None',
-        pool=pool,
-        limits=WatchLimits(filter_time_secs=0.5),
+    f, stage = event_log_stage(
+        pool, 'f"note: {event[\'type\']}" if event["type"] == "GAP" else None', last_seq=0
     )
-    stage = WatchStage("cm", "u", shape="event-log", filter=f, baseline={"shape": "event-log", "last_seq": 0})
     r = await stage.process_read(
         log(
             {"seq": 1, "type": "ADDED", "object": bid("Won", "1")},

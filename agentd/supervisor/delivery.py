@@ -1,0 +1,175 @@
+"""The reactor's change path: a resource change into the router, due deliveries out to sessions and agents.
+
+Also the ``block`` overflow's backpressure (pause and resume the servers
+feeding a full route) and clock fires. Part of the reactor (see
+:mod:`agentd.supervisor.reactorcore`).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from typing import assert_never
+
+from agentd.events import (
+    ResourceChanged,
+)
+from agentd.supervisor.seams import Phase
+from agentd.supervisor.turns import Turns
+from agentd.triggers import mode as modes
+from agentd.triggers.router import (
+    ContinueDelivery,
+    PushOutcome,
+    QueuedEvent,
+    SpawnDelivery,
+)
+
+
+class Delivery(Turns):
+    """The reactor's change path: a resource change into the router, due deliveries out to sessions and agents."""
+
+    def _resource_changed(self, ev: ResourceChanged, now: float) -> None:
+        if self.handles is not None:
+            route = self.router.first_match(ev.uri)
+            if route is not None and not self.handles(route, ev.uri):
+                # Another replica owns this key (rfcs/0213); it gets the same update.
+                self.telemetry.emit("shard.skipped", server=ev.server, uri=ev.uri, route=route.id)
+                return
+        if ev.startup:
+            owner = self.router.first_match(ev.uri)
+            if owner is not None and not owner.spec.reread_on_start:
+                # The route opted out of the start-up re-read (rfcs/0130).
+                self.telemetry.emit("resource.reread_skipped", server=ev.server, uri=ev.uri, route=owner.id)
+                return
+        result = self.router.ingest(
+            QueuedEvent(uri=ev.uri, server=ev.server, etag=ev.etag, kind=ev.kind, first_seen=now), now
+        )
+        self.telemetry.emit(
+            "resource.updated",
+            server=ev.server,
+            uri=ev.uri,
+            kind=ev.kind,
+            route=result.route_id,
+            outcome=None if result.outcome is None else result.outcome.value,
+            **({"startup": True} if ev.startup else {}),
+            **({"reason": result.reason} if result.reason is not None else {}),
+        )
+        if result.route_id is None:
+            self.counters.unroute()
+            return
+        self.counters.route(result.route_id)
+        outcome = result.outcome
+        if outcome is PushOutcome.COALESCED:
+            self.counters.coalesce(result.route_id)
+            self.telemetry.emit("route.coalesced", route=result.route_id, uri=ev.uri)
+        elif result.reason is not None:
+            # One vocabulary: the router's reason, and the URI that was lost
+            # (under drop_oldest that is the oldest queued one, not this one).
+            # Counted by the router's on_drop (with the drops of removed routes).
+            self.telemetry.emit(
+                "route.dropped",
+                route=result.route_id,
+                uri=result.dropped_uri,
+                reason=result.reason,
+                **({"incoming": ev.uri} if result.dropped_uri != ev.uri else {}),
+            )
+        elif outcome is PushOutcome.BLOCKED:
+            self.telemetry.emit("route.blocked", route=result.route_id, uri=ev.uri)
+        else:
+            self.telemetry.emit("route.enqueued", route=result.route_id, uri=ev.uri)
+
+    def _deliver(self, now: float) -> None:
+        deliveries = self.router.take_deliveries(
+            now,
+            session_idle=self._session_idle,
+            may_spawn=lambda: self.phase is Phase.RUNNING and self.budget.spent() is None,
+            draining=self.phase is not Phase.RUNNING or not self.open,
+        )
+        for d in deliveries:
+            match d:
+                case SpawnDelivery():
+                    self.telemetry.observe("event_to_agent", now - d.event.first_seen, route=d.route_id)
+                    self.telemetry.emit("route.deliver", route=d.route_id, uris=[d.event.uri])
+                    agent = self._spawn(now, role="spawn", instruction=d.instruction, route=d.route_id)
+                    agent.origin = [d.event]
+                case ContinueDelivery():
+                    self._continue(d, now)
+                case _:
+                    assert_never(d)
+        if self.route_notices:
+            self._spawn_route_notices(now)
+
+    def _continue(self, d: ContinueDelivery, now: float) -> None:
+        uris = [e.uri for e in d.events]
+        self.telemetry.emit("route.deliver", route=d.route_id, uris=uris)
+        match d.kind:
+            case "watch":
+                # A watch re-reads and filters on its own task; the owning
+                # session only hears of it as a notice (see _notice).
+                self.router.on_session_idle(d.session)
+                if self._watches is not None:
+                    self._watches.on_changed(d.route_id, uris)
+            case "stage":
+                # Same for a staged declared route: its notices come back as RouteNotice.
+                self.router.on_session_idle(d.session)
+                if self._watches is not None:
+                    self._watches.on_route_changed(d.route_id, [(e.uri, e.server) for e in d.events])
+            case "declared" | "self":
+                oldest = min(e.first_seen for e in d.events) if d.events else now
+                self.telemetry.observe("event_to_agent", now - oldest, route=d.route_id)
+                self._deliver_to_session(
+                    now, d.session, render_delivery(d.events), route=d.route_id, origin=d.events
+                )
+            case _:
+                assert_never(d.kind)
+
+    def _apply_backpressure(self) -> None:
+        """Pause the servers feeding a ``block`` route whose queue is full; resume them once it has room."""
+        blocked = self.router.blocked_routes()
+        if not blocked and not self._blocked:
+            return  # the common case: nothing is blocked, nothing to resume
+        # Every server whose events a blocked route holds is paused, including
+        # one whose first event arrived after the route blocked.
+        for route_id in sorted(blocked):
+            for server in sorted(self.router.held_servers(route_id)):
+                routes = self.paused.setdefault(server, set())
+                if route_id in routes:
+                    continue
+                if not routes:
+                    self.hooks.pause(server, True)
+                    self.telemetry.emit("upstream.paused", server=server, route=route_id)
+                routes.add(route_id)
+        for route_id in sorted(self._blocked - blocked):
+            for server in sorted(self.paused):
+                routes = self.paused[server]
+                routes.discard(route_id)
+                if not routes:
+                    del self.paused[server]
+                    self.hooks.pause(server, False)
+                    self.telemetry.emit("upstream.resumed", server=server, route=route_id)
+        self._blocked = blocked
+
+    def _clock_fire(self, now: float) -> None:
+        assert self.clock is not None
+        self.clock.fire(now, _dt.datetime.now(_dt.UTC))
+        self.telemetry.emit("timer.fire")
+        if isinstance(self.driver, modes.Schedule) and self.router.timer_route is None:
+            for action in self.driver.on_fire(self.view(now), now):
+                if isinstance(action, modes.SpawnRoot):
+                    self._spawn_root(now)
+                else:
+                    self.telemetry.emit("timer.coalesced", reason="previous root still running")
+        else:
+            timer = self.router.timer_route
+            if self.handles is not None and timer is not None and not self.handles(timer, timer.id):
+                return  # another replica owns this timer route's fires
+            self.router.ingest_timer(now)
+
+
+def render_delivery(events: list[QueuedEvent]) -> str:
+    """The user turn a continue delivery becomes."""
+    lines = ["These resources changed (re-read what you need; act on the current state):"]
+    for e in events:
+        tag = "possibly changed" if e.kind == "synthetic" else e.kind
+        server = f" on {e.server}" if e.server else ""
+        lines.append(f"- {e.uri}{server} ({tag})")
+    return "\n".join(lines)

@@ -1,0 +1,122 @@
+"""The reactor's end: the drain a signal starts, and reaping every agent once the run ended.
+
+Part of the reactor (see :mod:`agentd.supervisor.reactorcore`).
+"""
+
+from __future__ import annotations
+
+import signal as _signal
+
+import trio
+
+from agentd.events import (
+    ChildExited,
+    HealthProbe,
+    ReactorEvent,
+    Refused,
+    RouteRemoved,
+    SelfSubscribe,
+    SelfUnsubscribe,
+    SignalReceived,
+    TurnEnded,
+    Unsubscribed,
+    UsageReported,
+    WatchRouteAdd,
+    WatchRouteRemove,
+    WatchSession,
+)
+from agentd.exitcodes import ExitCode, TerminalStatus
+from agentd.selfmcp.protocol import NextTurn, UsageVerdict
+from agentd.supervisor.agents import AgentPhase
+from agentd.supervisor.delivery import Delivery
+from agentd.supervisor.seams import Phase
+
+#: After the run ended, seconds an agent that was told to exit gets to do so
+#: before the kill ladder: an agent exits within milliseconds of its answer.
+REAP_EXIT_WAIT = 2.0
+
+#: After the kill ladder started, seconds to wait for the remaining exits: the
+#: tree's SIGTERM wait (2 s) plus its SIGKILL wait (2 s) plus slack.
+REAP_KILL_WAIT = 5.0
+
+
+class Drain(Delivery):
+    """The reactor's end: the drain a signal starts, and reaping every agent once the run ended."""
+
+    def _signal(self, ev: SignalReceived, now: float) -> None:
+        name = _signal.Signals(ev.signum).name
+        if self.phase is Phase.DRAINING:
+            self.telemetry.emit("drain.abort", signal=name)
+            self.hooks.kill_all()
+            self.forced_exit = ExitCode.DRAIN_TIMEOUT
+            return
+        self.phase = Phase.DRAINING
+        self.drain_deadline = now + self.grace
+        self.reenter_at = None
+        self.telemetry.emit("drain.start", signal=name, grace_s=self.grace, agents=len(self.live_agents()))
+        self.hooks.draining()
+        self._release_idle()
+
+    async def reap(self) -> None:
+        """After :meth:`run` returned: every spawned agent gets its ``subagent.exit`` (bounded).
+
+        Agents told to exit get :data:`REAP_EXIT_WAIT` to do so; anything
+        still running (mid-turn when the run ended: deadline, a failed
+        required server, a second signal ...) is killed through the tree's
+        kill ladder and awaited for at most :data:`REAP_KILL_WAIT`. An agent
+        whose exit is not seen even then is reported with ``returncode``
+        None, so ``subagent.spawn`` and ``subagent.exit`` always pair up.
+        """
+        code = self.exit_code
+        self._release_idle()
+        killing = any(a.phase is not AgentPhase.EXITING for a in self.live_agents())
+        if killing:
+            self.hooks.kill_all()
+        deadline = trio.current_time() + (REAP_KILL_WAIT if killing else REAP_EXIT_WAIT)
+        while self.live_agents():
+            event: ReactorEvent | None = None
+            with trio.move_on_at(deadline):
+                event = await self._recv.receive()
+            if event is None:
+                if killing:
+                    break
+                killing = True
+                self.hooks.kill_all()
+                deadline = trio.current_time() + REAP_KILL_WAIT
+                continue
+            match event:
+                case ChildExited():
+                    self._reaped(event, code)
+                case UsageReported():
+                    event.reply.answer(UsageVerdict(id=event.report.id, proceed=False, reason="draining"))
+                case TurnEnded():
+                    agent = self.agents.get(event.agent)
+                    if agent is not None and agent.phase in (AgentPhase.STARTING, AgentPhase.TURN):
+                        agent.exiting()  # TURN -> EXITING
+                    event.reply.answer(NextTurn(id=event.end.id, action="exit"))
+                case SelfSubscribe() | WatchSession() | WatchRouteAdd():
+                    event.reply.answer(Refused("agentd is stopping"))
+                case SelfUnsubscribe():
+                    event.reply.answer(Unsubscribed(existed=False, needed=True))
+                case WatchRouteRemove():
+                    event.reply.answer(RouteRemoved(needed=True))
+                case HealthProbe():
+                    event.reply.set()
+                case _:
+                    pass  # nothing else matters once the run ended
+        for agent in self.live_agents():
+            self._reaped(ChildExited(agent=agent.id, pid=-1, returncode=None), code)
+
+    def _reaped(self, ev: ChildExited, code: ExitCode | None) -> None:
+        """An agent's exit after the run ended: telemetry only (no routes, no restarts)."""
+        agent = self.agents.get(ev.agent)
+        if agent is None or not agent.alive:
+            return
+        was = agent.exited()
+        stopped = was in (AgentPhase.STARTING, AgentPhase.TURN) or agent.status is None
+        status: TerminalStatus
+        if stopped:
+            status = "deadline" if code is ExitCode.DEADLINE else "crashed"
+        else:
+            status = agent.status or "completed"
+        self._exit_event(agent, status, ev.returncode, **({"stopped": True} if stopped else {}))

@@ -1,0 +1,114 @@
+"""The reactor's answers to self-tool requests: ``subscribe``, ``unsubscribe`` and the watch routes.
+
+Each request from the hub is answered at once and never raises; an agent's
+own subscriptions are released upstream when it exits, unless something
+else still needs them. Part of the reactor (see :mod:`agentd.supervisor.reactorcore`).
+"""
+
+from __future__ import annotations
+
+from typing import assert_never
+
+from agentd.errors import RouteError
+from agentd.events import (
+    Refused,
+    RouteAdded,
+    RouteRemoved,
+    SelfSubscribe,
+    SelfToolRequest,
+    SelfUnsubscribe,
+    SessionOf,
+    Subscribed,
+    Unsubscribed,
+    WatchRouteAdd,
+    WatchRouteRemove,
+    WatchSession,
+)
+from agentd.supervisor.agents import Agent
+from agentd.supervisor.notices import Notices
+
+
+class SelfTools(Notices):
+    """The reactor's answers to self-tool requests: ``subscribe``, ``unsubscribe`` and the watch routes."""
+
+    def _self_tool(self, request: SelfToolRequest) -> None:
+        """A self-tool request from the hub: answered at once, never raises."""
+        agent = self.agents.get(request.agent)
+        if agent is None:
+            unknown = f"unknown agent {request.agent!r}"
+            match request:
+                case SelfUnsubscribe():
+                    request.reply.answer(Unsubscribed(existed=False, needed=True))
+                case WatchRouteRemove():
+                    request.reply.answer(RouteRemoved(needed=True))
+                case SelfSubscribe() | WatchSession() | WatchRouteAdd():
+                    request.reply.answer(Refused(unknown))
+                case _:
+                    assert_never(request)
+            return
+        match request:
+            case SelfSubscribe():
+                self._subscribe(agent, request)
+            case SelfUnsubscribe():
+                existed = request.uri in agent.subscriptions
+                self._drop_self_route(agent, request.uri)
+                agent.subscription_servers.pop(request.uri, None)
+                # A declared subscription (or another route or watch) still needs
+                # the upstream subscription: the hub must keep it, and the URI goes
+                # back to its declared route (rfcs/0134).
+                needed = request.server is not None and not self.subscriptions.unsubscribed(
+                    request.server, request.uri
+                )
+                request.reply.answer(Unsubscribed(existed=existed, needed=needed))
+                self.telemetry.emit(
+                    "self.unsubscribe", agent=agent.id, uri=request.uri, server=request.server, kept=needed
+                )
+            case WatchSession():
+                # Registering makes the agent's id its session name (a watch needs a session).
+                session = self.agents.name_session(agent) if request.register else agent.session or agent.id
+                request.reply.answer(SessionOf(session))
+            case WatchRouteAdd():
+                try:
+                    route_id = self.session_routes.add_watch(request.session, request.name, request.uri)
+                except (RouteError, ValueError) as exc:  # ValueError: a URI that is no valid match
+                    request.reply.answer(Refused(str(exc)))
+                    return
+                request.reply.answer(RouteAdded(route_id))
+            case WatchRouteRemove():
+                self.session_routes.remove_watch(request.session, request.name)
+                released = self.subscriptions.unsubscribed(request.server, request.uri)
+                request.reply.answer(RouteRemoved(needed=not released))
+            case _:
+                assert_never(request)
+
+    def _subscribe(self, agent: Agent, request: SelfSubscribe) -> None:
+        session = agent.session or agent.id
+        try:
+            self.session_routes.subscribe(session, request.uri)
+        except (RouteError, ValueError) as exc:  # ValueError: a URI that is no valid match
+            request.reply.answer(Refused(str(exc)))
+            return
+        self.agents.name_session(agent)
+        agent.subscriptions.add(request.uri)
+        agent.subscription_servers[request.uri] = request.server
+        self.telemetry.emit("self.subscribe", agent=agent.id, uri=request.uri, server=request.server)
+        request.reply.answer(Subscribed())
+
+    def _release_upstream(self, agent: Agent, uri: str) -> None:
+        """The agent that subscribed ``uri`` is gone: drop the upstream subscription unless still needed."""
+        server = agent.subscription_servers.pop(uri, None)
+        if server is None:
+            return
+        for action in self.subscriptions.released([(server, uri)]):
+            self.telemetry.emit(
+                "self.unsubscribe",
+                agent=agent.id,
+                uri=action.uri,
+                server=action.server,
+                reason="owner exited",
+            )
+            self.hooks.unsubscribe(action.server, action.uri)
+
+    def _drop_self_route(self, agent: Agent, uri: str) -> None:
+        agent.subscriptions.discard(uri)
+        self.session_routes.unsubscribe(agent.session or agent.id, uri)
