@@ -39,6 +39,25 @@ from tests.fakes.provider_server import (
     sigv4_problem,
 )
 
+try:
+    from agentd.timeline import TIMELINE_ENV, mark, reopen
+except ImportError:  # the previous code (--prev-ref) may predate the timeline
+    TIMELINE_ENV = "AGENTD_TIMELINE"
+
+    def mark(name: str, key: str = "") -> None:
+        pass
+
+    def reopen() -> None:
+        pass
+
+
+def reopen_timeline(path: Path) -> None:
+    """Start ``path`` afresh as this process's timeline (and its children's: the variable is set)."""
+    path.unlink(missing_ok=True)
+    os.environ[TIMELINE_ENV] = str(path)
+    reopen()
+
+
 #: Model spec per provider (names the price database knows, so pricing runs too).
 SPECS = {
     "openai": "openai:gpt-4o-mini",
@@ -65,6 +84,7 @@ class Fake:
 
     def __call__(self, request: RecordedRequest) -> Reply:
         self.arrivals.append(time.perf_counter())
+        mark("provider.received")
         if self.provider == "bedrock" and sigv4_problem(
             request,
             access_key=_AWS["AWS_ACCESS_KEY_ID"],

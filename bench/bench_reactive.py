@@ -503,15 +503,19 @@ reread_on_start = false
 """
 
 
-async def wake(tmp: Path, n: int, disposition: str) -> list[tuple[float, float]]:
+async def wake(
+    tmp: Path, n: int, disposition: str, timeline: Path | None = None
+) -> list[tuple[float, float]]:
     """A memo change → the model request of the agent it wakes, at a loopback ``openai:`` provider.
 
     ``spawn``: a fresh agent per change (forked from the zygote); ``continue``:
-    a turn of the warm session ``s``. Returns (floor, request) per sample:
+    a turn of the warm session ``s`` (a spawn sample starts once the previous
+    agent exited). Returns (floor, request) per sample:
     the arrival of the SDK's own notification at an in-process listener, and
     of agentd's request at the fake provider, both after ``memo_set`` started.
     """
-    from _providers import fake_provider, provider_env
+    from _providers import TIMELINE_ENV, fake_provider, provider_env
+    from _providers import mark as timeline_mark
 
     from tests.fakes.provider_server import openai_reply
 
@@ -521,6 +525,7 @@ async def wake(tmp: Path, n: int, disposition: str) -> list[tuple[float, float]]
     def answer(request: Any) -> Any:
         nonlocal arrived
         stamps.append(time.perf_counter())
+        timeline_mark("provider.received")
         arrived.set()
         return openai_reply("NO_REPLY")
 
@@ -532,6 +537,8 @@ async def wake(tmp: Path, n: int, disposition: str) -> list[tuple[float, float]]
         session = 'session = "s"' if disposition == "continue" else ""
         cfg.write_text(WAKE_CONFIG.format(disposition=disposition, session=session))
         env = provider_env("openai", server.base_url, tmp)
+        if timeline is not None:
+            env[TIMELINE_ENV] = str(timeline)
         try:
             async with run_agentd(["--config", str(cfg), "--mcp-http", f"memo={url}"], env=env) as a:
                 await a.wait_for("reactor.start")
@@ -550,7 +557,9 @@ async def wake(tmp: Path, n: int, disposition: str) -> list[tuple[float, float]]
                         async def wait_floor(got: dict[str, float] = got) -> None:
                             await events.__anext__()
                             got["floor"] = time.perf_counter()
+                            timeline_mark("floor.notified")
 
+                        timeline_mark("bench.t0")
                         t0 = time.perf_counter()
                         with trio.fail_after(STEP_TIMEOUT):
                             async with trio.open_nursery() as inner:
@@ -559,6 +568,10 @@ async def wake(tmp: Path, n: int, disposition: str) -> list[tuple[float, float]]
                                 while len(stamps) == before:
                                     await arrived.wait()
                                 await a.wait_for("turn.end", after=mark)
+                                if disposition == "spawn":
+                                    # The next change finds no agent running (its exit is not
+                                    # part of the next sample), as a change that comes alone.
+                                    await a.wait_for("subagent.exit", after=mark)
                         if i >= WARMUP:
                             samples.append((got["floor"] - t0, stamps[before] - t0))
                 a.stop()
@@ -572,12 +585,22 @@ async def wake(tmp: Path, n: int, disposition: str) -> list[tuple[float, float]]
     return samples
 
 
-async def wake_main(n: int) -> None:
+async def wake_main(n: int, timeline: str | None) -> None:
     print(f"bench_reactive --wake: {machine_note()}; n={n} per route (+{WARMUP} warm-up)")
     rows = []
     with tempfile.TemporaryDirectory(prefix="agentd-bench-") as tmp:
         for disposition in ("spawn", "continue"):
-            got = await wake(Path(tmp), n, disposition)
+            path = None
+            if timeline:
+                from _providers import reopen_timeline
+
+                path = Path(f"{timeline}.{disposition}")
+                reopen_timeline(path)
+            got = await wake(Path(tmp), n, disposition, path)
+            if path is not None:
+                from _timeline import report
+
+                report(path, f"wake, {disposition} route", skip=WARMUP)
             floor = [f for f, _ in got]
             request = [r for _, r in got]
             added = [r - f for f, r in got]
@@ -624,8 +647,13 @@ if __name__ == "__main__":
         help="change -> model request of the woken agent, spawn and continue routes",
     )
     ap.add_argument("-n", type=int, default=40, help="--wake: samples per route (default 40)")
+    ap.add_argument(
+        "--timeline",
+        metavar="FILE",
+        help="--wake: write agentd's timeline (AGENTD_TIMELINE) to FILE.ROUTE and print its stages",
+    )
     args = ap.parse_args()
     if args.wake:
-        trio.run(wake_main, args.n)
+        trio.run(wake_main, args.n, args.timeline)
     else:
         trio.run(main, args.quick)

@@ -282,7 +282,7 @@ async def _provider_spawns(provider: str, n: int, tmp: Path, fresh: bool = False
     import inspect
     import os
 
-    from _providers import SPECS, fake_provider, provider_env
+    from _providers import SPECS, fake_provider, mark, provider_env
 
     async with fake_provider(provider) as (fake, server):
         os.environ.update(provider_env(provider, server.base_url, tmp))
@@ -310,6 +310,7 @@ async def _provider_spawns(provider: str, n: int, tmp: Path, fresh: bool = False
             for i in range((1 if fresh else WARMUP) + n):
                 agent = f"p{i}"
                 before = len(fake.arrivals)
+                mark("bench.t0", agent)
                 t0 = time.perf_counter()
                 tree.spawn(
                     agent, SpawnPayload(agent=agent, model=SPECS[provider], instruction="hi", tools=tools)
@@ -318,6 +319,10 @@ async def _provider_spawns(provider: str, n: int, tmp: Path, fresh: bool = False
                 if i >= (1 if fresh else WARMUP):
                     requests.append((fake.arrivals[before] - t0) * 1000)
                     usages.append((first - t0) * 1000)
+                # The next spawn finds no agent running: one spawn at a time, its exit not timed.
+                with trio.fail_after(STEP_TIMEOUT):
+                    while tree.live_count():
+                        await recv.receive()
             with trio.fail_after(STEP_TIMEOUT):
                 while tree.live_count():
                     await recv.receive()
@@ -429,11 +434,25 @@ if __name__ == "__main__":
     )
     ap.add_argument("--measure", metavar="PROVIDER", help=argparse.SUPPRESS)
     ap.add_argument("--fresh", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--timeline",
+        metavar="FILE",
+        help="with --measure: write agentd's timeline (AGENTD_TIMELINE) to FILE and print its stages",
+    )
     args = ap.parse_args()
     if args.measure:
         import json
 
-        print(json.dumps(trio.run(provider_spawns, args.measure, args.n, args.fresh)))
+        if args.timeline:
+            from _providers import reopen_timeline
+
+            reopen_timeline(Path(args.timeline))
+        got = trio.run(provider_spawns, args.measure, args.n, args.fresh)
+        if args.timeline:
+            from _timeline import report
+
+            report(Path(args.timeline), f"spawn -> request, {args.measure}:", skip=WARMUP)
+        print(json.dumps(got))
     elif args.providers:
         trio.run(providers_main, args.rounds, args.n, args.prev_ref)
     else:

@@ -30,7 +30,7 @@ import math
 import os
 import socket
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, TypedDict, TypeGuard, get_args
 
 import trio
@@ -56,20 +56,23 @@ from agentd.selfmcp.protocol import (
     Frame,
     NextTurn,
     SpawnPayload,
+    ToolSpecFrame,
     TranscriptPart,
     TurnEnd,
     UsageReport,
     UsageVerdict,
+    encode,
     parse_supervisor_frame,
 )
 from agentd.telemetry import Telemetry
+from agentd.timeline import mark
 
 if TYPE_CHECKING:
     from mcp import Client
 
     from agentd.agent.loop import ModelCall, ToolResult
     from agentd.exitcodes import TerminalStatus
-    from agentd.models import Message, ModelSettings
+    from agentd.models import Message, ModelSettings, ToolSpec
     from agentd.models.factory import Providers
 
 #: Exit status after the supervisor said exit, or went away.
@@ -285,9 +288,12 @@ class ChildTelemetry(Telemetry):
 class SelfMcpLink:
     """:class:`agentd.agent.loop.SupervisorLink`: tools over MCP, usage and turn ends over control frames."""
 
-    def __init__(self, client: Client, control: ControlLink) -> None:
+    def __init__(
+        self, client: Client, control: ControlLink, release: Callable[[], None] | None = None
+    ) -> None:
         self._client = client
         self._control = control
+        self._release = release
 
     async def call_tool(self, name: str, arguments: dict[str, object]) -> ToolResult:
         from agentd.agent.loop import ToolResult
@@ -303,6 +309,10 @@ class SelfMcpLink:
         return ToolResult(text, bool(result.is_error))
 
     async def report_usage(self, *, call: ModelCall) -> UsageVerdict:
+        if self._release is not None:
+            # The first model call is over: the zygote may warm its next spare now.
+            release, self._release = self._release, None
+            release()
         return await self._control.report_usage(call=call)
 
     async def turn_end(self, *, status: TerminalStatus, text: str, idle: bool) -> NextTurn:
@@ -322,13 +332,28 @@ class SelfMcpLink:
         await self._control.send_transcript(messages)
 
 
-async def amain(payload: SpawnPayload, mcp_sock: socket.socket, control_sock: socket.socket) -> int:
-    """Run one agent to the end; returns the process exit status."""
+async def amain(
+    payload: SpawnPayload,
+    mcp_sock: socket.socket,
+    control_sock: socket.socket,
+    release: Callable[[], None] | None = None,
+) -> int:
+    """Run one agent to the end; returns the process exit status.
+
+    ``release`` is called when the first model request has been sent (an HTTP
+    provider) or its call is over (a zygote's child: the zygote then forks its
+    next spare; see :mod:`agentd.agent.zygote`). Calling it again does nothing.
+    """
+    mark("child.trio", payload.agent)
+    if release is not None:
+        from agentd.models._http import after_first_request_sent
+
+        after_first_request_sent(release)  # else (an SDK provider) at its first usage report
     from mcp import Client
 
     from agentd.agent.loop import run_agent
     from agentd.errors import FatalInfraError
-    from agentd.models import ToolSpec, make_model
+    from agentd.models import make_model
     from agentd.selfmcp.transport import stream_transport
     from agentd.tracing import child_turn_context
 
@@ -342,16 +367,15 @@ async def amain(payload: SpawnPayload, mcp_sock: socket.socket, control_sock: so
     model = make_model(
         payload.model, env=os.environ, telemetry=ChildTelemetry(control), **_model_options(payload)
     )
-    tools = [
-        ToolSpec(name=t.name, description=t.description, input_schema=dict(as_object(t.input_schema) or {}))
-        for t in payload.tools
-    ]
+    tools = _tool_specs(payload)
+    mark("child.model", payload.agent)
     code = EXIT_OK
     async with trio.open_nursery() as nursery:
         nursery.start_soon(control.run, nursery.cancel_scope)
         try:
             async with Client(stream_transport(mcp_stream), mode="2026-07-28", cache=None) as client:
-                link = SelfMcpLink(client, control)
+                link = SelfMcpLink(client, control, release)
+                mark("child.mcp", payload.agent)
                 try:
                     # The supervisor's turn span: the MCP SDK puts it in each tool call's _meta.
                     with child_turn_context(payload.traceparent):
@@ -374,6 +398,73 @@ async def amain(payload: SpawnPayload, mcp_sock: socket.socket, control_sock: so
                 await model.aclose()
         nursery.cancel_scope.cancel()
     return EXIT_OK if control.supervisor_gone else code
+
+
+def _tool_specs(payload: SpawnPayload) -> list[ToolSpec]:
+    """The tools the payload offers, as the model layer takes them."""
+    from agentd.models import ToolSpec
+
+    return [
+        ToolSpec(name=t.name, description=t.description, input_schema=dict(as_object(t.input_schema) or {}))
+        for t in payload.tools
+    ]
+
+
+def warm_start(model_specs: list[str]) -> None:
+    """Run a child's start-up path once, without I/O, in a spare child before its agent is known.
+
+    A forked child's first pass over this code copies every page it writes
+    (reference counts on shared objects): ~1,600 page faults, 6-8 ms of CPU
+    before the first model request. A spare (:mod:`agentd.agent.zygote`)
+    takes them here, ahead of need: the payload's validation, trio's first
+    run, the control link, each model of ``model_specs`` (with placeholder
+    credentials and a loopback URL that is never contacted; closed at once)
+    and the self-MCP client over a socketpair nobody serves.
+    """
+    line = encode(
+        SpawnPayload(
+            agent="warm",
+            model=model_specs[0] if model_specs else "script:warm",
+            instruction="",
+            tools=(ToolSpecFrame(name="warm", input_schema={"type": "object"}),),
+        )
+    )
+    payload = parse_supervisor_frame(line[:-1])
+    assert isinstance(payload, SpawnPayload)
+    trio.run(_warm_start, payload, model_specs)
+
+
+async def _warm_start(payload: SpawnPayload, model_specs: list[str]) -> None:
+    import contextlib
+
+    from mcp import Client
+
+    from agentd.models import make_model
+    from agentd.selfmcp.transport import stream_transport
+
+    mcp_ours, mcp_theirs = trio.socket.socketpair()
+    ctl_ours, ctl_theirs = trio.socket.socketpair()
+    control = ControlLink(FrameStream(trio.SocketStream(ctl_ours), max_line=MAX_SUPERVISOR_FRAME_BYTES))
+    for spec in model_specs:
+        with contextlib.suppress(Exception):
+            model = make_model(
+                spec, env=_WARM_ENV, telemetry=ChildTelemetry(control), **_model_options(payload)
+            )
+            await model.aclose()
+    assert _tool_specs(payload)
+    async with Client(stream_transport(trio.SocketStream(mcp_ours)), mode="2026-07-28", cache=None):
+        pass
+    for sock in (mcp_theirs, ctl_ours, ctl_theirs):
+        sock.close()
+
+
+#: The environment of :func:`warm_start`'s models: placeholders, a loopback URL never contacted.
+_WARM_ENV = {
+    "OPENAI_API_KEY": "warm",
+    "OPENAI_BASE_URL": "http://127.0.0.1:9/v1",
+    "ANTHROPIC_API_KEY": "warm",
+    "ANTHROPIC_BASE_URL": "http://127.0.0.1:9",
+}
 
 
 def _history(payload: SpawnPayload) -> list[Message]:
@@ -409,10 +500,16 @@ def _model_options(payload: SpawnPayload) -> _ModelOptions:
     return options
 
 
-def run_child(payload: SpawnPayload, mcp_sock: socket.socket, control_sock: socket.socket) -> int:
+def run_child(
+    payload: SpawnPayload,
+    mcp_sock: socket.socket,
+    control_sock: socket.socket,
+    *,
+    release: Callable[[], None] | None = None,
+) -> int:
     """Entry used after fork and by ``python -m``: run the agent under a fresh trio run."""
     try:
-        return trio.run(amain, payload, mcp_sock, control_sock)
+        return trio.run(amain, payload, mcp_sock, control_sock, release)
     except BaseException as exc:  # the supervisor sees the crash as the channels closing
         from agentd.redact import redact
 

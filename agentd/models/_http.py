@@ -52,6 +52,7 @@ from agentd.errors import ModelAuthError, ModelRequestError, ModelResponseError,
 from agentd.jsonvalue import JSONObject, as_object, loads
 from agentd.redact import redact
 from agentd.telemetry import NullTelemetry, Telemetry
+from agentd.timeline import mark
 
 #: Attempts per model call, the first included. Five attempts with the
 #: default backoff span about 15 s of expected waiting (up to 31 s), long
@@ -116,6 +117,25 @@ _REQUEST_FIXES = {
 Sleep = Callable[[float], Awaitable[None]]
 
 _SSL_CONTEXT: ssl.SSLContext | None = None
+
+_first_sent: Callable[[], None] | None = None
+
+
+def after_first_request_sent(callback: Callable[[], None]) -> None:
+    """Call ``callback`` once, when this process's next request body has been written.
+
+    An agent child forked by the zygote releases the zygote's next spare
+    then (rfcs/0230): its warm-up no longer competes with the request.
+    """
+    global _first_sent
+    _first_sent = callback
+
+
+async def _trace(event: str, info: Mapping[str, object]) -> None:
+    global _first_sent
+    if event.endswith("send_request_body.complete") and _first_sent is not None:
+        callback, _first_sent = _first_sent, None
+        callback()
 
 
 def shared_ssl_context() -> ssl.SSLContext:
@@ -297,6 +317,7 @@ class JsonPoster:
             ModelRequestError: another non-2xx status (the status and the provider's message).
             ModelResponseError: a 2xx body that is not a JSON object, or larger than the cap.
         """
+        mark("model.post")
         payload = orjson.dumps(body)
         all_headers = {
             "content-type": "application/json",
@@ -322,7 +343,11 @@ class JsonPoster:
             state.count = attempt
             retry_after: float | None = None
             try:
-                async with self._client.stream("POST", url, content=payload, headers=headers) as response:
+                mark("model.send")
+                extensions = {"trace": _trace} if _first_sent is not None else None
+                async with self._client.stream(
+                    "POST", url, content=payload, headers=headers, extensions=extensions
+                ) as response:
                     status = response.status_code
                     raw = await self._read_body(response, shown)
             except httpx2.RequestError as exc:  # transport failures, and a body that cannot be decoded

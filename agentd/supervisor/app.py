@@ -66,6 +66,7 @@ from agentd.supervisor.routes import build_router, make_clock, model_profiles, s
 from agentd.supervisor.sessionroutes import SessionRoutes
 from agentd.supervisor.tree import Tree
 from agentd.telemetry import Telemetry
+from agentd.timeline import mark
 from agentd.toolpolicy import ToolPolicy
 from agentd.triggers import mode as modes
 from agentd.upstream import Upstream
@@ -439,6 +440,7 @@ async def _main(
         )
 
         def spawn(agent: Agent) -> None:
+            mark("supervisor.spawn", agent.id)
             profile = route_profiles.get(agent.route or "", default_profile)
             hub.bind(agent.id, agent.route)  # the route's tool policy (allowed/disallowed, read-only)
             payload = SpawnPayload(

@@ -66,6 +66,7 @@ from agentd.selfmcp.control import FrameStream
 from agentd.selfmcp.protocol import MAX_CHILD_FRAME_BYTES, SpawnPayload
 from agentd.supervisor.channel import Journal, serve_control
 from agentd.telemetry import Telemetry
+from agentd.timeline import mark
 
 #: Time for the zygote to import trio, mcp and the agent code (~0.5 s here); generous for slow disks.
 ZYGOTE_READY_TIMEOUT = 30.0
@@ -215,6 +216,26 @@ class Zygote:
     """Spawn requests waiting for the zygote's answer, by agent id."""
     children: set[str] = field(default_factory=set)
     """Agents it forked whose channels are still open."""
+    spare: tuple[int, int] | None = None
+    """Its spare child, not an agent yet (rfcs/0230): (pid, pidfd). It dies with the
+    zygote (its death signal); the tree waits for that when it stops."""
+
+    def forget_spare(self, pid: int | None = None) -> None:
+        """The spare became an agent (``pid``), or another replaced it (None): stop watching it."""
+        if self.spare is not None and (pid is None or self.spare[0] == pid):
+            os.close(self.spare[1])
+            self.spare = None
+
+    async def kill_spare(self) -> None:
+        """SIGKILL the spare (by its pidfd: never another process) and wait until it is gone (bounded)."""
+        if self.spare is None:
+            return
+        fd = self.spare[1]
+        with contextlib.suppress(OSError):
+            signal.pidfd_send_signal(fd, signal.SIGKILL)
+        with trio.move_on_after(KILL_TIMEOUT):
+            await trio.lowlevel.wait_readable(fd)
+        self.forget_spare()
 
 
 @dataclass
@@ -393,9 +414,16 @@ class Tree:
         data = as_object(said)
         if data is None:
             return
-        if "spawned" in data:
-            send = z.pending.get(str(data["spawned"]))
+        if "spare" in data:
+            z.forget_spare()
+            spare = get_int(data, "spare")
+            if spare is not None:
+                with contextlib.suppress(OSError):  # it is gone already: nothing to wait for
+                    z.spare = (spare, os.pidfd_open(spare))
+        elif "spawned" in data:
             pid = get_int(data, "pid")
+            z.forget_spare(pid if pid is not None else -1)
+            send = z.pending.get(str(data["spawned"]))
             if send is not None and pid is not None:
                 send.send_nowait(("spawned", pid))
         elif "error" in data:
@@ -467,6 +495,7 @@ class Tree:
             z.ctl.close()
             with trio.move_on_after(KILL_TIMEOUT):
                 await z.proc.wait()
+            await z.kill_spare()
             if z in self._zygotes:
                 self._zygotes.remove(z)
 
@@ -502,6 +531,7 @@ class Tree:
                 if child.proc is not None:  # a fresh interpreter: our own child to reap
                     await child.proc.wait()
         for z in zygotes:
+            await z.kill_spare()  # bounded; never outlives the tree
             if z in self._zygotes:
                 self._zygotes.remove(z)
 
@@ -603,6 +633,7 @@ class Tree:
                 )
                 try:
                     await control.send(payload)
+                    mark("tree.payload_sent", child.agent)
                 except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                     raise SpawnFailed(
                         f"the child (pid {pid}) exited before taking its spawn payload"
@@ -669,6 +700,7 @@ class Tree:
         z.pending[agent] = send
         try:
             try:
+                mark("tree.fork_request", agent)
                 await z.ctl.sendmsg(
                     [orjson.dumps({"agent": agent})],
                     [(socket.SOL_SOCKET, socket.SCM_RIGHTS, _fds(*(s.fileno() for s in fds)))],
@@ -679,6 +711,7 @@ class Tree:
         finally:
             z.pending.pop(agent, None)
         if kind == "spawned":
+            mark("tree.forked", agent)
             return int(value)
         raise _ZygoteUnusable(f"the zygote (pid {z.pid}) could not fork: {value}")
 

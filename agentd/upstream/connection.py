@@ -56,6 +56,7 @@ from agentd.events import (
 from agentd.limits import DEFAULT_MAX_READ_BYTES, DEFAULT_STARTUP_TIMEOUT, DEFAULT_TOOL_TIMEOUT
 from agentd.prelaunch import EarlyProcess
 from agentd.telemetry import Telemetry
+from agentd.timeline import mark
 from agentd.upstream.backoff import (
     MAX_CONSECUTIVE_FAILURES,
     RECONNECT_BACKOFF,
@@ -934,6 +935,7 @@ class Upstream:
                         if not self._updates_open.is_set():
                             await self._updates_open.wait()
                         if isinstance(event, ResourceUpdated):
+                            mark("upstream.updated", event.uri)
                             delivered += 1
                             await self._post(ResourceChanged(self.name, event.uri, "updated"))
                 return "the server closed the listen stream", lived(), delivered
