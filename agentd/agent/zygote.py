@@ -217,8 +217,11 @@ def _fork_spare(ctl: socket.socket, held: list[socket.socket]) -> _Spare | None:
         theirs.close()
         return None
     if pid == 0:
-        ours.close()
-        _spare(ctl, held, theirs, os.getppid())
+        try:
+            ours.close()
+            _spare(ctl, held, theirs, os.getppid())
+        finally:
+            os._exit(1)  # never back into the zygote's loop, never its interpreter teardown
     theirs.close()
     return _Spare(pid, ours)
 
@@ -374,8 +377,11 @@ def serve(ctl: socket.socket) -> None:
                     _send(ctl, {"error": agent, "errno": exc.errno, "message": f"fork failed: {exc}"})
                     continue
                 if pid == 0:
-                    release.close()
-                    _child(ctl, held, fds, theirs, agent)
+                    try:
+                        release.close()
+                        _child(ctl, held, fds, theirs, agent)
+                    finally:
+                        os._exit(1)  # never back into the zygote's loop, never its interpreter teardown
                 theirs.close()
                 held.append(release)
                 got = (pid, release)

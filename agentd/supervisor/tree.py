@@ -104,6 +104,22 @@ CHILD_COMMAND: tuple[str, ...] = (sys.executable, "-P", "-m", "agentd.agent.chil
 ZYGOTE_COMMAND: tuple[str, ...] = (sys.executable, "-P", "-m", "agentd.agent.zygote")
 
 
+def _parent_of(pid: int) -> int | None:
+    """The parent pid of ``pid`` from ``/proc`` (None when it is gone or unreadable).
+
+    Read after ``pidfd_open``: the open pidfd pins the process, so a parent that
+    matches proves the pidfd is the process the zygote named.
+    """
+    try:
+        with open(f"/proc/{pid}/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"PPid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 class ChildState(enum.Enum):
     """Lifecycle of one agent child process (as the tree sees it)."""
 
@@ -230,12 +246,15 @@ class Zygote:
         """SIGKILL the spare (by its pidfd: never another process) and wait until it is gone (bounded)."""
         if self.spare is None:
             return
-        fd = self.spare[1]
-        with contextlib.suppress(OSError):
-            signal.pidfd_send_signal(fd, signal.SIGKILL)
-        with trio.move_on_after(KILL_TIMEOUT):
-            await trio.lowlevel.wait_readable(fd)
-        self.forget_spare()
+        _pid, fd = self.spare
+        self.spare = None  # this call owns the pidfd now: a message read meanwhile cannot close it
+        try:
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+            with trio.move_on_after(KILL_TIMEOUT):
+                await trio.lowlevel.wait_readable(fd)
+        finally:
+            os.close(fd)
 
 
 @dataclass
@@ -419,7 +438,13 @@ class Tree:
             spare = get_int(data, "spare")
             if spare is not None:
                 with contextlib.suppress(OSError):  # it is gone already: nothing to wait for
-                    z.spare = (spare, os.pidfd_open(spare))
+                    fd = os.pidfd_open(spare)
+                    if _parent_of(spare) == z.pid:
+                        z.spare = (spare, fd)
+                    else:  # it died and its pid was reused before we looked: not ours to kill
+                        os.close(fd)
+                if z.state is ZygoteState.RETIRED and self._nursery is not None:
+                    self._nursery.start_soon(z.kill_spare)  # a retired zygote's spare serves nobody
         elif "spawned" in data:
             pid = get_int(data, "pid")
             z.forget_spare(pid if pid is not None else -1)
@@ -449,6 +474,8 @@ class Tree:
         z.state = ZygoteState.RETIRED
         if self.zygote is z:
             self.zygote = None
+        assert self._nursery is not None
+        self._nursery.start_soon(z.kill_spare)  # an idle spare of a retired zygote holds a pid for nothing
         self._degrade(reason, pid=z.pid)
         self._reap_retired(z)
 
