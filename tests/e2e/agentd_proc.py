@@ -38,6 +38,10 @@ def notes_server(tmp: Path, *extra: str, name: str = "notes") -> str:
     return f"{name}={PY} {REPO / 'tests/servers/notes_server.py'} --state {tmp / (name + '.json')} {' '.join(extra)}".strip()
 
 
+#: How long wait_exit waits, after the exit, for the stderr pipe's EOF.
+EOF_BOUND = 10.0
+
+
 @dataclass
 class Agentd:
     """A running agentd process with its telemetry parsed as it arrives."""
@@ -109,8 +113,18 @@ class Agentd:
                 await self._changed.wait()
 
     async def wait_exit(self, timeout: float = 30) -> int:
+        """Wait for agentd to exit, then for its last telemetry lines to be read.
+
+        The process can be reaped before this side has read what it wrote last
+        (``supervisor.exit``): the stderr reader reaching EOF is awaited too
+        (bounded: a leftover grandchild could hold the pipe open).
+        """
         with trio.fail_after(timeout):
-            return await self.proc.wait()
+            code = await self.proc.wait()
+        with trio.move_on_after(EOF_BOUND):
+            while not self.stderr_closed:
+                await self._changed.wait()
+        return code
 
     def signal(self, sig: int = signal.SIGTERM) -> None:
         self.proc.send_signal(sig)
