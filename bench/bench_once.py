@@ -33,7 +33,11 @@ the one tool call the model asks for, asks again and prints the answer. The
 two run alternately, ``-n`` times each; with ``--llm PATH`` a peer too:
 the ``llm`` CLI with its ``llm-tools-mcp`` plugin (installed in a throwaway
 virtualenv: it needs ``mcp<2``), the fake declared as an extra OpenAI model
-and the memo server in its ``mcp.json``. Reported: wall time (exec → exit),
+and the memo server in its ``mcp.json``; with ``--fast-agent PATH`` another:
+``fast-agent go --message`` (it needs Python >= 3.12: a virtualenv of its
+own) with the fake as its ``generic`` provider and the memo server in a
+``fastagent.config.yaml`` (it streams, so the fake answers it as server-sent
+events). Every side's last request must carry ``memo_set``'s result. Reported: wall time (exec → exit),
 the final answer → process exit (the fake's answer to the last request →
 the exit seen here), and the PSS of each side's own process tree (agentd:
 supervisor, zygote, agents; not the MCP server), sampled when the last model
