@@ -33,7 +33,11 @@ the one tool call the model asks for, asks again and prints the answer. The
 two run alternately, ``-n`` times each; with ``--llm PATH`` a peer too:
 the ``llm`` CLI with its ``llm-tools-mcp`` plugin (installed in a throwaway
 virtualenv: it needs ``mcp<2``), the fake declared as an extra OpenAI model
-and the memo server in its ``mcp.json``. Reported: wall time (exec → exit),
+and the memo server in its ``mcp.json``; with ``--fast-agent PATH`` another:
+``fast-agent go --message`` (it needs Python >= 3.12: a virtualenv of its
+own) with the fake as its ``generic`` provider and the memo server in a
+``fastagent.config.yaml`` (it streams, so the fake answers it as server-sent
+events). Every side's last request must carry ``memo_set``'s result. Reported: wall time (exec → exit),
 the final answer → process exit (the fake's answer to the last request →
 the exit seen here), and the PSS of each side's own process tree (agentd:
 supervisor, zygote, agents; not the MCP server), sampled when the last model
@@ -227,8 +231,62 @@ def _llm_setup(tmp: Path, base_url: str) -> dict[str, str]:
     return {"LLM_USER_PATH": str(home), "LLM_TOOLS_MCP_CONFIG_DIR": str(home / "mcp")}
 
 
-async def job_run(side: str, tmp: Path, llm: str | None = None, prev: Path | None = None) -> dict[str, Any]:
-    """One Job-shaped run of ``side`` ("agentd", "agentd previous", "bare" or "llm"): wall, answer → exit, PSS."""
+def _fast_agent_setup(tmp: Path, base_url: str) -> Path:
+    """A directory holding a ``fastagent.config.yaml``: the fake as the ``generic`` provider, the memo server.
+
+    fast-agent runs with this directory as its working directory (its home,
+    sessions and logs stay there); its log is off and its console output quiet.
+    """
+    import json
+
+    home = tmp / "fast-agent"
+    home.mkdir(parents=True, exist_ok=True)
+    config = {  # JSON is YAML
+        "default_model": "generic.gpt-4o-mini",
+        "generic": {"api_key": "sk-bench", "base_url": base_url + "/v1"},
+        "mcp": {"servers": {"memo": {"command": SERVER[0], "args": SERVER[1:]}}},
+        "logger": {"type": "none", "progress_display": False, "show_chat": False, "show_tools": False},
+    }
+    (home / "fastagent.config.yaml").write_text(json.dumps(config))
+    return home
+
+
+def _as_sse(request: Any, reply: Any) -> Any:
+    """``reply`` (a Chat Completions body) as a streamed answer when ``request`` asks for one (fast-agent does)."""
+    import json
+
+    from tests.fakes.provider_server import Reply
+
+    if not request.json.get("stream"):
+        return reply
+    body = reply.json
+    message = body["choices"][0]["message"]
+    delta: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
+    if message.get("tool_calls"):
+        delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]
+    head = {k: body[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+    chunks = [
+        {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+        {
+            **head,
+            "choices": [{"index": 0, "delta": {}, "finish_reason": body["choices"][0]["finish_reason"]}],
+        },
+    ]
+    if "usage" in body and (request.json.get("stream_options") or {}).get("include_usage"):
+        chunks.append({**head, "choices": [], "usage": body["usage"]})
+    sse = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+    return Reply(body=sse.encode(), headers={"content-type": "text/event-stream"})
+
+
+async def job_run(
+    side: str, tmp: Path, llm: str | None = None, prev: Path | None = None, fast_agent: str | None = None
+) -> dict[str, Any]:
+    """One Job-shaped run of ``side`` ("agentd", "agentd previous", "bare", "llm" or "fast-agent").
+
+    Returns wall, answer → exit and PSS. Every side must send both model
+    requests (the first one offering ``memo_set``) and print the answer;
+    the last request must carry ``memo_set``'s result (the tool was called).
+    """
     from _providers import fake_provider, provider_env
 
     from tests.fakes.provider_server import openai_reply
@@ -246,8 +304,10 @@ async def job_run(side: str, tmp: Path, llm: str | None = None, prev: Path | Non
             reply = replies.pop(0)
             if callable(reply):
                 reply = reply(request)
+            if len(replies) == 0:
+                out["final_request"] = request.json
             out["answered"] = time.perf_counter()
-            return reply
+            return _as_sse(request, reply)
 
         server._handler = handler
         env = {**ENV, **provider_env("openai", server.base_url, tmp)}
@@ -275,6 +335,22 @@ async def job_run(side: str, tmp: Path, llm: str | None = None, prev: Path | Non
             assert llm is not None
             env.update(_llm_setup(tmp, server.base_url))
             argv = [llm, "-m", "fake-mini", "-T", "MCP", "--no-stream", "save it"]
+        elif side == "fast-agent":
+            assert fast_agent is not None
+            cwd = _fast_agent_setup(tmp, server.base_url)
+            argv = [
+                fast_agent,
+                "go",
+                "--config-path",
+                str(cwd / "fastagent.config.yaml"),
+                "--servers",
+                "memo",
+                "--model",
+                "generic.gpt-4o-mini",
+                "--quiet",
+                "--message",
+                "save it",
+            ]
         else:
             argv = [PY, "-c", BARE_SCRIPT, *SERVER, "save it"]
         t0 = time.perf_counter()
@@ -294,21 +370,33 @@ async def job_run(side: str, tmp: Path, llm: str | None = None, prev: Path | Non
                 stdout += chunk
             code = await proc.wait()
         end = time.perf_counter()
-    if code != 0 or b"saved" not in stdout or replies:
+    tool_results = [
+        str(m.get("content"))
+        for m in out.get("final_request", {}).get("messages", [])
+        if m.get("role") == "tool"
+    ]
+    if code != 0 or b"saved" not in stdout or replies or not any("bench" in t for t in tool_results):
         raise RuntimeError(
-            f"{side} run failed: exit {code}, stdout {stdout[:200]!r}, replies left {len(replies)}"
+            f"{side} run failed: exit {code}, stdout {stdout[:200]!r}, replies left {len(replies)}, "
+            f"tool results in the last request {tool_results!r}"
         )
     out.update(wall=end - t0, answer_to_exit=end - out["answered"])
     return out
 
 
-async def job_main(n: int, llm: str | None, prev_ref: str | None) -> None:
+async def job_main(n: int, llm: str | None, prev_ref: str | None, fast_agent: str | None = None) -> None:
     import contextlib
 
     from _providers import code_env, previous_code
 
     print(f"bench_once --job: {machine_note()}; n={n} per side (+1 warm-up each), alternating")
-    sides = ["agentd", *(["agentd previous"] if prev_ref else []), "bare", *(["llm"] if llm else [])]
+    sides = [
+        "agentd",
+        *(["agentd previous"] if prev_ref else []),
+        "bare",
+        *(["llm"] if llm else []),
+        *(["fast-agent"] if fast_agent else []),
+    ]
     runs: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
     with contextlib.ExitStack() as stack:
         tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="agentd-bench-"))
@@ -318,7 +406,7 @@ async def job_main(n: int, llm: str | None, prev_ref: str | None) -> None:
             _check_code("previous", prev, code_env(prev))
         for i in range(n + 1):
             for side in sides if i % 2 == 0 else sides[::-1]:
-                r = await job_run(side, Path(tmp), llm, prev)
+                r = await job_run(side, Path(tmp), llm, prev, fast_agent)
                 if i:
                     runs[side].append(r)
     print(f"load average at the end: {machine_note()}")
@@ -366,6 +454,12 @@ async def job_main(n: int, llm: str | None, prev_ref: str | None) -> None:
         ],
         rows,
     )
+    agentd_wall = p50([r["wall"] for r in runs["agentd"]])
+    for peer in ("llm", "fast-agent"):
+        if peer in runs:
+            print(
+                f"agentd wall p50 / {peer} wall p50: {agentd_wall / p50([r['wall'] for r in runs[peer]]):.2f}"
+            )
 
 
 async def main(n: int) -> None:
@@ -536,9 +630,14 @@ if __name__ == "__main__":
     ap.add_argument(
         "--llm", metavar="PATH", help="--job: also run `llm` + llm-tools-mcp (the `llm` executable of a venv)"
     )
+    ap.add_argument(
+        "--fast-agent",
+        metavar="PATH",
+        help="--job: also run fast-agent (`fast-agent go --message`, the `fast-agent` executable of a venv)",
+    )
     args = ap.parse_args()
     if args.job:
-        trio.run(job_main, args.n, args.llm, args.prev_ref)
+        trio.run(job_main, args.n, args.llm, args.prev_ref, args.fast_agent)
     elif args.providers:
         trio.run(providers_main, args.n, args.prev_ref)
     else:
