@@ -374,10 +374,10 @@ class SupervisorHub:
         answer: Unsubscribed = await self.ask_reactor(
             lambda reply: SelfUnsubscribe(agent, uri, server, reply)
         )
-        still_watched = server is not None and self.watches is not None and self.watches.needs(server, uri)
-        # A declared subscription (or another route) keeps the upstream
-        # subscription: releasing it would make the daemon deaf to the URI.
-        if server is not None and answer.existed and not still_watched and not answer.needed:
+        # The reactor's subscriptions component decided: a declared subscription, another
+        # route or a watch keeps the upstream subscription (releasing it would make the
+        # daemon deaf to the URI).
+        if server is not None and answer.existed and not answer.needed:
             with contextlib.suppress(AgentdError):
                 await self.upstreams[server].unsubscribe(uri)
         return text_result("unsubscribed" if answer.existed else f"you were not subscribed to {uri!r}")
