@@ -149,14 +149,7 @@ async def rig(
         state_path=state_path,
         holds=subscriptions,
     )
-    r = Rig(
-        manager=manager,
-        upstreams=upstreams,
-        router=router,
-        telemetry=telemetry,
-        send=send,
-        subscriptions=subscriptions,
-    )
+    r = Rig(manager, upstreams, router, telemetry, send, subscriptions)
     async with trio.open_nursery() as nursery:
         for up in upstreams.values():
             await nursery.start(up.run)
