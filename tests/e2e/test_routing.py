@@ -27,7 +27,7 @@ import pytest
 import trio
 
 from agentd.exitcodes import ExitCode
-from tests.e2e.agentd_proc import PY, agentd_cmd
+from tests.support.agentd_proc import PY, agentd_cmd
 from tests.support.files import edit
 from tests.support.routing import (
     FAST_BACKOFF,

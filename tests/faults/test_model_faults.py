@@ -20,8 +20,8 @@ import trio
 
 from agentd.exitcodes import ExitCode
 from agentd.selfmcp.protocol import MAX_TOKENS_PER_CALL
-from tests.e2e.agentd_proc import run_agentd
 from tests.fakes import provider_server as fake
+from tests.support.agentd_proc import run_agentd
 
 KEY_ID = "AKIDEXAMPLE0000FAULT"
 SECRET = "fault-secret-wJalrXUtnFEMI-K7MDENG"

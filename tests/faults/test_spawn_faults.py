@@ -23,10 +23,10 @@ import pytest
 import trio
 
 from agentd.exitcodes import ExitCode
-from tests.e2e.agentd_proc import PY, Agentd, run_agentd, script
-from tests.faults.conftest import tagged_env
+from tests.support.agentd_proc import PY, Agentd, run_agentd, script
 from tests.support.cgroups import pids_cgroup
 from tests.support.files import edit
+from tests.support.leftovers import tagged_env
 
 #: The spawn bound the tests set (``--spawn-timeout``): short, so a stopped zygote costs little.
 SPAWN_TIMEOUT_S = 1.0

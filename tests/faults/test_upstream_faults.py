@@ -23,9 +23,9 @@ import trio
 
 from agentd.exitcodes import ExitCode
 from agentd.telemetry import RATE_BURST
-from tests.e2e.agentd_proc import PY, REPO, Agentd, run_agentd, script
-from tests.faults.conftest import tagged_env
+from tests.support.agentd_proc import PY, REPO, Agentd, run_agentd, script
 from tests.support.files import edit
+from tests.support.leftovers import tagged_env
 from tests.support.processes import listening, start_notes_server, stop
 
 NOTES_SERVER = REPO / "tests/servers/notes_server.py"
