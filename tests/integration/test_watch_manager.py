@@ -139,11 +139,14 @@ async def test_watch_stop_unsubscribes_and_list_counts(tmp_path: Path) -> None:
             "events": 1,
             "notices": 1,
         }
+        # Each watch holds the pair in the component that decides (and has its route).
+        assert "watched" in r.subscriptions.why("memo", "memo://notes")
         assert await r.manager.stop(session="s1", name="a", routes=r) is True
         # "b" still needs the subscription.
         assert r.upstreams["memo"].subscriptions == frozenset({"memo://notes"})
         assert await r.manager.stop(session="s1", name="b", routes=r) is True
         assert r.upstreams["memo"].subscriptions == frozenset()
+        assert r.subscriptions.why("memo", "memo://notes") == frozenset()
         assert list(r.router.routes()) == []
         assert await r.manager.stop(session="s1", name="b", routes=r) is False
         assert r.manager.listing("s1") == []
