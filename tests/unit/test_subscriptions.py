@@ -296,9 +296,9 @@ class World:
         self.release(self.subs.released(held))
 
     def connect(self) -> None:
-        if not self.connected["memo"]:
-            self.connected["memo"] = True
-            self.refresh("connected")
+        """``memo`` connects, or reconnects (the connection kept what it held): nothing is made twice."""
+        self.connected["memo"] = True
+        self.refresh("connected")
 
     # -- the invariant ---------------------------------------------------------------
 
