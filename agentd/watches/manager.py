@@ -150,6 +150,10 @@ class SubscriptionHolds(Protocol):
         """Watch ``key`` stopped, or never started: its hold is gone."""
         ...
 
+    def needed(self, server: str, uri: str) -> bool:
+        """Whether anything (a declared subscription, a route, a watch) needs ``(server, uri)`` subscribed."""
+        ...
+
 
 class _NoHolds:
     """No one to tell (a manager run without the reactor, in tests and benchmarks)."""
@@ -159,6 +163,9 @@ class _NoHolds:
 
     def watch_stopped(self, key: tuple[str, str]) -> None:
         pass
+
+    def needed(self, server: str, uri: str) -> bool:
+        return True  # nobody to ask: keep
 
 
 @dataclass(eq=False)
@@ -499,8 +506,17 @@ class WatchManager:
                 else:
                     del self._watches[key]
             with trio.CancelScope(shield=True):
-                if routed and w.server is not None:
-                    await routes.remove(session=session, name=name, uri=uri, server=w.server)
+                if w.server is not None:
+                    # A release asked for while this watch held the pair was kept for it:
+                    # nothing else needs the pair now, so it is made here (idempotent).
+                    needed = (
+                        await routes.remove(session=session, name=name, uri=uri, server=w.server)
+                        if routed
+                        else self._holds.needed(w.server, uri)
+                    )
+                    if not needed:
+                        with contextlib.suppress(AgentdError):
+                            await self.upstreams[w.server].unsubscribe(uri)
                 if filt is not None:
                     await filt.aclose()
             raise

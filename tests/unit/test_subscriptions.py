@@ -272,6 +272,15 @@ class World:
         self.watching[key] = pair
         self.ups.subscribed[pair[0]].add(uri)
 
+    def watch_fail(self, session: str, uri: str) -> None:  # watch_start fails (a read, its filter)
+        key = (session, uri)
+        pair = self.starting.pop(key, None)
+        if pair is None:
+            return
+        self.subs.watch_stopped(key)
+        if not self.subs.needed(*pair):  # a release kept for it is made now (a no-op if never made)
+            self.ups.subscribed[pair[0]].discard(pair[1])
+
     def watch_stop(self, session: str, uri: str) -> None:
         key = (session, uri)
         pair = self.watching.pop(key, None)
@@ -321,7 +330,9 @@ uris = st.sampled_from(URIS)
 events = st.one_of(
     st.tuples(st.just("catalog"), catalog_sets),
     st.tuples(
-        st.sampled_from(["self_subscribe", "self_unsubscribe", "watch_start", "watch_ready", "watch_stop"]),
+        st.sampled_from(
+            ["self_subscribe", "self_unsubscribe", "watch_start", "watch_ready", "watch_fail", "watch_stop"]
+        ),
         sessions,
         uris,
     ),
@@ -341,6 +352,8 @@ def _steps(text: str) -> list[tuple[str, ...]]:
                           "self_unsubscribe s1 memo://other; watch_ready s2 memo://other"))  # fmt: skip
 @example([], True, _steps("watch_start s2 memo://other; watch_ready s2 memo://other; "
                           "self_subscribe s1 memo://other; watch_stop s2 memo://other"))  # fmt: skip
+@example([], True, _steps("self_subscribe s1 memo://other; watch_start s2 memo://other; "
+                          "self_unsubscribe s1 memo://other; watch_fail s2 memo://other"))  # fmt: skip
 # a restored session whose server connects later (after its subscription went, or not),
 @example([("s1", "memo://other")], False, [("self_unsubscribe", "s1", "memo://other"), ("connect",)])
 @example([("s1", "memo://other")], False, [("exit", "s1"), ("connect",)])
