@@ -174,8 +174,9 @@ class Unsubscribed:
 
     Attributes:
         existed: the agent had subscribed to the URI.
-        needed: another route or a declared subscription still needs the
-            upstream subscription (the hub must keep it).
+        needed: the subscriptions component keeps the upstream subscription
+            (a declared subscription, another route or a watch needs it): the
+            hub must not release it.
     """
 
     existed: bool
@@ -198,7 +199,7 @@ class RouteAdded:
 
 @dataclass(frozen=True, slots=True)
 class RouteRemoved:
-    """The watch's route is gone; ``needed``: another route or declared subscription keeps ``uri``."""
+    """The watch's route is gone; ``needed``: the subscriptions component keeps ``uri`` (something else needs it)."""
 
     needed: bool
 

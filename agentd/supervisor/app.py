@@ -54,7 +54,7 @@ from agentd.redact import redact
 from agentd.sdnotify import Notifier
 from agentd.selfmcp.protocol import ProviderFrame, SpawnPayload, ToolSpecFrame
 from agentd.selfmcp.server import serve_child
-from agentd.state.resume import RestoredSubscriptions
+from agentd.state.resume import restore_subscriptions
 from agentd.state.sessions import journals_for
 from agentd.state.shard import declared_filter, handles, shard_for
 from agentd.supervisor.budget import Budget
@@ -64,6 +64,7 @@ from agentd.supervisor.hub import SupervisorHub, server_for
 from agentd.supervisor.reactor import Agent, Hooks, Reactor, open_channel
 from agentd.supervisor.routes import build_router, make_clock, model_profiles, staged_routes
 from agentd.supervisor.sessionroutes import SessionRoutes
+from agentd.supervisor.subscriptions import Subscriptions
 from agentd.supervisor.tree import Tree
 from agentd.telemetry import Telemetry
 from agentd.timeline import mark
@@ -388,6 +389,14 @@ async def _main(
                 counters=counters,
             )
         staged = staged_routes(settings)  # declared routes with extract/on_event (rfcs/0078)
+        required = frozenset(n for n, s in settings.servers.items() if s.required)
+        # The one place that decides which upstream subscriptions are made and released (rfcs/0253).
+        subscriptions = Subscriptions(
+            list(settings.subscriptions),
+            router,
+            required=required,
+            keep=None if shard is None else declared_filter(router, shard),
+        )
         watches = WatchManager(
             upstreams=upstreams,
             events=events,
@@ -398,6 +407,7 @@ async def _main(
             routes=staged,
             # Filters follow the global and per-server tool policy (the hub holds the tool names).
             tool_allowed=lambda server, tool: hub.policy_allows(server, tool),
+            holds=subscriptions,
         )
         # A once root cannot be woken later: no subscribe / watch_* tools for it.
         hub = SupervisorHub(
@@ -420,24 +430,12 @@ async def _main(
             preforked=preforked,
             journal=journals.commit if journals is not None else None,
         )
-        required = frozenset(n for n, s in settings.servers.items() if s.required)
         declared = DeclaredSubscriptions(
-            settings.subscriptions,
-            upstreams,
-            router=router,
-            events=events,
-            telemetry=telemetry,
-            nursery=nursery,
-            required=required,
-            watched=watches.needs,
-            keep=None if shard is None else declared_filter(router, shard),
+            subscriptions, upstreams, events=events, telemetry=telemetry, nursery=nursery
         )
-        # Journaled sessions' self-subscriptions: routes now, upstream subscriptions once connected.
-        resumed = (
-            RestoredSubscriptions(journals, router, events, upstreams, telemetry, nursery)
-            if journals is not None
-            else None
-        )
+        if journals is not None:
+            # Journaled sessions' self-subscriptions: routes now, upstream subscriptions once connected.
+            restore_subscriptions(journals, router, subscriptions, upstreams, telemetry)
 
         def spawn(agent: Agent) -> None:
             mark("supervisor.spawn", agent.id)
@@ -506,8 +504,8 @@ async def _main(
             channel=channel,
             watches=watches,
             staged={s.route_id: s for s in staged},
-            declared=declared if resumed is None else resumed.alongside(declared),
-            subscriptions=declared.subscriptions,
+            declared=declared,
+            subscriptions=subscriptions,
             journals=journals,
             handles=None if shard is None else partial(handles, shard),
             counters=counters,
@@ -521,8 +519,6 @@ async def _main(
             for up in upstreams.values():
                 starting.start_soon(nursery.start, up.run)
         declared.refresh("start")
-        if resumed is not None:
-            resumed.refresh()
         if shard is not None:
             telemetry.emit("shard.assigned", index=shard.index, count=shard.count)
         await nursery.start(watches.run)

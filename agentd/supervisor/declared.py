@@ -9,13 +9,15 @@ lost comes back), follows each first establishment with one synthetic
 "possibly changed" event marked ``startup`` (the start-up re-read,
 rfcs/0130), unsubscribes pairs whose resource left the catalog, and reports
 patterns that resolve to nothing (``subscription.unresolved``, ``/metrics``,
-and readiness when a required server is named).
+and readiness when a required server is named). It also makes the
+subscribes of sessions restored from their journals
+(:mod:`agentd.state.resume`) that the component returns.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from typing import Protocol, assert_never
 
 import trio
@@ -70,35 +72,28 @@ class DeclaredSubscriptions:
     in tasks that report back through the reactor's channel.
 
     Args:
-        subs: the declared subscriptions.
+        subscriptions: the component that decides (its patterns are the
+            declared subscriptions; the reactor, the watch manager and the
+            restored sessions share it).
         upstreams: server name -> its connection, in configuration order.
-        router: the reactor's router (queue sizes; exact routes keep a URI subscribed).
         events: the reactor's channel (subscription outcomes, the start-up re-read).
         telemetry: NDJSON events.
         nursery: where subscribe/unsubscribe tasks run.
-        required: names of required servers.
-        watched: whether a live watch still needs ``(server, uri)`` subscribed.
-        keep: ``--shard``: whether this replica subscribes a pair (it handles
-            its updates); the others are left to the replicas that own them.
     """
 
     def __init__(
         self,
-        subs: Sequence[SubscriptionPattern],
+        subscriptions: Subscriptions,
         upstreams: Mapping[str, _UpstreamLike],
         *,
-        router: Router,
         events: trio.MemorySendChannel[ReactorEvent],
         telemetry: Telemetry,
         nursery: trio.Nursery,
-        required: frozenset[str] = frozenset(),
-        watched: Callable[[str, str], bool] = lambda _server, _uri: False,
-        keep: Callable[[Pair], bool] | None = None,
     ) -> None:
-        self.subscriptions = Subscriptions(list(subs), router, required=required, keep=keep, watched=watched)
+        self.subscriptions = subscriptions
         """What is wanted and why (pure); the reactor reads it too."""
         self._upstreams = upstreams
-        self._router = router
+        self._router: Router = subscriptions.router
         self._events = events
         self._telemetry = telemetry
         self._nursery = nursery
@@ -152,15 +147,20 @@ class DeclaredSubscriptions:
         up = self._upstreams[server]
         ok = False
         try:
-            await up.subscribe(uri)
+            if not action.restored or uri not in up.subscriptions:
+                await up.subscribe(uri)
             ok = True
         except AgentdError as exc:
-            self._telemetry.emit("subscription.failed", server=server, uri=uri, error=str(exc))
+            if action.restored:
+                self._telemetry.emit("journal.subscription_failed", server=server, uri=uri, error=str(exc))
+            else:
+                self._telemetry.emit("subscription.failed", server=server, uri=uri, error=str(exc))
             with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
                 await self._events.send(SubscriptionStateChanged(server, uri, "failed", error=str(exc)))
             return
         finally:
-            self.subscriptions.finished(server, uri, ok=ok)
+            if not action.restored:
+                self.subscriptions.finished(server, uri, ok=ok)
         # Read-after-subscribe: whatever changed before the subscription was
         # live (while agentd was down, while it started, or while this URI was
         # not subscribed) is delivered now, as one "possibly changed".

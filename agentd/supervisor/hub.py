@@ -57,9 +57,14 @@ R = TypeVar("R")
 _OBJ: JSONObject = {"type": "object"}
 
 
-def _one_string(name: str) -> JSONObject:
-    """The input schema of a self-tool that takes one string argument, ``name``."""
-    return {"type": "object", "properties": {name: {"type": "string"}}, "required": [name]}
+def _tool(name: str, description: str, arg: str | None = None) -> types.Tool:
+    """A self-tool that takes one string argument, ``arg``, or none."""
+    schema = (
+        _OBJ
+        if arg is None
+        else {"type": "object", "properties": {arg: {"type": "string"}}, "required": [arg]}
+    )
+    return types.Tool(name=name, description=description, input_schema=schema)
 
 
 class ToolSpec(TypedDict):
@@ -86,21 +91,13 @@ SELF_TOOLS: list[types.Tool] = [
             "required": ["uri"],
         },
     ),
-    types.Tool(
-        name="unsubscribe",
-        description="Stop being woken for an MCP resource you subscribed to.",
-        input_schema=_one_string("uri"),
+    _tool("unsubscribe", "Stop being woken for an MCP resource you subscribed to.", "uri"),
+    _tool(
+        "read_resource",
+        "Read an MCP resource by URI. Returns parsed JSON when the body is JSON, else text.",
+        "uri",
     ),
-    types.Tool(
-        name="read_resource",
-        description="Read an MCP resource by URI. Returns parsed JSON when the body is JSON, else text.",
-        input_schema=_one_string("uri"),
-    ),
-    types.Tool(
-        name="list_resources",
-        description="List the resources and resource templates every connected MCP server offers.",
-        input_schema=_OBJ,
-    ),
+    _tool("list_resources", "List the resources and resource templates every connected MCP server offers."),
     types.Tool(
         name="watch_start",
         description=(
@@ -129,18 +126,11 @@ SELF_TOOLS: list[types.Tool] = [
             "required": ["name", "uri"],
         },
     ),
-    types.Tool(
-        name="watch_stop",
-        description="Stop a watch you started. Returns true if it existed.",
-        input_schema=_one_string("name"),
-    ),
-    types.Tool(
-        name="watch_list",
-        description=(
-            'List this session\'s watches: [{"name", "uri", "shape", "events", "notices"}]; a watch that '
-            "could not start again after a restart has restore_failed: true."
-        ),
-        input_schema=_OBJ,
+    _tool("watch_stop", "Stop a watch you started. Returns true if it existed.", "name"),
+    _tool(
+        "watch_list",
+        'List this session\'s watches: [{"name", "uri", "shape", "events", "notices"}]; a watch that '
+        "could not start again after a restart has restore_failed: true.",
     ),
 ]
 
@@ -374,10 +364,10 @@ class SupervisorHub:
         answer: Unsubscribed = await self.ask_reactor(
             lambda reply: SelfUnsubscribe(agent, uri, server, reply)
         )
-        still_watched = server is not None and self.watches is not None and self.watches.needs(server, uri)
-        # A declared subscription (or another route) keeps the upstream
-        # subscription: releasing it would make the daemon deaf to the URI.
-        if server is not None and answer.existed and not still_watched and not answer.needed:
+        # The reactor's subscriptions component decided: a declared subscription, another
+        # route or a watch keeps the upstream subscription (releasing it would make the
+        # daemon deaf to the URI).
+        if server is not None and answer.existed and not answer.needed:
             with contextlib.suppress(AgentdError):
                 await self.upstreams[server].unsubscribe(uri)
         return text_result("unsubscribed" if answer.existed else f"you were not subscribed to {uri!r}")

@@ -101,12 +101,8 @@ class ReactorCore:
         self._watches = watches
         self._staged: Mapping[str, StagedRoute] = staged or {}
         self._declared: Declared = declared or NoDeclared()
-        if subscriptions is None:  # nothing declared: routes and watches alone need subscriptions
-            subscriptions = (
-                Subscriptions((), router, watched=watches.needs)
-                if watches is not None
-                else Subscriptions((), router)
-            )
+        if subscriptions is None:  # nothing declared: routes alone need subscriptions
+            subscriptions = Subscriptions((), router)
         self.subscriptions = subscriptions
         """Which upstream subscriptions are wanted and why (pure; the declared shell shares it)."""
         self.session_routes = SessionRoutes(router)
@@ -252,7 +248,7 @@ class ReactorCore:
         )
 
     def uri_needed(self, server: str, uri: str) -> bool:
-        """Whether a route or a declared subscription other than a watch still needs ``uri``."""
+        """Whether anything (a declared subscription, a route, a watch) still needs ``uri`` (the component decides)."""
         return self.subscriptions.needed(server, uri)
 
     def _session_idle(self, session: str) -> bool:

@@ -92,10 +92,6 @@ class WatchHooks(Protocol):
         """The session's agent is gone: stop its watches (routes already removed)."""
         ...
 
-    def needs(self, server: str, uri: str) -> bool:
-        """Whether a live watch still needs the upstream subscription to ``uri``."""
-        ...
-
     def on_route_subscribed(self, route_id: str, server: str, uri: str) -> None:
         """A URI of staged route ``route_id`` is subscribed: take the stage's baseline read now."""
         ...

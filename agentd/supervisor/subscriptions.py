@@ -11,23 +11,34 @@ A ``(server, uri)`` subscription is wanted for one or more reasons:
   matches it, else to the only server; anything else resolves to nothing,
   and says why, naming what the servers offer;
 * ``self``, ``watch``, ``stage``, ``route``: an exact route owns the URI (a
-  session's own ``subscribe``, a watch, a staged declared route, a declared
-  exact route): its changes must keep arriving;
-* ``watched``: a live watch still reads it (the watch manager says so).
+  session's own ``subscribe``, also one restored from its journal, a watch,
+  a staged declared route, a declared exact route): its changes must keep
+  arriving;
+* ``watched``: a watch holds it, from the moment ``watch_start`` picked its
+  server (before its route exists) until it stops (the watch manager reports
+  both).
 
-:class:`Subscriptions` keeps the declared part (the pairs, what resolves to
-nothing, which subscribe is on its way, which pair had its start-up
-re-read) and answers, for each event, the subscribe and unsubscribe actions
-to perform:
+:class:`Subscriptions` is the one place that decides whether an upstream
+subscription is made or may be released (rfcs/0253). It keeps the declared
+part (the pairs, what resolves to nothing, which subscribe is on its way,
+which pair had its start-up re-read), the watches' holds and the restored
+sessions' subscribes still to make, and answers, for each event, the
+subscribe and unsubscribe actions to perform:
 
 =====================================  ======================================================
 event                                  actions
 =====================================  ======================================================
 start, a server (re)connected,         :meth:`~Subscriptions.refresh`: subscribe every declared
 a catalog changed                      pair not subscribed yet (with the start-up re-read the
-                                       first time); unsubscribe pairs no longer declared that
-                                       nothing else needs
+                                       first time) and every restored pair whose server is up;
+                                       unsubscribe pairs no longer declared that nothing else
+                                       needs
 a subscribe finished                   :meth:`~Subscriptions.finished`
+a session's subscription restored      :meth:`~Subscriptions.restored`: subscribed (with the
+from its journal                       start-up re-read) by the next refresh its server is up
+                                       for, unless its route went meanwhile
+a watch picked its server / stopped    :meth:`~Subscriptions.watch_started` /
+                                       :meth:`~Subscriptions.watch_stopped` (its hold)
 an agent unsubscribed, a watch route   :meth:`~Subscriptions.unsubscribed`: unsubscribe unless
 was removed                            still needed (the hub or the watch manager performs it)
 an agent exited                        :meth:`~Subscriptions.released`: unsubscribe its
@@ -36,8 +47,9 @@ an agent exited                        :meth:`~Subscriptions.released`: unsubscr
 
 Performing them is someone else's job: the declared shell
 (:class:`agentd.supervisor.declared.DeclaredSubscriptions`) runs the
-subscribes, the reactor (and the hub, the watch manager) the unsubscribes.
-No trio, no I/O: the router it reads is the pure router.
+subscribes of a refresh, the reactor (and through its answers the hub and
+the watch manager) the unsubscribes. No trio, no I/O: the router it reads is
+the pure router.
 """
 
 from __future__ import annotations
@@ -63,6 +75,7 @@ __all__ = [
     "SubscriptionPattern",
     "Subscriptions",
     "Unsubscribe",
+    "WatchKey",
     "pattern_label",
     "resolve",
 ]
@@ -201,11 +214,16 @@ Reason = Literal["declared", "self", "watch", "stage", "route", "watched"]
 
 @dataclass(frozen=True, slots=True)
 class Subscribe:
-    """Subscribe ``uri`` on ``server``; then post one "possibly changed" (``startup``: the start-up re-read)."""
+    """Subscribe ``uri`` on ``server``; then post one "possibly changed" (``startup``: the start-up re-read).
+
+    ``restored``: for a session restored from its journal (its failure is a
+    ``journal.subscription_failed``; no :meth:`Subscriptions.finished` follows).
+    """
 
     server: str
     uri: str
     startup: bool
+    restored: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,8 +262,8 @@ class Refreshed:
     """Patterns that newly resolve to nothing: ``(pattern, why, required)``."""
 
 
-def _never(_server: str, _uri: str) -> bool:
-    return False
+WatchKey = tuple[str, str]
+"""``(session, name)`` of a watch."""
 
 
 @dataclass(eq=False)
@@ -259,14 +277,12 @@ class Subscriptions:
         required: names of required servers.
         keep: ``--shard``: whether this replica subscribes a declared pair (it
             handles its updates); the others are left to the replicas that own them.
-        watched: whether a live watch still reads ``(server, uri)``.
     """
 
     patterns: Sequence[SubscriptionPattern]
     router: Router
     required: frozenset[str] = frozenset()
     keep: Callable[[Pair], bool] | None = None
-    watched: Callable[[str, str], bool] = _never
     pairs: set[Pair] = field(default_factory=set, init=False)
     """(server, uri) of every declared subscription (globs expanded against the catalogs)."""
     unresolved: dict[str, str] = field(default_factory=dict, init=False)
@@ -277,6 +293,10 @@ class Subscriptions:
     """Pairs with a subscribe on its way (never two at once)."""
     _seeded: set[Pair] = field(default_factory=set, init=False)
     """Pairs whose first establishment was followed by the start-up re-read."""
+    _watches: dict[WatchKey, Pair] = field(default_factory=dict, init=False)
+    """The watches' holds: (session, name) -> the pair it reads."""
+    _restoring: set[Pair] = field(default_factory=set, init=False)
+    """Restored sessions' pairs whose subscribe waits for their server."""
 
     # -- why --------------------------------------------------------------------------
 
@@ -288,18 +308,16 @@ class Subscriptions:
         for route in self.router.routes():
             if route.glob.exact and route.glob.literal == uri:
                 reasons.add("route" if route.kind == "declared" else route.kind)
-        if self.watched(server, uri):
+        if (server, uri) in self._watches.values():
             reasons.add("watched")
         return frozenset(reasons)
 
     def needed(self, server: str, uri: str) -> bool:
-        """Whether a declared subscription or an exact route (declared, self, watch, stage) needs ``uri``.
-
-        A live watch's own need (``watched``) is not included: the watch
-        manager and the hub ask it themselves.
-        """
-        return (server, uri) in self.pairs or any(
-            r.glob.exact and r.glob.literal == uri for r in self.router.routes()
+        """Whether anything needs ``(server, uri)`` subscribed: a declared pair, an exact route, a watch."""
+        return (
+            (server, uri) in self.pairs
+            or any(r.glob.exact and r.glob.literal == uri for r in self.router.routes())
+            or (server, uri) in self._watches.values()
         )
 
     # -- events -----------------------------------------------------------------------
@@ -313,7 +331,7 @@ class Subscriptions:
                 seeded too, but that is no start-up re-read).
         """
         if not self.patterns:
-            return Refreshed((), (), ())
+            return Refreshed(self._restore(servers, reason, []), (), ())
         result = resolve(self.patterns, {name: view.catalog for name, view in servers.items()}, self.required)
         wanted = [p for p in result.pairs if self.keep is None or self.keep(p)]
         forgotten = sorted(self.pairs - set(wanted))
@@ -321,7 +339,7 @@ class Subscriptions:
         for pair in forgotten:
             self.pairs.discard(pair)
             server, uri = pair
-            if server in servers and not self.needed(server, uri) and not self.watched(server, uri):
+            if server in servers and not self.needed(server, uri):
                 actions.append(Unsubscribe(server, uri))
         for pair in wanted:
             self.pairs.add(pair)
@@ -339,7 +357,47 @@ class Subscriptions:
         )
         self.unresolved = dict(result.unresolved)
         self.unresolved_required = result.required
-        return Refreshed(tuple(actions), tuple(forgotten), new)
+        return Refreshed(self._restore(servers, reason, actions), tuple(forgotten), new)
+
+    def _restore(
+        self, servers: Mapping[str, ServerView], reason: RefreshReason, actions: list[Action]
+    ) -> tuple[Action, ...]:
+        """``actions`` plus the restored pairs' subscribes (at start-up or when their server connects).
+
+        Once each: a pair a declared subscribe of this refresh makes too gets
+        that one subscribe, with the start-up re-read; a pair whose route went
+        meanwhile (its session's agent ran and exited) is not subscribed.
+        """
+        if reason == "catalog" or not self._restoring:
+            return tuple(actions)
+        for pair in sorted(self._restoring):
+            view = servers.get(pair[0])
+            if view is None or not view.connected:
+                continue  # its server connects later
+            self._restoring.discard(pair)
+            if not self.needed(*pair):
+                continue
+            made = next(
+                (n for n, a in enumerate(actions) if isinstance(a, Subscribe) and (a.server, a.uri) == pair),
+                None,
+            )
+            if made is not None:
+                actions[made] = Subscribe(pair[0], pair[1], startup=True)
+            else:
+                actions.append(Subscribe(pair[0], pair[1], startup=True, restored=True))
+        return tuple(actions)
+
+    def restored(self, server: str, uri: str) -> None:
+        """A journaled session's subscription is back (its route is in the router): subscribe it when its server is up."""
+        self._restoring.add((server, uri))
+
+    def watch_started(self, key: WatchKey, server: str, uri: str) -> None:
+        """A watch picked ``server`` for ``uri``: it holds the pair (before its route exists) until it stops."""
+        self._watches[key] = (server, uri)
+
+    def watch_stopped(self, key: WatchKey) -> None:
+        """The watch ``key`` stopped (or never started): its hold is gone; what to unsubscribe is asked next."""
+        self._watches.pop(key, None)
 
     def finished(self, server: str, uri: str, *, ok: bool) -> None:
         """A subscribe of :meth:`refresh` ended (``ok``: made, and its re-read follows)."""
@@ -348,21 +406,23 @@ class Subscriptions:
             self._seeded.add((server, uri))
 
     def unsubscribed(self, server: str, uri: str) -> list[Unsubscribe]:
-        """An agent's ``unsubscribe`` or a ``watch_stop`` removed its route: the unsubscribe, unless still needed.
-
-        Whoever performs it (the hub, the watch manager) also asks whether a
-        live watch still reads the URI, as it always did; ``watched`` is not
-        applied here.
-        """
-        return [] if self.needed(server, uri) else [Unsubscribe(server, uri)]
+        """An agent's ``unsubscribe`` or a ``watch_stop`` removed its route (and hold): the unsubscribe, unless still needed."""
+        return self.released([(server, uri)])
 
     def released(self, held: Iterable[tuple[str, str]]) -> list[Unsubscribe]:
-        """An agent exited holding these ``(server, uri)`` (its routes already gone): what to unsubscribe."""
-        return [
-            Unsubscribe(server, uri)
-            for server, uri in held
-            if not self.needed(server, uri) and not self.watched(server, uri)
-        ]
+        """An agent exited holding these ``(server, uri)`` (its routes already gone): what to unsubscribe.
+
+        A restored pair whose server never came up was never made: nothing to release.
+        """
+        actions = []
+        for pair in held:
+            if self.needed(*pair):
+                continue
+            if pair in self._restoring:
+                self._restoring.discard(pair)
+                continue
+            actions.append(Unsubscribe(*pair))
+        return actions
 
     def queue_caps(self) -> dict[str, int]:
         """Default queue caps: the number of declared URIs each route owns (one queue entry per URI)."""

@@ -129,8 +129,43 @@ class RouteTable(Protocol):
         ...
 
     async def remove(self, *, session: str, name: str, uri: str, server: str) -> bool:
-        """Remove the route; return whether another route or declared subscription still needs ``uri``."""
+        """Remove the route; return whether anything else (a route, a declared subscription, a watch) still needs ``uri``."""
         ...
+
+
+class SubscriptionHolds(Protocol):
+    """Where a watch reports that it holds an upstream subscription.
+
+    :class:`agentd.supervisor.subscriptions.Subscriptions`, the one place that
+    decides whether a subscription may be released (rfcs/0253): the manager
+    reports each watch's hold and performs the answers it gets back (the
+    route table's ``remove``, the reactor's ``needed``), never deciding itself.
+    """
+
+    def watch_started(self, key: tuple[str, str], server: str, uri: str) -> None:
+        """Watch ``key`` (session, name) picked ``server`` for ``uri``: it holds the pair from now on."""
+        ...
+
+    def watch_stopped(self, key: tuple[str, str]) -> None:
+        """Watch ``key`` stopped, or never started: its hold is gone."""
+        ...
+
+    def needed(self, server: str, uri: str) -> bool:
+        """Whether anything (a declared subscription, a route, a watch) needs ``(server, uri)`` subscribed."""
+        ...
+
+
+class _NoHolds:
+    """No one to tell (a manager run without the reactor, in tests and benchmarks)."""
+
+    def watch_started(self, key: tuple[str, str], server: str, uri: str) -> None:
+        pass
+
+    def watch_stopped(self, key: tuple[str, str]) -> None:
+        pass
+
+    def needed(self, server: str, uri: str) -> bool:
+        return True  # nobody to ask: keep
 
 
 @dataclass(eq=False)
@@ -238,8 +273,11 @@ class WatchManager:
         pool: FilterPool | None = None,
         routes: Iterable[StagedRoute] = (),
         tool_allowed: Callable[[str, types.Tool], bool] | None = None,
+        holds: SubscriptionHolds | None = None,
     ) -> None:
         self.upstreams = upstreams
+        self._holds: SubscriptionHolds = holds or _NoHolds()
+        """The subscriptions component: each watch's hold on its upstream subscription."""
         self._tool_allowed = tool_allowed
         """The tool policy (server, tool) -> offered; a filter never reaches a tool agents are denied."""
         self._events = events
@@ -330,13 +368,6 @@ class WatchManager:
     def has_watches(self, session: str) -> bool:
         return any(s == session for s, _ in self._watches)
 
-    def needs(self, server: str, uri: str) -> bool:
-        """Whether a live watch still needs the upstream subscription to ``uri`` on ``server``."""
-        return any(
-            w.server == server and w.uri == uri and w.status is not WatchStatus.RESTORE_FAILED
-            for w in self._watches.values()
-        )
-
     # ------------------------------------------------------------------ start
 
     async def start(
@@ -413,6 +444,7 @@ class WatchManager:
                 )
             up = self.upstreams[server]
             w.server = server
+            self._holds.watch_started(key, server, uri)  # from now on, nothing releases the subscription
             catalog, denied = self.filter_catalog()
             if source is not None:
                 from agentd.watches.sandbox import WatchFilter, sample_event  # loaded by check_source
@@ -466,14 +498,25 @@ class WatchManager:
                     transient=True,
                 ) from exc
         except BaseException:
+            if w.server is not None:
+                self._holds.watch_stopped(key)
             if self._watches.get(key) is w:
                 if previous is not None:
                     self._watches[key] = previous
                 else:
                     del self._watches[key]
             with trio.CancelScope(shield=True):
-                if routed and w.server is not None:
-                    await routes.remove(session=session, name=name, uri=uri, server=w.server)
+                if w.server is not None:
+                    # A release asked for while this watch held the pair was kept for it:
+                    # nothing else needs the pair now, so it is made here (idempotent).
+                    needed = (
+                        await routes.remove(session=session, name=name, uri=uri, server=w.server)
+                        if routed
+                        else self._holds.needed(w.server, uri)
+                    )
+                    if not needed:
+                        with contextlib.suppress(AgentdError):
+                            await self.upstreams[w.server].unsubscribe(uri)
                 if filt is not None:
                     await filt.aclose()
             raise
@@ -854,8 +897,8 @@ class WatchManager:
         """The owning session's agent is gone: its watches stop (the reactor already removed the routes).
 
         With ``--watch-state`` their specs stay in the file and start again on
-        the next start of agentd. ``needed(server, uri)`` says whether another
-        route or declared subscription still uses an upstream subscription.
+        the next start of agentd. ``needed(server, uri)`` is the subscriptions
+        component's answer: whether anything else still needs an upstream subscription.
         """
         gone = [w for (s, _), w in self._watches.items() if s == session]
         for w in gone:
@@ -869,6 +912,7 @@ class WatchManager:
 
     def _retire(self, w: Watch, needed: Callable[[str, str], bool]) -> None:
         w.scope.cancel()
+        self._holds.watch_stopped((w.session, w.name))
         nursery = self._nursery
         if nursery is None:
             return
@@ -876,7 +920,6 @@ class WatchManager:
             w.server is not None
             and w.status is not WatchStatus.RESTORE_FAILED
             and not needed(w.server, w.uri)
-            and not self.needs(w.server, w.uri)
         )
         nursery.start_soon(self._release, w, unsubscribe)
 
@@ -920,12 +963,13 @@ class WatchManager:
             )
         del self._watches[(session, name)]
         w.scope.cancel()
+        self._holds.watch_stopped((session, name))  # the route table's answer then decides
         still_needed = True
         if w.status is not WatchStatus.RESTORE_FAILED and w.server is not None:
             still_needed = await routes.remove(session=session, name=name, uri=w.uri, server=w.server)
         self._telemetry.emit("watch.stopped", **self._fields(w), reason="watch_stop")
         self._request_save()
-        await self._release(w, not still_needed and w.server is not None and not self.needs(w.server, w.uri))
+        await self._release(w, not still_needed and w.server is not None)
         return True
 
     # ------------------------------------------------------------------ restore

@@ -127,6 +127,7 @@ async def test_a_self_subscription_is_restored_with_its_session(tmp_path, allow_
             openai_reply(tool_calls=[("c1", "subscribe", subscribe)]),
             openai_reply("watching"),
             openai_reply("woke again"),
+            openai_reply("woke by a change"),
         ]
     )
     config = (
@@ -144,13 +145,19 @@ async def test_a_self_subscription_is_restored_with_its_session(tmp_path, allow_
         async with run_agentd(args, env=env) as b:
             # Its route is back before any delivery; the start-up re-read wakes the restored session.
             await b.wait_event("turn.end", timeout=STEP)
+            # Then a real change: every start-up re-read was ingested before it.
+            _edit(tmp_path / "notes.json", {"v": 1})
+            await b.wait_event("resource.updated", lambda e: not e.get("startup"), timeout=STEP)
             routes = [e["route"] for e in b.find("resource.updated")]
+            startup = [e["uri"] for e in b.find("resource.updated") if e.get("startup")]
             restored = b.find("journal.restored")
             b.signal(signal.SIGTERM)
             assert await b.wait_exit(STEP) == 0
     assert b.find("journal.subscription_restored")[0]["uri"] == "memo://notes"
     assert routes
     assert set(routes) == {"self:a1:memo://notes"}
+    # Declared and restored both want the pair: it is subscribed and re-read once.
+    assert startup == ["memo://notes"]
     assert [(e["session"], e["agent"]) for e in restored] == [("a1", "a2")]
     first_turn = [m["role"] for m in model.seen[1].json["messages"]]
     third = model.seen[2].json["messages"]

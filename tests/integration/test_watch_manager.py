@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from agentd.errors import FilterRejected, WatchError
+from agentd.supervisor.sessionroutes import SessionRoutes
 from agentd.watches.limits import WatchLimits
 from agentd.watches.state import load
 
@@ -139,15 +140,43 @@ async def test_watch_stop_unsubscribes_and_list_counts(tmp_path: Path) -> None:
             "events": 1,
             "notices": 1,
         }
+        # Each watch holds the pair in the component that decides (and has its route).
+        assert "watched" in r.subscriptions.why("memo", "memo://notes")
         assert await r.manager.stop(session="s1", name="a", routes=r) is True
         # "b" still needs the subscription.
         assert r.upstreams["memo"].subscriptions == frozenset({"memo://notes"})
         assert await r.manager.stop(session="s1", name="b", routes=r) is True
         assert r.upstreams["memo"].subscriptions == frozenset()
+        assert r.subscriptions.why("memo", "memo://notes") == frozenset()
         assert list(r.router.routes()) == []
         assert await r.manager.stop(session="s1", name="b", routes=r) is False
         assert r.manager.listing("s1") == []
         assert [e["watch"] for e in r.telemetry.find("watch.stopped")] == ["a", "b"]
+
+
+async def test_a_release_kept_for_a_starting_watch_is_made_when_that_watch_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with rig([memo_spec(tmp_path / "notes.json")]) as r:
+        up = r.upstreams["memo"]
+        routes = SessionRoutes(r.router)
+        routes.subscribe("a", "memo://notes")  # agent a's own subscription
+        await up.subscribe("memo://notes")
+        kept: list[object] = []
+        started = r.subscriptions.watch_started
+
+        def a_unsubscribes_meanwhile(key: tuple[str, str], server: str, uri: str) -> None:
+            started(key, server, uri)  # the watch picked its server and holds the pair
+            routes.unsubscribe("a", "memo://notes")
+            kept.append(r.subscriptions.unsubscribed(server, uri))
+
+        monkeypatch.setattr(r.subscriptions, "watch_started", a_unsubscribes_meanwhile)
+        with pytest.raises(FilterRejected):
+            await r.start("w", "memo://notes", "memo__memo_set(key='x', value=1)")
+        assert kept == [[]]  # kept for the starting watch ...
+        # ... which never started: nothing needs the subscription any more.
+        assert r.subscriptions.why("memo", "memo://notes") == frozenset()
+        assert up.subscriptions == frozenset()
 
 
 async def test_a_text_resource_on_the_notes_server(tmp_path: Path) -> None:

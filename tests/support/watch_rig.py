@@ -20,6 +20,7 @@ from typing import Any
 import trio
 
 from agentd.events import ResourceChanged, SubscriptionStateChanged, WatchNotice
+from agentd.supervisor.subscriptions import Subscriptions
 from agentd.triggers.router import Continue, ContinueDelivery, QueuedEvent, Router, RouteSpec
 from agentd.upstream import Upstream, resolve_server_for_uri
 from agentd.watches.limits import WatchLimits
@@ -51,6 +52,8 @@ class Rig:
     telemetry: RecordingTelemetry
     send: trio.MemorySendChannel[Any]
     """The channel the upstreams and the manager post to (what the reactor reads)."""
+    subscriptions: Subscriptions
+    """The component that decides what stays subscribed (the reactor's)."""
     notices: list[WatchNotice] = field(default_factory=list)
     changes: list[ResourceChanged] = field(default_factory=list)
     """Every ``ResourceChanged`` the upstreams posted, routed or not."""
@@ -65,7 +68,7 @@ class Rig:
 
     async def remove(self, *, session: str, name: str, uri: str, server: str) -> bool:
         self.router.remove_route(f"watch:{session}:{name}")
-        return any(r.glob.exact and r.glob.literal == uri for r in self.router.routes())
+        return not self.subscriptions.unsubscribed(server, uri)  # as the reactor answers
 
     async def pump(self, recv: trio.MemoryReceiveChannel[Any]) -> None:
         async for ev in recv:
@@ -135,6 +138,8 @@ async def rig(
     def server_for(uri: str) -> str | None:
         return resolve_server_for_uri(uri, {n: u.catalog() for n, u in upstreams.items()})
 
+    router = Router()
+    subscriptions = Subscriptions((), router)  # decides, as in the reactor
     manager = WatchManager(
         upstreams=upstreams,
         events=send,
@@ -142,8 +147,9 @@ async def rig(
         limits=limits,
         server_for=server_for,
         state_path=state_path,
+        holds=subscriptions,
     )
-    r = Rig(manager=manager, upstreams=upstreams, router=Router(), telemetry=telemetry, send=send)
+    r = Rig(manager, upstreams, router, telemetry, send, subscriptions)
     async with trio.open_nursery() as nursery:
         for up in upstreams.values():
             await nursery.start(up.run)

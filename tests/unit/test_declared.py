@@ -9,6 +9,7 @@ import trio
 
 from agentd.events import ResourceChanged, ServerState, SubscriptionStateChanged
 from agentd.supervisor.declared import DeclaredSubscriptions, pattern_label, resolve
+from agentd.supervisor.subscriptions import Subscriptions
 from agentd.triggers.router import Router, RouteSpec
 from agentd.upstream.resolve import Catalog
 from tests.support.telemetry import RecordingTelemetry
@@ -128,7 +129,7 @@ class Rig:
         self, subs: list[Sub], upstreams: dict[str, Any], tel: RecordingTelemetry, nursery: trio.Nursery
     ) -> DeclaredSubscriptions:
         return DeclaredSubscriptions(
-            subs, upstreams, router=self.router, events=self.send, telemetry=tel, nursery=nursery
+            Subscriptions(subs, self.router), upstreams, events=self.send, telemetry=tel, nursery=nursery
         )
 
     def drain(self) -> list[Any]:
