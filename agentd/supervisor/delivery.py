@@ -13,7 +13,6 @@ from typing import assert_never
 from agentd.events import (
     ResourceChanged,
 )
-from agentd.supervisor.seams import Phase
 from agentd.supervisor.turns import Turns
 from agentd.triggers import mode as modes
 from agentd.triggers.router import (
@@ -81,8 +80,8 @@ class Delivery(Turns):
         deliveries = self.router.take_deliveries(
             now,
             session_idle=self._session_idle,
-            may_spawn=lambda: self.phase is Phase.RUNNING and self.budget.spent() is None,
-            draining=self.phase is not Phase.RUNNING or not self.open,
+            may_spawn=self.status.may_start_work,
+            draining=not self.status.running or not self.readiness.open,
         )
         for d in deliveries:
             match d:
@@ -121,32 +120,6 @@ class Delivery(Turns):
                 )
             case _:
                 assert_never(d.kind)
-
-    def _apply_backpressure(self) -> None:
-        """Pause the servers feeding a ``block`` route whose queue is full; resume them once it has room."""
-        blocked = self.router.blocked_routes()
-        if not blocked and not self._blocked:
-            return  # the common case: nothing is blocked, nothing to resume
-        # Every server whose events a blocked route holds is paused, including
-        # one whose first event arrived after the route blocked.
-        for route_id in sorted(blocked):
-            for server in sorted(self.router.held_servers(route_id)):
-                routes = self.paused.setdefault(server, set())
-                if route_id in routes:
-                    continue
-                if not routes:
-                    self.hooks.pause(server, True)
-                    self.telemetry.emit("upstream.paused", server=server, route=route_id)
-                routes.add(route_id)
-        for route_id in sorted(self._blocked - blocked):
-            for server in sorted(self.paused):
-                routes = self.paused[server]
-                routes.discard(route_id)
-                if not routes:
-                    del self.paused[server]
-                    self.hooks.pause(server, False)
-                    self.telemetry.emit("upstream.resumed", server=server, route=route_id)
-        self._blocked = blocked
 
     def _clock_fire(self, now: float) -> None:
         assert self.clock is not None

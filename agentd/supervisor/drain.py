@@ -45,14 +45,12 @@ class Drain(Delivery):
 
     def _signal(self, ev: SignalReceived, now: float) -> None:
         name = _signal.Signals(ev.signum).name
-        if self.phase is Phase.DRAINING:
+        if self.status.phase is Phase.DRAINING:
             self.telemetry.emit("drain.abort", signal=name)
             self.hooks.kill_all()
-            self.forced_exit = ExitCode.DRAIN_TIMEOUT
+            self.status.force_exit()
             return
-        self.phase = Phase.DRAINING
-        self.drain_deadline = now + self.grace
-        self.reenter_at = None
+        self.status.begin_drain(now, self.grace)
         self.telemetry.emit("drain.start", signal=name, grace_s=self.grace, agents=len(self.live_agents()))
         self.hooks.draining()
         self._release_idle()
@@ -67,7 +65,7 @@ class Drain(Delivery):
         whose exit is not seen even then is reported with ``returncode``
         None, so ``subagent.spawn`` and ``subagent.exit`` always pair up.
         """
-        code = self.exit_code
+        code = self.status.exit_code
         self._release_idle()
         killing = any(a.phase is not AgentPhase.EXITING for a in self.live_agents())
         if killing:

@@ -19,7 +19,6 @@ from agentd.events import (
 )
 from agentd.supervisor.agents import Agent, AgentPhase
 from agentd.supervisor.reactorcore import ReactorCore
-from agentd.supervisor.seams import Phase
 from agentd.triggers.router import (
     QueuedEvent,
     render_template,
@@ -63,7 +62,7 @@ class Notices(ReactorCore):
             return
         agent = self.agents.session_agent(ev.session)
         if agent is None:
-            if self.phase is not Phase.RUNNING or self.budget.spent() is not None:
+            if not self.status.may_start_work():
                 self.telemetry.emit(
                     "watch.notice_dropped", **fields, reason="no new turns (draining or budget)"
                 )
@@ -105,7 +104,7 @@ class Notices(ReactorCore):
         """
         for route_id, pending in list(self.route_notices.items()):
             staged = self._staged[route_id]
-            if self.phase is not Phase.RUNNING or self.budget.spent() is not None:
+            if not self.status.may_start_work():
                 del self.route_notices[route_id]
                 self.telemetry.emit(
                     "watch.notice_dropped",

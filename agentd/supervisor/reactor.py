@@ -127,15 +127,14 @@ class Reactor(Drain):
             server_states: where each upstream server's first connection
                 attempt left it (the reactor starts from what the servers are now).
         """
-        self.server_states.update(server_states or {})
+        self.readiness.on_server_states(server_states or {})
         now = trio.current_time()
         self._start(now)
-        self._report_readiness()  # ready before any event (no required server, nothing declared)
+        self.readiness.report()  # ready before any event (no required server, nothing declared)
         while True:
             code = self.driver.exit_predicate(self.view(now))
             if code is not None:
-                self.phase = Phase.STOPPED
-                self.exit_code = code
+                self.status.stop(code)
                 return code
             deadline = self._next_deadline()
             event: ReactorEvent | None = None
@@ -145,17 +144,18 @@ class Reactor(Drain):
             if event is not None:
                 self.handle(event, now)
             self._on_time(now)
-            self._report_readiness()
+            self.readiness.report()
 
     def _next_deadline(self) -> float:
-        timers = self.phase is Phase.RUNNING and self.open
+        status = self.status
+        timers = status.running and self.readiness.open
         candidates = [
             # Nothing is delivered while draining (or before the required
             # servers are up), so a debounce armed by a change meanwhile must
             # not bound the wait (it would spin the loop hot).
             self.router.next_deadline() if timers else None,
-            self.reenter_at,
-            self.drain_deadline,
+            status.reenter_at,
+            status.drain_deadline,
             self.budget.next_deadline(),
             self.clock.next_fire() if self.clock is not None and timers else None,
         ]
@@ -174,19 +174,8 @@ class Reactor(Drain):
         A required server that never connects ends the run with exit 6 (its
         ``FAILED`` state), whatever the mode.
         """
-        if self.started:
+        if not self.readiness.open_gate():
             return
-        waiting = sorted(n for n in self.required if self.server_states.get(n) is not ServerState.CONNECTED)
-        if waiting:
-            if not self._waiting_reported:
-                self._waiting_reported = True
-                self.telemetry.emit(
-                    "reactor.waiting",
-                    servers=waiting,
-                    note="required servers are not connected: no agent starts until they are",
-                )
-            return
-        self.open = self.started = True
         for action in self.driver.on_start(self.view(now)):
             if isinstance(action, modes.SpawnRoot):
                 self._spawn_root(now)
@@ -196,28 +185,28 @@ class Reactor(Drain):
                 self._notice(notice, now)
 
     def _on_time(self, now: float) -> None:
-        if self.drain_deadline is not None and now >= self.drain_deadline and self.live_agents():
+        status = self.status
+        if status.drain_deadline is not None and now >= status.drain_deadline and self.live_agents():
             self.telemetry.emit(
                 "drain.timeout", grace_s=self.grace, agents=[a.id for a in self.live_agents()]
             )
             self.hooks.kill_all()
-            self.forced_exit = ExitCode.DRAIN_TIMEOUT
+            status.force_exit()
             return
         if self.budget.deadline_reached(now):
             self.telemetry.emit("budget.deadline")
             return
-        if self.reenter_at is not None and now >= self.reenter_at:
-            self.reenter_at = None
+        if status.reentry_due(now):
             self._reenter(now)
         if (
             self.clock is not None
-            and self.phase is Phase.RUNNING
-            and self.open
+            and status.running
+            and self.readiness.open
             and now >= self.clock.next_fire()
         ):
             self._clock_fire(now)
         self._deliver(now)
-        self._apply_backpressure()
+        self.backpressure.apply()
 
     def handle(self, event: ReactorEvent, now: float) -> None:
         """Apply one event (synchronous; never blocks)."""
@@ -241,7 +230,7 @@ class Reactor(Drain):
                 self._maybe_start(now)
             case SubscriptionStateChanged():
                 # The connection already wrote subscription.<state> telemetry.
-                self.subscription_states[(event.server, event.uri)] = event.state
+                self.readiness.on_subscription_state(event.server, event.uri, event.state)
                 if self._watches is not None:
                     self._watches.on_subscription_state(event)
                     owner = self.router.first_match(event.uri)
@@ -255,26 +244,22 @@ class Reactor(Drain):
             case HealthProbe():
                 event.reply.set()
             case ZygoteStateChanged():
-                self.zygote_problem = (event.reason or "unavailable") if event.state == "degraded" else None
+                self.readiness.on_zygote(
+                    (event.reason or "unavailable") if event.state == "degraded" else None
+                )
             case _:
                 assert_never(event)
 
     def _refresh_declared(self, reason: Literal["connected", "catalog"]) -> None:
         """Re-expand the declared subscriptions; forget the states of pairs no longer declared."""
-        for pair in self._declared.refresh(reason):
-            self.subscription_states.pop(pair, None)
+        self.readiness.forget(self._declared.refresh(reason))
 
     def _server_state(self, ev: ServerStateChanged) -> None:
-        self.server_states[ev.server] = ev.state
+        self.readiness.on_server_state(ev.server, ev.state)
         if ev.state is ServerState.RESTARTING:
             self.counters.server_restart(ev.server)
         self.telemetry.emit(
             "server.state", server=ev.server, state=ev.state.value, attempt=ev.attempt, error=ev.error
         )
         if ev.state is ServerState.FAILED and ev.required:
-            self.required_failed = ev.server
-            self.required_failed_error = (
-                f"required server {ev.server!r} could not be started or reconnected after {ev.attempt} "
-                f"attempts (last error: {ev.error}); fix its command or URL, or drop `required` if agentd "
-                "may run without it"
-            )
+            self.status.record_required_failed(ev.server, ev.attempt, ev.error)

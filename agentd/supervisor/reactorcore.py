@@ -26,20 +26,21 @@ from agentd.events import (
     Notice,
     ReactorEvent,
     RouteNotice,
-    ServerState,
 )
-from agentd.exitcodes import ExitCode, TerminalStatus, code_for_status
+from agentd.exitcodes import TerminalStatus, code_for_status
 from agentd.metrics import MetricsSnapshot
 from agentd.selfmcp.protocol import NextTurn
 from agentd.supervisor.agents import Agent, AgentPhase, AgentRole, AgentTable
+from agentd.supervisor.backpressure import Backpressure
 from agentd.supervisor.budget import Budget
 from agentd.supervisor.governor import RestartGovernor
+from agentd.supervisor.readiness import Readiness
+from agentd.supervisor.runstatus import RunStatus
 from agentd.supervisor.seams import (
     Clock,
     Declared,
     Hooks,
     NoDeclared,
-    Phase,
     SessionResume,
     WatchHooks,
     open_channel,
@@ -120,34 +121,20 @@ class ReactorCore:
                 self.session_routes.has_session(name) or (journals is not None and journals.reserved(name))
             )
         )
-        self.phase = Phase.RUNNING
-        self.drain_deadline: float | None = None
-        self.reenter_at: float | None = None
-        self.forced_exit: ExitCode | None = None
-        self.fatal_infra: str | None = None
-        self.required_failed: str | None = None
-        self.required_failed_error: str | None = None
-        """Why :attr:`required_failed` ended the run, for the user (exit 6, rfcs/0135)."""
-        self.breaker_open = False
-        self.root_status: TerminalStatus | None = None
-        self.root_text = ""
-        self.server_states: dict[str, ServerState] = {}
-        self.zygote_problem: str | None = None
-        """Why the agent zygote is unusable (None: ready, or not used); readiness reports it."""
-        self.subscription_states: dict[tuple[str, str], str] = {}
-        self.budget_reported = False
-        self.exit_code: ExitCode | None = None
-        self._reported_ready: bool | None = None
+        self.status = RunStatus(budget, self.agents)
+        """The run's phase and the facts the driver's exit rules read."""
+        self.readiness = Readiness(
+            required=required,
+            subscriptions=subscriptions,
+            status=self.status,
+            telemetry=telemetry,
+            notify=hooks.readiness,
+        )
+        """Server, subscription and zygote states; the start gate; ``/readyz``."""
         self.counters = counters if counters is not None else RunCounters()
         """The run's counts: ``/metrics`` and ``supervisor.exit`` read this one object."""
-        self.started = False
-        """The driver's ``on_start`` ran (once every required server had connected, rfcs/0135)."""
-        self.open = not required
-        """Every required server has connected once: roots, clock fires and deliveries may start."""
-        self.paused: dict[str, set[str]] = {}
-        """Server -> the blocked routes it is paused for (``block`` overflow, rfcs/0131)."""
-        self._blocked: frozenset[str] = frozenset()
-        self._waiting_reported = False
+        self.backpressure = Backpressure(router, hooks.pause, telemetry)
+        """Which servers are paused for which blocked routes (``block`` overflow, rfcs/0131)."""
         self.route_notices: dict[str, list[RouteNotice]] = {}
         """Spawn-route notices waiting for a free ``max_inflight`` slot, by route id."""
         self._startup_notices: dict[str | None, list[Notice]] = {}
@@ -164,63 +151,11 @@ class ReactorCore:
 
     def view(self, now: float) -> modes.SupervisorView:
         """What the driver may read."""
-        live = self.live_agents()
-        return modes.SupervisorView(
-            draining=self.phase is Phase.DRAINING,
-            drain_timed_out=self.forced_exit is ExitCode.DRAIN_TIMEOUT,
-            children_running=len(live),
-            turns_running=sum(1 for a in live if a.busy),
-            warm_sessions=sum(1 for a in live if a.warm),
-            budget_spent=self.budget.spent(),
-            deadline_reached=self.budget.deadline_reached(now),
-            fatal_infra=self.fatal_infra is not None,
-            required_server_failed=self.required_failed is not None,
-            breaker_open=self.breaker_open,
-            root_status=self.root_status,
-            root_partial=bool(self.root_text.strip()),
-        )
+        return self.status.view(now)
 
     def ready(self) -> tuple[bool, str]:
         """Readiness: required servers connected, declared subscriptions established, not draining."""
-        if self.phase is not Phase.RUNNING:
-            return False, "draining"
-        for name in self.required:
-            if self.server_states.get(name) is not ServerState.CONNECTED:
-                return (
-                    False,
-                    f"required server {name!r} is {self.server_states.get(name, ServerState.STARTING).value}",
-                )
-        bad = [f"{s}:{u}" for (s, u), st in self.subscription_states.items() if st != "established"]
-        # A declared subscription with no state at all was released or never
-        # made: the daemon would be deaf to it, so it is not ready either.
-        bad += [f"{s}:{u}" for (s, u) in self.declared if (s, u) not in self.subscription_states]
-        if bad:
-            return False, f"subscriptions not established: {', '.join(sorted(bad)[:5])}"
-        if self.subscriptions.unresolved_required:
-            pattern = sorted(self.subscriptions.unresolved_required)[0]
-            return (
-                False,
-                f"declared subscription {pattern!r} resolves to nothing: {self.subscriptions.unresolved[pattern]}",
-            )
-        if self.zygote_problem is not None:
-            return (
-                False,
-                f"agent zygote degraded ({self.zygote_problem}); agents start as fresh interpreters "
-                "until its replacement is ready",
-            )
-        return True, "ok"
-
-    def _report_readiness(self) -> None:
-        """Write ``ready.changed`` when the ``/readyz`` answer flips (not on every reason change).
-
-        Written by the reactor after it applied the event, so whoever reads it
-        (an operator, a test) knows the next ``/readyz`` gives that answer.
-        """
-        ready, reason = self.ready()
-        if ready != self._reported_ready:
-            self._reported_ready = ready
-            self.telemetry.emit("ready.changed", ready=ready, reason=reason)
-            self.hooks.readiness(ready, reason)
+        return self.readiness.ready()
 
     def metrics_snapshot(self) -> MetricsSnapshot:
         """A frozen copy of the numbers ``/metrics`` exposes."""
@@ -244,9 +179,13 @@ class ReactorCore:
             telemetry_dropped=self.telemetry.dropped,
             subagents_running=len(live),
             warm_sessions=sum(1 for a in live if a.warm or a.subscriptions),
-            draining=self.phase is not Phase.RUNNING,
-            server_state=dict(self.server_states),
-            subscription_state={k: v for k, v in self.subscription_states.items() if v != "pending"},  # type: ignore[misc]
+            draining=not self.status.running,
+            server_state=dict(self.readiness.server_states),
+            subscription_state={
+                k: v  # type: ignore[misc]
+                for k, v in self.readiness.subscription_states.items()
+                if v != "pending"
+            },
             subscriptions_unresolved=len(self.subscriptions.unresolved),
             histograms=self.telemetry.histograms.snapshot(),
         )

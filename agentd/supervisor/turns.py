@@ -20,7 +20,6 @@ from agentd.events import (
 from agentd.exitcodes import TerminalStatus
 from agentd.selfmcp.protocol import NextTurn, StopReason, UsageVerdict
 from agentd.supervisor.agents import Agent, AgentPhase
-from agentd.supervisor.seams import Phase
 from agentd.supervisor.selftools import SelfTools
 from agentd.triggers import mode as modes
 
@@ -98,8 +97,7 @@ class Turns(SelfTools):
             latency_ms=round(report.latency_ms, 3),
         )
         spent = self.budget.spent()
-        if spent is not None and not self.budget_reported:
-            self.budget_reported = True
+        if spent is not None and self.status.report_budget():
             self.telemetry.emit("budget.exhausted", kind=spent, budget=self.budget.snapshot())
             # Nothing new will start, so idle warm sessions must exit too, or
             # the budget exit predicate (nothing running) never fires.
@@ -123,8 +121,8 @@ class Turns(SelfTools):
         agent.status = status
         agent.text = text
         if end.fatal_infra:
-            self.fatal_infra = end.fatal_infra
-            self.telemetry.emit("model.fatal", agent=agent.id, error=self.fatal_infra)
+            self.status.record_fatal_infra(end.fatal_infra)
+            self.telemetry.emit("model.fatal", agent=agent.id, error=end.fatal_infra)
         answered, agent.notice_turn = agent.notice_turn, []
         if idle and status == "completed":
             self.telemetry.emit(
@@ -152,7 +150,7 @@ class Turns(SelfTools):
             self._resume_with_notices(agent, now)
 
     def _should_hold(self, agent: Agent, status: TerminalStatus) -> bool:
-        if self.phase is not Phase.RUNNING or self.budget.spent() is not None or self.fatal_infra:
+        if not self.status.may_start_work() or self.status.fatal_infra:
             return False
         watched = self._owns_watches(agent)
         if status in ("crashed", "refused", "deadline") and not agent.subscriptions and not watched:
@@ -164,8 +162,7 @@ class Turns(SelfTools):
 
     def _after_terminal(self, agent: Agent, status: TerminalStatus, idle: bool, now: float) -> None:
         if agent.role == "root":
-            self.root_status = status
-            self.root_text = agent.text
+            self.status.record_root_terminal(status, agent.text)
             disposition = self.driver.on_root_terminal(self.view(now), status, idle=idle, now=now)
             self._apply_disposition(agent, disposition, now)
         elif agent.role == "spawn" and agent.route is not None and not agent.slot_released:
@@ -180,7 +177,7 @@ class Turns(SelfTools):
     def _apply_disposition(self, agent: Agent, disposition: modes.RootDisposition, now: float) -> None:
         match disposition:
             case modes.ReEnterAfter():
-                self.reenter_at = now + disposition.delay
+                self.status.schedule_reentry(now + disposition.delay)
                 self.telemetry.emit("loop.reenter", after_s=disposition.delay)
             case modes.Restart():
                 if self.governor.record_restart(now):
@@ -189,9 +186,9 @@ class Turns(SelfTools):
                     self.telemetry.emit("subagent.restart", agent=agent.id, after_s=delay)
                     # The governor's backoff (0.5 s, 1 s, 2 s ...): a crashing root must
                     # not be restarted hot until the breaker trips.
-                    self.reenter_at = now + delay
+                    self.status.schedule_reentry(now + delay)
                 else:
-                    self.breaker_open = True
+                    self.status.open_breaker()
                     self.telemetry.emit("governor.breaker_open", agent=agent.id)
             case modes.Done() | modes.Quiesce():
                 pass
@@ -200,7 +197,7 @@ class Turns(SelfTools):
 
     def _reenter(self, now: float) -> None:
         """A re-entry is due: the driver says whether the warm root continues or a fresh root starts."""
-        if self.phase is not Phase.RUNNING or self.budget.spent() is not None:
+        if not self.status.may_start_work():
             return
         root = self.agents.session_agent("root")
         action = self.driver.reentry() if isinstance(self.driver, modes.Loop) else modes.SpawnRoot()
@@ -233,9 +230,8 @@ class Turns(SelfTools):
                 self._stop_watches(agent.session)
                 if (
                     self.journals is not None
-                    and self.phase is Phase.RUNNING
-                    and self.budget.spent() is None
-                    and self.fatal_infra is None
+                    and self.status.may_start_work()
+                    and self.status.fatal_infra is None
                 ):
                     self.journals.end(agent.session)  # over for good; a drain or a kill keeps it
             # The router must not keep a dead session marked busy: the next
@@ -245,7 +241,7 @@ class Turns(SelfTools):
             self._drop_self_route(agent, uri)
             self._release_upstream(agent, uri)
         crashed = was in (AgentPhase.STARTING, AgentPhase.TURN) or (
-            was is AgentPhase.IDLE and self.phase is Phase.RUNNING and ev.returncode not in (0, None)
+            was is AgentPhase.IDLE and self.status.running and ev.returncode not in (0, None)
         )
         status: TerminalStatus = "crashed" if crashed else (agent.status or "completed")
         self._exit_event(agent, status, ev.returncode, reason=ev.reason)
@@ -258,8 +254,8 @@ class Turns(SelfTools):
             # route: at-least-once by re-read), but every crash counts against
             # the restart intensity, so a crash loop opens the breaker (exit 1)
             # instead of spinning forever.
-            if agent.role != "root" and self.phase is Phase.RUNNING and not self.governor.record_restart(now):
-                self.breaker_open = True
+            if agent.role != "root" and self.status.running and not self.governor.record_restart(now):
+                self.status.open_breaker()
                 self.telemetry.emit("governor.breaker_open", agent=agent.id, route=agent.route)
 
     def _requeue(self, agent: Agent, now: float) -> None:
