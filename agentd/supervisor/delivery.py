@@ -1,48 +1,99 @@
 """The reactor's change path: a resource change into the router, due deliveries out to sessions and agents.
 
-Also the ``block`` overflow's backpressure (pause and resume the servers
-feeding a full route) and clock fires. Part of the reactor (see
-:mod:`agentd.supervisor.reactorcore`).
+Also the clock's fires (a timer route's event, or the schedule's root). The
+part owns no state: the queues and debounces are the router's, the agents
+the agent table's (through the spawner), the notices waiting for a slot the
+notice desk's.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Callable
 from typing import assert_never
 
+from agentd.counters import RunCounters
 from agentd.events import (
     ResourceChanged,
 )
-from agentd.supervisor.turns import Turns
+from agentd.supervisor.notices import NoticeDesk
+from agentd.supervisor.readiness import Readiness
+from agentd.supervisor.runstatus import RunStatus
+from agentd.supervisor.seams import Clock, WatchHooks
+from agentd.supervisor.spawner import Spawner
+from agentd.telemetry import Telemetry
 from agentd.triggers import mode as modes
 from agentd.triggers.router import (
     ContinueDelivery,
     PushOutcome,
     QueuedEvent,
+    Route,
+    Router,
     SpawnDelivery,
 )
 
 
-class Delivery(Turns):
+class Delivery:
     """The reactor's change path: a resource change into the router, due deliveries out to sessions and agents."""
 
-    def _resource_changed(self, ev: ResourceChanged, now: float) -> None:
-        if self.handles is not None:
-            route = self.router.first_match(ev.uri)
-            if route is not None and not self.handles(route, ev.uri):
+    __slots__ = (
+        "_clock",
+        "_counters",
+        "_driver",
+        "_handles",
+        "_notices",
+        "_readiness",
+        "_router",
+        "_spawner",
+        "_status",
+        "_telemetry",
+        "_watches",
+    )
+
+    def __init__(
+        self,
+        *,
+        router: Router,
+        status: RunStatus,
+        readiness: Readiness,
+        counters: RunCounters,
+        spawner: Spawner,
+        notices: NoticeDesk,
+        driver: modes.Driver,
+        telemetry: Telemetry,
+        watches: WatchHooks | None,
+        clock: Clock | None,
+        handles: Callable[[Route, str], bool] | None,
+    ) -> None:
+        self._router = router
+        self._status = status
+        self._readiness = readiness
+        self._counters = counters
+        self._spawner = spawner
+        self._notices = notices
+        self._driver = driver
+        self._telemetry = telemetry
+        self._watches = watches
+        self._clock = clock
+        self._handles = handles
+
+    def resource_changed(self, ev: ResourceChanged, now: float) -> None:
+        if self._handles is not None:
+            route = self._router.first_match(ev.uri)
+            if route is not None and not self._handles(route, ev.uri):
                 # Another replica owns this key (rfcs/0213); it gets the same update.
-                self.telemetry.emit("shard.skipped", server=ev.server, uri=ev.uri, route=route.id)
+                self._telemetry.emit("shard.skipped", server=ev.server, uri=ev.uri, route=route.id)
                 return
         if ev.startup:
-            owner = self.router.first_match(ev.uri)
+            owner = self._router.first_match(ev.uri)
             if owner is not None and not owner.spec.reread_on_start:
                 # The route opted out of the start-up re-read (rfcs/0130).
-                self.telemetry.emit("resource.reread_skipped", server=ev.server, uri=ev.uri, route=owner.id)
+                self._telemetry.emit("resource.reread_skipped", server=ev.server, uri=ev.uri, route=owner.id)
                 return
-        result = self.router.ingest(
+        result = self._router.ingest(
             QueuedEvent(uri=ev.uri, server=ev.server, etag=ev.etag, kind=ev.kind, first_seen=now), now
         )
-        self.telemetry.emit(
+        self._telemetry.emit(
             "resource.updated",
             server=ev.server,
             uri=ev.uri,
@@ -53,18 +104,18 @@ class Delivery(Turns):
             **({"reason": result.reason} if result.reason is not None else {}),
         )
         if result.route_id is None:
-            self.counters.unroute()
+            self._counters.unroute()
             return
-        self.counters.route(result.route_id)
+        self._counters.route(result.route_id)
         outcome = result.outcome
         if outcome is PushOutcome.COALESCED:
-            self.counters.coalesce(result.route_id)
-            self.telemetry.emit("route.coalesced", route=result.route_id, uri=ev.uri)
+            self._counters.coalesce(result.route_id)
+            self._telemetry.emit("route.coalesced", route=result.route_id, uri=ev.uri)
         elif result.reason is not None:
             # One vocabulary: the router's reason, and the URI that was lost
             # (under drop_oldest that is the oldest queued one, not this one).
             # Counted by the router's on_drop (with the drops of removed routes).
-            self.telemetry.emit(
+            self._telemetry.emit(
                 "route.dropped",
                 route=result.route_id,
                 uri=result.dropped_uri,
@@ -72,70 +123,72 @@ class Delivery(Turns):
                 **({"incoming": ev.uri} if result.dropped_uri != ev.uri else {}),
             )
         elif outcome is PushOutcome.BLOCKED:
-            self.telemetry.emit("route.blocked", route=result.route_id, uri=ev.uri)
+            self._telemetry.emit("route.blocked", route=result.route_id, uri=ev.uri)
         else:
-            self.telemetry.emit("route.enqueued", route=result.route_id, uri=ev.uri)
+            self._telemetry.emit("route.enqueued", route=result.route_id, uri=ev.uri)
 
-    def _deliver(self, now: float) -> None:
-        deliveries = self.router.take_deliveries(
+    def deliver(self, now: float) -> None:
+        deliveries = self._router.take_deliveries(
             now,
-            session_idle=self._session_idle,
-            may_spawn=self.status.may_start_work,
-            draining=not self.status.running or not self.readiness.open,
+            session_idle=self._spawner.session_idle,
+            may_spawn=self._status.may_start_work,
+            draining=not self._status.running or not self._readiness.open,
         )
         for d in deliveries:
             match d:
                 case SpawnDelivery():
-                    self.telemetry.observe("event_to_agent", now - d.event.first_seen, route=d.route_id)
-                    self.telemetry.emit("route.deliver", route=d.route_id, uris=[d.event.uri])
-                    agent = self._spawn(now, role="spawn", instruction=d.instruction, route=d.route_id)
+                    self._telemetry.observe("event_to_agent", now - d.event.first_seen, route=d.route_id)
+                    self._telemetry.emit("route.deliver", route=d.route_id, uris=[d.event.uri])
+                    agent = self._spawner.spawn(
+                        now, role="spawn", instruction=d.instruction, route=d.route_id
+                    )
                     agent.origin = [d.event]
                 case ContinueDelivery():
                     self._continue(d, now)
                 case _:
                     assert_never(d)
-        if self.route_notices:
-            self._spawn_route_notices(now)
+        if self._notices.route_notices:
+            self._notices.spawn_route_notices(now)
 
     def _continue(self, d: ContinueDelivery, now: float) -> None:
         uris = [e.uri for e in d.events]
-        self.telemetry.emit("route.deliver", route=d.route_id, uris=uris)
+        self._telemetry.emit("route.deliver", route=d.route_id, uris=uris)
         match d.kind:
             case "watch":
                 # A watch re-reads and filters on its own task; the owning
-                # session only hears of it as a notice (see _notice).
-                self.router.on_session_idle(d.session)
+                # session only hears of it as a notice (see the notice desk).
+                self._router.on_session_idle(d.session)
                 if self._watches is not None:
                     self._watches.on_changed(d.route_id, uris)
             case "stage":
                 # Same for a staged declared route: its notices come back as RouteNotice.
-                self.router.on_session_idle(d.session)
+                self._router.on_session_idle(d.session)
                 if self._watches is not None:
                     self._watches.on_route_changed(d.route_id, [(e.uri, e.server) for e in d.events])
             case "declared" | "self":
                 oldest = min(e.first_seen for e in d.events) if d.events else now
-                self.telemetry.observe("event_to_agent", now - oldest, route=d.route_id)
-                self._deliver_to_session(
+                self._telemetry.observe("event_to_agent", now - oldest, route=d.route_id)
+                self._spawner.deliver_to_session(
                     now, d.session, render_delivery(d.events), route=d.route_id, origin=d.events
                 )
             case _:
                 assert_never(d.kind)
 
-    def _clock_fire(self, now: float) -> None:
-        assert self.clock is not None
-        self.clock.fire(now, _dt.datetime.now(_dt.UTC))
-        self.telemetry.emit("timer.fire")
-        if isinstance(self.driver, modes.Schedule) and self.router.timer_route is None:
-            for action in self.driver.on_fire(self.view(now), now):
+    def clock_fire(self, now: float) -> None:
+        assert self._clock is not None
+        self._clock.fire(now, _dt.datetime.now(_dt.UTC))
+        self._telemetry.emit("timer.fire")
+        if isinstance(self._driver, modes.Schedule) and self._router.timer_route is None:
+            for action in self._driver.on_fire(self._status.view(now), now):
                 if isinstance(action, modes.SpawnRoot):
-                    self._spawn_root(now)
+                    self._spawner.spawn_root(now)
                 else:
-                    self.telemetry.emit("timer.coalesced", reason="previous root still running")
+                    self._telemetry.emit("timer.coalesced", reason="previous root still running")
         else:
-            timer = self.router.timer_route
-            if self.handles is not None and timer is not None and not self.handles(timer, timer.id):
+            timer = self._router.timer_route
+            if self._handles is not None and timer is not None and not self._handles(timer, timer.id):
                 return  # another replica owns this timer route's fires
-            self.router.ingest_timer(now)
+            self._router.ingest_timer(now)
 
 
 def render_delivery(events: list[QueuedEvent]) -> str:

@@ -1,11 +1,13 @@
 """The reactor's end: the drain a signal starts, and reaping every agent once the run ended.
 
-Part of the reactor (see :mod:`agentd.supervisor.reactorcore`).
+The part owns no state: the drain's phase and deadline are the run
+status's (:mod:`agentd.supervisor.runstatus`), the agents the agent table's.
 """
 
 from __future__ import annotations
 
 import signal as _signal
+from collections.abc import Callable
 
 import trio
 
@@ -27,9 +29,11 @@ from agentd.events import (
 )
 from agentd.exitcodes import ExitCode, TerminalStatus
 from agentd.selfmcp.protocol import NextTurn, UsageVerdict
-from agentd.supervisor.agents import AgentPhase
-from agentd.supervisor.delivery import Delivery
+from agentd.supervisor.agents import AgentPhase, AgentTable
+from agentd.supervisor.runstatus import RunStatus
 from agentd.supervisor.seams import Phase
+from agentd.supervisor.spawner import Spawner
+from agentd.telemetry import Telemetry
 
 #: After the run ended, seconds an agent that was told to exit gets to do so
 #: before the kill ladder: an agent exits within milliseconds of its answer.
@@ -40,23 +44,54 @@ REAP_EXIT_WAIT = 2.0
 REAP_KILL_WAIT = 5.0
 
 
-class Drain(Delivery):
+class Drain:
     """The reactor's end: the drain a signal starts, and reaping every agent once the run ended."""
 
-    def _signal(self, ev: SignalReceived, now: float) -> None:
-        name = _signal.Signals(ev.signum).name
-        if self.status.phase is Phase.DRAINING:
-            self.telemetry.emit("drain.abort", signal=name)
-            self.hooks.kill_all()
-            self.status.force_exit()
-            return
-        self.status.begin_drain(now, self.grace)
-        self.telemetry.emit("drain.start", signal=name, grace_s=self.grace, agents=len(self.live_agents()))
-        self.hooks.draining()
-        self._release_idle()
+    __slots__ = ("_agents", "_draining", "_grace", "_kill_all", "_spawner", "_status", "_telemetry")
 
-    async def reap(self) -> None:
-        """After :meth:`run` returned: every spawned agent gets its ``subagent.exit`` (bounded).
+    def __init__(
+        self,
+        *,
+        status: RunStatus,
+        agents: AgentTable,
+        spawner: Spawner,
+        telemetry: Telemetry,
+        kill_all: Callable[[], None],
+        draining: Callable[[], None],
+        grace: float,
+    ) -> None:
+        self._status = status
+        self._agents = agents
+        self._spawner = spawner
+        self._telemetry = telemetry
+        self._kill_all = kill_all
+        self._draining = draining
+        self._grace = grace
+
+    def signal(self, ev: SignalReceived, now: float) -> None:
+        name = _signal.Signals(ev.signum).name
+        if self._status.phase is Phase.DRAINING:
+            self._telemetry.emit("drain.abort", signal=name)
+            self._kill_all()
+            self._status.force_exit()
+            return
+        self._status.begin_drain(now, self._grace)
+        self._telemetry.emit("drain.start", signal=name, grace_s=self._grace, agents=len(self._agents.live()))
+        self._draining()
+        self._spawner.release_idle()
+
+    def timed_out(self, now: float) -> bool:
+        """The drain's grace is over with agents still running: kill them; the run ends with exit 143."""
+        status = self._status
+        if status.drain_deadline is None or now < status.drain_deadline or not self._agents.live():
+            return False
+        self._telemetry.emit("drain.timeout", grace_s=self._grace, agents=[a.id for a in self._agents.live()])
+        self._kill_all()
+        status.force_exit()
+        return True
+
+    async def reap(self, recv: trio.MemoryReceiveChannel[ReactorEvent]) -> None:
+        """After the reactor's run returned: every spawned agent gets its ``subagent.exit`` (bounded).
 
         Agents told to exit get :data:`REAP_EXIT_WAIT` to do so; anything
         still running (mid-turn when the run ended: deadline, a failed
@@ -65,21 +100,21 @@ class Drain(Delivery):
         whose exit is not seen even then is reported with ``returncode``
         None, so ``subagent.spawn`` and ``subagent.exit`` always pair up.
         """
-        code = self.status.exit_code
-        self._release_idle()
-        killing = any(a.phase is not AgentPhase.EXITING for a in self.live_agents())
+        code = self._status.exit_code
+        self._spawner.release_idle()
+        killing = any(a.phase is not AgentPhase.EXITING for a in self._agents.live())
         if killing:
-            self.hooks.kill_all()
+            self._kill_all()
         deadline = trio.current_time() + (REAP_KILL_WAIT if killing else REAP_EXIT_WAIT)
-        while self.live_agents():
+        while self._agents.live():
             event: ReactorEvent | None = None
             with trio.move_on_at(deadline):
-                event = await self._recv.receive()
+                event = await recv.receive()
             if event is None:
                 if killing:
                     break
                 killing = True
-                self.hooks.kill_all()
+                self._kill_all()
                 deadline = trio.current_time() + REAP_KILL_WAIT
                 continue
             match event:
@@ -88,7 +123,7 @@ class Drain(Delivery):
                 case UsageReported():
                     event.reply.answer(UsageVerdict(id=event.report.id, proceed=False, reason="draining"))
                 case TurnEnded():
-                    agent = self.agents.get(event.agent)
+                    agent = self._agents.get(event.agent)
                     if agent is not None and agent.phase in (AgentPhase.STARTING, AgentPhase.TURN):
                         agent.exiting()  # TURN -> EXITING
                     event.reply.answer(NextTurn(id=event.end.id, action="exit"))
@@ -102,12 +137,12 @@ class Drain(Delivery):
                     event.reply.set()
                 case _:
                     pass  # nothing else matters once the run ended
-        for agent in self.live_agents():
+        for agent in self._agents.live():
             self._reaped(ChildExited(agent=agent.id, pid=-1, returncode=None), code)
 
     def _reaped(self, ev: ChildExited, code: ExitCode | None) -> None:
         """An agent's exit after the run ended: telemetry only (no routes, no restarts)."""
-        agent = self.agents.get(ev.agent)
+        agent = self._agents.get(ev.agent)
         if agent is None or not agent.alive:
             return
         was = agent.exited()
@@ -117,4 +152,4 @@ class Drain(Delivery):
             status = "deadline" if code is ExitCode.DEADLINE else "crashed"
         else:
             status = agent.status or "completed"
-        self._exit_event(agent, status, ev.returncode, **({"stopped": True} if stopped else {}))
+        self._spawner.exit_event(agent, status, ev.returncode, **({"stopped": True} if stopped else {}))

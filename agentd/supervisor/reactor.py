@@ -1,12 +1,4 @@
-"""The one reactor: a single trio task that owns the driver, router, tree and timers.
-
-This module holds the loop and the dispatch; the handlers live beside it,
-grouped by job (see :mod:`agentd.supervisor.reactorcore` for the map), and the
-parts that own state of their own are objects it holds: the agent table
-(``agents.py``), the sessions' routes (``sessionroutes.py``); it is given
-the run's counters (``agentd.counters``), which subscriptions are wanted and
-why (``subscriptions.py``, pure) and what performs the declared ones
-(``declared.py``); the exit rules live in the drivers.
+"""The one reactor: a single trio task that runs the loop over its parts.
 
 Every other task (MCP connections, child channels, the signal watcher, the
 health endpoint, the self-MCP handlers) only *sends* typed events
@@ -15,7 +7,26 @@ single consumer. Its only wait is a receive bounded by the nearest deadline
 (route debounce, loop re-entry, clock fire, budget deadline, drain grace), so
 a reactive daemon with nothing to do makes no wakeups at all.
 
-State machine of the process (:class:`Phase`)::
+The reactor composes parts that each own their state and are given their
+collaborators when built (nothing is set on them afterwards, and no part
+writes another's attributes):
+
+* state with a life of its own: the agent table (``agents.py``), the
+  sessions' routes (``sessionroutes.py``), the run status (``runstatus.py``:
+  phase, drain, exit facts, the driver's view), readiness (``readiness.py``:
+  server, subscription and zygote states, the start gate, ``/readyz``) and
+  backpressure (``backpressure.py``);
+* handlers by job, owning no state beyond what they hold for later: the
+  spawner (``spawner.py``), the notice desk (``notices.py``), the self-tool
+  desk (``selftools.py``), turns (``turns.py``), delivery (``delivery.py``)
+  and the drain (``drain.py``).
+
+The parts call down only (turns → notice desk and self-tool desk → spawner;
+delivery → notice desk → spawner; drain → spawner); the steps that need
+several parts in order (start, the timers, a server's state) are the
+reactor's own. The exit rules live in the drivers (``triggers/mode.py``).
+
+State machine of the process (:class:`Phase`, kept by the run status)::
 
     RUNNING --first SIGTERM/SIGINT--> DRAINING --all agents gone--> exit 0
     DRAINING --grace elapsed / second signal--> exit 143 (children killed)
@@ -26,11 +37,12 @@ subscribing) is handed to a task that reports back through the channel.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Literal, assert_never
 
 import trio
 
+from agentd.counters import RunCounters
 from agentd.events import (
     CatalogChanged,
     ChildExited,
@@ -53,20 +65,36 @@ from agentd.events import (
     ZygoteStateChanged,
 )
 from agentd.exitcodes import ExitCode
-from agentd.supervisor.agents import Agent, AgentPhase
-from agentd.supervisor.delivery import render_delivery
+from agentd.metrics import MetricsSnapshot
+from agentd.supervisor.agents import Agent, AgentPhase, AgentTable
+from agentd.supervisor.backpressure import Backpressure
+from agentd.supervisor.budget import Budget
+from agentd.supervisor.delivery import Delivery, render_delivery
 from agentd.supervisor.drain import REAP_EXIT_WAIT, REAP_KILL_WAIT, Drain
+from agentd.supervisor.governor import RestartGovernor
+from agentd.supervisor.notices import NoticeDesk
+from agentd.supervisor.readiness import Readiness
+from agentd.supervisor.runstatus import RunStatus
 from agentd.supervisor.seams import (
     EVENT_BUFFER,
     Clock,
     Declared,
     Hooks,
+    NoDeclared,
     Phase,
     SessionResume,
     WatchHooks,
     open_channel,
 )
+from agentd.supervisor.selftools import SelfToolDesk
+from agentd.supervisor.sessionroutes import SessionRoutes
+from agentd.supervisor.spawner import Spawner
+from agentd.supervisor.subscriptions import Subscriptions
+from agentd.supervisor.turns import Turns
+from agentd.telemetry import Telemetry
 from agentd.triggers import mode as modes
+from agentd.triggers.router import Route, Router
+from agentd.watches.stage import StagedRoute
 
 __all__ = [
     "EVENT_BUFFER",
@@ -86,13 +114,8 @@ __all__ = [
 ]
 
 
-class Reactor(Drain):
-    """Runs one event loop over its owned parts; the mode's driver decides when it ends.
-
-    Owned parts: the agent table (:class:`~agentd.supervisor.agents.AgentTable`)
-    and the sessions' own routes (:class:`~agentd.supervisor.sessionroutes.SessionRoutes`).
-    Everything else it is given, among them the counters ``/metrics`` and
-    ``supervisor.exit`` read and the subscriptions component.
+class Reactor:
+    """Runs one event loop over its parts; the mode's driver decides when it ends.
 
     Args:
         driver: the mode's driver (exit predicates).
@@ -119,6 +142,207 @@ class Reactor(Drain):
         counters: the run's counter set (created if not given; the app creates
             it first and gives it to the router's ``on_drop`` and the upstreams too).
     """
+
+    def __init__(
+        self,
+        *,
+        driver: modes.Driver,
+        router: Router,
+        budget: Budget,
+        governor: RestartGovernor,
+        hooks: Hooks,
+        telemetry: Telemetry,
+        instruction: str,
+        grace: float,
+        mode: str,
+        session: str,
+        clock: Clock | None = None,
+        required: frozenset[str] = frozenset(),
+        channel: tuple[trio.MemorySendChannel[ReactorEvent], trio.MemoryReceiveChannel[ReactorEvent]]
+        | None = None,
+        watches: WatchHooks | None = None,
+        staged: Mapping[str, StagedRoute] | None = None,
+        declared: Declared | None = None,
+        subscriptions: Subscriptions | None = None,
+        journals: SessionResume | None = None,
+        handles: Callable[[Route, str], bool] | None = None,
+        counters: RunCounters | None = None,
+    ) -> None:
+        self.send, self._recv = channel or open_channel()
+        self.driver = driver
+        self.router = router
+        self.budget = budget
+        self.telemetry = telemetry
+        self._mode = mode
+        self._clock = clock
+        self._watches = watches
+        self._declared: Declared = declared or NoDeclared()
+        if subscriptions is None:  # nothing declared: routes and watches alone need subscriptions
+            subscriptions = (
+                Subscriptions((), router, watched=watches.needs)
+                if watches is not None
+                else Subscriptions((), router)
+            )
+        self.subscriptions = subscriptions
+        """Which upstream subscriptions are wanted and why (pure; the declared shell shares it)."""
+        self.counters = counters if counters is not None else RunCounters()
+        """The run's counts: ``/metrics`` and ``supervisor.exit`` read this one object."""
+        session_routes = self.session_routes = SessionRoutes(router)
+        # Unnamed agents use their id as session name: skip ids a watch or a journal holds.
+        agents = self.agents = AgentTable(
+            reserved=lambda name: (
+                session_routes.has_session(name) or (journals is not None and journals.reserved(name))
+            )
+        )
+        status = self.status = RunStatus(budget, agents)
+        """The run's phase and the facts the driver's exit rules read."""
+        self.readiness = Readiness(
+            required=required,
+            subscriptions=subscriptions,
+            status=status,
+            telemetry=telemetry,
+            notify=hooks.readiness,
+        )
+        """Server, subscription and zygote states; the start gate; ``/readyz``."""
+        self.backpressure = Backpressure(router, hooks.pause, telemetry)
+        """Which servers are paused for which blocked routes (``block`` overflow, rfcs/0131)."""
+        spawner = self.spawner = Spawner(
+            agents=agents,
+            spawn=hooks.spawn,
+            telemetry=telemetry,
+            driver=driver,
+            instruction=instruction,
+            mode=mode,
+            session=session,
+            journals=journals,
+        )
+        notices = self.notices = NoticeDesk(
+            spawner=spawner,
+            agents=agents,
+            session_routes=session_routes,
+            status=status,
+            router=router,
+            staged=staged or {},
+            telemetry=telemetry,
+            instruction=instruction,
+        )
+        selftools = self.selftools = SelfToolDesk(
+            agents=agents,
+            session_routes=session_routes,
+            subscriptions=subscriptions,
+            telemetry=telemetry,
+            unsubscribe=hooks.unsubscribe,
+            watches=watches,
+        )
+        self.turns = Turns(
+            agents=agents,
+            status=status,
+            budget=budget,
+            counters=self.counters,
+            governor=governor,
+            driver=driver,
+            router=router,
+            session_routes=session_routes,
+            spawner=spawner,
+            notices=notices,
+            selftools=selftools,
+            publish=hooks.publish,
+            telemetry=telemetry,
+            instruction=instruction,
+            journals=journals,
+        )
+        self.delivery = Delivery(
+            router=router,
+            status=status,
+            readiness=self.readiness,
+            counters=self.counters,
+            spawner=spawner,
+            notices=notices,
+            driver=driver,
+            telemetry=telemetry,
+            watches=watches,
+            clock=clock,
+            handles=handles,
+        )
+        self.drain = Drain(
+            status=status,
+            agents=agents,
+            spawner=spawner,
+            telemetry=telemetry,
+            kill_all=hooks.kill_all,
+            draining=hooks.draining,
+            grace=grace,
+        )
+
+    # -- the public API (the app, the watch manager, the health endpoint, tests) --
+
+    @property
+    def declared(self) -> set[tuple[str, str]]:
+        """(server, uri) of every declared subscription (globs expanded against the catalogs)."""
+        return self.subscriptions.pairs
+
+    def live_agents(self) -> list[Agent]:
+        return self.agents.live()
+
+    def view(self, now: float) -> modes.SupervisorView:
+        """What the driver may read."""
+        return self.status.view(now)
+
+    def ready(self) -> tuple[bool, str]:
+        """Readiness: required servers connected, declared subscriptions established, not draining."""
+        return self.readiness.ready()
+
+    def uri_needed(self, server: str, uri: str) -> bool:
+        """Whether a route or a declared subscription other than a watch still needs ``uri``."""
+        return self.subscriptions.needed(server, uri)
+
+    def queue_startup_notices(self, notices: list[WatchNotice]) -> None:
+        """Notices to deliver as the reactor starts (call before :meth:`run`).
+
+        A notice for the session of the agent the driver starts first (the
+        warm loop root) becomes part of that agent's first turn, so a restart
+        costs no extra turn; any other is delivered like a watch notice.
+        """
+        self.notices.queue_startup(notices)
+
+    def metrics_snapshot(self) -> MetricsSnapshot:
+        """A frozen copy of the numbers ``/metrics`` exposes."""
+        live = self.live_agents()
+        counters = self.counters
+        # Declared routes are present from the start, at 0 (a rate over a missing series is no rate).
+        declared = [r.id for r in self.router.routes() if r.owner is None]
+        return MetricsSnapshot(
+            routed={**dict.fromkeys(declared, 0), **counters.routed},
+            unrouted=counters.unrouted,
+            coalesced={**dict.fromkeys(declared, 0), **counters.coalesced},
+            dropped=counters.dropped_by_reason(),
+            server_restarts=dict(counters.server_restarts),
+            agent_restarts=counters.agent_restarts,
+            tokens_input=counters.input_tokens,
+            tokens_output=counters.output_tokens,
+            tokens_cached_input=counters.cached_input_tokens,
+            tokens_cache_creation_input=counters.cache_creation_input_tokens,
+            cost_usd=self.budget.usd,
+            unpriced_calls=counters.unpriced_calls,
+            telemetry_dropped=self.telemetry.dropped,
+            subagents_running=len(live),
+            warm_sessions=sum(1 for a in live if a.warm or a.subscriptions),
+            draining=not self.status.running,
+            server_state=dict(self.readiness.server_states),
+            subscription_state={
+                k: v  # type: ignore[misc]
+                for k, v in self.readiness.subscription_states.items()
+                if v != "pending"
+            },
+            subscriptions_unresolved=len(self.subscriptions.unresolved),
+            histograms=self.telemetry.histograms.snapshot(),
+        )
+
+    async def reap(self) -> None:
+        """After :meth:`run` returned: every spawned agent gets its ``subagent.exit`` (see :meth:`Drain.reap`)."""
+        await self.drain.reap(self._recv)
+
+    # -- the loop --
 
     async def run(self, *, server_states: Mapping[str, ServerState] | None = None) -> ExitCode:
         """Turn until the driver's exit predicate fires; returns the exit code.
@@ -157,13 +381,13 @@ class Reactor(Drain):
             status.reenter_at,
             status.drain_deadline,
             self.budget.next_deadline(),
-            self.clock.next_fire() if self.clock is not None and timers else None,
+            self._clock.next_fire() if self._clock is not None and timers else None,
         ]
         present = [c for c in candidates if c is not None]
         return min(present) if present else float("inf")
 
     def _start(self, now: float) -> None:
-        self.telemetry.emit("reactor.start", mode=self.mode)
+        self.telemetry.emit("reactor.start", mode=self._mode)
         self._maybe_start(now)
 
     def _maybe_start(self, now: float) -> None:
@@ -178,51 +402,43 @@ class Reactor(Drain):
             return
         for action in self.driver.on_start(self.view(now)):
             if isinstance(action, modes.SpawnRoot):
-                self._spawn_root(now)
-        pending, self._startup_notices = self._startup_notices, {}
-        for notices in pending.values():
-            for notice in notices:
-                self._notice(notice, now)
+                self.spawner.spawn_root(now, self.notices.take_startup(self.spawner.root_session))
+        self.notices.deliver_startup(now)
 
     def _on_time(self, now: float) -> None:
         status = self.status
-        if status.drain_deadline is not None and now >= status.drain_deadline and self.live_agents():
-            self.telemetry.emit(
-                "drain.timeout", grace_s=self.grace, agents=[a.id for a in self.live_agents()]
-            )
-            self.hooks.kill_all()
-            status.force_exit()
+        if status.drain_deadline is not None and self.drain.timed_out(now):
             return
         if self.budget.deadline_reached(now):
             self.telemetry.emit("budget.deadline")
             return
         if status.reentry_due(now):
-            self._reenter(now)
+            self.turns.reenter(now)
         if (
-            self.clock is not None
+            self._clock is not None
             and status.running
             and self.readiness.open
-            and now >= self.clock.next_fire()
+            and now >= self._clock.next_fire()
         ):
-            self._clock_fire(now)
-        self._deliver(now)
+            self.delivery.clock_fire(now)
+        self.delivery.deliver(now)
         self.backpressure.apply()
 
     def handle(self, event: ReactorEvent, now: float) -> None:
         """Apply one event (synchronous; never blocks)."""
         match event:
             case ResourceChanged():
-                self._resource_changed(event, now)
+                self.delivery.resource_changed(event, now)
             case UsageReported():
-                self._usage(event, now)
+                self.turns.usage(event, now)
             case TurnEnded():
-                self._turn_end(event, now)
+                self.turns.turn_end(event, now)
             case SelfSubscribe() | SelfUnsubscribe() | WatchSession() | WatchRouteAdd() | WatchRouteRemove():
-                self._self_tool(event)
+                self.selftools.answer(event)
             case ChildExited():
-                self._child_exited(event, now)
+                self.turns.child_exited(event, now)
             case SignalReceived():
-                self._signal(event, now)
+                self.drain.signal(event, now)
             case ServerStateChanged():
                 self._server_state(event)
                 if event.state is ServerState.CONNECTED:
@@ -237,7 +453,7 @@ class Reactor(Drain):
                     if event.state == "established" and owner is not None and owner.kind == "stage":
                         self._watches.on_route_subscribed(owner.id, event.server, event.uri)
             case WatchNotice() | RouteNotice():
-                self._notice(event, now)
+                self.notices.notice(event, now)
             case CatalogChanged():
                 self.telemetry.emit("catalog.changed", server=event.server, uris=len(event.uris))
                 self._refresh_declared("catalog")

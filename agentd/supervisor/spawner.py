@@ -1,0 +1,163 @@
+"""The reactor's spawner: start an agent, give a session its next turn, release idle agents.
+
+Every other part that starts or resumes an agent goes through it, so
+``subagent.spawn``, ``session.deliver`` (for a delivery) and ``subagent.exit``
+are written in one place each. It owns no state: the agents live in the
+agent table (:mod:`agentd.supervisor.agents`), which it is given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from agentd.events import Notice
+from agentd.exitcodes import TerminalStatus, code_for_status
+from agentd.selfmcp.protocol import NextTurn
+from agentd.supervisor.agents import Agent, AgentPhase, AgentRole, AgentTable
+from agentd.supervisor.seams import SessionResume
+from agentd.telemetry import Telemetry
+from agentd.tracing import active as active_tracing
+from agentd.triggers import mode as modes
+from agentd.triggers.router import QueuedEvent
+
+
+class Spawner:
+    """Starts agents (through the ``spawn`` hook), resumes idle ones, releases idle ones."""
+
+    __slots__ = ("_agents", "_driver", "_instruction", "_journals", "_spawn", "_telemetry", "root_session")
+
+    def __init__(
+        self,
+        *,
+        agents: AgentTable,
+        spawn: Callable[[Agent], None],
+        telemetry: Telemetry,
+        driver: modes.Driver,
+        instruction: str,
+        mode: str,
+        session: str,
+        journals: SessionResume | None,
+    ) -> None:
+        self._agents = agents
+        self._spawn = spawn
+        self._telemetry = telemetry
+        self._driver = driver
+        self._instruction = instruction
+        self._journals = journals
+        self.root_session: str | None = "root" if mode == "loop" and session == "warm" else None
+        """The loop's warm root is the session ``root``; any other root has no session."""
+
+    def session_idle(self, session: str) -> bool:
+        """Whether a delivery may go to ``session`` now (the router asks)."""
+        agent = self._agents.session_agent(session)
+        # A named session that does not run yet starts on delivery.
+        return agent is None or agent.phase is AgentPhase.IDLE
+
+    def deliver_to_session(
+        self,
+        now: float,
+        session: str,
+        text: str,
+        *,
+        route: str | None,
+        origin: list[QueuedEvent] | None = None,
+    ) -> Agent:
+        """Give ``session`` a turn with ``text``: start it if no agent holds it, else resume it."""
+        agent = self._agents.session_agent(session)
+        if agent is None:
+            instruction = f"{self._instruction}\n\n{text}" if self._instruction else text
+            if self._journals is not None and self._journals.resumable(session) is not None:
+                instruction = text  # the journal holds the first instruction; the delivery follows it
+            started = self.spawn(
+                now, role="session", instruction=instruction, route=route, session=session, warm=True
+            )
+            started.origin = list(origin or ())
+            self._telemetry.emit("session.deliver", session=session, route=route, started=True)
+            return started
+        self._telemetry.emit("session.deliver", session=session, route=route, agent=agent.id)
+        self.resume(agent, text, now)
+        return agent
+
+    def resume(self, agent: Agent, text: str, now: float) -> None:
+        """Answer an idle agent's held turn end with its next input (IDLE -> TURN).
+
+        A delivery to the warm loop root is real work: it resets the loop's idle backoff.
+        """
+        if agent.role == "root" and isinstance(self._driver, modes.Loop):
+            self._driver.on_delivery()
+        self.resume_shift(agent, text, now)
+
+    def resume_shift(self, agent: Agent, text: str, now: float) -> None:
+        """:meth:`resume` without counting as a delivery (the loop's own next shift)."""
+        held = agent.resume()
+        agent.turn_started_at = now
+        if held is not None:
+            # The next turn's trace context (tracing on): the child's tool calls carry it.
+            tracing = active_tracing()
+            traceparent = tracing.traceparent(agent.id) if tracing is not None else None
+            held.reply.answer(
+                NextTurn(id=held.end.id, action="continue", input=text, traceparent=traceparent)
+            )
+
+    def spawn_root(self, now: float, folded: Sequence[Notice] = ()) -> None:
+        """Start the mode's root; ``folded`` notices (the watch restore) ride in its first turn."""
+        session = self.root_session
+        # The restore notice rides in the root's first turn: one turn, not two.
+        instruction = "\n\n".join(t for t in [self._instruction, *(n.text for n in folded)] if t)
+        agent = self.spawn(
+            now, role="root", instruction=instruction, warm=session is not None, session=session
+        )
+        if folded:
+            agent.notice_turn = list(folded)
+            self._telemetry.emit(
+                "session.deliver",
+                session=session,
+                route=None,
+                agent=agent.id,
+                watch=[n.watch for n in folded],
+            )
+
+    def spawn(
+        self,
+        now: float,
+        *,
+        role: AgentRole,
+        instruction: str,
+        route: str | None = None,
+        session: str | None = None,
+        warm: bool = False,
+    ) -> Agent:
+        """A new agent in the table, started through the ``spawn`` hook (``subagent.spawn``)."""
+        agent = self._agents.new(
+            role=role, instruction=instruction, route=route, session=session, warm=warm, now=now
+        )
+        restored = self._journals.resumable(session) if self._journals is not None and session else None
+        for uri, server in restored or ():
+            # A restored session owns the self-subscriptions it had (their routes exist already).
+            agent.subscriptions.add(uri)
+            if server:
+                agent.subscription_servers[uri] = server
+        self._telemetry.emit("subagent.spawn", agent=agent.id, role=role, route=route, session=session)
+        self._spawn(agent)
+        return agent
+
+    def exit_event(
+        self, agent: Agent, status: TerminalStatus, returncode: int | None, **extra: object
+    ) -> None:
+        """``subagent.exit`` for ``agent`` (exactly one per ``subagent.spawn``)."""
+        self._telemetry.emit(
+            "subagent.exit",
+            agent=agent.id,
+            status=status,
+            returncode=returncode,
+            exit_code=int(code_for_status(status, partial=bool(agent.text.strip()))),
+            **extra,
+        )
+
+    def release_idle(self) -> None:
+        """Tell every idle agent (its turn-end held) to exit."""
+        for agent in self._agents.live():
+            if agent.phase is AgentPhase.IDLE and agent.held is not None:
+                held = agent.exiting()  # IDLE -> EXITING
+                if held is not None:
+                    held.reply.answer(NextTurn(id=held.end.id, action="exit"))
