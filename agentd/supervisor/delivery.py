@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import assert_never
 
 from agentd.counters import RunCounters
@@ -33,67 +34,41 @@ from agentd.triggers.router import (
 )
 
 
+@dataclass(frozen=True, slots=True, eq=False)
 class Delivery:
     """The reactor's change path: a resource change into the router, due deliveries out to sessions and agents."""
 
-    __slots__ = (
-        "_clock",
-        "_counters",
-        "_driver",
-        "_handles",
-        "_notices",
-        "_readiness",
-        "_router",
-        "_spawner",
-        "_status",
-        "_telemetry",
-        "_watches",
-    )
-
-    def __init__(
-        self,
-        *,
-        router: Router,
-        status: RunStatus,
-        readiness: Readiness,
-        counters: RunCounters,
-        spawner: Spawner,
-        notices: NoticeDesk,
-        driver: modes.Driver,
-        telemetry: Telemetry,
-        watches: WatchHooks | None,
-        clock: Clock | None,
-        handles: Callable[[Route, str], bool] | None,
-    ) -> None:
-        self._router = router
-        self._status = status
-        self._readiness = readiness
-        self._counters = counters
-        self._spawner = spawner
-        self._notices = notices
-        self._driver = driver
-        self._telemetry = telemetry
-        self._watches = watches
-        self._clock = clock
-        self._handles = handles
+    router: Router
+    status: RunStatus
+    readiness: Readiness
+    counters: RunCounters
+    spawner: Spawner
+    notices: NoticeDesk
+    watches: WatchHooks | None
+    handles: Callable[[Route, str], bool] | None
+    telemetry: Telemetry
+    clock: Clock | None
+    """A clock source for timer routes and schedule fires, if any."""
+    driver: modes.Driver
+    """The mode's driver (the schedule's fires)."""
 
     def resource_changed(self, ev: ResourceChanged, now: float) -> None:
-        if self._handles is not None:
-            route = self._router.first_match(ev.uri)
-            if route is not None and not self._handles(route, ev.uri):
+        if self.handles is not None:
+            route = self.router.first_match(ev.uri)
+            if route is not None and not self.handles(route, ev.uri):
                 # Another replica owns this key (rfcs/0213); it gets the same update.
-                self._telemetry.emit("shard.skipped", server=ev.server, uri=ev.uri, route=route.id)
+                self.telemetry.emit("shard.skipped", server=ev.server, uri=ev.uri, route=route.id)
                 return
         if ev.startup:
-            owner = self._router.first_match(ev.uri)
+            owner = self.router.first_match(ev.uri)
             if owner is not None and not owner.spec.reread_on_start:
                 # The route opted out of the start-up re-read (rfcs/0130).
-                self._telemetry.emit("resource.reread_skipped", server=ev.server, uri=ev.uri, route=owner.id)
+                self.telemetry.emit("resource.reread_skipped", server=ev.server, uri=ev.uri, route=owner.id)
                 return
-        result = self._router.ingest(
+        result = self.router.ingest(
             QueuedEvent(uri=ev.uri, server=ev.server, etag=ev.etag, kind=ev.kind, first_seen=now), now
         )
-        self._telemetry.emit(
+        self.telemetry.emit(
             "resource.updated",
             server=ev.server,
             uri=ev.uri,
@@ -104,18 +79,18 @@ class Delivery:
             **({"reason": result.reason} if result.reason is not None else {}),
         )
         if result.route_id is None:
-            self._counters.unroute()
+            self.counters.unroute()
             return
-        self._counters.route(result.route_id)
+        self.counters.route(result.route_id)
         outcome = result.outcome
         if outcome is PushOutcome.COALESCED:
-            self._counters.coalesce(result.route_id)
-            self._telemetry.emit("route.coalesced", route=result.route_id, uri=ev.uri)
+            self.counters.coalesce(result.route_id)
+            self.telemetry.emit("route.coalesced", route=result.route_id, uri=ev.uri)
         elif result.reason is not None:
             # One vocabulary: the router's reason, and the URI that was lost
             # (under drop_oldest that is the oldest queued one, not this one).
             # Counted by the router's on_drop (with the drops of removed routes).
-            self._telemetry.emit(
+            self.telemetry.emit(
                 "route.dropped",
                 route=result.route_id,
                 uri=result.dropped_uri,
@@ -123,72 +98,70 @@ class Delivery:
                 **({"incoming": ev.uri} if result.dropped_uri != ev.uri else {}),
             )
         elif outcome is PushOutcome.BLOCKED:
-            self._telemetry.emit("route.blocked", route=result.route_id, uri=ev.uri)
+            self.telemetry.emit("route.blocked", route=result.route_id, uri=ev.uri)
         else:
-            self._telemetry.emit("route.enqueued", route=result.route_id, uri=ev.uri)
+            self.telemetry.emit("route.enqueued", route=result.route_id, uri=ev.uri)
 
     def deliver(self, now: float) -> None:
-        deliveries = self._router.take_deliveries(
+        deliveries = self.router.take_deliveries(
             now,
-            session_idle=self._spawner.session_idle,
-            may_spawn=self._status.may_start_work,
-            draining=not self._status.running or not self._readiness.open,
+            session_idle=self.spawner.session_idle,
+            may_spawn=self.status.may_start_work,
+            draining=not self.status.running or not self.readiness.open,
         )
         for d in deliveries:
             match d:
                 case SpawnDelivery():
-                    self._telemetry.observe("event_to_agent", now - d.event.first_seen, route=d.route_id)
-                    self._telemetry.emit("route.deliver", route=d.route_id, uris=[d.event.uri])
-                    agent = self._spawner.spawn(
-                        now, role="spawn", instruction=d.instruction, route=d.route_id
-                    )
+                    self.telemetry.observe("event_to_agent", now - d.event.first_seen, route=d.route_id)
+                    self.telemetry.emit("route.deliver", route=d.route_id, uris=[d.event.uri])
+                    agent = self.spawner.spawn(now, role="spawn", instruction=d.instruction, route=d.route_id)
                     agent.origin = [d.event]
                 case ContinueDelivery():
                     self._continue(d, now)
                 case _:
                     assert_never(d)
-        if self._notices.route_notices:
-            self._notices.spawn_route_notices(now)
+        if self.notices.route_notices:
+            self.notices.spawn_route_notices(now)
 
     def _continue(self, d: ContinueDelivery, now: float) -> None:
         uris = [e.uri for e in d.events]
-        self._telemetry.emit("route.deliver", route=d.route_id, uris=uris)
+        self.telemetry.emit("route.deliver", route=d.route_id, uris=uris)
         match d.kind:
             case "watch":
                 # A watch re-reads and filters on its own task; the owning
                 # session only hears of it as a notice (see the notice desk).
-                self._router.on_session_idle(d.session)
-                if self._watches is not None:
-                    self._watches.on_changed(d.route_id, uris)
+                self.router.on_session_idle(d.session)
+                if self.watches is not None:
+                    self.watches.on_changed(d.route_id, uris)
             case "stage":
                 # Same for a staged declared route: its notices come back as RouteNotice.
-                self._router.on_session_idle(d.session)
-                if self._watches is not None:
-                    self._watches.on_route_changed(d.route_id, [(e.uri, e.server) for e in d.events])
+                self.router.on_session_idle(d.session)
+                if self.watches is not None:
+                    self.watches.on_route_changed(d.route_id, [(e.uri, e.server) for e in d.events])
             case "declared" | "self":
                 oldest = min(e.first_seen for e in d.events) if d.events else now
-                self._telemetry.observe("event_to_agent", now - oldest, route=d.route_id)
-                self._spawner.deliver_to_session(
+                self.telemetry.observe("event_to_agent", now - oldest, route=d.route_id)
+                self.spawner.deliver_to_session(
                     now, d.session, render_delivery(d.events), route=d.route_id, origin=d.events
                 )
             case _:
                 assert_never(d.kind)
 
     def clock_fire(self, now: float) -> None:
-        assert self._clock is not None
-        self._clock.fire(now, _dt.datetime.now(_dt.UTC))
-        self._telemetry.emit("timer.fire")
-        if isinstance(self._driver, modes.Schedule) and self._router.timer_route is None:
-            for action in self._driver.on_fire(self._status.view(now), now):
+        assert self.clock is not None
+        self.clock.fire(now, _dt.datetime.now(_dt.UTC))
+        self.telemetry.emit("timer.fire")
+        if isinstance(self.driver, modes.Schedule) and self.router.timer_route is None:
+            for action in self.driver.on_fire(self.status.view(now), now):
                 if isinstance(action, modes.SpawnRoot):
-                    self._spawner.spawn_root(now)
+                    self.spawner.spawn_root(now)
                 else:
-                    self._telemetry.emit("timer.coalesced", reason="previous root still running")
+                    self.telemetry.emit("timer.coalesced", reason="previous root still running")
         else:
-            timer = self._router.timer_route
-            if self._handles is not None and timer is not None and not self._handles(timer, timer.id):
+            timer = self.router.timer_route
+            if self.handles is not None and timer is not None and not self.handles(timer, timer.id):
                 return  # another replica owns this timer route's fires
-            self._router.ingest_timer(now)
+            self.router.ingest_timer(now)
 
 
 def render_delivery(events: list[QueuedEvent]) -> str:

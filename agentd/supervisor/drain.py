@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import signal as _signal
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import trio
 
@@ -44,49 +45,37 @@ REAP_EXIT_WAIT = 2.0
 REAP_KILL_WAIT = 5.0
 
 
+@dataclass(frozen=True, slots=True, eq=False)
 class Drain:
     """The reactor's end: the drain a signal starts, and reaping every agent once the run ended."""
 
-    __slots__ = ("_agents", "_draining", "_grace", "_kill_all", "_spawner", "_status", "_telemetry")
-
-    def __init__(
-        self,
-        *,
-        status: RunStatus,
-        agents: AgentTable,
-        spawner: Spawner,
-        telemetry: Telemetry,
-        kill_all: Callable[[], None],
-        draining: Callable[[], None],
-        grace: float,
-    ) -> None:
-        self._status = status
-        self._agents = agents
-        self._spawner = spawner
-        self._telemetry = telemetry
-        self._kill_all = kill_all
-        self._draining = draining
-        self._grace = grace
+    status: RunStatus
+    agents: AgentTable
+    spawner: Spawner
+    kill_all: Callable[[], None]
+    draining: Callable[[], None]
+    telemetry: Telemetry
+    grace: float
 
     def signal(self, ev: SignalReceived, now: float) -> None:
         name = _signal.Signals(ev.signum).name
-        if self._status.phase is Phase.DRAINING:
-            self._telemetry.emit("drain.abort", signal=name)
-            self._kill_all()
-            self._status.force_exit()
+        if self.status.phase is Phase.DRAINING:
+            self.telemetry.emit("drain.abort", signal=name)
+            self.kill_all()
+            self.status.force_exit()
             return
-        self._status.begin_drain(now, self._grace)
-        self._telemetry.emit("drain.start", signal=name, grace_s=self._grace, agents=len(self._agents.live()))
-        self._draining()
-        self._spawner.release_idle()
+        self.status.begin_drain(now, self.grace)
+        self.telemetry.emit("drain.start", signal=name, grace_s=self.grace, agents=len(self.agents.live()))
+        self.draining()
+        self.spawner.release_idle()
 
     def timed_out(self, now: float) -> bool:
         """The drain's grace is over with agents still running: kill them; the run ends with exit 143."""
-        status = self._status
-        if status.drain_deadline is None or now < status.drain_deadline or not self._agents.live():
+        status = self.status
+        if status.drain_deadline is None or now < status.drain_deadline or not self.agents.live():
             return False
-        self._telemetry.emit("drain.timeout", grace_s=self._grace, agents=[a.id for a in self._agents.live()])
-        self._kill_all()
+        self.telemetry.emit("drain.timeout", grace_s=self.grace, agents=[a.id for a in self.agents.live()])
+        self.kill_all()
         status.force_exit()
         return True
 
@@ -100,13 +89,13 @@ class Drain:
         whose exit is not seen even then is reported with ``returncode``
         None, so ``subagent.spawn`` and ``subagent.exit`` always pair up.
         """
-        code = self._status.exit_code
-        self._spawner.release_idle()
-        killing = any(a.phase is not AgentPhase.EXITING for a in self._agents.live())
+        code = self.status.exit_code
+        self.spawner.release_idle()
+        killing = any(a.phase is not AgentPhase.EXITING for a in self.agents.live())
         if killing:
-            self._kill_all()
+            self.kill_all()
         deadline = trio.current_time() + (REAP_KILL_WAIT if killing else REAP_EXIT_WAIT)
-        while self._agents.live():
+        while self.agents.live():
             event: ReactorEvent | None = None
             with trio.move_on_at(deadline):
                 event = await recv.receive()
@@ -114,7 +103,7 @@ class Drain:
                 if killing:
                     break
                 killing = True
-                self._kill_all()
+                self.kill_all()
                 deadline = trio.current_time() + REAP_KILL_WAIT
                 continue
             match event:
@@ -123,7 +112,7 @@ class Drain:
                 case UsageReported():
                     event.reply.answer(UsageVerdict(id=event.report.id, proceed=False, reason="draining"))
                 case TurnEnded():
-                    agent = self._agents.get(event.agent)
+                    agent = self.agents.get(event.agent)
                     if agent is not None and agent.phase in (AgentPhase.STARTING, AgentPhase.TURN):
                         agent.exiting()  # TURN -> EXITING
                     event.reply.answer(NextTurn(id=event.end.id, action="exit"))
@@ -137,12 +126,12 @@ class Drain:
                     event.reply.set()
                 case _:
                     pass  # nothing else matters once the run ended
-        for agent in self._agents.live():
+        for agent in self.agents.live():
             self._reaped(ChildExited(agent=agent.id, pid=-1, returncode=None), code)
 
     def _reaped(self, ev: ChildExited, code: ExitCode | None) -> None:
         """An agent's exit after the run ended: telemetry only (no routes, no restarts)."""
-        agent = self._agents.get(ev.agent)
+        agent = self.agents.get(ev.agent)
         if agent is None or not agent.alive:
             return
         was = agent.exited()
@@ -152,4 +141,4 @@ class Drain:
             status = "deadline" if code is ExitCode.DEADLINE else "crashed"
         else:
             status = agent.status or "completed"
-        self._spawner.exit_event(agent, status, ev.returncode, **({"stopped": True} if stopped else {}))
+        self.spawner.exit_event(agent, status, ev.returncode, **({"stopped": True} if stopped else {}))

@@ -11,7 +11,7 @@ slot and the notices known before the first turn (the watch restore).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import assert_never
 
 from agentd.events import (
@@ -32,46 +32,22 @@ from agentd.triggers.router import (
 from agentd.watches.stage import StagedRoute
 
 
+@dataclass(frozen=True, slots=True, eq=False)
 class NoticeDesk:
     """Delivers watch and staged-route notices; holds those waiting for a slot or for the first turn."""
 
-    __slots__ = (
-        "_agents",
-        "_instruction",
-        "_router",
-        "_session_routes",
-        "_spawner",
-        "_staged",
-        "_startup",
-        "_status",
-        "_telemetry",
-        "route_notices",
-    )
-
-    def __init__(
-        self,
-        *,
-        spawner: Spawner,
-        agents: AgentTable,
-        session_routes: SessionRoutes,
-        status: RunStatus,
-        router: Router,
-        staged: Mapping[str, StagedRoute],
-        telemetry: Telemetry,
-        instruction: str,
-    ) -> None:
-        self._spawner = spawner
-        self._agents = agents
-        self._session_routes = session_routes
-        self._status = status
-        self._router = router
-        self._staged = staged
-        self._telemetry = telemetry
-        self._instruction = instruction
-        self.route_notices: dict[str, list[RouteNotice]] = {}
-        """Spawn-route notices waiting for a free ``max_inflight`` slot, by route id."""
-        self._startup: dict[str | None, list[Notice]] = {}
-        """Notices known before the first turn (the watch restore), by session."""
+    spawner: Spawner
+    agents: AgentTable
+    session_routes: SessionRoutes
+    status: RunStatus
+    router: Router
+    telemetry: Telemetry
+    staged: Mapping[str, StagedRoute]
+    instruction: str
+    route_notices: dict[str, list[RouteNotice]] = field(default_factory=dict, init=False)
+    """Spawn-route notices waiting for a free ``max_inflight`` slot, by route id."""
+    _startup: dict[str | None, list[Notice]] = field(default_factory=dict, init=False)
+    """Notices known before the first turn (the watch restore), by session."""
 
     def queue_startup(self, notices: list[WatchNotice]) -> None:
         """Notices to deliver as the reactor starts (see :meth:`Reactor.queue_startup_notices`)."""
@@ -84,8 +60,9 @@ class NoticeDesk:
 
     def deliver_startup(self, now: float) -> None:
         """Deliver every start-up notice no first turn took (the driver's ``on_start`` ran)."""
-        pending, self._startup = self._startup, {}
-        for notices in pending.values():
+        pending = list(self._startup.values())
+        self._startup.clear()
+        for notices in pending:
             for notice in notices:
                 self.notice(notice, now)
 
@@ -102,35 +79,35 @@ class NoticeDesk:
         """Deliver a notice into its session: now if idle, after the turn if busy, or start it."""
         fields = {"session": ev.session, "watch": ev.watch or None, "uri": ev.uri or None, "kind": ev.kind}
         route = ev.route if isinstance(ev, RouteNotice) else None
-        if route is None and ev.kind == "notice" and ev.watch not in self._session_routes.watches(ev.session):
-            self._telemetry.emit("watch.notice_dropped", **fields, reason="the watch was stopped")
+        if route is None and ev.kind == "notice" and ev.watch not in self.session_routes.watches(ev.session):
+            self.telemetry.emit("watch.notice_dropped", **fields, reason="the watch was stopped")
             return
-        agent = self._agents.session_agent(ev.session)
+        agent = self.agents.session_agent(ev.session)
         if agent is None:
-            if not self._status.may_start_work():
-                self._telemetry.emit(
+            if not self.status.may_start_work():
+                self.telemetry.emit(
                     "watch.notice_dropped", **fields, reason="no new turns (draining or budget)"
                 )
                 return
-            started = self._spawner.deliver_to_session(now, ev.session, ev.text, route=route)
+            started = self.spawner.deliver_to_session(now, ev.session, ev.text, route=route)
             started.notice_turn = [ev]
             return
         if agent.phase is AgentPhase.IDLE and agent.held is not None:
-            self._telemetry.emit(
+            self.telemetry.emit(
                 "session.deliver", session=ev.session, route=route, agent=agent.id, watch=ev.watch
             )
             agent.notice_turn = [ev]
-            self._spawner.resume(agent, ev.text, now)
+            self.spawner.resume(agent, ev.text, now)
         elif agent.busy:
             agent.notices.append(ev)  # one follow-up turn carries every notice queued meanwhile
         else:
-            self._telemetry.emit("watch.notice_dropped", **fields, reason=f"agent {agent.phase.value}")
+            self.telemetry.emit("watch.notice_dropped", **fields, reason=f"agent {agent.phase.value}")
 
     def _route_notice(self, ev: RouteNotice, now: float) -> None:
         """A staged route's notice: a turn of its session (continue) or a fresh agent (spawn)."""
-        staged = self._staged.get(ev.route)
-        if staged is None or self._router.get(ev.route) is None:
-            self._telemetry.emit(
+        staged = self.staged.get(ev.route)
+        if staged is None or self.router.get(ev.route) is None:
+            self.telemetry.emit(
                 "watch.notice_dropped", route=ev.route, uri=ev.uri, reason="the route is gone"
             )
             return
@@ -147,10 +124,10 @@ class NoticeDesk:
         not ended their last turn (the router's rule for spawn routes).
         """
         for route_id, pending in list(self.route_notices.items()):
-            staged = self._staged[route_id]
-            if not self._status.may_start_work():
+            staged = self.staged[route_id]
+            if not self.status.may_start_work():
                 del self.route_notices[route_id]
-                self._telemetry.emit(
+                self.telemetry.emit(
                     "watch.notice_dropped",
                     route=route_id,
                     uri=[n.uri for n in pending],
@@ -159,14 +136,14 @@ class NoticeDesk:
                 continue
             running = sum(
                 1
-                for a in self._agents.live()
+                for a in self.agents.live()
                 if a.route == route_id and a.role == "spawn" and a.phase is not AgentPhase.EXITING
             )
             if running >= staged.max_inflight:
                 continue  # a slot frees at an agent's last turn end; the delivery step calls again
             del self.route_notices[route_id]
             first = pending[0]
-            head = self._instruction
+            head = self.instruction
             if staged.template is not None:
                 head = render_template(
                     staged.template,
@@ -175,10 +152,10 @@ class NoticeDesk:
                     ),
                 )
             body = "\n\n".join(n.text for n in pending)
-            self._telemetry.emit(
+            self.telemetry.emit(
                 "route.deliver", route=route_id, uris=[n.uri for n in pending], notices=len(pending)
             )
-            agent = self._spawner.spawn(
+            agent = self.spawner.spawn(
                 now, role="spawn", instruction=f"{head}\n\n{body}" if head else body, route=route_id
             )
             agent.notice_turn = list(pending)
@@ -186,7 +163,7 @@ class NoticeDesk:
     def resume_with_notices(self, agent: Agent, now: float) -> None:
         """The notices that reached ``agent`` mid-turn, as one follow-up turn."""
         pending, agent.notices = agent.notices, []
-        self._telemetry.emit(
+        self.telemetry.emit(
             "session.deliver",
             session=agent.session,
             route=None,
@@ -194,4 +171,4 @@ class NoticeDesk:
             watch=[n.watch for n in pending],
         )
         agent.notice_turn = pending
-        self._spawner.resume(agent, "\n\n".join(n.text for n in pending), now)
+        self.spawner.resume(agent, "\n\n".join(n.text for n in pending), now)

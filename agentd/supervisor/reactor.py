@@ -91,6 +91,7 @@ from agentd.supervisor.sessionroutes import SessionRoutes
 from agentd.supervisor.spawner import Spawner
 from agentd.supervisor.subscriptions import Subscriptions
 from agentd.supervisor.turns import Turns
+from agentd.supervisor.usage import Usage
 from agentd.telemetry import Telemetry
 from agentd.triggers import mode as modes
 from agentd.triggers.router import Route, Router
@@ -196,83 +197,52 @@ class Reactor:
         )
         status = self.status = RunStatus(budget, agents)
         """The run's phase and the facts the driver's exit rules read."""
-        self.readiness = Readiness(
-            required=required,
-            subscriptions=subscriptions,
-            status=status,
-            telemetry=telemetry,
-            notify=hooks.readiness,
-        )
+        self.readiness = Readiness(required, subscriptions, status, telemetry, hooks.readiness)
         """Server, subscription and zygote states; the start gate; ``/readyz``."""
         self.backpressure = Backpressure(router, hooks.pause, telemetry)
         """Which servers are paused for which blocked routes (``block`` overflow, rfcs/0131)."""
+        counters = self.counters
+        # The parts, each given only what it uses; they call down only:
+        # turns -> notices, selftools -> spawner; delivery -> notices -> spawner;
+        # usage, drain -> spawner. Steps that need several parts in order are the loop's.
+        warm_root = mode == "loop" and session == "warm"
         spawner = self.spawner = Spawner(
-            agents=agents,
-            spawn=hooks.spawn,
-            telemetry=telemetry,
-            driver=driver,
-            instruction=instruction,
-            mode=mode,
-            session=session,
-            journals=journals,
+            agents, hooks.spawn, driver, journals, telemetry, instruction, warm_root
         )
         notices = self.notices = NoticeDesk(
-            spawner=spawner,
-            agents=agents,
-            session_routes=session_routes,
-            status=status,
-            router=router,
-            staged=staged or {},
-            telemetry=telemetry,
-            instruction=instruction,
+            spawner, agents, session_routes, status, router, telemetry, staged or {}, instruction
         )
         selftools = self.selftools = SelfToolDesk(
-            agents=agents,
-            session_routes=session_routes,
-            subscriptions=subscriptions,
-            telemetry=telemetry,
-            unsubscribe=hooks.unsubscribe,
-            watches=watches,
+            agents, session_routes, subscriptions, watches, hooks.unsubscribe, telemetry
         )
+        self.usage = Usage(agents, status, budget, counters, spawner, telemetry)
         self.turns = Turns(
-            agents=agents,
-            status=status,
-            budget=budget,
-            counters=self.counters,
-            governor=governor,
-            driver=driver,
-            router=router,
-            session_routes=session_routes,
-            spawner=spawner,
-            notices=notices,
-            selftools=selftools,
-            publish=hooks.publish,
-            telemetry=telemetry,
-            instruction=instruction,
-            journals=journals,
+            agents,
+            status,
+            counters,
+            governor,
+            driver,
+            router,
+            spawner,
+            notices,
+            selftools,
+            hooks.publish,
+            telemetry,
         )
         self.delivery = Delivery(
-            router=router,
-            status=status,
-            readiness=self.readiness,
-            counters=self.counters,
-            spawner=spawner,
-            notices=notices,
-            driver=driver,
-            telemetry=telemetry,
-            watches=watches,
-            clock=clock,
-            handles=handles,
+            router,
+            status,
+            self.readiness,
+            counters,
+            spawner,
+            notices,
+            watches,
+            handles,
+            telemetry,
+            clock,
+            driver,
         )
-        self.drain = Drain(
-            status=status,
-            agents=agents,
-            spawner=spawner,
-            telemetry=telemetry,
-            kill_all=hooks.kill_all,
-            draining=hooks.draining,
-            grace=grace,
-        )
+        self.drain = Drain(status, agents, spawner, hooks.kill_all, hooks.draining, telemetry, grace)
 
     # -- the public API (the app, the watch manager, the health endpoint, tests) --
 
@@ -430,7 +400,7 @@ class Reactor:
             case ResourceChanged():
                 self.delivery.resource_changed(event, now)
             case UsageReported():
-                self.turns.usage(event, now)
+                self.usage.report(event, now)
             case TurnEnded():
                 self.turns.turn_end(event, now)
             case SelfSubscribe() | SelfUnsubscribe() | WatchSession() | WatchRouteAdd() | WatchRouteRemove():

@@ -38,7 +38,6 @@ class Readiness:
 
     def __init__(
         self,
-        *,
         required: frozenset[str],
         subscriptions: Subscriptions,
         status: RunStatus,

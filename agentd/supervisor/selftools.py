@@ -11,6 +11,7 @@ wanted the subscriptions component's.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import assert_never
 
 from agentd.errors import RouteError
@@ -35,31 +36,20 @@ from agentd.supervisor.subscriptions import Subscriptions
 from agentd.telemetry import Telemetry
 
 
+@dataclass(frozen=True, slots=True, eq=False)
 class SelfToolDesk:
     """The reactor's answers to self-tool requests: ``subscribe``, ``unsubscribe`` and the watch routes."""
 
-    __slots__ = ("_agents", "_session_routes", "_subscriptions", "_telemetry", "_unsubscribe", "_watches")
-
-    def __init__(
-        self,
-        *,
-        agents: AgentTable,
-        session_routes: SessionRoutes,
-        subscriptions: Subscriptions,
-        telemetry: Telemetry,
-        unsubscribe: Callable[[str, str], None],
-        watches: WatchHooks | None,
-    ) -> None:
-        self._agents = agents
-        self._session_routes = session_routes
-        self._subscriptions = subscriptions
-        self._telemetry = telemetry
-        self._unsubscribe = unsubscribe
-        self._watches = watches
+    agents: AgentTable
+    session_routes: SessionRoutes
+    subscriptions: Subscriptions
+    watches: WatchHooks | None
+    unsubscribe: Callable[[str, str], None]
+    telemetry: Telemetry
 
     def answer(self, request: SelfToolRequest) -> None:
         """A self-tool request from the hub: answered at once, never raises."""
-        agent = self._agents.get(request.agent)
+        agent = self.agents.get(request.agent)
         if agent is None:
             unknown = f"unknown agent {request.agent!r}"
             match request:
@@ -82,27 +72,27 @@ class SelfToolDesk:
                 # A declared subscription (or another route or watch) still needs
                 # the upstream subscription: the hub must keep it, and the URI goes
                 # back to its declared route (rfcs/0134).
-                needed = request.server is not None and not self._subscriptions.unsubscribed(
+                needed = request.server is not None and not self.subscriptions.unsubscribed(
                     request.server, request.uri
                 )
                 request.reply.answer(Unsubscribed(existed=existed, needed=needed))
-                self._telemetry.emit(
+                self.telemetry.emit(
                     "self.unsubscribe", agent=agent.id, uri=request.uri, server=request.server, kept=needed
                 )
             case WatchSession():
                 # Registering makes the agent's id its session name (a watch needs a session).
-                session = self._agents.name_session(agent) if request.register else agent.session or agent.id
+                session = self.agents.name_session(agent) if request.register else agent.session or agent.id
                 request.reply.answer(SessionOf(session))
             case WatchRouteAdd():
                 try:
-                    route_id = self._session_routes.add_watch(request.session, request.name, request.uri)
+                    route_id = self.session_routes.add_watch(request.session, request.name, request.uri)
                 except (RouteError, ValueError) as exc:  # ValueError: a URI that is no valid match
                     request.reply.answer(Refused(str(exc)))
                     return
                 request.reply.answer(RouteAdded(route_id))
             case WatchRouteRemove():
-                self._session_routes.remove_watch(request.session, request.name)
-                released = self._subscriptions.unsubscribed(request.server, request.uri)
+                self.session_routes.remove_watch(request.session, request.name)
+                released = self.subscriptions.unsubscribed(request.server, request.uri)
                 request.reply.answer(RouteRemoved(needed=not released))
             case _:
                 assert_never(request)
@@ -110,14 +100,14 @@ class SelfToolDesk:
     def _subscribe(self, agent: Agent, request: SelfSubscribe) -> None:
         session = agent.session or agent.id
         try:
-            self._session_routes.subscribe(session, request.uri)
+            self.session_routes.subscribe(session, request.uri)
         except (RouteError, ValueError) as exc:  # ValueError: a URI that is no valid match
             request.reply.answer(Refused(str(exc)))
             return
-        self._agents.name_session(agent)
+        self.agents.name_session(agent)
         agent.subscriptions.add(request.uri)
         agent.subscription_servers[request.uri] = request.server
-        self._telemetry.emit("self.subscribe", agent=agent.id, uri=request.uri, server=request.server)
+        self.telemetry.emit("self.subscribe", agent=agent.id, uri=request.uri, server=request.server)
         request.reply.answer(Subscribed())
 
     def release(self, agent: Agent) -> None:
@@ -126,27 +116,31 @@ class SelfToolDesk:
             self._drop_self_route(agent, uri)
             self._release_upstream(agent, uri)
 
+    def owns_watches(self, agent: Agent) -> bool:
+        """Whether ``agent``'s session has watch routes (it stays warm for them)."""
+        return agent.session is not None and self.session_routes.has_session(agent.session)
+
     def stop_watches(self, session: str) -> None:
         """The session's agent exited: its watch routes go, and the manager stops the watches."""
-        names = self._session_routes.drop_session(session)
-        if names and self._watches is not None:
-            self._watches.on_owner_exited(session, self._subscriptions.needed)
+        names = self.session_routes.drop_session(session)
+        if names and self.watches is not None:
+            self.watches.on_owner_exited(session, self.subscriptions.needed)
 
     def _release_upstream(self, agent: Agent, uri: str) -> None:
         """The agent that subscribed ``uri`` is gone: drop the upstream subscription unless still needed."""
         server = agent.subscription_servers.pop(uri, None)
         if server is None:
             return
-        for action in self._subscriptions.released([(server, uri)]):
-            self._telemetry.emit(
+        for action in self.subscriptions.released([(server, uri)]):
+            self.telemetry.emit(
                 "self.unsubscribe",
                 agent=agent.id,
                 uri=action.uri,
                 server=action.server,
                 reason="owner exited",
             )
-            self._unsubscribe(action.server, action.uri)
+            self.unsubscribe(action.server, action.uri)
 
     def _drop_self_route(self, agent: Agent, uri: str) -> None:
         agent.subscriptions.discard(uri)
-        self._session_routes.unsubscribe(agent.session or agent.id, uri)
+        self.session_routes.unsubscribe(agent.session or agent.id, uri)

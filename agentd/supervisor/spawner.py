@@ -9,6 +9,7 @@ agent table (:mod:`agentd.supervisor.agents`), which it is given.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from agentd.events import Notice
 from agentd.exitcodes import TerminalStatus, code_for_status
@@ -21,35 +22,28 @@ from agentd.triggers import mode as modes
 from agentd.triggers.router import QueuedEvent
 
 
+@dataclass(frozen=True, slots=True, eq=False)
 class Spawner:
     """Starts agents (through the ``spawn`` hook), resumes idle ones, releases idle ones."""
 
-    __slots__ = ("_agents", "_driver", "_instruction", "_journals", "_spawn", "_telemetry", "root_session")
+    agents: AgentTable
+    spawn_hook: Callable[[Agent], None]
+    driver: modes.Driver
+    journals: SessionResume | None
+    telemetry: Telemetry
+    instruction: str
+    """The root instruction; a fresh session's first turn starts with it too."""
+    warm_root: bool
+    """``loop --session warm``: the root is the warm session ``root``."""
 
-    def __init__(
-        self,
-        *,
-        agents: AgentTable,
-        spawn: Callable[[Agent], None],
-        telemetry: Telemetry,
-        driver: modes.Driver,
-        instruction: str,
-        mode: str,
-        session: str,
-        journals: SessionResume | None,
-    ) -> None:
-        self._agents = agents
-        self._spawn = spawn
-        self._telemetry = telemetry
-        self._driver = driver
-        self._instruction = instruction
-        self._journals = journals
-        self.root_session: str | None = "root" if mode == "loop" and session == "warm" else None
+    @property
+    def root_session(self) -> str | None:
         """The loop's warm root is the session ``root``; any other root has no session."""
+        return "root" if self.warm_root else None
 
     def session_idle(self, session: str) -> bool:
         """Whether a delivery may go to ``session`` now (the router asks)."""
-        agent = self._agents.session_agent(session)
+        agent = self.agents.session_agent(session)
         # A named session that does not run yet starts on delivery.
         return agent is None or agent.phase is AgentPhase.IDLE
 
@@ -63,18 +57,18 @@ class Spawner:
         origin: list[QueuedEvent] | None = None,
     ) -> Agent:
         """Give ``session`` a turn with ``text``: start it if no agent holds it, else resume it."""
-        agent = self._agents.session_agent(session)
+        agent = self.agents.session_agent(session)
         if agent is None:
-            instruction = f"{self._instruction}\n\n{text}" if self._instruction else text
-            if self._journals is not None and self._journals.resumable(session) is not None:
+            instruction = f"{self.instruction}\n\n{text}" if self.instruction else text
+            if self.journals is not None and self.journals.resumable(session) is not None:
                 instruction = text  # the journal holds the first instruction; the delivery follows it
             started = self.spawn(
                 now, role="session", instruction=instruction, route=route, session=session, warm=True
             )
             started.origin = list(origin or ())
-            self._telemetry.emit("session.deliver", session=session, route=route, started=True)
+            self.telemetry.emit("session.deliver", session=session, route=route, started=True)
             return started
-        self._telemetry.emit("session.deliver", session=session, route=route, agent=agent.id)
+        self.telemetry.emit("session.deliver", session=session, route=route, agent=agent.id)
         self.resume(agent, text, now)
         return agent
 
@@ -83,12 +77,20 @@ class Spawner:
 
         A delivery to the warm loop root is real work: it resets the loop's idle backoff.
         """
-        if agent.role == "root" and isinstance(self._driver, modes.Loop):
-            self._driver.on_delivery()
-        self.resume_shift(agent, text, now)
+        if agent.role == "root" and isinstance(self.driver, modes.Loop):
+            self.driver.on_delivery()
+        self._answer(agent, text, now)
 
-    def resume_shift(self, agent: Agent, text: str, now: float) -> None:
-        """:meth:`resume` without counting as a delivery (the loop's own next shift)."""
+    def shift_root(self, root: Agent, now: float) -> None:
+        """The loop's next shift for its idle warm root (not a delivery: the idle backoff stays)."""
+        self._answer(root, self.instruction, now)
+
+    def end_session(self, session: str) -> None:
+        """The session is over for good (its agent exited while agentd runs on): forget its journal."""
+        if self.journals is not None:
+            self.journals.end(session)
+
+    def _answer(self, agent: Agent, text: str, now: float) -> None:
         held = agent.resume()
         agent.turn_started_at = now
         if held is not None:
@@ -103,13 +105,13 @@ class Spawner:
         """Start the mode's root; ``folded`` notices (the watch restore) ride in its first turn."""
         session = self.root_session
         # The restore notice rides in the root's first turn: one turn, not two.
-        instruction = "\n\n".join(t for t in [self._instruction, *(n.text for n in folded)] if t)
+        instruction = "\n\n".join(t for t in [self.instruction, *(n.text for n in folded)] if t)
         agent = self.spawn(
             now, role="root", instruction=instruction, warm=session is not None, session=session
         )
         if folded:
             agent.notice_turn = list(folded)
-            self._telemetry.emit(
+            self.telemetry.emit(
                 "session.deliver",
                 session=session,
                 route=None,
@@ -128,24 +130,24 @@ class Spawner:
         warm: bool = False,
     ) -> Agent:
         """A new agent in the table, started through the ``spawn`` hook (``subagent.spawn``)."""
-        agent = self._agents.new(
+        agent = self.agents.new(
             role=role, instruction=instruction, route=route, session=session, warm=warm, now=now
         )
-        restored = self._journals.resumable(session) if self._journals is not None and session else None
+        restored = self.journals.resumable(session) if self.journals is not None and session else None
         for uri, server in restored or ():
             # A restored session owns the self-subscriptions it had (their routes exist already).
             agent.subscriptions.add(uri)
             if server:
                 agent.subscription_servers[uri] = server
-        self._telemetry.emit("subagent.spawn", agent=agent.id, role=role, route=route, session=session)
-        self._spawn(agent)
+        self.telemetry.emit("subagent.spawn", agent=agent.id, role=role, route=route, session=session)
+        self.spawn_hook(agent)
         return agent
 
     def exit_event(
         self, agent: Agent, status: TerminalStatus, returncode: int | None, **extra: object
     ) -> None:
         """``subagent.exit`` for ``agent`` (exactly one per ``subagent.spawn``)."""
-        self._telemetry.emit(
+        self.telemetry.emit(
             "subagent.exit",
             agent=agent.id,
             status=status,
@@ -156,7 +158,7 @@ class Spawner:
 
     def release_idle(self) -> None:
         """Tell every idle agent (its turn-end held) to exit."""
-        for agent in self._agents.live():
+        for agent in self.agents.live():
             if agent.phase is AgentPhase.IDLE and agent.held is not None:
                 held = agent.exiting()  # IDLE -> EXITING
                 if held is not None:
