@@ -256,6 +256,12 @@ class Agentd:
         if self.proc.returncode is None:
             self.proc.send_signal(signal.SIGTERM)
 
+    async def stop_and_wait(self, timeout: float = STEP_TIMEOUT) -> int:
+        """SIGTERM, then the exit code once the process ended (bounded by ``timeout``)."""
+        self.stop()
+        with trio.fail_after(timeout):
+            return await self.proc.wait()
+
 
 class run_agentd:
     """``async with run_agentd(args) as a:``: start ``python -m agentd ARGS``; always reaped on exit.

@@ -149,17 +149,11 @@ async def run_one(window: float, watchdog: float | None, otlp: str | None) -> No
                 procs["floor: 100 ms polling loop"] = psutil.Process(poller.pid)
                 before = {k: Usage.of(p.pid) for k, p in procs.items()}
                 notified = 0
-
-                async def count_notifications() -> None:
-                    nonlocal notified
+                # The measurement window itself (not a wait for a condition), counting notifications.
+                with trio.move_on_after(window):
                     while True:
                         await notify.recv(4096)
                         notified += 1
-
-                async with trio.open_nursery() as counting:
-                    counting.start_soon(count_notifications)
-                    await trio.sleep(window)  # the measurement window itself, not a wait for a condition
-                    counting.cancel_scope.cancel()
                 rows = []
                 for k, p in procs.items():
                     if not p.is_running() or p.status() == psutil.STATUS_ZOMBIE:

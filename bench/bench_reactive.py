@@ -41,6 +41,7 @@ import re
 import subprocess
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -113,48 +114,49 @@ def config(
     return str(path)
 
 
-async def start_memo_http(nursery: trio.Nursery) -> tuple[trio.Process, str]:
-    """``agentd serve memo --http 127.0.0.1:0``; returns (process, URL) once it listens."""
-    proc = await trio.lowlevel.open_process(
-        [PY, "-m", "agentd", "serve", "memo", "--http", "127.0.0.1:0"],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env=ENV,
-    )
-    assert proc.stderr is not None
-    buf = b""
-    with trio.fail_after(STEP_TIMEOUT):
-        while (m := re.search(rb"listening on (\S+)", buf)) is None:
-            chunk = await proc.stderr.receive_some(4096)
-            if not chunk:
-                raise RuntimeError(f"memo server ended before listening: {buf.decode(errors='replace')}")
-            buf += chunk
+@contextlib.asynccontextmanager
+async def memo_http() -> AsyncIterator[str]:
+    """``agentd serve memo --http 127.0.0.1:0``: its URL once it listens; terminated and reaped on exit."""
+    async with trio.open_nursery() as nursery:
+        proc = await trio.lowlevel.open_process(
+            [PY, "-m", "agentd", "serve", "memo", "--http", "127.0.0.1:0"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=ENV,
+        )
+        try:
+            assert proc.stderr is not None
+            buf = b""
+            with trio.fail_after(STEP_TIMEOUT):
+                while (m := re.search(rb"listening on (\S+)", buf)) is None:
+                    chunk = await proc.stderr.receive_some(4096)
+                    if not chunk:
+                        raise RuntimeError(
+                            f"memo server ended before listening: {buf.decode(errors='replace')}"
+                        )
+                    buf += chunk
 
-    async def drain(stream: Any) -> None:
-        while await stream.receive_some(65536):
-            pass
+            async def drain(stream: Any) -> None:
+                while await stream.receive_some(65536):
+                    pass
 
-    nursery.start_soon(drain, proc.stderr)
-    return proc, m.group(1).decode()
+            nursery.start_soon(drain, proc.stderr)
+            yield m.group(1).decode()
+        finally:
+            proc.terminate()
+            with trio.fail_after(STEP_TIMEOUT):
+                await proc.wait()
+            nursery.cancel_scope.cancel()
 
 
 async def latency(tmp: Path, n: int) -> None:
-    async with trio.open_nursery() as nursery:
-        memo, url = await start_memo_http(nursery)
-        try:
-            cfg = config(tmp, "latency", server="memo", glob="memo://notes", debounce="0")
-            async with run_agentd(["--config", cfg, "--mcp-http", f"memo={url}"]) as a:
-                await a.wait_for("reactor.start")
-                rows = await _samples(a, url, n)
-                a.stop()
-                with trio.fail_after(STEP_TIMEOUT):
-                    await a.proc.wait()
-        finally:
-            memo.terminate()
-            with trio.fail_after(STEP_TIMEOUT):
-                await memo.wait()
-            nursery.cancel_scope.cancel()
+    async with memo_http() as url:
+        cfg = config(tmp, "latency", server="memo", glob="memo://notes", debounce="0")
+        async with run_agentd(["--config", cfg, "--mcp-http", f"memo={url}"]) as a:
+            await a.wait_for("reactor.start")
+            rows = await _samples(a, url, n)
+            await a.stop_and_wait()
     floor0, floor, upd, deliver, child = rows
     added = [d - f for d, f in zip(deliver, floor, strict=True)]
     added_upd = [u - f for u, f in zip(upd, floor, strict=True)]
@@ -351,9 +353,7 @@ async def storm(
             os.close(wfd)
             await progress.aclose()
         after_rounds = len(a.lines)
-        a.stop()
-        with trio.fail_after(STEP_TIMEOUT):
-            await a.proc.wait()
+        await a.stop_and_wait()
         await a.wait_eof()
         bad = _undelivered(a)
     table(
@@ -530,58 +530,49 @@ async def wake(
         return openai_reply("NO_REPLY")
 
     samples: list[tuple[float, float]] = []
-    async with fake_provider("openai", None) as (_fake, server), trio.open_nursery() as nursery:
+    async with fake_provider("openai", None) as (_fake, server), memo_http() as url:
         server._handler = answer
-        memo, url = await start_memo_http(nursery)
         cfg = tmp / f"wake-{disposition}.toml"
         session = 'session = "s"' if disposition == "continue" else ""
         cfg.write_text(WAKE_CONFIG.format(disposition=disposition, session=session))
         env = provider_env("openai", server.base_url, tmp)
         if timeline is not None:
             env[TIMELINE_ENV] = str(timeline)
-        try:
-            async with run_agentd(["--config", str(cfg), "--mcp-http", f"memo={url}"], env=env) as a:
-                await a.wait_for("reactor.start")
-                async with (
-                    Client(url) as trigger,
-                    Client(url) as listener,
-                    listener.listen(resource_subscriptions=["memo://notes"]) as sub,
-                ):
-                    events = sub.__aiter__()
-                    for i in range(WARMUP + n):
-                        arrived = trio.Event()
-                        before = len(stamps)
-                        mark = len(a.lines)
-                        got: dict[str, float] = {}
+        async with run_agentd(["--config", str(cfg), "--mcp-http", f"memo={url}"], env=env) as a:
+            await a.wait_for("reactor.start")
+            async with (
+                Client(url) as trigger,
+                Client(url) as listener,
+                listener.listen(resource_subscriptions=["memo://notes"]) as sub,
+            ):
+                events = sub.__aiter__()
+                for i in range(WARMUP + n):
+                    arrived = trio.Event()
+                    before = len(stamps)
+                    mark = len(a.lines)
+                    got: dict[str, float] = {}
 
-                        async def wait_floor(got: dict[str, float] = got) -> None:
-                            await events.__anext__()
-                            got["floor"] = time.perf_counter()
-                            timeline_mark("floor.notified")
+                    async def wait_floor(got: dict[str, float] = got) -> None:
+                        await events.__anext__()
+                        got["floor"] = time.perf_counter()
+                        timeline_mark("floor.notified")
 
-                        timeline_mark("bench.t0")
-                        t0 = time.perf_counter()
-                        with trio.fail_after(STEP_TIMEOUT):
-                            async with trio.open_nursery() as inner:
-                                inner.start_soon(wait_floor)
-                                await trigger.call_tool("memo_set", {"key": "k", "value": i})
-                                while len(stamps) == before:
-                                    await arrived.wait()
-                                await a.wait_for("turn.end", after=mark)
-                                if disposition == "spawn":
-                                    # The next change finds no agent running (its exit is not
-                                    # part of the next sample), as a change that comes alone.
-                                    await a.wait_for("subagent.exit", after=mark)
-                        if i >= WARMUP:
-                            samples.append((got["floor"] - t0, stamps[before] - t0))
-                a.stop()
-                with trio.fail_after(STEP_TIMEOUT):
-                    await a.proc.wait()
-        finally:
-            memo.terminate()
-            with trio.fail_after(STEP_TIMEOUT):
-                await memo.wait()
-            nursery.cancel_scope.cancel()
+                    timeline_mark("bench.t0")
+                    t0 = time.perf_counter()
+                    with trio.fail_after(STEP_TIMEOUT):
+                        async with trio.open_nursery() as inner:
+                            inner.start_soon(wait_floor)
+                            await trigger.call_tool("memo_set", {"key": "k", "value": i})
+                            while len(stamps) == before:
+                                await arrived.wait()
+                            await a.wait_for("turn.end", after=mark)
+                            if disposition == "spawn":
+                                # The next change finds no agent running (its exit is not
+                                # part of the next sample), as a change that comes alone.
+                                await a.wait_for("subagent.exit", after=mark)
+                    if i >= WARMUP:
+                        samples.append((got["floor"] - t0, stamps[before] - t0))
+            await a.stop_and_wait()
     return samples
 
 

@@ -107,17 +107,42 @@ async def _answer(recv: trio.MemoryReceiveChannel[Any], agent: str, *, hold: boo
             return first, None
 
 
+def tree_and_tools(
+    send: trio.MemorySendChannel[Any], *, use_zygote: bool, **extra: Any
+) -> tuple[Tree, tuple[ToolSpecFrame, ...]]:
+    """A ``Tree`` whose children a ``SupervisorHub`` with no upstream serves, and the hub's tool specs."""
+    hub = SupervisorHub(events=send, upstreams={}, telemetry=NullTelemetry())
+    tree = Tree(
+        events=send,
+        serve_child=partial(serve_child, hub),
+        telemetry=NullTelemetry(),
+        use_zygote=use_zygote,
+        **extra,
+    )
+    return tree, tuple(ToolSpecFrame(**spec) for spec in hub.tool_specs())
+
+
+async def start_timed(nursery: trio.Nursery, tree: Tree) -> float:
+    """Start ``tree`` in ``nursery``; returns how long its start-up took, in s."""
+    t0 = time.perf_counter()
+    await nursery.start(tree.run)
+    return time.perf_counter() - t0
+
+
+async def until_no_child(tree: Tree, recv: trio.MemoryReceiveChannel[Any]) -> None:
+    """Read the tree's events until none of its children is alive (bounded)."""
+    with trio.fail_after(STEP_TIMEOUT):
+        while tree.live_count():
+            await recv.receive()
+
+
 async def tree_path(use_zygote: bool, n: int, hold: int, model: str) -> tuple[list[float], list[int], float]:
     """Spawn ``n`` children one after another (timed), then ``hold`` idle warm ones (USS).
 
     Returns (ready latencies in ms, USS of held children in bytes, tree start-up in s).
     """
     send, recv = trio.open_memory_channel[Any](1000)
-    hub = SupervisorHub(events=send, upstreams={}, telemetry=NullTelemetry())
-    tree = Tree(
-        events=send, serve_child=partial(serve_child, hub), telemetry=NullTelemetry(), use_zygote=use_zygote
-    )
-    tools = tuple(ToolSpecFrame(**spec) for spec in hub.tool_specs())
+    tree, tools = tree_and_tools(send, use_zygote=use_zygote)
 
     def payload(agent: str) -> SpawnPayload:
         return SpawnPayload(agent=agent, model=model, system=None, instruction="hi", tools=tools)
@@ -125,9 +150,7 @@ async def tree_path(use_zygote: bool, n: int, hold: int, model: str) -> tuple[li
     ready: list[float] = []
     held_uss: list[int] = []
     async with trio.open_nursery() as nursery:
-        t0 = time.perf_counter()
-        await nursery.start(tree.run)
-        startup = time.perf_counter() - t0
+        startup = await start_timed(nursery, tree)
         for i in range(WARMUP + n):
             agent = f"s{i}"
             t0 = time.perf_counter()
@@ -147,9 +170,7 @@ async def tree_path(use_zygote: bool, n: int, hold: int, model: str) -> tuple[li
             held_uss.append(uss(pid))
         for held in replies:
             held.reply.answer(NextTurn(id=held.end.id, action="exit"))
-        with trio.fail_after(STEP_TIMEOUT):
-            while tree.live_count():
-                await recv.receive()
+        await until_no_child(tree, recv)
         nursery.cancel_scope.cancel()
     return ready, held_uss, startup
 
@@ -287,26 +308,16 @@ async def _provider_spawns(provider: str, n: int, tmp: Path, fresh: bool = False
     async with fake_provider(provider) as (fake, server):
         os.environ.update(provider_env(provider, server.base_url, tmp))
         send, recv = trio.open_memory_channel[Any](1000)
-        hub = SupervisorHub(events=send, upstreams={}, telemetry=NullTelemetry())
         extra: dict[str, Any] = {}
         if "zygote_env" in inspect.signature(Tree).parameters:  # the app prewarms the model's provider
             import orjson
 
             extra["zygote_env"] = {"AGENTD_PREWARM_MODELS": orjson.dumps([SPECS[provider]]).decode()}
-        tree = Tree(
-            events=send,
-            serve_child=partial(serve_child, hub),
-            telemetry=NullTelemetry(),
-            use_zygote=not fresh,
-            **extra,
-        )
-        tools = tuple(ToolSpecFrame(**spec) for spec in hub.tool_specs())
+        tree, tools = tree_and_tools(send, use_zygote=not fresh, **extra)
         requests: list[float] = []
         usages: list[float] = []
         async with trio.open_nursery() as nursery:
-            t0 = time.perf_counter()
-            await nursery.start(tree.run)
-            startup = time.perf_counter() - t0
+            startup = await start_timed(nursery, tree)
             for i in range((1 if fresh else WARMUP) + n):
                 agent = f"p{i}"
                 before = len(fake.arrivals)
@@ -320,12 +331,8 @@ async def _provider_spawns(provider: str, n: int, tmp: Path, fresh: bool = False
                     requests.append((fake.arrivals[before] - t0) * 1000)
                     usages.append((first - t0) * 1000)
                 # The next spawn finds no agent running: one spawn at a time, its exit not timed.
-                with trio.fail_after(STEP_TIMEOUT):
-                    while tree.live_count():
-                        await recv.receive()
-            with trio.fail_after(STEP_TIMEOUT):
-                while tree.live_count():
-                    await recv.receive()
+                await until_no_child(tree, recv)
+            await until_no_child(tree, recv)
             nursery.cancel_scope.cancel()
         if fake.bad_signatures:
             raise RuntimeError(f"{fake.bad_signatures} bedrock requests had a bad SigV4 signature")

@@ -570,7 +570,7 @@ async def _main(
                 session_id,
             )
         elif stream is not None:
-            summary = run_summary(reactor, code, telemetry, time.monotonic() - started_wall, session_id)
+            summary = run_summary(reactor, code, time.monotonic() - started_wall, session_id)
             stream.result({"status": "stopped", **summary})
         telemetry.emit(
             "supervisor.exit",
@@ -694,9 +694,7 @@ def run_error(reactor: Reactor, code: ExitCode) -> dict[str, str] | None:
     return {"kind": kind, "message": redact(message), "fix": fix}
 
 
-def run_summary(
-    reactor: Reactor, code: ExitCode, telemetry: Telemetry, duration: float, session_id: str
-) -> dict[str, object]:
+def run_summary(reactor: Reactor, code: ExitCode, duration: float, session_id: str) -> dict[str, object]:
     """What every JSON result carries: exit code, session id, turns, steps, usage, cost, duration, error."""
     counters = reactor.counters
     return {
@@ -732,7 +730,7 @@ async def _print_once(
     status = reactor.status.root_status
     line: bytes | None = None
     if json_out or stream is not None:
-        summary = run_summary(reactor, code, telemetry, duration, session_id)
+        summary = run_summary(reactor, code, duration, session_id)
         result: dict[str, object] = {"status": status, "exit_code": int(code), "result": text, **summary}
         if stream is not None:
             lost_before = stdout.dropped

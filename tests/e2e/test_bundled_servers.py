@@ -35,7 +35,7 @@ from mcp import Client
 
 from agentd.config import load_settings
 from agentd.supervisor.routes import build_router
-from tests.e2e.agentd_proc import PY, REPO, Agentd, run_agentd, script
+from tests.support.agentd_proc import PY, REPO, Agentd, run_agentd, script
 from tests.support.kube import Cluster
 from tests.support.routing import wait_gone
 

@@ -7,8 +7,8 @@ written to agentd's stderr with the agent's id, and counted.
 
 from __future__ import annotations
 
-from tests.e2e.agentd_proc import run_agentd
 from tests.fakes.provider_server import openai_error, openai_reply, provider_server
+from tests.support.agentd_proc import run_agentd
 
 
 async def test_a_model_retry_in_the_child_appears_in_the_supervisors_telemetry() -> None:

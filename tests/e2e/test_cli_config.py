@@ -21,17 +21,15 @@ RUN_TIMEOUT = 30.0
 def agentd(
     args: list[str], cwd: Path, extra_env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    env = {
+    inherited = {
         k: v
         for k, v in os.environ.items()
         if not k.startswith("AGENTD_") and not k.endswith(("_API_KEY", "_BASE_URL"))
     }
-    env["PYTHONPATH"] = str(REPO)
-    env.update(extra_env or {})
     return subprocess.run(
         [sys.executable, "-m", "agentd", *args],
         cwd=cwd,
-        env=env,
+        env={**inherited, "PYTHONPATH": str(REPO), **(extra_env or {})},
         capture_output=True,
         text=True,
         timeout=RUN_TIMEOUT,
@@ -64,54 +62,50 @@ def side_effect_flags(site: Path) -> list[str]:
 
 CASES = [
     pytest.param(
-        ["--mode", "schedule", "--cron", "61 * * * *", "task"],
-        r"--cron: '61 * * * *' is not valid",
-        id="invalid-cron",
+        "--mode schedule --cron '61 * * * *' task", r"--cron: '61 * * * *' is not valid", id="invalid-cron"
     ),
     pytest.param(
-        ["--mode", "reactive", "--route", "file:///inbox/*=explode", "task"],
+        "--mode reactive --route 'file:///inbox/*=explode' task",
         "--route: 'file:///inbox/*=explode' is not valid: unknown disposition 'explode'",
         id="unknown-route-disposition",
     ),
     pytest.param(
-        ["--mcp-http", "probe=http://127.0.0.1:9/mcp", "task"],
+        "--mcp-http probe=http://127.0.0.1:9/mcp task",
         "server probe: 'probe' is not valid: defined twice: in --mcp-stdio probe and in --mcp-http probe",
         id="duplicate-server-names",
     ),
     pytest.param(
-        ["--config", "missing.toml", "task"],
+        "--config missing.toml task",
         "--config: 'missing.toml' is not valid: cannot read the config file (No such file or directory)",
         id="missing-config-file",
     ),
     pytest.param(
-        ["--config", ".", "task"],
+        "--config . task",
         "--config: '.' is not valid: cannot read the config file (Is a directory)",
         id="unreadable-config-file",
     ),
     pytest.param(
-        ["--deadline", "5x", "task"],
+        "--deadline 5x task",
         "--deadline: '5x' is not valid: not a duration; write a number of seconds (1.5)",
         id="bad-duration",
     ),
     pytest.param(
-        ["--mode", "foo", "task"],
+        "--mode foo task",
         "--mode: 'foo' is not valid: choose one of once, loop, reactive, schedule",
         id="unknown-mode",
     ),
     pytest.param(
-        [],
-        "instruction: None is not valid: --mode once needs an instruction",
-        id="once-without-instruction",
+        "", "instruction: None is not valid: --mode once needs an instruction", id="once-without-instruction"
     ),
 ]
 
 
-@pytest.mark.parametrize(("args", "message"), CASES)
+@pytest.mark.parametrize(("command_line", "message"), CASES)
 @pytest.mark.parametrize("command", [[], ["check"]], ids=["run", "check"])
 def test_config_error_exits_2_before_any_side_effect(
-    site: Path, command: list[str], args: list[str], message: str
+    site: Path, command: list[str], command_line: str, message: str
 ) -> None:
-    result = agentd([*command, *side_effect_flags(site), *args], cwd=site)
+    result = agentd([*command, *side_effect_flags(site), *shlex.split(command_line)], cwd=site)
     assert result.returncode == 2, result.stderr
     assert message in result.stderr
     assert result.stdout == ""

@@ -12,7 +12,7 @@ import json
 import signal
 from pathlib import Path
 
-from tests.e2e.agentd_proc import PY, run_agentd, script
+from tests.support.agentd_proc import PY, run_agentd, script
 from tests.support.files import edit
 
 #: The route's filter: a line for ``todo`` changes, nothing for any other key.

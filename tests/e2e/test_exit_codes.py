@@ -10,8 +10,8 @@ import psutil
 import trio
 
 from agentd.exitcodes import ExitCode
-from tests.e2e.agentd_proc import notes_server, run_agentd, script
 from tests.fakes.provider_server import openai_error, provider_server
+from tests.support.agentd_proc import notes_server, run_agentd, script
 
 
 async def test_exit_0_once_completed_with_a_real_mcp_tool(tmp_path):

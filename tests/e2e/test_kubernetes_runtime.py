@@ -32,7 +32,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agentd import __version__
 from agentd.exitcodes import ExitCode
-from tests.e2e.agentd_proc import PY, REPO, Agentd, agentd_cmd, run_agentd, script
+from tests.support.agentd_proc import PY, REPO, Agentd, agentd_cmd, run_agentd, script
 from tests.support.files import edit
 from tests.support.memo import NOTES, memo_toml
 

@@ -10,7 +10,7 @@ import subprocess
 import trio
 
 from agentd.vocabulary import EVENTS
-from tests.e2e.agentd_proc import REPO, agentd_cmd, run_agentd, script
+from tests.support.agentd_proc import REPO, agentd_cmd, run_agentd, script
 
 
 async def test_every_line_is_json_with_a_declared_event_and_its_level(tmp_path):

@@ -19,7 +19,6 @@ import httpx2
 import pytest
 
 from agentd.exitcodes import ExitCode
-from tests.e2e.agentd_proc import PY, run_agentd
 from tests.fakes.provider_server import (
     AnthropicCacheSim,
     GoogleTokenEndpoint,
@@ -31,6 +30,7 @@ from tests.fakes.provider_server import (
     responses_reply,
     sigv4_problem,
 )
+from tests.support.agentd_proc import PY, run_agentd
 
 MEMO = f"memo={PY} -m agentd serve memo"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from agentd.exitcodes import ExitCode
-from tests.e2e.agentd_proc import Agentd, script
+from tests.support.agentd_proc import Agentd, script
 from tests.support.supervised import RUN_TIMEOUT, supervised
 
 # --------------------------------------------------------------------------- loop

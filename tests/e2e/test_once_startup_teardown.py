@@ -14,8 +14,8 @@ from pathlib import Path
 
 from agentd.exitcodes import ExitCode
 from agentd.supervisor.hub import WAKEUP_TOOLS
-from tests.e2e.agentd_proc import notes_server, run_agentd
 from tests.fakes.provider_server import openai_reply, provider_server
+from tests.support.agentd_proc import notes_server, run_agentd
 
 
 def _env(url: str) -> dict[str, str]:

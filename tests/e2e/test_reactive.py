@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from agentd.exitcodes import ExitCode
-from tests.e2e.agentd_proc import PY, Agentd, notes_server, script
+from tests.support.agentd_proc import PY, Agentd, notes_server, script
 from tests.support.files import edit
 from tests.support.routing import server_process
 from tests.support.supervised import RUN_TIMEOUT, supervised

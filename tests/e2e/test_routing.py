@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 from pathlib import Path
@@ -26,7 +27,7 @@ import pytest
 import trio
 
 from agentd.exitcodes import ExitCode
-from tests.e2e.agentd_proc import PY, agentd_cmd
+from tests.support.agentd_proc import PY, agentd_cmd
 from tests.support.files import edit
 from tests.support.routing import (
     FAST_BACKOFF,
@@ -267,47 +268,47 @@ def _check(tmp: Path, *args: str, env: dict[str, str] | None = None) -> subproce
 
 CHECK_REFUSALS = {
     "template-unknown-field": (
-        ["--mode", "reactive", "--config", "routes.toml"],
+        "--mode reactive --config routes.toml",
         '[[routes]]\nmatch = "memo://*"\ntemplate = "{bogus}"\n',
         r"routes\[0\]\.template: '\{bogus\}' is not valid: template '\{bogus\}': unknown placeholder \{bogus\}",
     ),
     "route-glob-lone-backslash": (
-        ["--mode", "reactive", "--config", "routes.toml"],
+        "--mode reactive --config routes.toml",
         '[[routes]]\nmatch = "memo://x\\\\"\n',
         r"routes\[0\]\.match: .* ends in a lone backslash: escape it",
     ),
     "subscribe-glob-lone-backslash": (
-        ["--mode", "reactive", "--subscribe", "memo://x\\"],
+        "--mode reactive --subscribe 'memo://x\\'",
         "",
         r"--subscribe\[0\]\.uri: .* ends in a lone backslash",
     ),
     "session-warm-in-reactive": (
-        ["--mode", "reactive", "--session", "warm"],
+        "--mode reactive --session warm",
         "",
         r"--session: 'warm' is not valid: reactive sessions are set per route",
     ),
     "template-on-a-continue-route": (
-        ["--mode", "reactive", "--config", "routes.toml"],
+        "--mode reactive --config routes.toml",
         '[[routes]]\nmatch = "memo://*"\ndisposition = "continue"\ntemplate = "x"\n',
         r"routes\[0\]\.template: 'x' is not valid: template applies to spawn routes",
     ),
     "cron-in-once": (
-        ["--cron", "*/5 * * * *"],
+        "--cron '*/5 * * * *'",
         "",
         r"--cron: .* does not apply to --mode once; use --mode schedule",
     ),
     "duplicate-route-names": (
-        ["--mode", "reactive", "--route", "a://x=spawn,name=mail", "--route", "b://x=spawn,name=mail"],
+        "--mode reactive --route a://x=spawn,name=mail --route b://x=spawn,name=mail",
         "",
         r"--route\[1\]\.name: 'mail' is not valid: route id 'mail' is already used by routes\[0\]",
     ),
     "route-setting-typo": (
-        ["--mode", "reactive", "--route", "memo://*=spawn,debounse=5s"],
+        "--mode reactive --route 'memo://*=spawn,debounse=5s'",
         "",
         r"unknown route setting 'debounse'; did you mean 'debounce'\?",
     ),
     "required-server-command-missing": (
-        ["--mcp-stdio", "memo=no-such-server-command --x", "--require", "memo"],
+        "--mcp-stdio 'memo=no-such-server-command --x' --require memo",
         "",
         r"server memo \(--mcp-stdio memo\) command: 'no-such-server-command' is not valid: it is not on PATH",
     ),
@@ -316,11 +317,11 @@ CHECK_REFUSALS = {
 
 @pytest.mark.parametrize("case", sorted(CHECK_REFUSALS))
 def test_check_refuses_a_setting_that_would_fail_or_be_ignored_later(tmp_path: Path, case: str) -> None:
-    args, toml, message = CHECK_REFUSALS[case]
+    command_line, toml, message = CHECK_REFUSALS[case]
     if toml:
         write(tmp_path, "routes.toml", toml)
     model = write(tmp_path, "m.json", json.dumps({"turns": [{"text": "x"}]}))
-    done = _check(tmp_path, *args, "--model", f"script:{model}", "do it")
+    done = _check(tmp_path, *shlex.split(command_line), "--model", f"script:{model}", "do it")
     assert done.returncode == ExitCode.CONFIG, done.stdout + done.stderr
     assert done.stdout == ""
     assert re.search(message, done.stderr), done.stderr

@@ -20,8 +20,8 @@ import trio
 from mcp import Client
 
 from agentd.state.shard import owner
-from tests.e2e.agentd_proc import Agentd, run_agentd
 from tests.fakes.provider_server import RecordedRequest, Reply, openai_reply, provider_server
+from tests.support.agentd_proc import Agentd, run_agentd
 from tests.support.processes import listening, start_notes_server
 
 pytestmark = pytest.mark.slow

@@ -11,8 +11,8 @@ import jsonschema
 import pytest
 
 from agentd.exitcodes import ExitCode
-from tests.e2e.agentd_proc import REPO, notes_server, run_agentd, script
 from tests.fakes.provider_server import openai_error, provider_server
+from tests.support.agentd_proc import REPO, notes_server, run_agentd, script
 from tests.support.files import edit
 from tests.support.memo import NOTES, memo_toml
 

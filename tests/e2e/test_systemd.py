@@ -22,7 +22,7 @@ import httpx2
 import pytest
 import trio
 
-from tests.e2e.agentd_proc import PY, REPO, run_agentd, script
+from tests.support.agentd_proc import PY, REPO, run_agentd, script
 from tests.support.sdnotify import STEP_TIMEOUT, lines, notify_socket
 
 UNIT = REPO / "deploy" / "systemd" / "agentd.service"

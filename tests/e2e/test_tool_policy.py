@@ -12,8 +12,8 @@ import os
 import signal
 from pathlib import Path
 
-from tests.e2e.agentd_proc import PY, run_agentd
 from tests.fakes.provider_server import RecordedRequest, openai_reply, provider_server
+from tests.support.agentd_proc import PY, run_agentd
 from tests.support.routing import memo_server
 
 

@@ -8,7 +8,7 @@ import signal
 from pathlib import Path
 
 from agentd.exitcodes import ExitCode
-from tests.e2e.agentd_proc import PY, REPO, run_agentd, script
+from tests.support.agentd_proc import PY, REPO, run_agentd, script
 from tests.support.files import edit
 from tests.support.memo import NOTES, memo_toml
 from tests.support.otlp import otlp_receiver

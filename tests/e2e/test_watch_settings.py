@@ -17,7 +17,7 @@ from typing import Any
 
 import trio
 
-from tests.e2e.agentd_proc import PY, Agentd, run_agentd, script
+from tests.support.agentd_proc import PY, Agentd, run_agentd, script
 from tests.support.watch import Control, loop_args, mcp_stdio, notice_lines, obj, server_args, watch_start
 
 #: The default quiet time: a notice sooner than this shows the setting was applied.

@@ -12,7 +12,7 @@ import json
 import signal
 from pathlib import Path
 
-from tests.e2e.agentd_proc import PY, run_agentd, script
+from tests.support.agentd_proc import PY, run_agentd, script
 from tests.support.files import edit
 from tests.support.watch import Control, mcp_stdio, memo_loop_args, watch_start
 from tests.support.watch import loop_args as watch_loop_args

@@ -62,8 +62,8 @@ from agentd.supervisor.reactor import Agent, Reactor
 from agentd.supervisor.tree import Tree
 from agentd.triggers import mode as modes
 from agentd.triggers.router import QueuedEvent, Router, RouteSpec, Spawn
-from tests.e2e.agentd_proc import PY, run_agentd, script
-from tests.faults.conftest import tagged_env
+from tests.support.agentd_proc import PY, run_agentd, script
+from tests.support.leftovers import tagged_env
 from tests.support.reactor import spawn_hooks
 from tests.support.reports import turn_ended, usage_reported
 from tests.support.telemetry import RecordingTelemetry

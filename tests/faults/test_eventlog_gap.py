@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from agentd.exitcodes import ExitCode
-from tests.e2e.agentd_proc import PY, run_agentd, script
-from tests.faults.conftest import tagged_env
+from tests.support.agentd_proc import PY, run_agentd, script
+from tests.support.leftovers import tagged_env
 
 BURST = 600
 RING = 256

@@ -20,8 +20,8 @@ import pytest
 import trio
 
 from agentd import health
-from tests.e2e.agentd_proc import PY, Agentd, run_agentd, script
-from tests.faults.conftest import tagged_env
+from tests.support.agentd_proc import PY, Agentd, run_agentd, script
+from tests.support.leftovers import tagged_env
 
 pytestmark = [pytest.mark.realclock, pytest.mark.slow]
 

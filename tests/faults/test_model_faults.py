@@ -20,16 +20,8 @@ import trio
 
 from agentd.exitcodes import ExitCode
 from agentd.selfmcp.protocol import MAX_TOKENS_PER_CALL
-from tests.e2e.agentd_proc import run_agentd
-from tests.fakes.provider_server import (
-    GoogleTokenEndpoint,
-    RecordedRequest,
-    Reply,
-    anthropic_reply,
-    openai_reply,
-    provider_server,
-    sigv4_problem,
-)
+from tests.fakes import provider_server as fake
+from tests.support.agentd_proc import run_agentd
 
 KEY_ID = "AKIDEXAMPLE0000FAULT"
 SECRET = "fault-secret-wJalrXUtnFEMI-K7MDENG"
@@ -55,14 +47,14 @@ def _aws(tmp_path: Path, base_url: str) -> dict[str, str]:
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
 async def test_m1_absurd_usage_figures_are_bounded_and_the_run_goes_on(provider: str) -> None:
     if provider == "openai":
-        hostile = openai_reply("ok", usage=(10**15, -5), cached_tokens=10**18)
+        hostile = fake.openai_reply("ok", usage=(10**15, -5), cached_tokens=10**18)
         env = {"OPENAI_API_KEY": "sk-test"}
         spec = "openai:gpt-4o-mini"
     else:
-        hostile = anthropic_reply("ok", usage=(-3, 10**16), cache=(10**14, -7))
+        hostile = fake.anthropic_reply("ok", usage=(-3, 10**16), cache=(10**14, -7))
         env = {"ANTHROPIC_API_KEY": "sk-ant-test"}
         spec = "anthropic:claude-sonnet-4-5"
-    async with provider_server([hostile]) as srv:
+    async with fake.provider_server([hostile]) as srv:
         base = {
             "openai": {"OPENAI_BASE_URL": srv.url("/v1")},
             "anthropic": {"ANTHROPIC_BASE_URL": srv.base_url},
@@ -79,13 +71,17 @@ async def test_m1_absurd_usage_figures_are_bounded_and_the_run_goes_on(provider:
 
 @pytest.mark.slow  # the zygote imports the SDK first (2-4 s)
 async def test_m2_bedrock_refusing_the_signature_is_exit_4_without_the_secret(tmp_path: Path) -> None:
-    def refuse(request: RecordedRequest) -> Reply:
+    def refuse(request: fake.RecordedRequest) -> fake.Reply:
         # The endpoint knows another secret for this key id.
-        problem = sigv4_problem(request, access_key=KEY_ID, secret_key="another-secret", region="us-east-1")
-        return Reply(403, {"message": f"The request signature we calculated does not match ({problem})."})
+        problem = fake.sigv4_problem(
+            request, access_key=KEY_ID, secret_key="another-secret", region="us-east-1"
+        )
+        return fake.Reply(
+            403, {"message": f"The request signature we calculated does not match ({problem})."}
+        )
 
     async with (
-        provider_server(handler=refuse) as srv,
+        fake.provider_server(handler=refuse) as srv,
         run_agentd(["--model", BEDROCK, "--output", "json", "hi"], env=_aws(tmp_path, srv.base_url)) as a,
     ):
         assert await a.wait_exit(60) == ExitCode.FATAL_INFRA, a.tail()
@@ -99,8 +95,8 @@ async def test_m2_bedrock_refusing_the_signature_is_exit_4_without_the_secret(tm
 
 
 async def test_m3_vertex_token_refused_is_exit_4_naming_the_credentials(tmp_path: Path) -> None:
-    tokens = GoogleTokenEndpoint()
-    async with provider_server(handler=tokens) as srv:
+    tokens = fake.GoogleTokenEndpoint()
+    async with fake.provider_server(handler=tokens) as srv:
         key_file = tokens.service_account(tmp_path, srv.url("/token"))
         tokens.email = "not-this-account@example.com"  # every grant is now refused (invalid_grant)
         env = _env(**tokens.vertex_env(key_file, srv.url("/v1"), "us-east5"))
@@ -115,7 +111,7 @@ async def test_m3_vertex_token_refused_is_exit_4_naming_the_credentials(tmp_path
 
 @pytest.mark.slow  # the zygote imports the SDK first (2-4 s)
 async def test_m4_empty_aws_profile_is_an_auth_error_not_a_crash(tmp_path: Path) -> None:
-    async with provider_server(handler=lambda _r: anthropic_reply("unreachable")) as srv:
+    async with fake.provider_server(handler=lambda _r: fake.anthropic_reply("unreachable")) as srv:
         env = {**_aws(tmp_path, srv.base_url), "AWS_PROFILE": "no-such-profile"}
         async with run_agentd(["--model", BEDROCK, "hi"], env=env) as a:
             assert await a.wait_exit(60) == ExitCode.FATAL_INFRA, a.tail()
@@ -125,13 +121,13 @@ async def test_m4_empty_aws_profile_is_an_auth_error_not_a_crash(tmp_path: Path)
 
 @pytest.mark.slow  # the replacement zygote and the fresh child each import the SDK (seconds)
 async def test_m5_zygote_sigkilled_while_importing_the_sdk_the_run_still_completes(tmp_path: Path) -> None:
-    replies = [anthropic_reply("signed and answered")]
+    replies = [fake.anthropic_reply("signed and answered")]
 
-    def bedrock(request: RecordedRequest) -> Reply:
-        problem = sigv4_problem(request, access_key=KEY_ID, secret_key=SECRET, region="us-east-1")
-        return Reply(403, {"message": problem}) if problem else replies.pop(0)
+    def bedrock(request: fake.RecordedRequest) -> fake.Reply:
+        problem = fake.sigv4_problem(request, access_key=KEY_ID, secret_key=SECRET, region="us-east-1")
+        return fake.Reply(403, {"message": problem}) if problem else replies.pop(0)
 
-    async with provider_server(handler=bedrock) as srv:
+    async with fake.provider_server(handler=bedrock) as srv:
         await _kill_the_zygote_at_start(srv.base_url, tmp_path)
     assert len(srv.requests) == 1
 

@@ -11,7 +11,7 @@ import psutil
 import trio
 
 from agentd.exitcodes import ExitCode
-from tests.e2e.agentd_proc import run_agentd, script
+from tests.support.agentd_proc import run_agentd, script
 from tests.support.otlp import otlp_receiver
 
 

@@ -16,7 +16,7 @@ import psutil
 import trio
 
 from agentd.exitcodes import ExitCode
-from tests.e2e.agentd_proc import PY, notes_server, run_agentd, script
+from tests.support.agentd_proc import PY, notes_server, run_agentd, script
 
 
 def _same_command(marker: str) -> list[psutil.Process]:

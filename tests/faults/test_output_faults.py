@@ -34,8 +34,8 @@ import trio
 from agentd.exitcodes import ExitCode
 from agentd.supervisor.app import EXIT_FLUSH_TIMEOUT
 from agentd.telemetry import RATE_BURST
-from tests.e2e.agentd_proc import PY, REPO, agentd_cmd, run_agentd, script
-from tests.faults.conftest import tagged_env
+from tests.support.agentd_proc import PY, REPO, agentd_cmd, run_agentd, script
+from tests.support.leftovers import tagged_env
 
 #: Bound on any one wait in these tests (a loaded 2-core machine).
 WAIT_S = 60.0

@@ -21,7 +21,6 @@ import trio
 from agentd.exitcodes import ExitCode
 from agentd.models._http import MAX_RESPONSE_BYTES
 from agentd.models.base import MAX_TOOL_ARGUMENT_CHARS
-from tests.e2e.agentd_proc import Agentd, run_agentd
 from tests.fakes.provider_server import (
     RecordedRequest,
     Reply,
@@ -32,7 +31,8 @@ from tests.fakes.provider_server import (
     openai_reply,
     provider_server,
 )
-from tests.faults.conftest import tagged_env
+from tests.support.agentd_proc import Agentd, run_agentd
+from tests.support.leftovers import tagged_env
 
 #: Slack on wall-time assertions for a shared, loaded 2-core machine.
 SLACK_S = 4.0

@@ -34,7 +34,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentd.exitcodes import ExitCode
-from tests.e2e.agentd_proc import PY, REPO, agentd_cmd, run_agentd, script
 from tests.fakes.provider_server import (
     RecordedRequest,
     Reply,
@@ -45,7 +44,8 @@ from tests.fakes.provider_server import (
     provider_server_thread,
     unused_port,
 )
-from tests.faults.conftest import tagged_env
+from tests.support.agentd_proc import PY, REPO, agentd_cmd, run_agentd, script
+from tests.support.leftovers import tagged_env
 
 #: Examples per path: each runs the real command (about half a second per start).
 FAST_EXAMPLES = 5

@@ -12,8 +12,8 @@ import signal
 from pathlib import Path
 
 from agentd.exitcodes import ExitCode
-from tests.e2e.agentd_proc import run_agentd
 from tests.fakes.provider_server import openai_reply, provider_server
+from tests.support.agentd_proc import run_agentd
 from tests.support.oauth import CLIENT_ID, CLIENT_SECRET, oauth_servers
 from tests.support.routing import memo_server
 

@@ -19,8 +19,8 @@ import psutil
 import pytest
 
 from agentd.exitcodes import ExitCode
-from tests.e2e.agentd_proc import Agentd
-from tests.faults.conftest import tagged_env
+from tests.support.agentd_proc import Agentd
+from tests.support.leftovers import tagged_env
 from tests.support.routing import (
     FAST_BACKOFF,
     FAULT_SERVER,

@@ -17,8 +17,8 @@ from pathlib import Path
 import httpx2
 import trio
 
-from tests.e2e.agentd_proc import run_agentd, script
-from tests.faults.conftest import tagged_env
+from tests.support.agentd_proc import run_agentd, script
+from tests.support.leftovers import tagged_env
 from tests.support.sdnotify import STEP_TIMEOUT, lines, notify_socket
 
 

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from agentd.state import journal as jf
-from tests.e2e.agentd_proc import PY, Agentd, run_agentd
 from tests.fakes.provider_server import RecordedRequest, Reply, openai_reply, provider_server
-from tests.faults.conftest import tagged_env
+from tests.support.agentd_proc import PY, Agentd, run_agentd
+from tests.support.leftovers import tagged_env
 
 #: One step of a change travelling server -> agentd -> agent -> provider on this shared machine.
 STEP = 30.0

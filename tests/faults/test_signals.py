@@ -25,8 +25,8 @@ import pytest
 import trio
 
 from agentd.exitcodes import ExitCode
-from tests.e2e.agentd_proc import PY, Agentd, run_agentd, script
-from tests.faults.conftest import EXIT_BOUND, tagged_env, wait_gone
+from tests.support.agentd_proc import PY, Agentd, run_agentd, script
+from tests.support.leftovers import EXIT_BOUND, tagged_env, wait_gone
 
 #: How long the agent's model call takes: the signal always lands mid-turn.
 TURN_MS = 2500

@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 import trio
 
 from agentd.exitcodes import ExitCode
-from tests.e2e.agentd_proc import PY, Agentd, run_agentd, script
-from tests.faults.conftest import tagged_env
+from tests.support.agentd_proc import PY, Agentd, run_agentd, script
 from tests.support.cgroups import pids_cgroup
 from tests.support.files import edit
+from tests.support.leftovers import tagged_env
 
 #: The spawn bound the tests set (``--spawn-timeout``): short, so a stopped zygote costs little.
 SPAWN_TIMEOUT_S = 1.0
@@ -80,9 +81,23 @@ async def zygote_when_ready(a: Agentd) -> int:
     return int(pid)
 
 
-async def test_a_stopped_zygote_is_detected_replaced_and_the_change_still_runs(tmp_path: Path) -> None:
-    memo = tmp_path / "notes.json"
-    edit(memo, {"todo": "milk"})
+async def stops_cleanly(a: Agentd) -> None:
+    """SIGTERM: agentd drains and exits 0."""
+    a.signal(signal.SIGTERM)
+    assert await a.wait_exit() == ExitCode.OK, a.tail()
+
+
+@pytest.fixture
+def memo(tmp_path: Path) -> Path:
+    """The memo server's file, holding one note before agentd starts."""
+    path = tmp_path / "notes.json"
+    edit(path, {"todo": "milk"})
+    return path
+
+
+async def test_a_stopped_zygote_is_detected_replaced_and_the_change_still_runs(
+    tmp_path: Path, memo: Path
+) -> None:
     extra_args = args(tmp_path, memo, latency_ms=1500, inflight=2)
     async with run_agentd(extra_args, env=tagged_env(tmp_path)) as a:
         old = await zygote_when_ready(a)
@@ -108,16 +123,13 @@ async def test_a_stopped_zygote_is_detected_replaced_and_the_change_still_runs(t
         again = await started(a, memo, "after")
         assert again["zygote"] is True
         assert gone(old)
-        a.signal(signal.SIGTERM)
-        assert await a.wait_exit() == ExitCode.OK, a.tail()
+        await stops_cleanly(a)
     assert a.out.count("handled") == 3
 
 
 async def test_a_killed_zygote_is_replaced_and_the_next_change_forks_from_the_replacement(
-    tmp_path: Path,
+    tmp_path: Path, memo: Path
 ) -> None:
-    memo = tmp_path / "notes.json"
-    edit(memo, {"todo": "milk"})
     async with run_agentd(args(tmp_path, memo), env=tagged_env(tmp_path)) as a:
         old = await zygote_when_ready(a)
         os.kill(old, signal.SIGKILL)
@@ -125,13 +137,12 @@ async def test_a_killed_zygote_is_replaced_and_the_next_change_forks_from_the_re
         assert degraded["reason"] == f"the zygote (pid {old}) exited"
         await readiness_flips(a, reason="exited")
         assert (await started(a, memo, "after"))["zygote"] is True
-        a.signal(signal.SIGTERM)
-        assert await a.wait_exit() == ExitCode.OK, a.tail()
+        await stops_cleanly(a)
 
 
-async def test_a_zygote_whose_fork_fails_with_eagain_is_replaced_and_the_change_runs(tmp_path: Path) -> None:
-    memo = tmp_path / "notes.json"
-    edit(memo, {"todo": "milk"})
+async def test_a_zygote_whose_fork_fails_with_eagain_is_replaced_and_the_change_runs(
+    tmp_path: Path, memo: Path
+) -> None:
     with pids_cgroup() as cgroup:
         async with run_agentd(args(tmp_path, memo), env=tagged_env(tmp_path)) as a:
             old = await zygote_when_ready(a)
@@ -148,13 +159,12 @@ async def test_a_zygote_whose_fork_fails_with_eagain_is_replaced_and_the_change_
             await readiness_flips(a, reason="could not fork")
             assert (await started(a, memo, "after"))["zygote"] is True
             assert gone(old)  # retired with no child left: killed
-            a.signal(signal.SIGTERM)
-            assert await a.wait_exit() == ExitCode.OK, a.tail()
+            await stops_cleanly(a)
 
 
-async def test_when_no_child_can_start_the_change_is_queued_again_and_handled_later(tmp_path: Path) -> None:
-    memo = tmp_path / "notes.json"
-    edit(memo, {"todo": "milk"})
+async def test_when_no_child_can_start_the_change_is_queued_again_and_handled_later(
+    tmp_path: Path, memo: Path
+) -> None:
     with pids_cgroup() as cgroup:
         extra = ("--max-restarts", "1000")  # failed spawns count as crashes; keep the breaker shut here
         async with run_agentd(args(tmp_path, memo, *extra), env=tagged_env(tmp_path)) as a:
@@ -180,7 +190,6 @@ async def test_when_no_child_can_start_the_change_is_queued_again_and_handled_la
             turn = await a.wait_event("turn.end", lambda e: e["status"] == "completed", timeout=60)
             assert turn["route"] == a.find("route.deliver")[-1]["route"]
             await a.wait_event("zygote.ready", lambda e: e["replaced"], timeout=60)
-            a.signal(signal.SIGTERM)
             with trio.fail_after(60):
-                assert await a.wait_exit() == ExitCode.OK, a.tail()
+                await stops_cleanly(a)
     assert "handled" in a.out

@@ -33,7 +33,6 @@ from agentd.supervisor.reactor import Agent, Reactor
 from agentd.triggers import mode as modes
 from agentd.triggers.router import Router, RouteSpec, Spawn
 from agentd.triggers.timer import CronSource
-from tests.e2e.agentd_proc import PY, Agentd, run_agentd, script
 from tests.fakes.provider_server import (
     Reply,
     anthropic_error,
@@ -42,8 +41,9 @@ from tests.fakes.provider_server import (
     openai_reply,
     provider_server,
 )
-from tests.faults.conftest import tagged_env
+from tests.support.agentd_proc import PY, Agentd, run_agentd, script
 from tests.support.files import edit
+from tests.support.leftovers import tagged_env
 from tests.support.reactor import spawn_hooks
 from tests.support.supervised import survivors, tree_of
 from tests.support.telemetry import RecordingTelemetry

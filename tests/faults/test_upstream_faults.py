@@ -23,9 +23,9 @@ import trio
 
 from agentd.exitcodes import ExitCode
 from agentd.telemetry import RATE_BURST
-from tests.e2e.agentd_proc import PY, REPO, Agentd, run_agentd, script
-from tests.faults.conftest import tagged_env
+from tests.support.agentd_proc import PY, REPO, Agentd, run_agentd, script
 from tests.support.files import edit
+from tests.support.leftovers import tagged_env
 from tests.support.processes import listening, start_notes_server, stop
 
 NOTES_SERVER = REPO / "tests/servers/notes_server.py"
@@ -105,6 +105,14 @@ def reactive(tmp: Path, cfg: str, *servers: str, extra: tuple[str, ...] = ()) ->
     return [*args, *extra, "react"]
 
 
+def on_alpha_and_beta(tmp: Path, server: str, **route: Any) -> list[str]:
+    """``reactive`` with stdio server ``server`` subscribed at note://alpha and note://beta,
+    and a spawn route for note://* (``route``: its other settings)."""
+    cfg = config(tmp, [spawn_route("note://*", **route)])
+    subs = ("--subscribe", f"{server}:note://alpha", "--subscribe", f"{server}:note://beta")
+    return reactive(tmp, cfg, stdio(tmp, server), extra=subs)
+
+
 def env(tmp: Path, **extra: str) -> dict[str, str]:
     return tagged_env(tmp, AGENTD_RECONNECT_BACKOFF=FAST_BACKOFF, **extra)
 
@@ -153,11 +161,7 @@ async def test_01_sigkill_mid_subscription_restarts_resubscribes_and_delivers_th
     tmp_path: Path,
 ) -> None:
     state = tmp_path / "notes.json"
-    cfg = config(tmp_path, [spawn_route("note://*")])
-    subs = ("--subscribe", "notes:note://alpha", "--subscribe", "notes:note://beta")
-    async with run_agentd(
-        reactive(tmp_path, cfg, stdio(tmp_path, "notes"), extra=subs), env=env(tmp_path)
-    ) as a:
+    async with run_agentd(on_alpha_and_beta(tmp_path, "notes"), env=env(tmp_path)) as a:
         await a.wait_event("subscription.established", count=2, timeout=STARTUP)
         pid = server_pid(a, tmp_path, "notes")
         os.kill(pid, signal.SIGKILL)
@@ -219,17 +223,9 @@ async def test_02_stopped_server_times_out_without_hanging_the_reactor_or_other_
         ],
     )
     args = [
-        "--verbose",
-        "--model",
-        model,
-        "--health-addr",
-        "127.0.0.1:0",
-        "--mcp-stdio",
-        stdio(tmp_path, "frozen"),
-        "--mcp-stdio",
-        stdio(tmp_path, "healthy"),
-        "work",
-    ]
+        "--verbose", "--model", model, "--health-addr", "127.0.0.1:0",
+        "--mcp-stdio", stdio(tmp_path, "frozen"), "--mcp-stdio", stdio(tmp_path, "healthy"), "work",
+    ]  # fmt: skip
     async with run_agentd(args, env=env(tmp_path)) as a:
         port = (await a.wait_event("health.listening", timeout=STARTUP))["port"]
         await a.wait_event("subagent.started", timeout=STARTUP)
@@ -313,15 +309,9 @@ async def test_04_required_server_that_keeps_crashing_fails_after_5_attempts_exi
         "required = true\n"
     )
     args = [
-        "--mode",
-        "reactive",
-        "--verbose",
-        "--config",
-        str(tmp_path / "agentd.toml"),
-        "--model",
-        reader_script(tmp_path),
-        "react",
-    ]
+        "--mode", "reactive", "--verbose", "--config", str(tmp_path / "agentd.toml"),
+        "--model", reader_script(tmp_path), "react",
+    ]  # fmt: skip
     async with run_agentd(args, env=env(tmp_path)) as a:
         assert await a.wait_exit(timeout=60) == ExitCode.REQUIRED_SERVER
     failed = of(a, "server.state", state="failed")
@@ -492,11 +482,7 @@ async def test_08_storm_of_10000_per_second_on_one_uri_is_coalesced_with_bounded
     tmp_path: Path, allow_files: Any
 ) -> None:
     allow_files("*.storm")
-    cfg = config(tmp_path, [spawn_route("note://*", max_wait="500ms")])
-    subs = ("--subscribe", "storm:note://alpha", "--subscribe", "storm:note://beta")
-    async with run_agentd(
-        reactive(tmp_path, cfg, stdio(tmp_path, "storm"), extra=subs), env=env(tmp_path)
-    ) as a:
+    async with run_agentd(on_alpha_and_beta(tmp_path, "storm", max_wait="500ms"), env=env(tmp_path)) as a:
         await a.wait_event("subscription.established", count=2, timeout=STARTUP)
         before = rss(a.proc.pid)
         await storm(a, tmp_path, "storm", {"uri": "note://alpha", "count": 10_000, "rate": 10_000})
@@ -559,21 +545,10 @@ async def test_09_storm_over_many_distinct_uris_is_bounded_counted_and_latest_st
     marker = {"name": "marker", "match": "note://beta", "disposition": "spawn", "reread_on_start": False}
     cfg = config(tmp_path, [route, marker])
     args = [
-        "--mode",
-        "reactive",
-        "--verbose",
-        "--config",
-        cfg,
-        "--model",
-        model,
-        "--mcp-stdio",
-        stdio(tmp_path, "many", "--items", str(ITEMS), era="legacy"),
-        "--subscribe",
-        "many:item://*",
-        "--subscribe",
-        "many:note://beta",
-        "react",
-    ]
+        "--mode", "reactive", "--verbose", "--config", cfg, "--model", model,
+        "--mcp-stdio", stdio(tmp_path, "many", "--items", str(ITEMS), era="legacy"),
+        "--subscribe", "many:item://*", "--subscribe", "many:note://beta", "react",
+    ]  # fmt: skip
     async with run_agentd(args, env=env(tmp_path)) as a:
         await a.wait_event("subscription.established", count=ITEMS + 1, timeout=90)
         await storm(a, tmp_path, "many", {"items": ITEMS, "rounds": 2})
@@ -609,15 +584,8 @@ async def test_10_read_above_max_read_bytes_is_refused_recorded_and_the_connecti
         ],
     )
     args = [
-        "--verbose",
-        "--model",
-        model,
-        "--max-read-bytes",
-        "1MiB",
-        "--mcp-stdio",
-        stdio(tmp_path, "big"),
-        "work",
-    ]
+        "--verbose", "--model", model, "--max-read-bytes", "1MiB", "--mcp-stdio", stdio(tmp_path, "big"), "work",
+    ]  # fmt: skip
     async with run_agentd(args, env=env(tmp_path)) as a:
         assert await a.wait_exit(timeout=60) == ExitCode.OK
     calls = of(a, "tool.call", tool="read_resource")
@@ -680,11 +648,7 @@ async def test_12_listen_stream_ended_by_a_full_backlog_is_reopened_and_reread(
     tmp_path: Path, allow_files: Any
 ) -> None:
     allow_files("*.storm")
-    cfg = config(tmp_path, [spawn_route("note://*")])
-    subs = ("--subscribe", "burst:note://alpha", "--subscribe", "burst:note://beta")
-    async with run_agentd(
-        reactive(tmp_path, cfg, stdio(tmp_path, "burst"), extra=subs), env=env(tmp_path)
-    ) as a:
+    async with run_agentd(on_alpha_and_beta(tmp_path, "burst"), env=env(tmp_path)) as a:
         await a.wait_event("subscription.established", count=2, timeout=STARTUP)
         # 5,000 events at once: more than the server's per-stream backlog (1,024) can hold.
         await storm(a, tmp_path, "burst", {"uri": "note://alpha", "count": 5000, "rate": 0})

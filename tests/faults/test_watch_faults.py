@@ -30,9 +30,9 @@ import trio
 
 from agentd.watches.sandbox import MAX_LINE_CHARS
 from agentd.watches.state import WatchSpec, encode, leftover_temps, save
-from tests.e2e.agentd_proc import PY, REPO, Agentd, run_agentd, script
-from tests.faults.conftest import tagged_env
+from tests.support.agentd_proc import PY, REPO, Agentd, run_agentd, script
 from tests.support.files import edit
+from tests.support.leftovers import tagged_env
 from tests.support.supervised import survivors, tree_of
 from tests.support.watch import memo_loop_args
 

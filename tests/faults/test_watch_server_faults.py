@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.agentd_proc import PY, Agentd, run_agentd, script
-from tests.faults.conftest import tagged_env
+from tests.support.agentd_proc import PY, Agentd, run_agentd, script
+from tests.support.leftovers import tagged_env
 from tests.support.watch import Control, loop_args, mcp_stdio, notice_lines, obj, server_args, watch_start
 
 #: Slack on wall-time bounds for a shared, loaded 2-core machine.

@@ -22,9 +22,9 @@ import trio
 
 from agentd.exitcodes import ExitCode
 from agentd.watches.state import leftover_temps, load, lock_path
-from tests.e2e.agentd_proc import PY, REPO, agentd_cmd, run_agentd, script
-from tests.faults.conftest import tagged_env
+from tests.support.agentd_proc import PY, REPO, agentd_cmd, run_agentd, script
 from tests.support.files import edit
+from tests.support.leftovers import tagged_env
 
 #: Bound on a command that must be refused before it starts anything (a FIFO must not hang it).
 REFUSE_TIMEOUT_S = 30.0

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from agentd.exitcodes import ExitCode
-from tests.e2e.agentd_proc import run_agentd, script
-from tests.faults.conftest import AllowedFiles, tagged_env
+from tests.support.agentd_proc import run_agentd, script
+from tests.support.leftovers import AllowedFiles, tagged_env
 
 #: The installed console script: what a user types (not ``python -m agentd``,
 #: which would itself import the working directory's folder).

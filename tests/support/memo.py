@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.e2e.agentd_proc import PY
+from tests.support.agentd_proc import PY
 
 NOTES = "memo://notes"
 """The memo server's one resource."""

@@ -20,7 +20,7 @@ import psutil
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.agentd_proc import PY, REPO, Agentd
+from tests.support.agentd_proc import PY, REPO, Agentd
 from tests.support.supervised import alive, tracking
 
 #: A whole agentd start on this shared 2-core machine (interpreter, zygote,

@@ -9,7 +9,7 @@ from pathlib import Path
 import psutil
 import trio
 
-from tests.e2e.agentd_proc import Agentd, run_agentd
+from tests.support.agentd_proc import Agentd, run_agentd
 
 #: A whole run on this shared 2-core machine: interpreter and zygote start-up
 #: (~2 s under load) plus the seconds of virtual work each test asks for.

@@ -361,15 +361,13 @@ def test_wheel_installs_and_the_entrypoint_runs_read_only(tmp_path):
         effective_config = json.loads(result.stdout)
         assert effective_config  # the effective configuration, as JSON
         # It came from the wheel in the fresh venv, not from the work tree.
-        where = subprocess.run(
+        where = subprocess.check_output(
             [str(py), "-c", "import agentd; print(agentd.__file__)"],
-            capture_output=True,
             text=True,
-            check=True,
             timeout=RUN_TIMEOUT_S,
             env=env,
             cwd=workdir,
-        ).stdout.strip()
+        ).strip()
         assert where.startswith(str(venv))
         assert list(workdir.iterdir()) == []
 

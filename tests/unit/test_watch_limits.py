@@ -56,37 +56,23 @@ def test_every_watches_setting_reaches_the_limits():
     from agentd.config import WatchesConfig
     from agentd.watches.limits import watch_limits
 
-    config = WatchesConfig(
-        max_watches=2,
-        filter_timeout=0.5,
-        filter_tool_calls=3,
-        events_per_update=7,
-        notice_lines=4,
-        debounce=0.25,
-        max_wait=2.0,
-        resubscribe_attempts=0,
+    # key: (a value other than its default, the WatchLimits field it must land in)
+    lands = {
+        "max_watches": (2, "max_watches"),
+        "filter_timeout": (0.5, "filter_time_secs"),
+        "filter_tool_calls": (3, "filter_tool_calls"),
+        "events_per_update": (7, "events_per_update"),
+        "notice_lines": (4, "lines_per_notice"),
+        "debounce": (0.25, "debounce_quiet_secs"),
+        "max_wait": (2.0, "debounce_max_secs"),
+        "resubscribe_attempts": (0, "resubscribe_attempts"),
+    }
+    assert set(WatchesConfig.model_fields) == set(lands), (
+        "a new [watches] setting needs a place in watch_limits() and a test that sees its effect"
     )
-    assert set(WatchesConfig.model_fields) == {
-        "max_watches",
-        "filter_timeout",
-        "filter_tool_calls",
-        "events_per_update",
-        "notice_lines",
-        "debounce",
-        "max_wait",
-        "resubscribe_attempts",
-    }, "a new [watches] setting needs a place in watch_limits() and a test that sees its effect"
-    lim = watch_limits(config)
-    assert (
-        lim.max_watches,
-        lim.filter_time_secs,
-        lim.filter_tool_calls,
-        lim.events_per_update,
-        lim.lines_per_notice,
-        lim.debounce_quiet_secs,
-        lim.debounce_max_secs,
-        lim.resubscribe_attempts,
-    ) == (2, 0.5, 3, 7, 4, 0.25, 2.0, 0)
+    values = {key: value for key, (value, _) in lands.items()}
+    lim = watch_limits(WatchesConfig(**values))
+    assert {key: getattr(lim, field) for key, (_, field) in lands.items()} == values
 
 
 @pytest.mark.parametrize("key", ["events_per_update", "notice_lines"])
