@@ -158,11 +158,11 @@ class Reactor:
         mode: str,
         session: str,
         clock: Clock | None = None,
-        required: frozenset[str] = frozenset(),
         channel: tuple[trio.MemorySendChannel[ReactorEvent], trio.MemoryReceiveChannel[ReactorEvent]]
         | None = None,
         watches: WatchHooks | None = None,
         staged: Mapping[str, StagedRoute] | None = None,
+        required: frozenset[str] = frozenset(),
         declared: Declared | None = None,
         subscriptions: Subscriptions | None = None,
         journals: SessionResume | None = None,
@@ -170,13 +170,9 @@ class Reactor:
         counters: RunCounters | None = None,
     ) -> None:
         self.send, self._recv = channel or open_channel()
-        self.driver = driver
-        self.router = router
-        self.budget = budget
-        self.telemetry = telemetry
-        self._mode = mode
-        self._clock = clock
-        self._watches = watches
+        # What the loop itself reads: the exit rules, the router's and budget's deadlines, the clock.
+        self.driver, self.router, self.budget, self.telemetry = driver, router, budget, telemetry
+        self._mode, self._clock, self._watches = mode, clock, watches
         self._declared: Declared = declared or NoDeclared()
         if subscriptions is None:  # nothing declared: routes and watches alone need subscriptions
             subscriptions = (

@@ -11,6 +11,7 @@ and the telemetry when that answer flips (:meth:`Readiness.report`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 
 from agentd.events import ServerState
 from agentd.supervisor.runstatus import RunStatus
@@ -18,47 +19,31 @@ from agentd.supervisor.subscriptions import Subscriptions
 from agentd.telemetry import Telemetry
 
 
+@dataclass(slots=True, eq=False)
 class Readiness:
     """Server, subscription and zygote states; the start gate; the ``/readyz`` answer and its flips."""
 
-    __slots__ = (
-        "_notify",
-        "_reported",
-        "_required",
-        "_status",
-        "_subscriptions",
-        "_telemetry",
-        "_waiting_reported",
-        "open",
-        "server_states",
-        "started",
-        "subscription_states",
-        "zygote_problem",
-    )
+    required: frozenset[str]
+    """Servers that must connect before the run opens (and be connected for ``/readyz``)."""
+    subscriptions: Subscriptions
+    """What is declared and what resolves to nothing (``/readyz`` waits for both)."""
+    status: RunStatus
+    telemetry: Telemetry
+    notify: Callable[[bool, str], None]
+    """The health notifier: the ``/readyz`` answer at start and on every flip."""
+    server_states: dict[str, ServerState] = field(default_factory=dict, init=False)
+    subscription_states: dict[tuple[str, str], str] = field(default_factory=dict, init=False)
+    zygote_problem: str | None = field(default=None, init=False)
+    """Why the agent zygote is unusable (None: ready, or not used)."""
+    started: bool = field(default=False, init=False)
+    """The driver's ``on_start`` ran (once every required server had connected, rfcs/0135)."""
+    open: bool = field(default=False, init=False)
+    """Every required server has connected once: roots, clock fires and deliveries may start."""
+    _waiting_reported: bool = field(default=False, init=False)
+    _reported: bool | None = field(default=None, init=False)
 
-    def __init__(
-        self,
-        required: frozenset[str],
-        subscriptions: Subscriptions,
-        status: RunStatus,
-        telemetry: Telemetry,
-        notify: Callable[[bool, str], None],
-    ) -> None:
-        self._required = required
-        self._subscriptions = subscriptions
-        self._status = status
-        self._telemetry = telemetry
-        self._notify = notify
-        self.server_states: dict[str, ServerState] = {}
-        self.subscription_states: dict[tuple[str, str], str] = {}
-        self.zygote_problem: str | None = None
-        """Why the agent zygote is unusable (None: ready, or not used)."""
-        self.started = False
-        """The driver's ``on_start`` ran (once every required server had connected, rfcs/0135)."""
-        self.open = not required
-        """Every required server has connected once: roots, clock fires and deliveries may start."""
-        self._waiting_reported = False
-        self._reported: bool | None = None
+    def __post_init__(self) -> None:
+        self.open = not self.required
 
     def on_server_states(self, states: Mapping[str, ServerState]) -> None:
         """Where the servers' first connection attempts left them (as the reactor starts)."""
@@ -86,11 +71,11 @@ class Readiness:
         if self.started:
             return False
         states = self.server_states
-        waiting = sorted(n for n in self._required if states.get(n) is not ServerState.CONNECTED)
+        waiting = sorted(n for n in self.required if states.get(n) is not ServerState.CONNECTED)
         if waiting:
             if not self._waiting_reported:
                 self._waiting_reported = True
-                self._telemetry.emit(
+                self.telemetry.emit(
                     "reactor.waiting",
                     servers=waiting,
                     note="required servers are not connected: no agent starts until they are",
@@ -101,9 +86,9 @@ class Readiness:
 
     def ready(self) -> tuple[bool, str]:
         """Readiness: required servers connected, declared subscriptions established, not draining."""
-        if not self._status.running:
+        if not self.status.running:
             return False, "draining"
-        for name in self._required:
+        for name in self.required:
             if self.server_states.get(name) is not ServerState.CONNECTED:
                 return (
                     False,
@@ -112,14 +97,14 @@ class Readiness:
         bad = [f"{s}:{u}" for (s, u), st in self.subscription_states.items() if st != "established"]
         # A declared subscription with no state at all was released or never
         # made: the daemon would be deaf to it, so it is not ready either.
-        bad += [f"{s}:{u}" for (s, u) in self._subscriptions.pairs if (s, u) not in self.subscription_states]
+        bad += [f"{s}:{u}" for (s, u) in self.subscriptions.pairs if (s, u) not in self.subscription_states]
         if bad:
             return False, f"subscriptions not established: {', '.join(sorted(bad)[:5])}"
-        if self._subscriptions.unresolved_required:
-            pattern = sorted(self._subscriptions.unresolved_required)[0]
+        if self.subscriptions.unresolved_required:
+            pattern = sorted(self.subscriptions.unresolved_required)[0]
             return (
                 False,
-                f"declared subscription {pattern!r} resolves to nothing: {self._subscriptions.unresolved[pattern]}",
+                f"declared subscription {pattern!r} resolves to nothing: {self.subscriptions.unresolved[pattern]}",
             )
         if self.zygote_problem is not None:
             return (
@@ -138,5 +123,5 @@ class Readiness:
         ready, reason = self.ready()
         if ready != self._reported:
             self._reported = ready
-            self._telemetry.emit("ready.changed", ready=ready, reason=reason)
-            self._notify(ready, reason)
+            self.telemetry.emit("ready.changed", ready=ready, reason=reason)
+            self.notify(ready, reason)

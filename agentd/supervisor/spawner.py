@@ -122,9 +122,9 @@ class Spawner:
     def spawn(
         self,
         now: float,
-        *,
         role: AgentRole,
         instruction: str,
+        *,
         route: str | None = None,
         session: str | None = None,
         warm: bool = False,

@@ -27,7 +27,7 @@ from agentd.supervisor.notices import NoticeDesk
 from agentd.supervisor.runstatus import RunStatus
 from agentd.supervisor.selftools import SelfToolDesk
 from agentd.supervisor.spawner import Spawner
-from agentd.supervisor.usage import refuse
+from agentd.supervisor.usage import reporting_agent
 from agentd.telemetry import Telemetry
 from agentd.triggers import mode as modes
 from agentd.triggers.router import Router
@@ -50,9 +50,8 @@ class Turns:
     telemetry: Telemetry
 
     def turn_end(self, ev: TurnEnded, now: float) -> None:
-        agent = self.agents.get(ev.agent)
-        if agent is None or not agent.busy:
-            refuse(ev, agent, self.telemetry)
+        agent = reporting_agent(self.agents, ev, self.telemetry)
+        if agent is None:
             return
         end = ev.end
         status: TerminalStatus = end.status

@@ -22,6 +22,15 @@ from agentd.supervisor.spawner import Spawner
 from agentd.telemetry import Telemetry
 
 
+def reporting_agent(agents: AgentTable, ev: UsageReported | TurnEnded, telemetry: Telemetry) -> Agent | None:
+    """The agent a usage report or turn end comes from, if it is mid-turn; otherwise the report is refused."""
+    agent = agents.get(ev.agent)
+    if agent is None or not agent.busy:
+        refuse(ev, agent, telemetry)
+        return None
+    return agent
+
+
 def refuse(ev: UsageReported | TurnEnded, agent: Agent | None, telemetry: Telemetry) -> None:
     """A report that cannot happen in the agent's phase (only a broken child sends one): stop it.
 
@@ -48,15 +57,16 @@ class Usage:
 
     agents: AgentTable
     status: RunStatus
+    """Whether ``budget.exhausted`` was written already."""
     budget: Budget
     counters: RunCounters
     spawner: Spawner
+    """Releases the idle sessions once the budget is spent."""
     telemetry: Telemetry
 
     def report(self, ev: UsageReported, now: float) -> None:
-        agent = self.agents.get(ev.agent)
-        if agent is None or not agent.busy:
-            refuse(ev, agent, self.telemetry)
+        agent = reporting_agent(self.agents, ev, self.telemetry)
+        if agent is None:
             return
         report = ev.report
         agent.begin_turn()  # STARTING -> TURN
@@ -75,21 +85,20 @@ class Usage:
         )
         telemetry = self.telemetry
         telemetry.observe("model_call", report.latency_ms / 1000, route=agent.route, provider=report.provider)
-        # The step and model.call carry the same token counts (in this order).
+        # The step and model.call name the same model and token counts (in this order).
+        model = {"provider": report.provider, "model": report.model}
         tokens = {
             "input_tokens": report.input_tokens,
             "output_tokens": report.output_tokens,
             "cached_input_tokens": report.cached_input_tokens,
         }
+        who = {"agent": agent.id, "route": agent.route, "session": agent.session}
         telemetry.step(
             "assistant",
-            agent=agent.id,
-            route=agent.route,
-            session=agent.session,
+            **who,
             text=report.text,
             tool_calls=report.tool_calls,
-            provider=report.provider,
-            model=report.model,
+            **model,
             latency_ms=report.latency_ms,
             **tokens,
             cost_usd=report.cost_usd,
@@ -97,8 +106,7 @@ class Usage:
         telemetry.emit(
             "model.call",
             agent=agent.id,
-            provider=report.provider,
-            model=report.model,
+            **model,
             **tokens,
             cache_creation_input_tokens=report.cache_creation_input_tokens,
             cost_usd="unknown" if report.cost_usd is None else report.cost_usd,
