@@ -25,7 +25,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, NamedTuple, NoReturn
 
 from agentd import __version__
 from agentd.config import (
@@ -61,6 +61,88 @@ signals: SIGTERM, SIGINT and SIGHUP drain (exit 0 within --grace, else 143); a s
 """
 
 
+class _Option(NamedTuple):
+    """One option of the run: its help group, flag, argparse action, metavar and help.
+
+    Values stay text (or a list of texts) until :mod:`agentd.config` validates them.
+    """
+
+    group: str
+    flag: str
+    action: str | type[argparse.Action]
+    metavar: str | None
+    help: str
+
+
+#: The actions of the table: given once, repeatable, or an on/off switch (--x / --no-x).
+_ONE, _MANY, _SWITCH = "store", "append", argparse.BooleanOptionalAction
+
+
+#: The help groups of the options by key, in --help order (None: the parser's own options).
+_GROUPS: dict[str, str | None] = {
+    "run": None,
+    "model": "model settings (per reply; also [model_settings] in TOML)",
+    "servers": "MCP servers",
+    "time": "time",
+    "budgets": "budgets and restarts",
+    "reactive": "reactive",
+    "output": "output and endpoints",
+}
+
+# The run's options in --help order, one row per option (the formatter leaves the
+# table alone, so that a row reads across).
+# fmt: off
+_OPTIONS: tuple[_Option, ...] = (
+    _Option("run", "--instruction", _ONE, "TEXT|@FILE", "the task (alternative to INSTRUCTION; @FILE reads a file)"),
+    _Option("run", "--mode", _ONE, "once|loop|reactive|schedule", "how to drive the agent (default once)"),
+    _Option("run", "--config", _ONE, "FILE", "TOML config file (see examples/agentd.toml)"),
+    _Option("run", "--model", _ONE, "SPEC", "openai:MODEL, anthropic:MODEL, openai-responses:MODEL, azure:DEPLOYMENT, bedrock:MODEL, vertex:MODEL, NAME:MODEL ([providers.NAME]) or script:FILE"),
+    _Option("run", "--system", _ONE, "TEXT|@FILE", "extra system prompt"),
+    _Option("model", "--temperature", _ONE, "T", "sampling temperature (0-2; Anthropic 0-1)"),
+    _Option("model", "--top-p", _ONE, "P", "nucleus sampling mass (0-1]"),
+    _Option("model", "--max-output-tokens", _ONE, "N", "output-token limit of one reply (default: the provider's; Anthropic 16384 or the model's limit)"),
+    _Option("model", "--reasoning-effort", _ONE, "none|minimal|low|medium|high|xhigh", "OpenAI reasoning effort"),
+    _Option("model", "--thinking-budget", _ONE, "N", "Anthropic extended thinking budget in tokens (>= 1024; 0 = off)"),
+    _Option("servers", "--mcp-stdio", _MANY, "'NAME=COMMAND ARGS…'", "a stdio server (repeatable)"),
+    _Option("servers", "--mcp-http", _MANY, "NAME=URL", "a Streamable HTTP server (repeatable)"),
+    _Option("servers", "--mcp-config", _MANY, "FILE", "MCP server file as another client writes it: mcpServers JSON (Claude, Cursor, …), VS Code's servers JSON or Codex's [mcp_servers] TOML (repeatable)"),
+    _Option("servers", "--require", _MANY, "NAME", "mark a server required: its failure ends the run with exit 6 (repeatable)"),
+    _Option("servers", "--tool-timeout", _ONE, "DURATION", "bound on one tool call (default 30s; per server: timeout)"),
+    _Option("servers", "--allowed-tools", _ONE, "GLOBS", "offer only these tools, comma-separated globs over server__tool (e.g. 'files__read_*,memo__*')"),
+    _Option("servers", "--disallowed-tools", _ONE, "GLOBS", "never offer these tools (comma-separated server__tool globs)"),
+    _Option("time", "--interval", _ONE, "DURATION", "loop shift / timer period (loop: 0 = re-enter at once)"),
+    _Option("time", "--cron", _ONE, "'EXPR'", "5-field UTC cron expression (schedule, reactive)"),
+    _Option("time", "--session", _ONE, "fresh|warm", "fresh root per shift/fire, or one warm session"),
+    _Option("time", "--deadline", _ONE, "DURATION", "wall-clock limit for the run (exit 124)"),
+    _Option("time", "--grace", _ONE, "DURATION", "drain time after SIGTERM/SIGINT/SIGHUP (default 25s)"),
+    _Option("time", "--spawn-timeout", _ONE, "DURATION", "bound on one attempt to start an agent child (default 5s)"),
+    _Option("budgets", "--budget-steps", _ONE, "N", "tree-wide model-call ceiling (exit 7, or 3 with a result)"),
+    _Option("budgets", "--budget-tokens", _ONE, "N", "tree-wide token ceiling, cached tokens included (exit 7 / 3)"),
+    _Option("budgets", "--budget-usd", _ONE, "AMOUNT", "tree-wide cost ceiling in US dollars, from genai-prices (exit 7 / 3)"),
+    _Option("budgets", "--max-steps", _ONE, "N", "deprecated name of --budget-steps"),
+    _Option("budgets", "--max-tokens", _ONE, "N", "deprecated name of --budget-tokens"),
+    _Option("budgets", "--max-turn-steps", _ONE, "N", "model calls per turn of one agent (default 100; 0 = no cap)"),
+    _Option("budgets", "--model-timeout", _ONE, "DURATION", "deadline of one model call, retries included (default 5m)"),
+    _Option("budgets", "--max-restarts", _ONE, "N", "restarts allowed within --restart-period (default 5)"),
+    _Option("budgets", "--restart-period", _ONE, "DURATION", "restart window (default 60s)"),
+    _Option("reactive", "--subscribe", _MANY, "[SERVER:]URI", "subscribe at startup (repeatable)"),
+    _Option("reactive", "--route", _MANY, "'MATCH=spawn[:N]|continue[:SESSION][,KEY=VALUE...]'", "route matching URIs (repeatable; MATCH @timer takes clock fires); KEY: debounce, max_wait, overflow, queue_cap, name, reread_on_start, extract, template"),
+    _Option("reactive", "--watch-state", _ONE, "PATH", "persist watch specs in this file (default: in --state-dir)"),
+    _Option("reactive", "--state-dir", _ONE, "DIR", "keep watch state, warm sessions' journals and OAuth tokens here across restarts (one agentd per DIR)"),
+    _Option("reactive", "--session-max-tokens", _ONE, "N", "token budget of a journaled session; older turns are dropped beyond it (default 100000)"),
+    _Option("reactive", "--shard", _ONE, "INDEX/COUNT|auto", "handle only this replica's share of routed work (auto: StatefulSet ordinal, AGENTD_SHARD_COUNT)"),
+    _Option("reactive", "--max-read-bytes", _ONE, "SIZE", "cap on one resource read (default 8MiB)"),
+    _Option("output", "--output", _ONE, "text|json|stream-json", "result format on stdout (default text; stream-json: one JSON line per step)"),
+    _Option("output", "--output-truncate", _ONE, "N", "stream-json: characters kept of each tool call's arguments and result (default 2000; 0 = all)"),
+    _Option("output", "--verbose", _SWITCH, None, "also log debug events"),
+    _Option("output", "--log-level", _ONE, "debug|info|warning|error", "least telemetry level on stderr (default info)"),
+    _Option("output", "--log-format", _ONE, "auto|json|text", "telemetry on stderr: NDJSON, readable lines, or auto (text on a terminal; default)"),
+    _Option("output", "--health-addr", _ONE, "HOST:PORT", "serve /healthz and /readyz here"),
+    _Option("output", "--metrics-addr", _ONE, "HOST:PORT", "serve Prometheus metrics here"),
+)
+# fmt: on
+
+
 def build_parser(prog: str = "agentd") -> argparse.ArgumentParser:
     """The argument parser for running and for ``agentd check`` (same options).
 
@@ -77,176 +159,11 @@ def build_parser(prog: str = "agentd") -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"agentd {__version__}")
     p.add_argument("instruction_arg", nargs="?", metavar="INSTRUCTION", help="the root agent's task")
-    p.add_argument(
-        "--instruction",
-        metavar="TEXT|@FILE",
-        help="the task (alternative to INSTRUCTION; @FILE reads a file)",
-    )
-    p.add_argument(
-        "--mode", metavar="once|loop|reactive|schedule", help="how to drive the agent (default once)"
-    )
-    p.add_argument("--config", metavar="FILE", help="TOML config file (see examples/agentd.toml)")
-    p.add_argument(
-        "--model",
-        metavar="SPEC",
-        help=(
-            "openai:MODEL, anthropic:MODEL, openai-responses:MODEL, azure:DEPLOYMENT, bedrock:MODEL, "
-            "vertex:MODEL, NAME:MODEL ([providers.NAME]) or script:FILE"
-        ),
-    )
-    p.add_argument("--system", metavar="TEXT|@FILE", help="extra system prompt")
-
-    g = p.add_argument_group("model settings (per reply; also [model_settings] in TOML)")
-    g.add_argument("--temperature", metavar="T", help="sampling temperature (0-2; Anthropic 0-1)")
-    g.add_argument("--top-p", metavar="P", help="nucleus sampling mass (0-1]")
-    g.add_argument(
-        "--max-output-tokens",
-        metavar="N",
-        help="output-token limit of one reply (default: the provider's; Anthropic 16384 or the model's limit)",
-    )
-    g.add_argument(
-        "--reasoning-effort", metavar="none|minimal|low|medium|high|xhigh", help="OpenAI reasoning effort"
-    )
-    g.add_argument(
-        "--thinking-budget",
-        metavar="N",
-        help="Anthropic extended thinking budget in tokens (>= 1024; 0 = off)",
-    )
-
-    g = p.add_argument_group("MCP servers")
-    g.add_argument(
-        "--mcp-stdio", action="append", metavar="'NAME=COMMAND ARGS…'", help="a stdio server (repeatable)"
-    )
-    g.add_argument(
-        "--mcp-http", action="append", metavar="NAME=URL", help="a Streamable HTTP server (repeatable)"
-    )
-    g.add_argument(
-        "--mcp-config",
-        action="append",
-        metavar="FILE",
-        help=(
-            "MCP server file as another client writes it: mcpServers JSON (Claude, Cursor, …), "
-            "VS Code's servers JSON or Codex's [mcp_servers] TOML (repeatable)"
-        ),
-    )
-    g.add_argument(
-        "--require",
-        action="append",
-        metavar="NAME",
-        help="mark a server required: its failure ends the run with exit 6 (repeatable)",
-    )
-    g.add_argument(
-        "--tool-timeout", metavar="DURATION", help="bound on one tool call (default 30s; per server: timeout)"
-    )
-    g.add_argument(
-        "--allowed-tools",
-        metavar="GLOBS",
-        help="offer only these tools, comma-separated globs over server__tool (e.g. 'files__read_*,memo__*')",
-    )
-    g.add_argument(
-        "--disallowed-tools",
-        metavar="GLOBS",
-        help="never offer these tools (comma-separated server__tool globs)",
-    )
-
-    g = p.add_argument_group("time")
-    g.add_argument(
-        "--interval", metavar="DURATION", help="loop shift / timer period (loop: 0 = re-enter at once)"
-    )
-    g.add_argument("--cron", metavar="'EXPR'", help="5-field UTC cron expression (schedule, reactive)")
-    g.add_argument("--session", metavar="fresh|warm", help="fresh root per shift/fire, or one warm session")
-    g.add_argument("--deadline", metavar="DURATION", help="wall-clock limit for the run (exit 124)")
-    g.add_argument("--grace", metavar="DURATION", help="drain time after SIGTERM/SIGINT/SIGHUP (default 25s)")
-    g.add_argument(
-        "--spawn-timeout",
-        metavar="DURATION",
-        help="bound on one attempt to start an agent child (default 5s)",
-    )
-
-    g = p.add_argument_group("budgets and restarts")
-    g.add_argument(
-        "--budget-steps", metavar="N", help="tree-wide model-call ceiling (exit 7, or 3 with a result)"
-    )
-    g.add_argument(
-        "--budget-tokens", metavar="N", help="tree-wide token ceiling, cached tokens included (exit 7 / 3)"
-    )
-    g.add_argument(
-        "--budget-usd",
-        metavar="AMOUNT",
-        help="tree-wide cost ceiling in US dollars, from genai-prices (exit 7 / 3)",
-    )
-    g.add_argument("--max-steps", metavar="N", help="deprecated name of --budget-steps")
-    g.add_argument("--max-tokens", metavar="N", help="deprecated name of --budget-tokens")
-    g.add_argument(
-        "--max-turn-steps", metavar="N", help="model calls per turn of one agent (default 100; 0 = no cap)"
-    )
-    g.add_argument(
-        "--model-timeout",
-        metavar="DURATION",
-        help="deadline of one model call, retries included (default 5m)",
-    )
-    g.add_argument("--max-restarts", metavar="N", help="restarts allowed within --restart-period (default 5)")
-    g.add_argument("--restart-period", metavar="DURATION", help="restart window (default 60s)")
-
-    g = p.add_argument_group("reactive")
-    g.add_argument(
-        "--subscribe", action="append", metavar="[SERVER:]URI", help="subscribe at startup (repeatable)"
-    )
-    g.add_argument(
-        "--route",
-        action="append",
-        metavar="'MATCH=spawn[:N]|continue[:SESSION][,KEY=VALUE...]'",
-        help=(
-            "route matching URIs (repeatable; MATCH @timer takes clock fires); KEY: debounce, max_wait, "
-            "overflow, queue_cap, name, reread_on_start, extract, template"
-        ),
-    )
-    g.add_argument(
-        "--watch-state", metavar="PATH", help="persist watch specs in this file (default: in --state-dir)"
-    )
-    g.add_argument(
-        "--state-dir",
-        metavar="DIR",
-        help="keep watch state, warm sessions' journals and OAuth tokens here across restarts (one agentd per DIR)",
-    )
-    g.add_argument(
-        "--session-max-tokens",
-        metavar="N",
-        help="token budget of a journaled session; older turns are dropped beyond it (default 100000)",
-    )
-    g.add_argument(
-        "--shard",
-        metavar="INDEX/COUNT|auto",
-        help="handle only this replica's share of routed work (auto: StatefulSet ordinal, AGENTD_SHARD_COUNT)",
-    )
-    g.add_argument("--max-read-bytes", metavar="SIZE", help="cap on one resource read (default 8MiB)")
-
-    g = p.add_argument_group("output and endpoints")
-    g.add_argument(
-        "--output",
-        metavar="text|json|stream-json",
-        help="result format on stdout (default text; stream-json: one JSON line per step)",
-    )
-    g.add_argument(
-        "--output-truncate",
-        metavar="N",
-        help="stream-json: characters kept of each tool call's arguments and result (default 2000; 0 = all)",
-    )
-    g.add_argument(
-        "--verbose", action=argparse.BooleanOptionalAction, default=None, help="also log debug events"
-    )
-    g.add_argument(
-        "--log-level",
-        metavar="debug|info|warning|error",
-        help="least telemetry level on stderr (default info)",
-    )
-    g.add_argument(
-        "--log-format",
-        metavar="auto|json|text",
-        help="telemetry on stderr: NDJSON, readable lines, or auto (text on a terminal; default)",
-    )
-    g.add_argument("--health-addr", metavar="HOST:PORT", help="serve /healthz and /readyz here")
-    g.add_argument("--metrics-addr", metavar="HOST:PORT", help="serve Prometheus metrics here")
+    groups = {key: p if title is None else p.add_argument_group(title) for key, title in _GROUPS.items()}
+    for option in _OPTIONS:
+        groups[option.group].add_argument(
+            option.flag, action=option.action, metavar=option.metavar, help=option.help
+        )
     if prog.endswith("check"):
         p.add_argument(
             "--show-secrets",

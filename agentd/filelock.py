@@ -1,4 +1,5 @@
-"""One exclusive, non-blocking lock on a state file, shared by everything that keeps state on disk.
+"""What everything that keeps state on disk shares: one exclusive, non-blocking lock on a
+state file, and the directory fsync that makes a rename durable.
 
 The session journals' state directory and the watch-state file are each owned by
 one agentd at a time: the owner holds ``flock(LOCK_EX | LOCK_NB)`` on a lock file
@@ -35,4 +36,17 @@ def lock_exclusively(fd: int, setting: str, path: Path, fix: str) -> None:
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
 
 
-__all__ = ["lock_exclusively"]
+def fsync_dir(directory: Path) -> None:
+    """Flush ``directory``'s entries to disk: a file renamed into it survives a power loss.
+
+    Raises:
+        OSError: the directory cannot be opened or flushed.
+    """
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+__all__ = ["fsync_dir", "lock_exclusively"]

@@ -219,10 +219,7 @@ def build_request(
         body["tools"] = [*specs]
     if cache != "off":
         _mark_prefix(wire, cache_control(cache))
-    if settings.temperature is not None:
-        body["temperature"] = settings.temperature
-    if settings.top_p is not None:
-        body["top_p"] = settings.top_p
+    body.update(settings.sampling())
     if settings.stop is not None:
         body["stop_sequences"] = list(settings.stop)
     if settings.thinking_budget:

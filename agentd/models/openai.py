@@ -124,10 +124,7 @@ def build_request(
     limit = settings.max_output_tokens if settings.max_output_tokens is not None else max_tokens
     if limit is not None:
         body["max_completion_tokens"] = limit
-    if settings.temperature is not None:
-        body["temperature"] = settings.temperature
-    if settings.top_p is not None:
-        body["top_p"] = settings.top_p
+    body.update(settings.sampling())
     if settings.stop is not None:
         body["stop"] = list(settings.stop)
     if settings.reasoning_effort is not None:

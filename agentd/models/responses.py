@@ -121,10 +121,7 @@ def build_request(
             )
     if settings.max_output_tokens is not None:
         body["max_output_tokens"] = settings.max_output_tokens
-    if settings.temperature is not None:
-        body["temperature"] = settings.temperature
-    if settings.top_p is not None:
-        body["top_p"] = settings.top_p
+    body.update(settings.sampling())
     if settings.reasoning_effort is not None:
         body["reasoning"] = {"effort": settings.reasoning_effort}
         # With store=false, the reasoning state travels back to us encrypted, or not at all.

@@ -193,6 +193,15 @@ class ModelSettings:
                 out[f.name] = list(value) if f.name == "stop" else value
         return out
 
+    def sampling(self) -> JSONObject:
+        """``temperature`` and ``top_p`` where set, as every wire format spells them in its body."""
+        out: JSONObject = {}
+        if self.temperature is not None:
+            out["temperature"] = self.temperature
+        if self.top_p is not None:
+            out["top_p"] = self.top_p
+        return out
+
     def merged(self, over: ModelSettings) -> ModelSettings:
         """These settings with every key ``over`` sets replacing ours (``extra`` merged key by key)."""
         # Values of several types: each is the same field of another ModelSettings (so of its type), for replace(**).

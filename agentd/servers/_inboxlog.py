@@ -591,12 +591,9 @@ class InboxLog:
                 line = data[pos:]
                 if not line.strip():
                     break  # trailing whitespace: wait for more
-                parsed = self._message(line, self.head + pos) if len(line) <= 64 * INLINE_LINE_BYTES else None
-                if parsed is None:
+                if len(line) > 64 * INLINE_LINE_BYTES or not self._take(out, line, self.head + pos):
                     out.stop = (self.head + pos, "an incomplete last line")
                     break
-                if isinstance(parsed, Entry):
-                    out.entries.append(parsed)
                 pos = n
                 break
             end = nl + 1
@@ -605,13 +602,9 @@ class InboxLog:
                 skipped = self._skip(self.head + pos, self.head + end)
                 if skipped is not None:
                     out.entries.append(skipped)
-            elif line.strip():
-                parsed = self._message(line, self.head + pos)
-                if parsed is None:
-                    out.stop = (self.head + pos, "a line that is not a JSON object")
-                    break
-                if isinstance(parsed, Entry):
-                    out.entries.append(parsed)
+            elif line.strip() and not self._take(out, line, self.head + pos):
+                out.stop = (self.head + pos, "a line that is not a JSON object")
+                break
             pos = end
         out.consumed = pos
         self._stopped_end = self.head + n
@@ -684,6 +677,13 @@ class InboxLog:
             if self.is_pending(note.seq):
                 out.append(self._adopt(note.entry()))
         return out
+
+    def _take(self, out: FeedResult, line: bytes, offset: int) -> bool:
+        """Consume the line at ``offset`` (a pending event joins ``out.entries``); False: not a JSON object."""
+        parsed = self._message(line, offset)
+        if isinstance(parsed, Entry):
+            out.entries.append(parsed)
+        return parsed is not None
 
     def _message(self, line: bytes, offset: int) -> Entry | object | None:
         """The pending entry for a line; ``_ACKED`` if its seq was acknowledged; None if not an object."""

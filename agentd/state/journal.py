@@ -42,6 +42,7 @@ from typing import Annotated, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from agentd.filelock import fsync_dir
 from agentd.selfmcp.protocol import MessageFrame
 
 MAGIC: Final = b"agentd-session-journal 1\n"
@@ -230,14 +231,6 @@ def read(path: Path) -> Contents:
     """Read a journal file (OSError propagates: unreadable is not corrupt)."""
     with open(path, "rb") as f:
         return parse(f.read())
-
-
-def fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def write_whole(

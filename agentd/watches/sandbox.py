@@ -60,6 +60,7 @@ supervisor's wrappers re-enter trio with ``trio.from_thread.run``. Cancelling
 from __future__ import annotations
 
 import contextlib
+import functools
 import heapq
 import os
 import re
@@ -68,7 +69,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal, NoReturn, TypeAlias, TypeVar
+from typing import Any, Final, Literal, NoReturn, TypeAlias, TypedDict, TypeVar, Unpack
 
 import trio
 from pydantic_monty import (
@@ -218,6 +219,15 @@ class FilterOutcome:
 
 
 # ----------------------------------------------------------------- the pool
+
+
+class ValidateOptions(TypedDict, total=False):
+    """What :meth:`FilterPool.validate` checks a source against, besides the source (see its arguments)."""
+
+    limits: WatchLimits | None
+    catalog_names: Collection[str]
+    denied: Collection[str]
+    sample: Event | None
 
 
 class FilterPool:
@@ -374,24 +384,12 @@ class FilterPool:
             )
         return text
 
-    async def avalidate(
-        self,
-        source: object,
-        *,
-        limits: WatchLimits | None = None,
-        catalog_names: Collection[str] = (),
-        denied: Collection[str] = (),
-        sample: Event | None = None,
-    ) -> str:
+    async def avalidate(self, source: object, **options: Unpack[ValidateOptions]) -> str:
         """:meth:`validate` in a worker thread, for callers on the reactor."""
-
-        def call() -> str:
-            return self.validate(
-                source, limits=limits, catalog_names=catalog_names, denied=denied, sample=sample
-            )
-
         # Its own limiter: a dry run never waits behind another watch's filter.
-        return await trio.to_thread.run_sync(call, limiter=trio.CapacityLimiter(1))
+        return await trio.to_thread.run_sync(
+            functools.partial(self.validate, source, **options), limiter=trio.CapacityLimiter(1)
+        )
 
 
 def check_source(source: object) -> str:

@@ -54,7 +54,7 @@ import orjson
 
 from agentd.errors import ConfigError
 from agentd.errors import WatchStateError as WatchStateError  # re-exported
-from agentd.filelock import lock_exclusively
+from agentd.filelock import fsync_dir, lock_exclusively
 from agentd.jsonvalue import JSONObject
 
 #: The file format written (and the newest one read).
@@ -303,21 +303,13 @@ def save(
         hook("temp-synced")
         os.replace(tmp, path)
         hook("renamed")
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
         hook("dir-synced")
     except OSError as exc:
         # If the directory refuses even the unlink, there is nothing more to clean.
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
         raise _unavailable("write", path, exc) from exc
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def load(path: Path | str, *, now: float | None = None) -> tuple[list[WatchSpec], list[str]]:
