@@ -62,9 +62,7 @@ class Spawner:
             instruction = f"{self.instruction}\n\n{text}" if self.instruction else text
             if self.journals is not None and self.journals.resumable(session) is not None:
                 instruction = text  # the journal holds the first instruction; the delivery follows it
-            started = self.spawn(
-                now, role="session", instruction=instruction, route=route, session=session, warm=True
-            )
+            started = self.spawn(now, role="session", instruction=instruction, route=route, session=session)
             started.origin = list(origin or ())
             self.telemetry.emit("session.deliver", session=session, route=route, started=True)
             return started
@@ -106,9 +104,7 @@ class Spawner:
         session = self.root_session
         # The restore notice rides in the root's first turn: one turn, not two.
         instruction = "\n\n".join(t for t in [self.instruction, *(n.text for n in folded)] if t)
-        agent = self.spawn(
-            now, role="root", instruction=instruction, warm=session is not None, session=session
-        )
+        agent = self.spawn(now, role="root", instruction=instruction, session=session)
         if folded:
             agent.notice_turn = list(folded)
             self.telemetry.emit(
@@ -124,12 +120,14 @@ class Spawner:
         now: float,
         role: AgentRole,
         instruction: str,
-        *,
         route: str | None = None,
         session: str | None = None,
-        warm: bool = False,
     ) -> Agent:
-        """A new agent in the table, started through the ``spawn`` hook (``subagent.spawn``)."""
+        """A new agent in the table, started through the ``spawn`` hook (``subagent.spawn``).
+
+        An agent that holds a session is warm (held between turns instead of exiting).
+        """
+        warm = session is not None
         agent = self.agents.new(
             role=role, instruction=instruction, route=route, session=session, warm=warm, now=now
         )

@@ -68,8 +68,8 @@ class Usage:
         agent = reporting_agent(self.agents, ev, self.telemetry)
         if agent is None:
             return
-        report = ev.report
         agent.begin_turn()  # STARTING -> TURN
+        report = ev.report
         self.budget.charge(
             input_tokens=report.input_tokens,
             output_tokens=report.output_tokens,
