@@ -322,7 +322,7 @@ class Reactor:
         self._start(now)
         self.readiness.report()  # ready before any event (no required server, nothing declared)
         while True:
-            code = self.driver.exit_predicate(self.view(now))
+            code = self.driver.exit_predicate(self.status.view(now))
             if code is not None:
                 self.status.stop(code)
                 return code
