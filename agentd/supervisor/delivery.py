@@ -20,7 +20,7 @@ from agentd.events import (
 from agentd.supervisor.notices import NoticeDesk
 from agentd.supervisor.readiness import Readiness
 from agentd.supervisor.runstatus import RunStatus
-from agentd.supervisor.seams import Clock, WatchHooks
+from agentd.supervisor.seams import Clock, Phase, WatchHooks
 from agentd.supervisor.spawner import Spawner
 from agentd.telemetry import Telemetry
 from agentd.triggers import mode as modes
@@ -107,7 +107,7 @@ class Delivery:
             now,
             session_idle=self.spawner.session_idle,
             may_spawn=self.status.may_start_work,
-            draining=not self.status.running or not self.readiness.open,
+            draining=self.status.phase is not Phase.RUNNING or not self.readiness.open,
         )
         for d in deliveries:
             match d:

@@ -338,7 +338,7 @@ class Reactor:
 
     def _next_deadline(self) -> float:
         status = self.status
-        timers = status.running and self.readiness.open
+        timers = status.phase is Phase.RUNNING and self.readiness.open
         candidates = [
             # Nothing is delivered while draining (or before the required
             # servers are up), so a debounce armed by a change meanwhile must
@@ -378,11 +378,11 @@ class Reactor:
         if self.budget.deadline_reached(now):
             self.telemetry.emit("budget.deadline")
             return
-        if status.reentry_due(now):
+        if status.reenter_at is not None and status.reentry_due(now):
             self.turns.reenter(now)
         if (
             self._clock is not None
-            and status.running
+            and status.phase is Phase.RUNNING
             and self.readiness.open
             and now >= self._clock.next_fire()
         ):
