@@ -115,7 +115,7 @@ class Delivery:
                     self.telemetry.observe("event_to_agent", now - d.event.first_seen, route=d.route_id)
                     self.telemetry.emit("route.deliver", route=d.route_id, uris=[d.event.uri])
                     agent = self.spawner.spawn(now, role="spawn", instruction=d.instruction, route=d.route_id)
-                    agent.origin = [d.event]
+                    agent.started_for([d.event])
                 case ContinueDelivery():
                     self._continue(d, now)
                 case _:

@@ -90,16 +90,16 @@ class NoticeDesk:
                 )
                 return
             started = self.spawner.deliver_to_session(now, ev.session, ev.text, route=route)
-            started.notice_turn = [ev]
+            started.answering([ev])
             return
         if agent.phase is AgentPhase.IDLE and agent.held is not None:
             self.telemetry.emit(
                 "session.deliver", session=ev.session, route=route, agent=agent.id, watch=ev.watch
             )
-            agent.notice_turn = [ev]
+            agent.answering([ev])
             self.spawner.resume(agent, ev.text, now)
         elif agent.busy:
-            agent.notices.append(ev)  # one follow-up turn carries every notice queued meanwhile
+            agent.queue_notice(ev)
         else:
             self.telemetry.emit("watch.notice_dropped", **fields, reason=f"agent {agent.phase.value}")
 
@@ -158,11 +158,11 @@ class NoticeDesk:
             agent = self.spawner.spawn(
                 now, role="spawn", instruction=f"{head}\n\n{body}" if head else body, route=route_id
             )
-            agent.notice_turn = list(pending)
+            agent.answering(list(pending))
 
     def resume_with_notices(self, agent: Agent, now: float) -> None:
         """The notices that reached ``agent`` mid-turn, as one follow-up turn."""
-        pending, agent.notices = agent.notices, []
+        pending = agent.take_notices()
         self.telemetry.emit(
             "session.deliver",
             session=agent.session,
@@ -170,5 +170,5 @@ class NoticeDesk:
             agent=agent.id,
             watch=[n.watch for n in pending],
         )
-        agent.notice_turn = pending
+        agent.answering(pending)
         self.spawner.resume(agent, "\n\n".join(n.text for n in pending), now)

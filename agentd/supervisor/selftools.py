@@ -68,7 +68,6 @@ class SelfToolDesk:
             case SelfUnsubscribe():
                 existed = request.uri in agent.subscriptions
                 self._drop_self_route(agent, request.uri)
-                agent.subscription_servers.pop(request.uri, None)
                 # A declared subscription (or another route or watch) still needs
                 # the upstream subscription: the hub must keep it, and the URI goes
                 # back to its declared route (rfcs/0134).
@@ -105,16 +104,16 @@ class SelfToolDesk:
             request.reply.answer(Refused(str(exc)))
             return
         self.agents.name_session(agent)
-        agent.subscriptions.add(request.uri)
-        agent.subscription_servers[request.uri] = request.server
+        agent.subscribe(request.uri, request.server)
         self.telemetry.emit("self.subscribe", agent=agent.id, uri=request.uri, server=request.server)
         request.reply.answer(Subscribed())
 
     def release(self, agent: Agent) -> None:
         """``agent`` exited: its self routes go, and the upstream subscriptions nothing else needs."""
         for uri in sorted(agent.subscriptions):
-            self._drop_self_route(agent, uri)
-            self._release_upstream(agent, uri)
+            server = self._drop_self_route(agent, uri)
+            if server is not None:
+                self._release_upstream(agent, server, uri)
 
     def owns_watches(self, agent: Agent) -> bool:
         """Whether ``agent``'s session has watch routes (it stays warm for them)."""
@@ -126,11 +125,8 @@ class SelfToolDesk:
         if names and self.watches is not None:
             self.watches.on_owner_exited(session, self.subscriptions.needed)
 
-    def _release_upstream(self, agent: Agent, uri: str) -> None:
+    def _release_upstream(self, agent: Agent, server: str, uri: str) -> None:
         """The agent that subscribed ``uri`` is gone: drop the upstream subscription unless still needed."""
-        server = agent.subscription_servers.pop(uri, None)
-        if server is None:
-            return
         for action in self.subscriptions.released([(server, uri)]):
             self.telemetry.emit(
                 "self.unsubscribe",
@@ -141,6 +137,8 @@ class SelfToolDesk:
             )
             self.unsubscribe(action.server, action.uri)
 
-    def _drop_self_route(self, agent: Agent, uri: str) -> None:
-        agent.subscriptions.discard(uri)
+    def _drop_self_route(self, agent: Agent, uri: str) -> str | None:
+        """``agent`` no longer owns ``uri``: its self route goes; returns the server it was on."""
+        server = agent.unsubscribe(uri)
         self.session_routes.unsubscribe(agent.session or agent.id, uri)
+        return server

@@ -63,7 +63,7 @@ class Spawner:
             if self.journals is not None and self.journals.resumable(session) is not None:
                 instruction = text  # the journal holds the first instruction; the delivery follows it
             started = self.spawn(now, role="session", instruction=instruction, route=route, session=session)
-            started.origin = list(origin or ())
+            started.started_for(list(origin or ()))
             self.telemetry.emit("session.deliver", session=session, route=route, started=True)
             return started
         self.telemetry.emit("session.deliver", session=session, route=route, agent=agent.id)
@@ -89,8 +89,7 @@ class Spawner:
             self.journals.end(session)
 
     def _answer(self, agent: Agent, text: str, now: float) -> None:
-        held = agent.resume()
-        agent.turn_started_at = now
+        held = agent.resume(now)
         if held is not None:
             # The next turn's trace context (tracing on): the child's tool calls carry it.
             tracing = active_tracing()
@@ -106,7 +105,7 @@ class Spawner:
         instruction = "\n\n".join(t for t in [self.instruction, *(n.text for n in folded)] if t)
         agent = self.spawn(now, role="root", instruction=instruction, session=session)
         if folded:
-            agent.notice_turn = list(folded)
+            agent.answering(list(folded))
             self.telemetry.emit(
                 "session.deliver",
                 session=session,
@@ -134,9 +133,7 @@ class Spawner:
         restored = self.journals.resumable(session) if self.journals is not None and session else None
         for uri, server in restored or ():
             # A restored session owns the self-subscriptions it had (their routes exist already).
-            agent.subscriptions.add(uri)
-            if server:
-                agent.subscription_servers[uri] = server
+            agent.subscribe(uri, server or None)
         self.telemetry.emit("subagent.spawn", agent=agent.id, role=role, route=route, session=session)
         self.spawn_hook(agent)
         return agent

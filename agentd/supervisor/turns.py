@@ -57,13 +57,10 @@ class Turns:
         status: TerminalStatus = end.status
         text = end.text
         idle = end.idle
-        agent.turns += 1
-        agent.status = status
-        agent.text = text
+        answered = agent.end_turn(status, text)
         if end.fatal_infra:
             self.status.record_fatal_infra(end.fatal_infra)
             self.telemetry.emit("model.fatal", agent=agent.id, error=end.fatal_infra)
-        answered, agent.notice_turn = agent.notice_turn, []
         if idle and status == "completed":
             self.telemetry.emit(
                 "reply.suppressed",
@@ -102,11 +99,10 @@ class Turns:
             self.status.record_root_terminal(status, agent.text)
             disposition = self.driver.on_root_terminal(self.status.view(now), status, idle=idle, now=now)
             self._apply_disposition(agent, disposition, now)
-        elif agent.role == "spawn" and agent.route is not None and not agent.slot_released:
+        elif agent.role == "spawn" and agent.route is not None and agent.release_slot():
             # The event this agent was spawned for is handled once its first
             # turn ends, even if it stays warm for its own subscriptions or
             # watches: the route's inflight slot is free again.
-            agent.slot_released = True
             self.router.on_spawn_done(agent.route)
         if agent.session is not None and agent.phase is AgentPhase.IDLE:
             self.router.on_session_idle(agent.session)
@@ -153,13 +149,13 @@ class Turns:
             return
         was = agent.exited()
         if agent.notices:
+            dropped = agent.take_notices()
             self.telemetry.emit(
                 "watch.notice_dropped",
                 agent=agent.id,
-                watch=[n.watch for n in agent.notices],
+                watch=[n.watch for n in dropped],
                 reason="agent exited",
             )
-            agent.notices.clear()
         if agent.session is not None and self.agents.release_session(agent):
             if ev.spawned:
                 # A session whose agent never started keeps its watches: the
@@ -177,7 +173,7 @@ class Turns:
         status: TerminalStatus = "crashed" if crashed else (agent.status or "completed")
         self.spawner.exit_event(agent, status, ev.returncode, reason=ev.reason)
         if crashed:
-            agent.status = "crashed"
+            agent.crashed()
             self._after_terminal(agent, "crashed", False, now)
             if not ev.spawned:
                 self._requeue(agent, now)
@@ -191,11 +187,10 @@ class Turns:
 
     def _requeue(self, agent: Agent, now: float) -> None:
         """An agent whose process never started: queue what it was started for again (at-least-once)."""
-        origin, agent.origin = agent.origin, []
+        origin, notices = agent.take_origin()
         for queued in origin:
             result = self.router.ingest(queued, now)
             self.telemetry.emit("route.requeued", agent=agent.id, route=result.route_id, uri=queued.uri)
-        notices, agent.notice_turn = agent.notice_turn, []
         for notice in notices:
             self.telemetry.emit("route.requeued", agent=agent.id, session=notice.session, watch=notice.watch)
             self.notices.notice(notice, now)
