@@ -33,7 +33,8 @@ def _status(**budget: int | None) -> RunStatus:
 
 def test_the_run_goes_running_draining_stopped_and_a_second_drain_or_stop_raises() -> None:
     status = _status()
-    assert status.running and status.may_start_work()
+    assert status.running
+    assert status.may_start_work()
     status.schedule_reentry(5.0)
     status.begin_drain(10.0, grace=25.0)
     assert (status.phase, status.drain_deadline, status.reenter_at) == (Phase.DRAINING, 35.0, None)
@@ -71,9 +72,12 @@ def test_the_drivers_view_carries_the_recorded_facts() -> None:
     status.open_breaker()
     view = status.view(0.0)
     assert (view.root_status, view.root_partial) == ("crashed", True)
-    assert view.fatal_infra and view.required_server_failed and view.breaker_open
+    assert view.fatal_infra
+    assert view.required_server_failed
+    assert view.breaker_open
     assert status.required_failed_error is not None
-    assert "'memo'" in status.required_failed_error and "after 3 attempts" in status.required_failed_error
+    assert "'memo'" in status.required_failed_error
+    assert "after 3 attempts" in status.required_failed_error
 
 
 def test_the_start_gate_opens_once_when_every_required_server_connected_and_waiting_is_written_once() -> None:
@@ -96,7 +100,8 @@ def test_the_start_gate_opens_once_when_every_required_server_connected_and_wait
     assert flips == [(False, "required server 'kube' is starting")]
     readiness.on_server_state("kube", ServerState.CONNECTED)
     assert readiness.open_gate()
-    assert readiness.open and readiness.started
+    assert readiness.open
+    assert readiness.started
     assert not readiness.open_gate()  # the driver's on_start runs once
     readiness.on_subscription_state("memo", "memo://notes", "lost")
     assert readiness.ready() == (False, "subscriptions not established: memo:memo://notes")
