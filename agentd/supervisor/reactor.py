@@ -16,15 +16,18 @@ writes another's attributes):
   phase, drain, exit facts, the driver's view), readiness (``readiness.py``:
   server, subscription and zygote states, the start gate, ``/readyz``) and
   backpressure (``backpressure.py``);
-* handlers by job, owning no state beyond what they hold for later: the
-  spawner (``spawner.py``), the notice desk (``notices.py``), the self-tool
-  desk (``selftools.py``), turns (``turns.py``), delivery (``delivery.py``)
-  and the drain (``drain.py``).
+* handlers by job, frozen dataclasses owning no state beyond what they
+  hold for later: the spawner (``spawner.py``), the notice desk
+  (``notices.py``), the self-tool desk (``selftools.py``), usage
+  (``usage.py``), turns (``turns.py``), delivery (``delivery.py``) and the
+  drain (``drain.py``).
 
 The parts call down only (turns → notice desk and self-tool desk → spawner;
-delivery → notice desk → spawner; drain → spawner); the steps that need
-several parts in order (start, the timers, a server's state) are the
-reactor's own. The exit rules live in the drivers (``triggers/mode.py``).
+delivery → notice desk → spawner; usage and drain → spawner), so no two
+parts need each other and none holds a callable back into the reactor: the
+steps that need several parts in order (start, the timers after each event,
+a server's state) are the reactor's own. The exit rules live in the drivers
+(``triggers/mode.py``). See rfcs/0250.
 
 State machine of the process (:class:`Phase`, kept by the run status)::
 
