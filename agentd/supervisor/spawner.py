@@ -119,6 +119,7 @@ class Spawner:
         now: float,
         role: AgentRole,
         instruction: str,
+        *,
         route: str | None = None,
         session: str | None = None,
     ) -> Agent:
