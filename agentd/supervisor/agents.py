@@ -10,7 +10,10 @@ current and the allowed phases) on a move the lifecycle does not have::
 
 The reactor checks a child's report against the phase before it applies it
 (a report that cannot happen is refused, never applied), so a raise here is a
-bug in the reactor, not something a child can cause.
+bug in the reactor, not something a child can cause. What an agent carries
+besides its phase (its turn record, the notices it answers or has queued,
+what it was started for, its self-subscriptions) is changed through its
+methods too: the reactor's parts read an agent's fields and never write them.
 
 :class:`AgentTable` owns the agents by id, the warm sessions by name and the
 agent id sequence. Pure: no trio, no I/O.
@@ -119,9 +122,14 @@ class Agent:
         self._move(AgentPhase.IDLE, (AgentPhase.STARTING, AgentPhase.TURN))
         self.held = end
 
-    def resume(self) -> TurnEnded | None:
-        """A delivery reached it. IDLE -> TURN; returns the held turn end to answer."""
+    def resume(self, now: float | None = None) -> TurnEnded | None:
+        """A delivery reached it. IDLE -> TURN; returns the held turn end to answer.
+
+        ``now``: when the next turn's input is handed over (its duration counts from it).
+        """
         self._move(AgentPhase.TURN, (AgentPhase.IDLE,))
+        if now is not None:
+            self.turn_started_at = now
         held, self.held = self.held, None
         return held
 
@@ -137,6 +145,61 @@ class Agent:
         self._move(AgentPhase.EXITED, tuple(AgentPhase))
         self.held = None
         return was
+
+    # What the agent carries besides its phase: changed through these methods by the reactor's parts.
+
+    def answering(self, notices: list[Notice]) -> None:
+        """Its next (or first) turn answers ``notices`` (for ``reply.suppressed``)."""
+        self.notice_turn = notices
+
+    def queue_notice(self, notice: Notice) -> None:
+        """A notice arrived mid-turn: one follow-up turn carries every notice queued meanwhile."""
+        self.notices.append(notice)
+
+    def take_notices(self) -> list[Notice]:
+        """The notices queued mid-turn (they become the follow-up turn, or are dropped at exit)."""
+        pending, self.notices = self.notices, []
+        return pending
+
+    def started_for(self, origin: list[QueuedEvent]) -> None:
+        """The routed changes it was started for (queued again if its spawn fails)."""
+        self.origin = origin
+
+    def take_origin(self) -> tuple[list[QueuedEvent], list[Notice]]:
+        """What it was started for: the routed changes and the notices of its first turn (both cleared)."""
+        origin, self.origin = self.origin, []
+        notices, self.notice_turn = self.notice_turn, []
+        return origin, notices
+
+    def end_turn(self, status: TerminalStatus, text: str) -> list[Notice]:
+        """Its turn ended with ``status`` and ``text``; returns the notices that turn answered (cleared)."""
+        self.turns += 1
+        self.status = status
+        self.text = text
+        answered, self.notice_turn = self.notice_turn, []
+        return answered
+
+    def crashed(self) -> None:
+        """Its process died mid-turn (or failed to start)."""
+        self.status = "crashed"
+
+    def release_slot(self) -> bool:
+        """A spawn agent's first terminal status frees its route's inflight slot: True the first time only."""
+        if self.slot_released:
+            return False
+        self.slot_released = True
+        return True
+
+    def subscribe(self, uri: str, server: str | None) -> None:
+        """It owns the self-subscription ``uri`` (on ``server``, to release it when it exits)."""
+        self.subscriptions.add(uri)
+        if server is not None:
+            self.subscription_servers[uri] = server
+
+    def unsubscribe(self, uri: str) -> str | None:
+        """It no longer owns ``uri``; returns the server it was on (None: none known, or released)."""
+        self.subscriptions.discard(uri)
+        return self.subscription_servers.pop(uri, None)
 
 
 class AgentTable:

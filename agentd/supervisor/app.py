@@ -547,11 +547,11 @@ async def _main(
         code = await reactor.run(server_states={name: up.state for name, up in upstreams.items()})
         notifier.stopped(int(code))
         await reactor.reap()
-        if code is ExitCode.REQUIRED_SERVER and reactor.required_failed_error is not None:
+        if code is ExitCode.REQUIRED_SERVER and reactor.status.required_failed_error is not None:
             telemetry.emit(
                 "supervisor.required_server_failed",
-                server=reactor.required_failed,
-                error=reactor.required_failed_error,
+                server=reactor.status.required_failed,
+                error=reactor.status.required_failed_error,
             )
         session_id = stream.session_id if stream is not None else str(uuid.uuid4())
         if once:
@@ -644,9 +644,9 @@ def run_error(reactor: Reactor, code: ExitCode) -> dict[str, str] | None:
     """The ``error`` object of a JSON result: ``kind``, ``message`` and ``fix`` (None when the run succeeded)."""
     budget = reactor.budget.spent()
     error: tuple[str, str, str] | None = None
-    if reactor.fatal_infra is not None:
+    if reactor.status.fatal_infra is not None:
         # Why the provider could not be used (HTTP status and its message), as in model.fatal.
-        message = reactor.fatal_infra
+        message = reactor.status.fatal_infra
         if any(marker in message for marker in ("HTTP 401", "HTTP 403", "credentials", "auth")):
             fix = (
                 "check the model's API key (OPENAI_API_KEY, ANTHROPIC_API_KEY, or the endpoint's api_key_env)"
@@ -657,7 +657,8 @@ def run_error(reactor: Reactor, code: ExitCode) -> dict[str, str] | None:
     elif code is ExitCode.REQUIRED_SERVER:
         error = (
             "server",
-            reactor.required_failed_error or f"required server {reactor.required_failed!r} failed",
+            reactor.status.required_failed_error
+            or f"required server {reactor.status.required_failed!r} failed",
             "check the server's command or URL and its stderr (server.state and upstream.* lines on stderr)",
         )
     elif code in (ExitCode.BUDGET, ExitCode.BUDGET_PARTIAL):
@@ -677,7 +678,7 @@ def run_error(reactor: Reactor, code: ExitCode) -> dict[str, str] | None:
             "raise --grace (and terminationGracePeriodSeconds on Kubernetes)",
         )
     elif code is ExitCode.CRASHED:
-        status = reactor.root_status or "crashed"
+        status = reactor.status.root_status or "crashed"
         error = (
             "crashed",
             f"the agent ended {status}",
@@ -721,8 +722,8 @@ async def _print_once(
     session_id: str = "",
 ) -> ExitCode:
     """Write the once run's result; the exit code, OUTPUT_FAILED if the result could not be written."""
-    text = reactor.root_text
-    status = reactor.root_status
+    text = reactor.status.root_text
+    status = reactor.status.root_status
     line: bytes | None = None
     if json_out or stream is not None:
         summary = run_summary(reactor, code, duration, session_id)

@@ -1,33 +1,58 @@
 """The reactor's change path: a resource change into the router, due deliveries out to sessions and agents.
 
-Also the ``block`` overflow's backpressure (pause and resume the servers
-feeding a full route) and clock fires. Part of the reactor (see
-:mod:`agentd.supervisor.reactorcore`).
+Also the clock's fires (a timer route's event, or the schedule's root). The
+part owns no state: the queues and debounces are the router's, the agents
+the agent table's (through the spawner), the notices waiting for a slot the
+notice desk's.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import assert_never
 
+from agentd.counters import RunCounters
 from agentd.events import (
     ResourceChanged,
 )
-from agentd.supervisor.seams import Phase
-from agentd.supervisor.turns import Turns
+from agentd.supervisor.notices import NoticeDesk
+from agentd.supervisor.readiness import Readiness
+from agentd.supervisor.runstatus import RunStatus
+from agentd.supervisor.seams import Clock, Phase, WatchHooks
+from agentd.supervisor.spawner import Spawner
+from agentd.telemetry import Telemetry
 from agentd.triggers import mode as modes
 from agentd.triggers.router import (
     ContinueDelivery,
     PushOutcome,
     QueuedEvent,
+    Route,
+    Router,
     SpawnDelivery,
 )
 
 
-class Delivery(Turns):
+@dataclass(frozen=True, slots=True, eq=False)
+class Delivery:
     """The reactor's change path: a resource change into the router, due deliveries out to sessions and agents."""
 
-    def _resource_changed(self, ev: ResourceChanged, now: float) -> None:
+    router: Router
+    status: RunStatus
+    readiness: Readiness
+    counters: RunCounters
+    spawner: Spawner
+    notices: NoticeDesk
+    watches: WatchHooks | None
+    handles: Callable[[Route, str], bool] | None
+    telemetry: Telemetry
+    clock: Clock | None
+    """A clock source for timer routes and schedule fires, if any."""
+    driver: modes.Driver
+    """The mode's driver (the schedule's fires)."""
+
+    def resource_changed(self, ev: ResourceChanged, now: float) -> None:
         if self.handles is not None:
             route = self.router.first_match(ev.uri)
             if route is not None and not self.handles(route, ev.uri):
@@ -77,26 +102,26 @@ class Delivery(Turns):
         else:
             self.telemetry.emit("route.enqueued", route=result.route_id, uri=ev.uri)
 
-    def _deliver(self, now: float) -> None:
+    def deliver(self, now: float) -> None:
         deliveries = self.router.take_deliveries(
             now,
-            session_idle=self._session_idle,
-            may_spawn=lambda: self.phase is Phase.RUNNING and self.budget.spent() is None,
-            draining=self.phase is not Phase.RUNNING or not self.open,
+            session_idle=self.spawner.session_idle,
+            may_spawn=self.status.may_start_work,
+            draining=self.status.phase is not Phase.RUNNING or not self.readiness.open,
         )
         for d in deliveries:
             match d:
                 case SpawnDelivery():
                     self.telemetry.observe("event_to_agent", now - d.event.first_seen, route=d.route_id)
                     self.telemetry.emit("route.deliver", route=d.route_id, uris=[d.event.uri])
-                    agent = self._spawn(now, role="spawn", instruction=d.instruction, route=d.route_id)
-                    agent.origin = [d.event]
+                    agent = self.spawner.spawn(now, role="spawn", instruction=d.instruction, route=d.route_id)
+                    agent.started_for([d.event])
                 case ContinueDelivery():
                     self._continue(d, now)
                 case _:
                     assert_never(d)
-        if self.route_notices:
-            self._spawn_route_notices(now)
+        if self.notices.route_notices:
+            self.notices.spawn_route_notices(now)
 
     def _continue(self, d: ContinueDelivery, now: float) -> None:
         uris = [e.uri for e in d.events]
@@ -104,58 +129,32 @@ class Delivery(Turns):
         match d.kind:
             case "watch":
                 # A watch re-reads and filters on its own task; the owning
-                # session only hears of it as a notice (see _notice).
+                # session only hears of it as a notice (see the notice desk).
                 self.router.on_session_idle(d.session)
-                if self._watches is not None:
-                    self._watches.on_changed(d.route_id, uris)
+                if self.watches is not None:
+                    self.watches.on_changed(d.route_id, uris)
             case "stage":
                 # Same for a staged declared route: its notices come back as RouteNotice.
                 self.router.on_session_idle(d.session)
-                if self._watches is not None:
-                    self._watches.on_route_changed(d.route_id, [(e.uri, e.server) for e in d.events])
+                if self.watches is not None:
+                    self.watches.on_route_changed(d.route_id, [(e.uri, e.server) for e in d.events])
             case "declared" | "self":
                 oldest = min(e.first_seen for e in d.events) if d.events else now
                 self.telemetry.observe("event_to_agent", now - oldest, route=d.route_id)
-                self._deliver_to_session(
+                self.spawner.deliver_to_session(
                     now, d.session, render_delivery(d.events), route=d.route_id, origin=d.events
                 )
             case _:
                 assert_never(d.kind)
 
-    def _apply_backpressure(self) -> None:
-        """Pause the servers feeding a ``block`` route whose queue is full; resume them once it has room."""
-        blocked = self.router.blocked_routes()
-        if not blocked and not self._blocked:
-            return  # the common case: nothing is blocked, nothing to resume
-        # Every server whose events a blocked route holds is paused, including
-        # one whose first event arrived after the route blocked.
-        for route_id in sorted(blocked):
-            for server in sorted(self.router.held_servers(route_id)):
-                routes = self.paused.setdefault(server, set())
-                if route_id in routes:
-                    continue
-                if not routes:
-                    self.hooks.pause(server, True)
-                    self.telemetry.emit("upstream.paused", server=server, route=route_id)
-                routes.add(route_id)
-        for route_id in sorted(self._blocked - blocked):
-            for server in sorted(self.paused):
-                routes = self.paused[server]
-                routes.discard(route_id)
-                if not routes:
-                    del self.paused[server]
-                    self.hooks.pause(server, False)
-                    self.telemetry.emit("upstream.resumed", server=server, route=route_id)
-        self._blocked = blocked
-
-    def _clock_fire(self, now: float) -> None:
+    def clock_fire(self, now: float) -> None:
         assert self.clock is not None
         self.clock.fire(now, _dt.datetime.now(_dt.UTC))
         self.telemetry.emit("timer.fire")
         if isinstance(self.driver, modes.Schedule) and self.router.timer_route is None:
-            for action in self.driver.on_fire(self.view(now), now):
+            for action in self.driver.on_fire(self.status.view(now), now):
                 if isinstance(action, modes.SpawnRoot):
-                    self._spawn_root(now)
+                    self.spawner.spawn_root(now)
                 else:
                     self.telemetry.emit("timer.coalesced", reason="previous root still running")
         else:

@@ -1,11 +1,14 @@
 """The reactor's end: the drain a signal starts, and reaping every agent once the run ended.
 
-Part of the reactor (see :mod:`agentd.supervisor.reactorcore`).
+The part owns no state: the drain's phase and deadline are the run
+status's (:mod:`agentd.supervisor.runstatus`), the agents the agent table's.
 """
 
 from __future__ import annotations
 
 import signal as _signal
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import trio
 
@@ -27,9 +30,11 @@ from agentd.events import (
 )
 from agentd.exitcodes import ExitCode, TerminalStatus
 from agentd.selfmcp.protocol import NextTurn, UsageVerdict
-from agentd.supervisor.agents import AgentPhase
-from agentd.supervisor.delivery import Delivery
+from agentd.supervisor.agents import AgentPhase, AgentTable
+from agentd.supervisor.runstatus import RunStatus
 from agentd.supervisor.seams import Phase
+from agentd.supervisor.spawner import Spawner
+from agentd.telemetry import Telemetry
 
 #: After the run ended, seconds an agent that was told to exit gets to do so
 #: before the kill ladder: an agent exits within milliseconds of its answer.
@@ -40,25 +45,42 @@ REAP_EXIT_WAIT = 2.0
 REAP_KILL_WAIT = 5.0
 
 
-class Drain(Delivery):
+@dataclass(frozen=True, slots=True, eq=False)
+class Drain:
     """The reactor's end: the drain a signal starts, and reaping every agent once the run ended."""
 
-    def _signal(self, ev: SignalReceived, now: float) -> None:
-        name = _signal.Signals(ev.signum).name
-        if self.phase is Phase.DRAINING:
-            self.telemetry.emit("drain.abort", signal=name)
-            self.hooks.kill_all()
-            self.forced_exit = ExitCode.DRAIN_TIMEOUT
-            return
-        self.phase = Phase.DRAINING
-        self.drain_deadline = now + self.grace
-        self.reenter_at = None
-        self.telemetry.emit("drain.start", signal=name, grace_s=self.grace, agents=len(self.live_agents()))
-        self.hooks.draining()
-        self._release_idle()
+    status: RunStatus
+    agents: AgentTable
+    spawner: Spawner
+    kill_all: Callable[[], None]
+    draining: Callable[[], None]
+    telemetry: Telemetry
+    grace: float
 
-    async def reap(self) -> None:
-        """After :meth:`run` returned: every spawned agent gets its ``subagent.exit`` (bounded).
+    def signal(self, ev: SignalReceived, now: float) -> None:
+        name = _signal.Signals(ev.signum).name
+        if self.status.phase is Phase.DRAINING:
+            self.telemetry.emit("drain.abort", signal=name)
+            self.kill_all()
+            self.status.force_exit()
+            return
+        self.status.begin_drain(now, self.grace)
+        self.telemetry.emit("drain.start", signal=name, grace_s=self.grace, agents=len(self.agents.live()))
+        self.draining()
+        self.spawner.release_idle()
+
+    def timed_out(self, now: float) -> bool:
+        """The drain's grace is over with agents still running: kill them; the run ends with exit 143."""
+        status = self.status
+        if status.drain_deadline is None or now < status.drain_deadline or not self.agents.live():
+            return False
+        self.telemetry.emit("drain.timeout", grace_s=self.grace, agents=[a.id for a in self.agents.live()])
+        self.kill_all()
+        status.force_exit()
+        return True
+
+    async def reap(self, recv: trio.MemoryReceiveChannel[ReactorEvent]) -> None:
+        """After the reactor's run returned: every spawned agent gets its ``subagent.exit`` (bounded).
 
         Agents told to exit get :data:`REAP_EXIT_WAIT` to do so; anything
         still running (mid-turn when the run ended: deadline, a failed
@@ -67,21 +89,21 @@ class Drain(Delivery):
         whose exit is not seen even then is reported with ``returncode``
         None, so ``subagent.spawn`` and ``subagent.exit`` always pair up.
         """
-        code = self.exit_code
-        self._release_idle()
-        killing = any(a.phase is not AgentPhase.EXITING for a in self.live_agents())
+        code = self.status.exit_code
+        self.spawner.release_idle()
+        killing = any(a.phase is not AgentPhase.EXITING for a in self.agents.live())
         if killing:
-            self.hooks.kill_all()
+            self.kill_all()
         deadline = trio.current_time() + (REAP_KILL_WAIT if killing else REAP_EXIT_WAIT)
-        while self.live_agents():
+        while self.agents.live():
             event: ReactorEvent | None = None
             with trio.move_on_at(deadline):
-                event = await self._recv.receive()
+                event = await recv.receive()
             if event is None:
                 if killing:
                     break
                 killing = True
-                self.hooks.kill_all()
+                self.kill_all()
                 deadline = trio.current_time() + REAP_KILL_WAIT
                 continue
             match event:
@@ -104,7 +126,7 @@ class Drain(Delivery):
                     event.reply.set()
                 case _:
                     pass  # nothing else matters once the run ended
-        for agent in self.live_agents():
+        for agent in self.agents.live():
             self._reaped(ChildExited(agent=agent.id, pid=-1, returncode=None), code)
 
     def _reaped(self, ev: ChildExited, code: ExitCode | None) -> None:
@@ -119,4 +141,4 @@ class Drain(Delivery):
             status = "deadline" if code is ExitCode.DEADLINE else "crashed"
         else:
             status = agent.status or "completed"
-        self._exit_event(agent, status, ev.returncode, **({"stopped": True} if stopped else {}))
+        self.spawner.exit_event(agent, status, ev.returncode, **({"stopped": True} if stopped else {}))

@@ -1,15 +1,17 @@
-"""The reactor's notice glue: watch notices into their sessions, staged routes' notices into sessions or fresh agents.
+"""The reactor's notice desk: watch notices into their sessions, staged routes' notices into sessions or fresh agents.
 
 A watch or a staged declared route (rfcs/0078) re-reads and filters on the
 watch manager's tasks; what comes back is a notice, delivered here: into
 the owning session now (idle), after its turn (busy), or by starting it;
 a staged spawn route starts one agent per free ``max_inflight`` slot with
-every notice it queued. Part of the reactor (see :mod:`agentd.supervisor.reactorcore`).
+every notice it queued. The desk owns the spawn-route notices waiting for a
+slot and the notices known before the first turn (the watch restore).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import assert_never
 
 from agentd.events import (
@@ -17,35 +19,54 @@ from agentd.events import (
     RouteNotice,
     WatchNotice,
 )
-from agentd.supervisor.agents import Agent, AgentPhase
-from agentd.supervisor.reactorcore import ReactorCore
-from agentd.supervisor.seams import Phase
+from agentd.supervisor.agents import Agent, AgentPhase, AgentTable
+from agentd.supervisor.runstatus import RunStatus
+from agentd.supervisor.sessionroutes import SessionRoutes
+from agentd.supervisor.spawner import Spawner
+from agentd.telemetry import Telemetry
 from agentd.triggers.router import (
     QueuedEvent,
+    Router,
     render_template,
 )
+from agentd.watches.stage import StagedRoute
 
 
-class Notices(ReactorCore):
-    """The reactor's notice glue: watch notices into their sessions, staged routes' notices into sessions or fresh agents."""
+@dataclass(frozen=True, slots=True, eq=False)
+class NoticeDesk:
+    """Delivers watch and staged-route notices; holds those waiting for a slot or for the first turn."""
 
-    def queue_startup_notices(self, notices: list[WatchNotice]) -> None:
-        """Notices to deliver as the reactor starts (call before :meth:`run`).
+    spawner: Spawner
+    agents: AgentTable
+    session_routes: SessionRoutes
+    status: RunStatus
+    router: Router
+    telemetry: Telemetry
+    staged: Mapping[str, StagedRoute]
+    instruction: str
+    route_notices: dict[str, list[RouteNotice]] = field(default_factory=dict, init=False)
+    """Spawn-route notices waiting for a free ``max_inflight`` slot, by route id."""
+    _startup: dict[str | None, list[Notice]] = field(default_factory=dict, init=False)
+    """Notices known before the first turn (the watch restore), by session."""
 
-        A notice for the session of the agent the driver starts first (the
-        warm loop root) becomes part of that agent's first turn, so a restart
-        costs no extra turn; any other is delivered like a watch notice.
-        """
+    def queue_startup(self, notices: list[WatchNotice]) -> None:
+        """Notices to deliver as the reactor starts (see :meth:`Reactor.queue_startup_notices`)."""
         for notice in notices:
-            self._startup_notices.setdefault(notice.session, []).append(notice)
+            self._startup.setdefault(notice.session, []).append(notice)
 
-    def _stop_watches(self, session: str) -> None:
-        """The session's agent exited: its watch routes go, and the manager stops the watches."""
-        names = self.session_routes.drop_session(session)
-        if names and self._watches is not None:
-            self._watches.on_owner_exited(session, self.uri_needed)
+    def take_startup(self, session: str | None) -> list[Notice]:
+        """The start-up notices of ``session`` (the root's: they ride in its first turn)."""
+        return self._startup.pop(session, []) if session is not None else []
 
-    def _notice(self, ev: Notice, now: float) -> None:
+    def deliver_startup(self, now: float) -> None:
+        """Deliver every start-up notice no first turn took (the driver's ``on_start`` ran)."""
+        pending = list(self._startup.values())
+        self._startup.clear()
+        for notices in pending:
+            for notice in notices:
+                self.notice(notice, now)
+
+    def notice(self, ev: Notice, now: float) -> None:
         match ev:
             case RouteNotice():
                 self._route_notice(ev, now)
@@ -63,29 +84,28 @@ class Notices(ReactorCore):
             return
         agent = self.agents.session_agent(ev.session)
         if agent is None:
-            if self.phase is not Phase.RUNNING or self.budget.spent() is not None:
+            if not self.status.may_start_work():
                 self.telemetry.emit(
                     "watch.notice_dropped", **fields, reason="no new turns (draining or budget)"
                 )
                 return
-            started = self._deliver_to_session(now, ev.session, ev.text, route=route)
-            started.notice_turn = [ev]
+            started = self.spawner.deliver_to_session(now, ev.session, ev.text, route=route)
+            started.answering([ev])
             return
         if agent.phase is AgentPhase.IDLE and agent.held is not None:
             self.telemetry.emit(
                 "session.deliver", session=ev.session, route=route, agent=agent.id, watch=ev.watch
             )
-            agent.notice_turn = [ev]
-            self._real_work(agent)
-            self._resume(agent, ev.text, now)
+            agent.answering([ev])
+            self.spawner.resume(agent, ev.text, now)
         elif agent.busy:
-            agent.notices.append(ev)  # one follow-up turn carries every notice queued meanwhile
+            agent.queue_notice(ev)
         else:
             self.telemetry.emit("watch.notice_dropped", **fields, reason=f"agent {agent.phase.value}")
 
     def _route_notice(self, ev: RouteNotice, now: float) -> None:
         """A staged route's notice: a turn of its session (continue) or a fresh agent (spawn)."""
-        staged = self._staged.get(ev.route)
+        staged = self.staged.get(ev.route)
         if staged is None or self.router.get(ev.route) is None:
             self.telemetry.emit(
                 "watch.notice_dropped", route=ev.route, uri=ev.uri, reason="the route is gone"
@@ -95,17 +115,17 @@ class Notices(ReactorCore):
             self._watch_notice(replace(ev, session=staged.session), now)
             return
         self.route_notices.setdefault(ev.route, []).append(ev)
-        self._spawn_route_notices(now)
+        self.spawn_route_notices(now)
 
-    def _spawn_route_notices(self, now: float) -> None:
+    def spawn_route_notices(self, now: float) -> None:
         """Start one agent per staged spawn route with a free slot, carrying every notice it queued.
 
         A route's slots are its ``max_inflight``: agents it started that have
         not ended their last turn (the router's rule for spawn routes).
         """
         for route_id, pending in list(self.route_notices.items()):
-            staged = self._staged[route_id]
-            if self.phase is not Phase.RUNNING or self.budget.spent() is not None:
+            staged = self.staged[route_id]
+            if not self.status.may_start_work():
                 del self.route_notices[route_id]
                 self.telemetry.emit(
                     "watch.notice_dropped",
@@ -116,11 +136,11 @@ class Notices(ReactorCore):
                 continue
             running = sum(
                 1
-                for a in self.live_agents()
+                for a in self.agents.live()
                 if a.route == route_id and a.role == "spawn" and a.phase is not AgentPhase.EXITING
             )
             if running >= staged.max_inflight:
-                continue  # a slot frees at an agent's last turn end; _deliver calls again
+                continue  # a slot frees at an agent's last turn end; the delivery step calls again
             del self.route_notices[route_id]
             first = pending[0]
             head = self.instruction
@@ -135,13 +155,14 @@ class Notices(ReactorCore):
             self.telemetry.emit(
                 "route.deliver", route=route_id, uris=[n.uri for n in pending], notices=len(pending)
             )
-            agent = self._spawn(
+            agent = self.spawner.spawn(
                 now, role="spawn", instruction=f"{head}\n\n{body}" if head else body, route=route_id
             )
-            agent.notice_turn = list(pending)
+            agent.answering(list(pending))
 
-    def _resume_with_notices(self, agent: Agent, now: float) -> None:
-        pending, agent.notices = agent.notices, []
+    def resume_with_notices(self, agent: Agent, now: float) -> None:
+        """The notices that reached ``agent`` mid-turn, as one follow-up turn."""
+        pending = agent.take_notices()
         self.telemetry.emit(
             "session.deliver",
             session=agent.session,
@@ -149,6 +170,5 @@ class Notices(ReactorCore):
             agent=agent.id,
             watch=[n.watch for n in pending],
         )
-        agent.notice_turn = pending
-        self._real_work(agent)
-        self._resume(agent, "\n\n".join(n.text for n in pending), now)
+        agent.answering(pending)
+        self.spawner.resume(agent, "\n\n".join(n.text for n in pending), now)

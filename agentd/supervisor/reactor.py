@@ -1,12 +1,4 @@
-"""The one reactor: a single trio task that owns the driver, router, tree and timers.
-
-This module holds the loop and the dispatch; the handlers live beside it,
-grouped by job (see :mod:`agentd.supervisor.reactorcore` for the map), and the
-parts that own state of their own are objects it holds: the agent table
-(``agents.py``), the sessions' routes (``sessionroutes.py``); it is given
-the run's counters (``agentd.counters``), which subscriptions are wanted and
-why (``subscriptions.py``, pure) and what performs the declared ones
-(``declared.py``); the exit rules live in the drivers.
+"""The one reactor: a single trio task that runs the loop over its parts.
 
 Every other task (MCP connections, child channels, the signal watcher, the
 health endpoint, the self-MCP handlers) only *sends* typed events
@@ -15,7 +7,29 @@ single consumer. Its only wait is a receive bounded by the nearest deadline
 (route debounce, loop re-entry, clock fire, budget deadline, drain grace), so
 a reactive daemon with nothing to do makes no wakeups at all.
 
-State machine of the process (:class:`Phase`)::
+The reactor composes parts that each own their state and are given their
+collaborators when built (nothing is set on them afterwards, and no part
+writes another's attributes):
+
+* state with a life of its own: the agent table (``agents.py``), the
+  sessions' routes (``sessionroutes.py``), the run status (``runstatus.py``:
+  phase, drain, exit facts, the driver's view), readiness (``readiness.py``:
+  server, subscription and zygote states, the start gate, ``/readyz``) and
+  backpressure (``backpressure.py``);
+* handlers by job, frozen dataclasses owning no state beyond what they
+  hold for later: the spawner (``spawner.py``), the notice desk
+  (``notices.py``), the self-tool desk (``selftools.py``), usage
+  (``usage.py``), turns (``turns.py``), delivery (``delivery.py``) and the
+  drain (``drain.py``).
+
+The parts call down only (turns → notice desk and self-tool desk → spawner;
+delivery → notice desk → spawner; usage and drain → spawner), so no two
+parts need each other and none holds a callable back into the reactor: the
+steps that need several parts in order (start, the timers after each event,
+a server's state) are the reactor's own. The exit rules live in the drivers
+(``triggers/mode.py``). See rfcs/0250.
+
+State machine of the process (:class:`Phase`, kept by the run status)::
 
     RUNNING --first SIGTERM/SIGINT--> DRAINING --all agents gone--> exit 0
     DRAINING --grace elapsed / second signal--> exit 143 (children killed)
@@ -26,11 +40,12 @@ subscribing) is handed to a task that reports back through the channel.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Literal, assert_never
 
 import trio
 
+from agentd.counters import RunCounters
 from agentd.events import (
     CatalogChanged,
     ChildExited,
@@ -53,20 +68,37 @@ from agentd.events import (
     ZygoteStateChanged,
 )
 from agentd.exitcodes import ExitCode
-from agentd.supervisor.agents import Agent, AgentPhase
-from agentd.supervisor.delivery import render_delivery
+from agentd.metrics import MetricsSnapshot
+from agentd.supervisor.agents import Agent, AgentPhase, AgentTable
+from agentd.supervisor.backpressure import Backpressure
+from agentd.supervisor.budget import Budget
+from agentd.supervisor.delivery import Delivery, render_delivery
 from agentd.supervisor.drain import REAP_EXIT_WAIT, REAP_KILL_WAIT, Drain
+from agentd.supervisor.governor import RestartGovernor
+from agentd.supervisor.notices import NoticeDesk
+from agentd.supervisor.readiness import Readiness
+from agentd.supervisor.runstatus import RunStatus
 from agentd.supervisor.seams import (
     EVENT_BUFFER,
     Clock,
     Declared,
     Hooks,
+    NoDeclared,
     Phase,
     SessionResume,
     WatchHooks,
     open_channel,
 )
+from agentd.supervisor.selftools import SelfToolDesk
+from agentd.supervisor.sessionroutes import SessionRoutes
+from agentd.supervisor.spawner import Spawner
+from agentd.supervisor.subscriptions import Subscriptions
+from agentd.supervisor.turns import Turns
+from agentd.supervisor.usage import Usage
+from agentd.telemetry import Telemetry
 from agentd.triggers import mode as modes
+from agentd.triggers.router import Route, Router
+from agentd.watches.stage import StagedRoute
 
 __all__ = [
     "EVENT_BUFFER",
@@ -86,13 +118,8 @@ __all__ = [
 ]
 
 
-class Reactor(Drain):
-    """Runs one event loop over its owned parts; the mode's driver decides when it ends.
-
-    Owned parts: the agent table (:class:`~agentd.supervisor.agents.AgentTable`)
-    and the sessions' own routes (:class:`~agentd.supervisor.sessionroutes.SessionRoutes`).
-    Everything else it is given, among them the counters ``/metrics`` and
-    ``supervisor.exit`` read and the subscriptions component.
+class Reactor:
+    """Runs one event loop over its parts; the mode's driver decides when it ends.
 
     Args:
         driver: the mode's driver (exit predicates).
@@ -120,6 +147,172 @@ class Reactor(Drain):
             it first and gives it to the router's ``on_drop`` and the upstreams too).
     """
 
+    def __init__(
+        self,
+        *,
+        driver: modes.Driver,
+        router: Router,
+        budget: Budget,
+        governor: RestartGovernor,
+        hooks: Hooks,
+        telemetry: Telemetry,
+        instruction: str,
+        grace: float,
+        mode: str,
+        session: str,
+        clock: Clock | None = None,
+        channel: tuple[trio.MemorySendChannel[ReactorEvent], trio.MemoryReceiveChannel[ReactorEvent]]
+        | None = None,
+        watches: WatchHooks | None = None,
+        staged: Mapping[str, StagedRoute] | None = None,
+        required: frozenset[str] = frozenset(),
+        declared: Declared | None = None,
+        subscriptions: Subscriptions | None = None,
+        journals: SessionResume | None = None,
+        handles: Callable[[Route, str], bool] | None = None,
+        counters: RunCounters | None = None,
+    ) -> None:
+        self.send, self._recv = channel or open_channel()
+        # What the loop itself reads: the exit rules, the router's and budget's deadlines, the clock.
+        self.driver, self.router, self.budget, self.telemetry = driver, router, budget, telemetry
+        self._mode, self._clock, self._watches = mode, clock, watches
+        self._declared: Declared = declared or NoDeclared()
+        if subscriptions is None:  # nothing declared: routes and watches alone need subscriptions
+            subscriptions = (
+                Subscriptions((), router, watched=watches.needs)
+                if watches is not None
+                else Subscriptions((), router)
+            )
+        self.subscriptions = subscriptions
+        """Which upstream subscriptions are wanted and why (pure; the declared shell shares it)."""
+        self.counters = counters if counters is not None else RunCounters()
+        """The run's counts: ``/metrics`` and ``supervisor.exit`` read this one object."""
+        session_routes = self.session_routes = SessionRoutes(router)
+        # Unnamed agents use their id as session name: skip ids a watch or a journal holds.
+        agents = self.agents = AgentTable(
+            reserved=lambda name: (
+                session_routes.has_session(name) or (journals is not None and journals.reserved(name))
+            )
+        )
+        status = self.status = RunStatus(budget, agents)
+        """The run's phase and the facts the driver's exit rules read."""
+        self.readiness = Readiness(required, subscriptions, status, telemetry, hooks.readiness)
+        """Server, subscription and zygote states; the start gate; ``/readyz``."""
+        self.backpressure = Backpressure(router, hooks.pause, telemetry)
+        """Which servers are paused for which blocked routes (``block`` overflow, rfcs/0131)."""
+        counters = self.counters
+        # The parts, each given only what it uses; they call down only:
+        # turns -> notices, selftools -> spawner; delivery -> notices -> spawner;
+        # usage, drain -> spawner. Steps that need several parts in order are the loop's.
+        warm_root = mode == "loop" and session == "warm"
+        spawner = self.spawner = Spawner(
+            agents, hooks.spawn, driver, journals, telemetry, instruction, warm_root
+        )
+        notices = self.notices = NoticeDesk(
+            spawner, agents, session_routes, status, router, telemetry, staged or {}, instruction
+        )
+        selftools = self.selftools = SelfToolDesk(
+            agents, session_routes, subscriptions, watches, hooks.unsubscribe, telemetry
+        )
+        self.usage = Usage(agents, status, budget, counters, spawner, telemetry)
+        self.turns = Turns(
+            agents,
+            status,
+            counters,
+            governor,
+            driver,
+            router,
+            spawner,
+            notices,
+            selftools,
+            hooks.publish,
+            telemetry,
+        )
+        self.delivery = Delivery(
+            router,
+            status,
+            self.readiness,
+            counters,
+            spawner,
+            notices,
+            watches,
+            handles,
+            telemetry,
+            clock,
+            driver,
+        )
+        self.drain = Drain(status, agents, spawner, hooks.kill_all, hooks.draining, telemetry, grace)
+
+    # -- the public API (the app, the watch manager, the health endpoint, tests) --
+
+    @property
+    def declared(self) -> set[tuple[str, str]]:
+        """(server, uri) of every declared subscription (globs expanded against the catalogs)."""
+        return self.subscriptions.pairs
+
+    def live_agents(self) -> list[Agent]:
+        return self.agents.live()
+
+    def view(self, now: float) -> modes.SupervisorView:
+        """What the driver may read."""
+        return self.status.view(now)
+
+    def ready(self) -> tuple[bool, str]:
+        """Readiness: required servers connected, declared subscriptions established, not draining."""
+        return self.readiness.ready()
+
+    def uri_needed(self, server: str, uri: str) -> bool:
+        """Whether a route or a declared subscription other than a watch still needs ``uri``."""
+        return self.subscriptions.needed(server, uri)
+
+    def queue_startup_notices(self, notices: list[WatchNotice]) -> None:
+        """Notices to deliver as the reactor starts (call before :meth:`run`).
+
+        A notice for the session of the agent the driver starts first (the
+        warm loop root) becomes part of that agent's first turn, so a restart
+        costs no extra turn; any other is delivered like a watch notice.
+        """
+        self.notices.queue_startup(notices)
+
+    def metrics_snapshot(self) -> MetricsSnapshot:
+        """A frozen copy of the numbers ``/metrics`` exposes."""
+        live = self.live_agents()
+        counters = self.counters
+        # Declared routes are present from the start, at 0 (a rate over a missing series is no rate).
+        declared = [r.id for r in self.router.routes() if r.owner is None]
+        return MetricsSnapshot(
+            routed={**dict.fromkeys(declared, 0), **counters.routed},
+            unrouted=counters.unrouted,
+            coalesced={**dict.fromkeys(declared, 0), **counters.coalesced},
+            dropped=counters.dropped_by_reason(),
+            server_restarts=dict(counters.server_restarts),
+            agent_restarts=counters.agent_restarts,
+            tokens_input=counters.input_tokens,
+            tokens_output=counters.output_tokens,
+            tokens_cached_input=counters.cached_input_tokens,
+            tokens_cache_creation_input=counters.cache_creation_input_tokens,
+            cost_usd=self.budget.usd,
+            unpriced_calls=counters.unpriced_calls,
+            telemetry_dropped=self.telemetry.dropped,
+            subagents_running=len(live),
+            warm_sessions=sum(1 for a in live if a.warm or a.subscriptions),
+            draining=not self.status.running,
+            server_state=dict(self.readiness.server_states),
+            subscription_state={
+                k: v  # type: ignore[misc]
+                for k, v in self.readiness.subscription_states.items()
+                if v != "pending"
+            },
+            subscriptions_unresolved=len(self.subscriptions.unresolved),
+            histograms=self.telemetry.histograms.snapshot(),
+        )
+
+    async def reap(self) -> None:
+        """After :meth:`run` returned: every spawned agent gets its ``subagent.exit`` (see :meth:`Drain.reap`)."""
+        await self.drain.reap(self._recv)
+
+    # -- the loop --
+
     async def run(self, *, server_states: Mapping[str, ServerState] | None = None) -> ExitCode:
         """Turn until the driver's exit predicate fires; returns the exit code.
 
@@ -127,15 +320,14 @@ class Reactor(Drain):
             server_states: where each upstream server's first connection
                 attempt left it (the reactor starts from what the servers are now).
         """
-        self.server_states.update(server_states or {})
+        self.readiness.on_server_states(server_states or {})
         now = trio.current_time()
         self._start(now)
-        self._report_readiness()  # ready before any event (no required server, nothing declared)
+        self.readiness.report()  # ready before any event (no required server, nothing declared)
         while True:
-            code = self.driver.exit_predicate(self.view(now))
+            code = self.driver.exit_predicate(self.status.view(now))
             if code is not None:
-                self.phase = Phase.STOPPED
-                self.exit_code = code
+                self.status.stop(code)
                 return code
             deadline = self._next_deadline()
             event: ReactorEvent | None = None
@@ -145,25 +337,26 @@ class Reactor(Drain):
             if event is not None:
                 self.handle(event, now)
             self._on_time(now)
-            self._report_readiness()
+            self.readiness.report()
 
     def _next_deadline(self) -> float:
-        timers = self.phase is Phase.RUNNING and self.open
+        status = self.status
+        timers = status.phase is Phase.RUNNING and self.readiness.open
         candidates = [
             # Nothing is delivered while draining (or before the required
             # servers are up), so a debounce armed by a change meanwhile must
             # not bound the wait (it would spin the loop hot).
             self.router.next_deadline() if timers else None,
-            self.reenter_at,
-            self.drain_deadline,
+            status.reenter_at,
+            status.drain_deadline,
             self.budget.next_deadline(),
-            self.clock.next_fire() if self.clock is not None and timers else None,
+            self._clock.next_fire() if self._clock is not None and timers else None,
         ]
         present = [c for c in candidates if c is not None]
         return min(present) if present else float("inf")
 
     def _start(self, now: float) -> None:
-        self.telemetry.emit("reactor.start", mode=self.mode)
+        self.telemetry.emit("reactor.start", mode=self._mode)
         self._maybe_start(now)
 
     def _maybe_start(self, now: float) -> None:
@@ -174,66 +367,47 @@ class Reactor(Drain):
         A required server that never connects ends the run with exit 6 (its
         ``FAILED`` state), whatever the mode.
         """
-        if self.started:
+        if not self.readiness.open_gate():
             return
-        waiting = sorted(n for n in self.required if self.server_states.get(n) is not ServerState.CONNECTED)
-        if waiting:
-            if not self._waiting_reported:
-                self._waiting_reported = True
-                self.telemetry.emit(
-                    "reactor.waiting",
-                    servers=waiting,
-                    note="required servers are not connected: no agent starts until they are",
-                )
-            return
-        self.open = self.started = True
         for action in self.driver.on_start(self.view(now)):
             if isinstance(action, modes.SpawnRoot):
-                self._spawn_root(now)
-        pending, self._startup_notices = self._startup_notices, {}
-        for notices in pending.values():
-            for notice in notices:
-                self._notice(notice, now)
+                self.spawner.spawn_root(now, self.notices.take_startup(self.spawner.root_session))
+        self.notices.deliver_startup(now)
 
     def _on_time(self, now: float) -> None:
-        if self.drain_deadline is not None and now >= self.drain_deadline and self.live_agents():
-            self.telemetry.emit(
-                "drain.timeout", grace_s=self.grace, agents=[a.id for a in self.live_agents()]
-            )
-            self.hooks.kill_all()
-            self.forced_exit = ExitCode.DRAIN_TIMEOUT
+        status = self.status
+        if status.drain_deadline is not None and self.drain.timed_out(now):
             return
         if self.budget.deadline_reached(now):
             self.telemetry.emit("budget.deadline")
             return
-        if self.reenter_at is not None and now >= self.reenter_at:
-            self.reenter_at = None
-            self._reenter(now)
+        if status.reenter_at is not None and status.reentry_due(now):
+            self.turns.reenter(now)
         if (
-            self.clock is not None
-            and self.phase is Phase.RUNNING
-            and self.open
-            and now >= self.clock.next_fire()
+            self._clock is not None
+            and status.phase is Phase.RUNNING
+            and self.readiness.open
+            and now >= self._clock.next_fire()
         ):
-            self._clock_fire(now)
-        self._deliver(now)
-        self._apply_backpressure()
+            self.delivery.clock_fire(now)
+        self.delivery.deliver(now)
+        self.backpressure.apply()
 
     def handle(self, event: ReactorEvent, now: float) -> None:
         """Apply one event (synchronous; never blocks)."""
         match event:
             case ResourceChanged():
-                self._resource_changed(event, now)
+                self.delivery.resource_changed(event, now)
             case UsageReported():
-                self._usage(event, now)
+                self.usage.report(event, now)
             case TurnEnded():
-                self._turn_end(event, now)
+                self.turns.turn_end(event, now)
             case SelfSubscribe() | SelfUnsubscribe() | WatchSession() | WatchRouteAdd() | WatchRouteRemove():
-                self._self_tool(event)
+                self.selftools.answer(event)
             case ChildExited():
-                self._child_exited(event, now)
+                self.turns.child_exited(event, now)
             case SignalReceived():
-                self._signal(event, now)
+                self.drain.signal(event, now)
             case ServerStateChanged():
                 self._server_state(event)
                 if event.state is ServerState.CONNECTED:
@@ -241,40 +415,36 @@ class Reactor(Drain):
                 self._maybe_start(now)
             case SubscriptionStateChanged():
                 # The connection already wrote subscription.<state> telemetry.
-                self.subscription_states[(event.server, event.uri)] = event.state
+                self.readiness.on_subscription_state(event.server, event.uri, event.state)
                 if self._watches is not None:
                     self._watches.on_subscription_state(event)
                     owner = self.router.first_match(event.uri)
                     if event.state == "established" and owner is not None and owner.kind == "stage":
                         self._watches.on_route_subscribed(owner.id, event.server, event.uri)
             case WatchNotice() | RouteNotice():
-                self._notice(event, now)
+                self.notices.notice(event, now)
             case CatalogChanged():
                 self.telemetry.emit("catalog.changed", server=event.server, uris=len(event.uris))
                 self._refresh_declared("catalog")
             case HealthProbe():
                 event.reply.set()
             case ZygoteStateChanged():
-                self.zygote_problem = (event.reason or "unavailable") if event.state == "degraded" else None
+                self.readiness.on_zygote(
+                    (event.reason or "unavailable") if event.state == "degraded" else None
+                )
             case _:
                 assert_never(event)
 
     def _refresh_declared(self, reason: Literal["connected", "catalog"]) -> None:
         """Re-expand the declared subscriptions; forget the states of pairs no longer declared."""
-        for pair in self._declared.refresh(reason):
-            self.subscription_states.pop(pair, None)
+        self.readiness.forget(self._declared.refresh(reason))
 
     def _server_state(self, ev: ServerStateChanged) -> None:
-        self.server_states[ev.server] = ev.state
+        self.readiness.on_server_state(ev.server, ev.state)
         if ev.state is ServerState.RESTARTING:
             self.counters.server_restart(ev.server)
         self.telemetry.emit(
             "server.state", server=ev.server, state=ev.state.value, attempt=ev.attempt, error=ev.error
         )
         if ev.state is ServerState.FAILED and ev.required:
-            self.required_failed = ev.server
-            self.required_failed_error = (
-                f"required server {ev.server!r} could not be started or reconnected after {ev.attempt} "
-                f"attempts (last error: {ev.error}); fix its command or URL, or drop `required` if agentd "
-                "may run without it"
-            )
+            self.status.record_required_failed(ev.server, ev.attempt, ev.error)

@@ -3,8 +3,9 @@ the seams to the session journals, the watch manager and the declared
 subscriptions, and the reactor's channel.
 
 Kept apart from :mod:`agentd.supervisor.reactor` so the reactor's parts
-(``reactorcore``, ``notices``, ``selftools``, ``turns``, ``delivery``,
-``drain``) can name them without importing the reactor itself.
+(``runstatus``, ``spawner``, ``notices``, ``selftools``, ``usage``,
+``turns``, ``delivery``, ``drain``) can name them without importing the
+reactor itself.
 """
 
 from __future__ import annotations

@@ -2,11 +2,16 @@
 
 Each request from the hub is answered at once and never raises; an agent's
 own subscriptions are released upstream when it exits, unless something
-else still needs them. Part of the reactor (see :mod:`agentd.supervisor.reactorcore`).
+else still needs them; its watch routes go, and the watch manager stops
+the watches. The desk owns no state: the routes are the session routes'
+(:mod:`agentd.supervisor.sessionroutes`), the reasons a subscription is
+wanted the subscriptions component's.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import assert_never
 
 from agentd.errors import RouteError
@@ -24,14 +29,25 @@ from agentd.events import (
     WatchRouteRemove,
     WatchSession,
 )
-from agentd.supervisor.agents import Agent
-from agentd.supervisor.notices import Notices
+from agentd.supervisor.agents import Agent, AgentTable
+from agentd.supervisor.seams import WatchHooks
+from agentd.supervisor.sessionroutes import SessionRoutes
+from agentd.supervisor.subscriptions import Subscriptions
+from agentd.telemetry import Telemetry
 
 
-class SelfTools(Notices):
+@dataclass(frozen=True, slots=True, eq=False)
+class SelfToolDesk:
     """The reactor's answers to self-tool requests: ``subscribe``, ``unsubscribe`` and the watch routes."""
 
-    def _self_tool(self, request: SelfToolRequest) -> None:
+    agents: AgentTable
+    session_routes: SessionRoutes
+    subscriptions: Subscriptions
+    watches: WatchHooks | None
+    unsubscribe: Callable[[str, str], None]
+    telemetry: Telemetry
+
+    def answer(self, request: SelfToolRequest) -> None:
         """A self-tool request from the hub: answered at once, never raises."""
         agent = self.agents.get(request.agent)
         if agent is None:
@@ -52,7 +68,6 @@ class SelfTools(Notices):
             case SelfUnsubscribe():
                 existed = request.uri in agent.subscriptions
                 self._drop_self_route(agent, request.uri)
-                agent.subscription_servers.pop(request.uri, None)
                 # A declared subscription (or another route or watch) still needs
                 # the upstream subscription: the hub must keep it, and the URI goes
                 # back to its declared route (rfcs/0134).
@@ -89,16 +104,29 @@ class SelfTools(Notices):
             request.reply.answer(Refused(str(exc)))
             return
         self.agents.name_session(agent)
-        agent.subscriptions.add(request.uri)
-        agent.subscription_servers[request.uri] = request.server
+        agent.subscribe(request.uri, request.server)
         self.telemetry.emit("self.subscribe", agent=agent.id, uri=request.uri, server=request.server)
         request.reply.answer(Subscribed())
 
-    def _release_upstream(self, agent: Agent, uri: str) -> None:
+    def release(self, agent: Agent) -> None:
+        """``agent`` exited: its self routes go, and the upstream subscriptions nothing else needs."""
+        for uri in sorted(agent.subscriptions):
+            server = self._drop_self_route(agent, uri)
+            if server is not None:
+                self._release_upstream(agent, server, uri)
+
+    def owns_watches(self, agent: Agent) -> bool:
+        """Whether ``agent``'s session has watch routes (it stays warm for them)."""
+        return agent.session is not None and self.session_routes.has_session(agent.session)
+
+    def stop_watches(self, session: str) -> None:
+        """The session's agent exited: its watch routes go, and the manager stops the watches."""
+        names = self.session_routes.drop_session(session)
+        if names and self.watches is not None:
+            self.watches.on_owner_exited(session, self.subscriptions.needed)
+
+    def _release_upstream(self, agent: Agent, server: str, uri: str) -> None:
         """The agent that subscribed ``uri`` is gone: drop the upstream subscription unless still needed."""
-        server = agent.subscription_servers.pop(uri, None)
-        if server is None:
-            return
         for action in self.subscriptions.released([(server, uri)]):
             self.telemetry.emit(
                 "self.unsubscribe",
@@ -107,8 +135,10 @@ class SelfTools(Notices):
                 server=action.server,
                 reason="owner exited",
             )
-            self.hooks.unsubscribe(action.server, action.uri)
+            self.unsubscribe(action.server, action.uri)
 
-    def _drop_self_route(self, agent: Agent, uri: str) -> None:
-        agent.subscriptions.discard(uri)
+    def _drop_self_route(self, agent: Agent, uri: str) -> str | None:
+        """``agent`` no longer owns ``uri``: its self route goes; returns the server it was on."""
+        server = agent.unsubscribe(uri)
         self.session_routes.unsubscribe(agent.session or agent.id, uri)
+        return server

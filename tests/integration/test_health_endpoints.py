@@ -472,7 +472,7 @@ def _reactor(telemetry: Telemetry) -> Reactor:
         required=frozenset({"memo"}),
     )
     # As the app declares its subscriptions before the reactor turns.
-    reactor.subscription_states[("memo", "memo://notes")] = "pending"
+    reactor.readiness.on_subscription_state("memo", "memo://notes", "pending")
     return reactor
 
 

@@ -372,7 +372,7 @@ async def test_once_completed_exits_0_and_tells_the_root_to_exit(autojump_clock)
         assert msg == {"action": "exit"}
         _, code = await h.exit_code()
     assert code == ExitCode.OK
-    assert h.reactor.root_text == "the answer"
+    assert h.reactor.status.root_text == "the answer"
 
 
 # --------------------------------------------------------------------------- schedule
@@ -900,15 +900,15 @@ async def test_readiness_fails_for_a_declared_subscription_that_was_released_or_
 ):
     async with running("reactive", declared=["memo:memo://notes"]) as h:
         assert h.reactor.ready() == (False, "subscriptions not established: memo:memo://notes")
-        h.reactor.subscription_states[("memo", "memo://notes")] = "established"
+        h.reactor.readiness.on_subscription_state("memo", "memo://notes", "established")
         assert h.reactor.ready() == (True, "ok")
     nothing = ["memo:memo://notes", "notes:file:///*"]
     async with running("reactive", declared=nothing) as h:
-        h.reactor.subscription_states[("memo", "memo://notes")] = "established"
+        h.reactor.readiness.on_subscription_state("memo", "memo://notes", "established")
         assert h.reactor.ready() == (True, "ok")  # an optional server: a warning only
         assert h.reactor.metrics_snapshot().subscriptions_unresolved == 1
     async with running("reactive", declared=nothing, declared_required=frozenset({"notes"})) as h:
-        h.reactor.subscription_states[("memo", "memo://notes")] = "established"
+        h.reactor.readiness.on_subscription_state("memo", "memo://notes", "established")
         ready, reason = h.reactor.ready()
         assert not ready
         assert reason.startswith(
@@ -940,7 +940,7 @@ async def test_a_second_server_feeding_a_blocked_route_is_paused_too(autojump_cl
         await h.send(ResourceChanged(server="two", uri="b://4"))  # the route is already blocked
         await trio.sleep(1)
     assert h.hooks.paused == [(0.0, "one", True), (1.0, "two", True)]
-    assert h.reactor.paused == {"one": {"r0"}, "two": {"r0"}}
+    assert h.reactor.backpressure.paused == {"one": {"r0"}, "two": {"r0"}}
 
 
 # --------------------------------------------------------------------------- watch restore

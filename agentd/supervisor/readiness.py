@@ -1,0 +1,127 @@
+"""Whether agentd is ready: the servers' and subscriptions' states, the zygote, and the start gate.
+
+:class:`Readiness` owns where each upstream server and each subscription
+stands, why the agent zygote is degraded, and the start gate: the run opens
+(roots start, clocks fire, routes deliver) once every required server has
+connected (rfcs/0135); until then ``reactor.waiting`` is written once. It
+answers ``/readyz`` (:meth:`Readiness.ready`) and tells the health notifier
+and the telemetry when that answer flips (:meth:`Readiness.report`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from agentd.events import ServerState
+from agentd.supervisor.runstatus import RunStatus
+from agentd.supervisor.subscriptions import Subscriptions
+from agentd.telemetry import Telemetry
+
+
+@dataclass(slots=True, eq=False)
+class Readiness:
+    """Server, subscription and zygote states; the start gate; the ``/readyz`` answer and its flips."""
+
+    required: frozenset[str]
+    """Servers that must connect before the run opens (and be connected for ``/readyz``)."""
+    subscriptions: Subscriptions
+    """What is declared and what resolves to nothing (``/readyz`` waits for both)."""
+    status: RunStatus
+    telemetry: Telemetry
+    notify: Callable[[bool, str], None]
+    """The health notifier: the ``/readyz`` answer at start and on every flip."""
+    server_states: dict[str, ServerState] = field(default_factory=dict, init=False)
+    subscription_states: dict[tuple[str, str], str] = field(default_factory=dict, init=False)
+    zygote_problem: str | None = field(default=None, init=False)
+    """Why the agent zygote is unusable (None: ready, or not used)."""
+    started: bool = field(default=False, init=False)
+    """The driver's ``on_start`` ran (once every required server had connected, rfcs/0135)."""
+    open: bool = field(default=False, init=False)
+    """Every required server has connected once: roots, clock fires and deliveries may start."""
+    _waiting_reported: bool = field(default=False, init=False)
+    _reported: bool | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.open = not self.required
+
+    def on_server_states(self, states: Mapping[str, ServerState]) -> None:
+        """Where the servers' first connection attempts left them (as the reactor starts)."""
+        self.server_states.update(states)
+
+    def on_server_state(self, server: str, state: ServerState) -> None:
+        self.server_states[server] = state
+
+    def on_subscription_state(self, server: str, uri: str, state: str) -> None:
+        self.subscription_states[(server, uri)] = state
+
+    def forget(self, pairs: Iterable[tuple[str, str]]) -> None:
+        """These pairs are no longer declared: their states no longer count."""
+        for pair in pairs:
+            self.subscription_states.pop(pair, None)
+
+    def on_zygote(self, problem: str | None) -> None:
+        self.zygote_problem = problem
+
+    def open_gate(self) -> bool:
+        """True once, when every required server has connected: the driver's ``on_start`` runs now.
+
+        While one is missing, ``reactor.waiting`` names them (once).
+        """
+        if self.started:
+            return False
+        states = self.server_states
+        waiting = sorted(n for n in self.required if states.get(n) is not ServerState.CONNECTED)
+        if waiting:
+            if not self._waiting_reported:
+                self._waiting_reported = True
+                self.telemetry.emit(
+                    "reactor.waiting",
+                    servers=waiting,
+                    note="required servers are not connected: no agent starts until they are",
+                )
+            return False
+        self.open = self.started = True
+        return True
+
+    def ready(self) -> tuple[bool, str]:
+        """Readiness: required servers connected, declared subscriptions established, not draining."""
+        if not self.status.running:
+            return False, "draining"
+        for name in self.required:
+            if self.server_states.get(name) is not ServerState.CONNECTED:
+                return (
+                    False,
+                    f"required server {name!r} is {self.server_states.get(name, ServerState.STARTING).value}",
+                )
+        bad = [f"{s}:{u}" for (s, u), st in self.subscription_states.items() if st != "established"]
+        # A declared subscription with no state at all was released or never
+        # made: the daemon would be deaf to it, so it is not ready either.
+        bad += [f"{s}:{u}" for (s, u) in self.subscriptions.pairs if (s, u) not in self.subscription_states]
+        if bad:
+            return False, f"subscriptions not established: {', '.join(sorted(bad)[:5])}"
+        if self.subscriptions.unresolved_required:
+            pattern = sorted(self.subscriptions.unresolved_required)[0]
+            return (
+                False,
+                f"declared subscription {pattern!r} resolves to nothing: {self.subscriptions.unresolved[pattern]}",
+            )
+        if self.zygote_problem is not None:
+            return (
+                False,
+                f"agent zygote degraded ({self.zygote_problem}); agents start as fresh interpreters "
+                "until its replacement is ready",
+            )
+        return True, "ok"
+
+    def report(self) -> None:
+        """Write ``ready.changed`` when the ``/readyz`` answer flips (not on every reason change).
+
+        Written by the reactor after it applied the event, so whoever reads it
+        (an operator, a test) knows the next ``/readyz`` gives that answer.
+        """
+        ready, reason = self.ready()
+        if ready != self._reported:
+            self._reported = ready
+            self.telemetry.emit("ready.changed", ready=ready, reason=reason)
+            self.notify(ready, reason)
