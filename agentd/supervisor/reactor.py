@@ -177,12 +177,8 @@ class Reactor:
         self.driver, self.router, self.budget, self.telemetry = driver, router, budget, telemetry
         self._mode, self._clock, self._watches = mode, clock, watches
         self._declared: Declared = declared or NoDeclared()
-        if subscriptions is None:  # nothing declared: routes and watches alone need subscriptions
-            subscriptions = (
-                Subscriptions((), router, watched=watches.needs)
-                if watches is not None
-                else Subscriptions((), router)
-            )
+        if subscriptions is None:  # nothing declared: routes alone need subscriptions
+            subscriptions = Subscriptions((), router)
         self.subscriptions = subscriptions
         """Which upstream subscriptions are wanted and why (pure; the declared shell shares it)."""
         self.counters = counters if counters is not None else RunCounters()
@@ -262,7 +258,7 @@ class Reactor:
         return self.readiness.ready()
 
     def uri_needed(self, server: str, uri: str) -> bool:
-        """Whether a route or a declared subscription other than a watch still needs ``uri``."""
+        """Whether anything (a declared subscription, a route, a watch) still needs ``uri`` (the component decides)."""
         return self.subscriptions.needed(server, uri)
 
     def queue_startup_notices(self, notices: list[WatchNotice]) -> None:
