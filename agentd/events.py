@@ -199,9 +199,7 @@ class RouteAdded:
 
 @dataclass(frozen=True, slots=True)
 class RouteRemoved:
-    """The watch's route is gone; ``needed``: the subscriptions component keeps ``uri`` (something else needs it)."""
-
-    needed: bool
+    """The watch's route is gone (the watch manager then asks the subscriptions component what to release)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,7 +239,6 @@ class WatchRouteAdd:
     session: str
     name: str
     uri: str
-    server: str
     reply: Reply[RouteAdded | Refused]
 
 
@@ -252,8 +249,6 @@ class WatchRouteRemove:
     agent: str
     session: str
     name: str
-    uri: str
-    server: str
     reply: Reply[RouteRemoved]
 
 

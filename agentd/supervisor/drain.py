@@ -121,7 +121,7 @@ class Drain:
                 case SelfUnsubscribe():
                     event.reply.answer(Unsubscribed(existed=False, needed=True))
                 case WatchRouteRemove():
-                    event.reply.answer(RouteRemoved(needed=True))
+                    event.reply.answer(RouteRemoved())
                 case HealthProbe():
                     event.reply.set()
                 case _:

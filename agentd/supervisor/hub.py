@@ -31,7 +31,6 @@ from agentd.events import (
     Refused,
     Reply,
     RouteAdded,
-    RouteRemoved,
     SelfSubscribe,
     SelfUnsubscribe,
     SessionOf,
@@ -442,20 +441,18 @@ class ReactorRoutes:
         self._hub = hub
         self._agent = agent
 
-    async def add(self, *, session: str, name: str, uri: str, server: str) -> None:
+    async def add(self, *, session: str, name: str, uri: str) -> None:
         agent = self._agent
         answer: RouteAdded | Refused = await self._hub.ask_reactor(
-            lambda reply: WatchRouteAdd(agent, session, name, uri, server, reply)
+            lambda reply: WatchRouteAdd(agent, session, name, uri, reply)
         )
         if isinstance(answer, Refused):
             raise RouteError(answer.error)
 
-    async def remove(self, *, session: str, name: str, uri: str, server: str) -> bool:
+    async def remove(self, *, session: str, name: str) -> None:
         agent = self._agent
-        answer: RouteRemoved = await self._hub.ask_reactor(
-            lambda reply: WatchRouteRemove(agent, session, name, uri, server, reply)
-        )
-        return answer.needed
+        # The answer says only that the route is gone (the manager asks the subscriptions component next).
+        await self._hub.ask_reactor(lambda reply: WatchRouteRemove(agent, session, name, reply))
 
 
 def server_for(upstreams: Mapping[str, Upstream], uri: str) -> str | None:

@@ -56,7 +56,7 @@ class SelfToolDesk:
                 case SelfUnsubscribe():
                     request.reply.answer(Unsubscribed(existed=False, needed=True))
                 case WatchRouteRemove():
-                    request.reply.answer(RouteRemoved(needed=True))
+                    request.reply.answer(RouteRemoved())
                 case SelfSubscribe() | WatchSession() | WatchRouteAdd():
                     request.reply.answer(Refused(unknown))
                 case _:
@@ -91,8 +91,7 @@ class SelfToolDesk:
                 request.reply.answer(RouteAdded(route_id))
             case WatchRouteRemove():
                 self.session_routes.remove_watch(request.session, request.name)
-                released = self.subscriptions.unsubscribed(request.server, request.uri)
-                request.reply.answer(RouteRemoved(needed=not released))
+                request.reply.answer(RouteRemoved())
             case _:
                 assert_never(request)
 
@@ -123,7 +122,7 @@ class SelfToolDesk:
         """The session's agent exited: its watch routes go, and the manager stops the watches."""
         names = self.session_routes.drop_session(session)
         if names and self.watches is not None:
-            self.watches.on_owner_exited(session, self.subscriptions.needed)
+            self.watches.on_owner_exited(session)
 
     def _release_upstream(self, agent: Agent, server: str, uri: str) -> None:
         """The agent that subscribed ``uri`` is gone: drop the upstream subscription unless still needed."""
