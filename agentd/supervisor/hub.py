@@ -27,6 +27,7 @@ import trio
 
 from agentd.errors import AgentdError, RouteError
 from agentd.events import (
+    Acknowledged,
     ReactorEvent,
     Refused,
     Reply,
@@ -34,7 +35,6 @@ from agentd.events import (
     SelfSubscribe,
     SelfUnsubscribe,
     SessionOf,
-    Subscribed,
     Unsubscribed,
     WatchRouteAdd,
     WatchRouteRemove,
@@ -349,7 +349,7 @@ class SupervisorHub:
                 return text_result(
                     f"subscribe: no connected server offers {uri!r}; call list_resources", is_error=True
                 )
-            subscribed: Subscribed | Refused = await self.ask_reactor(
+            subscribed: Acknowledged | Refused = await self.ask_reactor(
                 lambda reply: SelfSubscribe(agent, uri, server, reply)
             )
             if isinstance(subscribed, Refused):

@@ -16,14 +16,13 @@ from typing import assert_never
 
 from agentd.errors import RouteError
 from agentd.events import (
+    Acknowledged,
     Refused,
     RouteAdded,
-    RouteRemoved,
     SelfSubscribe,
     SelfToolRequest,
     SelfUnsubscribe,
     SessionOf,
-    Subscribed,
     Unsubscribed,
     WatchRouteAdd,
     WatchRouteRemove,
@@ -56,7 +55,7 @@ class SelfToolDesk:
                 case SelfUnsubscribe():
                     request.reply.answer(Unsubscribed(existed=False, needed=True))
                 case WatchRouteRemove():
-                    request.reply.answer(RouteRemoved())
+                    request.reply.answer(Acknowledged())
                 case SelfSubscribe() | WatchSession() | WatchRouteAdd():
                     request.reply.answer(Refused(unknown))
                 case _:
@@ -91,7 +90,7 @@ class SelfToolDesk:
                 request.reply.answer(RouteAdded(route_id))
             case WatchRouteRemove():
                 self.session_routes.remove_watch(request.session, request.name)
-                request.reply.answer(RouteRemoved())
+                request.reply.answer(Acknowledged())
             case _:
                 assert_never(request)
 
@@ -105,7 +104,7 @@ class SelfToolDesk:
         self.agents.name_session(agent)
         agent.subscribe(request.uri, request.server)
         self.telemetry.emit("self.subscribe", agent=agent.id, uri=request.uri, server=request.server)
-        request.reply.answer(Subscribed())
+        request.reply.answer(Acknowledged())
 
     def release(self, agent: Agent) -> None:
         """``agent`` exited: its self routes go, and the upstream subscriptions nothing else needs."""
