@@ -56,9 +56,14 @@ class Suppressed:
 
 @dataclass(slots=True)
 class _Window:
+    """One source's current rate window."""
+
     ends: float
+    """Monotonic time the window closes; the source's next line after it opens a new one."""
     passed: int = 0
+    """Lines written in this window (at most the burst)."""
     suppressed: int = 0
+    """Lines folded in this window (reported as one :class:`Suppressed` when it closes)."""
 
 
 class RateLimiter:

@@ -21,7 +21,7 @@ expansion and the union with every other server source stay in
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -95,6 +95,36 @@ class Translated:
     wheres: dict[str, str] = field(default_factory=dict)
     """Server name -> how its keys are spelled in messages (``LABEL: servers.NAME``)."""
 
+    def add(self, name: str, where: str, table: dict[str, object]) -> None:
+        """Record server ``name``'s table and how its keys are spelled in messages."""
+        self.servers[name] = table
+        self.wheres[name] = where
+
+
+def _server_entries(
+    servers: Mapping[str, object],
+    out: Translated,
+    *,
+    at: str,
+    mapping: str,
+    duplicates: frozenset[str] = frozenset(),
+) -> Iterator[tuple[str, str, Mapping[str, object]]]:
+    """The entries of a server object that can be translated, as ``(name, where, entry)``.
+
+    ``where`` is ``{at}.{name}``, how the entry is named in messages. A name
+    in ``duplicates`` (the file defines it twice) and an entry that is not
+    ``mapping`` (the format's word for it: "an object", "a table") are
+    reported in ``out.problems`` and left out.
+    """
+    for name, entry in servers.items():
+        where = f"{at}.{name}"
+        if name in duplicates:
+            out.problems.append(ConfigError(where, name, "defined twice in this file; keep one"))
+        elif not isinstance(entry, dict):
+            out.problems.append(ConfigError(where, entry, f"each server is {mapping} with command or url"))
+        else:
+            yield name, where, entry
+
 
 def detect_json_format(doc: object) -> tuple[ClientFormat, Mapping[str, object], str] | None:
     """Which JSON format ``doc`` is, its server object and the key path that holds it."""
@@ -139,14 +169,9 @@ def translate_json(doc: object, *, label: str, duplicates: frozenset[str] = froz
         out.ignored.append(
             f"{label}: inputs (agentd cannot prompt; use ${{env:VAR}} instead of ${{input:ID}})"
         )
-    for name, entry in servers.items():
-        where = f"{label}: {path}.{name}"
-        if name in duplicates:
-            out.problems.append(ConfigError(where, name, "defined twice in this file; keep one"))
-            continue
-        if not isinstance(entry, dict):
-            out.problems.append(ConfigError(where, entry, "each server is an object with command or url"))
-            continue
+    for name, where, entry in _server_entries(
+        servers, out, at=f"{label}: {path}", mapping="an object", duplicates=duplicates
+    ):
         if entry.get("disabled") is True:
             continue
         table: dict[str, object] = {}
@@ -176,8 +201,7 @@ def translate_json(doc: object, *, label: str, duplicates: frozenset[str] = froz
             except ConfigError as exc:
                 out.problems.append(exc)
                 continue
-        out.servers[name] = table
-        out.wheres[name] = where
+        out.add(name, where, table)
     return out
 
 
@@ -222,11 +246,7 @@ def translate_codex(doc: Mapping[str, object], *, label: str, env: Mapping[str, 
             label, str(servers)[:80], "expected [mcp_servers.NAME] tables (the Codex config.toml format)"
         )
     out = Translated()
-    for name, entry in servers.items():
-        where = f"{label}: mcp_servers.{name}"
-        if not isinstance(entry, dict):
-            out.problems.append(ConfigError(where, entry, "each server is a table with command or url"))
-            continue
+    for name, where, entry in _server_entries(servers, out, at=f"{label}: mcp_servers", mapping="a table"):
         if entry.get("enabled") is False:
             continue
         table: dict[str, object] = {}
@@ -277,6 +297,5 @@ def translate_codex(doc: Mapping[str, object], *, label: str, env: Mapping[str, 
         if passed:
             own = table.get("env")
             table["env"] = {**passed, **own} if isinstance(own, dict) else passed if own is None else own
-        out.servers[name] = table
-        out.wheres[name] = where
+        out.add(name, where, table)
     return out

@@ -139,6 +139,8 @@ def test_codex_errors() -> None:
         parse_codex_toml('model = "x"\n', label="c.toml", env={})
     with pytest.raises(ConfigError, match=r"c\.toml: .* not valid TOML"):
         parse_codex_toml("[mcp_servers\n", label="c.toml", env={})
+    with pytest.raises(ConfigError, match=r"c\.toml: mcp_servers\.a: 1 is not valid: each server is a table"):
+        parse_codex_toml("[mcp_servers]\na = 1\n", label="c.toml", env={})
     with pytest.raises(
         ConfigError,
         match=r"c\.toml: mcp_servers\.a\.tool_timeout_sec: 'soon' is not valid: .*duration|seconds",
