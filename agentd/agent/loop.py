@@ -20,7 +20,7 @@ from typing import Protocol
 import orjson
 
 from agentd.exitcodes import TerminalStatus
-from agentd.models import Message, Model, ModelReply, ToolCall, ToolSpec
+from agentd.models import Message, Model, ModelReply, Prompt, ToolCall, ToolSpec
 from agentd.selfmcp.protocol import NextTurn, StopReason, UsageVerdict, unknown_tool_text
 from agentd.watches.notices import is_no_reply
 
@@ -139,7 +139,9 @@ async def run_turn(
     state.recent_calls.clear()
     while True:
         started = time.monotonic()
-        reply: ModelReply = await model.complete(system=system, messages=state.messages, tools=tools)
+        # A snapshot: what this call was asked stays as it was while the transcript grows.
+        prompt = Prompt(system=system, messages=tuple(state.messages), tools=tools)
+        reply: ModelReply = await model.complete(prompt)
         latency_ms = (time.monotonic() - started) * 1000
         state.turn_steps += 1
         verdict = await link.report_usage(

@@ -1,8 +1,8 @@
 """Model providers behind one small interface (ARCHITECTURE.md decision 7).
 
 ``make_model("openai:gpt-4o-mini", env=os.environ, settings=ModelSettings(...))``
-returns a :class:`Model`; ``await model.complete(system=..., messages=[...],
-tools=[...])`` returns the next :class:`ModelReply`, with its :class:`Usage`
+returns a :class:`Model`; ``await model.complete(Prompt(system=..., messages=[...],
+tools=[...]))`` returns the next :class:`ModelReply`, with its :class:`Usage`
 (cached tokens included) and its cost in USD. Providers: ``openai:`` (Chat
 Completions, any compatible base URL), ``openai-responses:`` (Responses API),
 ``anthropic:`` (Messages API), ``azure:`` (Azure OpenAI deployments),
@@ -25,6 +25,7 @@ from agentd.models.base import (
     Message,
     Model,
     ModelReply,
+    Prompt,
     Role,
     StopReason,
     ToolCall,
@@ -53,6 +54,7 @@ __all__ = [
     "Model",
     "ModelReply",
     "ModelSettings",
+    "Prompt",
     "Provider",
     "ProviderConfig",
     "Role",

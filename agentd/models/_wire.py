@@ -23,15 +23,7 @@ import httpx2
 
 from agentd.jsonvalue import JSONObject, get_object, get_str
 from agentd.models._http import JsonPoster, Sleep, join_url
-from agentd.models.base import (
-    Message,
-    ModelReply,
-    ToolCall,
-    ToolSpec,
-    Usage,
-    estimate_input_tokens,
-    estimate_tokens,
-)
+from agentd.models.base import ModelReply, Prompt, ToolCall, Usage, estimate_input_tokens, estimate_tokens
 from agentd.models.pricing import price_call
 from agentd.models.settings import ModelSettings
 from agentd.redact import redact
@@ -115,17 +107,9 @@ def response_model(body: JSONObject) -> str | None:
 
 
 class RequestBuilder(Protocol):
-    """A wire format's ``build_request``: the request body for a transcript (pure)."""
+    """A wire format's ``build_request``: the request body for a prompt (pure)."""
 
-    def __call__(
-        self,
-        model: str,
-        *,
-        system: str | None,
-        messages: Sequence[Message],
-        tools: Sequence[ToolSpec],
-        settings: ModelSettings | None = None,
-    ) -> JSONObject: ...
+    def __call__(self, model: str, prompt: Prompt, settings: ModelSettings | None = None) -> JSONObject: ...
 
 
 class ReplyParser(Protocol):
@@ -215,21 +199,11 @@ class HttpModel:
         """The headers that carry the key (a bearer token unless the API says otherwise)."""
         return {"authorization": f"Bearer {api_key}"} if api_key else {}
 
-    async def complete(
-        self,
-        *,
-        system: str | None,
-        messages: Sequence[Message],
-        tools: Sequence[ToolSpec],
-    ) -> ModelReply:
+    async def complete(self, prompt: Prompt) -> ModelReply:
         """One call (see :class:`agentd.models.base.Model`)."""
-        body = self.wire.build_request(
-            self.name, system=system, messages=messages, tools=tools, settings=self.settings
-        )
+        body = self.wire.build_request(self.name, prompt, self.settings)
         answer = await self._poster.post(self.url, headers=self._headers, body=body)
-        reply = self.wire.parse_response(
-            answer, estimated_input=estimate_input_tokens(system, messages, tools)
-        )
+        reply = self.wire.parse_response(answer, estimated_input=estimate_input_tokens(prompt))
         cost = price_call(self.price_provider, (response_model(answer), self.name), reply.usage)
         return replace(reply, cost_usd=cost)
 

@@ -46,8 +46,6 @@ input (the API counts the three apart), ``output_tokens``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import orjson
 
 from agentd.errors import ModelResponseError
@@ -62,7 +60,7 @@ from agentd.jsonvalue import (
     is_object,
 )
 from agentd.models._wire import HttpModel, WireFormat, messages_usage
-from agentd.models.base import MAX_TOOL_ARGUMENT_CHARS, Message, ModelReply, StopReason, ToolCall, ToolSpec
+from agentd.models.base import MAX_TOOL_ARGUMENT_CHARS, Message, ModelReply, Prompt, StopReason, ToolCall
 from agentd.models.settings import ModelSettings
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -147,23 +145,11 @@ _STOP: dict[str, StopReason] = {
 }
 
 
-def build_request(
-    model: str,
-    *,
-    system: str | None,
-    messages: Sequence[Message],
-    tools: Sequence[ToolSpec],
-    max_tokens: int | None = None,
-    settings: ModelSettings | None = None,
-) -> JSONObject:
-    """The Messages API request body for this transcript (pure).
-
-    ``max_tokens`` is the older spelling of ``settings.max_output_tokens``
-    (the setting wins when both are given).
-    """
+def build_request(model: str, prompt: Prompt, settings: ModelSettings | None = None) -> JSONObject:
+    """The Messages API request body for this prompt (pure)."""
     settings = settings or ModelSettings()
     wire: list[JSONObject] = []
-    for m in messages:
+    for m in prompt.messages:
         role: str
         content: str | list[JSONObject]
         if m.role == "user":
@@ -201,18 +187,18 @@ def build_request(
         else:
             wire.append({"role": role, "content": value})
     cache = settings.prompt_cache or "5m"
-    if max_tokens is None or settings.max_output_tokens is not None:
-        max_tokens = settings.max_output_tokens or default_max_output_tokens(model, settings.thinking_budget)
+    max_tokens = settings.max_output_tokens or default_max_output_tokens(model, settings.thinking_budget)
     body: JSONObject = {"model": model, "max_tokens": max_tokens, "messages": [*wire]}
-    if system:
+    if prompt.system:
         body["system"] = (
-            system
+            prompt.system
             if cache == "off"
-            else [{"type": "text", "text": system, "cache_control": cache_control(cache)}]
+            else [{"type": "text", "text": prompt.system, "cache_control": cache_control(cache)}]
         )
-    if tools:
+    if prompt.tools:
         specs: list[JSONObject] = [
-            {"name": t.name, "description": t.description, "input_schema": t.input_schema} for t in tools
+            {"name": t.name, "description": t.description, "input_schema": t.input_schema}
+            for t in prompt.tools
         ]
         if cache != "off":
             specs[-1]["cache_control"] = cache_control(cache)
@@ -224,7 +210,7 @@ def build_request(
         body["stop_sequences"] = list(settings.stop)
     if settings.thinking_budget:
         body["thinking"] = {"type": "enabled", "budget_tokens": settings.thinking_budget}
-    if tools:
+    if prompt.tools:
         choice = tool_choice_field(settings.tool_choice, settings.parallel_tool_calls)
         if choice is not None:
             body["tool_choice"] = choice

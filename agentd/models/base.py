@@ -7,8 +7,9 @@ to its own wire format on the way out and its answer back into a
 A transcript is a sequence of :class:`Message`: ``user`` turns (the
 instruction, deliveries, notices), ``assistant`` turns (text and tool calls,
 normally built with :meth:`ModelReply.as_message`) and ``tool`` results (one
-per tool call, linked by ``tool_call_id``). The system prompt travels apart
-from the transcript because providers place it differently.
+per tool call, linked by ``tool_call_id``). What one call asks is a
+:class:`Prompt`: the transcript, the system prompt (apart from the
+transcript, because providers place it differently) and the tools offered.
 """
 
 from __future__ import annotations
@@ -261,6 +262,25 @@ class ModelReply:
         return Message.assistant(self.text, self.tool_calls, provider_data=self.provider_data)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Prompt:
+    """What one model call asks: the transcript so far, the system prompt, the tools offered.
+
+    One value from the agent loop to the model, and from a model to its wire
+    format's ``build_request``, so the three always travel together.
+
+    Attributes:
+        messages: the transcript, oldest first (the agent loop hands a
+            snapshot: appending to its own transcript does not change a prompt).
+        system: the system prompt, ``None`` (or empty) for none.
+        tools: the tools the model may call, in the order offered.
+    """
+
+    messages: Sequence[Message]
+    system: str | None = None
+    tools: Sequence[ToolSpec] = ()
+
+
 @runtime_checkable
 class Model(Protocol):
     """A model provider: one method to get the next assistant turn.
@@ -268,6 +288,22 @@ class Model(Protocol):
     Implementations are used by one task at a time (an agent child runs one
     loop); ``complete`` may be cancelled at any await and must then leave the
     model usable or closed, never half-updated.
+
+    Any object with these members is a model (the protocol is structural); a
+    model written for a test or an embedding reads the :class:`Prompt` and
+    answers a :class:`ModelReply`::
+
+        class Echo:
+            provider = "echo"
+            name = "echo"
+
+            async def complete(self, prompt: Prompt) -> ModelReply:
+                said = prompt.messages[-1].content if prompt.messages else ""
+                return ModelReply(text=said, tool_calls=[], stop="end",
+                                  usage=Usage(estimate_input_tokens(prompt), estimate_tokens(said)))
+
+            async def aclose(self) -> None:
+                pass
     """
 
     provider: str
@@ -276,14 +312,8 @@ class Model(Protocol):
     name: str
     """The model name after the prefix (for ``script``: the file path)."""
 
-    async def complete(
-        self,
-        *,
-        system: str | None,
-        messages: Sequence[Message],
-        tools: Sequence[ToolSpec],
-    ) -> ModelReply:
-        """Return the next assistant turn for this transcript.
+    async def complete(self, prompt: Prompt) -> ModelReply:
+        """Return the next assistant turn for this prompt.
 
         Raises:
             agentd.errors.ModelAuthError: the provider rejected the credentials.
@@ -308,13 +338,13 @@ def estimate_tokens(text: str) -> int:
     return math.ceil(len(text) / CHARS_PER_TOKEN)
 
 
-def estimate_input_tokens(system: str | None, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> int:
-    """Estimate the input tokens of one call from the characters it sends."""
-    chars = len(system or "")
-    for m in messages:
+def estimate_input_tokens(prompt: Prompt) -> int:
+    """Estimate the input tokens of one call from the characters its prompt sends."""
+    chars = len(prompt.system or "")
+    for m in prompt.messages:
         chars += len(m.content)
         for c in m.tool_calls:
             chars += len(c.name) + len(c.raw_arguments)
-    for t in tools:
+    for t in prompt.tools:
         chars += len(t.name) + len(t.description) + len(repr(t.input_schema))
     return math.ceil(chars / CHARS_PER_TOKEN)

@@ -44,7 +44,7 @@ deadline → :class:`~agentd.errors.ModelUnavailableError`; any other status →
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -60,7 +60,7 @@ from agentd.errors import (
 from agentd.jsonvalue import JSONObject
 from agentd.models._http import DEFAULT_MODEL_TIMEOUT_S, MAX_ATTEMPTS, new_client
 from agentd.models.anthropic import beta_headers, build_request, parse_response
-from agentd.models.base import Message, ModelReply, ToolSpec
+from agentd.models.base import ModelReply, Prompt
 from agentd.models.pricing import price_usd
 from agentd.models.settings import ModelSettings
 from agentd.redact import redact
@@ -217,15 +217,9 @@ class CloudAnthropicModel:
     def __repr__(self) -> str:
         return f"CloudAnthropicModel({self.name!r}, provider={self.provider!r})"
 
-    async def complete(
-        self,
-        *,
-        system: str | None,
-        messages: Sequence[Message],
-        tools: Sequence[ToolSpec],
-    ) -> ModelReply:
+    async def complete(self, prompt: Prompt) -> ModelReply:
         """One Messages call through the SDK (see :class:`agentd.models.base.Model`)."""
-        body = build_request(self.name, system=system, messages=messages, tools=tools, settings=self.settings)
+        body = build_request(self.name, prompt, self.settings)
         keywords = {k: body.pop(k) for k in _KEYWORDS}
         answer: SdkMessage | None = None
         with trio.move_on_after(self.timeout):

@@ -36,8 +36,6 @@ and every ``[providers.NAME]`` endpoint.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import orjson
 
 from agentd.errors import ModelResponseError
@@ -53,7 +51,7 @@ from agentd.jsonvalue import (
 )
 from agentd.models._wire import HttpModel, WireFormat, openai_usage
 from agentd.models._wire import usage_from as usage_from  # the OpenAI usage reader, under its older home
-from agentd.models.base import Message, ModelReply, StopReason, ToolCall, ToolSpec
+from agentd.models.base import ModelReply, Prompt, StopReason, ToolCall
 from agentd.models.settings import TOOL_CHOICE_WORDS, ModelSettings
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -73,24 +71,12 @@ _FINISH: dict[str, StopReason] = {
 }
 
 
-def build_request(
-    model: str,
-    *,
-    system: str | None,
-    messages: Sequence[Message],
-    tools: Sequence[ToolSpec],
-    max_tokens: int | None = None,
-    settings: ModelSettings | None = None,
-) -> JSONObject:
-    """The Chat Completions request body for this transcript (pure).
-
-    ``max_tokens`` is the older spelling of ``settings.max_output_tokens``
-    (the setting wins when both are given).
-    """
+def build_request(model: str, prompt: Prompt, settings: ModelSettings | None = None) -> JSONObject:
+    """The Chat Completions request body for this prompt (pure)."""
     wire: JSONArray = []
-    if system:
-        wire.append({"role": "system", "content": system})
-    for m in messages:
+    if prompt.system:
+        wire.append({"role": "system", "content": prompt.system})
+    for m in prompt.messages:
         if m.role == "user":
             wire.append({"role": "user", "content": m.content})
         elif m.role == "assistant":
@@ -112,24 +98,23 @@ def build_request(
             content = TOOL_ERROR_PREFIX + m.content if m.is_error else m.content
             wire.append({"role": "tool", "tool_call_id": m.tool_call_id or "", "content": content})
     body: JSONObject = {"model": model, "messages": wire}
-    if tools:
+    if prompt.tools:
         body["tools"] = [
             {
                 "type": "function",
                 "function": {"name": t.name, "description": t.description, "parameters": t.input_schema},
             }
-            for t in tools
+            for t in prompt.tools
         ]
     settings = settings or ModelSettings()
-    limit = settings.max_output_tokens if settings.max_output_tokens is not None else max_tokens
-    if limit is not None:
-        body["max_completion_tokens"] = limit
+    if settings.max_output_tokens is not None:
+        body["max_completion_tokens"] = settings.max_output_tokens
     body.update(settings.sampling())
     if settings.stop is not None:
         body["stop"] = list(settings.stop)
     if settings.reasoning_effort is not None:
         body["reasoning_effort"] = settings.reasoning_effort
-    if tools:
+    if prompt.tools:
         if settings.parallel_tool_calls is not None:
             body["parallel_tool_calls"] = settings.parallel_tool_calls
         if settings.tool_choice is not None:

@@ -60,7 +60,7 @@ async def rehearse(specs: list[str]) -> None:
 
 
 async def _one(spec: str, api: str, env_prefix: str) -> None:
-    from agentd.models import Message, ToolSpec, make_model
+    from agentd.models import Message, Prompt, ToolSpec, make_model
 
     listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
     port = listeners[0].socket.getsockname()[1]
@@ -71,7 +71,7 @@ async def _one(spec: str, api: str, env_prefix: str) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_answer_once, listeners[0], orjson.dumps(_ANSWERS[api]))
             tool = ToolSpec(name="rehearsal", description="", input_schema={"type": "object"})
-            await model.complete(system="s", messages=[Message(role="user", content="hi")], tools=[tool])
+            await model.complete(Prompt(system="s", messages=[Message.user("hi")], tools=[tool]))
             nursery.cancel_scope.cancel()
     finally:
         await model.aclose()

@@ -37,12 +37,10 @@ joined (a ``refusal`` part → refusal), ``function_call`` → a tool call,
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from agentd.errors import ModelResponseError
 from agentd.jsonvalue import JSONArray, JSONObject, as_object, get_array, get_object, get_str, is_object
 from agentd.models._wire import WireFormat, openai_usage
-from agentd.models.base import Message, ModelReply, StopReason, ToolCall, ToolSpec
+from agentd.models.base import ModelReply, Prompt, StopReason, ToolCall
 from agentd.models.openai import CONTENT_FILTER_REFUSAL, TOOL_ERROR_PREFIX, OpenAIEndpoint
 from agentd.models.settings import TOOL_CHOICE_WORDS, ModelSettings
 
@@ -53,18 +51,11 @@ PROVIDER_DATA_API = "responses"
 _MAX_ID = 200
 
 
-def build_request(
-    model: str,
-    *,
-    system: str | None,
-    messages: Sequence[Message],
-    tools: Sequence[ToolSpec],
-    settings: ModelSettings | None = None,
-) -> JSONObject:
-    """The Responses API request body for this transcript (pure)."""
+def build_request(model: str, prompt: Prompt, settings: ModelSettings | None = None) -> JSONObject:
+    """The Responses API request body for this prompt (pure)."""
     settings = settings or ModelSettings()
     items: JSONArray = []
-    for m in messages:
+    for m in prompt.messages:
         if m.role == "user":
             items.append({"role": "user", "content": m.content})
         elif m.role == "assistant":
@@ -98,9 +89,9 @@ def build_request(
             output = TOOL_ERROR_PREFIX + m.content if m.is_error else m.content
             items.append({"type": "function_call_output", "call_id": m.tool_call_id or "", "output": output})
     body: JSONObject = {"model": model, "input": items, "store": False}
-    if system:
-        body["instructions"] = system
-    if tools:
+    if prompt.system:
+        body["instructions"] = prompt.system
+    if prompt.tools:
         body["tools"] = [
             {
                 "type": "function",
@@ -109,7 +100,7 @@ def build_request(
                 "parameters": t.input_schema,
                 "strict": False,
             }
-            for t in tools
+            for t in prompt.tools
         ]
         if settings.parallel_tool_calls is not None:
             body["parallel_tool_calls"] = settings.parallel_tool_calls

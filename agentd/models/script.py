@@ -69,9 +69,9 @@ from agentd.models._http import Sleep
 from agentd.models.base import (
     Message,
     ModelReply,
+    Prompt,
     StopReason,
     ToolCall,
-    ToolSpec,
     Usage,
     estimate_input_tokens,
     estimate_tokens,
@@ -389,14 +389,8 @@ class ScriptModel:
         """Index of the turn the next call plays (``len(turns)`` once exhausted)."""
         return self._next
 
-    async def complete(
-        self,
-        *,
-        system: str | None,
-        messages: Sequence[Message],
-        tools: Sequence[ToolSpec],
-    ) -> ModelReply:
-        """The next scripted turn, with placeholders filled from ``messages``."""
+    async def complete(self, prompt: Prompt) -> ModelReply:
+        """The next scripted turn, with placeholders filled from the prompt's messages."""
         turns = self.script.turns
         if self._next >= len(turns) and self.script.then == "repeat":
             self._next = 0
@@ -405,14 +399,14 @@ class ScriptModel:
             # Before advancing: a call cancelled during its latency replays the same turn.
             await self._sleep(turn.latency_ms / 1000.0)
         self._calls += 1
-        input_estimate = estimate_input_tokens(system, messages, tools)
+        input_estimate = estimate_input_tokens(prompt)
         if turn is None:
             text = NO_REPLY if self.script.then == "no_reply" else ""
             return ModelReply(
                 text=text, tool_calls=[], stop="end", usage=Usage(input_estimate, estimate_tokens(text))
             )
         self._next += 1
-        fields = placeholder_values(messages)
+        fields = placeholder_values(prompt.messages)
         text = _fill(turn.text, fields)
         refusal = _fill(turn.refusal, fields) if turn.refusal is not None else None
         calls = [self._tool_call(k, c, fields) for k, c in enumerate(turn.tool_calls)]

@@ -145,23 +145,12 @@ def route_specs(settings: Settings) -> list[RouteSpec]:
     specs: list[RouteSpec] = []
     staged = {s.index: s for s in staged_routes(settings)}
     for i, rc in enumerate(settings.routes):
-        if i in staged:
-            specs.append(
-                RouteSpec(
-                    match=rc.match or "",
-                    disposition=Continue(session=staged[i].router_session),
-                    debounce=rc.debounce,
-                    max_wait=rc.max_wait,
-                    queue_cap=rc.queue_cap,
-                    overflow=rc.overflow,
-                    route_id=staged[i].route_id,
-                    reread_on_start=rc.reread_on_start,
-                    kind="stage",
-                )
-            )
-            continue
-        if rc.disposition == "spawn":
-            disposition: Spawn | Continue = Spawn(
+        stage = staged.get(i)
+        disposition: Spawn | Continue
+        if stage is not None:
+            disposition = Continue(session=stage.router_session)
+        elif rc.disposition == "spawn":
+            disposition = Spawn(
                 max_inflight=rc.max_inflight or 4,
                 template=spawn_template(rc.template, settings.instruction, timer=rc.timer),
             )
@@ -175,9 +164,10 @@ def route_specs(settings: Settings) -> list[RouteSpec]:
                 max_wait=rc.max_wait,
                 queue_cap=rc.queue_cap,
                 overflow=rc.overflow,
-                route_id=rc.name,
-                timer=rc.timer,
+                route_id=rc.name if stage is None else stage.route_id,
+                timer=rc.timer,  # never a staged route's: a timer route has nothing to extract
                 reread_on_start=rc.reread_on_start,
+                kind="declared" if stage is None else "stage",
             )
         )
     return specs

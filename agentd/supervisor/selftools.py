@@ -14,20 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import assert_never
 
+from agentd import events
 from agentd.errors import RouteError
-from agentd.events import (
-    Acknowledged,
-    Refused,
-    RouteAdded,
-    SelfSubscribe,
-    SelfToolRequest,
-    SelfUnsubscribe,
-    SessionOf,
-    Unsubscribed,
-    WatchRouteAdd,
-    WatchRouteRemove,
-    WatchSession,
-)
 from agentd.supervisor.agents import Agent, AgentTable
 from agentd.supervisor.seams import WatchHooks
 from agentd.supervisor.sessionroutes import SessionRoutes
@@ -46,25 +34,25 @@ class SelfToolDesk:
     unsubscribe: Callable[[str, str], None]
     telemetry: Telemetry
 
-    def answer(self, request: SelfToolRequest) -> None:
+    def answer(self, request: events.SelfToolRequest) -> None:
         """A self-tool request from the hub: answered at once, never raises."""
         agent = self.agents.get(request.agent)
         if agent is None:
             unknown = f"unknown agent {request.agent!r}"
             match request:
-                case SelfUnsubscribe():
-                    request.reply.answer(Unsubscribed(existed=False, needed=True))
-                case WatchRouteRemove():
-                    request.reply.answer(Acknowledged())
-                case SelfSubscribe() | WatchSession() | WatchRouteAdd():
-                    request.reply.answer(Refused(unknown))
+                case events.SelfUnsubscribe():
+                    request.reply.answer(events.Unsubscribed(existed=False, needed=True))
+                case events.WatchRouteRemove():
+                    request.reply.answer(events.Acknowledged())
+                case events.SelfSubscribe() | events.WatchSession() | events.WatchRouteAdd():
+                    request.reply.answer(events.Refused(unknown))
                 case _:
                     assert_never(request)
             return
         match request:
-            case SelfSubscribe():
+            case events.SelfSubscribe():
                 self._subscribe(agent, request)
-            case SelfUnsubscribe():
+            case events.SelfUnsubscribe():
                 existed = request.uri in agent.subscriptions
                 self._drop_self_route(agent, request.uri)
                 # A declared subscription (or another route or watch) still needs
@@ -73,38 +61,38 @@ class SelfToolDesk:
                 needed = request.server is not None and not self.subscriptions.unsubscribed(
                     request.server, request.uri
                 )
-                request.reply.answer(Unsubscribed(existed=existed, needed=needed))
+                request.reply.answer(events.Unsubscribed(existed=existed, needed=needed))
                 self.telemetry.emit(
                     "self.unsubscribe", agent=agent.id, uri=request.uri, server=request.server, kept=needed
                 )
-            case WatchSession():
+            case events.WatchSession():
                 # Registering makes the agent's id its session name (a watch needs a session).
                 session = self.agents.name_session(agent) if request.register else agent.session or agent.id
-                request.reply.answer(SessionOf(session))
-            case WatchRouteAdd():
+                request.reply.answer(events.SessionOf(session))
+            case events.WatchRouteAdd():
                 try:
                     route_id = self.session_routes.add_watch(request.session, request.name, request.uri)
                 except (RouteError, ValueError) as exc:  # ValueError: a URI that is no valid match
-                    request.reply.answer(Refused(str(exc)))
+                    request.reply.answer(events.Refused(str(exc)))
                     return
-                request.reply.answer(RouteAdded(route_id))
-            case WatchRouteRemove():
+                request.reply.answer(events.RouteAdded(route_id))
+            case events.WatchRouteRemove():
                 self.session_routes.remove_watch(request.session, request.name)
-                request.reply.answer(Acknowledged())
+                request.reply.answer(events.Acknowledged())
             case _:
                 assert_never(request)
 
-    def _subscribe(self, agent: Agent, request: SelfSubscribe) -> None:
+    def _subscribe(self, agent: Agent, request: events.SelfSubscribe) -> None:
         session = agent.session or agent.id
         try:
             self.session_routes.subscribe(session, request.uri)
         except (RouteError, ValueError) as exc:  # ValueError: a URI that is no valid match
-            request.reply.answer(Refused(str(exc)))
+            request.reply.answer(events.Refused(str(exc)))
             return
         self.agents.name_session(agent)
         agent.subscribe(request.uri, request.server)
         self.telemetry.emit("self.subscribe", agent=agent.id, uri=request.uri, server=request.server)
-        request.reply.answer(Acknowledged())
+        request.reply.answer(events.Acknowledged())
 
     def release(self, agent: Agent) -> None:
         """``agent`` exited: its self routes go, and the upstream subscriptions nothing else needs."""

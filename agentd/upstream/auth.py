@@ -181,27 +181,24 @@ class TokenCache:
 
 
 class _ClientCredentials(ClientCredentialsOAuthProvider):
-    """The SDK's client-credentials provider with a token cache and refresh before expiry."""
+    """The SDK's client-credentials provider with a token cache and refresh before expiry.
 
-    def __init__(
-        self,
-        *,
-        server_url: str,
-        client_id: str,
-        client_secret: str,
-        token_endpoint_auth_method: TokenAuthMethod,
-        scope: str | None,
-        issuer: str,
-        cache: TokenCache,
-    ) -> None:
+    Args:
+        server_url: the MCP server's URL.
+        oauth: the server's ``[oauth]`` settings.
+        client_secret: the secret they give or name (read from the environment).
+        cache: where the token is kept across reconnects and restarts.
+    """
+
+    def __init__(self, server_url: str, oauth: OAuthLike, *, client_secret: str, cache: TokenCache) -> None:
         super().__init__(
             server_url,
             cache,
-            client_id,
+            oauth.client_id,
             client_secret,
-            token_endpoint_auth_method=token_endpoint_auth_method,
-            scope=scope,
-            issuer=issuer,
+            token_endpoint_auth_method=oauth.token_endpoint_auth_method,
+            scope=oauth.scope,
+            issuer=oauth.issuer,
         )
         self._cache = cache
 
@@ -284,12 +281,4 @@ def auth_for(
     if state_dir is not None:
         digest = hashlib.sha256(binding.encode()).hexdigest()[:12]
         path = state_dir / "oauth" / f"{spec.name}-{digest}.json"
-    return _ClientCredentials(
-        server_url=spec.url,
-        client_id=oauth.client_id,
-        client_secret=secret,
-        token_endpoint_auth_method=oauth.token_endpoint_auth_method,
-        scope=oauth.scope,
-        issuer=oauth.issuer,
-        cache=TokenCache(path, binding),
-    )
+    return _ClientCredentials(spec.url, oauth, client_secret=secret, cache=TokenCache(path, binding))

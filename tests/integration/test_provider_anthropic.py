@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agentd.errors import ModelAuthError, ModelError, ModelUnavailableError
-from agentd.models import Message, ToolSpec, make_model
+from agentd.models import Message, Prompt, ToolSpec, make_model
 from agentd.models._http import MAX_ATTEMPTS
 from agentd.models.anthropic import API_VERSION, AnthropicModel
 from tests.fakes.provider_server import (
@@ -34,7 +34,7 @@ def _model(base: str, *, key: str | None = "sk-ant-test", **kwargs) -> Anthropic
 async def test_plain_answer_request_and_reply() -> None:
     async with provider_server([anthropic_reply("Hi!", usage=(30, 2))]) as server:
         model = _model(server.base_url)
-        reply = await model.complete(system="You are terse.", messages=[Message.user("hello")], tools=[])
+        reply = await model.complete(Prompt(messages=[Message.user("hello")], system="You are terse."))
         await model.aclose()
     assert (reply.text, reply.stop, reply.refusal) == ("Hi!", "end", None)
     assert (reply.usage.input_tokens, reply.usage.output_tokens) == (30, 2)
@@ -61,7 +61,7 @@ async def test_make_model_reads_env_and_max_tokens() -> None:
             env={"ANTHROPIC_BASE_URL": server.base_url + "/", "ANTHROPIC_API_KEY": "k1"},
             max_tokens=1024,
         )
-        await model.complete(system=None, messages=[Message.user("hi")], tools=[])
+        await model.complete(Prompt(messages=[Message.user("hi")]))
         await model.aclose()
     [req] = server.requests
     assert req.path == "/v1/messages"
@@ -85,7 +85,7 @@ async def test_tool_use_round_trip_merges_results_into_one_user_message() -> Non
     ) as server:
         model = _model(server.base_url)
         transcript = [Message.user("weather in Oslo and Rome?")]
-        first = await model.complete(system="sys", messages=transcript, tools=[WEATHER])
+        first = await model.complete(Prompt(messages=transcript, system="sys", tools=[WEATHER]))
         assert (first.text, first.stop) == ("Checking both.", "tool_use")
         assert [(c.id, c.name, c.arguments, c.error) for c in first.tool_calls] == [
             ("toolu_1", "weather__get", {"city": "Oslo"}, None),
@@ -97,7 +97,7 @@ async def test_tool_use_round_trip_merges_results_into_one_user_message() -> Non
             Message.tool_result("toolu_2", "station offline", is_error=True),
             Message.user("also: be brief"),
         ]
-        second = await model.complete(system="sys", messages=transcript, tools=[WEATHER])
+        second = await model.complete(Prompt(messages=transcript, system="sys", tools=[WEATHER]))
         await model.aclose()
     assert second.stop == "end"
     body = server.requests[1].json
@@ -145,7 +145,7 @@ async def test_tool_use_round_trip_merges_results_into_one_user_message() -> Non
 async def test_refusal_stop_reason() -> None:
     async with provider_server([anthropic_reply(None, stop_reason="refusal")]) as server:
         model = _model(server.base_url)
-        reply = await model.complete(system=None, messages=[Message.user("bad")], tools=[])
+        reply = await model.complete(Prompt(messages=[Message.user("bad")]))
         await model.aclose()
     assert reply.stop == "refusal"
     assert reply.refusal == "The model declined to continue."
@@ -154,7 +154,7 @@ async def test_refusal_stop_reason() -> None:
 async def test_max_tokens_stop_reason() -> None:
     async with provider_server([anthropic_reply("partial", stop_reason="max_tokens")]) as server:
         model = _model(server.base_url)
-        reply = await model.complete(system=None, messages=[Message.user("go")], tools=[])
+        reply = await model.complete(Prompt(messages=[Message.user("go")]))
         await model.aclose()
     assert (reply.text, reply.stop) == ("partial", "max_tokens")
 
@@ -164,7 +164,7 @@ async def test_tool_use_input_not_an_object_sets_error() -> None:
         [anthropic_reply(None, tool_uses=[("toolu_1", "weather__get", "Oslo")])]
     ) as server:
         model = _model(server.base_url)
-        reply = await model.complete(system=None, messages=[Message.user("go")], tools=[WEATHER])
+        reply = await model.complete(Prompt(messages=[Message.user("go")], tools=[WEATHER]))
         await model.aclose()
     [call] = reply.tool_calls
     assert call.arguments is None
@@ -179,7 +179,7 @@ async def test_529_overloaded_then_success() -> None:
         [anthropic_error(529, "Overloaded", type_="overloaded_error"), anthropic_reply("ok")]
     ) as server:
         model = _model(server.base_url, sleep=sleep)
-        reply = await model.complete(system=None, messages=[Message.user("hi")], tools=[])
+        reply = await model.complete(Prompt(messages=[Message.user("hi")]))
         await model.aclose()
     assert reply.text == "ok"
     assert sleep.delays == [0.5]
@@ -194,7 +194,7 @@ async def test_429_with_retry_after_then_success() -> None:
         ]
     ) as server:
         model = _model(server.base_url, sleep=sleep)
-        await model.complete(system=None, messages=[Message.user("hi")], tools=[])
+        await model.complete(Prompt(messages=[Message.user("hi")]))
         await model.aclose()
     assert sleep.delays == [4.0]
 
@@ -209,7 +209,7 @@ async def test_auth_failure_is_fatal_without_retry(status: int) -> None:
         with pytest.raises(
             ModelAuthError, match=rf"HTTP {status} .*invalid x-api-key.*set ANTHROPIC_API_KEY"
         ):
-            await model.complete(system=None, messages=[Message.user("hi")], tools=[])
+            await model.complete(Prompt(messages=[Message.user("hi")]))
         await model.aclose()
     assert len(server.requests) == 1
     assert sleep.delays == []
@@ -219,7 +219,7 @@ async def test_bad_request_is_model_error() -> None:
     async with provider_server([anthropic_error(400, "messages: roles must alternate")]) as server:
         model = _model(server.base_url)
         with pytest.raises(ModelError, match=r"HTTP 400 .*messages: roles must alternate"):
-            await model.complete(system=None, messages=[Message.user("hi")], tools=[])
+            await model.complete(Prompt(messages=[Message.user("hi")]))
         await model.aclose()
 
 
@@ -229,7 +229,7 @@ async def test_unreachable_port_is_unavailable_after_retries() -> None:
     with pytest.raises(
         ModelUnavailableError, match=r"anthropic at http://127\.0\.0\.1:\d+/v1/messages still failing"
     ):
-        await model.complete(system=None, messages=[Message.user("hi")], tools=[])
+        await model.complete(Prompt(messages=[Message.user("hi")]))
     await model.aclose()
     assert len(sleep.delays) == MAX_ATTEMPTS - 1
 
@@ -240,7 +240,7 @@ async def test_malformed_json_body_is_model_error() -> None:
         with pytest.raises(
             ModelError, match=r"anthropic returned an unexpected response: HTTP 200 .* not JSON"
         ):
-            await model.complete(system=None, messages=[Message.user("hi")], tools=[])
+            await model.complete(Prompt(messages=[Message.user("hi")]))
         await model.aclose()
 
 
@@ -250,5 +250,5 @@ async def test_body_without_content_is_model_error() -> None:
         with pytest.raises(
             ModelError, match=r"anthropic returned an unexpected response: content is missing"
         ):
-            await model.complete(system=None, messages=[Message.user("hi")], tools=[])
+            await model.complete(Prompt(messages=[Message.user("hi")]))
         await model.aclose()

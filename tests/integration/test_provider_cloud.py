@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from agentd.errors import ModelAuthError, ModelRequestError
-from agentd.models import Message, ModelSettings, ToolSpec, make_model, validate_model_spec
+from agentd.models import Message, ModelSettings, Prompt, ToolSpec, make_model, validate_model_spec
 from agentd.models.cloud import CloudAnthropicModel
 from tests.fakes.provider_server import (
     GoogleTokenEndpoint,
@@ -81,9 +81,9 @@ async def test_bedrock_signs_with_sigv4_and_speaks_invoke(
         )
         assert isinstance(model, CloudAnthropicModel)
         transcript = [Message.user("read k")]
-        first = await model.complete(system="be brief", messages=transcript, tools=[ECHO])
+        first = await model.complete(Prompt(messages=transcript, system="be brief", tools=[ECHO]))
         transcript += [first.as_message(), Message.tool_result("toolu_1", "v")]
-        second = await model.complete(system="be brief", messages=transcript, tools=[ECHO])
+        second = await model.complete(Prompt(messages=transcript, system="be brief", tools=[ECHO]))
         await model.aclose()
     assert [(c.name, c.arguments) for c in first.tool_calls] == [("memo__get", {"key": "k"})]
     assert (second.text, second.stop) == ("done", "end")
@@ -112,7 +112,7 @@ async def test_bedrock_wrong_secret_is_an_auth_error(aws_env: None, monkeypatch:
         with pytest.raises(
             ModelAuthError, match=r"bedrock rejected the credentials \(HTTP 403\): The request sig"
         ):
-            await model.complete(system=None, messages=[Message.user("hi")], tools=[])
+            await model.complete(Prompt(messages=[Message.user("hi")]))
         await model.aclose()
     assert len(server.requests) == 1  # 403 is not retried
 
@@ -128,7 +128,7 @@ async def test_bedrock_unknown_model_is_a_request_error(
             ModelRequestError,
             match=r"HTTP 404: The provided model identifier is invalid\..*check the model id",
         ):
-            await model.complete(system=None, messages=[Message.user("hi")], tools=[])
+            await model.complete(Prompt(messages=[Message.user("hi")]))
         await model.aclose()
 
 
@@ -153,8 +153,8 @@ async def test_vertex_gets_a_token_through_adc_and_speaks_raw_predict(
         for name, value in tokens.vertex_env(key_file, server.url("/v1"), "us-east5").items():
             monkeypatch.setenv(name, value)
         model = make_model(f"vertex:{VERTEX_MODEL}", env=VERTEX_ENV)
-        first = await model.complete(system=None, messages=[Message.user("hi")], tools=[])
-        second = await model.complete(system=None, messages=[Message.user("hi")], tools=[])
+        first = await model.complete(Prompt(messages=[Message.user("hi")]))
+        second = await model.complete(Prompt(messages=[Message.user("hi")]))
         await model.aclose()
     assert tokens.problems == []
     assert len(tokens.issued) == 1  # the token is reused until it expires
@@ -178,6 +178,6 @@ async def test_vertex_refused_token_is_an_auth_error(monkeypatch: pytest.MonkeyP
             monkeypatch.setenv(name, value)
         model = make_model(f"vertex:{VERTEX_MODEL}", env=VERTEX_ENV)
         with pytest.raises(ModelAuthError, match=r"vertex: no usable credentials \(RefreshError"):
-            await model.complete(system=None, messages=[Message.user("hi")], tools=[])
+            await model.complete(Prompt(messages=[Message.user("hi")]))
         await model.aclose()
     assert [r.path for r in server.requests] == ["/token"]

@@ -8,7 +8,7 @@ import pytest
 import trio
 
 from agentd.errors import FatalInfraError, ModelAuthError, ModelError, ModelUnavailableError
-from agentd.models import Message, ToolSpec, make_model
+from agentd.models import Message, Prompt, ToolSpec, make_model
 from agentd.models._http import MAX_ATTEMPTS, RETRY_AFTER_MAX_S
 from agentd.models.openai import TOOL_ERROR_PREFIX, OpenAIModel
 from agentd.telemetry import NullTelemetry
@@ -39,7 +39,7 @@ def _model(base: str, *, key: str | None = "sk-test", **kwargs) -> OpenAIModel:
 async def test_plain_answer_request_and_reply() -> None:
     async with provider_server([openai_reply("Hello there.", usage=(21, 3))]) as server:
         model = _model(server.url("/v1"))
-        reply = await model.complete(system="Be brief.", messages=[Message.user("hi")], tools=[])
+        reply = await model.complete(Prompt(messages=[Message.user("hi")], system="Be brief."))
         await model.aclose()
     assert reply.text == "Hello there."
     assert reply.stop == "end"
@@ -59,7 +59,7 @@ async def test_plain_answer_request_and_reply() -> None:
 async def test_no_key_sends_no_authorization_header() -> None:
     async with provider_server([openai_reply("ok")]) as server:
         model = make_model("openai:llama3.1:8b", env={"OPENAI_BASE_URL": server.url("/v1")})
-        await model.complete(system=None, messages=[Message.user("hi")], tools=[])
+        await model.complete(Prompt(messages=[Message.user("hi")]))
         await model.aclose()
     [req] = server.requests
     assert "authorization" not in req.headers
@@ -82,7 +82,7 @@ async def test_tool_call_round_trip() -> None:
     ) as server:
         model = _model(server.url("/v1"))
         transcript = [Message.user("save x and y")]
-        first = await model.complete(system=None, messages=transcript, tools=[MEMO_SET])
+        first = await model.complete(Prompt(messages=transcript, tools=[MEMO_SET]))
         assert first.stop == "tool_use"
         assert [(c.id, c.name, c.arguments, c.error) for c in first.tool_calls] == [
             ("call_a", "memo__memo_set", {"key": "x"}, None),
@@ -93,7 +93,7 @@ async def test_tool_call_round_trip() -> None:
             Message.tool_result("call_a", "saved x"),
             Message.tool_result("call_b", "disk full", is_error=True),
         ]
-        second = await model.complete(system=None, messages=transcript, tools=[MEMO_SET])
+        second = await model.complete(Prompt(messages=transcript, tools=[MEMO_SET]))
         await model.aclose()
     assert (second.text, second.stop) == ("Both saved.", "end")
     body = server.requests[1].json
@@ -133,7 +133,7 @@ async def test_tool_call_round_trip() -> None:
 async def test_refusal_field_means_refusal() -> None:
     async with provider_server([openai_reply(None, refusal="I can't help with that.")]) as server:
         model = _model(server.url("/v1"))
-        reply = await model.complete(system=None, messages=[Message.user("bad")], tools=[])
+        reply = await model.complete(Prompt(messages=[Message.user("bad")]))
         await model.aclose()
     assert reply.stop == "refusal"
     assert reply.refusal == "I can't help with that."
@@ -143,7 +143,7 @@ async def test_refusal_field_means_refusal() -> None:
 async def test_content_filter_means_refusal() -> None:
     async with provider_server([openai_reply(None, finish_reason="content_filter")]) as server:
         model = _model(server.url("/v1"))
-        reply = await model.complete(system=None, messages=[Message.user("bad")], tools=[])
+        reply = await model.complete(Prompt(messages=[Message.user("bad")]))
         await model.aclose()
     assert reply.stop == "refusal"
     assert reply.refusal == "The provider's content filter stopped the answer."
@@ -152,7 +152,7 @@ async def test_content_filter_means_refusal() -> None:
 async def test_length_means_max_tokens() -> None:
     async with provider_server([openai_reply("cut sh", finish_reason="length")]) as server:
         model = _model(server.url("/v1"), max_tokens=16)
-        reply = await model.complete(system=None, messages=[Message.user("long")], tools=[])
+        reply = await model.complete(Prompt(messages=[Message.user("long")]))
         await model.aclose()
     assert reply.stop == "max_tokens"
     assert server.requests[0].json["max_completion_tokens"] == 16
@@ -163,7 +163,7 @@ async def test_invalid_tool_call_json_sets_error_and_is_sent_back_as_empty_objec
         [openai_reply(None, tool_calls=[("call_1", "memo__memo_set", "{not json")]), openai_reply("retrying")]
     ) as server:
         model = _model(server.url("/v1"))
-        first = await model.complete(system=None, messages=[Message.user("go")], tools=[MEMO_SET])
+        first = await model.complete(Prompt(messages=[Message.user("go")], tools=[MEMO_SET]))
         [call] = first.tool_calls
         assert call.arguments is None
         assert call.raw_arguments == "{not json"
@@ -175,7 +175,7 @@ async def test_invalid_tool_call_json_sets_error_and_is_sent_back_as_empty_objec
             first.as_message(),
             Message.tool_result("call_1", call.error, is_error=True),
         ]
-        await model.complete(system=None, messages=transcript, tools=[MEMO_SET])
+        await model.complete(Prompt(messages=transcript, tools=[MEMO_SET]))
         await model.aclose()
     sent = server.requests[1].json["messages"][1]["tool_calls"][0]["function"]
     assert sent == {"name": "memo__memo_set", "arguments": "{}"}
@@ -191,7 +191,7 @@ async def test_429_with_retry_after_then_success() -> None:
         ]
     ) as server:
         model = _model(server.url("/v1"), sleep=sleep, telemetry=telemetry)
-        reply = await model.complete(system=None, messages=[Message.user("hi")], tools=[])
+        reply = await model.complete(Prompt(messages=[Message.user("hi")]))
         await model.aclose()
     assert reply.text == "ok"
     assert sleep.delays == [2.0]
@@ -213,7 +213,7 @@ async def test_retry_after_ms_and_http_date() -> None:
         ]
     ) as server:
         model = _model(server.url("/v1"), sleep=sleep, wall_clock=lambda: now)
-        await model.complete(system=None, messages=[Message.user("hi")], tools=[])
+        await model.complete(Prompt(messages=[Message.user("hi")]))
         await model.aclose()
     assert sleep.delays == [1.5, 7.0, RETRY_AFTER_MAX_S]
 
@@ -229,7 +229,7 @@ async def test_5xx_then_success_uses_full_jitter_backoff() -> None:
         ]
     ) as server:
         model = _model(server.url("/v1"), sleep=sleep, rng=FixedRandom(0.5))
-        reply = await model.complete(system=None, messages=[Message.user("hi")], tools=[])
+        reply = await model.complete(Prompt(messages=[Message.user("hi")]))
         await model.aclose()
     assert reply.text == "finally"
     # full jitter: uniform(0, min(30, 1 * 2**(n-1))) with random() == 0.5
@@ -240,7 +240,7 @@ async def test_dropped_connection_is_retried() -> None:
     sleep = RecordingSleep()
     async with provider_server([Reply(drop=True), openai_reply("ok")]) as server:
         model = _model(server.url("/v1"), sleep=sleep)
-        reply = await model.complete(system=None, messages=[Message.user("hi")], tools=[])
+        reply = await model.complete(Prompt(messages=[Message.user("hi")]))
         await model.aclose()
     assert reply.text == "ok"
     assert len(sleep.delays) == 1
@@ -251,7 +251,7 @@ async def test_5xx_every_time_is_unavailable_after_max_attempts() -> None:
     async with provider_server([openai_error(503, "overloaded")] * MAX_ATTEMPTS) as server:
         model = _model(server.url("/v1"), sleep=sleep)
         with pytest.raises(ModelUnavailableError, match=r"after 5 attempts; last: HTTP 503: overloaded"):
-            await model.complete(system=None, messages=[Message.user("hi")], tools=[])
+            await model.complete(Prompt(messages=[Message.user("hi")]))
         await model.aclose()
     assert len(server.requests) == MAX_ATTEMPTS
     assert sleep.delays == [0.5, 1.0, 2.0, 4.0]
@@ -266,7 +266,7 @@ async def test_401_is_auth_error_without_retry() -> None:
         with pytest.raises(
             ModelAuthError, match=r"HTTP 401 .*Incorrect API key provided.*set OPENAI_API_KEY"
         ) as info:
-            await model.complete(system=None, messages=[Message.user("hi")], tools=[])
+            await model.complete(Prompt(messages=[Message.user("hi")]))
         await model.aclose()
     assert isinstance(info.value, FatalInfraError)
     assert info.value.exit_code == 4
@@ -279,7 +279,7 @@ async def test_other_4xx_is_model_error_with_provider_message() -> None:
     async with provider_server([openai_error(400, "The model `gpt-test` does not exist")]) as server:
         model = _model(server.url("/v1"))
         with pytest.raises(ModelError, match=r"HTTP 400 .*The model `gpt-test` does not exist"):
-            await model.complete(system=None, messages=[Message.user("hi")], tools=[])
+            await model.complete(Prompt(messages=[Message.user("hi")]))
         await model.aclose()
     assert len(server.requests) == 1
 
@@ -288,7 +288,7 @@ async def test_unreachable_port_is_unavailable_after_retries() -> None:
     sleep = RecordingSleep()
     model = _model(f"http://127.0.0.1:{unused_port()}/v1", sleep=sleep)
     with pytest.raises(ModelUnavailableError, match=r"still failing after 5 attempts; last: ConnectError"):
-        await model.complete(system=None, messages=[Message.user("hi")], tools=[])
+        await model.complete(Prompt(messages=[Message.user("hi")]))
     await model.aclose()
     assert sleep.delays == [0.5, 1.0, 2.0, 4.0]
 
@@ -299,7 +299,7 @@ async def test_malformed_json_body_is_model_error() -> None:
     ) as server:
         model = _model(server.url("/v1"))
         with pytest.raises(ModelError, match=r"HTTP 200 .* not JSON .*'\{\"choices\": \['"):
-            await model.complete(system=None, messages=[Message.user("hi")], tools=[])
+            await model.complete(Prompt(messages=[Message.user("hi")]))
         await model.aclose()
     assert len(server.requests) == 1
 
@@ -310,7 +310,7 @@ async def test_json_without_choices_is_model_error() -> None:
         with pytest.raises(
             ModelError, match=r"openai returned an unexpected response: choices\[0\] is missing"
         ):
-            await model.complete(system=None, messages=[Message.user("hi")], tools=[])
+            await model.complete(Prompt(messages=[Message.user("hi")]))
         await model.aclose()
 
 
@@ -322,7 +322,7 @@ async def test_one_real_retry_over_loopback() -> None:
     ) as server:
         model = OpenAIModel("m", base_url=server.url("/v1"))
         with trio.fail_after(10):
-            reply = await model.complete(system=None, messages=[Message.user("hi")], tools=[])
+            reply = await model.complete(Prompt(messages=[Message.user("hi")]))
         await model.aclose()
     assert reply.text == "ok"
     assert len(server.requests) == 2
@@ -335,7 +335,7 @@ def test_threaded_server_for_synchronous_callers() -> None:
         async def call() -> str:
             model = OpenAIModel("m", base_url=server.url("/v1"))
             try:
-                return (await model.complete(system=None, messages=[Message.user("hi")], tools=[])).text
+                return (await model.complete(Prompt(messages=[Message.user("hi")]))).text
             finally:
                 await model.aclose()
 

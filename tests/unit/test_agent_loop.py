@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from agentd.agent.loop import NextTurn, RunState, ToolResult, UsageVerdict, run_turn
-from agentd.models import Message, ModelReply, ToolCall, ToolSpec, Usage
+from agentd.models import Message, ModelReply, Prompt, ToolCall, ToolSpec, Usage
 
 
 class _ToolsForever:
@@ -17,9 +15,7 @@ class _ToolsForever:
     def __init__(self) -> None:
         self.calls = 0
 
-    async def complete(
-        self, *, system: str | None, messages: Sequence[Message], tools: Sequence[ToolSpec]
-    ) -> ModelReply:
+    async def complete(self, prompt: Prompt) -> ModelReply:
         self.calls += 1
         call = ToolCall(id=f"c{self.calls}", name="t", arguments={"n": self.calls}, raw_arguments="{}")
         return ModelReply(text=f"step {self.calls}", tool_calls=[call], stop="tool_use", usage=Usage(1, 1))
@@ -68,3 +64,27 @@ async def test_the_cap_counts_per_turn() -> None:
             == "exhausted_steps"
         )
     assert model.calls == 6
+
+
+class _Recording(_ToolsForever):
+    """The same model, keeping every prompt it was asked."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.prompts: list[Prompt] = []
+
+    async def complete(self, prompt: Prompt) -> ModelReply:
+        self.prompts.append(prompt)
+        return await super().complete(prompt)
+
+
+async def test_each_call_gets_the_system_the_tools_and_a_snapshot_of_the_transcript() -> None:
+    model, link = _Recording(), _Link()
+    state = RunState(messages=[Message.user("go")])
+    await run_turn(model, link, state, system="sys", tools=TOOLS, max_turn_steps=2)
+    first, second = model.prompts
+    assert (first.system, list(first.tools), second.system) == ("sys", TOOLS, "sys")
+    # The loop appended the reply and the tool result after the first call; its prompt kept what it was asked.
+    assert [m.role for m in first.messages] == ["user"]
+    assert [m.role for m in second.messages] == ["user", "assistant", "tool"]
+    assert len(state.messages) == 4  # the second reply too (its tools not run: the cap)

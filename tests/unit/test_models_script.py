@@ -13,7 +13,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentd.errors import ConfigError
-from agentd.models import NO_REPLY, Message, ModelReply, ScriptModel, ToolSpec, load_script, make_model
+from agentd.models import (
+    NO_REPLY,
+    Message,
+    ModelReply,
+    Prompt,
+    ScriptModel,
+    ToolSpec,
+    load_script,
+    make_model,
+)
 from agentd.models.base import estimate_input_tokens, estimate_tokens
 from agentd.models.script import parse_script
 from tests.support.strategies import json_values
@@ -33,7 +42,7 @@ def _model(tmp_path: Path, data: object, **kwargs) -> ScriptModel:
 
 
 async def _call(model: ScriptModel, messages: list[Message], system: str | None = None) -> ModelReply:
-    return await model.complete(system=system, messages=messages, tools=TOOLS)
+    return await model.complete(Prompt(messages=messages, system=system, tools=TOOLS))
 
 
 # --- playing turns ----------------------------------------------------------------------
@@ -73,9 +82,9 @@ async def test_each_new_model_starts_at_turn_one(tmp_path: Path) -> None:
     path = _write(tmp_path, {"turns": [{"text": "a"}, {"text": "b"}]})
     m1 = make_model(f"script:{path}", env={})
     m2 = make_model(f"script:{path}", env={})
-    assert (await m1.complete(system=None, messages=[], tools=[])).text == "a"
-    assert (await m1.complete(system=None, messages=[], tools=[])).text == "b"
-    assert (await m2.complete(system=None, messages=[], tools=[])).text == "a"
+    assert (await m1.complete(Prompt(messages=[]))).text == "a"
+    assert (await m1.complete(Prompt(messages=[]))).text == "b"
+    assert (await m2.complete(Prompt(messages=[]))).text == "a"
     assert (m1.provider, m1.name) == ("script", str(path))
 
 
@@ -185,7 +194,9 @@ async def test_usage_is_estimated_deterministically(tmp_path: Path) -> None:
     messages = [Message.user("y" * 10)]
     reply = await _call(model, messages, system="s" * 5)
     assert reply.usage.output_tokens == estimate_tokens("x" * 9) == 3
-    assert reply.usage.input_tokens == estimate_input_tokens("s" * 5, messages, TOOLS)
+    assert reply.usage.input_tokens == estimate_input_tokens(
+        Prompt(messages=messages, system="s" * 5, tools=TOOLS)
+    )
     assert reply.usage.input_tokens > 0
 
 
@@ -216,16 +227,16 @@ def test_example_scripts_are_valid(name: str) -> None:
 
 async def test_memo_demo_example_flows_data(tmp_path: Path) -> None:
     model = make_model(f"script:{EXAMPLES / 'memo-demo.json'}", env={})
-    first = await model.complete(system=None, messages=[Message.user("buy milk")], tools=TOOLS)
+    first = await model.complete(Prompt(messages=[Message.user("buy milk")], tools=TOOLS))
     assert first.tool_calls[0].arguments == {"key": "task", "value": "buy milk"}
     transcript = [
         Message.user("buy milk"),
         first.as_message(),
         Message.tool_result(first.tool_calls[0].id, "ok: task"),
     ]
-    second = await model.complete(system=None, messages=transcript, tools=TOOLS)
+    second = await model.complete(Prompt(messages=transcript, tools=TOOLS))
     assert second.text == "Done. The memo server answered: ok: task"
-    assert (await model.complete(system=None, messages=transcript, tools=TOOLS)).text == NO_REPLY
+    assert (await model.complete(Prompt(messages=transcript, tools=TOOLS))).text == NO_REPLY
 
 
 T1 = r"turn 1 \(turns\[0\]\)"
@@ -422,7 +433,7 @@ def test_random_json_is_config_error_or_a_playable_script(data: object) -> None:
     async def play() -> None:
         model = ScriptModel(script, sleep=_no_sleep)
         for _ in range(len(script.turns) + 2):
-            reply = await model.complete(system="s", messages=[Message.user("u")], tools=TOOLS)
+            reply = await model.complete(Prompt(messages=[Message.user("u")], system="s", tools=TOOLS))
             assert reply.stop in ("end", "tool_use", "refusal", "max_tokens")
             assert reply.usage.input_tokens >= 0
             assert reply.usage.output_tokens >= 0

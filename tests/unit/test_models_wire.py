@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentd.errors import ModelError
-from agentd.models import Message, ModelSettings, ToolCall, ToolSpec, Usage
+from agentd.models import Message, ModelSettings, Prompt, ToolCall, ToolSpec, Usage
 from agentd.models import anthropic as anth
 from agentd.models import openai as oai
 from agentd.models import responses as resp
@@ -83,7 +83,7 @@ def test_openai_unusable_bodies(body: dict[str, Any], message: str) -> None:
 def test_openai_request_omits_empty_system_and_maps_invalid_calls() -> None:
     bad = ToolCall.from_raw("c1", "t", "{oops")
     body = oai.build_request(
-        "m", system="", messages=[Message.user("u"), Message.assistant("thinking", [bad])], tools=[]
+        "m", Prompt(messages=[Message.user("u"), Message.assistant("thinking", [bad])], system="")
     )
     assert body == {
         "model": "m",
@@ -106,11 +106,8 @@ def test_openai_request_omits_empty_system_and_maps_invalid_calls() -> None:
 def test_anthropic_empty_assistant_turn_and_consecutive_users_merge() -> None:
     body = anth.build_request(
         "m",
-        system=None,
-        messages=[Message.user("a"), Message.assistant(""), Message.user("b"), Message.user("c")],
-        tools=[],
-        max_tokens=10,
-        settings=ModelSettings(prompt_cache="off"),
+        Prompt(messages=[Message.user("a"), Message.assistant(""), Message.user("b"), Message.user("c")]),
+        ModelSettings(prompt_cache="off", max_output_tokens=10),
     )
     assert body["messages"] == [
         {"role": "user", "content": "a"},
@@ -122,7 +119,7 @@ def test_anthropic_empty_assistant_turn_and_consecutive_users_merge() -> None:
 
 def test_anthropic_invalid_call_is_sent_with_empty_input() -> None:
     bad = ToolCall(id="t1", name="x", arguments=None, raw_arguments="[1]", error="not an object")
-    body = anth.build_request("m", system=None, messages=[Message.assistant("", [bad])], tools=[])
+    body = anth.build_request("m", Prompt(messages=[Message.assistant("", [bad])]))
     assert body["messages"][0]["content"] == [
         {"type": "tool_use", "id": "t1", "name": "x", "input": {}, "cache_control": {"type": "ephemeral"}}
     ]
@@ -311,9 +308,7 @@ EVERY_OPENAI = ModelSettings(
 
 
 def test_chat_completions_carries_every_setting_as_documented() -> None:
-    body = oai.build_request(
-        "m", system=None, messages=[Message.user("x")], tools=[TOOL], settings=EVERY_OPENAI
-    )
+    body = oai.build_request("m", Prompt(messages=[Message.user("x")], tools=[TOOL]), EVERY_OPENAI)
     assert {k: v for k, v in body.items() if k not in ("model", "messages", "tools")} == {
         "max_completion_tokens": 64,
         "temperature": 0.2,  # extra is merged last: it wins
@@ -327,7 +322,7 @@ def test_chat_completions_carries_every_setting_as_documented() -> None:
 
 
 def test_chat_completions_sends_tool_settings_only_with_tools() -> None:
-    body = oai.build_request("m", system=None, messages=[Message.user("x")], tools=[], settings=EVERY_OPENAI)
+    body = oai.build_request("m", Prompt(messages=[Message.user("x")]), EVERY_OPENAI)
     assert "parallel_tool_calls" not in body
     assert "tool_choice" not in body
     assert oai.tool_choice_field("required") == "required"
@@ -372,7 +367,7 @@ def test_anthropic_carries_every_setting_as_documented() -> None:
         prompt_cache="off",
         extra={"metadata": {"user_id": "u1"}},
     )
-    body = anth.build_request("m", system="s", messages=[Message.user("x")], tools=[TOOL], settings=settings)
+    body = anth.build_request("m", Prompt(messages=[Message.user("x")], system="s", tools=[TOOL]), settings)
     assert body == {
         "model": "m",
         "max_tokens": 9000,
@@ -400,11 +395,7 @@ def test_anthropic_carries_every_setting_as_documented() -> None:
 def test_anthropic_default_output_limit(model: str, thinking: int | None, limit: int) -> None:
     assert anth.default_max_output_tokens(model, thinking) == limit
     body = anth.build_request(
-        model,
-        system=None,
-        messages=[Message.user("x")],
-        tools=[],
-        settings=ModelSettings(thinking_budget=thinking),
+        model, Prompt(messages=[Message.user("x")]), ModelSettings(thinking_budget=thinking)
     )
     assert body["max_tokens"] == limit
 
@@ -418,7 +409,7 @@ def test_anthropic_cache_breakpoints_follow_the_conversation() -> None:
         Message.assistant("", [ToolCall(id="t2", name="memo__get", arguments={}, raw_arguments="{}")]),
         Message.tool_result("t2", "r2"),
     ]
-    body = anth.build_request("m", system="sys", messages=msgs, tools=[TOOL], settings=ModelSettings())
+    body = anth.build_request("m", Prompt(messages=msgs, system="sys", tools=[TOOL]), ModelSettings())
     marked = [
         (i, b["type"])
         for i, m in enumerate(body["messages"])
@@ -429,7 +420,7 @@ def test_anthropic_cache_breakpoints_follow_the_conversation() -> None:
     assert "cache_control" in body["tools"][-1]
     assert "cache_control" in body["system"][0]
     # The request before this one ended at messages[2]: the same blocks, the same breakpoint.
-    earlier = anth.build_request("m", system="sys", messages=msgs[:3], tools=[TOOL], settings=ModelSettings())
+    earlier = anth.build_request("m", Prompt(messages=msgs[:3], system="sys", tools=[TOOL]), ModelSettings())
     assert earlier["messages"][2] == body["messages"][2]
 
 
@@ -460,11 +451,9 @@ def test_anthropic_thinking_comes_back_only_to_its_own_wire() -> None:
         }
     )
     msgs = [Message.user("x"), reply.as_message(), Message.tool_result("t1", "ok")]
-    body = anth.build_request(
-        "m", system=None, messages=msgs, tools=[TOOL], settings=ModelSettings(prompt_cache="off")
-    )
+    body = anth.build_request("m", Prompt(messages=msgs, tools=[TOOL]), ModelSettings(prompt_cache="off"))
     assert body["messages"][1]["content"][0] == {"type": "redacted_thinking", "data": "opaque"}
-    chat = oai.build_request("m", system=None, messages=msgs, tools=[TOOL])
+    chat = oai.build_request("m", Prompt(messages=msgs, tools=[TOOL]))
     assert "redacted_thinking" not in str(chat)
 
 
@@ -482,12 +471,8 @@ def test_responses_request_items_and_settings() -> None:
     ]
     body = resp.build_request(
         "m",
-        system="sys",
-        messages=msgs,
-        tools=[TOOL],
-        settings=ModelSettings(
-            max_output_tokens=9, tool_choice="required", parallel_tool_calls=True, top_p=0.5
-        ),
+        Prompt(messages=msgs, system="sys", tools=[TOOL]),
+        ModelSettings(max_output_tokens=9, tool_choice="required", parallel_tool_calls=True, top_p=0.5),
     )
     assert body["input"] == [
         {"role": "user", "content": "go"},
@@ -516,7 +501,7 @@ def test_responses_request_items_and_settings() -> None:
     assert "include" not in body
     assert "reasoning" not in body
     forced = resp.build_request(
-        "m", system=None, messages=msgs, tools=[TOOL], settings=ModelSettings(tool_choice="memo__get")
+        "m", Prompt(messages=msgs, tools=[TOOL]), ModelSettings(tool_choice="memo__get")
     )
     assert forced["tool_choice"] == {"type": "function", "name": "memo__get"}
 
@@ -558,7 +543,7 @@ def test_responses_reply_mapping() -> None:
         "call_item_ids": {"c1": "fc_1"},
         "message_id": "msg_1",
     }
-    again = resp.build_request("m", system=None, messages=[Message.user("go"), reply.as_message()], tools=[])
+    again = resp.build_request("m", Prompt(messages=[Message.user("go"), reply.as_message()]))
     assert [i.get("type") for i in again["input"]] == [None, "reasoning", "message", "function_call"]
     assert again["input"][2]["id"] == "msg_1"
     assert again["input"][3]["id"] == "fc_1"
