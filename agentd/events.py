@@ -16,12 +16,12 @@ Requests and their typed answers (each request carries a :class:`Reply`)::
       UsageReported     -> UsageVerdict
       TurnEnded         -> NextTurn
     hub (a child's self-tool call)
-      SelfSubscribe     -> Subscribed | Refused
+      SelfSubscribe     -> Acknowledged | Refused
       SelfUnsubscribe   -> Unsubscribed
       WatchSession      -> SessionOf
     hub or start-up restore, for the watch manager
       WatchRouteAdd     -> RouteAdded | Refused
-      WatchRouteRemove  -> RouteRemoved
+      WatchRouteRemove  -> Acknowledged
     health endpoint / watchdog
       HealthProbe       -> (the probe's event is set)
 """
@@ -164,8 +164,13 @@ class Refused:
 
 
 @dataclass(frozen=True, slots=True)
-class Subscribed:
-    """``subscribe`` made (or already had) the session's exact route."""
+class Acknowledged:
+    """The request is done and the answer has nothing to add (as MCP's ``EmptyResult``).
+
+    ``SelfSubscribe``: the session's exact route is made (or was there).
+    ``WatchRouteRemove``: the watch's route is gone (the watch manager then
+    asks the subscriptions component what to release).
+    """
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,20 +203,13 @@ class RouteAdded:
 
 
 @dataclass(frozen=True, slots=True)
-class RouteRemoved:
-    """The watch's route is gone; ``needed``: the subscriptions component keeps ``uri`` (something else needs it)."""
-
-    needed: bool
-
-
-@dataclass(frozen=True, slots=True)
 class SelfSubscribe:
     """A child's model called ``subscribe(uri)``: an exact continue route to its session."""
 
     agent: str
     uri: str
     server: str
-    reply: Reply[Subscribed | Refused]
+    reply: Reply[Acknowledged | Refused]
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,7 +239,6 @@ class WatchRouteAdd:
     session: str
     name: str
     uri: str
-    server: str
     reply: Reply[RouteAdded | Refused]
 
 
@@ -252,9 +249,7 @@ class WatchRouteRemove:
     agent: str
     session: str
     name: str
-    uri: str
-    server: str
-    reply: Reply[RouteRemoved]
+    reply: Reply[Acknowledged]
 
 
 SelfToolRequest: TypeAlias = SelfSubscribe | SelfUnsubscribe | WatchSession | WatchRouteAdd | WatchRouteRemove

@@ -529,9 +529,7 @@ async def _main(
             nursery.cancel_scope.cancel()
             return int(ExitCode.CONFIG)
         # Before the reactor turns, so its handlers never race this direct route table.
-        reactor.queue_startup_notices(
-            await watches.restore(_StartupRoutes(reactor.session_routes, reactor.uri_needed))
-        )
+        reactor.queue_startup_notices(await watches.restore(_StartupRoutes(reactor.session_routes)))
 
         def snapshot() -> MetricsSnapshot:
             return dataclasses.replace(reactor.metrics_snapshot(), outputs_lost=stdout.dropped)
@@ -622,16 +620,14 @@ class _StartupRoutes:
     Safe only before :meth:`Reactor.run`: afterwards the reactor alone touches its routes.
     """
 
-    def __init__(self, routes: SessionRoutes, needed: Callable[[str, str], bool]) -> None:
+    def __init__(self, routes: SessionRoutes) -> None:
         self._routes = routes
-        self._needed = needed
 
-    async def add(self, *, session: str, name: str, uri: str, server: str) -> None:
+    async def add(self, *, session: str, name: str, uri: str) -> None:
         self._routes.add_watch(session, name, uri)
 
-    async def remove(self, *, session: str, name: str, uri: str, server: str) -> bool:
+    async def remove(self, *, session: str, name: str) -> None:
         self._routes.remove_watch(session, name)
-        return self._needed(server, uri)
 
 
 #: How long a once run waits for stdout to take its result before it gives up

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 import trio
 
 from agentd.events import (
+    Acknowledged,
     ChildExited,
     HealthProbe,
     ReactorEvent,
     Refused,
-    RouteRemoved,
     SelfSubscribe,
     SelfUnsubscribe,
     SignalReceived,
@@ -121,7 +121,7 @@ class Drain:
                 case SelfUnsubscribe():
                     event.reply.answer(Unsubscribed(existed=False, needed=True))
                 case WatchRouteRemove():
-                    event.reply.answer(RouteRemoved(needed=True))
+                    event.reply.answer(Acknowledged())
                 case HealthProbe():
                     event.reply.set()
                 case _:

@@ -27,15 +27,14 @@ import trio
 
 from agentd.errors import AgentdError, RouteError
 from agentd.events import (
+    Acknowledged,
     ReactorEvent,
     Refused,
     Reply,
     RouteAdded,
-    RouteRemoved,
     SelfSubscribe,
     SelfUnsubscribe,
     SessionOf,
-    Subscribed,
     Unsubscribed,
     WatchRouteAdd,
     WatchRouteRemove,
@@ -350,7 +349,7 @@ class SupervisorHub:
                 return text_result(
                     f"subscribe: no connected server offers {uri!r}; call list_resources", is_error=True
                 )
-            subscribed: Subscribed | Refused = await self.ask_reactor(
+            subscribed: Acknowledged | Refused = await self.ask_reactor(
                 lambda reply: SelfSubscribe(agent, uri, server, reply)
             )
             if isinstance(subscribed, Refused):
@@ -442,20 +441,18 @@ class ReactorRoutes:
         self._hub = hub
         self._agent = agent
 
-    async def add(self, *, session: str, name: str, uri: str, server: str) -> None:
+    async def add(self, *, session: str, name: str, uri: str) -> None:
         agent = self._agent
         answer: RouteAdded | Refused = await self._hub.ask_reactor(
-            lambda reply: WatchRouteAdd(agent, session, name, uri, server, reply)
+            lambda reply: WatchRouteAdd(agent, session, name, uri, reply)
         )
         if isinstance(answer, Refused):
             raise RouteError(answer.error)
 
-    async def remove(self, *, session: str, name: str, uri: str, server: str) -> bool:
+    async def remove(self, *, session: str, name: str) -> None:
         agent = self._agent
-        answer: RouteRemoved = await self._hub.ask_reactor(
-            lambda reply: WatchRouteRemove(agent, session, name, uri, server, reply)
-        )
-        return answer.needed
+        # The answer says only that the route is gone (the manager asks the subscriptions component next).
+        await self._hub.ask_reactor(lambda reply: WatchRouteRemove(agent, session, name, reply))
 
 
 def server_for(upstreams: Mapping[str, Upstream], uri: str) -> str | None:

@@ -257,10 +257,6 @@ class Reactor:
         """Readiness: required servers connected, declared subscriptions established, not draining."""
         return self.readiness.ready()
 
-    def uri_needed(self, server: str, uri: str) -> bool:
-        """Whether anything (a declared subscription, a route, a watch) still needs ``uri`` (the component decides)."""
-        return self.subscriptions.needed(server, uri)
-
     def queue_startup_notices(self, notices: list[WatchNotice]) -> None:
         """Notices to deliver as the reactor starts (call before :meth:`run`).
 

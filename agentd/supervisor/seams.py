@@ -89,7 +89,7 @@ class WatchHooks(Protocol):
         """A subscription changed state (``watch.*`` telemetry, failure notices)."""
         ...
 
-    def on_owner_exited(self, session: str, needed: Callable[[str, str], bool]) -> None:
+    def on_owner_exited(self, session: str) -> None:
         """The session's agent is gone: stop its watches (routes already removed)."""
         ...
 

@@ -43,7 +43,7 @@ class SelfToolDesk:
                 case events.SelfUnsubscribe():
                     request.reply.answer(events.Unsubscribed(existed=False, needed=True))
                 case events.WatchRouteRemove():
-                    request.reply.answer(events.RouteRemoved(needed=True))
+                    request.reply.answer(events.Acknowledged())
                 case events.SelfSubscribe() | events.WatchSession() | events.WatchRouteAdd():
                     request.reply.answer(events.Refused(unknown))
                 case _:
@@ -78,8 +78,7 @@ class SelfToolDesk:
                 request.reply.answer(events.RouteAdded(route_id))
             case events.WatchRouteRemove():
                 self.session_routes.remove_watch(request.session, request.name)
-                released = self.subscriptions.unsubscribed(request.server, request.uri)
-                request.reply.answer(events.RouteRemoved(needed=not released))
+                request.reply.answer(events.Acknowledged())
             case _:
                 assert_never(request)
 
@@ -93,7 +92,7 @@ class SelfToolDesk:
         self.agents.name_session(agent)
         agent.subscribe(request.uri, request.server)
         self.telemetry.emit("self.subscribe", agent=agent.id, uri=request.uri, server=request.server)
-        request.reply.answer(events.Subscribed())
+        request.reply.answer(events.Acknowledged())
 
     def release(self, agent: Agent) -> None:
         """``agent`` exited: its self routes go, and the upstream subscriptions nothing else needs."""
@@ -110,7 +109,7 @@ class SelfToolDesk:
         """The session's agent exited: its watch routes go, and the manager stops the watches."""
         names = self.session_routes.drop_session(session)
         if names and self.watches is not None:
-            self.watches.on_owner_exited(session, self.subscriptions.needed)
+            self.watches.on_owner_exited(session)
 
     def _release_upstream(self, agent: Agent, server: str, uri: str) -> None:
         """The agent that subscribed ``uri`` is gone: drop the upstream subscription unless still needed."""

@@ -37,18 +37,20 @@ a subscribe finished                   :meth:`~Subscriptions.finished`
 a session's subscription restored      :meth:`~Subscriptions.restored`: subscribed (with the
 from its journal                       start-up re-read) by the next refresh its server is up
                                        for, unless its route went meanwhile
-a watch picked its server / stopped    :meth:`~Subscriptions.watch_started` /
-                                       :meth:`~Subscriptions.watch_stopped` (its hold)
-an agent unsubscribed, a watch route   :meth:`~Subscriptions.unsubscribed`: unsubscribe unless
-was removed                            still needed (the hub or the watch manager performs it)
+a watch picked its server             :meth:`~Subscriptions.watch_started` (its hold)
+a watch stopped (its route gone)       :meth:`~Subscriptions.watch_stopped`: its hold goes;
+                                       unsubscribe unless still needed (the watch manager
+                                       performs it)
+an agent unsubscribed                  :meth:`~Subscriptions.unsubscribed`: unsubscribe unless
+                                       still needed (the hub performs it)
 an agent exited                        :meth:`~Subscriptions.released`: unsubscribe its
                                        subscriptions nothing else needs
 =====================================  ======================================================
 
 Performing them is someone else's job: the declared shell
 (:class:`agentd.supervisor.declared.DeclaredSubscriptions`) runs the
-subscribes of a refresh, the reactor (and through its answers the hub and
-the watch manager) the unsubscribes. No trio, no I/O: the router it reads is
+subscribes of a refresh, the reactor (and through its answers the hub) and
+the watch manager the unsubscribes. No trio, no I/O: the router it reads is
 the pure router.
 """
 
@@ -395,9 +397,15 @@ class Subscriptions:
         """A watch picked ``server`` for ``uri``: it holds the pair (before its route exists) until it stops."""
         self._watches[key] = (server, uri)
 
-    def watch_stopped(self, key: WatchKey) -> None:
-        """The watch ``key`` stopped (or never started): its hold is gone; what to unsubscribe is asked next."""
-        self._watches.pop(key, None)
+    def watch_stopped(self, key: WatchKey) -> bool:
+        """The watch ``key`` stopped (or never started), its route already gone: its hold is gone.
+
+        Returns:
+            Whether the watch manager unsubscribes the pair the watch held
+            (nothing else needs it, as :meth:`released` decides).
+        """
+        pair = self._watches.pop(key, None)
+        return pair is not None and bool(self.released([pair]))
 
     def finished(self, server: str, uri: str, *, ok: bool) -> None:
         """A subscribe of :meth:`refresh` ended (``ok``: made, and its re-read follows)."""
@@ -406,7 +414,7 @@ class Subscriptions:
             self._seeded.add((server, uri))
 
     def unsubscribed(self, server: str, uri: str) -> list[Unsubscribe]:
-        """An agent's ``unsubscribe`` or a ``watch_stop`` removed its route (and hold): the unsubscribe, unless still needed."""
+        """An agent's ``unsubscribe`` removed its route: the unsubscribe, unless still needed."""
         return self.released([(server, uri)])
 
     def released(self, held: Iterable[tuple[str, str]]) -> list[Unsubscribe]:

@@ -120,7 +120,7 @@ class WatchStatus(enum.Enum):
 class RouteTable(Protocol):
     """How the manager adds and removes a watch's route (the reactor owns the router)."""
 
-    async def add(self, *, session: str, name: str, uri: str, server: str) -> None:
+    async def add(self, *, session: str, name: str, uri: str) -> None:
         """Add the exact route ``watch:<session>:<name>`` for ``uri``.
 
         Raises:
@@ -128,30 +128,31 @@ class RouteTable(Protocol):
         """
         ...
 
-    async def remove(self, *, session: str, name: str, uri: str, server: str) -> bool:
-        """Remove the route; return whether anything else (a route, a declared subscription, a watch) still needs ``uri``."""
+    async def remove(self, *, session: str, name: str) -> None:
+        """Remove the route ``watch:<session>:<name>`` (idempotent); returns once it is gone."""
         ...
 
 
 class SubscriptionHolds(Protocol):
-    """Where a watch reports that it holds an upstream subscription.
+    """Where a watch reports that it holds an upstream subscription, and asks whether to release it.
 
     :class:`agentd.supervisor.subscriptions.Subscriptions`, the one place that
-    decides whether a subscription may be released (rfcs/0253): the manager
-    reports each watch's hold and performs the answers it gets back (the
-    route table's ``remove``, the reactor's ``needed``), never deciding itself.
+    decides whether a subscription may be released (rfcs/0253, rfcs/0258):
+    the manager reports each watch's hold and performs the answer it gets
+    back when the hold ends, never deciding itself.
     """
 
     def watch_started(self, key: tuple[str, str], server: str, uri: str) -> None:
         """Watch ``key`` (session, name) picked ``server`` for ``uri``: it holds the pair from now on."""
         ...
 
-    def watch_stopped(self, key: tuple[str, str]) -> None:
-        """Watch ``key`` stopped, or never started: its hold is gone."""
-        ...
+    def watch_stopped(self, key: tuple[str, str]) -> bool:
+        """Watch ``key`` stopped, or never started, its route (if it had one) gone: its hold is gone.
 
-    def needed(self, server: str, uri: str) -> bool:
-        """Whether anything (a declared subscription, a route, a watch) needs ``(server, uri)`` subscribed."""
+        Returns:
+            Whether the manager unsubscribes the pair the watch held: nothing
+            else (a declared subscription, a route, another watch) needs it.
+        """
         ...
 
 
@@ -161,11 +162,8 @@ class _NoHolds:
     def watch_started(self, key: tuple[str, str], server: str, uri: str) -> None:
         pass
 
-    def watch_stopped(self, key: tuple[str, str]) -> None:
-        pass
-
-    def needed(self, server: str, uri: str) -> bool:
-        return True  # nobody to ask: keep
+    def watch_stopped(self, key: tuple[str, str]) -> bool:
+        return False  # nobody to ask: keep
 
 
 @dataclass(eq=False)
@@ -486,7 +484,7 @@ class WatchManager:
                     raise WatchError(f"watch_start {name!r}: {exc}", transient=True) from exc
             w.saved_baseline = w.stage.baseline() if not restored else baseline
             try:
-                await routes.add(session=session, name=name, uri=uri, server=server)
+                await routes.add(session=session, name=name, uri=uri)
             except AgentdError as exc:
                 raise WatchError(f"watch_start {name!r}: {exc}", transient=True) from exc
             routed = True
@@ -498,25 +496,17 @@ class WatchManager:
                     transient=True,
                 ) from exc
         except BaseException:
-            if w.server is not None:
-                self._holds.watch_stopped(key)
             if self._watches.get(key) is w:
                 if previous is not None:
                     self._watches[key] = previous
                 else:
                     del self._watches[key]
             with trio.CancelScope(shield=True):
-                if w.server is not None:
-                    # A release asked for while this watch held the pair was kept for it:
-                    # nothing else needs the pair now, so it is made here (idempotent).
-                    needed = (
-                        await routes.remove(session=session, name=name, uri=uri, server=w.server)
-                        if routed
-                        else self._holds.needed(w.server, uri)
-                    )
-                    if not needed:
-                        with contextlib.suppress(AgentdError):
-                            await self.upstreams[w.server].unsubscribe(uri)
+                # A release asked for while this watch held the pair was kept for it:
+                # if nothing else needs the pair now, it is made here (idempotent).
+                if w.server is not None and await self._unhold(w, routed=routed, routes=routes):
+                    with contextlib.suppress(AgentdError):
+                        await self.upstreams[w.server].unsubscribe(uri)
                 if filt is not None:
                     await filt.aclose()
             raise
@@ -893,12 +883,12 @@ class WatchManager:
                 w.stage.buffer.add([error_line(w.name, message)], trio.current_time(), pinned=True)
                 w.wake()
 
-    def on_owner_exited(self, session: str, needed: Callable[[str, str], bool]) -> None:
+    def on_owner_exited(self, session: str) -> None:
         """The owning session's agent is gone: its watches stop (the reactor already removed the routes).
 
         With ``--watch-state`` their specs stay in the file and start again on
-        the next start of agentd. ``needed(server, uri)`` is the subscriptions
-        component's answer: whether anything else still needs an upstream subscription.
+        the next start of agentd. The subscriptions component decides which
+        upstream subscriptions they held nothing else needs.
         """
         gone = [w for (s, _), w in self._watches.items() if s == session]
         for w in gone:
@@ -906,22 +896,30 @@ class WatchManager:
             if self.state_path is not None:
                 self._kept[(w.session, w.name)] = w.spec()
             self._telemetry.emit("watch.stopped", **self._fields(w), reason="owner exited")
-            self._retire(w, needed)
+            self._retire(w)
         if gone:
             self._request_save()
 
-    def _retire(self, w: Watch, needed: Callable[[str, str], bool]) -> None:
+    def _retire(self, w: Watch) -> None:
         w.scope.cancel()
-        self._holds.watch_stopped((w.session, w.name))
+        unsubscribe = self._holds.watch_stopped((w.session, w.name))
         nursery = self._nursery
         if nursery is None:
             return
-        unsubscribe = (
-            w.server is not None
-            and w.status is not WatchStatus.RESTORE_FAILED
-            and not needed(w.server, w.uri)
-        )
         nursery.start_soon(self._release, w, unsubscribe)
+
+    async def _unhold(self, w: Watch, *, routed: bool, routes: RouteTable) -> bool:
+        """``w`` ends: its route goes (if it has one), then its hold; whether to unsubscribe its pair.
+
+        The hold ends after the route, whatever happens to the removal, so
+        the component's answer sees neither.
+        """
+        try:
+            if routed:
+                await routes.remove(session=w.session, name=w.name)
+        finally:
+            unsubscribe = self._holds.watch_stopped((w.session, w.name))
+        return unsubscribe
 
     async def _release(self, w: Watch, unsubscribe: bool) -> None:
         if w.stage is not None and w.stage.filter is not None:
@@ -963,13 +961,11 @@ class WatchManager:
             )
         del self._watches[(session, name)]
         w.scope.cancel()
-        self._holds.watch_stopped((session, name))  # the route table's answer then decides
-        still_needed = True
-        if w.status is not WatchStatus.RESTORE_FAILED and w.server is not None:
-            still_needed = await routes.remove(session=session, name=name, uri=w.uri, server=w.server)
+        routed = w.status is not WatchStatus.RESTORE_FAILED and w.server is not None
+        unsubscribe = await self._unhold(w, routed=routed, routes=routes)
         self._telemetry.emit("watch.stopped", **self._fields(w), reason="watch_stop")
         self._request_save()
-        await self._release(w, not still_needed and w.server is not None)
+        await self._release(w, unsubscribe)
         return True
 
     # ------------------------------------------------------------------ restore

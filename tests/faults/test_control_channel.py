@@ -494,7 +494,7 @@ def test_the_reactor_never_raises_on_any_sequence_of_child_caused_events(steps: 
         else:
             send, _recv = trio.open_memory_channel[Any](1)
             if kind == "watch":
-                ev = WatchRouteAdd(agent, agent, uri, uri, "s", Reply(send))
+                ev = WatchRouteAdd(agent, agent, uri, uri, Reply(send))
             elif kind == "subscribe":
                 ev = SelfSubscribe(agent, uri, "s", Reply(send))
             else:

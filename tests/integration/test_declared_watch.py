@@ -138,8 +138,8 @@ class _NoRoutes:
     async def add(self, **_kw: Any) -> None:
         raise AssertionError("no self-tool watch is restored here")
 
-    async def remove(self, **_kw: Any) -> bool:
-        return False
+    async def remove(self, **_kw: Any) -> None:
+        pass
 
 
 def todo_route(**extra: Any) -> RouteConfig:

@@ -179,6 +179,28 @@ async def test_a_release_kept_for_a_starting_watch_is_made_when_that_watch_fails
         assert up.subscriptions == frozenset()
 
 
+async def test_a_watch_stopped_while_its_owner_exits_releases_what_nothing_else_needs(tmp_path: Path) -> None:
+    async with rig([memo_spec(tmp_path / "notes.json")]) as r:
+        up = r.upstreams["memo"]
+        await r.start("w", "memo://notes")
+        assert up.subscriptions == frozenset({"memo://notes"})
+
+        class OwnerExitsMeanwhile:
+            """``watch_stop`` reaches the reactor after its agent's exit, as the reactor then answers."""
+
+            async def add(self, *, session: str, name: str, uri: str) -> None:
+                raise AssertionError("only stopped here")
+
+            async def remove(self, *, session: str, name: str) -> None:
+                r.router.remove_route(f"watch:{session}:{name}")  # the exit dropped the session's routes
+                r.manager.on_owner_exited(session)  # the stop already took the watch: nothing to retire
+                # ... and the late removal, for an agent the reactor no longer knows, removes nothing.
+
+        assert await r.manager.stop(session="s1", name="w", routes=OwnerExitsMeanwhile()) is True
+        assert r.subscriptions.why("memo", "memo://notes") == frozenset()
+        assert up.subscriptions == frozenset()  # released by the stop, not left with no reason
+
+
 async def test_a_text_resource_on_the_notes_server(tmp_path: Path) -> None:
     async with rig([notes_spec("notes", tmp_path / "s.json")]) as r:
         assert (await r.start("alpha", "note://alpha"))["shape"] == "state"

@@ -7,7 +7,6 @@ one-slot reply channels, as the hub would.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -43,7 +42,7 @@ class FakeManager:
     def needs(self, server: str, uri: str) -> bool:
         return False
 
-    def on_owner_exited(self, session: str, needed: Callable[[str, str], bool]) -> None:
+    def on_owner_exited(self, session: str) -> None:
         self.exited.append(session)
 
 

@@ -59,16 +59,15 @@ class Rig:
     """Every ``ResourceChanged`` the upstreams posted, routed or not."""
     _arrived: trio.Event = field(default_factory=trio.Event)
 
-    async def add(self, *, session: str, name: str, uri: str, server: str) -> None:
+    async def add(self, *, session: str, name: str, uri: str) -> None:
         rid = f"watch:{session}:{name}"
         self.router.add_route(
             RouteSpec(match=uri, disposition=Continue(session=rid), debounce=0.0, route_id=rid, exact=True),
             front=True,
         )
 
-    async def remove(self, *, session: str, name: str, uri: str, server: str) -> bool:
+    async def remove(self, *, session: str, name: str) -> None:
         self.router.remove_route(f"watch:{session}:{name}")
-        return not self.subscriptions.unsubscribed(server, uri)  # as the reactor answers
 
     async def pump(self, recv: trio.MemoryReceiveChannel[Any]) -> None:
         async for ev in recv:

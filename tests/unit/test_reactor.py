@@ -23,6 +23,7 @@ import trio
 
 from agentd.counters import RunCounters
 from agentd.events import (
+    Acknowledged,
     ChildExited,
     Refused,
     Reply,
@@ -32,7 +33,6 @@ from agentd.events import (
     ServerState,
     ServerStateChanged,
     SignalReceived,
-    Subscribed,
     Unsubscribed,
     WatchNotice,
 )
@@ -149,8 +149,8 @@ class Harness:
             idle = text.strip() == "NO_REPLY" or not text.strip()
         return await self.ask(agent, "turn_end", status=status, text=text, idle=idle)
 
-    async def subscribe(self, agent: str, uri: str, server: str = "memo") -> Subscribed | Refused:
-        send, recv = trio.open_memory_channel[Subscribed | Refused](1)
+    async def subscribe(self, agent: str, uri: str, server: str = "memo") -> Acknowledged | Refused:
+        send, recv = trio.open_memory_channel[Acknowledged | Refused](1)
         await self.send(SelfSubscribe(agent, uri, server, Reply(send)))
         with trio.fail_after(STEP):
             return await recv.receive()
@@ -165,7 +165,7 @@ class Harness:
         await self.send(ResourceChanged(server="memo", uri="memo://x"))
         agent = await self.hooks.next_spawn()
         for uri in uris:
-            assert await self.subscribe(agent.id, uri) == Subscribed()
+            assert await self.subscribe(agent.id, uri) == Acknowledged()
         return agent
 
     async def unsubscribe(self, agent: str, uri: str, server: str | None = "memo") -> Unsubscribed:
@@ -638,7 +638,7 @@ async def test_changes_lost_with_a_removed_route_are_counted_once_for_metrics_an
     async with running("reactive", routes=[RouteSpec(match="memo://*", route_id="all")]) as h:
         await h.send(ResourceChanged(server="memo", uri="memo://x"))
         a1 = await h.hooks.next_spawn()
-        assert await h.subscribe(a1.id, "memo://notes") == Subscribed()
+        assert await h.subscribe(a1.id, "memo://notes") == Acknowledged()
         await h.send(ResourceChanged(server="memo", uri="memo://notes"))
         await trio.sleep(1)  # past the debounce: queued, the session is mid-turn
         assert await h.unsubscribe(a1.id, "memo://notes") == Unsubscribed(existed=True, needed=False)
@@ -717,7 +717,7 @@ async def test_a_self_subscribed_spawn_agent_frees_its_route_slot_at_its_first_t
     async with running("reactive", routes=routes) as h:
         await h.send(ResourceChanged(server="memo", uri="memo://a"))
         a1 = await h.hooks.next_spawn()
-        assert await h.subscribe(a1.id, "memo://notes") == Subscribed()
+        assert await h.subscribe(a1.id, "memo://notes") == Acknowledged()
         await h.end_turn(a1.id, "watching")  # held warm for its subscription
         await h.send(ResourceChanged(server="memo", uri="memo://b"))
         a2 = await h.hooks.next_spawn()  # the one slot is free again

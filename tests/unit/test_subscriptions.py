@@ -266,8 +266,9 @@ class World:
             return
         try:
             self.routes.add_watch(session, uri, uri)
-        except RouteError:
-            self.subs.watch_stopped(key)  # watch_start fails: nothing was subscribed
+        except RouteError:  # watch_start fails: nothing was subscribed by it
+            if self.subs.watch_stopped(key):  # a release kept for it is made now (a no-op if never made)
+                self.ups.subscribed[pair[0]].discard(pair[1])
             return
         self.watching[key] = pair
         self.ups.subscribed[pair[0]].add(uri)
@@ -277,8 +278,7 @@ class World:
         pair = self.starting.pop(key, None)
         if pair is None:
             return
-        self.subs.watch_stopped(key)
-        if not self.subs.needed(*pair):  # a release kept for it is made now (a no-op if never made)
+        if self.subs.watch_stopped(key):  # a release kept for it is made now (a no-op if never made)
             self.ups.subscribed[pair[0]].discard(pair[1])
 
     def watch_stop(self, session: str, uri: str) -> None:
@@ -286,9 +286,9 @@ class World:
         pair = self.watching.pop(key, None)
         if pair is None:
             return
-        self.subs.watch_stopped(key)
-        self.routes.remove_watch(session, uri)
-        self.release(self.subs.unsubscribed(*pair))
+        self.routes.remove_watch(session, uri)  # the reactor, then the manager asks the component
+        if self.subs.watch_stopped(key):
+            self.release([Unsubscribe(*pair)])
 
     def exit(self, session: str) -> None:  # the reactor: watches stop, then its own subscriptions go
         for key in [k for k in self.starting if k[0] == session]:
@@ -296,8 +296,7 @@ class World:
         self.routes.drop_session(session)
         for key in [k for k in self.watching if k[0] == session]:
             pair = self.watching.pop(key)
-            self.subs.watch_stopped(key)
-            if not self.subs.needed(*pair):
+            if self.subs.watch_stopped(key):
                 self.release([Unsubscribe(*pair)])
         held, self.held[session] = sorted(self.held[session]), set()
         for _server_name, uri in held:
@@ -394,9 +393,9 @@ def test_a_watch_holds_its_uri_from_its_start_until_it_stops() -> None:
     routes.unsubscribe("s1", "memo://notes")
     assert subs.unsubscribed("memo", "memo://notes") == []  # the starting watch keeps it
     routes.add_watch("s2", "w", "memo://notes")
-    subs.watch_stopped(("s2", "w"))
     routes.remove_watch("s2", "w")
-    assert subs.unsubscribed("memo", "memo://notes") == [Unsubscribe("memo", "memo://notes")]
+    assert subs.watch_stopped(("s2", "w")) is True  # nothing else needs it: the manager unsubscribes
+    assert subs.watch_stopped(("s2", "w")) is False  # a hold ends once
 
 
 def test_a_restored_pair_is_subscribed_once_when_its_server_connects_and_not_after_its_route_went() -> None:
@@ -429,3 +428,20 @@ def test_a_restored_pair_already_subscribed_still_gets_its_start_up_re_read(reas
     assert subs.refresh(servers, reason).actions == (  # type: ignore[arg-type]
         Subscribe("memo", "memo://notes", startup=True, restored=True),
     )
+
+
+def test_a_stopped_watch_releases_its_pair_only_when_nothing_else_needs_it() -> None:
+    router = Router()
+    routes = SessionRoutes(router)
+    subs = Subscriptions([Sub("memo://notes", "memo")], router)
+    subs.refresh({"memo": _view(frozenset({"memo://notes"}))}, "start")
+    subs.watch_started(("s1", "a"), "memo", "memo://notes")
+    subs.watch_started(("s1", "b"), "memo", "memo://other")
+    subs.watch_started(("s2", "b"), "memo", "memo://other")
+    assert subs.watch_stopped(("s1", "a")) is False  # declared: kept
+    assert subs.watch_stopped(("s1", "b")) is False  # the other watch holds it
+    routes.subscribe("s3", "memo://other")
+    assert subs.watch_stopped(("s2", "b")) is False  # a session's own route owns it
+    routes.unsubscribe("s3", "memo://other")
+    assert subs.unsubscribed("memo", "memo://other") == [Unsubscribe("memo", "memo://other")]
+    assert subs.watch_stopped(("s9", "never")) is False  # no hold: nothing to release
