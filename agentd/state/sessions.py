@@ -114,41 +114,23 @@ class SessionJournals:
         for path in sorted(self.directory.glob("*" + jf.SUFFIX)):
             self._scan_one(path)
 
-    def _repaired(
-        self, path: Path, session: str | None, repair: Callable[[], None], event: str, **fields: object
-    ) -> bool:
-        """Run ``repair`` on the damaged journal ``path`` and report it as ``event`` (with ``fields``).
-
-        False (reported as ``journal.failed``) when the file system refused.
-        """
+    def _repaired(self, path: Path, repair: Callable[[], None]) -> bool:
+        """Run ``repair`` on the damaged journal ``path``; False (reported) when the file system refused."""
         try:
             repair()
         except OSError as exc:
-            self._failed(path, str(exc))
+            self._telemetry.emit("journal.failed", path=str(path), error=str(exc))
             return False
-        self._telemetry.emit(event, session=session, path=str(path), **fields)
         return True
-
-    def _failed(
-        self,
-        path: Path,
-        error: str,
-        *,
-        session: str | None = None,
-        agent: str | None = None,
-        fix: str | None = None,
-    ) -> None:
-        """Report ``journal.failed`` for ``path``: the fields given (the session runs on without it)."""
-        fields = {"session": session, "agent": agent, "path": str(path), "error": error, "fix": fix}
-        self._telemetry.emit("journal.failed", **{k: v for k, v in fields.items() if v is not None})
 
     def _scan_one(self, path: Path) -> None:
         try:
             contents = jf.read(path)
         except OSError as exc:
-            self._failed(
-                path,
-                f"cannot read it: {exc.strerror or exc}",
+            self._telemetry.emit(
+                "journal.failed",
+                path=str(path),
+                error=f"cannot read it: {exc.strerror or exc}",
                 fix="fix its permissions; the session starts fresh until then",
             )
             return
@@ -163,16 +145,18 @@ class SessionJournals:
             dropped = path.stat().st_size - contents.good_bytes
             good_bytes = contents.good_bytes
             if not self._repaired(
-                path,
-                session,
-                path.unlink if session is None else lambda: jf.truncate(path, good_bytes),
+                path, path.unlink if session is None else lambda: jf.truncate(path, good_bytes)
+            ):
+                return
+            self._telemetry.emit(
                 "journal.torn",
+                session=session,
+                path=str(path),
                 detail=contents.detail,
                 dropped_bytes=dropped,
                 turns=len(contents.turns),
                 note="the last turn was being written when agentd stopped; the session resumes before it",
-            ):
-                return
+            )
         elif contents.problem == "corrupt":
             stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
             aside = path.with_name(f"{path.name}.corrupt-{stamp}")
@@ -182,17 +166,17 @@ class SessionJournals:
                 if session is not None and contents.turns and jf.file_name(session) == path.name:
                     jf.write_whole(path, session, contents.turns, contents.subs)
 
-            if not self._repaired(
-                path,
-                session,
-                move_aside,
+            if not self._repaired(path, move_aside):
+                return
+            self._telemetry.emit(
                 "journal.corrupt",
+                session=session,
+                path=str(path),
                 error=contents.detail,
                 moved_to=str(aside),
                 kept_turns=len(contents.turns) if session is not None else 0,
                 fix="the file was moved aside untouched; inspect or delete it",
-            ):
-                return
+            )
             if session is None or not contents.turns or jf.file_name(session) != path.name:
                 return
         if session is None or not contents.turns:
@@ -227,13 +211,14 @@ class SessionJournals:
         try:
             contents = await trio.to_thread.run_sync(jf.read, path)
         except OSError as exc:
-            self._failed(path, str(exc), session=session)
+            self._telemetry.emit("journal.failed", session=session, path=str(path), error=str(exc))
             return ()
         if contents.problem is not None or not contents.turns:
-            self._failed(
-                path,
-                f"changed since start: {contents.detail or 'empty'}",
+            self._telemetry.emit(
+                "journal.failed",
                 session=session,
+                path=str(path),
+                error=f"changed since start: {contents.detail or 'empty'}",
                 fix="the session starts fresh",
             )
             return ()
@@ -262,7 +247,7 @@ class SessionJournals:
             try:
                 path.unlink()
             except OSError as exc:
-                self._failed(path, str(exc), session=session)
+                self._telemetry.emit("journal.failed", session=session, path=str(path), error=str(exc))
 
     # -- the write path --------------------------------------------------------------------------
 
@@ -283,11 +268,12 @@ class SessionJournals:
             try:
                 dropped = await trio.to_thread.run_sync(self._commit_sync, j, agent, tuple(messages), subs)
             except (OSError, ValueError) as exc:
-                self._failed(
-                    j.path,
-                    str(exc),
+                self._telemetry.emit(
+                    "journal.failed",
                     session=session,
                     agent=agent,
+                    path=str(j.path),
+                    error=str(exc),
                     fix="free space or fix the state directory; the session runs on in memory",
                 )
                 return
