@@ -106,22 +106,22 @@ def _server_entries(
     out: Translated,
     *,
     at: str,
-    mapping: str,
+    entry_noun: str,
     duplicates: frozenset[str] = frozenset(),
 ) -> Iterator[tuple[str, str, Mapping[str, object]]]:
     """The entries of a server object that can be translated, as ``(name, where, entry)``.
 
     ``where`` is ``{at}.{name}``, how the entry is named in messages. A name
     in ``duplicates`` (the file defines it twice) and an entry that is not
-    ``mapping`` (the format's word for it: "an object", "a table") are
-    reported in ``out.problems`` and left out.
+    ``entry_noun`` (the format's word for it: "an object", "a table")
+    are added to ``out.problems`` as the walk meets them, and left out.
     """
     for name, entry in servers.items():
         where = f"{at}.{name}"
         if name in duplicates:
             out.problems.append(ConfigError(where, name, "defined twice in this file; keep one"))
         elif not isinstance(entry, dict):
-            out.problems.append(ConfigError(where, entry, f"each server is {mapping} with command or url"))
+            out.problems.append(ConfigError(where, entry, f"each server is {entry_noun} with command or url"))
         else:
             yield name, where, entry
 
@@ -170,7 +170,7 @@ def translate_json(doc: object, *, label: str, duplicates: frozenset[str] = froz
             f"{label}: inputs (agentd cannot prompt; use ${{env:VAR}} instead of ${{input:ID}})"
         )
     for name, where, entry in _server_entries(
-        servers, out, at=f"{label}: {path}", mapping="an object", duplicates=duplicates
+        servers, out, at=f"{label}: {path}", entry_noun="an object", duplicates=duplicates
     ):
         if entry.get("disabled") is True:
             continue
@@ -246,7 +246,7 @@ def translate_codex(doc: Mapping[str, object], *, label: str, env: Mapping[str, 
             label, str(servers)[:80], "expected [mcp_servers.NAME] tables (the Codex config.toml format)"
         )
     out = Translated()
-    for name, where, entry in _server_entries(servers, out, at=f"{label}: mcp_servers", mapping="a table"):
+    for name, where, entry in _server_entries(servers, out, at=f"{label}: mcp_servers", entry_noun="a table"):
         if entry.get("enabled") is False:
             continue
         table: dict[str, object] = {}
