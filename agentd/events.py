@@ -19,7 +19,7 @@ Requests and their typed answers (each request carries a :class:`Reply`)::
       SelfSubscribe     -> Acknowledged | Refused
       SelfUnsubscribe   -> Unsubscribed
       WatchSession      -> SessionOf
-    hub or start-up restore, for the watch manager
+    hub, for the watch manager (a start-up restore adds routes directly, before the loop runs)
       WatchRouteAdd     -> RouteAdded | Refused
       WatchRouteRemove  -> Acknowledged
     health endpoint / watchdog
