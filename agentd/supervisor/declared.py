@@ -37,7 +37,6 @@ from agentd.supervisor.subscriptions import (
     resolve,
 )
 from agentd.telemetry import Telemetry
-from agentd.triggers.router import Router
 from agentd.upstream.resolve import Catalog
 
 # The pure part (resolution, what is wanted) lives in agentd.supervisor.subscriptions.
@@ -93,7 +92,6 @@ class DeclaredSubscriptions:
         self.subscriptions = subscriptions
         """What is wanted and why (pure); the reactor reads it too."""
         self._upstreams = upstreams
-        self._router: Router = subscriptions.router
         self._events = events
         self._telemetry = telemetry
         self._nursery = nursery
@@ -139,7 +137,7 @@ class DeclaredSubscriptions:
         for label, why, required in refreshed.unresolved:
             self._telemetry.emit("subscription.unresolved", pattern=label, error=why, required=required)
         for route_id, count in self.subscriptions.queue_caps().items():
-            self._router.set_watched(route_id, count)
+            self.subscriptions.router.set_watched(route_id, count)
         return list(refreshed.forgotten)
 
     async def _subscribe(self, action: Subscribe) -> None:
