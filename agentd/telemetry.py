@@ -65,6 +65,7 @@ RATE_LIMITED: dict[str, tuple[str, ...]] = {
     "upstream.transport_error": ("server",),
     "model.retry": ("agent",),
     "tool.refused": ("agent",),
+    "tool.content_omitted": ("agent",),
     "log": ("logger",),
     "child.stderr": ("source",),
 }

@@ -155,6 +155,7 @@ EVENTS: Mapping[str, EventSpec] = {
         _e("model.fatal", "error", "The model provider is unusable (auth failed, unreachable): exit 4.", "agent error"),
         _e("tool.call", "info", "A tool call finished (in the supervisor's hub): server, tool and latency.", "agent server tool latency_ms error"),
         _e("tool.refused", "warning", "The model called a tool it was not offered: answered 'unknown tool'.", "agent tool reason"),
+        _e("tool.content_omitted", "info", "Part of a tool result reached the model as a placeholder (audio, a binary resource, an image it cannot take).", "agent tool kind mime_type bytes reason fix", level_by=("reason", {"model_takes_no_images": "warning", "invalid_base64": "warning"})),
         _e("child.stderr", "warning", "A line an agent's child wrote on its stderr.", "source line"),
         _e("zygote.ready", "info", "The zygote (warm template process) is ready to fork agents.", "pid replaced"),
         _e("zygote.degraded", "warning", "The zygote is unusable: agents start from a fresh interpreter.", "pid reason fallback"),

@@ -289,11 +289,17 @@ class SelfMcpLink:
     """:class:`agentd.agent.loop.SupervisorLink`: tools over MCP, usage and turn ends over control frames."""
 
     def __init__(
-        self, client: Client, control: ControlLink, release: Callable[[], None] | None = None
+        self,
+        client: Client,
+        control: ControlLink,
+        release: Callable[[], None] | None = None,
+        *,
+        images: bool = False,
     ) -> None:
         self._client = client
         self._control = control
         self._release = release
+        self._images = images
 
     async def call_tool(self, name: str, arguments: dict[str, object]) -> ToolResult:
         from agentd.agent.loop import ToolResult
@@ -305,8 +311,15 @@ class SelfMcpLink:
             return ToolResult(f"tool {name!r} did not answer within {LINK_TIMEOUT:g}s", True)
         except Exception as exc:  # an MCPError from the supervisor: the model sees it
             return ToolResult(f"tool {name!r} failed: {exc}", True)
-        text = "\n".join(getattr(c, "text", "") or "" for c in result.content)
-        return ToolResult(text, bool(result.is_error))
+        from agentd.agent.content import convert
+
+        got = convert(result, images=self._images)
+        for part in got.omitted:
+            fields = {"tool": name, "kind": part.kind, "mime_type": part.mime_type, "bytes": part.size}
+            if part.reason == "model_takes_no_images":
+                fields["fix"] = "if the model takes images, set images = true in [model_settings]"
+            self._control.post_event("tool.content_omitted", {**fields, "reason": part.reason})
+        return ToolResult(got.text, got.is_error, got.images)
 
     async def report_usage(self, *, call: ModelCall) -> UsageVerdict:
         if self._release is not None:
@@ -354,6 +367,7 @@ async def amain(
     from agentd.agent.loop import run_agent
     from agentd.errors import FatalInfraError
     from agentd.models import make_model
+    from agentd.models.base import takes_images
     from agentd.selfmcp.transport import stream_transport
     from agentd.tracing import child_turn_context
 
@@ -374,7 +388,7 @@ async def amain(
         nursery.start_soon(control.run, nursery.cancel_scope)
         try:
             async with Client(stream_transport(mcp_stream), mode="2026-07-28", cache=None) as client:
-                link = SelfMcpLink(client, control, release)
+                link = SelfMcpLink(client, control, release, images=takes_images(model))
                 mark("child.mcp", payload.agent)
                 try:
                     # The supervisor's turn span: the MCP SDK puts it in each tool call's _meta.

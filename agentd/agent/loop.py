@@ -19,8 +19,10 @@ from typing import Protocol
 
 import orjson
 
+from agentd.agent.content import bound_images
 from agentd.exitcodes import TerminalStatus
 from agentd.models import Message, Model, ModelReply, Prompt, ToolCall, ToolSpec
+from agentd.models.base import ImagePart
 from agentd.selfmcp.protocol import NextTurn, StopReason, UsageVerdict, unknown_tool_text
 from agentd.watches.notices import is_no_reply
 
@@ -33,10 +35,11 @@ MAX_TOOL_RESULT_CHARS = 64_000
 
 @dataclass
 class ToolResult:
-    """What a tool call returned, as the model will see it."""
+    """What a tool call returned, as the model will see it (images after the text)."""
 
     text: str
     is_error: bool = False
+    images: tuple[ImagePart, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -186,10 +189,12 @@ async def run_turn(
             else:
                 result = await link.call_tool(call.name, dict(call.arguments or {}))
             state.messages.append(
-                Message(
-                    role="tool", content=_cap(result.text), tool_call_id=call.id, is_error=result.is_error
+                Message.tool_result(
+                    call.id, _cap(result.text), is_error=result.is_error, images=result.images
                 )
             )
+            if result.images:
+                bound_images(state.messages)
             if len(state.recent_calls) == STALL_REPEATS and len(set(state.recent_calls)) == 1:
                 return "stalled"
 

@@ -255,6 +255,8 @@ class ModelSettingsConfig(_Frozen):
     parallel_tool_calls: bool | None = None
     tool_choice: str | None = None
     prompt_cache: str | None = None
+    images: bool | None = None
+    """Whether the model takes images from tool results (unset: yes for the providers' own endpoints)."""
     extra: dict[str, object] = Field(default_factory=dict)
 
     @model_validator(mode="before")
@@ -301,6 +303,8 @@ class ProviderSpec(_Frozen):
     """Extra request headers (``${VAR}`` is expanded; values may be credentials: not in repr)."""
     prices: str | None = None
     """Price its calls as this ``genai-prices`` provider (e.g. ``openai`` for a proxy); none: unknown."""
+    images: bool | None = None
+    """Whether its models take images from tool results (``images`` in a route's settings wins); none: no."""
 
     @field_validator("base_url")
     @classmethod
@@ -344,6 +348,7 @@ class ProviderSpec(_Frozen):
             api_key_env=self.api_key_env,
             headers=dict(self.headers),
             prices=self.prices,
+            images=self.images,
         )
 
 

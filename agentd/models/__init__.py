@@ -22,6 +22,7 @@ Errors (from :mod:`agentd.errors`)::
 """
 
 from agentd.models.base import (
+    ImagePart,
     Message,
     Model,
     ModelReply,
@@ -50,6 +51,7 @@ from agentd.models.settings import ModelSettings, SettingError, WireApi
 __all__ = [
     "NO_REPLY",
     "PROVIDERS",
+    "ImagePart",
     "Message",
     "Model",
     "ModelReply",

@@ -10,6 +10,12 @@ normally built with :meth:`ModelReply.as_message`) and ``tool`` results (one
 per tool call, linked by ``tool_call_id``). What one call asks is a
 :class:`Prompt`: the transcript, the system prompt (apart from the
 transcript, because providers place it differently) and the tools offered.
+
+A tool result may carry images (:class:`ImagePart`, already checked: a
+known type, valid base64, under the size cap; see :mod:`agentd.agent.content`
+and rfcs/0290). Each wire format attaches them the way its API takes images
+from a tool, or, for a model set not to take images, writes
+:meth:`ImagePart.placeholder` instead.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from typing import Literal, Protocol, get_args, runtime_checkable
 
 import orjson
 
@@ -158,6 +164,48 @@ class ToolCall:
         return cls(id=id, name=name, arguments=parsed, raw_arguments=raw_arguments)
 
 
+ImageMime = Literal["image/png", "image/jpeg", "image/gif", "image/webp"]
+"""The image types every provider agentd speaks takes (Anthropic's list; OpenAI takes the same four)."""
+
+IMAGE_MIMES: tuple[ImageMime, ...] = get_args(ImageMime)
+
+#: Input tokens one image is estimated at, for providers that report no usage
+#: (and the script model): about what Anthropic bills for an image at its
+#: largest size after its own resize (~1.15 megapixels / 750).
+IMAGE_TOKEN_ESTIMATE = 1600
+
+
+@dataclass(frozen=True, slots=True)
+class ImagePart:
+    """An image a tool returned, as the model may see it.
+
+    Built only from checked data (:func:`agentd.agent.content.tool_result`):
+    ``mime_type`` is what the bytes are (sniffed, not what the server
+    claimed), ``data`` is valid standard base64.
+
+    Attributes:
+        mime_type: one of :data:`IMAGE_MIMES`.
+        data: the image, base64 (standard alphabet, padded, no whitespace).
+        size: the decoded size in bytes.
+    """
+
+    mime_type: ImageMime
+    data: str
+    size: int
+
+    def data_url(self) -> str:
+        """The image as a ``data:`` URL (how the OpenAI APIs take an inline image)."""
+        return f"data:{self.mime_type};base64,{self.data}"
+
+    def placeholder(self, why: str) -> str:
+        """The text that stands in for the image where it is not attached: type, size and ``why``."""
+        return f"[image {self.mime_type}, {self.size} bytes: not shown, {why}]"
+
+
+#: Why an image is not attached for a model set not to take images.
+NO_IMAGES_NOTE = "this model is not set to take images"
+
+
 @dataclass(frozen=True, slots=True)
 class Message:
     """One message of the provider-neutral transcript.
@@ -172,6 +220,8 @@ class Message:
             the reply needs back verbatim on the next call (Anthropic thinking
             blocks, Responses reasoning items), tagged ``{"provider": NAME, ...}``;
             only that provider reads it, every other one ignores it.
+        images: for ``tool`` messages, the images the result carried, shown
+            after its text (empty otherwise).
     """
 
     role: Role
@@ -180,6 +230,7 @@ class Message:
     tool_call_id: str | None = None
     is_error: bool = False
     provider_data: Mapping[str, object] | None = None
+    images: tuple[ImagePart, ...] = ()
 
     @classmethod
     def user(cls, content: str) -> Message:
@@ -200,9 +251,20 @@ class Message:
         )
 
     @classmethod
-    def tool_result(cls, tool_call_id: str, content: str, *, is_error: bool = False) -> Message:
-        """The result of one tool call."""
-        return cls(role="tool", content=content, tool_call_id=tool_call_id, is_error=is_error)
+    def tool_result(
+        cls, tool_call_id: str, content: str, *, is_error: bool = False, images: Sequence[ImagePart] = ()
+    ) -> Message:
+        """The result of one tool call (its text, then its images)."""
+        return cls(
+            role="tool", content=content, tool_call_id=tool_call_id, is_error=is_error, images=tuple(images)
+        )
+
+    def text_with_placeholders(self, why: str) -> str:
+        """The text, each image written as its placeholder (``why`` says why it is not shown)."""
+        if not self.images:
+            return self.content
+        notes = "\n".join(image.placeholder(why) for image in self.images)
+        return f"{self.content}\n{notes}" if self.content else notes
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,10 +403,17 @@ def estimate_tokens(text: str) -> int:
 def estimate_input_tokens(prompt: Prompt) -> int:
     """Estimate the input tokens of one call from the characters its prompt sends."""
     chars = len(prompt.system or "")
+    images = 0
     for m in prompt.messages:
         chars += len(m.content)
+        images += len(m.images)
         for c in m.tool_calls:
             chars += len(c.name) + len(c.raw_arguments)
     for t in prompt.tools:
         chars += len(t.name) + len(t.description) + len(repr(t.input_schema))
-    return math.ceil(chars / CHARS_PER_TOKEN)
+    return math.ceil(chars / CHARS_PER_TOKEN) + images * IMAGE_TOKEN_ESTIMATE
+
+
+def takes_images(model: object) -> bool:
+    """Whether ``model`` is set to take images (its ``takes_images``; a model without one takes none)."""
+    return getattr(model, "takes_images", False) is True

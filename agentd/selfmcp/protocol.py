@@ -25,7 +25,8 @@ Frames, by ``type``::
       turn_end       TurnEnd        when a turn reaches a terminal status (also when the
                                     provider is unusable: ``fatal_infra`` says why)
       event          ChildEvent     a telemetry event for the supervisor's stream
-                                    (``model.retry`` or ``tool.refused``); no answer
+                                    (``model.retry``, ``tool.refused`` or
+                                    ``tool.content_omitted``); no answer
       transcript     TranscriptPart the messages a turn added (journaled sessions only: sent
                                     just before that turn's TurnEnd, in one or more parts); no answer
 
@@ -120,7 +121,7 @@ Message = Annotated[str, Field(max_length=MAX_MESSAGE_CHARS)]
 StopReason = Literal["tokens", "steps", "deadline", "draining"]
 """Why the supervisor tells an agent to stop at its next turn boundary."""
 
-ChildEventName = Literal["model.retry", "tool.refused"]
+ChildEventName = Literal["model.retry", "tool.refused", "tool.content_omitted"]
 """Telemetry events a child may send (closed: anything else is a protocol error)."""
 
 EventFieldKey = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,31}$")]
@@ -162,6 +163,7 @@ class ProviderFrame(Frame):
     api_key_env: str | None = None
     headers: dict[str, str] = Field(default_factory=dict)
     prices: str | None = None
+    images: bool | None = None
 
 
 class ToolCallFrame(Frame):
