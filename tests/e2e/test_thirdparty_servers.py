@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import re
 import signal
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,14 +28,11 @@ from agentd.exitcodes import ExitCode
 from tests.fakes.provider_server import RecordedRequest, Reply, openai_reply, provider_server
 from tests.support import thirdparty
 from tests.support.agentd_proc import Agentd
+from tests.support.routing import server_process
 from tests.support.supervised import RUN_TIMEOUT, supervised
 from tests.support.thirdparty import (
-    EVERYTHING,
     FILESYSTEM,
     MEMORY,
-    NPM_VERSIONS,
-    TIME,
-    TIME_VERSION,
     everything_over_http,
     stdio_entry,
     write_mcp_config,
@@ -137,12 +134,14 @@ name = "doc"
 match = "{DOC}"
 disposition = "spawn"
 debounce = "0s"
+# Nothing wakes before the server's restart: the first agent is the reconnect's re-read's.
+reread_on_start = false
 """
 
 
 def _everything_model() -> Any:
-    """The first agent (woken by the start-up re-read) adds, reads the document and starts the
-    server's updates; every later agent (woken by a real update) stops them again."""
+    """The first agent (woken by the re-read after the restart) adds, reads the document and
+    starts the server's updates; every later agent (woken by a real update) stops them again."""
     first_turns = 0
 
     def respond(request: RecordedRequest) -> Reply:
@@ -158,35 +157,51 @@ def _everything_model() -> Any:
                     _call("on", "everything__toggle-subscriber-updates", {}),
                 ]
             )
-        return openai_reply(tool_calls=[_call(f"off{first_turns}", "everything__toggle-subscriber-updates", {})])
+        return openai_reply(
+            tool_calls=[_call(f"off{first_turns}", "everything__toggle-subscriber-updates", {})]
+        )
 
     return respond
 
 
 @pytest.mark.parametrize("transport", ["stdio", "streamableHttp", "sse"])
-async def test_server_everything_lists_calls_reads_and_wakes_a_reactive_run(
+async def test_server_everything_survives_a_restart_and_its_updates_wake_a_reactive_run(
     transport: str, tmp_path: Path, npm_servers: None
 ) -> None:
-    """server-everything 2026.8.31 on each transport: tools offered, a call, a read,
-    and a reactive run woken by the server's own ``notifications/resources/updated``."""
+    """server-everything 2026.8.31 on each transport: the tools offered; the server SIGKILLed while
+    agentd is subscribed and idle; after the reconnect, a call, a read, and a reactive run woken
+    by the server's own ``notifications/resources/updated`` on the new session."""
     config = tmp_path / "agentd.toml"
     config.write_text(EVERYTHING_TOML)
     entry = thirdparty.everything_entry()
     async with provider_server(handler=_everything_model()) as model:
         if transport == "stdio":
+
+            async def kill_stdio(a: Agentd) -> None:
+                server_process(a, entry).kill()  # agentd starts it again itself
+
             server = stdio_entry(thirdparty.node(), entry, "stdio")
-            a = await _everything_run(tmp_path, config, server, model.url("/v1"))
+            a = await _everything_run(tmp_path, config, server, model.url("/v1"), kill_stdio, None)
         else:
             async with everything_over_http(transport) as http:  # type: ignore[arg-type]
+
+                async def kill_http(_a: Agentd) -> None:
+                    await http.kill()
+
                 kind = "http" if transport == "streamableHttp" else "sse"
-                a = await _everything_run(tmp_path, config, {"type": kind, "url": http.url}, model.url("/v1"))
+                entry_json = {"type": kind, "url": http.url}
+                a = await _everything_run(
+                    tmp_path, config, entry_json, model.url("/v1"), kill_http, http.start
+                )
         requests = list(model.requests)
 
     offered = _offered(requests[0])
     assert _server_tools(offered, "everything") == {f"everything__{t}" for t in EVERYTHING_TOOLS}
-    # Its task-only tool is not offered (every call of it would fail), and the user is told why.
+    # Its task-only tool is not offered (every call of it would fail), and the user is told why,
+    # once: the reconnect's identical list says nothing new.
     (skipped,) = a.find("upstream.tools_skipped")
-    assert skipped["server"] == "everything" and skipped["tools"] == EVERYTHING_TASK_ONLY
+    assert skipped["server"] == "everything"
+    assert skipped["tools"] == EVERYTHING_TASK_ONLY
     assert "MCP tasks" in skipped["reason"]
     assert {"read_resource", "list_resources", "subscribe"} <= offered.keys()
     _assert_providers_accept(offered)
@@ -198,24 +213,39 @@ async def test_server_everything_lists_calls_reads_and_wakes_a_reactive_run(
     assert _result(requests, "off2").startswith("Stopped simulated resource updates")
 
 
-async def _everything_run(tmp_path: Path, config: Path, server: dict[str, Any], model_url: str) -> Agentd:
+async def _everything_run(
+    tmp_path: Path,
+    config: Path,
+    server: dict[str, Any],
+    model_url: str,
+    kill: Callable[[Agentd], Awaitable[None]],
+    restart: Callable[[], Awaitable[None]] | None,
+) -> Agentd:
     mcp = write_mcp_config(tmp_path / "mcp.json", {"everything": server})
     args = ["--config", str(config), "--mcp-config", mcp, "--require", "everything", "--verbose"]
     args += ["--model", "openai:gpt-4o-mini", "report the document"]
     async with supervised(args, tmp_path, env=_env(model_url)) as a:
-        # The start-up re-read wakes the first agent; its toggle starts the server's updates.
-        await a.wait_event("resource.updated", lambda e: e["kind"] == "synthetic", timeout=RUN_TIMEOUT)
-        real = await a.wait_event(
-            "resource.updated", lambda e: e["kind"] == "updated", timeout=RUN_TIMEOUT + STEP_TIMEOUT
+        await a.wait_event("subscription.established", timeout=RUN_TIMEOUT)
+        await kill(a)
+        await a.wait_event("server.state", lambda e: e["state"] == "restarting", timeout=STEP_TIMEOUT)
+        if restart is not None:
+            await restart()  # a new process on the same port: the old session is gone
+        await a.wait_event("upstream.connected", count=2, timeout=RUN_TIMEOUT)
+        await a.wait_event("subscription.established", count=2, timeout=STEP_TIMEOUT)
+        # The re-read after the reconnect wakes the first agent; its toggle starts the server's updates.
+        reread = await a.wait_event(
+            "resource.updated", lambda e: e["kind"] == "synthetic", timeout=STEP_TIMEOUT
         )
-        assert real["uri"] == DOC and real["route"] == "doc", real
+        assert (reread["uri"], reread["route"], reread.get("startup")) == (DOC, "doc", None), reread
+        real = await a.wait_event("resource.updated", lambda e: e["kind"] == "updated", timeout=STEP_TIMEOUT)
+        assert (real["uri"], real["route"]) == (DOC, "doc"), real
         # A second agent, spawned on the doc route after the real update, ends its turn.
         await a.wait_event("turn.end", lambda e: e["route"] == "doc", count=2, timeout=STEP_TIMEOUT)
         assert [e["route"] for e in a.find("subagent.spawn")][:2] == ["doc", "doc"]
         await _drain(a)
-    real_at = a.events.index(real)
+    assert len(a.find("resource.updated", lambda e: e["kind"] == "synthetic")) == 1
     second_spawn = a.find("subagent.spawn")[1]
-    assert a.events.index(second_spawn) > real_at, "the second agent was not woken by the real update"
+    assert a.events.index(second_spawn) > a.events.index(real), "the second agent was not woken by the update"
     return a
 
 
@@ -251,7 +281,9 @@ MEMORY_TOOLS = {
 TIME_TOOLS = {"convert_time", "get_current_time"}
 
 
-async def _once(tmp_path: Path, name: str, server: dict[str, Any], replies: list[Reply]) -> list[RecordedRequest]:
+async def _once(
+    tmp_path: Path, name: str, server: dict[str, Any], replies: list[Reply]
+) -> list[RecordedRequest]:
     """One ``--mode once`` run with ``server`` as ``name`` and the model answering ``replies``."""
     mcp = write_mcp_config(tmp_path / "mcp.json", {name: server})
     async with provider_server(replies) as model:
@@ -265,14 +297,18 @@ async def _once(tmp_path: Path, name: str, server: dict[str, Any], replies: list
     return requests
 
 
-async def test_server_filesystem_reads_a_file_in_its_allowed_directory(tmp_path: Path, npm_servers: None) -> None:
+async def test_server_filesystem_reads_a_file_in_its_allowed_directory(
+    tmp_path: Path, npm_servers: None
+) -> None:
     """server-filesystem 2026.8.31: its tools, and a file's text back to the model."""
     shared = tmp_path / "shared"
     shared.mkdir()
     (shared / "greeting.txt").write_text("hello from a third-party server\n")
     server = stdio_entry(thirdparty.node(), thirdparty.npm_entry(FILESYSTEM), str(shared))
     replies = [
-        openai_reply(tool_calls=[_call("read", "fs__read_text_file", {"path": str(shared / "greeting.txt")})]),
+        openai_reply(
+            tool_calls=[_call("read", "fs__read_text_file", {"path": str(shared / "greeting.txt")})]
+        ),
         openai_reply("done"),
     ]
     requests = await _once(tmp_path, "fs", server, replies)
@@ -285,7 +321,9 @@ async def test_server_memory_stores_an_entity_and_serves_its_graph_resource(
 ) -> None:
     """server-memory 2026.8.31: a tool call that writes, then its resource read back."""
     store = tmp_path / "memory.jsonl"
-    server = stdio_entry(thirdparty.node(), thirdparty.npm_entry(MEMORY), env={"MEMORY_FILE_PATH": str(store)})
+    server = stdio_entry(
+        thirdparty.node(), thirdparty.npm_entry(MEMORY), env={"MEMORY_FILE_PATH": str(store)}
+    )
     entity = {"name": "agentd", "entityType": "project", "observations": ["tested against server-memory"]}
     replies = [
         openai_reply(tool_calls=[_call("create", "memory__create_entities", {"entities": [entity]})]),
@@ -304,7 +342,10 @@ async def test_mcp_server_time_converts_a_time(tmp_path: Path, time_python: Path
     """mcp-server-time 2026.10.19 from PyPI, in its own venv (it brings its own mcp)."""
     server = stdio_entry(str(time_python), "-m", "mcp_server_time", "--local-timezone", "UTC")
     arguments = {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"}
-    replies = [openai_reply(tool_calls=[_call("convert", "time__convert_time", arguments)]), openai_reply("done")]
+    replies = [
+        openai_reply(tool_calls=[_call("convert", "time__convert_time", arguments)]),
+        openai_reply("done"),
+    ]
     requests = await _once(tmp_path, "time", server, replies)
     assert _server_tools(_offered(requests[0]), "time") == {f"time__{t}" for t in TIME_TOOLS}
     converted = json.loads(_result(requests, "convert"))

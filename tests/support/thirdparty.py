@@ -34,7 +34,6 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -128,8 +127,7 @@ def ensure_npm() -> None:
         npm = shutil.which("npm")
         if npm is None:
             raise InstallError(
-                "npm is not on PATH: install Node.js 20 or newer with npm "
-                "(.ci/run installs Debian's nodejs and npm), then run the tests again"
+                "npm is not on PATH: install Node.js 20 or newer with npm, then run the tests again"
             )
         NPM_PREFIX.mkdir(parents=True, exist_ok=True)
         (NPM_PREFIX / _STAMP).unlink(missing_ok=True)
@@ -195,7 +193,7 @@ def node() -> str:
     """The absolute path of ``node`` (agentd starts stdio servers with a minimal PATH)."""
     path = shutil.which("node")
     if path is None:
-        raise InstallError("node is not on PATH: install Node.js 20 or newer (.ci/run installs Debian's nodejs)")
+        raise InstallError("node is not on PATH: install Node.js 20 or newer, then run the tests again")
     return path
 
 
@@ -242,62 +240,88 @@ HttpTransport = Literal["streamableHttp", "sse"]
 _PATHS: dict[HttpTransport, str] = {"streamableHttp": "/mcp", "sse": "/sse"}
 
 
-@dataclass(frozen=True)
-class RunningServer:
-    url: str
-    """Where the server listens (``/mcp`` for Streamable HTTP, ``/sse`` for SSE)."""
-    log: list[str]
-    """Its stderr lines so far (for a failing test's message)."""
+class EverythingHttp:
+    """server-everything over one HTTP transport on a fixed loopback port, started and killed on demand.
+
+    Its stderr is drained while it runs: Node writes to a pipe synchronously,
+    so an unread pipe would stall the server once it filled.
+    """
+
+    def __init__(self, transport: HttpTransport, port: int, nursery: Any) -> None:
+        self.transport = transport
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}{_PATHS[transport]}"
+        """Where the server listens (``/mcp`` for Streamable HTTP, ``/sse`` for SSE)."""
+        self.log: list[str] = []
+        """Its stderr lines so far, across restarts (for a failing test's message)."""
+        self._nursery = nursery
+        self._proc: Any = None
+
+    async def start(self) -> None:
+        """Start the server; return once it listens (a new process: every session it had is gone)."""
+        import trio
+
+        assert self._proc is None, "already running"
+        self._proc = proc = await trio.lowlevel.open_process(
+            [node(), everything_entry(), self.transport],
+            env={**os.environ, "PORT": str(self.port)},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        listening = trio.Event()
+        marker = f"port {self.port}"
+
+        async def drain() -> None:
+            assert proc.stderr is not None
+            buf = b""
+            while chunk := await proc.stderr.receive_some():
+                buf += chunk
+                *lines, buf = buf.split(b"\n")
+                for line in lines:
+                    text = line.decode(errors="replace")
+                    self.log.append(text)
+                    if marker in text:
+                        listening.set()
+            listening.set()  # it exited: checked below
+
+        self._nursery.start_soon(drain)
+        with trio.fail_after(START_BOUND):
+            await listening.wait()
+        log = "\n".join(self.log)
+        assert proc.poll() is None, f"server-everything {self.transport} did not start:\n{log}"
+
+    async def kill(self) -> None:
+        """SIGKILL the server (no goodbye to its clients) and reap it."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            proc.kill()
+            await proc.wait()
+
+    async def stop(self) -> None:
+        from tests.support.processes import stop
+
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            await stop(proc)
 
 
 @asynccontextmanager
-async def everything_over_http(transport: HttpTransport) -> AsyncIterator[RunningServer]:
-    """server-everything over ``transport`` on a free loopback port, for the block.
-
-    Its stderr is drained for the whole block: Node writes to a pipe
-    synchronously, so an unread pipe would stall the server once it filled.
-    """
+async def everything_over_http(transport: HttpTransport) -> AsyncIterator[EverythingHttp]:
+    """server-everything over ``transport`` on a free loopback port, running, for the block."""
     import trio
 
     from tests.fakes.provider_server import unused_port
-    from tests.support.processes import stop
 
-    port = unused_port()
-    proc = await trio.lowlevel.open_process(
-        [node(), everything_entry(), transport],
-        env={**os.environ, "PORT": str(port)},
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    log: list[str] = []
-    listening = trio.Event()
-
-    async def drain() -> None:
-        assert proc.stderr is not None
-        buf = b""
-        while chunk := await proc.stderr.receive_some():
-            buf += chunk
-            *lines, buf = buf.split(b"\n")
-            for line in lines:
-                text = line.decode(errors="replace")
-                log.append(text)
-                if f"port {port}" in text:
-                    listening.set()
-        listening.set()  # exited: the caller sees it below
-
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(drain)
-            with trio.fail_after(START_BOUND):
-                await listening.wait()
-            assert proc.poll() is None and any(f"port {port}" in ln for ln in log), (
-                f"server-everything {transport} did not start:\n" + "\n".join(log)
-            )
-            yield RunningServer(f"http://127.0.0.1:{port}{_PATHS[transport]}", log)
+    async with trio.open_nursery() as nursery:
+        server = EverythingHttp(transport, unused_port(), nursery)
+        try:
+            await server.start()
+            yield server
+        finally:
+            with trio.CancelScope(shield=True):
+                await server.stop()
             nursery.cancel_scope.cancel()
-    finally:
-        await stop(proc)
 
 
 def main(argv: list[str]) -> int:

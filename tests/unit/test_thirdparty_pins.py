@@ -22,12 +22,15 @@ def test_package_json_pins_exact_versions_and_the_lock_agrees():
     # Every package below them is pinned too, with its integrity hash.
     for path, meta in lock["packages"].items():
         if path:
-            assert meta.get("version") and meta.get("integrity"), path
+            assert meta.get("version"), path
+            assert meta.get("integrity"), path
 
 
 def test_the_time_servers_requirements_pin_every_package():
     lines = [
-        ln.strip() for ln in (LOCKS / f"{TIME}.txt").read_text().splitlines() if ln.strip() and not ln.startswith("#")
+        ln.strip()
+        for ln in (LOCKS / f"{TIME}.txt").read_text().splitlines()
+        if ln.strip() and not ln.startswith("#")
     ]
     assert f"{TIME}=={TIME_VERSION}" in lines
     for line in lines:

@@ -28,4 +28,5 @@ def test_task_only_tools_are_split_off_in_the_servers_order():
 def test_a_task_only_flag_read_off_the_wire_is_honoured():
     wire = {"name": "research", "inputSchema": {"type": "object"}, "execution": {"taskSupport": "required"}}
     usable, skipped = split_uncallable([types.Tool.model_validate(wire)])
-    assert usable == [] and skipped == ["research"]
+    assert usable == []
+    assert skipped == ["research"]
