@@ -140,8 +140,8 @@ reread_on_start = false
 
 
 def _everything_model() -> Any:
-    """The first agent (woken by the re-read after the restart) adds, reads the document and
-    starts the server's updates; every later agent (woken by a real update) stops them again."""
+    """The first agent (woken by the re-read after the restart) adds, reads the document, reads
+    the server's environment and starts the server's updates; every later agent (woken by a real update) stops them again."""
     first_turns = 0
 
     def respond(request: RecordedRequest) -> Reply:
@@ -154,6 +154,7 @@ def _everything_model() -> Any:
                 tool_calls=[
                     _call("sum", "everything__get-sum", {"a": 2, "b": 3}),
                     _call("read", "read_resource", {"uri": DOC}),
+                    _call("env", "everything__get-env", {}),
                     _call("on", "everything__toggle-subscriber-updates", {}),
                 ]
             )
@@ -209,6 +210,12 @@ async def test_server_everything_survives_a_restart_and_its_updates_wake_a_react
     assert _result(requests, "sum") == "The sum of 2 and 3 is 5."
     assert "# Everything Server - Features" in _result(requests, "read")
     assert _result(requests, "on").startswith("Started simulated resource updated notifications")
+    if transport == "stdio":
+        # agentd started this server: it got a minimal environment, without the model's key.
+        server_env = json.loads(_result(requests, "env"))
+        assert "PATH" in server_env
+        assert "OPENAI_API_KEY" not in server_env
+        assert "sk-test" not in json.dumps(server_env)
     # The agent the update woke stopped them on the same upstream session (one shared connection).
     assert _result(requests, "off2").startswith("Stopped simulated resource updates")
 
@@ -282,15 +289,18 @@ TIME_TOOLS = {"convert_time", "get_current_time"}
 
 
 async def _once(
-    tmp_path: Path, name: str, server: dict[str, Any], replies: list[Reply]
+    tmp_path: Path, name: str, server: dict[str, Any], replies: list[Reply], *, protocol: str
 ) -> list[RecordedRequest]:
-    """One ``--mode once`` run with ``server`` as ``name`` and the model answering ``replies``."""
+    """One ``--mode once`` run with ``server`` as ``name`` (connected in ``protocol``'s era)
+    and the model answering ``replies``."""
     mcp = write_mcp_config(tmp_path / "mcp.json", {name: server})
     async with provider_server(replies) as model:
         args = ["--mcp-config", mcp, "--require", name, "--model", "openai:gpt-4o-mini", "use the tools"]
         async with supervised(args, tmp_path, env=_env(model.url("/v1"))) as a:
             assert await a.wait_exit(RUN_TIMEOUT) == ExitCode.OK, a.tail()
         assert a.out.strip() == "done"
+        (connected,) = a.find("upstream.connected")
+        assert connected["protocol_version"] == protocol
         requests = list(model.requests)
     assert len(requests) == len(replies)
     _assert_providers_accept(_offered(requests[0]))
@@ -311,7 +321,7 @@ async def test_server_filesystem_reads_a_file_in_its_allowed_directory(
         ),
         openai_reply("done"),
     ]
-    requests = await _once(tmp_path, "fs", server, replies)
+    requests = await _once(tmp_path, "fs", server, replies, protocol="2025-11-25")
     assert _server_tools(_offered(requests[0]), "fs") == {f"fs__{t}" for t in FILESYSTEM_TOOLS}
     assert _result(requests, "read") == "hello from a third-party server\n"
 
@@ -330,23 +340,24 @@ async def test_server_memory_stores_an_entity_and_serves_its_graph_resource(
         openai_reply(tool_calls=[_call("read", "read_resource", {"uri": "memory://knowledge-graph"})]),
         openai_reply("done"),
     ]
-    requests = await _once(tmp_path, "memory", server, replies)
+    requests = await _once(tmp_path, "memory", server, replies, protocol="2025-11-25")
     assert _server_tools(_offered(requests[0]), "memory") == {f"memory__{t}" for t in MEMORY_TOOLS}
     assert json.loads(_result(requests, "create")) == [entity]
     graph = json.loads(_result(requests, "read"))
-    assert graph["entities"] == [{"type": "entity", **entity}] or graph["entities"] == [entity], graph
+    assert graph == {"entities": [entity], "relations": []}
     assert "tested against server-memory" in store.read_text()
 
 
 async def test_mcp_server_time_converts_a_time(tmp_path: Path, time_python: Path) -> None:
-    """mcp-server-time 2026.10.19 from PyPI, in its own venv (it brings its own mcp)."""
+    """mcp-server-time 2026.10.19 from PyPI, in its own venv (it brings its own mcp, 2.x: the
+    2026-07-28 protocol, where the npm servers speak 2025-11-25)."""
     server = stdio_entry(str(time_python), "-m", "mcp_server_time", "--local-timezone", "UTC")
     arguments = {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"}
     replies = [
         openai_reply(tool_calls=[_call("convert", "time__convert_time", arguments)]),
         openai_reply("done"),
     ]
-    requests = await _once(tmp_path, "time", server, replies)
+    requests = await _once(tmp_path, "time", server, replies, protocol="2026-07-28")
     assert _server_tools(_offered(requests[0]), "time") == {f"time__{t}" for t in TIME_TOOLS}
     converted = json.loads(_result(requests, "convert"))
     assert converted["source"]["timezone"] == "UTC"

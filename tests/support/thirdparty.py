@@ -78,11 +78,16 @@ def _digest(*files: Path) -> str:
     return h.hexdigest()
 
 
-def _stamped(target: Path, digest: str) -> bool:
+def _stamped(target: Path, digest: str, *needed: Path) -> bool:
+    """Whether ``target`` was installed from this lock (and what it must hold is still there)."""
     try:
-        return (target / _STAMP).read_text() == digest
+        return (target / _STAMP).read_text() == digest and all(p.exists() for p in needed)
     except OSError:
         return False
+
+
+def _npm_entries() -> list[Path]:
+    return [NPM_PREFIX / "node_modules" / p / "dist" / "index.js" for p in NPM_VERSIONS]
 
 
 @contextmanager
@@ -119,10 +124,10 @@ def ensure_npm() -> None:
     lock_dir = LOCKS / "npm"
     files = (lock_dir / "package.json", lock_dir / "package-lock.json")
     digest = _digest(*files)
-    if _stamped(NPM_PREFIX, digest):
+    if _stamped(NPM_PREFIX, digest, *_npm_entries()):
         return
     with _install_lock():
-        if _stamped(NPM_PREFIX, digest):
+        if _stamped(NPM_PREFIX, digest, *_npm_entries()):
             return
         npm = shutil.which("npm")
         if npm is None:
@@ -154,10 +159,10 @@ def ensure_time() -> Path:
     reqs = LOCKS / f"{TIME}.txt"
     digest = _digest(reqs)
     python = TIME_VENV / "bin" / "python"
-    if _stamped(TIME_VENV, digest):
+    if _stamped(TIME_VENV, digest, python):
         return python
     with _install_lock():
-        if _stamped(TIME_VENV, digest):
+        if _stamped(TIME_VENV, digest, python):
             return python
         fix = "check that the package index is reachable (pip config list)"
         # A changed lock gets a fresh venv: nothing left over from the old pins.
