@@ -74,10 +74,24 @@ def _server_tools(offered: dict[str, dict[str, Any]], server: str) -> set[str]:
     return {name for name in offered if name.startswith(f"{server}__")}
 
 
+def _arrays_without_items(node: Any, path: str) -> Iterator[str]:
+    if isinstance(node, dict):
+        kind = node.get("type")
+        if (kind == "array" or (isinstance(kind, list) and "array" in kind)) and "items" not in node:
+            yield path
+        for key, value in node.items():
+            yield from _arrays_without_items(value, f"{path}.{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _arrays_without_items(value, f"{path}[{i}]")
+
+
 def _assert_providers_accept(offered: dict[str, dict[str, Any]]) -> None:
+    """What the providers check of a tool: its name, an object schema, and (OpenAI) items on every array."""
     for name, schema in offered.items():
         assert PROVIDER_TOOL_NAME.match(name), name
         assert schema.get("type") == "object", (name, schema)
+        assert not list(_arrays_without_items(schema, name))
 
 
 def _tool_results(requests: list[RecordedRequest]) -> Iterator[tuple[str, str]]:
