@@ -170,6 +170,7 @@ EVENTS: Mapping[str, EventSpec] = {
         _e("upstream.lost", "warning", "The connection to an MCP server was lost.", "server reason"),
         _e("upstream.unstable", "warning", "An MCP server keeps dropping right after connecting.", "server attempt error note"),
         _e("upstream.tools_changed", "info", "An MCP server's tool list changed.", "server tools"),
+        _e("upstream.tools_skipped", "warning", "An MCP server lists tools agentd cannot call (task-only tools): they are not offered to models.", "server tools reason"),
         _e("upstream.refresh_failed", "warning", "Re-reading an MCP server's catalog failed.", "server kind error"),
         _e("upstream.catalog_stream_lost", "warning", "An MCP server's catalog change stream ended.", "server error"),
         _e("upstream.catalog_stream_failed", "warning", "An MCP server's catalog change stream could not be re-opened.", "server attempts"),

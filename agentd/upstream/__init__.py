@@ -13,6 +13,9 @@ Public surface:
 * :func:`resolve_server_for_uri` and :class:`Catalog` — which server owns a URI.
 * :func:`namespaced`, :func:`split_namespaced`, :class:`ToolNameMap` —
   provider-safe ``server__tool`` names.
+
+A server's tools that run only as MCP tasks are kept out of ``tools`` and
+reported once (``tooluse.py``, rfcs/0296).
 """
 
 from agentd.upstream.backoff import MAX_CONSECUTIVE_FAILURES, RECONNECT_BACKOFF, RESUBSCRIBE_BACKOFF

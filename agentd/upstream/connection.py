@@ -69,6 +69,7 @@ from agentd.upstream.backoff import (
 from agentd.upstream.http import HttpTransport
 from agentd.upstream.resolve import Catalog
 from agentd.upstream.stdio import MAX_LINE_BYTES, StdioTransport
+from agentd.upstream.tooluse import TASK_ONLY_REASON, split_uncallable
 
 __all__ = [
     "INIT_TIMEOUT",
@@ -278,6 +279,8 @@ class Upstream:
         """Why the last attempt failed or the last connection dropped."""
         self.tools_version = 0
         """Bumped every time :attr:`tools` is replaced (see :meth:`wait_tools_changed`)."""
+        self.skipped_tools: tuple[str, ...] = ()
+        """Listed tools agentd cannot call (task-only), kept out of :attr:`tools` (rfcs/0296)."""
         self._tools_changed = trio.Event()
         self._subs: dict[str, _Sub] = {}
         self._updates_open = trio.Event()
@@ -570,7 +573,14 @@ class Upstream:
             cursor = page.next_cursor
             if cursor is None:
                 break
-        self._set_tools(tools)
+        usable, skipped = split_uncallable(tools)
+        if skipped and tuple(skipped) != self.skipped_tools:
+            # Said once per change of the set, not on every reconnect's refresh.
+            self._telemetry.emit(
+                "upstream.tools_skipped", server=self.name, tools=skipped, reason=TASK_ONLY_REASON
+            )
+        self.skipped_tools = tuple(skipped)
+        self._set_tools(usable)
 
     async def _refresh_resources(self, client: Client) -> None:
         caps = client.server_capabilities
