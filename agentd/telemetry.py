@@ -65,6 +65,9 @@ RATE_LIMITED: dict[str, tuple[str, ...]] = {
     "upstream.transport_error": ("server",),
     "model.retry": ("agent",),
     "tool.refused": ("agent",),
+    # Said once per cap hit already (rfcs/0265); a model that frees and refills a slot in a loop is folded here.
+    "limit.reached": ("limit",),
+    "self.subscribe_failed": ("server",),
     "log": ("logger",),
     "child.stderr": ("source",),
 }
