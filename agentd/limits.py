@@ -28,8 +28,8 @@ DEFAULT_MAX_READ_BYTES = 8 * 1024 * 1024
 DEFAULT_MAX_SELF_SUBSCRIPTIONS_PER_SESSION = 64
 
 #: Self-subscriptions all sessions together may hold (``max_self_subscriptions``):
-#: each is a route and an upstream subscription; 1,024 stays within what one
-#: server's listen streams are measured to carry (rfcs/0265).
+#: each is a route and an upstream subscription; 1,024 is what a server built on
+#: the Python SDK accepts as listen streams on one connection (rfcs/0265).
 DEFAULT_MAX_SELF_SUBSCRIPTIONS = 1024
 
 ModelLimit = Literal[

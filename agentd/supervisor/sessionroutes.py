@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from typing import NoReturn
 
 from agentd.errors import ConfigError, LimitReached, RouteError
 from agentd.limits import (
@@ -133,7 +134,7 @@ class SessionRoutes:
                 f"together, the limit (max_self_subscriptions = {self.caps.total})",
             )
 
-    def _refuse(self, limit: ModelLimit, scope: str, value: int, what: str) -> None:
+    def _refuse(self, limit: ModelLimit, scope: str, value: int, what: str) -> NoReturn:
         first = (limit, scope) not in self._refusing
         self._refusing.add((limit, scope))
         raise LimitReached(
