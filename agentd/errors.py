@@ -17,6 +17,7 @@
     │   ├── CapabilityMissing        the server lacks what the call needs
     │   └── MalformedReadError       a watched resource's read broke the read contract
     ├── RouteError                   a routing rule was violated (e.g. URI already owned)
+    ├── LimitReached                 a cap on what a model may create was reached (rfcs/0265)
     ├── SandboxError                 a watch filter was refused or failed
     │   └── FilterRejected           ``on_event`` refused at ``watch_start`` (line, column)
     ├── WatchError                   a watch cannot start or stop (limit, name taken, bad URI)
@@ -35,6 +36,7 @@ provider's answer never reaches a log line, a tool result or stderr.
 from __future__ import annotations
 
 from agentd.exitcodes import ExitCode
+from agentd.limits import ModelLimit
 from agentd.redact import redact
 
 
@@ -120,6 +122,25 @@ class CapabilityMissing(UpstreamError):
 
 class RouteError(AgentdError):
     """A routing rule was violated, e.g. a URI already owned by another session."""
+
+
+class LimitReached(AgentdError):
+    """A cap on what a model may create was reached (rfcs/0265): the call is refused, nothing else.
+
+    Reported to the calling agent as a tool error; the message names the cap,
+    the setting that raises it and what the model can do instead.
+
+    Attributes:
+        limit: the cap, named as its setting.
+        value: the cap's value.
+        first: the first refusal since the cap was reached (telemetry says it once).
+    """
+
+    def __init__(self, message: str, *, limit: ModelLimit, value: int, first: bool = True) -> None:
+        self.limit: ModelLimit = limit
+        self.value = value
+        self.first = first
+        super().__init__(message)
 
 
 class SandboxError(AgentdError):

@@ -106,7 +106,7 @@ EVENTS: Mapping[str, EventSpec] = {
         _e("tracing.unavailable", "warning", "OTEL_* variables ask for traces but the exporter is not installed (agentd[otel]).", "reason"),
         _e("tracing.export_failed", "warning", "A batch of spans could not be exported; it is dropped.", "error spans"),
         _e("log", "warning", "A record from Python logging (a library's message), with the logger's level.", "logger message error traceback"),
-        _e("telemetry.suppressed", "warning", "Repeats of a warning from one source were folded into this count.", "of server agent logger source count window_s"),
+        _e("telemetry.suppressed", "warning", "Repeats of a warning from one source were folded into this count.", "of server agent logger source limit count window_s"),
         _e("telemetry.undeclared", "error", "agentd emitted an event or field its vocabulary does not declare (a bug in agentd).", "of fields"),
         _e("output.failed", "error", "Writing to stdout failed: results are lost (counted).", "stream error"),
         _e("output.unavailable", "warning", "stdout was closed when agentd started: results are lost (counted).", "stream reason"),
@@ -162,6 +162,8 @@ EVENTS: Mapping[str, EventSpec] = {
         _e("zygote.start_failed", "warning", "The zygote could not start; retried after a backoff.", "attempt error retry_in_s"),
         _e("self.subscribe", "info", "An agent subscribed to a URI (the subscribe self-tool).", "agent server uri"),
         _e("self.unsubscribe", "info", "An agent's subscription ended (the unsubscribe self-tool or its exit).", "agent server uri reason kept"),
+        _e("self.subscribe_failed", "warning", "The server refused (or did not confirm) a subscription a model asked for (subscribe, watch_start); the model got the error.", "agent session server uri watch error"),
+        _e("limit.reached", "warning", "A cap on what a model may create refused a subscribe or watch_start; said once per hit, until one of that scope goes (rfcs/0265).", "limit value agent session uri watch"),
         # -- upstream MCP servers ----------------------------------------------------
         _e("server.state", "info", "An upstream MCP server changed state.", "server state attempt error", level_by=("state", {"failed": "error", "restarting": "warning"})),
         _e("upstream.connected", "info", "Connected to an upstream MCP server.", "server transport protocol_version ms"),

@@ -63,7 +63,7 @@ from agentd.supervisor.governor import RestartGovernor
 from agentd.supervisor.hub import SupervisorHub, server_for
 from agentd.supervisor.reactor import Agent, Hooks, Reactor, open_channel
 from agentd.supervisor.routes import build_router, make_clock, model_profiles, staged_routes
-from agentd.supervisor.sessionroutes import SessionRoutes
+from agentd.supervisor.sessionroutes import SessionRoutes, SubscriptionCaps
 from agentd.supervisor.subscriptions import Subscriptions
 from agentd.supervisor.tree import Tree
 from agentd.telemetry import Telemetry
@@ -408,6 +408,7 @@ async def _main(
             # Filters follow the global and per-server tool policy (the hub holds the tool names).
             tool_allowed=lambda server, tool: hub.policy_allows(server, tool),
             holds=subscriptions,
+            counters=counters,
         )
         # A once root cannot be woken later: no subscribe / watch_* tools for it.
         hub = SupervisorHub(
@@ -417,6 +418,7 @@ async def _main(
             watches=watches,
             policy=ToolPolicy.from_settings(settings),
             offer_wakeups=not once,
+            counters=counters,
         )
         tree = Tree(
             events=events,
@@ -509,6 +511,10 @@ async def _main(
             journals=journals,
             handles=None if shard is None else partial(handles, shard),
             counters=counters,
+            caps=SubscriptionCaps(
+                per_session=settings.max_self_subscriptions_per_session,
+                total=settings.max_self_subscriptions,
+            ),
         )
 
         nursery.start_soon(_watch_signals, events)
