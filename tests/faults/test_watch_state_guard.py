@@ -90,8 +90,8 @@ async def test_a_second_agentd_on_the_same_state_file_is_refused_with_exit_2(tmp
         first.signal()
         assert await first.wait_exit() == 0, first.tail()
     assert "MODIFIED todo" in first.out
-    specs, warnings = load(state)
-    assert ([s.name for s in specs], warnings) == (["todo"], [])
+    got = load(state)
+    assert ([s.name for s in got.specs], got.warnings) == (["todo"], [])
     assert leftover_temps(state) == []
 
     # Once the first is gone, the file is free again.
@@ -113,8 +113,10 @@ _WRITER = textwrap.dedent(
     mine = [WatchSpec(name=me, uri="memo://" + me, on_event="x" * 50_000)]
     for _ in range(rounds):
         save(path, mine)
-        specs, warnings = load(path)  # whichever writer won, the file is whole
-        assert not warnings and len(specs) == 1 and specs[0].name in ("a", "b"), (specs, warnings)
+        got = load(path)  # whichever writer won, the file is whole
+        specs = got.specs
+        assert not got.warnings and got.moved_aside is None, got
+        assert len(specs) == 1 and specs[0].name in ("a", "b"), got
     """
 )
 
@@ -139,9 +141,9 @@ async def test_two_writers_sharing_a_file_never_corrupt_it(tmp_path: Path) -> No
             nursery.start_soon(writer, "b")
     for name, proc in results.items():
         assert proc.returncode == 0, f"writer {name}: {proc.stderr.decode()[-2000:]}"
-    specs, warnings = load(state)
-    assert warnings == []
-    assert [s.name for s in specs] in (["a"], ["b"])
+    got = load(state)
+    assert got.warnings == []
+    assert [s.name for s in got.specs] in (["a"], ["b"])
     assert leftover_temps(state) == []
 
 
