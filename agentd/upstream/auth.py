@@ -240,6 +240,8 @@ class TokenCache:
             "expires_at": self._expires_at,
             "token": self._token.model_dump(mode="json", exclude_none=True),
         }
+        if not self.path.parent.parent.exists():  # no claimed state directory (a test, a tool): make it
+            files.make_private_dir(self.path.parent.parent)
         files.make_private_dir(self.path.parent)
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
         # O_EXCL: a fresh file, never a link or anything planted under the name.
