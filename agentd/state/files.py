@@ -203,12 +203,16 @@ def _read_bounded(fd: int, limit: int) -> bytes:
     """Up to ``limit + 1`` bytes from ``fd`` (one more than the bound shows it was passed)."""
     parts: list[bytes] = []
     left = limit + 1
+    # The first read is sized to the file (one byte more sees its end): ``os.read`` allocates
+    # what it is asked for, and most state files are a few KiB.
+    want = max(os.fstat(fd).st_size + 1, 4096)
     while left > 0:
-        chunk = os.read(fd, min(_CHUNK, left))
+        chunk = os.read(fd, min(want, left))
         if not chunk:
             break
         parts.append(chunk)
         left -= len(chunk)
+        want = _CHUNK
     return b"".join(parts)
 
 
