@@ -22,6 +22,9 @@
     │   └── FilterRejected           ``on_event`` refused at ``watch_start`` (line, column)
     ├── WatchError                   a watch cannot start or stop (limit, name taken, bad URI)
     ├── WatchStateError              the ``--watch-state`` file cannot be read or written
+    ├── StateFileError               a path agentd keeps or reads is not what it may use
+    │   ├── NotAFile                 a link, FIFO, device, socket or directory where a file belongs
+    │   └── NotOurs                  owned by another user, or writable by others
     ├── ProtocolError                a child broke the control protocol (the child is killed)
     └── LifecycleError               an illegal state transition (a bug: names both states)
 
@@ -189,6 +192,36 @@ class WatchStateError(AgentdError):
     Not fatal: the supervisor reports it and keeps watches in memory only.
     The message names the path, the OS error and the fix.
     """
+
+
+class StateFileError(AgentdError):
+    """A path agentd keeps (under ``--state-dir``) or reads (``@FILE``) is not what it may use.
+
+    Attributes:
+        path: the path, as given.
+        problem: what it is (``"is a FIFO (named pipe)"``, ``"is owned by uid 1001"``).
+    """
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path = path
+        self.problem = problem
+        super().__init__(f"{path!r} {problem}")
+
+
+class NotAFile(StateFileError):
+    """Not a regular file: a symbolic link (where links are not followed), FIFO, device, socket or directory.
+
+    Attributes:
+        kind: what it is instead (``"a FIFO (named pipe)"``).
+    """
+
+    def __init__(self, path: str, kind: str) -> None:
+        self.kind = kind
+        super().__init__(path, f"is {kind}, not a regular file")
+
+
+class NotOurs(StateFileError):
+    """Owned by another user than agentd's (or a directory others may write): refused, left untouched."""
 
 
 class LifecycleError(AgentdError):

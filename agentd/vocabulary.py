@@ -187,11 +187,13 @@ EVENTS: Mapping[str, EventSpec] = {
         _e("subscription.lost", "warning", "A resource subscription was lost: it is re-established and the URI re-read.", "server uri error lived_s updates counted_as_failure"),
         _e("subscription.failed", "error", "A resource subscription failed after its retries.", "server uri attempts error"),
         _e("subscription.unresolved", "warning", "A declared subscription pattern matches no resource.", "pattern required error"),
+        # -- the state directory (rfcs/0275) ------------------------------------------------
+        _e("state.moved_aside", "warning", "A file in the state directory was damaged (agentd's own format), or is not a regular file: it was moved aside, what could be read was kept, and the run goes on.", "file path moved_to problem kept session fix"),
+        _e("state.refused", "warning", "A file in the state directory is not agentd's (another user's, or not its format): it is left untouched, never read further or written.", "file path problem fix"),
         # -- durable sessions and shards ---------------------------------------------------
         _e("journal.found", "debug", "A session journal was found at start (restored at its next delivery).", "session turns subscriptions"),
         _e("journal.restored", "info", "A session was restored from its journal into a new agent.", "agent session turns messages dropped_turns"),
         _e("journal.torn", "warning", "A journal's last record was cut short (a crash mid-write): it was dropped.", "path session turns dropped_bytes detail note"),
-        _e("journal.corrupt", "warning", "A journal is corrupt or foreign: moved aside, its good turns kept.", "path session kept_turns moved_to error fix"),
         _e("journal.failed", "error", "A journal could not be read or written: the session runs without it.", "agent session path error fix"),
         _e("journal.compacted", "info", "A journal went over its token budget: its oldest turns were dropped.", "session tokens max_tokens dropped_turns"),
         _e("journal.subscription_restored", "info", "A restored session's self-subscription is back upstream.", "session server uri"),

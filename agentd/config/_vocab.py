@@ -72,6 +72,10 @@ DEFAULT_MAX_TURN_STEPS = 100
 #: prompt, and it stops ``@/dev/zero`` from eating memory.
 MAX_TEXT_FILE_BYTES = 1024 * 1024
 
+#: Largest ``--config`` TOML or ``mcp_config`` JSON file read: a config with
+#: hundreds of servers and routes is a few hundred KiB.
+MAX_CONFIG_FILE_BYTES = 16 * 1024 * 1024
+
 
 MODEL_PREFIXES = ("openai", "openai-responses", "anthropic", "azure", "bedrock", "vertex", "script")
 

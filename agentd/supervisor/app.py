@@ -125,14 +125,18 @@ def _run(settings: Settings, closed_fds: frozenset[int], early_servers: dict[str
         buffer = settings.telemetry_buffer
         # One agentd per --state-dir (rfcs/0210); watch state lives in it unless --watch-state says otherwise.
         state_dir = None
+        own_watch_state = False
         if settings.state_dir is not None:
             from agentd.state.dir import claim as claim_state_dir
 
             state_dir = claim_state_dir(settings.state_dir)
             if settings.watch_state is None:
                 settings = settings.model_copy(update={"watch_state": state_dir.watch_state})
+                own_watch_state = True
         # One agentd per --watch-state file: held until this process exits.
-        state_lock = claim(settings.watch_state) if settings.watch_state is not None else None
+        state_lock = (
+            claim(settings.watch_state, own_dir=own_watch_state) if settings.watch_state is not None else None
+        )
     except ConfigError as exc:
         print(f"agentd: {exc}", file=sys.stderr)
         return int(ExitCode.CONFIG)
@@ -147,6 +151,20 @@ def _run(settings: Settings, closed_fds: frozenset[int], early_servers: dict[str
         line_format=line_format(settings.log_format, 2),
     )
     log_handler = route_logging(telemetry)
+    # What claiming the state directory moved out of the way (rfcs/0275), now that it can be told.
+    for moved in (
+        *(state_dir.moved_aside if state_dir else ()),
+        *(state_lock.moved_aside if state_lock else ()),
+    ):
+        telemetry.emit(
+            "state.moved_aside",
+            file="watch state" if moved.path == settings.watch_state else "lock",
+            path=str(moved.path),
+            moved_to=str(moved.moved_to),
+            problem=moved.problem,
+            kept=0,
+            fix="never read or written through; inspect or delete it",
+        )
     from agentd.tracing import setup as setup_tracing
 
     tracing = setup_tracing(os.environ, telemetry)
@@ -201,7 +219,7 @@ def _prefork_once_root(settings: Settings) -> PreforkedChild | None:
     return prefork_root(sorted({default_profile.model, *(p.model for p in route_profiles.values())}))
 
 
-def _server_auth(spec: ServerSpec, state_dir: Path | None) -> httpx2.Auth | None:
+def _server_auth(spec: ServerSpec, state_dir: Path | None, telemetry: Telemetry) -> httpx2.Auth | None:
     """A url server's authentication (:func:`agentd.upstream.auth.auth_for`); a command server has none.
 
     Imported only for url servers: it loads the MCP SDK's OAuth client and a
@@ -211,7 +229,7 @@ def _server_auth(spec: ServerSpec, state_dir: Path | None) -> httpx2.Auth | None
         return None
     from agentd.upstream.auth import auth_for
 
-    return auth_for(spec, state_dir=state_dir)
+    return auth_for(spec, state_dir=state_dir, telemetry=telemetry)
 
 
 def line_format(log_format: LogFormat, fd: int) -> LineFormat:
@@ -381,7 +399,7 @@ async def _main(
                 telemetry,
                 max_read_bytes=settings.max_read_bytes,
                 tool_timeout=spec.timeout or settings.tool_timeout,
-                auth=_server_auth(spec, settings.state_dir),
+                auth=_server_auth(spec, settings.state_dir, telemetry),
                 early=(early_servers or {}).get(name),
                 backoff=backoff or RECONNECT_BACKOFF,
                 resubscribe_backoff=backoff or limits.resubscribe_delays(),

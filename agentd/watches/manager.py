@@ -1034,7 +1034,8 @@ class WatchManager:
     async def restore(self, routes: RouteTable) -> list[WatchNotice]:
         """Start every watch saved in ``--watch-state`` again (once, at startup).
 
-        A corrupt file is moved aside and an unreadable one reported (watches
+        A damaged file is moved aside, keeping the watches it held whole
+        (``state.moved_aside``), and an unreadable one reported (watches
         then run in memory only). Each spec starts with its saved baseline, so
         changes made while agentd was down are reported. A spec that can never
         start (its filter is refused, its name is invalid, over the limit) is
@@ -1051,12 +1052,23 @@ class WatchManager:
         if self.state_path is None:
             return []
         try:
-            specs, warnings = await trio.to_thread.run_sync(state_file.load, self.state_path)
+            loaded = await trio.to_thread.run_sync(state_file.load, self.state_path)
         except WatchStateError as exc:
             self._state_problem = str(exc)
             self._telemetry.emit("watch.state_unavailable", path=str(self.state_path), error=str(exc))
             return []
-        for warning in warnings:
+        specs = loaded.specs
+        if loaded.moved_aside is not None:
+            self._telemetry.emit(
+                "state.moved_aside",
+                file="watch state",
+                path=str(loaded.moved_aside.path),
+                moved_to=str(loaded.moved_aside.moved_to),
+                problem=loaded.moved_aside.problem,
+                kept=len(specs),
+                fix="the watches it held whole are restored and the file is written anew; inspect or delete the moved file",
+            )
+        for warning in loaded.warnings:
             self._telemetry.emit("watch.state_warning", path=str(self.state_path), warning=warning)
         restored: list[Watch] = []
         failed: list[Watch] = []

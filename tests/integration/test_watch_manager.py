@@ -257,7 +257,7 @@ async def test_restore_reports_changes_made_while_down(tmp_path: Path) -> None:
         await r.start("todo", "memo://notes", "f\"{event['type']} {event['key']}\"")
         await r.memo_set("first", 1)
         await r.notice()
-    [saved] = load(state)[0]
+    [saved] = load(state).specs
     assert (saved.name, saved.owner, saved.baseline) == (
         "todo",
         "s1",
@@ -301,5 +301,5 @@ async def test_restore_reports_changes_made_while_down(tmp_path: Path) -> None:
                 "error": r.manager.listing("s2")[0]["error"],
             }
         ]
-    names = [s.name for s in load(state)[0]]
+    names = [s.name for s in load(state).specs]
     assert names == ["todo", "gone"]  # the refused filter is dropped from the file
