@@ -53,6 +53,7 @@ class _Watch(httpx2.AsyncBaseTransport):
                 f"server {self._owner.server!r} is unreachable at {redact(self._owner.url)}: {exc!r}"
             )
             raise
+        self._owner.saw(request.method, response.status_code)
         if response.status_code == 404 and MCP_SESSION_ID in request.headers:
             self._owner.mark_lost(
                 f"server {self._owner.server!r} no longer knows session "
@@ -123,6 +124,30 @@ class HttpTransport(Transport):
         self.headers = dict(headers or {})
         self.auth = auth
         self.sse = sse
+        self.accepted = False
+        """Whether a POST was answered with a 2xx (the server speaks this transport)."""
+        self.refused_status: int | None = None
+        """The status of the last POST refused with a 4xx other than 401."""
+
+    @property
+    def rejected(self) -> bool:
+        """No POST was accepted and one was refused with a 4xx other than 401.
+
+        Over Streamable HTTP this is the specification's sign that the URL
+        serves the older HTTP+SSE transport (rfcs/0286). A 401 is left out:
+        it asks for credentials, whatever the transport.
+        """
+        return not self.accepted and self.refused_status is not None
+
+    def saw(self, method: str, status: int) -> None:
+        """Record one HTTP response (see :attr:`reached`, :attr:`rejected`)."""
+        self.reached = True
+        if method != "POST":
+            return
+        if 200 <= status < 300:
+            self.accepted = True
+        elif 400 <= status < 500 and status != 401:
+            self.refused_status = status
 
     def _client(self, *_args: object, **_kwargs: object) -> httpx2.AsyncClient:
         # The SDK's factory arguments (its 300 s read timeout) are not used: see the module docstring.
