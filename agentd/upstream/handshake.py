@@ -30,6 +30,7 @@ from agentd.upstream.negotiate import Try
 
 __all__ = ["client_mode", "complete_handshake", "offering"]
 
+
 def client_mode(tried: Try) -> str:
     """The SDK ``Client`` mode that starts ``tried``'s handshake."""
     if tried.handshake == "probe":

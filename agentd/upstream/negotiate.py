@@ -70,7 +70,7 @@ to ``initialize`` on the same connection. ``failed``: it broke the connection
 (closed the stream, exited, an invalid reply) and agentd connected again with
 ``initialize``. ``skipped``: the era was pinned or already known."""
 
-MAX_TRIES = 4
+MAX_TRIES = 3
 """The most tries one attempt can take: each fallback moves one step (http -> sse,
 probe -> initialize) and never back."""
 
