@@ -530,6 +530,27 @@ class Upstream:
                 earlier.append(f"{tried.describe()}: {failed.message.splitlines()[0]}")
                 tried = following
 
+    def _why_no_fallback(self, tried: Try, facts: TryFailure) -> str:
+        """Why a try that broke on the handshake is not followed by another era (and the fix)."""
+        if (
+            tried.handshake == "probe"
+            or facts.handshake_done
+            or facts.timed_out
+            or facts.rejected
+            or not facts.reached
+        ):
+            return ""
+        protocol = self._negotiator.protocol
+        if protocol != "auto":
+            return (
+                f"; its protocol is pinned to {protocol!r} ({tried.describe()}), so no other "
+                "handshake was tried: set protocol to 'auto' to let agentd negotiate"
+            )
+        return (
+            f"; this server's era was learned at its first connection ({tried.describe()}) "
+            "and is kept until agentd restarts"
+        )
+
     async def _try(
         self, tried: Try, task_status: trio.TaskStatus[None] | None, retry: int, *, after_failed_probe: bool
     ) -> None:
@@ -558,6 +579,7 @@ class Upstream:
             if init_scope.cancelled_caught and not up.connected:
                 await self._raise_failed(
                     transport,
+                    tried,
                     f"did not finish connecting within {self.init_timeout:g}s (init_timeout)",
                     up,
                     timed_out=True,
@@ -566,7 +588,7 @@ class Upstream:
             raise
         except Exception as exc:
             if not up.connected:
-                await self._raise_failed(transport, _describe(exc), up)
+                await self._raise_failed(transport, tried, _describe(exc), up)
             self.last_error = transport.lost_reason or _describe(exc)
         finally:
             self._conn = None
@@ -575,23 +597,30 @@ class Upstream:
             self._telemetry.emit("upstream.lost", server=self.name, reason=self.last_error)
 
     async def _raise_failed(
-        self, transport: StdioTransport | HttpTransport, why: str, up: _Up, *, timed_out: bool = False
+        self,
+        transport: StdioTransport | HttpTransport,
+        tried: Try,
+        why: str,
+        up: _Up,
+        *,
+        timed_out: bool = False,
     ) -> None:
-        if transport.lost_reason is not None and transport.lost_reason not in why:
-            why = f"{why} ({transport.lost_reason})"
-        message = f"server {self.name!r} {why}"
-        if isinstance(transport, StdioTransport):
-            await transport.wait_stderr_closed(STDERR_SETTLE)
-            tail = transport.stderr_tail()
-            message += f"; its stderr ends with:\n{tail}" if tail else "; it wrote nothing to stderr"
-        elif transport.rejected:
-            message += f" (HTTP {transport.refused_status} to every POST)"
         facts = TryFailure(
             reached=transport.reached,
             handshake_done=up.handshake_done,
             timed_out=timed_out,
             rejected=isinstance(transport, HttpTransport) and not transport.sse and transport.rejected,
         )
+        if transport.lost_reason is not None and transport.lost_reason not in why:
+            why = f"{why} ({transport.lost_reason})"
+        message = f"server {self.name!r} {why}"
+        if isinstance(transport, HttpTransport) and transport.rejected:
+            message += f" (HTTP {transport.refused_status} to every POST)"
+        message += self._why_no_fallback(tried, facts)
+        if isinstance(transport, StdioTransport):
+            await transport.wait_stderr_closed(STDERR_SETTLE)
+            tail = transport.stderr_tail()
+            message += f"; its stderr ends with:\n{tail}" if tail else "; it wrote nothing to stderr"
         raise _TryFailed(message, facts)
 
     async def _serve(
