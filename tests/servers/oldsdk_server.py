@@ -28,7 +28,7 @@ from typing import Any
 
 import anyio
 from mcp import types
-from mcp.server.fastmcp import Context, FastMCP
+from mcp.server.fastmcp import FastMCP
 
 NOTES: dict[str, str] = {"alpha": "first", "beta": "second"}
 SUBSCRIBERS: dict[str, list[Any]] = {}
@@ -49,7 +49,7 @@ def build(subscribe: bool) -> FastMCP:
         return a + b
 
     @mcp.tool()
-    async def set_note(name: str, text: str, ctx: Context) -> str:
+    async def set_note(name: str, text: str) -> str:
         """Change a note and notify its subscribers."""
         NOTES[name] = text
         uri = f"note://{name}"

@@ -165,6 +165,14 @@ def _build(version: str, home: Path) -> None:
             shutil.rmtree(scratch, ignore_errors=True)
 
 
+def old_server_argv(python: Path, transport: str = "stdio", *, fd: int | None = None) -> list[str]:
+    """The command line of :data:`OLD_SERVER` under ``python`` (with subscriptions; ``fd``: its listener)."""
+    argv = [str(python), str(OLD_SERVER), transport, "--subscribe"]
+    if fd is not None:
+        argv += ["--fd", str(fd)]
+    return argv
+
+
 def main() -> None:
     for version in SDKS:
         print(f"mcp {version}: {old_mcp_python(version)}")
