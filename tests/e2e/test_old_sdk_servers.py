@@ -60,7 +60,9 @@ async def test_once_run_calls_a_tool_of_an_sdk_1_8_stdio_server(tmp_path: Path) 
     )
     config = tmp_path / "servers.json"
     config.write_text(
-        json.dumps({"mcpServers": {"old": {"command": argv[0], "args": argv[1:], "startup_timeout": STARTUP}}})
+        json.dumps(
+            {"mcpServers": {"old": {"command": argv[0], "args": argv[1:], "startup_timeout": STARTUP}}}
+        )
     )
     args = ["--mode", "once", "--model", model, "--mcp-config", str(config), "--require", "old", "add"]
     async with run_agentd(args) as a:
@@ -102,7 +104,9 @@ async def test_reactive_run_is_woken_by_an_old_sdk_sse_server_given_as_a_url_onl
         async with run_agentd(args) as a:
             connected = await a.wait_event("upstream.connected", timeout=STARTUP)
             assert (connected["transport"], connected["era"]) == ("sse", "handshake")
-            await a.wait_event("subscription.established", lambda e: e["uri"] == "note://alpha", timeout=STARTUP)
+            await a.wait_event(
+                "subscription.established", lambda e: e["uri"] == "note://alpha", timeout=STARTUP
+            )
             # Another program changes the note through its own session; the server tells agentd's.
             async with Client(sse_client(url), mode="legacy") as other:
                 await other.call_tool("set_note", {"name": "alpha", "text": "changed elsewhere"})
@@ -136,4 +140,7 @@ async def test_once_run_against_server_everything_over_sse_given_as_a_url_only_e
     connected: dict[str, Any] = a.find("upstream.connected")[0]
     assert connected["transport"] == "sse"
     [fallback] = a.find("upstream.fallback")
-    assert (fallback["tried"], fallback["next"]) == ("http, server/discover probe", "sse, server/discover probe")
+    assert (fallback["tried"], fallback["next"]) == (
+        "http, server/discover probe",
+        "sse, server/discover probe",
+    )

@@ -124,7 +124,10 @@ async def old_sse_server(version: str, listener: socket.socket) -> AsyncIterator
     [
         (
             "1.8.1",
-            [("http, server/discover probe", "sse, server/discover probe"), ("sse, server/discover probe", "sse, initialize")],
+            [
+                ("http, server/discover probe", "sse, server/discover probe"),
+                ("sse, server/discover probe", "sse, initialize"),
+            ],
             "failed",
             "2024-11-05",
         ),
@@ -148,7 +151,8 @@ async def test_url_only_sse_server_of_an_old_sdk_finds_sse_and_keeps_it_across_a
                 probe,
                 negotiated,
             )
-            assert up.negotiated is not None and up.negotiated.transport == "sse"
+            assert up.negotiated is not None
+            assert up.negotiated.transport == "sse"
             await _calls_and_updates(up, events)
 
             first.kill()
@@ -157,7 +161,9 @@ async def test_url_only_sse_server_of_an_old_sdk_finds_sse_and_keeps_it_across_a
                 again = await telemetry.wait_fields("upstream.connected", count=2)
                 assert (again["transport"], again["probe"]) == ("sse", "skipped")
                 assert len(telemetry.find("upstream.fallback")) == len(tries)
-                await events.next(SubscriptionStateChanged, within=STARTUP, uri="note://alpha", state="established")
+                await events.next(
+                    SubscriptionStateChanged, within=STARTUP, uri="note://alpha", state="established"
+                )
                 assert await events.next(ResourceChanged, uri="note://alpha") == ResourceChanged(
                     "old", "note://alpha", "synthetic"
                 )
@@ -204,9 +210,16 @@ async def test_url_only_entry_of_server_everything_over_sse_finds_sse() -> None:
         spec = Spec(name="everything", url=url, startup_timeout=STARTUP)
         async with upstream(spec, telemetry) as (up, _events):
             [fallback] = telemetry.fields("upstream.fallback")
-            assert (fallback["tried"], fallback["next"]) == ("http, server/discover probe", "sse, server/discover probe")
+            assert (fallback["tried"], fallback["next"]) == (
+                "http, server/discover probe",
+                "sse, server/discover probe",
+            )
             connected = telemetry.fields("upstream.connected")[0]
-            assert (connected["transport"], connected["era"], connected["probe"]) == ("sse", "handshake", "refused")
+            assert (connected["transport"], connected["era"], connected["probe"]) == (
+                "sse",
+                "handshake",
+                "refused",
+            )
             result = await up.call_tool("echo", {"message": "over sse"})
             assert "over sse" in result.content[0].text  # type: ignore[union-attr]
 
