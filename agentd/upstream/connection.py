@@ -165,11 +165,16 @@ class _ConnectFailed(Exception):
 
 
 class _TryFailed(Exception):
-    """One try of an attempt failed; ``facts`` say whether another era or transport may do."""
+    """One try of an attempt failed; ``facts`` say whether another era or transport may do.
 
-    def __init__(self, message: str, facts: TryFailure) -> None:
-        super().__init__(message)
-        self.message = message
+    ``head`` says why in one line; ``detail`` is what follows it (a stdio
+    server's stderr tail), kept last in any message built from it.
+    """
+
+    def __init__(self, head: str, facts: TryFailure, detail: str = "") -> None:
+        super().__init__(head + detail)
+        self.head = head
+        self.detail = detail
         self.facts = facts
 
 
@@ -400,7 +405,10 @@ class Upstream:
         """Connect and keep the connection alive until cancelled or given up.
 
         Calls ``task_status.started()`` once the first attempt settled
-        (connected, or failed: startup stays bounded by ``init_timeout``).
+        (connected, or failed). Each try of the attempt is bounded by
+        ``init_timeout``; only a try that failed before it ran out (an exit,
+        a closed stream, a refused POST) is followed by another, at most
+        :data:`~agentd.upstream.negotiate.MAX_TRIES` in all (rfcs/0285).
         Returns after posting ``FAILED`` when :data:`MAX_CONSECUTIVE_FAILURES`
         attempts in a row failed. Cancellation closes the connection (bounded,
         shielded teardown) and leaves the state ``STOPPED``.
@@ -516,18 +524,18 @@ class Upstream:
             except _TryFailed as failed:
                 following = self._negotiator.next_after(tried, failed.facts)
                 if following is None:
-                    message = failed.message
+                    message = failed.head
                     if earlier:
                         message += "; earlier tries: " + "; ".join(earlier)
-                    raise _ConnectFailed(message) from None
+                    raise _ConnectFailed(message + failed.detail) from None
                 self._telemetry.emit(
                     "upstream.fallback",
                     server=self.name,
                     tried=tried.describe(),
                     next=following.describe(),
-                    error=failed.message,
+                    error=failed.head + failed.detail,
                 )
-                earlier.append(f"{tried.describe()}: {failed.message.splitlines()[0]}")
+                earlier.append(f"{tried.describe()}: {failed.head}")
                 tried = following
 
     def _why_no_fallback(self, tried: Try, facts: TryFailure) -> str:
@@ -617,11 +625,12 @@ class Upstream:
         if isinstance(transport, HttpTransport) and transport.rejected:
             message += f" (HTTP {transport.refused_status} to every POST)"
         message += self._why_no_fallback(tried, facts)
+        detail = ""
         if isinstance(transport, StdioTransport):
             await transport.wait_stderr_closed(STDERR_SETTLE)
             tail = transport.stderr_tail()
-            message += f"; its stderr ends with:\n{tail}" if tail else "; it wrote nothing to stderr"
-        raise _TryFailed(message, facts)
+            detail = f"; its stderr ends with:\n{tail}" if tail else "; it wrote nothing to stderr"
+        raise _TryFailed(message, facts, detail)
 
     async def _serve(
         self,
