@@ -517,9 +517,10 @@ class Upstream:
         """
         tried = self._negotiator.first()
         earlier: list[str] = []
+        probed = False
         while True:
             try:
-                await self._try(tried, task_status, retry, after_failed_probe=bool(earlier))
+                await self._try(tried, task_status, retry, after_failed_probe=probed)
                 return
             except _TryFailed as failed:
                 following = self._negotiator.next_after(tried, failed.facts)
@@ -536,6 +537,7 @@ class Upstream:
                     error=failed.head + failed.detail,
                 )
                 earlier.append(f"{tried.describe()}: {failed.head}")
+                probed = probed or tried.handshake == "probe"
                 tried = following
 
     def _why_no_fallback(self, tried: Try, facts: TryFailure) -> str:
@@ -598,6 +600,14 @@ class Upstream:
             if not up.connected:
                 await self._raise_failed(transport, tried, _describe(exc), up)
             self.last_error = transport.lost_reason or _describe(exc)
+        except BaseExceptionGroup as group:
+            # Cancelled while a request failed (the run ends as a try breaks): the SDK's task
+            # groups raise both together. The cancellation wins; the error is moot and must
+            # not outlive the cancel scope that is unwinding (it would end agentd with exit 1).
+            cancelled = group.subgroup(trio.Cancelled)
+            if cancelled is None:
+                raise
+            raise cancelled from None
         finally:
             self._conn = None
         if up.connected:

@@ -316,7 +316,7 @@ async def test_04_required_server_that_keeps_crashing_fails_after_5_attempts_exi
     ]  # fmt: skip
     async with run_agentd(args, env=env(tmp_path)) as a:
         # Five attempts of two starts each (the probe, then initialize: rfcs/0285).
-        assert await a.wait_exit(timeout=150) == ExitCode.REQUIRED_SERVER
+        assert await a.wait_exit(timeout=100) == ExitCode.REQUIRED_SERVER
     failed = of(a, "server.state", state="failed")
     assert [(e["server"], e["attempt"]) for e in failed] == [("flaky", 5)]
     assert "refusing to start" in failed[0]["error"]
@@ -332,7 +332,7 @@ async def test_04_optional_server_that_keeps_crashing_is_reported_and_the_rest_k
     edit(tmp_path / "memo.json", {"todo": "before"})
     args = reactive(tmp_path, cfg, flaky, memo(tmp_path), extra=("--subscribe", "memo:memo://notes"))
     async with run_agentd(args, env=env(tmp_path)) as a:
-        failed = await a.wait_event("server.state", when(state="failed"), timeout=150)  # 10 starts
+        failed = await a.wait_event("server.state", when(state="failed"), timeout=100)  # 10 starts
         assert (failed["server"], failed["attempt"]) == ("flaky", 5)
         await a.wait_event("subscription.established", when(server="memo"))
         edit(tmp_path / "memo.json", {"todo": "after"})
