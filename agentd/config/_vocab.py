@@ -44,6 +44,22 @@ ToolScope = Literal["all", "read-only"]
 Transport = Literal["stdio", "http", "sse"]
 """How agentd talks to an upstream server: a child process, Streamable HTTP, or legacy HTTP+SSE."""
 
+TransportSetting = Literal["stdio", "http", "sse", "auto"]
+"""A server's ``transport`` setting: one of :data:`Transport`, or ``auto`` (a url without a
+type: Streamable HTTP, falling back to HTTP+SSE when the server refuses it with a 4xx)."""
+
+ProtocolSetting = Literal["auto", "2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"]
+"""A server's ``protocol`` setting: ``auto`` (probe ``server/discover``, fall back to the
+``initialize`` handshake when the probe fails in any way) or the MCP version to speak, which
+skips the probe (rfcs/0285). The versions are the ``mcp`` SDK's known ones (a unit test keeps
+them in step)."""
+
+#: Options a ``--mcp-stdio`` / ``--mcp-http`` value takes after the server (``,KEY=VALUE``).
+SERVER_FLAG_OPTIONS: dict[str, tuple[str, ...]] = {
+    "--mcp-stdio": ("protocol",),
+    "--mcp-http": ("protocol", "transport"),
+}
+
 Layer = Literal["default", "file", "env", "flag"]
 
 #: Server names prefix tool names (``server__tool``); provider tool-name rules
