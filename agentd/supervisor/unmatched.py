@@ -30,20 +30,18 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import Literal, Protocol
 
 from agentd.events import ServerState
-from agentd.supervisor.subscriptions import CatalogLike, pattern_label
+from agentd.supervisor.subscriptions import CatalogLike, SubscriptionPattern, pattern_label
 from agentd.triggers.glob import Glob, compile_glob
-
-if TYPE_CHECKING:
-    from agentd.config import Settings
 
 __all__ = [
     "Down",
     "Finding",
     "FindingKind",
     "Offer",
+    "SettingsLike",
     "UpstreamView",
     "against_offers",
     "at_start",
@@ -110,6 +108,61 @@ class Down:
     error: str | None
 
 
+class _RouteLike(Protocol):
+    @property
+    def name(self) -> str | None: ...
+    @property
+    def match(self) -> str | None: ...
+    @property
+    def timer(self) -> bool: ...
+    @property
+    def allowed_tools(self) -> Sequence[str] | None: ...
+    @property
+    def disallowed_tools(self) -> Sequence[str]: ...
+
+
+class _ServerLike(Protocol):
+    @property
+    def command(self) -> str | None: ...
+    @property
+    def args(self) -> Sequence[str]: ...
+    @property
+    def url(self) -> str | None: ...
+    @property
+    def source(self) -> str: ...
+    @property
+    def required(self) -> bool: ...
+    @property
+    def allowed_tools(self) -> Sequence[str] | None: ...
+    @property
+    def disallowed_tools(self) -> Sequence[str]: ...
+
+
+class SettingsLike(Protocol):
+    """What the checks read of :class:`agentd.config.Settings` (the pure core does not import it)."""
+
+    @property
+    def mode(self) -> str: ...
+    @property
+    def interval(self) -> float | None: ...
+    @property
+    def cron(self) -> str | None: ...
+    @property
+    def state_dir(self) -> object | None: ...
+    @property
+    def watch_state(self) -> object | None: ...
+    @property
+    def subscriptions(self) -> Sequence[SubscriptionPattern]: ...
+    @property
+    def routes(self) -> Sequence[_RouteLike]: ...
+    @property
+    def servers(self) -> Mapping[str, _ServerLike]: ...
+    @property
+    def allowed_tools(self) -> Sequence[str] | None: ...
+    @property
+    def disallowed_tools(self) -> Sequence[str]: ...
+
+
 class UpstreamView(Protocol):
     """What :func:`offers_of` reads of a connection (:class:`agentd.upstream.Upstream`)."""
 
@@ -150,7 +203,7 @@ def unavailable(states: Mapping[str, ServerState], errors: Mapping[str, str | No
 
 
 def at_start(
-    settings: Settings,
+    settings: SettingsLike,
     offers: Mapping[str, Offer | Down],
     *,
     restored: bool | None = None,
@@ -171,7 +224,7 @@ def at_start(
 # --------------------------------------------------------------------------- before start
 
 
-def before_start(settings: Settings, *, restored: bool | None = None) -> list[Finding]:
+def before_start(settings: SettingsLike, *, restored: bool | None = None) -> list[Finding]:
     """What the settings alone say does nothing (see the module docstring).
 
     Args:
@@ -225,7 +278,7 @@ def before_start(settings: Settings, *, restored: bool | None = None) -> list[Fi
 
 
 def against_offers(
-    settings: Settings,
+    settings: SettingsLike,
     offers: Mapping[str, Offer | Down],
     *,
     self_tools: Iterable[str] = (),
@@ -251,7 +304,7 @@ def against_offers(
     return findings
 
 
-def _server_down(settings: Settings, name: str, down: Down) -> Finding:
+def _server_down(settings: SettingsLike, name: str, down: Down) -> Finding:
     spec = settings.servers[name]
     value = spec.url if spec.url is not None else " ".join([spec.command or "", *spec.args])
     what = "failed" if down.state is ServerState.FAILED else "did not start"
@@ -302,7 +355,7 @@ def _matches_catalog(glob: Glob, catalog: CatalogLike) -> bool:
     )
 
 
-def _routes(settings: Settings, up: Mapping[str, Offer], down: Sequence[str]) -> list[Finding]:
+def _routes(settings: SettingsLike, up: Mapping[str, Offer], down: Sequence[str]) -> list[Finding]:
     findings = []
     for i, route in enumerate(settings.routes):
         if route.timer or route.match is None:
@@ -336,7 +389,7 @@ def subscription_fix(pattern: str) -> str:
     )
 
 
-def _subscriptions(settings: Settings, up: Mapping[str, Offer], down: Sequence[str]) -> list[Finding]:
+def _subscriptions(settings: SettingsLike, up: Mapping[str, Offer], down: Sequence[str]) -> list[Finding]:
     findings = []
     for i, sub in enumerate(settings.subscriptions):
         candidates = [sub.server] if sub.server else list(settings.servers)
@@ -365,7 +418,7 @@ def _subscriptions(settings: Settings, up: Mapping[str, Offer], down: Sequence[s
 
 
 def _tool_rules(
-    settings: Settings, up: Mapping[str, Offer], down: Sequence[str], self_tools: tuple[str, ...]
+    settings: SettingsLike, up: Mapping[str, Offer], down: Sequence[str], self_tools: tuple[str, ...]
 ) -> list[Finding]:
     from agentd.upstream.naming import namespaced
 
