@@ -328,7 +328,9 @@ def _unknown(down: Sequence[str]) -> str:
     """The honest tail of a "matches nothing" problem when some servers are not connected."""
     if not down:
         return ""
-    names = ", ".join(repr(n) for n in down)
+    names = ", ".join(repr(n) for n in down[:SAMPLE]) + (
+        f" and {len(down) - SAMPLE} more" if len(down) > SAMPLE else ""
+    )
     return f" ({names} did not connect: what {'it offers' if len(down) == 1 else 'they offer'} is not known)"
 
 
@@ -337,12 +339,14 @@ def _offered(up: Mapping[str, Offer]) -> str:
     if not up:
         return "no server is connected"
     parts = []
-    for name, offer in up.items():
+    for name, offer in list(up.items())[:SAMPLE]:
         uris = sorted(offer.catalog.uris)
         items = [*uris[:SAMPLE], *offer.catalog.templates[: max(0, SAMPLE - len(uris))]]
         more = len(uris) + len(offer.catalog.templates) - len(items)
         listed = ", ".join(items) + (f" and {more} more" if more > 0 else "") if items else "no resources"
         parts.append(f"{name!r} offers {listed}")
+    if len(up) > SAMPLE:
+        parts.append(f"and {len(up) - SAMPLE} more servers")
     return "; ".join(parts)
 
 

@@ -220,7 +220,9 @@ async def test_check_connect_exits_6_when_a_server_does_not_start(tmp_path: Path
     code, out, _err = await check(args, tmp_path)
     assert code == ExitCode.REQUIRED_SERVER == 6
     lines = out.splitlines()
-    assert re.match(r"^server memo: FAILED — .*cannot start 'agentdd': No such file or directory", lines[0]), out
+    assert re.match(
+        r"^server memo: FAILED — .*cannot start 'agentdd': No such file or directory", lines[0]
+    ), out
     assert re.search(
         r"^warning: --allowed-tools: 'x__\*' matches no tool the servers offer now \(tools: none\) \('memo' "
         r"did not connect: what it offers is not known\)",

@@ -211,7 +211,9 @@ def test_an_exact_subscription_no_server_has_is_told(tmp_path: Path) -> None:
 
 def test_subscriptions_already_told_are_not_told_twice(tmp_path: Path) -> None:
     s = load(tmp_path, mcp_stdio=["memo=m"], subscriptions=["memo://t*"])
-    assert_says(only(against_offers(s, {"memo": MEMO}), "subscription"), r"matches no resource the servers list now")
+    assert_says(
+        only(against_offers(s, {"memo": MEMO}), "subscription"), r"matches no resource the servers list now"
+    )
     assert against_offers(s, {"memo": MEMO}, told={"memo://t*"}) == []
 
 
