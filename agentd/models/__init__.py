@@ -32,6 +32,7 @@ from agentd.models.base import (
     ToolSpec,
     Usage,
     estimate_tokens,
+    valid_reply,
 )
 from agentd.models.factory import (
     PROVIDERS,
@@ -72,6 +73,7 @@ __all__ = [
     "parse_model_spec",
     "prewarm",
     "settings_problems",
+    "valid_reply",
     "validate_model_spec",
     "wire_api",
 ]

@@ -15,6 +15,10 @@ Retry policy (see ``rfcs/0021-model-http-retries.md``):
   the HTTP status and the provider's own message (a 404 "model not found", a
   400 "invalid request").
 * A 2xx whose body is not a JSON object: :class:`~agentd.errors.ModelResponseError`.
+  A body orjson refuses only for its text (a JSON ``"\ud800"`` escape, which
+  decodes to a lone surrogate; bytes that are not UTF-8) is read by the
+  standard library instead, every string made valid (U+FFFD; rfcs/0270):
+  a model's odd output is not an unusable answer.
 
 Bounds (see ``rfcs/0122-model-call-bounds.md``): one call, retries and
 backoff included, ends at its deadline (``--model-timeout``, default
@@ -36,11 +40,13 @@ from __future__ import annotations
 
 import email.utils
 import http
+import json
 import math
 import random
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from typing import cast
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx2
@@ -49,8 +55,9 @@ import trio
 
 from agentd import __version__
 from agentd.errors import ModelAuthError, ModelRequestError, ModelResponseError, ModelUnavailableError
-from agentd.jsonvalue import JSONObject, as_object, loads
+from agentd.jsonvalue import JSONObject, JSONValue, as_object, loads
 from agentd.redact import redact
+from agentd.safetext import json_bytes, valid_json
 from agentd.telemetry import NullTelemetry, Telemetry
 from agentd.timeline import mark
 
@@ -247,6 +254,29 @@ def provider_message(body: bytes | bytearray) -> str:
     return repr(text[:_SNIPPET_CHARS]) if text else "(empty body)"
 
 
+def decode_answer(raw: bytes | bytearray) -> JSONValue:
+    """A provider's JSON answer, whatever text its strings hold.
+
+    orjson reads it when it can (fast, and strict). It refuses a lone
+    surrogate escape (``"\ud800"``: valid JSON, not valid Unicode) and bytes
+    that are not UTF-8; those answers are read by the standard library
+    (invalid bytes replaced) and every string made valid
+    (:func:`agentd.safetext.valid_json`: a lone surrogate becomes U+FFFD).
+
+    Raises:
+        orjson.JSONDecodeError: the body is not JSON (or nested past 1,024 levels).
+    """
+    try:
+        return loads(raw)
+    except orjson.JSONDecodeError as exc:
+        refused = exc
+    try:
+        value: JSONValue = json.loads(bytes(raw).decode("utf-8", errors="replace"))
+    except (ValueError, RecursionError):  # not JSON after all (json.JSONDecodeError is a ValueError)
+        raise refused from None
+    return cast(JSONValue, valid_json(value))
+
+
 class JsonPoster:
     """POSTs JSON to one provider and returns the JSON object it answers, retrying as documented.
 
@@ -318,7 +348,8 @@ class JsonPoster:
             ModelResponseError: a 2xx body that is not a JSON object, or larger than the cap.
         """
         mark("model.post")
-        payload = orjson.dumps(body)
+        # The transcript holds model output (arguments with integers past 64 bits): json_bytes writes anything.
+        payload = json_bytes(body)
         all_headers = {
             "content-type": "application/json",
             "accept": "application/json",
@@ -426,7 +457,7 @@ class JsonPoster:
 
     def _decode(self, shown: str, status: int, raw: bytearray) -> JSONObject:
         try:
-            data = loads(raw)
+            data = decode_answer(raw)
         except orjson.JSONDecodeError as exc:
             snippet = bytes(raw[:_SNIPPET_CHARS]).decode("utf-8", errors="replace")
             raise ModelResponseError(

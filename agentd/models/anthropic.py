@@ -46,8 +46,6 @@ input (the API counts the three apart), ``output_tokens``.
 
 from __future__ import annotations
 
-import orjson
-
 from agentd.errors import ModelResponseError
 from agentd.jsonvalue import (
     JSONArray,
@@ -60,7 +58,15 @@ from agentd.jsonvalue import (
     is_object,
 )
 from agentd.models._wire import HttpModel, WireFormat, messages_usage
-from agentd.models.base import MAX_TOOL_ARGUMENT_CHARS, Message, ModelReply, Prompt, StopReason, ToolCall
+from agentd.models.base import (
+    MAX_TOOL_ARGUMENT_CHARS,
+    Message,
+    ModelReply,
+    Prompt,
+    StopReason,
+    ToolCall,
+    json_text,
+)
 from agentd.models.settings import ModelSettings
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -326,7 +332,7 @@ def _tool_call(index: int, block: JSONObject) -> ToolCall:
     args = block.get("input")
     if is_object(args):
         return ToolCall.from_object(call_id, name, args)
-    raw = orjson.dumps(args).decode()
+    raw = json_text(args)
     if len(raw) > MAX_TOOL_ARGUMENT_CHARS:
         return ToolCall.oversized(call_id, name, raw)
     return ToolCall.rejected(

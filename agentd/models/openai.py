@@ -36,8 +36,6 @@ and every ``[providers.NAME]`` endpoint.
 
 from __future__ import annotations
 
-import orjson
-
 from agentd.errors import ModelResponseError
 from agentd.jsonvalue import (
     JSONArray,
@@ -51,7 +49,7 @@ from agentd.jsonvalue import (
 )
 from agentd.models._wire import HttpModel, WireFormat, openai_usage
 from agentd.models._wire import usage_from as usage_from  # the OpenAI usage reader, under its older home
-from agentd.models.base import ModelReply, Prompt, StopReason, ToolCall
+from agentd.models.base import ModelReply, Prompt, StopReason, ToolCall, json_text
 from agentd.models.settings import TOOL_CHOICE_WORDS, ModelSettings
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -204,7 +202,7 @@ def _tool_call(index: int, raw: JSONValue) -> ToolCall:
         return ToolCall.rejected(
             call_id,
             name,
-            orjson.dumps(args).decode(),
+            json_text(args),
             f"the arguments for tool {name!r} are JSON {type(args).__name__}, not an object. "
             "Call the tool again with the arguments as one JSON object.",
         )
