@@ -41,7 +41,9 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 #: DEL, C1 controls, the bidirectional overrides and isolates (they reorder
 #: what follows them), the line and paragraph separators, and lone surrogates
 #: (no character to show).
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_UNSAFE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
 
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
@@ -79,8 +81,8 @@ def valid_json(value: object, *, max_depth: int | None = None) -> object:
     limit = max_depth if max_depth is not None else -1
     if limit == 0:
         raise TooDeep(f"nested more than {max_depth} levels deep")
-    root: dict[str, object] | list[object] = {} if isinstance(value, dict) else []
-    stack: list[tuple[Any, dict[str, object] | list[object], int]] = [(value, root, 1)]
+    root: dict[Any, object] | list[object] = {} if isinstance(value, dict) else []
+    stack: list[tuple[Any, dict[Any, object] | list[object], int]] = [(value, root, 1)]
     while stack:
         source, copy, depth = stack.pop()
         items = source.items() if isinstance(source, dict) else enumerate(source)
@@ -88,7 +90,7 @@ def valid_json(value: object, *, max_depth: int | None = None) -> object:
             if isinstance(item, dict | list | tuple):
                 if depth == limit:
                     raise TooDeep(f"nested more than {max_depth} levels deep")
-                child: dict[str, object] | list[object] = {} if isinstance(item, dict) else []
+                child: dict[Any, object] | list[object] = {} if isinstance(item, dict) else []
                 stack.append((item, child, depth + 1))
                 new: object = child
             else:
@@ -144,6 +146,30 @@ def _escape(match: re.Match[str]) -> str:
     return f"\\x{code:02x}" if code < 0x80 else f"\\u{code:04x}"
 
 
+#: The UTF-8 bytes of the characters :func:`escape_controls` escapes that a JSON
+#: encoder writes as they are (it escapes C0 controls itself): C1 controls, the
+#: bidirectional controls, the line and paragraph separators. In valid UTF-8
+#: these byte sequences are those characters and nothing else.
+_RAW_IN_JSON = re.compile(rb"\xc2[\x80-\x9f]|\xd8\x9c|\xe2\x80[\x8e\x8f\xa8-\xae]|\xe2\x81[\xa6-\xa9]")
+
+
+def _json_escape(match: re.Match[bytes]) -> bytes:
+    return b"\\u%04x" % ord(match.group().decode())
+
+
+def escape_json_controls(line: bytes) -> bytes:
+    """A JSON text (UTF-8) with the characters a terminal would act on written as ``\\u`` escapes.
+
+    The same JSON value, byte for byte elsewhere: C1 controls (``\\u009b``),
+    bidirectional controls and line separators can only stand inside JSON
+    strings, where an escape means the same character. Someone reading the
+    NDJSON stream on a terminal (``kubectl logs``) sees them as text.
+    """
+    if b"\xc2" not in line and b"\xe2" not in line and b"\xd8" not in line:
+        return line
+    return _RAW_IN_JSON.sub(_json_escape, line)
+
+
 def escape_controls(text: str) -> str:
     """``text`` as a person may see it on a terminal: every control character shown escaped.
 
@@ -158,4 +184,12 @@ def escape_controls(text: str) -> str:
     return _UNSAFE.sub(_escape, text)
 
 
-__all__ = ["REPLACEMENT", "TooDeep", "escape_controls", "json_bytes", "valid_json", "valid_text"]
+__all__ = [
+    "REPLACEMENT",
+    "TooDeep",
+    "escape_controls",
+    "escape_json_controls",
+    "json_bytes",
+    "valid_json",
+    "valid_text",
+]

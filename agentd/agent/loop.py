@@ -96,7 +96,9 @@ class RunState:
 
 
 def _fingerprint(call: ToolCall) -> str:
-    args = call.raw_arguments if call.arguments is None else json_bytes(call.arguments, sort_keys=True).decode()
+    args = (
+        call.raw_arguments if call.arguments is None else json_bytes(call.arguments, sort_keys=True).decode()
+    )
     return f"{call.name}\x00{args}"
 
 

@@ -123,8 +123,8 @@ class ToolCall:
             id,
             name,
             raw_arguments[:_QUOTE_CHARS],
-            f"the arguments for tool {name!r} are nested more than {MAX_TOOL_ARGUMENT_DEPTH} levels deep; "
-            "the tool was not called. Call it again with flatter arguments.",
+            f"the arguments for tool {name!r} are nested too deeply (more than {MAX_TOOL_ARGUMENT_DEPTH} "
+            "levels of objects and arrays); the tool was not called. Call it again with flatter arguments.",
         )
 
     @classmethod
