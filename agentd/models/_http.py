@@ -43,6 +43,7 @@ import http
 import json
 import math
 import random
+import re
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -254,27 +255,63 @@ def provider_message(body: bytes | bytearray) -> str:
     return repr(text[:_SNIPPET_CHARS]) if text else "(empty body)"
 
 
+#: Nesting an answer keeps when it nests deeper than orjson reads (1,024 levels): a value
+#: below this depth is read as null. Only model output nests like that (a tool's input),
+#: and arguments deeper than ``MAX_TOOL_ARGUMENT_DEPTH`` are refused anyway; the standard
+#: library's parser, which recurses, reads this depth with room to spare.
+DECODE_DEPTH = 256
+
+#: A JSON string (escapes respected), or one bracket: what nesting is counted over.
+_NESTING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
+
+
 def decode_answer(raw: bytes | bytearray) -> JSONValue:
-    """A provider's JSON answer, whatever text its strings hold.
+    """A provider's JSON answer, whatever text its strings hold and however deep it nests.
 
     orjson reads it when it can (fast, and strict). It refuses a lone
-    surrogate escape (``"\ud800"``: valid JSON, not valid Unicode) and bytes
-    that are not UTF-8; those answers are read by the standard library
-    (invalid bytes replaced) and every string made valid
+    surrogate escape (``"\\ud800"``: valid JSON, not valid Unicode), bytes
+    that are not UTF-8, and nesting past 1,024 levels; those answers are read
+    by the standard library (invalid bytes replaced, values nested past
+    :data:`DECODE_DEPTH` read as null) and every string made valid
     (:func:`agentd.safetext.valid_json`: a lone surrogate becomes U+FFFD).
 
     Raises:
-        orjson.JSONDecodeError: the body is not JSON (or nested past 1,024 levels).
+        orjson.JSONDecodeError: the body is not JSON.
     """
     try:
         return loads(raw)
     except orjson.JSONDecodeError as exc:
         refused = exc
     try:
-        value: JSONValue = json.loads(bytes(raw).decode("utf-8", errors="replace"))
+        value: JSONValue = json.loads(_flattened(bytes(raw), DECODE_DEPTH).decode("utf-8", errors="replace"))
     except (ValueError, RecursionError):  # not JSON after all (json.JSONDecodeError is a ValueError)
         raise refused from None
     return cast(JSONValue, valid_json(value))
+
+
+def _flattened(raw: bytes, limit: int) -> bytes:
+    """``raw`` with every array or object nested deeper than ``limit`` replaced by ``null``."""
+    out = bytearray()
+    depth = 0
+    cut: int | None = None
+    kept = 0
+    for token in _NESTING.finditer(raw):
+        bracket = token.group()
+        if bracket[:1] == b'"':
+            continue
+        if bracket in (b"[", b"{"):
+            depth += 1
+            if depth == limit + 1:
+                cut = token.start()
+        else:
+            if depth == limit + 1 and cut is not None:
+                out += raw[kept:cut] + b"null"
+                kept, cut = token.end(), None
+            depth -= 1
+    if kept == 0:
+        return raw
+    out += raw[kept:]
+    return bytes(out)
 
 
 class JsonPoster:

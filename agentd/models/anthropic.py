@@ -325,7 +325,7 @@ def _unexpected(field: str, problem: str) -> ModelResponseError:
 def _tool_call(index: int, block: JSONObject) -> ToolCall:
     name = get_str(block, "name")
     call_id = get_str(block, "id")
-    if not name:
+    if name is None:  # an empty name is the model's: the call is answered "unknown tool"
         raise _unexpected(f"content[{index}].name", f"of a tool_use block is missing: {block!r:.200}")
     if not call_id:
         raise _unexpected(f"content[{index}].id", f"of a tool_use block is missing: {block!r:.200}")

@@ -187,8 +187,9 @@ def _tool_call(index: int, raw: JSONValue) -> ToolCall:
     if item is None or fn is None:
         raise _unexpected(f"{where}.function", f"is missing: {raw!r:.200}")
     name = get_str(fn, "name")
-    if not name:
-        raise _unexpected(f"{where}.function.name", f"is missing or empty: {fn!r:.200}")
+    if name is None:
+        # An empty name is the model's: the call is answered "unknown tool".
+        raise _unexpected(f"{where}.function.name", f"is missing or not a string: {fn!r:.200}")
     # Some compatible servers omit the id; the transcript still needs one to
     # pair the result with the call.
     call_id = get_str(item, "id") or f"call_{index}"

@@ -25,20 +25,51 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 import os
 import re
 import signal
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import trio
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from mcp import Client
+
+from agentd.agent.child import ControlLink, SelfMcpLink
+from agentd.agent.loop import run_agent
+from agentd.events import TurnEnded, UsageReported
 from agentd.exitcodes import ExitCode
-from tests.fakes.provider_server import RecordedRequest, Reply, provider_server
+from agentd.models import ToolSpec, make_model
+from agentd.selfmcp.control import FrameStream
+from agentd.selfmcp.protocol import (
+    MAX_CHILD_FRAME_BYTES,
+    MAX_SUPERVISOR_FRAME_BYTES,
+    MessageFrame,
+    NextTurn,
+    TurnEnd,
+    UsageVerdict,
+)
+from agentd.selfmcp.server import serve_child
+from agentd.selfmcp.transport import stream_transport
+from agentd.supervisor.channel import serve_control
+from agentd.supervisor.hub import SupervisorHub
+from agentd.telemetry import NullTelemetry
+from agentd.upstream import Upstream
+from tests.fakes.provider_server import ProviderServer, RecordedRequest, Reply, provider_server
 from tests.support.agentd_proc import PY, run_agentd, script
 from tests.support.files import edit
 from tests.support.leftovers import tagged_env
 from tests.support.memo import memo_toml
 from tests.support.supervised import RUN_TIMEOUT
+from tests.support.telemetry import RecordingTelemetry
+from tests.support.watch import Spec
 
 #: One agent's run on this shared machine (a change -> a fork -> two model calls -> its exit).
 STEP_TIMEOUT = 30.0
@@ -240,3 +271,363 @@ def test_check_shows_a_hostile_configuration_key_escaped(tmp_path: Path) -> None
     )
     assert TERMINAL_CONTROLS.search(result.stderr) is None, result.stderr
     assert b"\\x1b]52;c;aGk=\\x07\\x1b[2K\\rINFO" in result.stderr, result.stderr
+
+
+# ----------------------------------------------------------------------------- any model output, in process
+
+#: Characters a model can emit: any code point, lone surrogates and controls often.
+_chars = (
+    st.characters(exclude_categories=())
+    | st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF, exclude_categories=())
+    | st.sampled_from(["\x00", ESC, "\x07", "\r", "\n", "\u009b", "\u202e", "\u2028", "\ufffd", "😀"])
+)
+hostile_text = st.lists(_chars, max_size=30).map("".join)
+#: Arguments nested ``n`` deep (the limit is 64).
+nested = st.integers(0, 130).map(
+    lambda n: {"key": "k", "value": functools.reduce(lambda v, _: [v], range(n), 0)}
+)
+json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | hostile_text
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(hostile_text, inner, max_size=3),
+    max_leaves=10,
+)
+memo_args = st.fixed_dictionaries({"key": hostile_text, "value": json_values})
+arguments = memo_args | nested | st.dictionaries(hostile_text, json_values, max_size=3) | json_values
+OFFERED = ["memo__memo_set", "memo__memo_get", "read_resource", "list_resources"]
+tool_names = (
+    st.sampled_from(OFFERED) | hostile_text | st.integers(250, 3000).map(lambda n: "memo__memo_set" + "x" * n)
+)
+
+
+@st.composite
+def tool_calls(draw: st.DrawFn) -> dict[str, Any]:
+    """One call: an id, a name and arguments (an object, any value, or raw text that may not be JSON)."""
+    args = draw(arguments)
+    raw = draw(st.sampled_from(["json", "json", "object", "text"]))
+    return {
+        "id": draw(st.sampled_from(["c"]) | hostile_text.filter(bool)),
+        "name": draw(tool_names),
+        "args": args if raw != "text" else draw(hostile_text),
+        "as": raw,
+    }
+
+
+model_turns = st.lists(
+    st.fixed_dictionaries({"text": hostile_text, "calls": st.lists(tool_calls(), max_size=3)}),
+    min_size=1,
+    max_size=3,
+)
+
+
+#: Stands for a value nested 2,000 deep in an explicit example (hypothesis cannot print one).
+DEEP_2000 = "<nested 2000 deep>"
+
+
+def _args_text(call: dict[str, Any]) -> Any:
+    if call["as"] == "object":
+        return call["args"]
+    return call["args"] if call["as"] == "text" else json.dumps(call["args"])
+
+
+def wire_body(api: str, turn: dict[str, Any], index: int) -> dict[str, Any]:
+    """``turn`` as the ``index``-th answer in ``api``'s wire format (call ids made unique in the run)."""
+    calls = [{**c, "id": f"{c['id']}-{index}-{i}"} for i, c in enumerate(turn["calls"])]
+    if api == "openai":
+        message: dict[str, Any] = {"role": "assistant", "content": turn["text"]}
+        if calls:
+            message["tool_calls"] = [
+                {
+                    "id": c["id"],
+                    "type": "function",
+                    "function": {"name": c["name"], "arguments": _args_text(c)},
+                }
+                for c in calls
+            ]
+        return {
+            "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}]
+        }
+    if api == "anthropic":
+        content: list[dict[str, Any]] = [{"type": "text", "text": turn["text"]}]
+        content += [{"type": "tool_use", "id": c["id"], "name": c["name"], "input": c["args"]} for c in calls]
+        return {
+            "type": "message",
+            "role": "assistant",
+            "content": content,
+            "stop_reason": "tool_use" if calls else "end_turn",
+        }
+    output: list[dict[str, Any]] = [
+        {
+            "type": "message",
+            "id": f"m{index}",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": turn["text"]}],
+        }
+    ]
+    output += [
+        {
+            "type": "function_call",
+            "id": f"fc{i}",
+            "call_id": c["id"],
+            "name": c["name"],
+            "arguments": _args_text(c),
+        }
+        for i, c in enumerate(calls)
+    ]
+    return {"status": "completed", "output": output}
+
+
+def script_turn(turn: dict[str, Any], index: int) -> dict[str, Any] | None:
+    """``turn`` as a ``script:`` turn, or None where a script file has no room for it (an empty name, or
+    nesting no JSON reader of an operator's file takes)."""
+    calls = []
+    for i, c in enumerate(turn["calls"]):
+        if not c["name"] or DEEP_2000 in json.dumps(c["args"]):
+            return None
+        call: dict[str, Any] = {"name": c["name"], "id": f"{c['id']}-{index}-{i}"}
+        if isinstance(c["args"], dict) and c["as"] != "text":
+            call["arguments"] = c["args"]
+        else:
+            call["invalid_arguments"] = c["args"] if isinstance(c["args"], str) else json.dumps(c["args"])
+        calls.append(call)
+    return {"text": turn["text"], "tool_calls": calls}
+
+
+@dataclass
+class Rig:
+    """The supervisor's side in this process: the real hub (memo upstream) and a stand-in for the reactor."""
+
+    hub: SupervisorHub
+    events: trio.MemorySendChannel[Any]
+    telemetry: RecordingTelemetry
+    provider: ProviderServer
+    answers: list[Reply] = field(default_factory=list)
+    ends: list[TurnEnd] = field(default_factory=list)
+    n: int = 0
+
+
+async def _reactor_standin(recv: trio.MemoryReceiveChannel[Any], rig: Rig) -> None:
+    """Answers what the reactor would: every usage report "go on", every turn end "exit"."""
+    async for event in recv:
+        if isinstance(event, UsageReported):
+            event.reply.answer(UsageVerdict(id=event.report.id, proceed=True))
+        elif isinstance(event, TurnEnded):
+            rig.ends.append(event.end)
+            event.reply.answer(NextTurn(id=event.end.id, action="exit"))
+
+
+@asynccontextmanager
+async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
+    memo = tmp_path / "memo.json"
+    memo.write_text("{}")
+    spec = Spec(name="memo", command=PY, args=["-m", "agentd", "serve", "memo", "--file", str(memo)])
+    up_send, up_recv = trio.open_memory_channel[Any](math.inf)
+    up = Upstream(spec, up_send, NullTelemetry())
+    send, recv = trio.open_memory_channel[Any](100)
+    telemetry = RecordingTelemetry(timeout=60)
+    hub = SupervisorHub(events=send, upstreams={"memo": up}, telemetry=telemetry, offer_wakeups=False)
+
+    def answer(request: RecordedRequest) -> Reply:
+        request.json  # noqa: B018 - orjson reads it strictly: a lone surrogate sent back fails the test here
+        return the.answers.pop(0) if the.answers else Reply(200, _final[request.path])
+
+    async with provider_server(handler=answer) as srv:
+        the = Rig(hub=hub, events=send, telemetry=telemetry, provider=srv)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(up.run)
+            nursery.start_soon(_reactor_standin, recv, the)
+            yield the
+            nursery.cancel_scope.cancel()
+    up_recv.close()
+
+
+#: The answer once a model's turns are used up: a plain final text, per path.
+_final = {
+    "/v1/chat/completions": {"choices": [{"message": {"content": "end"}, "finish_reason": "stop"}]},
+    "/v1/messages": {"content": [{"type": "text", "text": "end"}], "stop_reason": "end_turn"},
+    "/v1/responses": {"output": [{"type": "message", "content": [{"type": "output_text", "text": "end"}]}]},
+}
+
+
+async def run_child(the: Rig, model: Any) -> tuple[TurnEnd, list[MessageFrame]]:
+    """One agent through the real loop, links and channels (as ``agentd.agent.child.amain`` wires them)."""
+    the.n += 1
+    agent = f"a{the.n}"
+    mcp_child, mcp_sup = trio.socket.socketpair()
+    ctl_child, ctl_sup = trio.socket.socketpair()
+    journal: list[MessageFrame] = []
+
+    async def record(_agent: str, frames: Any) -> None:
+        journal.extend(frames)
+
+    ends = len(the.ends)
+    streams = [trio.SocketStream(s) for s in (mcp_child, mcp_sup, ctl_child, ctl_sup)]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve_child, the.hub, agent, streams[1])
+        control_frames = FrameStream(streams[3], max_line=MAX_CHILD_FRAME_BYTES)
+        nursery.start_soon(
+            functools.partial(
+                serve_control,
+                agent,
+                control_frames,
+                events=the.events,
+                telemetry=the.telemetry,
+                journal=record,
+            )
+        )
+        control = ControlLink(FrameStream(streams[2], max_line=MAX_SUPERVISOR_FRAME_BYTES))
+        nursery.start_soon(control.run, nursery.cancel_scope)
+        specs = [
+            ToolSpec(name=s["name"], description=s["description"], input_schema=s["input_schema"])
+            for s in the.hub.tool_specs()
+        ]
+        async with Client(stream_transport(streams[0]), mode="2026-07-28", cache=None) as client:
+            await run_agent(
+                model, SelfMcpLink(client, control), system=None, instruction="go", tools=specs, journal=True
+            )
+        await model.aclose()
+        nursery.cancel_scope.cancel()
+    for stream in streams:
+        await stream.aclose()
+    (end,) = the.ends[ends:]
+    return end, journal
+
+
+def assert_each_call_made_or_refused(the: Rig, agent: str, end: TurnEnd, journal: list[MessageFrame]) -> None:
+    """Every call the model asked for has one result; a result that is no tool error was made by the hub."""
+    calls = [c for m in journal if m.role == "assistant" for c in m.tool_calls]
+    results = [m for m in journal if m.role == "tool"]
+    answered = {m.tool_call_id for m in results}
+    assert len(answered) == len(results), "a call answered twice"
+    # A turn that stalls stops before the rest of that reply's calls.
+    if end.status != "stalled":
+        assert {c.id for c in calls} == answered
+    offered = {s["name"] for s in the.hub.tool_specs()}
+    forwarded = [c for c in calls if c.id in answered and c.error is None and c.name in offered]
+    made = the.telemetry.find("tool.call", agent=agent)
+    assert len(made) == len(forwarded), (made, forwarded)
+    for c in calls:
+        if c.id in answered and c not in forwarded:
+            (result,) = (m for m in results if m.tool_call_id == c.id)
+            assert result.is_error, result
+
+
+#: The model spec of each wire format (the real factory builds the real client).
+APIS = {"openai": "openai:m", "anthropic": "anthropic:m", "responses": "openai-responses:m"}
+
+
+async def test_any_model_output_through_the_real_loop_and_hub_makes_each_call_or_a_tool_error(
+    tmp_path: Path,
+) -> None:
+    async with rig(tmp_path) as the:
+        token = trio.lowlevel.current_trio_token()
+
+        async def one(api: str, turns: list[dict[str, Any]]) -> None:
+            if api == "script":
+                played = [script_turn(t, i) for i, t in enumerate(turns)]
+                if any(t is None for t in played):
+                    return
+                spec = script(tmp_path, played, then="stop")  # type: ignore[arg-type]
+            else:
+                the.answers[:] = [_raw_reply(wire_body(api, t, i)) for i, t in enumerate(turns)]
+                spec = APIS[api]
+            srv = the.provider
+            env = {
+                "OPENAI_BASE_URL": srv.url("/v1"),
+                "OPENAI_API_KEY": "k",
+                "ANTHROPIC_BASE_URL": srv.base_url,
+                "ANTHROPIC_API_KEY": "k",
+            }
+            model = make_model(spec, env=env, max_attempts=1)
+            end, journal = await run_child(the, model)
+            assert end.status in ("completed", "stalled"), end
+            assert_each_call_made_or_refused(the, f"a{the.n}", end, journal)
+
+        @settings(
+            max_examples=int(os.environ.get("AGENTD_FUZZ_EXAMPLES", "60")),
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+            deadline=None,
+        )
+        @given(api=st.sampled_from(["openai", "anthropic", "responses", "script"]), turns=model_turns)
+        @example(
+            api="openai",
+            turns=[
+                {
+                    "text": "\ud800",
+                    "calls": [
+                        {
+                            "id": "\udfff",
+                            "name": "memo__memo_set\ud800",
+                            "args": {"key": "\ud800"},
+                            "as": "json",
+                        }
+                    ],
+                }
+            ],
+        )
+        @example(
+            api="anthropic",
+            turns=[
+                {
+                    "text": "",
+                    "calls": [
+                        {
+                            "id": "c",
+                            "name": "memo__memo_set",
+                            "args": {"key": "k", "value": DEEP_2000},
+                            "as": "object",
+                        }
+                    ],
+                }
+            ],
+        )
+        @example(
+            api="openai",
+            turns=[
+                {
+                    "text": "x",
+                    "calls": [
+                        {"id": "c", "name": "memo__memo_set", "args": "x" * (5 * 1024 * 1024), "as": "text"}
+                    ],
+                }
+            ],
+        )
+        @example(
+            api="openai", turns=[{"text": "", "calls": [{"id": "c", "name": "", "args": {}, "as": "json"}]}]
+        )
+        @example(
+            api="responses",
+            turns=[
+                {
+                    "text": "\x00\x1b",
+                    "calls": [
+                        {
+                            "id": "c",
+                            "name": "memo__memo_get",
+                            "args": {"key": 2**70, "value": float("nan")},
+                            "as": "json",
+                        }
+                    ],
+                }
+            ],
+        )
+        def check(api: str, turns: list[dict[str, Any]]) -> None:
+            trio.from_thread.run(one, api, turns, trio_token=token)
+
+        await trio.to_thread.run_sync(check)
+    assert not the.telemetry.find("supervisor.internal_error")
+
+
+def _raw_reply(body: dict[str, Any]) -> Reply:
+    """A 200 written by the standard library (lone surrogates as escapes, NaN as the ``NaN`` token).
+
+    :data:`DEEP_2000` becomes an array nested 2,000 deep (no encoder writes one).
+    """
+    text = json.dumps(body).replace(json.dumps(DEEP_2000), "[" * 2000 + "0" + "]" * 2000)
+    return Reply(200, body=text.encode())
