@@ -56,7 +56,6 @@ from collections.abc import Iterable
 from typing import Annotated, Final, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
-from pydantic_core import PydanticSerializationError
 
 from agentd.errors import ProtocolError
 from agentd.exitcodes import TerminalStatus
@@ -376,7 +375,7 @@ def encode(frame: Frame) -> bytes:
     """
     try:
         return frame.model_dump_json().encode() + b"\n"
-    except PydanticSerializationError:
+    except ValueError:  # pydantic's PydanticSerializationError
         return json_bytes(frame.model_dump(mode="json")) + b"\n"
 
 
