@@ -85,20 +85,24 @@ def valid_json(value: object, *, max_depth: int | None = None) -> object:
     stack: list[tuple[Any, dict[Any, object] | list[object], int]] = [(value, root, 1)]
     while stack:
         source, copy, depth = stack.pop()
-        items = source.items() if isinstance(source, dict) else enumerate(source)
-        for key, item in items:
-            if isinstance(item, dict | list | tuple):
+        pairs = source.items() if isinstance(source, dict) else enumerate(source)
+        into = copy.__setitem__ if isinstance(copy, dict) else (lambda _k, v, add=copy.append: add(v))
+        keyed = isinstance(copy, dict)
+        for key, item in pairs:
+            kind = type(item)
+            if kind is str:  # the common case, inlined: ASCII needs nothing
+                new: object = item if item.isascii() else valid_text(item)
+            elif kind is dict or kind is list or kind is tuple:
                 if depth == limit:
                     raise TooDeep(f"nested more than {max_depth} levels deep")
-                child: dict[Any, object] | list[object] = {} if isinstance(item, dict) else []
+                child: dict[Any, object] | list[object] = {} if kind is dict else []
                 stack.append((item, child, depth + 1))
-                new: object = child
+                new = child
             else:
                 new = _valid_scalar(item)
-            if isinstance(copy, dict):
-                copy[valid_text(key) if isinstance(key, str) else key] = new
-            else:
-                copy.append(new)
+            if keyed and type(key) is str and not key.isascii():
+                key = valid_text(key)
+            into(key, new)
     return root
 
 
