@@ -236,9 +236,9 @@ async def test_text_log_lines_show_a_hostile_tool_name_and_uri_escaped(tmp_path:
     assert " tool=\\x1b]52;c;aGFja2Vk\\x07\\x1b[2K\\r\\x1b[32mINFO\\x1b[0m\\u009b31m " in text
     quoted = '"memo://notes\\u001b[2K\\r\\u001b[32m12:00:00.000_INFO_supervisor.exit\\u001b]52;c;aGk=\\u0007\\u009b"'
     assert f"self.subscribe agent=a1 uri={quoted} server=memo" in text
-    # Every line is one of agentd's: its clock, then its level.
+    # Every line is one of agentd's: its clock, then its level (or a traceback's indented line).
     for line in text.splitlines():
-        assert re.match(r"\d\d:\d\d:\d\d\.\d{3} (DEBUG|INFO|WARNING|ERROR) ", line), line
+        assert re.match(r"\d\d:\d\d:\d\d\.\d{3} (DEBUG|INFO|WARNING|ERROR) |    ", line), line
 
 
 async def _wait_line(a: Any, needle: bytes, timeout: float = RUN_TIMEOUT) -> str:
