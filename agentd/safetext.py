@@ -2,15 +2,15 @@
 
 A model can emit any string: lone surrogates (a JSON ``"\\ud800"`` escape
 decodes to one), control characters, NULs, arguments nested a thousand
-levels deep. Two things can go wrong with such a string, and each has one
-function here:
+levels deep. Two things can go wrong with such a string:
 
 * **Encoding.** UTF-8 has no bytes for a lone surrogate, so every encoder
   agentd uses (orjson, pydantic, ``str.encode``) refuses it.
   :func:`valid_text` and :func:`valid_json` replace each lone surrogate by
   U+FFFD (a surrogate pair held as two code points is joined into its
   character, not replaced); :func:`valid_json` also refuses, with
-  :class:`TooDeep`, a value nested deeper than the caller allows. Control
+  :class:`TooDeep`, a value nested deeper than the caller allows.
+  :func:`json_bytes` writes any JSON value (orjson when it can). Control
   characters and NULs are valid Unicode: JSON carries them losslessly, so
   these functions keep them.
 * **Showing.** A terminal obeys control characters: ESC and the C1 controls
@@ -19,7 +19,9 @@ function here:
   the characters that reorder or break a line, as a visible escape
   (``\\x1b``, ``\\u009b``), so text chosen by a model cannot act on the
   operator's terminal or fake a log line. Every line agentd writes for a
-  person goes through it (the text log format, ``agentd check``'s messages).
+  person goes through it (the text log format, ``agentd check``'s
+  messages); :func:`escape_json_controls` does the same for JSON lines
+  without changing their value.
 """
 
 from __future__ import annotations
