@@ -131,19 +131,19 @@ class ToolCall:
     def from_object(cls, id: str, name: str, arguments: JSONObject) -> ToolCall:
         """A call whose arguments came already parsed (a JSON object), kept with their JSON text.
 
-        The arguments are made valid (:func:`agentd.safetext.valid_json`:
-        a lone surrogate becomes U+FFFD); oversized or too deeply nested
-        ones make the call an error. orjson writes the text when it can:
-        it measures a huge input in milliseconds.
+        Oversized or unwritably deep arguments make the call an error; the
+        rest of what the model put there (a lone surrogate, nesting past
+        :data:`MAX_TOOL_ARGUMENT_DEPTH`) is dealt with by :meth:`validated`.
+        orjson writes the text when it can: it measures a huge input in
+        milliseconds.
         """
         try:
-            valid = valid_json(arguments, max_depth=MAX_TOOL_ARGUMENT_DEPTH)
+            raw_arguments = json_bytes(arguments).decode()
         except TooDeep:
             return cls.too_deep(id, name, "")
-        raw_arguments = json_bytes(valid).decode()
         if len(raw_arguments) > MAX_TOOL_ARGUMENT_CHARS:
             return cls.oversized(id, name, raw_arguments)
-        return cls(id=id, name=name, arguments=as_object(valid), raw_arguments=raw_arguments)
+        return cls(id=id, name=name, arguments=arguments, raw_arguments=raw_arguments)
 
     @classmethod
     def from_raw(cls, id: str, name: str, raw_arguments: str) -> ToolCall:
@@ -152,7 +152,6 @@ class ToolCall:
         An empty string counts as ``{}`` (some servers send that for tools
         without parameters).
         """
-        raw_arguments = valid_text(raw_arguments)
         if len(raw_arguments) > MAX_TOOL_ARGUMENT_CHARS:
             return cls.oversized(id, name, raw_arguments)
         if raw_arguments.strip() == "":
@@ -186,19 +185,18 @@ class ToolCall:
                 f"the arguments for tool {name!r} are JSON {type(parsed).__name__}, not an object: "
                 f"{raw_arguments[:_QUOTE_CHARS]!r}. Call the tool again with the arguments as one JSON object.",
             )
-        try:
-            # A JSON "\ud800" escape parses into a lone surrogate: U+FFFD from here on.
-            valid = as_object(valid_json(parsed, max_depth=MAX_TOOL_ARGUMENT_DEPTH))
-        except TooDeep:
-            return cls.too_deep(id, name, raw_arguments)
-        return cls(id=id, name=name, arguments=valid, raw_arguments=raw_arguments)
+        # A JSON "\ud800" escape parses into a lone surrogate: :meth:`validated` deals with it.
+        return cls(id=id, name=name, arguments=parsed, raw_arguments=raw_arguments)
 
     def validated(self) -> ToolCall:
         """This call as the rest of agentd may rely on it, whoever built it (:func:`valid_reply`).
 
         Its name and id are valid text of at most :data:`MAX_TOOL_NAME_CHARS`;
-        its arguments valid JSON within :data:`MAX_TOOL_ARGUMENT_DEPTH` and
-        :data:`MAX_TOOL_ARGUMENT_CHARS`, else the call is an error.
+        its arguments valid JSON (:func:`agentd.safetext.valid_json`: a lone
+        surrogate becomes U+FFFD) within :data:`MAX_TOOL_ARGUMENT_DEPTH` and
+        :data:`MAX_TOOL_ARGUMENT_CHARS`, else the call is an error. The one
+        walk over the arguments: the constructors above only make sure
+        nothing raises.
         """
         id, name = _bounded_name(self.id), _bounded_name(self.name)
         if self.error is not None or self.arguments is None:

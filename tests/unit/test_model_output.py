@@ -67,7 +67,7 @@ def _openai(calls: list[tuple[str, str, object]], content: str = "") -> dict[str
 
 
 def test_arguments_with_surrogate_escapes_are_parsed_with_the_replacement_character() -> None:
-    reply = oai.parse_response(_openai([("c", "t", '{"k": "a\\ud800", "\\udfff": 1}')]))
+    reply = valid_reply(oai.parse_response(_openai([("c", "t", '{"k": "a\\ud800", "\\udfff": 1}')])))
     (call,) = reply.tool_calls
     assert call.arguments == {"k": f"a{U}", U: 1}
     assert call.raw_arguments == '{"k": "a\\ud800", "\\udfff": 1}'  # the model's text, as it wrote it
@@ -77,7 +77,7 @@ def test_arguments_with_surrogate_escapes_are_parsed_with_the_replacement_charac
 def test_arguments_nested_past_the_limit_are_a_tool_error(depth: int) -> None:
     # {"a": [[...]]}: the object is one level, the arrays the rest.
     text = '{"a": ' + "[" * (depth - 1) + "]" * (depth - 1) + "}"
-    (call,) = oai.parse_response(_openai([("c", "t", text)])).tool_calls
+    (call,) = valid_reply(oai.parse_response(_openai([("c", "t", text)]))).tool_calls
     if depth <= MAX_TOOL_ARGUMENT_DEPTH:
         assert call.error is None
     else:
@@ -88,8 +88,8 @@ def test_arguments_nested_past_the_limit_are_a_tool_error(depth: int) -> None:
 
 def test_arguments_given_as_an_object_past_orjsons_depth_are_a_tool_error_not_a_crash() -> None:
     deep = functools.reduce(lambda v, _: [v], range(300), 0)
-    (call,) = anth.parse_response(
-        {"content": [{"type": "tool_use", "id": "t", "name": "x", "input": {"a": deep}}]}
+    (call,) = valid_reply(
+        anth.parse_response({"content": [{"type": "tool_use", "id": "t", "name": "x", "input": {"a": deep}}]})
     ).tool_calls
     assert call.error is not None
     assert "nested too deeply" in call.error

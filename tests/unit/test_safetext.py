@@ -119,3 +119,33 @@ def test_telemetry_writes_any_field_and_its_lines_hold_no_control(line_format: s
     assert text.count("\n") == 1
     assert UNSAFE.search(text.rstrip("\n")) is None
     assert ("\\x1b]52" if line_format == "text" else "\\u001b]52") in text
+
+
+def _depth(value: object) -> int:
+    if isinstance(value, dict):
+        return 1 + max((_depth(v) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((_depth(v) for v in value), default=0)
+    return 0
+
+
+nested_values = st.recursive(
+    st.none() | st.integers() | st.sampled_from(["[[{", "}]", "x", "\\"]),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["a", "[{", "}"]), inner, max_size=3)
+    ),
+    max_leaves=40,
+)
+
+
+@given(nested_values, st.integers(1, 12), st.booleans())
+def test_the_depth_limit_holds_on_the_fast_path_and_on_the_copy(
+    value: object, limit: int, dirty: bool
+) -> None:
+    # A lone surrogate forces the copy; without one orjson's output is measured instead.
+    value = [value, "\ud800"] if dirty else [value]
+    if _depth(value) <= limit:
+        assert valid_json(value, max_depth=limit) == valid_json(value)
+    else:
+        with pytest.raises(TooDeep):
+            valid_json(value, max_depth=limit)
