@@ -20,12 +20,19 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import trio
 
 HERE = Path(__file__).resolve().parent
 STEP_TIMEOUT = 30.0
+T0 = time.monotonic()
+
+
+def say(text: str) -> None:
+    """One progress line, with the seconds since the demo started."""
+    print(f"[{time.monotonic() - T0:5.1f}s] {text}", flush=True)
 
 
 async def main(verbose: bool) -> int:
@@ -38,7 +45,9 @@ async def main(verbose: bool) -> int:
         "--mcp-stdio", f"memo={sys.executable} -m agentd serve memo --file {notes}",
         "--verbose",
     ]
-    print(f"$ agentd --mode reactive --config examples/reactive-demo.toml  (notes file: {notes})")
+    say(f"$ agentd --mode reactive --config examples/reactive-demo.toml  (notes file: {notes})")
+    say("starting agentd, its memo server and its agent template (the first start after an install")
+    say("also compiles their modules: a few seconds)")
     proc = await trio.lowlevel.open_process(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                             stderr=subprocess.PIPE)
     events: list[dict] = []
@@ -57,13 +66,13 @@ async def main(verbose: bool) -> int:
                     try:
                         sink.append(json.loads(text))
                     except ValueError:
-                        print(f"  [agentd stderr] {text}")
+                        say(f"  [agentd stderr] {text}")
                         continue
                     if verbose:
-                        print(f"  [telemetry] {text}")
+                        say(f"  [telemetry] {text}")
                 else:
                     sink.append(text)
-                    print(f"  [agentd stdout] {text}")
+                    say(f"  [agentd stdout] {text}")
             changed.set()
             changed = trio.Event()
         changed.set()
@@ -83,24 +92,24 @@ async def main(verbose: bool) -> int:
         nursery.start_soon(pump, proc.stdout, out, False)
         try:
             await wait_for(lambda e: e.get("event") == "subscription.established", "subscription")
-            print("1. subscribed to memo://notes")
+            say("1. subscribed to memo://notes")
             await wait_for(lambda s: s.startswith("The notes now say: {}"), "output")
-            print("2. start-up re-read: one agent read the notes as they are (anything changed while")
-            print("   agentd was down is handled at start); now the daemon is idle")
+            say("2. start-up re-read: one agent read the notes as they are (anything changed while")
+            say("   agentd was down is handled at start); now the daemon is idle")
             tmp = notes.with_suffix(".tmp")
             tmp.write_text(json.dumps({"todo": "ship the release", "owner": "sam"}))
             os.replace(tmp, notes)
-            print("3. another program edited the notes file")
+            say("3. another program edited the notes file")
             spawn = await wait_for(
                 lambda e: e.get("event") == "subagent.spawn" and e.get("agent") != "a1", "spawn"
             )
-            print(f"4. the change was routed ({spawn.get('route')}) and woke agent {spawn['agent']}")
+            say(f"4. the change was routed ({spawn.get('route')}) and woke agent {spawn['agent']}")
             await wait_for(lambda s: "ship the release" in s, "output")
-            print("5. the agent read the resource and answered (above)")
+            say("5. the agent read the resource and answered (above)")
             proc.send_signal(signal.SIGTERM)
             with trio.fail_after(STEP_TIMEOUT):
                 code = await proc.wait()
-            print(f"6. SIGTERM -> drained cleanly, exit code {code}")
+            say(f"6. SIGTERM -> drained cleanly, exit code {code}")
             return code
         finally:
             if proc.returncode is None:
