@@ -132,6 +132,8 @@ _OPTIONS: tuple[_Option, ...] = (
     _Option("reactive", "--session-max-tokens", _ONE, "N", "token budget of a journaled session; older turns are dropped beyond it (default 100000)"),
     _Option("reactive", "--shard", _ONE, "INDEX/COUNT|auto", "handle only this replica's share of routed work (auto: StatefulSet ordinal, AGENTD_SHARD_COUNT)"),
     _Option("reactive", "--max-read-bytes", _ONE, "SIZE", "cap on one resource read (default 8MiB)"),
+    _Option("reactive", "--max-self-subscriptions-per-session", _ONE, "N", "subscriptions one session's model may hold; past it subscribe is a tool error (default 64)"),
+    _Option("reactive", "--max-self-subscriptions", _ONE, "N", "subscriptions the models of all sessions may hold together (default 1024)"),
     _Option("output", "--output", _ONE, "text|json|stream-json", "result format on stdout (default text; stream-json: one JSON line per step)"),
     _Option("output", "--output-truncate", _ONE, "N", "stream-json: characters kept of each tool call's arguments and result (default 2000; 0 = all)"),
     _Option("output", "--verbose", _SWITCH, None, "also log debug events"),

@@ -66,6 +66,9 @@ RATE_LIMITED: dict[str, tuple[str, ...]] = {
     "model.retry": ("agent",),
     "tool.refused": ("agent",),
     "tool.content_omitted": ("agent",),
+    # Said once per cap hit already (rfcs/0265); a model that frees and refills a slot in a loop is folded here.
+    "limit.reached": ("limit",),
+    "self.subscribe_failed": ("server",),
     "log": ("logger",),
     "child.stderr": ("source",),
 }

@@ -106,7 +106,7 @@ EVENTS: Mapping[str, EventSpec] = {
         _e("tracing.unavailable", "warning", "OTEL_* variables ask for traces but the exporter is not installed (agentd[otel]).", "reason"),
         _e("tracing.export_failed", "warning", "A batch of spans could not be exported; it is dropped.", "error spans"),
         _e("log", "warning", "A record from Python logging (a library's message), with the logger's level.", "logger message error traceback"),
-        _e("telemetry.suppressed", "warning", "Repeats of a warning from one source were folded into this count.", "of server agent logger source count window_s"),
+        _e("telemetry.suppressed", "warning", "Repeats of a warning from one source were folded into this count.", "of server agent logger source limit count window_s"),
         _e("telemetry.undeclared", "error", "agentd emitted an event or field its vocabulary does not declare (a bug in agentd).", "of fields"),
         _e("output.failed", "error", "Writing to stdout failed: results are lost (counted).", "stream error"),
         _e("output.unavailable", "warning", "stdout was closed when agentd started: results are lost (counted).", "stream reason"),
@@ -162,6 +162,8 @@ EVENTS: Mapping[str, EventSpec] = {
         _e("zygote.start_failed", "warning", "The zygote could not start; retried after a backoff.", "attempt error retry_in_s"),
         _e("self.subscribe", "info", "An agent subscribed to a URI (the subscribe self-tool).", "agent server uri"),
         _e("self.unsubscribe", "info", "An agent's subscription ended (the unsubscribe self-tool or its exit).", "agent server uri reason kept"),
+        _e("self.subscribe_failed", "warning", "The server refused (or did not confirm) a subscription a model asked for (subscribe, watch_start); the model got the error.", "agent session server uri watch error"),
+        _e("limit.reached", "warning", "A cap on what a model may create refused a subscribe or watch_start; said once per hit, until one of that scope goes (rfcs/0265).", "limit value agent session uri watch"),
         # -- upstream MCP servers ----------------------------------------------------
         _e("server.state", "info", "An upstream MCP server changed state.", "server state attempt error", level_by=("state", {"failed": "error", "restarting": "warning"})),
         _e("upstream.connected", "info", "Connected to an upstream MCP server.", "server transport protocol_version ms"),
@@ -185,11 +187,13 @@ EVENTS: Mapping[str, EventSpec] = {
         _e("subscription.lost", "warning", "A resource subscription was lost: it is re-established and the URI re-read.", "server uri error lived_s updates counted_as_failure"),
         _e("subscription.failed", "error", "A resource subscription failed after its retries.", "server uri attempts error"),
         _e("subscription.unresolved", "warning", "A declared subscription pattern matches no resource.", "pattern required error"),
+        # -- the state directory (rfcs/0275) ------------------------------------------------
+        _e("state.moved_aside", "warning", "A file in the state directory was damaged (agentd's own format), or is not a regular file: it was moved aside, what could be read was kept, and the run goes on.", "file path moved_to problem kept session fix"),
+        _e("state.refused", "warning", "A file in the state directory is not agentd's (another user's, or not its format): it is left untouched, never read further or written.", "file path problem fix"),
         # -- durable sessions and shards ---------------------------------------------------
         _e("journal.found", "debug", "A session journal was found at start (restored at its next delivery).", "session turns subscriptions"),
         _e("journal.restored", "info", "A session was restored from its journal into a new agent.", "agent session turns messages dropped_turns"),
         _e("journal.torn", "warning", "A journal's last record was cut short (a crash mid-write): it was dropped.", "path session turns dropped_bytes detail note"),
-        _e("journal.corrupt", "warning", "A journal is corrupt or foreign: moved aside, its good turns kept.", "path session kept_turns moved_to error fix"),
         _e("journal.failed", "error", "A journal could not be read or written: the session runs without it.", "agent session path error fix"),
         _e("journal.compacted", "info", "A journal went over its token budget: its oldest turns were dropped.", "session tokens max_tokens dropped_turns"),
         _e("journal.subscription_restored", "info", "A restored session's self-subscription is back upstream.", "session server uri"),

@@ -544,6 +544,7 @@ _LIMITS = WatchLimits()
 #: ``WatchLimits`` field -> the ``[watches]`` key that sets it.
 _LIMIT_KEYS = {
     "max_watches": "max_watches",
+    "max_watches_total": "max_watches_total",
     "filter_time_secs": "filter_timeout",
     "filter_tool_calls": "filter_tool_calls",
     "events_per_update": "events_per_update",
@@ -564,6 +565,8 @@ class WatchesConfig(_Frozen):
 
     max_watches: int = _LIMITS.max_watches
     """Watches one agent may hold at once."""
+    max_watches_total: int = _LIMITS.max_watches_total
+    """Watches all agents together may hold at once (rfcs/0265)."""
     filter_timeout: float = _LIMITS.filter_time_secs
     """Wall-clock budget of one ``on_event`` filter run."""
     filter_tool_calls: int = _LIMITS.filter_tool_calls
@@ -589,6 +592,7 @@ class WatchesConfig(_Frozen):
         """
         return WatchLimits(
             max_watches=self.max_watches,
+            max_watches_total=self.max_watches_total,
             filter_time_secs=float(self.filter_timeout),
             filter_tool_calls=self.filter_tool_calls,
             events_per_update=self.events_per_update,
@@ -604,7 +608,7 @@ class WatchesConfig(_Frozen):
     def _durations(cls, v: object) -> float:
         return _duration(v, positive=True)
 
-    @field_validator("max_watches", "filter_tool_calls", mode="before")
+    @field_validator("max_watches", "max_watches_total", "filter_tool_calls", mode="before")
     @classmethod
     def _positive(cls, v: object) -> int:
         return _integer(v, minimum=1)

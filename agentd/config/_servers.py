@@ -20,9 +20,10 @@ from agentd.config._clients import Translated, translate_codex, translate_json
 from agentd.config._models import ServerSpec
 from agentd.config._problems import _join, _problems_of, _raise_all
 from agentd.config._sources import _translate
-from agentd.config._values import _expand_user
-from agentd.config._vocab import _ENV_REF_RE
-from agentd.errors import ConfigError
+from agentd.config._values import _expand_user, not_a_file_fix
+from agentd.config._vocab import _ENV_REF_RE, MAX_CONFIG_FILE_BYTES
+from agentd.errors import ConfigError, NotAFile
+from agentd.state.files import read_regular_file
 
 if TYPE_CHECKING:
     from agentd.config._settings import Settings
@@ -260,7 +261,18 @@ def _collect_servers(
         try:
             if "\x00" in str(path):
                 raise OSError(0, "a path cannot contain a NUL character")
-            text = path.read_text(encoding="utf-8")
+            raw = read_regular_file(path, MAX_CONFIG_FILE_BYTES)
+            if len(raw) > MAX_CONFIG_FILE_BYTES:
+                problems.append(
+                    ConfigError(
+                        how, str(path), f"the MCP server file is larger than {MAX_CONFIG_FILE_BYTES} bytes"
+                    )
+                )
+                return
+            text = raw.decode("utf-8")
+        except NotAFile as exc:
+            problems.append(ConfigError(how, str(path), f"it {exc.problem}; {not_a_file_fix(exc.kind)}"))
+            return
         except (OSError, UnicodeDecodeError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
             problems.append(

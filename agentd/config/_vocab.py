@@ -6,6 +6,10 @@ import re
 from typing import Literal
 
 from agentd.limits import DEFAULT_MAX_READ_BYTES as DEFAULT_MAX_READ_BYTES
+from agentd.limits import DEFAULT_MAX_SELF_SUBSCRIPTIONS as DEFAULT_MAX_SELF_SUBSCRIPTIONS
+from agentd.limits import (
+    DEFAULT_MAX_SELF_SUBSCRIPTIONS_PER_SESSION as DEFAULT_MAX_SELF_SUBSCRIPTIONS_PER_SESSION,
+)
 from agentd.limits import DEFAULT_STARTUP_TIMEOUT as DEFAULT_STARTUP_TIMEOUT
 from agentd.limits import DEFAULT_TOOL_TIMEOUT as DEFAULT_TOOL_TIMEOUT
 
@@ -67,6 +71,10 @@ DEFAULT_MAX_TURN_STEPS = 100
 #: Largest ``@FILE`` instruction or system prompt: far beyond any useful
 #: prompt, and it stops ``@/dev/zero`` from eating memory.
 MAX_TEXT_FILE_BYTES = 1024 * 1024
+
+#: Largest ``--config`` TOML or ``mcp_config`` JSON file read: a config with
+#: hundreds of servers and routes is a few hundred KiB.
+MAX_CONFIG_FILE_BYTES = 16 * 1024 * 1024
 
 
 MODEL_PREFIXES = ("openai", "openai-responses", "anthropic", "azure", "bedrock", "vertex", "script")

@@ -63,7 +63,7 @@ from agentd.supervisor.governor import RestartGovernor
 from agentd.supervisor.hub import SupervisorHub, server_for
 from agentd.supervisor.reactor import Agent, Hooks, Reactor, open_channel
 from agentd.supervisor.routes import build_router, make_clock, model_profiles, staged_routes
-from agentd.supervisor.sessionroutes import SessionRoutes
+from agentd.supervisor.sessionroutes import SessionRoutes, SubscriptionCaps
 from agentd.supervisor.subscriptions import Subscriptions
 from agentd.supervisor.tree import Tree
 from agentd.telemetry import Telemetry
@@ -125,14 +125,18 @@ def _run(settings: Settings, closed_fds: frozenset[int], early_servers: dict[str
         buffer = settings.telemetry_buffer
         # One agentd per --state-dir (rfcs/0210); watch state lives in it unless --watch-state says otherwise.
         state_dir = None
+        own_watch_state = False
         if settings.state_dir is not None:
             from agentd.state.dir import claim as claim_state_dir
 
             state_dir = claim_state_dir(settings.state_dir)
             if settings.watch_state is None:
                 settings = settings.model_copy(update={"watch_state": state_dir.watch_state})
+                own_watch_state = True
         # One agentd per --watch-state file: held until this process exits.
-        state_lock = claim(settings.watch_state) if settings.watch_state is not None else None
+        state_lock = (
+            claim(settings.watch_state, own_dir=own_watch_state) if settings.watch_state is not None else None
+        )
     except ConfigError as exc:
         print(f"agentd: {exc}", file=sys.stderr)
         return int(ExitCode.CONFIG)
@@ -147,6 +151,20 @@ def _run(settings: Settings, closed_fds: frozenset[int], early_servers: dict[str
         line_format=line_format(settings.log_format, 2),
     )
     log_handler = route_logging(telemetry)
+    # What claiming the state directory moved out of the way (rfcs/0275), now that it can be told.
+    for moved in (
+        *(state_dir.moved_aside if state_dir else ()),
+        *(state_lock.moved_aside if state_lock else ()),
+    ):
+        telemetry.emit(
+            "state.moved_aside",
+            file="watch state" if moved.path == settings.watch_state else "lock",
+            path=str(moved.path),
+            moved_to=str(moved.moved_to),
+            problem=moved.problem,
+            kept=0,
+            fix="never read or written through; inspect or delete it",
+        )
     from agentd.tracing import setup as setup_tracing
 
     tracing = setup_tracing(os.environ, telemetry)
@@ -201,7 +219,7 @@ def _prefork_once_root(settings: Settings) -> PreforkedChild | None:
     return prefork_root(sorted({default_profile.model, *(p.model for p in route_profiles.values())}))
 
 
-def _server_auth(spec: ServerSpec, state_dir: Path | None) -> httpx2.Auth | None:
+def _server_auth(spec: ServerSpec, state_dir: Path | None, telemetry: Telemetry) -> httpx2.Auth | None:
     """A url server's authentication (:func:`agentd.upstream.auth.auth_for`); a command server has none.
 
     Imported only for url servers: it loads the MCP SDK's OAuth client and a
@@ -211,7 +229,7 @@ def _server_auth(spec: ServerSpec, state_dir: Path | None) -> httpx2.Auth | None
         return None
     from agentd.upstream.auth import auth_for
 
-    return auth_for(spec, state_dir=state_dir)
+    return auth_for(spec, state_dir=state_dir, telemetry=telemetry)
 
 
 def line_format(log_format: LogFormat, fd: int) -> LineFormat:
@@ -381,7 +399,7 @@ async def _main(
                 telemetry,
                 max_read_bytes=settings.max_read_bytes,
                 tool_timeout=spec.timeout or settings.tool_timeout,
-                auth=_server_auth(spec, settings.state_dir),
+                auth=_server_auth(spec, settings.state_dir, telemetry),
                 early=(early_servers or {}).get(name),
                 backoff=backoff or RECONNECT_BACKOFF,
                 resubscribe_backoff=backoff or limits.resubscribe_delays(),
@@ -408,6 +426,7 @@ async def _main(
             # Filters follow the global and per-server tool policy (the hub holds the tool names).
             tool_allowed=lambda server, tool: hub.policy_allows(server, tool),
             holds=subscriptions,
+            counters=counters,
         )
         # A once root cannot be woken later: no subscribe / watch_* tools for it.
         hub = SupervisorHub(
@@ -417,6 +436,7 @@ async def _main(
             watches=watches,
             policy=ToolPolicy.from_settings(settings),
             offer_wakeups=not once,
+            counters=counters,
         )
         tree = Tree(
             events=events,
@@ -509,6 +529,10 @@ async def _main(
             journals=journals,
             handles=None if shard is None else partial(handles, shard),
             counters=counters,
+            caps=SubscriptionCaps(
+                per_session=settings.max_self_subscriptions_per_session,
+                total=settings.max_self_subscriptions,
+            ),
         )
 
         nursery.start_soon(_watch_signals, events)
