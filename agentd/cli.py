@@ -43,6 +43,7 @@ from agentd.errors import ConfigError
 from agentd.exitcodes import ExitCode
 from agentd.output import claim_standard_fds
 from agentd.redact import register_secrets, secret_values
+from agentd.safetext import escape_controls
 
 if TYPE_CHECKING:
     from agentd.prelaunch import EarlyProcess
@@ -214,10 +215,15 @@ def flags_from_args(ns: argparse.Namespace) -> tuple[dict[str, object], Path | N
     return flags, config
 
 
+def _say(message: object) -> None:
+    """One line for the person who ran agentd, on stderr: its control characters shown escaped."""
+    print(f"agentd: {escape_controls(str(message))}", file=sys.stderr)
+
+
 def _print_config_error(exc: ConfigError) -> None:
     problems = exc.problems if isinstance(exc, ConfigErrors) else (exc,)
     for problem in problems:
-        print(f"agentd: {problem}", file=sys.stderr)
+        _say(problem)
 
 
 def _serve(argv: list[str]) -> int:
@@ -337,9 +343,9 @@ def _main(argv: Sequence[str]) -> int:
         return int(ExitCode.CONFIG)
     register_secrets(server_secrets(settings))
     for old_name in deprecations(settings):
-        print(f"agentd: {old_name.message()}", file=sys.stderr)
+        _say(old_name.message())
     for key in ignored_keys(settings):
-        print(f"agentd: warning: {key}: not used by agentd; ignored", file=sys.stderr)
+        _say(f"warning: {key}: not used by agentd; ignored")
     if command == "check":
         if getattr(ns, "connect", None):
             return _check_connect(settings)
@@ -354,7 +360,7 @@ def _check(settings: Settings, *, show_secrets: bool) -> int:
         if spec.required:
             problems.append(problem)
         else:
-            print(f"agentd: warning: {problem}", file=sys.stderr)
+            _say(f"warning: {problem}")
     if problems:
         for problem in problems:
             _print_config_error(problem)

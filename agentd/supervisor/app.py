@@ -51,6 +51,7 @@ from agentd.exitcodes import ExitCode, TerminalStatus, code_for_status
 from agentd.limits import raise_open_files_limit
 from agentd.output import DEFAULT_OUTPUT_BUFFER, LineWriter
 from agentd.redact import redact
+from agentd.safetext import escape_controls
 from agentd.sdnotify import Notifier
 from agentd.selfmcp.protocol import ProviderFrame, SpawnPayload, ToolSpecFrame
 from agentd.selfmcp.server import serve_child
@@ -139,7 +140,7 @@ def _run(settings: Settings, closed_fds: frozenset[int], early_servers: dict[str
             claim(settings.watch_state, own_dir=own_watch_state) if settings.watch_state is not None else None
         )
     except ConfigError as exc:
-        print(f"agentd: {exc}", file=sys.stderr)
+        print(f"agentd: {escape_controls(str(exc))}", file=sys.stderr)
         return int(ExitCode.CONFIG)
     # Before any thread starts: a fork copies only the calling thread.
     preforked = _prefork_once_root(settings)
@@ -550,7 +551,7 @@ async def _main(
         try:
             await watches.check_routes()  # a declared on_event the sandbox refuses is a config error
         except ConfigError as exc:
-            print(f"agentd: {exc}", file=sys.stderr)
+            print(f"agentd: {escape_controls(str(exc))}", file=sys.stderr)
             nursery.cancel_scope.cancel()
             return int(ExitCode.CONFIG)
         # Before the reactor turns, so its handlers never race this direct route table.
