@@ -27,9 +27,11 @@ template could produce a URI it matches). No trio, no I/O.
 
 from __future__ import annotations
 
+import bisect
 import fnmatch
+import itertools
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from agentd.events import ServerState
@@ -98,6 +100,22 @@ class Offer:
 
     tools: tuple[str, ...]
     catalog: CatalogLike
+    sorted_uris: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    """The catalog's URIs in order: those a glob's literal prefix allows are one slice of it."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sorted_uris", tuple(sorted(self.catalog.uris)))
+
+    def any_resource(self, glob: Glob) -> bool:
+        """Whether a listed resource matches ``glob`` (only URIs that start with its prefix are tried)."""
+        uris = self.sorted_uris
+        start = bisect.bisect_left(uris, glob.prefix)
+        for uri in itertools.islice(uris, start, None):
+            if not uri.startswith(glob.prefix):
+                return False
+            if glob.match(uri):
+                return True
+        return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,7 +358,7 @@ def _offered(up: Mapping[str, Offer]) -> str:
         return "no server is connected"
     parts = []
     for name, offer in list(up.items())[:SAMPLE]:
-        uris = sorted(offer.catalog.uris)
+        uris = offer.sorted_uris
         items = [*uris[:SAMPLE], *offer.catalog.templates[: max(0, SAMPLE - len(uris))]]
         more = len(uris) + len(offer.catalog.templates) - len(items)
         listed = ", ".join(items) + (f" and {more} more" if more > 0 else "") if items else "no resources"
@@ -350,13 +368,12 @@ def _offered(up: Mapping[str, Offer]) -> str:
     return "; ".join(parts)
 
 
-def _matches_catalog(glob: Glob, catalog: CatalogLike) -> bool:
+def _matches_catalog(glob: Glob, offer: Offer) -> bool:
+    catalog = offer.catalog
     if glob.exact:
         uri = glob.literal
         return uri in catalog.uris or catalog.matches_template(uri)
-    return any(glob.match(uri) for uri in catalog.uris) or any(
-        overlaps(glob, _template_atoms(t)) for t in catalog.templates
-    )
+    return offer.any_resource(glob) or any(overlaps(glob, _template_atoms(t)) for t in catalog.templates)
 
 
 def _routes(settings: SettingsLike, up: Mapping[str, Offer], down: Sequence[str]) -> list[Finding]:
@@ -365,7 +382,7 @@ def _routes(settings: SettingsLike, up: Mapping[str, Offer], down: Sequence[str]
         if route.timer or route.match is None:
             continue
         glob = compile_glob(route.match)
-        if any(_matches_catalog(glob, offer.catalog) for offer in up.values()):
+        if any(_matches_catalog(glob, offer) for offer in up.values()):
             continue
         findings.append(
             Finding(
@@ -405,7 +422,7 @@ def _subscriptions(settings: SettingsLike, up: Mapping[str, Offer], down: Sequen
                 continue
             problem = "is listed by no server and matches none of their resource templates now"
         else:
-            if any(glob.match(uri) for o in offers for uri in o.catalog.uris):
+            if any(o.any_resource(glob) for o in offers):
                 continue
             problem = "matches no resource the servers list now"
         scope = {n: up[n] for n in candidates if n in up}
