@@ -368,7 +368,7 @@ def _check(settings: Settings, *, show_secrets: bool) -> int:
     from agentd.supervisor.unmatched import before_start
 
     for finding in before_start(settings):  # what does nothing whatever the servers offer (rfcs/0315)
-        print(f"agentd: warning: {finding.message()}", file=sys.stderr)
+        _say(f"warning: {finding.message()}")
     shown = effective_config(settings, os.environ, show_secrets=show_secrets)
     # Which agentd validated it (not a setting: bug reports paste this output).
     shown["agentd_version"] = __version__

@@ -21,6 +21,7 @@ every command, an invalid setting found before anything started.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
@@ -28,7 +29,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-import orjson
 import trio
 
 from agentd.config import ServerSpec, Settings
@@ -36,6 +36,7 @@ from agentd.errors import AgentdError
 from agentd.events import ReactorEvent, ServerState
 from agentd.exitcodes import ExitCode
 from agentd.redact import redact
+from agentd.safetext import escape_controls, escape_json_controls, valid_json
 from agentd.supervisor.hub import SELF_TOOLS
 from agentd.supervisor.unmatched import Finding, at_start, offers_of
 from agentd.telemetry import NullTelemetry
@@ -150,7 +151,8 @@ class Report:
             lines.append(f"check --connect: FAILED ({', '.join(failed)}){warned} — exit {code}")
         else:
             lines.append(f"check --connect: ok{warned} — exit {code}")
-        return "\n".join(lines)
+        # Names and errors come from the servers and providers: shown, never obeyed by the terminal.
+        return "\n".join(escape_controls(line) for line in lines)
 
 
 def _names(names: tuple[str, ...], limit: int) -> str:
@@ -296,7 +298,8 @@ def main(settings: Settings, *, env: Mapping[str, str] | None = None) -> int:
     """Run the check, print the report (text, or JSON with ``--output json``), return the exit code."""
     report = trio.run(check_connect, settings, os.environ if env is None else env)
     if settings.output == "json":
-        print(orjson.dumps(report.to_json(), option=orjson.OPT_INDENT_2).decode())
+        text = json.dumps(valid_json(report.to_json()), indent=2, ensure_ascii=False)
+        print(escape_json_controls(text.encode()).decode())
     else:
         print(report.to_text())
     return int(report.exit_code())
