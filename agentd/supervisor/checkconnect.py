@@ -137,6 +137,8 @@ class Report:
                 lines.append(f"  {kind} ({len(names)}){': ' + _names(names, TEXT_NAMES) if names else ''}")
         if not self.servers:
             lines.append("servers: none configured")
+        if not self.models:
+            lines.append("model: none set (a run needs --model)")
         for m in self.models:
             state = "ok" if m.status == "ok" else "FAILED"
             took = f", {m.ms:g} ms" if m.ms is not None else ""
