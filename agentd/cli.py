@@ -4,6 +4,7 @@
 
     agentd [--mode once|loop|reactive|schedule] [options] [INSTRUCTION]
     agentd check [options]          validate, print the effective config (redacted), exit 0 or 2
+    agentd check --connect [opts]   also start the servers and call each model once (exit 0, 4 or 6)
     agentd serve NAME [options]     run a bundled MCP server (agentd.servers)
     agentd --version                print "agentd VERSION" and exit 0
 
@@ -174,12 +175,19 @@ def build_parser(prog: str = "agentd") -> argparse.ArgumentParser:
             default=None,
             help="print server env/header values and credentials as configured (redacted by default)",
         )
+        p.add_argument(
+            "--connect",
+            action="store_true",
+            default=None,
+            help="also start the servers and call each model once; report each as ok or failed "
+            "(exit 6: a server failed, 4: a model failed; docs/check.md)",
+        )
     return p
 
 
 #: argparse dest -> settings field, where they differ.
 _RENAMES = {"subscribe": "subscriptions", "route": "routes"}
-_NOT_SETTINGS = {"config", "instruction_arg", "instruction", "show_secrets"}
+_NOT_SETTINGS = {"config", "instruction_arg", "instruction", "show_secrets", "connect"}
 
 
 def flags_from_args(ns: argparse.Namespace) -> tuple[dict[str, object], Path | None]:
@@ -339,6 +347,8 @@ def _main(argv: Sequence[str]) -> int:
     for key in ignored_keys(settings):
         _say(f"warning: {key}: not used by agentd; ignored")
     if command == "check":
+        if getattr(ns, "connect", None):
+            return _check_connect(settings)
         return _check(settings, show_secrets=bool(getattr(ns, "show_secrets", False)))
     return _run(settings, closed_fds)
 
@@ -355,8 +365,24 @@ def _check(settings: Settings, *, show_secrets: bool) -> int:
         for problem in problems:
             _print_config_error(problem)
         return int(ExitCode.CONFIG)
+    from agentd.supervisor.unmatched import before_start
+
+    for finding in before_start(settings):  # what does nothing whatever the servers offer (rfcs/0315)
+        _say(f"warning: {finding.message()}")
     shown = effective_config(settings, os.environ, show_secrets=show_secrets)
     # Which agentd validated it (not a setting: bug reports paste this output).
     shown["agentd_version"] = __version__
     print(json.dumps(shown, sort_keys=True, indent=2))
     return int(ExitCode.OK)
+
+
+def _check_connect(settings: Settings) -> int:
+    """``agentd check --connect``: the static check's refusals, then connect and report (docs/check.md)."""
+    problems = [problem for spec, problem in missing_server_commands(settings, os.environ) if spec.required]
+    if problems:
+        for problem in problems:
+            _print_config_error(problem)
+        return int(ExitCode.CONFIG)
+    from agentd.supervisor.checkconnect import main as check_connect
+
+    return check_connect(settings)

@@ -61,12 +61,13 @@ from agentd.state.shard import declared_filter, handles, shard_for
 from agentd.supervisor.budget import Budget
 from agentd.supervisor.declared import DeclaredSubscriptions
 from agentd.supervisor.governor import RestartGovernor
-from agentd.supervisor.hub import SupervisorHub, server_for
+from agentd.supervisor.hub import SELF_TOOLS, SupervisorHub, server_for
 from agentd.supervisor.reactor import Agent, Hooks, Reactor, open_channel
 from agentd.supervisor.routes import build_router, make_clock, model_profiles, staged_routes
 from agentd.supervisor.sessionroutes import SessionRoutes, SubscriptionCaps
 from agentd.supervisor.subscriptions import Subscriptions
 from agentd.supervisor.tree import Tree
+from agentd.supervisor.unmatched import at_start, offers_of, unavailable
 from agentd.telemetry import Telemetry
 from agentd.timeline import mark
 from agentd.toolpolicy import ToolPolicy
@@ -555,6 +556,17 @@ async def _main(
             return int(ExitCode.CONFIG)
         # Before the reactor turns, so its handlers never race this direct route table.
         reactor.queue_startup_notices(await watches.restore(_StartupRoutes(reactor.session_routes)))
+        # Every server's first attempt settled and the saved routes are back: what the settings
+        # name and nothing offers is said once, now (rfcs/0315); later catalog changes say nothing.
+        restored = any(route.kind in ("self", "watch") for route in router.routes())
+        for finding in at_start(
+            settings,
+            offers_of(upstreams),
+            restored=restored,
+            self_tools=[tool.name for tool in SELF_TOOLS],
+            told=declared.unresolved,  # subscription.unresolved already said these
+        ):
+            telemetry.emit("config.warning", **finding.fields())
 
         def snapshot() -> MetricsSnapshot:
             return dataclasses.replace(reactor.metrics_snapshot(), outputs_lost=stdout.dropped)
@@ -600,6 +612,9 @@ async def _main(
             router=router.counters(),
             dropped=counters.dropped_by_reason(),
             telemetry_dropped=telemetry.dropped,
+            # A run that went on without a server does not end looking clean (rfcs/0315).
+            servers_unavailable=unavailable(reactor.readiness.server_states, reactor.readiness.server_errors)
+            or None,
         )
         nursery.cancel_scope.cancel()
     return int(code)
