@@ -562,9 +562,10 @@ async def _main(
                 stdout,
                 stream,
                 session_id,
+                settings,
             )
         elif stream is not None:
-            summary = run_summary(reactor, code, time.monotonic() - started_wall, session_id)
+            summary = run_summary(reactor, code, time.monotonic() - started_wall, session_id, settings)
             stream.result({"status": "stopped", **summary})
         telemetry.emit(
             "supervisor.exit",
@@ -636,8 +637,14 @@ class _StartupRoutes:
 RESULT_WRITE_TIMEOUT = 30.0
 
 
-def run_error(reactor: Reactor, code: ExitCode) -> dict[str, str] | None:
-    """The ``error`` object of a JSON result: ``kind``, ``message`` and ``fix`` (None when the run succeeded)."""
+def run_error(reactor: Reactor, code: ExitCode, settings: Settings | None = None) -> dict[str, str] | None:
+    """The ``error`` object of a JSON result: ``kind``, ``message`` and ``fix`` (None when the run succeeded).
+
+    A budget exit names the limit actually reached (rfcs/0302): a tree-wide
+    ceiling (tokens, US dollars, steps) with its value and what was used, or
+    the per-turn ``--max-turn-steps`` cap of the root's turn; a deadline
+    names ``--deadline`` and its value (``settings`` gives the values).
+    """
     budget = reactor.budget.spent()
     error: tuple[str, str, str] | None = None
     if reactor.status.fatal_infra is not None:
@@ -658,13 +665,14 @@ def run_error(reactor: Reactor, code: ExitCode) -> dict[str, str] | None:
             "check the server's command or URL and its stderr (server.state and upstream.* lines on stderr)",
         )
     elif code in (ExitCode.BUDGET, ExitCode.BUDGET_PARTIAL):
-        error = (
-            "budget",
-            f"the tree-wide {budget or 'token'} budget is spent",
-            "raise --budget-tokens, --budget-steps or --budget-usd",
-        )
+        error = _budget_error(reactor, budget, settings)
     elif code is ExitCode.DEADLINE:
-        error = ("deadline", "the --deadline was reached", "raise --deadline or give the agent less to do")
+        limit = f" {_seconds(settings.deadline)}" if settings is not None and settings.deadline else ""
+        error = (
+            "deadline",
+            f"the --deadline{limit} was reached",
+            "raise --deadline or give the agent less to do",
+        )
     elif code is ExitCode.REFUSED:
         error = ("refused", "the model refused the task", "rephrase the instruction or use another model")
     elif code is ExitCode.DRAIN_TIMEOUT:
@@ -686,7 +694,51 @@ def run_error(reactor: Reactor, code: ExitCode) -> dict[str, str] | None:
     return {"kind": kind, "message": redact(message), "fix": fix}
 
 
-def run_summary(reactor: Reactor, code: ExitCode, duration: float, session_id: str) -> dict[str, object]:
+def _seconds(value: float) -> str:
+    return f"{value:g}s"
+
+
+def _budget_error(reactor: Reactor, spent: str | None, settings: Settings | None) -> tuple[str, str, str]:
+    """What a budget exit (3 or 7) says: the limit that was reached, its value, and the flag to raise."""
+    b = reactor.budget
+    if spent == "tokens":
+        return (
+            "budget",
+            f"the tree-wide token budget is spent: {b.tokens} tokens used of --budget-tokens {b.max_tokens}",
+            "raise --budget-tokens, or give the agent less to do",
+        )
+    if spent == "usd":
+        return (
+            "budget",
+            f"the tree-wide cost budget is spent: {b.usd:.4f} USD used of --budget-usd {b.max_usd:g}",
+            "raise --budget-usd, or use a cheaper model",
+        )
+    if spent == "steps":
+        return (
+            "budget",
+            f"the tree-wide step budget is spent: {b.steps} model calls of --budget-steps {b.max_steps}",
+            "raise --budget-steps, or give the agent less to do",
+        )
+    status = reactor.status.root_status
+    if status == "exhausted_steps":
+        cap = settings.max_turn_steps if settings is not None else None
+        limit = f" {cap}" if cap is not None else ""
+        return (
+            "budget",
+            f"the agent's turn reached --max-turn-steps{limit} (model calls in one turn) while it was still "
+            "calling tools",
+            "raise --max-turn-steps (0 turns the cap off), or give the agent a smaller task",
+        )
+    return (
+        "budget",
+        f"the agent stopped with status {status or 'unknown'!r} before a budget was spent",
+        "raise --budget-tokens, --budget-steps, --budget-usd or --max-turn-steps",
+    )
+
+
+def run_summary(
+    reactor: Reactor, code: ExitCode, duration: float, session_id: str, settings: Settings | None = None
+) -> dict[str, object]:
     """What every JSON result carries: exit code, session id, turns, steps, usage, cost, duration, error."""
     counters = reactor.counters
     return {
@@ -703,7 +755,7 @@ def run_summary(reactor: Reactor, code: ExitCode, duration: float, session_id: s
         },
         "cost_usd": reactor.budget.cost_usd(),
         "duration_s": round(duration, 3),
-        "error": run_error(reactor, code),
+        "error": run_error(reactor, code, settings),
     }
 
 
@@ -716,13 +768,14 @@ async def _print_once(
     stdout: LineWriter,
     stream: StreamJson | None = None,
     session_id: str = "",
+    settings: Settings | None = None,
 ) -> ExitCode:
     """Write the once run's result; the exit code, OUTPUT_FAILED if the result could not be written."""
     text = reactor.status.root_text
     status = reactor.status.root_status
     line: bytes | None = None
     if json_out or stream is not None:
-        summary = run_summary(reactor, code, duration, session_id)
+        summary = run_summary(reactor, code, duration, session_id, settings)
         result: dict[str, object] = {"status": status, "exit_code": int(code), "result": text, **summary}
         if stream is not None:
             lost_before = stdout.dropped
