@@ -35,7 +35,7 @@ import sys
 import time
 import traceback
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -52,7 +52,7 @@ from agentd.limits import raise_open_files_limit
 from agentd.output import DEFAULT_OUTPUT_BUFFER, LineWriter
 from agentd.redact import redact
 from agentd.sdnotify import Notifier
-from agentd.selfmcp.protocol import ProviderFrame, SpawnPayload, ToolSpecFrame
+from agentd.selfmcp.protocol import MessageFrame, ProviderFrame, SpawnPayload, ToolSpecFrame
 from agentd.selfmcp.server import serve_child
 from agentd.state.resume import restore_subscriptions
 from agentd.state.sessions import journals_for
@@ -85,6 +85,8 @@ if TYPE_CHECKING:
     from agentd.config import LogFormat, ServerSpec
     from agentd.metrics import MetricsSnapshot
     from agentd.prelaunch import EarlyProcess
+    from agentd.state.conversations import Conversation
+    from agentd.supervisor.channel import Journal
     from agentd.streamjson import StreamJson
     from agentd.telemetry import LineFormat
     from agentd.tracing import Tracing
@@ -133,6 +135,7 @@ def _run(settings: Settings, closed_fds: frozenset[int], early_servers: dict[str
                 settings = settings.model_copy(update={"watch_state": state_dir.watch_state})
         # One agentd per --watch-state file: held until this process exits.
         state_lock = claim(settings.watch_state) if settings.watch_state is not None else None
+        conversation = _once_conversation(settings)
     except ConfigError as exc:
         print(f"agentd: {exc}", file=sys.stderr)
         return int(ExitCode.CONFIG)
@@ -143,7 +146,7 @@ def _run(settings: Settings, closed_fds: frozenset[int], early_servers: dict[str
         fd=2,
         buffer_bytes=buffer,
         fd_closed=2 in closed_fds,
-        level=settings.log_level,
+        level=settings.log_level or ("error" if settings.quiet else None),
         line_format=line_format(settings.log_format, 2),
     )
     log_handler = route_logging(telemetry)
@@ -165,7 +168,9 @@ def _run(settings: Settings, closed_fds: frozenset[int], early_servers: dict[str
         )
     try:
         code = int(
-            trio.run(_main, settings, telemetry, stdout, backoff, limits, preforked, early_servers, tracing)
+            trio.run(
+                _main, settings, telemetry, stdout, backoff, limits, preforked, early_servers, tracing, conversation
+            )
         )
     except KeyboardInterrupt:
         code = int(ExitCode.DRAIN_TIMEOUT)
@@ -188,6 +193,62 @@ def _run(settings: Settings, closed_fds: frozenset[int], early_servers: dict[str
     stdout.close(EXIT_FLUSH_TIMEOUT)
     telemetry.close(EXIT_FLUSH_TIMEOUT)
     return code
+
+
+@dataclasses.dataclass(frozen=True)
+class OnceConversation:
+    """A once run's conversation (rfcs/0303): its id, what it continues, and where it is saved.
+
+    Attributes:
+        session_id: the conversation's id (the run's ``session_id``).
+        history: the saved turns the root continues (empty for a new conversation).
+        turns: how many turns were saved before (0: new).
+        dropped_turns: turns the history left out to fit ``--session-max-tokens``.
+        saving: where this run's turn is saved (None: ``--ephemeral``, or no state directory).
+        unsaved: why it is not saved although it could be (told once the run starts), or "".
+    """
+
+    session_id: str
+    history: tuple[MessageFrame, ...] = ()
+    turns: int = 0
+    dropped_turns: int = 0
+    saving: Conversation | None = None
+    unsaved: str = ""
+
+
+def _once_conversation(settings: Settings) -> OnceConversation | None:
+    """The conversation a once run continues and saves (None in other modes).
+
+    Raises:
+        ConfigError: ``--continue`` / ``--resume`` name no readable conversation (exit 2).
+    """
+    if settings.mode != "once":
+        return None
+    from agentd.state import conversations as conv
+
+    root = conv.state_root(settings.state_dir, os.environ)
+    unsaved = ""
+    if root is None:
+        unsaved = "there is no home directory for the per-user state directory"
+    elif settings.state_dir is None and root.exists():
+        from agentd.state.dir import refusal
+
+        why = refusal(root)
+        unsaved = f"the per-user state directory {str(root)!r}: {why}" if why is not None else ""
+    found = conv.find(root, resume=settings.resume, latest=settings.continue_conversation)
+    session_id = found.id if found is not None else str(uuid.uuid4())
+    saving = (
+        conv.Conversation(conv.folder(root), session_id, max_tokens=settings.session_max_tokens)
+        if root is not None
+        else None
+    )
+    history: tuple[MessageFrame, ...] = ()
+    turns = dropped = 0
+    if found is not None and saving is not None:
+        history, turns, dropped = saving.history()
+    if settings.ephemeral or unsaved:
+        saving = None
+    return OnceConversation(session_id, history, turns, dropped, saving, unsaved)
 
 
 def _prefork_once_root(settings: Settings) -> PreforkedChild | None:
@@ -281,6 +342,7 @@ async def _main(
     preforked: PreforkedChild | None = None,
     early_servers: dict[str, EarlyProcess] | None = None,
     tracing: Tracing | None = None,
+    conversation: OnceConversation | None = None,
 ) -> int:
     started_wall = time.monotonic()
     now = trio.current_time()
@@ -294,6 +356,8 @@ async def _main(
         pid=os.getpid(),
         open_files=nofile,
     )
+    if conversation is not None:
+        _conversation_telemetry(conversation, telemetry)
     # Under systemd (Type=notify): read and drop NOTIFY_SOCKET before any child starts.
     notifier = Notifier.from_environ(os.environ, telemetry=telemetry)
 
@@ -323,8 +387,12 @@ async def _main(
     once = settings.mode == "once"
     from agentd.streamjson import Causes, StreamJson
 
+    # A once run's id names its conversation (a continued one keeps its id); others get a fresh one.
+    session_id = conversation.session_id if conversation is not None else str(uuid.uuid4())
     stream = (
-        StreamJson(stdout, truncate=settings.output_truncate) if settings.output == "stream-json" else None
+        StreamJson(stdout, truncate=settings.output_truncate, session_id=session_id)
+        if settings.output == "stream-json"
+        else None
     )
     causes = stream.causes if stream is not None else Causes()
     telemetry.add_tap(stream.on_event if stream is not None else causes.on_event)
@@ -409,6 +477,10 @@ async def _main(
             tool_allowed=lambda server, tool: hub.policy_allows(server, tool),
             holds=subscriptions,
         )
+        # Turns that are kept: warm sessions' in their journals, a once root's in its conversation.
+        journal: Journal | None = journals.commit if journals is not None else None
+        if conversation is not None and conversation.saving is not None:
+            journal = _saver(conversation.saving, session_id, telemetry)
         # A once root cannot be woken later: no subscribe / watch_* tools for it.
         hub = SupervisorHub(
             events=events,
@@ -428,7 +500,7 @@ async def _main(
             # A once run's root is already forked and warming up: no zygote to wait for.
             use_zygote=preforked is None,
             preforked=preforked,
-            journal=journals.commit if journals is not None else None,
+            journal=journal,
         )
         declared = DeclaredSubscriptions(
             subscriptions, upstreams, events=events, telemetry=telemetry, nursery=nursery
@@ -441,6 +513,8 @@ async def _main(
             mark("supervisor.spawn", agent.id)
             profile = route_profiles.get(agent.route or "", default_profile)
             hub.bind(agent.id, agent.route)  # the route's tool policy (allowed/disallowed, read-only)
+            # A once root continues its conversation's history, and its turn is saved (rfcs/0303).
+            once_root = conversation is not None and agent.role == "root"
             payload = SpawnPayload(
                 agent=agent.id,
                 model=profile.model,
@@ -452,8 +526,10 @@ async def _main(
                 model_settings=profile.model_settings,
                 # Only the endpoint its model names: no child holds another endpoint's headers.
                 providers={k: v for k, v in providers.items() if profile.model.startswith(k + ":")},
-                # Warm sessions' turns go to their journal; once and schedule roots are not journaled.
-                journal=journals is not None and (agent.role != "root" or warm_root),
+                # Warm sessions' turns go to their journal; a once root's to its conversation.
+                journal=(journals is not None and (agent.role != "root" or warm_root))
+                or (once_root and conversation is not None and conversation.saving is not None),
+                history=conversation.history if once_root and conversation is not None else (),
                 traceparent=tracing.traceparent(agent.id) if tracing is not None else None,
             )
             if (
@@ -551,7 +627,6 @@ async def _main(
                 server=reactor.status.required_failed,
                 error=reactor.status.required_failed_error,
             )
-        session_id = stream.session_id if stream is not None else str(uuid.uuid4())
         if once:
             code = await _print_once(
                 reactor,
@@ -579,6 +654,63 @@ async def _main(
         )
         nursery.cancel_scope.cancel()
     return int(code)
+
+
+def _conversation_telemetry(conversation: OnceConversation, telemetry: Telemetry) -> None:
+    """What a once run says about its conversation at start: continued, or not saved and why."""
+    if conversation.turns:
+        telemetry.emit(
+            "conversation.resumed",
+            session=conversation.session_id,
+            turns=conversation.turns,
+            messages=len(conversation.history),
+            dropped_turns=conversation.dropped_turns,
+        )
+    if conversation.unsaved:
+        telemetry.emit(
+            "conversation.unsaved",
+            session=conversation.session_id,
+            error=conversation.unsaved,
+            fix="give --state-dir DIR (a directory of agentd's user), or --ephemeral to save nothing",
+        )
+
+
+def _saver(saving: Conversation, session_id: str, telemetry: Telemetry) -> Journal:
+    """The once root's journal: its turn is added to the conversation file (in a worker thread)."""
+
+    async def save(agent: str, messages: Sequence[MessageFrame]) -> None:
+        try:
+            saved = await trio.to_thread.run_sync(saving.save, messages)
+        except OSError as exc:
+            # Never fails the run: the answer is still printed, only continuing it is lost.
+            telemetry.emit(
+                "conversation.unsaved",
+                session=session_id,
+                path=str(saving.path),
+                error=str(exc),
+                fix="give --state-dir DIR (a writable directory of agentd's user), or --ephemeral to save nothing",
+            )
+            return
+        if saved.moved_aside is not None:
+            telemetry.emit(
+                "journal.corrupt",
+                session=session_id,
+                path=str(saved.path),
+                error=saved.damage,
+                moved_to=str(saved.moved_aside),
+                kept_turns=0,
+                fix="the file was moved aside untouched; inspect or delete it",
+            )
+        telemetry.emit(
+            "conversation.saved",
+            session=session_id,
+            agent=agent,
+            path=str(saved.path),
+            turns=saved.turns,
+            dropped_turns=saved.dropped_turns,
+        )
+
+    return save
 
 
 def _provider_payload(name: str, spec: ProviderSpec) -> ProviderFrame:
