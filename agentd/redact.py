@@ -201,12 +201,11 @@ _known: set[str] = set()
 _known_sorted: list[str] = []
 
 
-# One or more plain words: letters only, joined by single separators. A word is
-# lower-case, upper-case or capitalised and short, as words of a language are;
-# a run of mixed-case letters (``xKqPzLmNaBvC``) is no word.
-_PLAIN_WORDS = re.compile(r"[A-Za-z]+(?:[ ._/:+-][A-Za-z]+)*")
-_PLAIN_WORD = re.compile(r"[a-z]{1,20}|[A-Z]{1,20}|[A-Z][a-z]{1,19}")
-_WORD_SEPARATORS = re.compile(r"[ ._/:+-]")
+# One plain word, as words of a language are written: lower-case, upper-case or
+# capitalised letters, and short. A run of mixed-case letters (``xKqPzLmNaBvC``)
+# or a long one is no word; words joined by ``-`` (``sk-secret``) are left to the
+# name they are under.
+_PLAIN_WORD = re.compile(r"[a-z]{1,16}|[A-Z]{1,16}|[A-Z][a-z]{1,15}")
 _SPACE = re.compile(r"\s")
 
 #: Shortest value :func:`looks_like_token` takes for a credential: generated keys
@@ -217,20 +216,18 @@ TOKEN_MIN_CHARS: Final = 20
 def registrable(value: str) -> bool:
     """Whether ``value`` may be registered (hidden wherever it appears).
 
-    No: a value shorter than :data:`MIN_REGISTERED_CHARS`; plain words
-    (``cursor``, ``claude-code``, ``application/json``: they would mask the
-    same words in file names, URIs and messages); an absolute path (it names
-    where a credential is kept, and would mask every path under it). Such a
-    value is still hidden under its name (``PGPASSWORD=…``, a header's value
-    in ``agentd check``). See rfcs/0300.
+    No: a value shorter than :data:`MIN_REGISTERED_CHARS`; a plain word
+    (``cursor``, ``oauth``, ``Bearer``: it would mask the same word in file
+    names, URIs and messages); an absolute path (it names where a credential
+    is kept, and would mask every path under it). Such a value is still
+    hidden under its name (``PGPASSWORD=…``, a header's value in ``agentd
+    check``). See rfcs/0300.
     """
     if len(value) < MIN_REGISTERED_CHARS:
         return False
     if value.startswith(("/", "~/")) and not _SPACE.search(value):
         return False
-    if _PLAIN_WORDS.fullmatch(value):
-        return not all(_PLAIN_WORD.fullmatch(w) for w in _WORD_SEPARATORS.split(value))
-    return True
+    return not _PLAIN_WORD.fullmatch(value)
 
 
 def looks_like_token(value: str) -> bool:

@@ -205,7 +205,8 @@ def _argparse_message(message: str) -> str:
     """argparse's own messages, said the way agentd says them."""
     m = re.fullmatch(r"argument (\S+): expected one argument", message)
     if m is not None:
-        return f"{m.group(1)} needs a value — fix: write {m.group(1).split('/')[-1]} VALUE (agentd --help)"
+        flag = m.group(1).split("/")[-1]
+        return f"{flag} needs a value — fix: write {flag} VALUE (agentd --help says which)"
     return f"{message} — fix: see agentd --help"
 
 
@@ -345,10 +346,32 @@ def usage_error(extras: Sequence[str], *, check: bool = False) -> str:
         return f"unknown option {bad} — fix: {hint}"
     known = _known_flags(check)
     by_normal = {_normal(k): k for k in reversed(known)}  # the first spelling of each wins
-    close = difflib.get_close_matches(_normal(bad), list(by_normal), n=1, cutoff=0.6)
+    close = _closest(_normal(bad), list(by_normal))
     if close:
-        return f"unknown option {bad} — fix: did you mean {by_normal[close[0]]}? (agentd --help lists the options)"
+        named = " or ".join(by_normal[c] for c in close)
+        return f"unknown option {bad} — fix: did you mean {named}? (agentd --help lists the options)"
     return f"unknown option {bad} — fix: agentd --help lists the options"
+
+
+def _one_edit(a: str, b: str) -> bool:
+    """Whether ``b`` is ``a`` with one letter added, dropped, changed, or two neighbours swapped."""
+    if a == b or abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        diff = [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
+        return len(diff) == 1 or (
+            len(diff) == 2 and diff[1] == diff[0] + 1 and a[diff[0]] == b[diff[1]] and a[diff[1]] == b[diff[0]]
+        )
+    short, long = (a, b) if len(a) < len(b) else (b, a)
+    return any(long[:i] + long[i + 1 :] == short for i in range(len(long)))
+
+
+def _closest(word: str, known: list[str]) -> list[str]:
+    """The known flags nearest ``word``: those one typo away (``--modle``: --mode or --model), else the most alike."""
+    typos = [k for k in known if _one_edit(word, k)]
+    if typos:
+        return sorted(typos)[:2]
+    return difflib.get_close_matches(word, known, n=1, cutoff=0.6)
 
 
 def alias_spellings(argv: Sequence[str]) -> dict[str, str]:

@@ -21,7 +21,7 @@ def run_needs(settings: Settings) -> list[_Problem]:
     mode = settings.mode
     if settings.model is None:
         problems.append(
-            _Problem(("model",), None, f"choose a model with --model (-m) or AGENTD_MODEL: {MODEL_FORMS}")
+            _Problem(("model",), None, f"choose a model with --model or AGENTD_MODEL: {MODEL_FORMS}")
         )
     needs_instruction = (
         mode != "reactive" or not settings.routes or any(r.template is None for r in settings.routes)
@@ -30,10 +30,7 @@ def run_needs(settings: Settings) -> list[_Problem]:
         if mode == "reactive":
             fix = "give the instruction (argument, --instruction TEXT or @FILE), or a template on every route"
         else:
-            fix = (
-                f"--mode {mode} needs an instruction: pass it as the argument, --instruction TEXT or "
-                "--instruction @FILE, or - to read it from stdin"
-            )
+            fix = f"--mode {mode} needs an instruction: pass it as the argument, --instruction TEXT or --instruction @FILE"
         problems.append(_Problem(("instruction",), settings.instruction, fix))
     return problems
 
