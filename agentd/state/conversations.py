@@ -294,6 +294,10 @@ class Conversation:
             os.close(dfd)  # releases the lock
 
     def _save_locked(self, turn: tuple[MessageFrame, ...]) -> Saved:
+        # A save cut short by SIGKILL leaves its temp file; the rename never happened, so it holds nothing.
+        for leftover in self.directory.glob(f".{self.path.name}.*.tmp"):
+            with contextlib.suppress(OSError):
+                leftover.unlink()
         turns: list[tuple[MessageFrame, ...]] = []
         moved: Path | None = None
         damage = ""
