@@ -193,7 +193,9 @@ def _main(argv: Sequence[str]) -> int:
             _print_config_error(exc)
             return int(ExitCode.CONFIG)
         if piped is not None:
-            settings = settings.model_copy(update={"instruction": _stdin.with_context(settings.instruction, piped)})
+            settings = settings.model_copy(
+                update={"instruction": _stdin.with_context(settings.instruction, piped)}
+            )
         elif silent:
             print(
                 f"agentd: warning: stdin is a pipe with nothing on it after {_stdin.FIRST_BYTE_WAIT:g}s; "

@@ -17,7 +17,7 @@ import difflib
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NamedTuple, NoReturn
+from typing import Any, NamedTuple, NoReturn, Protocol
 
 from agentd import __version__
 from agentd.errors import ConfigError
@@ -246,7 +246,9 @@ def build_parser(prog: str = "agentd") -> argparse.ArgumentParser:
     groups = {key: p.add_argument_group(title) for key, title in GROUPS.items()}
     run = groups["run"]
     run.add_argument("-h", "--help", action="help", help="print this help and exit")
-    run.add_argument("-V", "--version", action="version", version=f"agentd {__version__}", help="print the version")
+    run.add_argument(
+        "-V", "--version", action="version", version=f"agentd {__version__}", help="print the version"
+    )
     run.add_argument(
         "instruction_arg",
         nargs="?",
@@ -254,7 +256,7 @@ def build_parser(prog: str = "agentd") -> argparse.ArgumentParser:
         help="the task; - reads it from stdin (stdin piped with it is added as context)",
     )
     for option in OPTIONS:
-        groups[option.group].add_argument(*option.flags, **_kwargs(option), help=option.help)
+        _add(groups[option.group], option.flags, option, option.help)
     if check:
         run.add_argument(
             "--show-secrets",
@@ -265,19 +267,27 @@ def build_parser(prog: str = "agentd") -> argparse.ArgumentParser:
     by_flag = {flag: option for option in OPTIONS for flag in option.flags}
     for alias, flag in ALIASES.items():
         target = by_flag[flag]
-        dest = flag.lstrip("-").replace("-", "_")
-        p.add_argument(alias, dest=dest, **_kwargs(target), help=argparse.SUPPRESS)
+        _add(p, (alias,), target, argparse.SUPPRESS)
     for flag in NO_OPS:
         p.add_argument(flag, dest="print_mode", action="store_true", default=None, help=argparse.SUPPRESS)
     return p
 
 
-def _kwargs(option: Option) -> dict[str, object]:
-    """How argparse takes ``option`` (no metavar for a flag; None when not given)."""
-    kwargs: dict[str, object] = {"action": option.action, "default": None}
-    if option.metavar is not None:
-        kwargs["metavar"] = option.metavar
-    return kwargs
+class _Container(Protocol):
+    """What options are added to: the parser, or one of its groups."""
+
+    def add_argument(self, *name_or_flags: str, **kwargs: Any) -> argparse.Action: ...
+
+
+def _add(to: _Container, flags: tuple[str, ...], option: Option, help: str) -> None:
+    """Add ``flags`` taking a value as ``option`` does, into ``option``'s setting (None when not given)."""
+    dest = option.flags[-1].lstrip("-").replace("-", "_")  # the long flag's name, as argparse makes it
+    if option.metavar is None:
+        to.add_argument(*flags, dest=dest, action=option.action, default=None, help=help)
+    else:
+        to.add_argument(
+            *flags, dest=dest, action=option.action, default=None, help=help, metavar=option.metavar
+        )
 
 
 _CHECK_DESCRIPTION = """\
@@ -320,7 +330,15 @@ def flags_from_args(ns: argparse.Namespace) -> tuple[dict[str, object], Path | N
 def _known_flags(check: bool) -> list[str]:
     """Every flag the parser takes, agentd's own first (they win a tie for "did you mean")."""
     own = [flag for option in OPTIONS if option.help != argparse.SUPPRESS for flag in option.flags]
-    return [*own, "--no-verbose", "--help", "--version", *(["--show-secrets"] if check else []), *ALIASES, *NO_OPS]
+    return [
+        *own,
+        "--no-verbose",
+        "--help",
+        "--version",
+        *(["--show-secrets"] if check else []),
+        *ALIASES,
+        *NO_OPS,
+    ]
 
 
 def _normal(flag: str) -> str:
@@ -360,7 +378,10 @@ def _one_edit(a: str, b: str) -> bool:
     if len(a) == len(b):
         diff = [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
         return len(diff) == 1 or (
-            len(diff) == 2 and diff[1] == diff[0] + 1 and a[diff[0]] == b[diff[1]] and a[diff[1]] == b[diff[0]]
+            len(diff) == 2
+            and diff[1] == diff[0] + 1
+            and a[diff[0]] == b[diff[1]]
+            and a[diff[1]] == b[diff[0]]
         )
     short, long = (a, b) if len(a) < len(b) else (b, a)
     return any(long[:i] + long[i + 1 :] == short for i in range(len(long)))

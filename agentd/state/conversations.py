@@ -182,7 +182,9 @@ def find(
         return matches[0]
     if len(matches) > 1:
         ids = ", ".join(sorted(f.id for f in matches)[:SHOWN_RECENT])
-        raise ConfigError("--resume", resume, f"it starts more than one session id ({ids}, …); give more of it")
+        raise ConfigError(
+            "--resume", resume, f"it starts more than one session id ({ids}, …); give more of it"
+        )
     if newest:
         listed = "; ".join(f.describe() for f in newest)
         hint = f"the newest there: {listed}; agentd --continue continues the newest"

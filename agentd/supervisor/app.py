@@ -86,8 +86,8 @@ if TYPE_CHECKING:
     from agentd.metrics import MetricsSnapshot
     from agentd.prelaunch import EarlyProcess
     from agentd.state.conversations import Conversation
-    from agentd.supervisor.channel import Journal
     from agentd.streamjson import StreamJson
+    from agentd.supervisor.channel import Journal
     from agentd.telemetry import LineFormat
     from agentd.tracing import Tracing
 
@@ -169,7 +169,16 @@ def _run(settings: Settings, closed_fds: frozenset[int], early_servers: dict[str
     try:
         code = int(
             trio.run(
-                _main, settings, telemetry, stdout, backoff, limits, preforked, early_servers, tracing, conversation
+                _main,
+                settings,
+                telemetry,
+                stdout,
+                backoff,
+                limits,
+                preforked,
+                early_servers,
+                tracing,
+                conversation,
             )
         )
     except KeyboardInterrupt:

@@ -37,7 +37,9 @@ def result_of(stdout: str) -> dict[str, object]:
 # ------------------------------------------------------------------ peer habits
 
 
-def test_max_turns_is_the_per_turn_step_cap_and_the_exit_says_steps(tmp_path: Path, home: dict[str, str]) -> None:
+def test_max_turns_is_the_per_turn_step_cap_and_the_exit_says_steps(
+    tmp_path: Path, home: dict[str, str]
+) -> None:
     model = script(tmp_path, LOOPING, then="repeat")
     for flag in ("--max-turns", "--max-turn-steps"):
         done = run_cli(["-m", model, flag, "2", "-o", "json", "work"], cwd=tmp_path, env=home)
@@ -74,7 +76,15 @@ def test_a_value_error_names_the_alias_the_user_wrote(tmp_path: Path) -> None:
 
 def test_claudes_tool_and_output_names_are_accepted(tmp_path: Path) -> None:
     done = run_cli(
-        ["check", "--allowedTools", "memo__*", "--disallowedTools", "memo__memo_delete", "--output-format", "json"],
+        [
+            "check",
+            "--allowedTools",
+            "memo__*",
+            "--disallowedTools",
+            "memo__memo_delete",
+            "--output-format",
+            "json",
+        ],
         cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr
@@ -115,11 +125,16 @@ def test_claudes_tool_and_output_names_are_accepted(tmp_path: Path) -> None:
             "agentd: error: more than one INSTRUCTION: 'the logs' follows the first — fix: quote the "
             'instruction as one argument (agentd "do this and that") or give it with --instruction',
         ),
-        (["task", "-m"], "agentd: error: --model needs a value — fix: write --model VALUE (agentd --help says which)"),
+        (
+            ["task", "-m"],
+            "agentd: error: --model needs a value — fix: write --model VALUE (agentd --help says which)",
+        ),
     ],
     ids=["did-you-mean", "blames-the-flag", "flag=value", "json", "unquoted", "no-value"],
 )
-def test_a_usage_error_is_one_line_that_blames_the_right_word(tmp_path: Path, argv: list[str], line: str) -> None:
+def test_a_usage_error_is_one_line_that_blames_the_right_word(
+    tmp_path: Path, argv: list[str], line: str
+) -> None:
     for command in ([], ["check"]):
         done = run_cli([*command, *argv], cwd=tmp_path)
         assert done.returncode == ExitCode.CONFIG
@@ -233,7 +248,9 @@ def test_a_silent_inherited_pipe_is_not_waited_on_for_ever(tmp_path: Path, home:
 
 
 def test_check_works_without_an_instruction_and_says_what_a_run_needs(tmp_path: Path) -> None:
-    (tmp_path / "mcp.json").write_text(json.dumps({"mcpServers": {"memo": {"command": "agentd", "args": ["serve", "memo"]}}}))
+    (tmp_path / "mcp.json").write_text(
+        json.dumps({"mcpServers": {"memo": {"command": "agentd", "args": ["serve", "memo"]}}})
+    )
     done = run_cli(["check", "--mcp-config", "mcp.json"], cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert sorted(result_of(done.stdout)["servers"]) == ["memo"]  # type: ignore[arg-type]
@@ -287,7 +304,9 @@ def test_an_ordinary_header_value_masks_nothing(tmp_path: Path) -> None:
 RECALL = [{"text": "first: {instruction} | now: {input}"}]
 
 
-def test_continue_sees_the_previous_turn_and_keeps_the_session_id(tmp_path: Path, home: dict[str, str]) -> None:
+def test_continue_sees_the_previous_turn_and_keeps_the_session_id(
+    tmp_path: Path, home: dict[str, str]
+) -> None:
     model = script(tmp_path, RECALL)
     first = run_cli(["-m", model, "-o", "json", "remember the milk"], cwd=tmp_path, env=home)
     assert first.returncode == 0, first.stderr
@@ -302,7 +321,9 @@ def test_continue_sees_the_previous_turn_and_keeps_the_session_id(tmp_path: Path
     assert [(e["session"], e["turns"]) for e in resumed] == [(one["session_id"], 1)]
     # --resume by id (a unique prefix will do) continues the same conversation, now two turns long.
     third = run_cli(
-        ["-m", model, "-o", "json", "--resume", str(one["session_id"])[:8], "and then?"], cwd=tmp_path, env=home
+        ["-m", model, "-o", "json", "--resume", str(one["session_id"])[:8], "and then?"],
+        cwd=tmp_path,
+        env=home,
     )
     assert result_of(third.stdout)["result"] == "first: remember the milk | now: and then?"
     saved = list((tmp_path / "state" / "agentd" / "conversations").iterdir())
@@ -337,7 +358,9 @@ def test_resume_an_unknown_id_exits_2_with_the_fix(tmp_path: Path, home: dict[st
     assert "--continue: True is not valid: --continue is for --mode once (its conversation)" in daemon.stderr
 
 
-def test_ephemeral_saves_nothing_and_check_names_what_continue_picks(tmp_path: Path, home: dict[str, str]) -> None:
+def test_ephemeral_saves_nothing_and_check_names_what_continue_picks(
+    tmp_path: Path, home: dict[str, str]
+) -> None:
     model = script(tmp_path, RECALL)
     run = run_cli(["-m", model, "--ephemeral", "hello"], cwd=tmp_path, env=home)
     assert run.returncode == 0, run.stderr

@@ -110,7 +110,10 @@ def test_context_reads_a_pipe_to_its_end() -> None:
 @pytest.mark.parametrize(
     ("data", "match"),
     [
-        (b"x" * (_stdin.MAX_STDIN_BYTES + 1), r"^stdin: '-' is not valid: more than 1048576 bytes arrived on stdin"),
+        (
+            b"x" * (_stdin.MAX_STDIN_BYTES + 1),
+            r"^stdin: '-' is not valid: more than 1048576 bytes arrived on stdin",
+        ),
         (b"caf\xe9", r"^stdin: '-' is not valid: stdin is not UTF-8 text \(byte 3\)"),
     ],
 )
@@ -135,3 +138,13 @@ def test_an_instruction_from_stdin_that_starts_with_at_stays_text() -> None:
             _stdin.instruction(empty)
     finally:
         os.close(empty)
+
+
+def test_docs_cli_names_every_flag_and_alias() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
+    missing = [
+        flag
+        for flag in [*(f for o in OPTIONS for f in o.flags), *ALIASES, "-p", "--print", "--show-secrets"]
+        if f"`{flag}`" not in text and f"`{flag} " not in text
+    ]
+    assert missing == [], f"docs/cli.md does not name {missing}"

@@ -57,16 +57,21 @@ def test_find_picks_the_newest_or_the_named_one(tmp_path: Path) -> None:
     os.utime(newer.path, (future, future))
     assert find(tmp_path, resume=None, latest=False) is None
     found = find(tmp_path, resume=None, latest=True)
-    assert found is not None and found.id == "bbbb-2222"
+    assert found is not None
+    assert found.id == "bbbb-2222"
     by_prefix = find(tmp_path, resume="aaaa", latest=False)
-    assert by_prefix is not None and by_prefix.id == "aaaa-1111"
+    assert by_prefix is not None
+    assert by_prefix.id == "aaaa-1111"
     assert [f.id for f in recent(folder(tmp_path))] == ["bbbb-2222", "aaaa-1111"]
 
 
 @pytest.mark.parametrize(
     ("resume", "match"),
     [
-        ("cccc", r"^--resume: 'cccc' is not valid: no conversation with this id in '.*' \(the newest there: "),
+        (
+            "cccc",
+            r"^--resume: 'cccc' is not valid: no conversation with this id in '.*' \(the newest there: ",
+        ),
         ("a/../b", r"^--resume: 'a/../b' is not valid: a session id is letters, digits"),
         ("", r"^--resume: '' is not valid: a session id is letters, digits"),
     ],
@@ -80,12 +85,16 @@ def test_find_refuses_what_names_no_conversation(tmp_path: Path, resume: str, ma
 def test_a_prefix_of_several_ids_asks_for_more(tmp_path: Path) -> None:
     saved(tmp_path, "ab-1", "x")
     saved(tmp_path, "ab-2", "y")
-    with pytest.raises(ConfigError, match=r"it starts more than one session id \(ab-1, ab-2, …\); give more of it"):
+    with pytest.raises(
+        ConfigError, match=r"it starts more than one session id \(ab-1, ab-2, …\); give more of it"
+    ):
         find(tmp_path, resume="ab", latest=False)
 
 
 def test_continue_with_nothing_saved_says_what_to_do(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"no conversation is saved there yet: run agentd once without --continue"):
+    with pytest.raises(
+        ConfigError, match=r"no conversation is saved there yet: run agentd once without --continue"
+    ):
         find(tmp_path, resume=None, latest=True)
     with pytest.raises(ConfigError, match=r"there is no per-user state directory \(no home directory\)"):
         find(None, resume=None, latest=True)
@@ -106,14 +115,17 @@ def test_a_torn_tail_keeps_the_whole_turns(tmp_path: Path) -> None:
 def test_a_corrupt_file_is_moved_aside_and_its_good_turns_kept(tmp_path: Path) -> None:
     conv = saved(tmp_path, "c1", "one", "two")
     data = bytearray(conv.path.read_bytes())
-    first_turn_end = len(jf.MAGIC) + len(jf.encode(jf.OpenRecord(session="c1"))) + len(
-        jf.encode(jf.TurnRecord(messages=turn("one")))
+    first_turn_end = (
+        len(jf.MAGIC)
+        + len(jf.encode(jf.OpenRecord(session="c1")))
+        + len(jf.encode(jf.TurnRecord(messages=turn("one"))))
     )
     data[first_turn_end + 9] ^= 0xFF  # a byte of the second turn flipped: bad checksum, more after it
     data += jf.encode(jf.TurnRecord(messages=turn("three")))
     conv.path.write_bytes(bytes(data))
     result = conv.save(turn("four"))
-    assert result.moved_aside is not None and result.moved_aside.exists()
+    assert result.moved_aside is not None
+    assert result.moved_aside.exists()
     assert "fails its checksum" in result.damage
     assert [t[0].content for t in jf.read(conv.path).turns] == ["one", "four"]
 
@@ -125,11 +137,14 @@ def test_a_link_in_a_conversations_place_is_never_followed(tmp_path: Path) -> No
     link = folder(tmp_path) / "c1.journal"
     link.symlink_to(target)
     conv = Conversation(folder(tmp_path), "c1", max_tokens=100_000)
-    with pytest.raises(ConfigError, match=r"cannot be read \(.*\); fix its permissions, or start a new conversation"):
+    with pytest.raises(
+        ConfigError, match=r"cannot be read \(.*\); fix its permissions, or start a new conversation"
+    ):
         conv.history()
     result = conv.save(turn("one"))
     assert target.read_text() == "not agentd's"
-    assert result.moved_aside is not None and result.moved_aside.is_symlink()
+    assert result.moved_aside is not None
+    assert result.moved_aside.is_symlink()
     assert [t[0].content for t in jf.read(conv.path).turns] == ["one"]
     assert find(tmp_path, resume=None, latest=True) is not None
 
