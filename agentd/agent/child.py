@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, TypedDict, TypeGuard, get_args
 import trio
 
 from agentd.jsonvalue import as_object
+from agentd.safetext import valid_text
 from agentd.selfmcp.control import FrameStream, read_first_line
 from agentd.selfmcp.protocol import (
     MAX_CALL_COST_USD,
@@ -202,7 +203,8 @@ class ControlLink:
             status=status,
             text=text,
             idle=bool(idle),
-            fatal_infra=None if fatal_infra is None else fatal_infra[:MAX_MESSAGE_CHARS],
+            # A provider's error message may quote what it was sent: valid text only (rfcs/0270).
+            fatal_infra=None if fatal_infra is None else valid_text(fatal_infra[:MAX_MESSAGE_CHARS]),
         )
         answer = await self._request(end, timeout=None)
         assert isinstance(answer, NextTurn)

@@ -33,6 +33,7 @@ from agentd.errors import ConfigError
 from agentd.exitcodes import ExitCode
 from agentd.output import claim_standard_fds
 from agentd.redact import register_secrets, secret_values
+from agentd.safetext import escape_controls
 
 if TYPE_CHECKING:
     from agentd.prelaunch import EarlyProcess
@@ -41,13 +42,17 @@ if TYPE_CHECKING:
 __all__ = ["exit_process", "main"]
 
 
+def _say(message: object) -> None:
+    """One line for the person who ran agentd, on stderr: its control characters shown escaped."""
+    print(f"agentd: {escape_controls(str(message))}", file=sys.stderr)
+
+
 def _print_config_error(exc: ConfigError, spelled: dict[str, str] | None = None) -> None:
     """One line per problem; a setting given under another tool's name is named that way."""
     problems = exc.problems if isinstance(exc, ConfigErrors) else (exc,)
     for problem in problems:
         alias = (spelled or {}).get(problem.setting)
-        shown = ConfigError(alias, problem.value, problem.fix) if alias is not None else problem
-        print(f"agentd: {shown}", file=sys.stderr)
+        _say(ConfigError(alias, problem.value, problem.fix) if alias is not None else problem)
 
 
 def _serve(argv: list[str]) -> int:
@@ -156,7 +161,7 @@ def _main(argv: Sequence[str]) -> int:
         if extras:
             raise UsageError(usage_error(extras, check=check))
     except UsageError as exc:
-        print(f"agentd: error: {exc}", file=sys.stderr)
+        _say(f"error: {exc}")
         return int(ExitCode.CONFIG)
     except SystemExit as exc:  # argparse: --help or --version (0), already printed
         return exc.code if isinstance(exc.code, int) else int(ExitCode.CONFIG)
@@ -174,13 +179,13 @@ def _main(argv: Sequence[str]) -> int:
     except ConfigError as exc:
         _print_config_error(exc, spelled)
         if exc.setting == "--config" and "-c" in args:
-            print("agentd: (-c is --config; --continue continues the last conversation)", file=sys.stderr)
+            _say("(-c is --config; --continue continues the last conversation)")
         return int(ExitCode.CONFIG)
     register_secrets(server_secrets(settings))
     for old_name in deprecations(settings):
-        print(f"agentd: {old_name.message()}", file=sys.stderr)
+        _say(old_name.message())
     for key in ignored_keys(settings):
-        print(f"agentd: warning: {key}: not used by agentd; ignored", file=sys.stderr)
+        _say(f"warning: {key}: not used by agentd; ignored")
     if check:
         return _check(settings, found, show_secrets=bool(getattr(ns, "show_secrets", False)))
     if found is not None:
@@ -197,11 +202,10 @@ def _main(argv: Sequence[str]) -> int:
                 update={"instruction": _stdin.with_context(settings.instruction, piped)}
             )
         elif silent:
-            print(
-                f"agentd: warning: stdin is a pipe with nothing on it after {_stdin.FIRST_BYTE_WAIT:g}s; "
+            _say(
+                f"warning: stdin is a pipe with nothing on it after {_stdin.FIRST_BYTE_WAIT:g}s; "
                 "running without piped context — fix: pipe the input (cmd | agentd …), or give stdin "
-                "/dev/null (< /dev/null) when there is none",
-                file=sys.stderr,
+                "/dev/null (< /dev/null) when there is none"
             )
     return _run(settings, closed_fds)
 
@@ -230,15 +234,15 @@ def _check(settings: Settings, found: Found | None, *, show_secrets: bool) -> in
         if spec.required:
             problems.append(problem)
         else:
-            print(f"agentd: warning: {problem}", file=sys.stderr)
+            _say(f"warning: {problem}")
     if problems:
         for problem in problems:
             _print_config_error(problem)
         return int(ExitCode.CONFIG)
     for need in run_needs(settings):
-        print(f"agentd: note: a run also needs {need.setting} — fix: {need.fix}", file=sys.stderr)
+        _say(f"note: a run also needs {need.setting} — fix: {need.fix}")
     if found is not None:
-        print(f"agentd: note: a run continues conversation {found.describe()}", file=sys.stderr)
+        _say(f"note: a run continues conversation {found.describe()}")
     shown = effective_config(settings, os.environ, show_secrets=show_secrets)
     # Which agentd validated it (not a setting: bug reports paste this output).
     shown["agentd_version"] = __version__

@@ -119,8 +119,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("model", ("--reasoning-effort",), _ONE, "EFFORT", "OpenAI: none, minimal, low, medium, high, xhigh"),
     Option("model", ("--thinking-budget",), _ONE, "N", "Anthropic thinking budget in tokens (>= 1024; 0 = off)"),
     Option("model", ("--model-timeout",), _ONE, "DURATION", "deadline of one model call, retries included (default 5m)"),
-    Option("servers", ("--mcp-stdio",), _MANY, "'NAME=CMD ARGS'", "a stdio server (repeatable)"),
-    Option("servers", ("--mcp-http",), _MANY, "NAME=URL", "a Streamable HTTP server (repeatable)"),
+    Option("servers", ("--mcp-stdio",), _MANY, "'NAME=CMD ARGS'", "a stdio server (repeatable); ,protocol=V pins an MCP version (default auto)"),
+    Option("servers", ("--mcp-http",), _MANY, "NAME=URL", "an HTTP server (repeatable); ,transport=auto|http|sse and ,protocol=V after the URL"),
     Option("servers", ("--mcp-config",), _MANY, "FILE", "another client's server file: mcpServers JSON (Claude, Cursor…), VS Code's servers JSON or Codex's TOML (repeatable)"),
     Option("servers", ("--require",), _MANY, "NAME", "the run needs this server: its failure exits 6 (repeatable)"),
     Option("servers", ("--tool-timeout",), _ONE, "DURATION", "bound on one tool call (default 30s)"),
@@ -142,6 +142,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("limits", ("--restart-period",), _ONE, "DURATION", "restart window (default 60s)"),
     Option("limits", ("--spawn-timeout",), _ONE, "DURATION", "bound on starting one agent child (default 5s)"),
     Option("limits", ("--session-max-tokens",), _ONE, "N", "tokens a saved conversation or session keeps (default 100000)"),
+    Option("limits", ("--max-self-subscriptions-per-session",), _ONE, "N", "subscriptions one session's model may hold (default 64)"),
+    Option("limits", ("--max-self-subscriptions",), _ONE, "N", "subscriptions all sessions' models may hold together (default 1024)"),
     Option("limits", ("--max-steps",), _ONE, "N", argparse.SUPPRESS),  # deprecated: --budget-steps
     Option("limits", ("--max-tokens",), _ONE, "N", argparse.SUPPRESS),  # deprecated: --budget-tokens
     Option("output", ("-o", "--output"), _ONE, "FORMAT", "text (default), json (one object) or stream-json (a line per step)"),

@@ -69,9 +69,11 @@ from agentd.config._vocab import (
     Mode,
     OutputFormat,
     Overflow,
+    ProtocolSetting,
     SessionKind,
     ToolScope,
     Transport,
+    TransportSetting,
 )
 
 __all__ = [
@@ -90,6 +92,7 @@ __all__ = [
     "OAuthSpec",
     "OutputFormat",
     "Overflow",
+    "ProtocolSetting",
     "ProviderSpec",
     "RouteConfig",
     "ServerSpec",
@@ -98,6 +101,7 @@ __all__ = [
     "SubscriptionSpec",
     "ToolScope",
     "Transport",
+    "TransportSetting",
     "WatchesConfig",
     "deprecations",
     "effective_config",

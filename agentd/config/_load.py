@@ -29,16 +29,23 @@ from agentd.config._sources import (
     _spell_in,
     _translate,
 )
-from agentd.config._values import _expand_user
-from agentd.config._vocab import MODEL_SETTING_FLAGS, SERVER_FLAG_KEYS
-from agentd.errors import ConfigError
+from agentd.config._values import _expand_user, not_a_file_fix
+from agentd.config._vocab import MAX_CONFIG_FILE_BYTES, MODEL_SETTING_FLAGS, SERVER_FLAG_KEYS
+from agentd.errors import ConfigError, NotAFile
+from agentd.state.files import read_regular_file
 
 
 def _read_toml(path: Path) -> dict[str, object]:
     try:
         if "\x00" in str(path):
             raise OSError(0, "a path cannot contain a NUL character")
-        raw = path.read_bytes()
+        raw = read_regular_file(path, MAX_CONFIG_FILE_BYTES)
+        if len(raw) > MAX_CONFIG_FILE_BYTES:
+            raise ConfigError(
+                "--config", str(path), f"the config file is larger than {MAX_CONFIG_FILE_BYTES} bytes"
+            )
+    except NotAFile as exc:
+        raise ConfigError("--config", str(path), f"it {exc.problem}; {not_a_file_fix(exc.kind)}") from None
     except OSError as exc:
         raise ConfigError(
             "--config",

@@ -192,6 +192,19 @@ def cross_field_problems(
                 "health and metrics cannot share one address; pick another port",
             )
         )
+    if settings.state_dir is not None and settings.watch_state is None:
+        # The watch state defaults to a file in the state directory: refused now, like --watch-state.
+        from agentd.state.dir import WATCH_STATE_NAME
+        from agentd.watches.state import refusal
+
+        default = settings.state_dir / WATCH_STATE_NAME
+        why = refusal(default, own_dir=True)
+        if why is not None:
+            add(
+                _Problem(
+                    ("state_dir",), str(settings.state_dir), f"its watch-state file {str(default)!r} {why}"
+                )
+            )
     return problems
 
 

@@ -46,6 +46,8 @@ from agentd.config._values import (
 )
 from agentd.config._vocab import (
     DEFAULT_MAX_READ_BYTES,
+    DEFAULT_MAX_SELF_SUBSCRIPTIONS,
+    DEFAULT_MAX_SELF_SUBSCRIPTIONS_PER_SESSION,
     DEFAULT_MAX_TURN_STEPS,
     DEFAULT_MODEL_TIMEOUT,
     DEFAULT_TOOL_TIMEOUT,
@@ -140,6 +142,10 @@ class Settings(BaseSettings):
     """HOST:PORT of the Prometheus endpoint (None: no endpoint)."""
     max_read_bytes: int = DEFAULT_MAX_READ_BYTES
     """Largest resource read accepted from a server."""
+    max_self_subscriptions_per_session: int = DEFAULT_MAX_SELF_SUBSCRIPTIONS_PER_SESSION
+    """Subscriptions one session's model may hold at once (its own ``subscribe``; rfcs/0265)."""
+    max_self_subscriptions: int = DEFAULT_MAX_SELF_SUBSCRIPTIONS
+    """Subscriptions the models of every session may hold together (rfcs/0265)."""
     watches: WatchesConfig = Field(default_factory=WatchesConfig)
     tool_timeout: float = DEFAULT_TOOL_TIMEOUT
     """Seconds one upstream tool call may take (a server's ``timeout`` overrides it)."""
@@ -411,6 +417,22 @@ class Settings(BaseSettings):
         if size < 1:
             raise ValueError("must be at least 1 byte; write e.g. 8MiB")
         return size
+
+    @field_validator("max_self_subscriptions_per_session", "max_self_subscriptions", mode="before")
+    @classmethod
+    def _subscription_caps(cls, v: object, info: ValidationInfo) -> int:
+        default = (
+            DEFAULT_MAX_SELF_SUBSCRIPTIONS
+            if info.field_name == "max_self_subscriptions"
+            else DEFAULT_MAX_SELF_SUBSCRIPTIONS_PER_SESSION
+        )
+        try:
+            return _integer(v, minimum=1)
+        except ValueError:
+            raise ValueError(
+                f"give a whole number of subscriptions, 1 or more (default {default}); past it a model's "
+                "subscribe is refused with a tool error"
+            ) from None
 
     @field_validator("cron")
     @classmethod

@@ -33,6 +33,7 @@ from agentd.models.base import (
     ToolSpec,
     Usage,
     estimate_tokens,
+    valid_reply,
 )
 from agentd.models.factory import (
     PROVIDERS,
@@ -74,6 +75,7 @@ __all__ = [
     "parse_model_spec",
     "prewarm",
     "settings_problems",
+    "valid_reply",
     "validate_model_spec",
     "wire_api",
 ]

@@ -49,8 +49,6 @@ input (the API counts the three apart), ``output_tokens``.
 
 from __future__ import annotations
 
-import orjson
-
 from agentd.errors import ModelResponseError
 from agentd.jsonvalue import (
     JSONArray,
@@ -71,6 +69,7 @@ from agentd.models.base import (
     Prompt,
     StopReason,
     ToolCall,
+    json_text,
 )
 from agentd.models.settings import ModelSettings
 
@@ -342,14 +341,14 @@ def _unexpected(field: str, problem: str) -> ModelResponseError:
 def _tool_call(index: int, block: JSONObject) -> ToolCall:
     name = get_str(block, "name")
     call_id = get_str(block, "id")
-    if not name:
+    if name is None:  # an empty name is the model's: the call is answered "unknown tool"
         raise _unexpected(f"content[{index}].name", f"of a tool_use block is missing: {block!r:.200}")
     if not call_id:
         raise _unexpected(f"content[{index}].id", f"of a tool_use block is missing: {block!r:.200}")
     args = block.get("input")
     if is_object(args):
         return ToolCall.from_object(call_id, name, args)
-    raw = orjson.dumps(args).decode()
+    raw = json_text(args)
     if len(raw) > MAX_TOOL_ARGUMENT_CHARS:
         return ToolCall.oversized(call_id, name, raw)
     return ToolCall.rejected(

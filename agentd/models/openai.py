@@ -41,8 +41,6 @@ and every ``[providers.NAME]`` endpoint.
 
 from __future__ import annotations
 
-import orjson
-
 from agentd.errors import ModelResponseError
 from agentd.jsonvalue import (
     JSONArray,
@@ -56,7 +54,7 @@ from agentd.jsonvalue import (
 )
 from agentd.models._wire import HttpModel, WireFormat, openai_usage
 from agentd.models._wire import usage_from as usage_from  # the OpenAI usage reader, under its older home
-from agentd.models.base import NO_IMAGES_NOTE, Message, ModelReply, Prompt, StopReason, ToolCall
+from agentd.models.base import NO_IMAGES_NOTE, Message, ModelReply, Prompt, StopReason, ToolCall, json_text
 from agentd.models.settings import TOOL_CHOICE_WORDS, ModelSettings
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -221,8 +219,9 @@ def _tool_call(index: int, raw: JSONValue) -> ToolCall:
     if item is None or fn is None:
         raise _unexpected(f"{where}.function", f"is missing: {raw!r:.200}")
     name = get_str(fn, "name")
-    if not name:
-        raise _unexpected(f"{where}.function.name", f"is missing or empty: {fn!r:.200}")
+    if name is None:
+        # An empty name is the model's: the call is answered "unknown tool".
+        raise _unexpected(f"{where}.function.name", f"is missing or not a string: {fn!r:.200}")
     # Some compatible servers omit the id; the transcript still needs one to
     # pair the result with the call.
     call_id = get_str(item, "id") or f"call_{index}"
@@ -236,7 +235,7 @@ def _tool_call(index: int, raw: JSONValue) -> ToolCall:
         return ToolCall.rejected(
             call_id,
             name,
-            orjson.dumps(args).decode(),
+            json_text(args),
             f"the arguments for tool {name!r} are JSON {type(args).__name__}, not an object. "
             "Call the tool again with the arguments as one JSON object.",
         )

@@ -229,7 +229,7 @@ def _unexpected(field: str, problem: str) -> ModelResponseError:
 
 def _tool_call(index: int, item: JSONObject) -> ToolCall:
     name = item.get("name")
-    if not isinstance(name, str) or not name:
+    if not isinstance(name, str):  # an empty name is the model's: the call is answered "unknown tool"
         raise _unexpected(f"output[{index}].name", f"of a function_call item is missing: {item!r:.200}")
     call_id = get_str(item, "call_id") or f"call_{index}"
     args = item.get("arguments")

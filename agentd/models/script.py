@@ -64,7 +64,7 @@ from typing import Literal, TypeGuard, get_args
 
 import trio
 
-from agentd.errors import ConfigError
+from agentd.errors import ConfigError, NotAFile
 from agentd.jsonvalue import JSONObject, JSONValue, is_object
 from agentd.models._http import Sleep
 from agentd.models.base import (
@@ -77,6 +77,7 @@ from agentd.models.base import (
     estimate_input_tokens,
     estimate_tokens,
 )
+from agentd.state.files import read_regular_file
 
 ThenMode = Literal["no_reply", "repeat", "stop"]
 """What a script does after its last turn."""
@@ -155,16 +156,18 @@ def load_script(path: str | Path, *, spec: str | None = None) -> Script:
     spec = spec if spec is not None else f"script:{path}"
     p = Path(path).expanduser()
     try:
-        size = p.stat().st_size
-        if p.is_dir():
-            raise ConfigError("model", spec, f"{str(p)!r} is a directory; name a script file (.json)")
-        if size > MAX_SCRIPT_BYTES:
+        # A regular file only: a FIFO would block on a writer, a device never end (rfcs/0275).
+        raw = read_regular_file(p, MAX_SCRIPT_BYTES)
+        if len(raw) > MAX_SCRIPT_BYTES:
             raise ConfigError(
                 "model",
                 spec,
-                f"{str(p)!r} is {size} bytes, over the {MAX_SCRIPT_BYTES}-byte limit for scripts",
+                f"{str(p)!r} is {p.stat().st_size} bytes, over the {MAX_SCRIPT_BYTES}-byte limit for scripts",
             )
-        text = p.read_text(encoding="utf-8")
+        text = raw.decode("utf-8")
+    except NotAFile as exc:
+        fix = "name a script file (.json)"
+        raise ConfigError("model", spec, f"{str(p)!r} {exc.problem}; {fix}") from None
     except FileNotFoundError:
         raise ConfigError(
             "model", spec, f"script file {str(p)!r} does not exist; fix the path ({_FORMAT_HINT})"

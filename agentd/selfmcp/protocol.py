@@ -60,6 +60,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 
 from agentd.errors import ProtocolError
 from agentd.exitcodes import TerminalStatus
+from agentd.safetext import json_bytes
 
 #: Self-tools the model sees as ordinary tools (ARCHITECTURE.md decision 5).
 SELF_TOOL_NAMES: Final = (
@@ -368,8 +369,16 @@ def parse_supervisor_frame(line: bytes) -> SpawnPayload | UsageVerdict | NextTur
 
 
 def encode(frame: Frame) -> bytes:
-    """One frame as a JSON line (with its newline)."""
-    return frame.model_dump_json().encode() + b"\n"
+    """One frame as a JSON line (with its newline); never fails on what a text field holds.
+
+    A text that is not valid Unicode (a lone surrogate, which no UTF-8
+    encoder writes) is written with U+FFFD in its place (rfcs/0270): the
+    frame still validates, its lengths unchanged.
+    """
+    try:
+        return frame.model_dump_json().encode() + b"\n"
+    except ValueError:  # pydantic's PydanticSerializationError
+        return json_bytes(frame.model_dump(mode="json")) + b"\n"
 
 
 __all__ = [

@@ -27,10 +27,13 @@ Life of one conversation:
   instruction follows them. An unknown id, or no conversation at all, is a
   configuration error (exit 2) that says what to do.
 
-Only regular files are read, without following links (a link or FIFO
-planted in the directory is refused); a journal with a torn tail is read up
-to its last whole turn, a corrupt one is moved aside at the next save
-(``journal.corrupt``), its good turns kept.
+Files are opened through :mod:`agentd.state.files` (rfcs/0275): regular
+files of agentd's user only, no link followed, reads bounded. A link or FIFO
+where a conversation should be is never read, and moved aside
+(``.unsafe-STAMP``) at the next save of that id; another user's file is
+refused and left alone. A journal with a torn tail is read up to its last
+whole turn; a corrupt one is moved aside (``.corrupt-STAMP``) at the next
+save, its good turns kept.
 
 Blocking functions: the CLI and :func:`agentd.supervisor.app.run` call
 them before the reactor starts, and the supervisor runs :meth:`Conversation.save`
@@ -50,8 +53,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from agentd.errors import ConfigError
+from agentd.errors import ConfigError, NotAFile, StateFileError
 from agentd.selfmcp.protocol import MessageFrame
+from agentd.state import files
 from agentd.state import journal as jf
 
 CONVERSATIONS_NAME: Final = "conversations"
@@ -199,29 +203,14 @@ def find(
 
 
 def _read(path: Path) -> jf.Contents:
-    """A conversation file's contents: a regular file, no link followed, size bounded.
+    """A conversation file's contents (:func:`agentd.state.files.read_state_file`, bounded).
 
     Raises:
-        OSError: it cannot be opened or read, or is not a regular file (``EINVAL``).
+        FileNotFoundError: there is none.
+        StateFileError: it is not a regular file of agentd's user (never read).
+        OSError: it cannot be read, or is larger than :data:`MAX_FILE_BYTES`.
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise OSError(0, "not a regular file")
-        if st.st_size > MAX_FILE_BYTES:
-            raise OSError(0, f"larger than {MAX_FILE_BYTES} bytes")
-        chunks: list[bytes] = []
-        left = MAX_FILE_BYTES + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-    finally:
-        os.close(fd)
-    data = b"".join(chunks)
+    data = files.read_state_file(path, MAX_FILE_BYTES)
     if len(data) > MAX_FILE_BYTES:
         raise OSError(0, f"larger than {MAX_FILE_BYTES} bytes")
     return jf.parse(data)
@@ -261,6 +250,12 @@ class Conversation:
         """
         try:
             contents = _read(self.path)
+        except StateFileError as exc:
+            raise ConfigError(
+                "--resume",
+                self.session_id,
+                f"its conversation {exc}; start a new conversation (drop --resume / --continue)",
+            ) from None
         except OSError as exc:
             raise ConfigError(
                 "--resume",
@@ -283,10 +278,13 @@ class Conversation:
 
         Raises:
             OSError: the directory or the file cannot be made or written.
+            StateFileError: the state directory, or a file there, is not agentd's to use
+                (another user's, writable by others, a link where a directory should be).
         """
         root = self.directory.parent
-        root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self.directory.mkdir(mode=0o700, exist_ok=True)
+        root.parent.mkdir(parents=True, exist_ok=True)  # ~/.local/state: the user's, made as usual
+        files.make_private_dir(root)
+        files.make_private_dir(self.directory)
         dfd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
             # One read-modify-write at a time: two runs continuing this conversation keep both turns.
@@ -304,30 +302,23 @@ class Conversation:
         moved: Path | None = None
         damage = ""
         try:
-            contents = _read(self.path)
+            contents: jf.Contents | None = _read(self.path)
         except FileNotFoundError:
             contents = None
-        except OSError as exc:
-            # A link, FIFO or unreadable file where ours should be: moved aside, never followed.
+        except NotAFile as exc:
+            # A link, FIFO or directory where ours should be: moved aside, never followed.
             contents = None
-            damage = f"it could not be read ({exc.strerror or exc})"
-            moved = self._move_aside()
+            damage = exc.problem
+            moved = files.move_aside(self.path, files.UNSAFE)
         if contents is not None:
             turns = list(contents.turns)
             if contents.problem == "corrupt":
                 damage = contents.detail
-                moved = self._move_aside()
+                moved = files.move_aside(self.path, files.CORRUPT)
         turns.append(turn)
         kept, dropped = jf.compact(turns, self.max_tokens)
         jf.write_whole(self.path, self.session_id, kept, ())
         return Saved(self.path, len(kept), dropped, moved, damage)
-
-    def _move_aside(self) -> Path:
-        stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-        aside = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
-        with contextlib.suppress(FileNotFoundError):
-            os.replace(self.path, aside)
-        return aside
 
 
 __all__ = [

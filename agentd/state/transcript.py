@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 
 from agentd.models import Message, ToolCall
-from agentd.selfmcp.protocol import MessageFrame, ToolCallFrame
+from agentd.selfmcp.protocol import MessageFrame, ToolCallFrame, encode
 
 #: Why a restored session's image is a placeholder.
 IMAGE_NOT_KEPT = "images are not kept in the session journal; call the tool again to see it"
@@ -71,7 +71,7 @@ def _cut(text: str) -> str:
 
 def fitted(frame: MessageFrame) -> MessageFrame:
     """``frame``, with its long texts cut when it alone would exceed :data:`PART_BYTES`."""
-    if len(frame.model_dump_json()) <= PART_BYTES:
+    if len(encode(frame)) <= PART_BYTES:
         return frame
     return frame.model_copy(
         update={
@@ -91,7 +91,7 @@ def parts(messages: Iterable[Message]) -> Iterator[tuple[MessageFrame, ...]]:
     size = 0
     for message in messages:
         frame = fitted(to_frame(message))
-        n = len(frame.model_dump_json())
+        n = len(encode(frame))
         if group and (size + n > PART_BYTES or len(group) >= 4096):
             yield tuple(group)
             group, size = [], 0

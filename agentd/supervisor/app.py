@@ -45,12 +45,13 @@ import trio
 from agentd.agent.zygote import PREWARM_MODELS_ENV, _rehearse
 from agentd.config import ProviderSpec, Settings, deprecations
 from agentd.counters import RunCounters
-from agentd.errors import AgentdError, ConfigError
+from agentd.errors import AgentdError, ConfigError, StateFileError
 from agentd.events import ReactorEvent, SignalReceived
 from agentd.exitcodes import ExitCode, TerminalStatus, code_for_status
 from agentd.limits import raise_open_files_limit
 from agentd.output import DEFAULT_OUTPUT_BUFFER, LineWriter
 from agentd.redact import redact
+from agentd.safetext import escape_controls
 from agentd.sdnotify import Notifier
 from agentd.selfmcp.protocol import MessageFrame, ProviderFrame, SpawnPayload, ToolSpecFrame
 from agentd.selfmcp.server import serve_child
@@ -63,7 +64,7 @@ from agentd.supervisor.governor import RestartGovernor
 from agentd.supervisor.hub import SupervisorHub, server_for
 from agentd.supervisor.reactor import Agent, Hooks, Reactor, open_channel
 from agentd.supervisor.routes import build_router, make_clock, model_profiles, staged_routes
-from agentd.supervisor.sessionroutes import SessionRoutes
+from agentd.supervisor.sessionroutes import SessionRoutes, SubscriptionCaps
 from agentd.supervisor.subscriptions import Subscriptions
 from agentd.supervisor.tree import Tree
 from agentd.telemetry import Telemetry
@@ -127,17 +128,21 @@ def _run(settings: Settings, closed_fds: frozenset[int], early_servers: dict[str
         buffer = settings.telemetry_buffer
         # One agentd per --state-dir (rfcs/0210); watch state lives in it unless --watch-state says otherwise.
         state_dir = None
+        own_watch_state = False
         if settings.state_dir is not None:
             from agentd.state.dir import claim as claim_state_dir
 
             state_dir = claim_state_dir(settings.state_dir)
             if settings.watch_state is None:
                 settings = settings.model_copy(update={"watch_state": state_dir.watch_state})
+                own_watch_state = True
         # One agentd per --watch-state file: held until this process exits.
-        state_lock = claim(settings.watch_state) if settings.watch_state is not None else None
+        state_lock = (
+            claim(settings.watch_state, own_dir=own_watch_state) if settings.watch_state is not None else None
+        )
         conversation = _once_conversation(settings)
     except ConfigError as exc:
-        print(f"agentd: {exc}", file=sys.stderr)
+        print(f"agentd: {escape_controls(str(exc))}", file=sys.stderr)
         return int(ExitCode.CONFIG)
     # Before any thread starts: a fork copies only the calling thread.
     preforked = _prefork_once_root(settings)
@@ -150,6 +155,20 @@ def _run(settings: Settings, closed_fds: frozenset[int], early_servers: dict[str
         line_format=line_format(settings.log_format, 2),
     )
     log_handler = route_logging(telemetry)
+    # What claiming the state directory moved out of the way (rfcs/0275), now that it can be told.
+    for moved in (
+        *(state_dir.moved_aside if state_dir else ()),
+        *(state_lock.moved_aside if state_lock else ()),
+    ):
+        telemetry.emit(
+            "state.moved_aside",
+            file="watch state" if moved.path == settings.watch_state else "lock",
+            path=str(moved.path),
+            moved_to=str(moved.moved_to),
+            problem=moved.problem,
+            kept=0,
+            fix="never read or written through; inspect or delete it",
+        )
     from agentd.tracing import setup as setup_tracing
 
     tracing = setup_tracing(os.environ, telemetry)
@@ -271,7 +290,7 @@ def _prefork_once_root(settings: Settings) -> PreforkedChild | None:
     return prefork_root(sorted({default_profile.model, *(p.model for p in route_profiles.values())}))
 
 
-def _server_auth(spec: ServerSpec, state_dir: Path | None) -> httpx2.Auth | None:
+def _server_auth(spec: ServerSpec, state_dir: Path | None, telemetry: Telemetry) -> httpx2.Auth | None:
     """A url server's authentication (:func:`agentd.upstream.auth.auth_for`); a command server has none.
 
     Imported only for url servers: it loads the MCP SDK's OAuth client and a
@@ -281,7 +300,7 @@ def _server_auth(spec: ServerSpec, state_dir: Path | None) -> httpx2.Auth | None
         return None
     from agentd.upstream.auth import auth_for
 
-    return auth_for(spec, state_dir=state_dir)
+    return auth_for(spec, state_dir=state_dir, telemetry=telemetry)
 
 
 def line_format(log_format: LogFormat, fd: int) -> LineFormat:
@@ -458,7 +477,7 @@ async def _main(
                 telemetry,
                 max_read_bytes=settings.max_read_bytes,
                 tool_timeout=spec.timeout or settings.tool_timeout,
-                auth=_server_auth(spec, settings.state_dir),
+                auth=_server_auth(spec, settings.state_dir, telemetry),
                 early=(early_servers or {}).get(name),
                 backoff=backoff or RECONNECT_BACKOFF,
                 resubscribe_backoff=backoff or limits.resubscribe_delays(),
@@ -485,6 +504,7 @@ async def _main(
             # Filters follow the global and per-server tool policy (the hub holds the tool names).
             tool_allowed=lambda server, tool: hub.policy_allows(server, tool),
             holds=subscriptions,
+            counters=counters,
         )
         # Turns that are kept: warm sessions' in their journals, a once root's in its conversation.
         journal: Journal | None = journals.commit if journals is not None else None
@@ -498,6 +518,7 @@ async def _main(
             watches=watches,
             policy=ToolPolicy.from_settings(settings),
             offer_wakeups=not once,
+            counters=counters,
         )
         tree = Tree(
             events=events,
@@ -594,6 +615,10 @@ async def _main(
             journals=journals,
             handles=None if shard is None else partial(handles, shard),
             counters=counters,
+            caps=SubscriptionCaps(
+                per_session=settings.max_self_subscriptions_per_session,
+                total=settings.max_self_subscriptions,
+            ),
         )
 
         nursery.start_soon(_watch_signals, events)
@@ -610,7 +635,7 @@ async def _main(
         try:
             await watches.check_routes()  # a declared on_event the sandbox refuses is a config error
         except ConfigError as exc:
-            print(f"agentd: {exc}", file=sys.stderr)
+            print(f"agentd: {escape_controls(str(exc))}", file=sys.stderr)
             nursery.cancel_scope.cancel()
             return int(ExitCode.CONFIG)
         # Before the reactor turns, so its handlers never race this direct route table.
@@ -690,7 +715,7 @@ def _saver(saving: Conversation, session_id: str, telemetry: Telemetry) -> Journ
     async def save(agent: str, messages: Sequence[MessageFrame]) -> None:
         try:
             saved = await trio.to_thread.run_sync(saving.save, messages)
-        except OSError as exc:
+        except (OSError, StateFileError) as exc:
             # Never fails the run: the answer is still printed, only continuing it is lost.
             telemetry.emit(
                 "conversation.unsaved",

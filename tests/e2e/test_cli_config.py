@@ -82,7 +82,7 @@ CASES = [
     ),
     pytest.param(
         "--config . task",
-        "--config: '.' is not valid: cannot read the config file (Is a directory)",
+        "--config: '.' is not valid: it is a directory, not a regular file; name a file inside it",
         id="unreadable-config-file",
     ),
     pytest.param(

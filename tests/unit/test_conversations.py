@@ -127,6 +127,7 @@ def test_a_corrupt_file_is_moved_aside_and_its_good_turns_kept(tmp_path: Path) -
     assert result.moved_aside is not None
     assert result.moved_aside.exists()
     assert "fails its checksum" in result.damage
+    assert ".corrupt-" in result.moved_aside.name
     assert [t[0].content for t in jf.read(conv.path).turns] == ["one", "four"]
 
 
@@ -138,13 +139,15 @@ def test_a_link_in_a_conversations_place_is_never_followed(tmp_path: Path) -> No
     link.symlink_to(target)
     conv = Conversation(folder(tmp_path), "c1", max_tokens=100_000)
     with pytest.raises(
-        ConfigError, match=r"cannot be read \(.*\); fix its permissions, or start a new conversation"
+        ConfigError,
+        match=r"its conversation '.*c1.journal' is a symbolic link, not a regular file; start a new",
     ):
         conv.history()
     result = conv.save(turn("one"))
     assert target.read_text() == "not agentd's"
     assert result.moved_aside is not None
     assert result.moved_aside.is_symlink()
+    assert ".unsafe-" in result.moved_aside.name
     assert [t[0].content for t in jf.read(conv.path).turns] == ["one"]
     assert find(tmp_path, resume=None, latest=True) is not None
 
@@ -168,6 +171,20 @@ def test_two_runs_continuing_one_conversation_keep_both_turns(tmp_path: Path) ->
     texts = [t[0].content for t in jf.read(folder(tmp_path) / "c1.journal").turns]
     assert texts[0] == "start"
     assert sorted(texts[1:]) == sorted(f"run {i}" for i in range(8))
+
+
+def test_another_users_file_is_refused_and_left_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentd.errors import NotOurs
+
+    conv = saved(tmp_path, "c1", "one")
+    before = conv.path.read_bytes()
+    monkeypatch.setattr(os, "geteuid", lambda: os.getuid() + 1)  # as if another user ran agentd
+    with pytest.raises(NotOurs):
+        conv.save(turn("two"))
+    monkeypatch.undo()
+    assert conv.path.read_bytes() == before
 
 
 def test_a_save_cut_short_leaves_no_temp_file_behind(tmp_path: Path) -> None:
