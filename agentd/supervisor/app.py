@@ -727,12 +727,13 @@ def _saver(saving: Conversation, session_id: str, telemetry: Telemetry) -> Journ
             return
         if saved.moved_aside is not None:
             telemetry.emit(
-                "journal.corrupt",
+                "state.moved_aside",
+                file="conversation",
                 session=session_id,
                 path=str(saved.path),
-                error=saved.damage,
                 moved_to=str(saved.moved_aside),
-                kept_turns=0,
+                problem=saved.damage,
+                kept=saved.turns - 1,
                 fix="the file was moved aside untouched; inspect or delete it",
             )
         telemetry.emit(
