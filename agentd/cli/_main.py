@@ -174,7 +174,8 @@ def _main(argv: Sequence[str]) -> int:
         from_stdin = not check and flags.get("instruction") in _stdin.INSTRUCTION_WORDS
         if from_stdin:
             flags["instruction"] = _stdin.instruction()
-        settings = load_settings(flags, config_file=config_file, env=os.environ, run_inputs=not check)
+        # A model and an instruction are checked last: stdin may still give the instruction.
+        settings = load_settings(flags, config_file=config_file, env=os.environ, run_inputs=False)
         found = _conversation(settings)
     except ConfigError as exc:
         _print_config_error(exc, spelled)
@@ -191,23 +192,40 @@ def _main(argv: Sequence[str]) -> int:
     if found is not None:
         # The supervisor continues this conversation by its id (--continue resolved once, here).
         settings = settings.model_copy(update={"resume": found.id, "continue_conversation": False})
-    if not from_stdin and settings.mode == "once" and settings.instruction:
+    if not from_stdin and settings.mode == "once":
         try:
-            piped, silent = _stdin.context()
+            settings = _with_piped_input(settings)
         except ConfigError as exc:
             _print_config_error(exc)
             return int(ExitCode.CONFIG)
-        if piped is not None:
-            settings = settings.model_copy(
-                update={"instruction": _stdin.with_context(settings.instruction, piped)}
-            )
-        elif silent:
-            _say(
-                f"warning: stdin is a pipe with nothing on it after {_stdin.FIRST_BYTE_WAIT:g}s; "
-                "running without piped context — fix: pipe the input (cmd | agentd …), or give stdin "
-                "/dev/null (< /dev/null) when there is none"
-            )
+    needs = run_needs(settings)
+    if needs:
+        _print_config_error(ConfigErrors(needs), spelled)
+        return int(ExitCode.CONFIG)
     return _run(settings, closed_fds)
+
+
+def _with_piped_input(settings: Settings) -> Settings:
+    """A once run's settings with what is piped on stdin: context after the instruction, or the instruction.
+
+    ``cmd | agentd "INSTRUCTION"`` adds what ``cmd`` wrote as context; with no
+    instruction at all (``echo "the task" | agentd -m …``) it is the instruction.
+
+    Raises:
+        ConfigError: stdin is over the cap, not UTF-8 or unreadable (:mod:`agentd.cli._stdin`).
+    """
+    piped, silent = _stdin.context()
+    if piped is not None:
+        given = settings.instruction if settings.instruction and settings.instruction.strip() else None
+        text = _stdin.with_context(given, piped) if given is not None else piped
+        return settings.model_copy(update={"instruction": text})
+    if silent:
+        _say(
+            f"warning: stdin is a pipe with nothing on it after {_stdin.FIRST_BYTE_WAIT:g}s; "
+            "running without piped context — fix: pipe the input (cmd | agentd …), or give stdin "
+            "/dev/null (< /dev/null) when there is none"
+        )
+    return settings
 
 
 def _conversation(settings: Settings) -> Found | None:

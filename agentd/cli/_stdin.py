@@ -3,7 +3,8 @@
 * ``agentd -`` / ``agentd @-`` / ``--instruction -``: the instruction is
   all of stdin, read to its end (a terminal too: end it with Ctrl-D).
 * ``cmd | agentd "INSTRUCTION"`` (a once run, stdin a pipe or a file): what
-  ``cmd`` writes is added to the instruction as context. A pipe that stays
+  ``cmd`` writes is added to the instruction as context; with no instruction
+  at all it is the instruction (``echo "the task" | agentd -m …``). A pipe that stays
   silent for :data:`FIRST_BYTE_WAIT` is taken as "nothing to add": a run
   started with an inherited pipe nobody writes to (a CI step, a parent's
   ``subprocess.run``) must not wait for ever; it says so on stderr.

@@ -204,6 +204,19 @@ def test_piped_input_with_an_instruction_is_its_context(tmp_path: Path, home: di
     assert done.stdout == "I was told: summarise\n\n<stdin>\nline one\nline two\n</stdin>\n"
 
 
+def test_piped_input_alone_is_the_instruction(tmp_path: Path, home: dict[str, str]) -> None:
+    model = script(tmp_path, [{"text": "task: {instruction}"}])
+    done = run_cli(["-m", model], cwd=tmp_path, env=home, input="say hello\n")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "task: say hello\n\n"
+    nothing = run_cli(["-m", model], cwd=tmp_path, env=home)  # stdin /dev/null: no instruction anywhere
+    assert nothing.returncode == ExitCode.CONFIG
+    assert lines(nothing.stderr) == [
+        "agentd: instruction: None is not valid: --mode once needs an instruction: pass it as the argument, "
+        "--instruction TEXT or --instruction @FILE"
+    ]
+
+
 @pytest.mark.parametrize("word", ["-", "@-"])
 def test_dash_reads_the_instruction_from_stdin(tmp_path: Path, home: dict[str, str], word: str) -> None:
     model = script(tmp_path, [{"text": "task: {instruction}"}])
