@@ -201,6 +201,9 @@ EVENTS: Mapping[str, EventSpec] = {
         _e("journal.compacted", "info", "A journal went over its token budget: its oldest turns were dropped.", "session tokens max_tokens dropped_turns"),
         _e("journal.subscription_restored", "info", "A restored session's self-subscription is back upstream.", "session server uri"),
         _e("journal.subscription_failed", "warning", "A restored session's self-subscription could not be made.", "session server uri error"),
+        _e("conversation.resumed", "info", "A once run continues a saved conversation (--continue, --resume).", "session turns messages dropped_turns"),
+        _e("conversation.saved", "debug", "A once run's turn was added to its saved conversation.", "session agent path turns dropped_turns"),
+        _e("conversation.unsaved", "warning", "A once run's conversation could not be saved: it cannot be continued.", "session path error fix"),
         _e("shard.assigned", "info", "This replica's shard (--shard INDEX/COUNT).", "index count"),
         _e("shard.skipped", "debug", "A routed change another replica owns was left to it.", "route server uri"),
         # -- watches -------------------------------------------------------------------

@@ -17,6 +17,7 @@ Plug-in contract (how ``agentd serve NAME`` finds a server)
 exposes::
 
     SUMMARY: str                                   one line for the server list
+    HELP: str                                      ``--help``'s epilog: resources, tools, use with agentd
     def add_arguments(parser: argparse.ArgumentParser) -> None
         # add the server's own flags; --http and --allow-remote are already there
     def build(args: argparse.Namespace) -> WatchableServer
@@ -744,6 +745,30 @@ def _server_list() -> str:
     return ", ".join(SERVERS)
 
 
+_SERVE_USAGE = "usage: agentd serve NAME [--http HOST:PORT] [options]"
+
+_SERVE_EPILOG = """\
+Each server speaks MCP on stdin/stdout (what an MCP client starts), or Streamable
+HTTP with --http HOST:PORT (at http://HOST:PORT/mcp). agentd serve NAME --help
+lists a server's resources, tools and options, and how to use it with agentd:
+  agentd --mcp-stdio 'memo=agentd serve memo' ...
+or in any client's mcpServers JSON: {"command": "agentd", "args": ["serve", "memo"]}."""
+
+
+def serve_help() -> str:
+    """``agentd serve --help``: the usage, every bundled server with its summary, and how to use them."""
+    lines = [_SERVE_USAGE, "", "servers:"]
+    for name, module_path in SERVERS.items():
+        try:
+            summary = str(getattr(importlib.import_module(module_path), "SUMMARY", ""))
+        except ModuleNotFoundError as exc:
+            if exc.name != module_path:
+                raise
+            summary = "(not included in this build)"
+        lines.append(f"  {name:<8}{summary}")
+    return "\n".join([*lines, "", _SERVE_EPILOG])
+
+
 def main(argv: list[str]) -> int:
     """``agentd serve NAME [options]``: build and run one bundled server.
 
@@ -752,12 +777,26 @@ def main(argv: list[str]) -> int:
     server refuses to run.
     """
     if not argv or argv[0] in ("-h", "--help"):
-        print(f"usage: agentd serve NAME [options]   (NAME: {_server_list()})", file=sys.stderr)
-        return 0 if argv else int(ExitCode.CONFIG)
+        if argv:
+            print(serve_help())
+            return int(ExitCode.OK)
+        print(
+            f"agentd serve: which server? choose one of: {_server_list()} (agentd serve --help describes them)",
+            file=sys.stderr,
+        )
+        return int(ExitCode.CONFIG)
     name, rest = argv[0], argv[1:]
     module_path = SERVERS.get(name)
     if module_path is None:
-        print(f"agentd serve: unknown server {name!r}; choose one of: {_server_list()}", file=sys.stderr)
+        import difflib
+
+        close = difflib.get_close_matches(name, list(SERVERS), n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        print(
+            f"agentd serve: unknown server {name!r}; {hint}choose one of: {_server_list()} "
+            "(agentd serve --help describes them)",
+            file=sys.stderr,
+        )
         return int(ExitCode.CONFIG)
     try:
         module = importlib.import_module(module_path)
@@ -767,7 +806,10 @@ def main(argv: list[str]) -> int:
         print(f"agentd serve: server {name!r} is not included in this build", file=sys.stderr)
         return int(ExitCode.CONFIG)
     parser = argparse.ArgumentParser(
-        prog=f"agentd serve {name}", description=getattr(module, "SUMMARY", None)
+        prog=f"agentd serve {name}",
+        description=getattr(module, "SUMMARY", None),
+        epilog=getattr(module, "HELP", None),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--http", metavar="HOST:PORT", help="serve Streamable HTTP instead of stdio")
     parser.add_argument(
