@@ -22,6 +22,7 @@ is durable before the call returns.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import tomllib
 from collections.abc import Awaitable, Callable, Mapping
@@ -34,6 +35,7 @@ from mcp.server.context import HandlerResult, ServerRequestContext
 from mcp_types import ListResourcesResult, PaginatedRequestParams, Resource
 
 from agentd.durations import parse_duration, parse_size
+from agentd.redact import redact, register_secrets
 from agentd.servers import _sdk
 from agentd.servers._base import (
     EVENTS_MIME,
@@ -207,6 +209,20 @@ def _size(name: str, value: object) -> int:
     return size
 
 
+class _RedactingFilter(logging.Filter):
+    """Every log line of the webhook server through :func:`agentd.redact.redact` (secrets hidden)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg, record.args = redact(record.getMessage()), None
+        return True
+
+
+def _redact_logs() -> None:
+    logger = logging.getLogger("agentd.servers.webhook")
+    if not any(isinstance(f, _RedactingFilter) for f in logger.filters):
+        logger.addFilter(_RedactingFilter())
+
+
 # --------------------------------------------------------------------------- telling clients
 
 
@@ -282,6 +298,16 @@ def build(args: argparse.Namespace) -> WatchableServer:
     )
     age = _duration("--retain-age", _setting(args.retain_age, doc, "retain_age", DEFAULT_RETAIN_AGE))
     window = _int("--window", _setting(args.window, doc, "window", WINDOW), 1, 10_000)
+    # Secrets are never shown: anything that goes through redact() (errors, and this server's log
+    # lines, see _RedactingFilter) hides their values wherever they appear.
+    register_secrets(
+        v.decode("utf-8", "replace")
+        for s in sources
+        for cred in (s.secret, s.token, s.password)
+        if cred is not None
+        for v in cred.values
+    )
+    _redact_logs()
     names = ", ".join(s.name for s in sources)
     server = WatchableServer(
         "webhook",
@@ -368,7 +394,6 @@ def _register(
     server: WatchableServer, stores: Mapping[str, DeliveryStore], listener: Listener, notifier: Notifier
 ) -> None:
     for name, store in stores.items():
-
         server.mcp.resource(
             store.uri,
             name=f"{name}-events",

@@ -303,7 +303,7 @@ def parse_table(
             secret,
             f"{label}.secret_env",
             None,
-            f"a {kind} source needs its {what}: set secret_env or secret_file",
+            f"a {kind} source needs its {what} (give secret_env or secret_file)",
         )
         only(("token_env", "token_file", "username", "password_env", "password_file"), "alertmanager/generic")
         only(
