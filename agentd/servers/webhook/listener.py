@@ -232,6 +232,10 @@ class Listener:
     async def _request(
         self, stream: trio.SocketStream, conn: h11.Connection, request: h11.Request
     ) -> _Response | None:
+        size = len(request.target) + sum(len(k) + len(v) + 4 for k, v in request.headers)
+        if size > self.limits.max_header_bytes:
+            # h11 bounds what it buffers of an incomplete head; a complete one read in one go is checked here.
+            return _error(431, f"request headers over {self.limits.max_header_bytes} bytes")
         method = request.method.decode("ascii", "replace")
         path = request.target.split(b"?", 1)[0].decode("latin-1")
         headers: dict[str, str] = {}
