@@ -12,6 +12,7 @@ import base64
 import hashlib
 import hmac
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -19,6 +20,7 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import trio
@@ -358,3 +360,37 @@ async def webhook_server(
                 nursery.cancel_scope.cancel()
     finally:
         await stop(proc, grace=10)
+
+
+# --------------------------------------------------------------------------- agentd with the server
+
+
+def agentd_shim(tmp: Path) -> dict[str, str]:
+    """Env for an agentd whose configuration says ``command = "agentd"`` (the examples, as shipped):
+    ``agentd`` on PATH is this checkout, run by this interpreter."""
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    shim = bin_dir / "agentd"
+    shim.write_text(f'#!/bin/sh\nPYTHONPATH={REPO} exec {sys.executable} -m agentd "$@"\n')
+    shim.chmod(0o755)
+    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", **SECRET_ENV}
+
+
+def example_env(tmp: Path, port: int) -> dict[str, str]:
+    """The examples' variables: this port and a fresh delivery directory, the shim, the secrets."""
+    return {
+        **agentd_shim(tmp),
+        "AGENTD_WEBHOOK_LISTEN": f"127.0.0.1:{port}",
+        "AGENTD_WEBHOOK_DIR": str(tmp / "deliveries"),
+        "ALERTMANAGER_WEBHOOK_TOKEN": ALERTMANAGER_TOKEN,
+    }
+
+
+async def post_until_answered(port: int, path: str, body: bytes, headers: Mapping[str, str]) -> Reply:
+    """A sender's retries: POST until the server answers (it may be restarting), bounded by START_BOUND."""
+    with trio.fail_after(START_BOUND * 2):
+        while True:
+            try:
+                return await post(port, path, body, headers, timeout=START_BOUND)
+            except (OSError, ConnectionError, trio.BrokenResourceError):
+                await trio.sleep(0.2)  # a retry interval, as every webhook sender has

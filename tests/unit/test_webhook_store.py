@@ -77,7 +77,7 @@ async def test_a_delivery_is_durable_numbered_shown_and_readable(tmp_path: Path)
         assert await store.append(accepted("d-1")) == Duplicate("d-1")
         assert await store.append(accepted("d-2")) == Stored("d-2", 2)
         shown = events(store)
-        assert [(e["seq"], e["type"], e["id"], e["uri"]) for e in shown] == [
+        assert [(e["seq"], e["type"], e["id"], e["delivery_uri"]) for e in shown] == [
             (1, "DELIVERY", "d-1", "webhook://github/event/d-1"),
             (2, "DELIVERY", "d-2", "webhook://github/event/d-2"),
         ]

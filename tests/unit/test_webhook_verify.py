@@ -325,7 +325,7 @@ def test_the_log_numbers_deliveries_and_names_damaged_lines() -> None:
     assert [e.event["type"] for e in fed.entries] == ["DELIVERY", "ERROR"]
     first = fed.entries[0].event
     assert first == log_event(decode_record(line), seq=1)  # type: ignore[arg-type]
-    assert (first["seq"], first["id"], first["event"], first["uri"]) == (
+    assert (first["seq"], first["id"], first["event"], first["delivery_uri"]) == (
         1,
         "g-1",
         "issues",

@@ -14,7 +14,8 @@ A stored delivery is one JSON line (:func:`encode_record`): ``v``, ``id``,
 ``key`` (the dedupe key), ``source``, ``kind``, ``event``, ``received`` (UTC,
 ISO 8601), ``at`` (Unix seconds), ``headers``, ``body``. In the event log
 (``webhook://NAME/events``) a delivery is a ``DELIVERY`` event
-(:func:`log_event`) whose ``body`` is the whole body when it is small and a
+(:func:`log_event`: ``id``, ``source``, ``event``, ``received``,
+``delivery_uri``) whose ``body`` is the whole body when it is small and a
 bounded digest otherwise (``truncated: true``; the whole delivery is
 ``webhook://NAME/event/{id}``).
 
@@ -408,7 +409,7 @@ def log_event(record: Record, *, seq: int) -> JSONObject:
         "source": record.source,
         "event": record.event,
         "received": record.received,
-        "uri": event_uri(record.source, record.id),
+        "delivery_uri": event_uri(record.source, record.id),
         "body": body,
     }
     if cut:

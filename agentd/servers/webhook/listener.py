@@ -128,8 +128,7 @@ class Listener:
         sources: source name -> (spec, its store).
         limits: the bounds.
         clock: the wall clock (Unix seconds): Slack's replay window, received times.
-        on_answered: called with the source name when a request was verified and answered
-            without storing (ping, url_verification), for the status.
+        step_hook: fault tests stop the process at ``"answered"`` (a stored delivery's 200 was sent).
     """
 
     def __init__(
@@ -139,6 +138,7 @@ class Listener:
         limits: Limits = Limits(),
         *,
         clock: Callable[[], float] = time.time,
+        step_hook: Callable[[str], None] | None = None,
     ) -> None:
         self._sock = sock
         self.sources = dict(sources)
@@ -153,6 +153,7 @@ class Listener:
         self.timeouts = 0
         """Requests cut off at ``request_timeout`` (slow or idle clients)."""
         self._logged: dict[tuple[str, str], float] = {}
+        self._hook = step_hook
 
     @property
     def address(self) -> str:
@@ -225,6 +226,8 @@ class Listener:
             if response is None:
                 return
             await self._send(stream, conn, response)
+            if self._hook is not None and response.status == 200 and "duplicate" in response.body:
+                self._hook("answered")
             if response.close or conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
                 return
             conn.start_next_cycle()

@@ -49,6 +49,9 @@ from agentd.servers._base import (
 )
 from agentd.servers._httpguard import is_loopback
 from agentd.servers._inboxlog import WINDOW, AckError
+
+# Modules, not names: a fault test's wrapper substitutes subclasses that stop at a chosen step.
+from agentd.servers.webhook import listener as listener_module
 from agentd.servers.webhook import store as store_module
 from agentd.servers.webhook.delivery import event_uri
 from agentd.servers.webhook.listener import (
@@ -85,7 +88,7 @@ _FILE_KEYS: Final = frozenset(
         "sources",
     }
 )
-_EVENTS_FILTER: Final = "f\"{event['event']} {event['id']}: {event['uri']}\" if event['type'] == 'DELIVERY' else event.get('message')"
+_EVENTS_FILTER: Final = "f\"{event['event']} {event['id']}: {event['delivery_uri']}\" if event['type'] == 'DELIVERY' else event.get('message')"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -348,7 +351,9 @@ def build(args: argparse.Namespace) -> WatchableServer:
         for opened in stores.values():
             opened.close()
         raise
-    listener = Listener(sock, {name: (stores[name].spec, stores[name]) for name in stores}, limits)
+    listener = listener_module.Listener(
+        sock, {name: (stores[name].spec, stores[name]) for name in stores}, limits
+    )
     for store in stores.values():
         server.add_cleanup(store.close)
         server.add_source(store.run)
@@ -400,7 +405,7 @@ def _register(
             mime_type=EVENTS_MIME,
             description=describe(
                 f"Pending deliveries of the {store.spec.kind} source {name!r} (POST {store.spec.path}) as DELIVERY "
-                "events (event name, id, received, uri, body or a digest of it), source problems as ERROR, "
+                "events (event name, id, received, delivery_uri, body or a digest of it), source problems as ERROR, "
                 "deliveries that fell off the retention unacknowledged as GAP. Each stays until acknowledged "
                 "with ack(uri=...).",
                 name=f"{name}-deliveries",
@@ -542,7 +547,7 @@ def _register(
                 event = entry.event
                 listed.append(
                     Resource(
-                        uri=str(event.get("uri")),
+                        uri=str(event.get("delivery_uri")),
                         name=f"{name}-{entry.id}",
                         mime_type=STATE_MIME,
                         description=f"pending {name} delivery: {event.get('event')}, received {event.get('received')}",

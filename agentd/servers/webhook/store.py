@@ -108,8 +108,9 @@ STATE_NAME: Final = "state.json"
 LOCK_NAME: Final = "lock"
 _SEGMENT_RE: Final = re.compile(r"seg-(\d{20})\.jsonl")
 
-Step = Literal["written", "durable"]
-"""Points of :meth:`DeliveryStore.append` a fault test can stop the process at (``step_hook``)."""
+Step = Literal["written", "synced"]
+"""Points a fault test can stop the process at (``step_hook``): ``written``, a delivery is in the
+file but not synced; ``synced``, it is on disk but nobody was answered or told yet."""
 
 
 class StoreUnavailable(Exception):
@@ -614,7 +615,6 @@ class DeliveryStore:
             return Duplicate(dup.id)
         self._step("written")
         await self._wait_durable(item)
-        self._step("durable")
         assert item.seq is not None
         return Stored(item.id, item.seq)
 
@@ -693,6 +693,7 @@ class DeliveryStore:
                 # the last good sync can be trusted. Stop; a restart re-reads what is on disk.
                 self._break(f"fdatasync of the delivery log failed ({exc.strerror}); the server stops")
                 return
+            self._step("synced")
             new: list[str] = []
             for item, line in batch:
                 self._scanned = None
