@@ -50,12 +50,14 @@ __all__ = [
     "Reply",
     "decode_record",
     "depth_of",
+    "encode",
     "encode_record",
     "event_uri",
     "interpret",
     "log_event",
     "make_parser",
     "parse_body",
+    "stored_record",
     "summarize",
     "valid_id",
 ]
@@ -296,19 +298,40 @@ def _iso(at: float) -> str:
 
 def encode_record(spec: SourceSpec, accepted: Accepted, delivery_id: str, *, received_at: float) -> bytes:
     """The stored line of one delivery (``\\n``-terminated; orjson escapes every newline inside)."""
-    record: JSONObject = {
+    return encode(stored_record(spec, accepted, delivery_id, received_at=received_at))
+
+
+def stored_record(spec: SourceSpec, accepted: Accepted, delivery_id: str, *, received_at: float) -> Record:
+    """The :class:`Record` that :func:`encode_record` writes (``size`` 0 until encoded; see :func:`encode`)."""
+    return Record(
+        delivery_id,
+        accepted.dedupe_key,
+        spec.name,
+        spec.kind,
+        accepted.event,
+        _iso(received_at),
+        received_at,
+        {**accepted.headers},
+        accepted.body,
+        0,
+    )
+
+
+def encode(record: Record) -> bytes:
+    """A record as its stored line."""
+    doc: JSONObject = {
         "v": 1,
-        "id": delivery_id,
-        "key": accepted.dedupe_key,
-        "source": spec.name,
-        "kind": spec.kind,
-        "event": accepted.event,
-        "received": _iso(received_at),
-        "at": received_at,
-        "headers": {**accepted.headers},
-        "body": accepted.body,
+        "id": record.id,
+        "key": record.key,
+        "source": record.source,
+        "kind": record.kind,
+        "event": record.event,
+        "received": record.received,
+        "at": record.at,
+        "headers": {**record.headers},
+        "body": record.body,
     }
-    return orjson.dumps(record) + b"\n"
+    return orjson.dumps(doc) + b"\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -401,7 +424,8 @@ def summarize(body: JSONValue, budget: int = INLINE_BODY) -> tuple[JSONValue, bo
 
 def log_event(record: Record, *, seq: int) -> JSONObject:
     """The ``DELIVERY`` event of ``webhook://NAME/events``."""
-    body, cut = summarize(record.body)
+    # The stored line holds the body's JSON: a short line has a short body (no need to measure it).
+    body, cut = (record.body, False) if 0 < record.size <= INLINE_BODY else summarize(record.body)
     event: JSONObject = {
         "seq": seq,
         "type": "DELIVERY",
@@ -418,17 +442,23 @@ def log_event(record: Record, *, seq: int) -> JSONObject:
     return event
 
 
-def make_parser(on_record: Callable[[int, int, Record | None], None]) -> LineParser:
+def make_parser(
+    on_record: Callable[[int, int, Record | None], None],
+    prepared: Callable[[int], Record | None] = lambda offset: None,
+) -> LineParser:
     """An :class:`~agentd.servers._inboxlog.InboxLog` line parser for the store's lines.
 
     ``on_record(offset, end, record)`` sees every line (None: damaged), pending or not, so the
     store can index it. A damaged line becomes an ``ERROR`` event that names its bytes; it is
     never a stop (the store is the only writer: a damaged line is the disk's doing).
+    ``prepared(offset)``: the record the store just wrote at ``offset``, if it has it (no re-parse).
     """
 
     def parse(line: bytes, *, offset: int, seq: int, agent: str, uri: str) -> Entry | None:
         end = offset + len(line)
-        record = decode_record(line)
+        record = prepared(offset)
+        if record is None:
+            record = decode_record(line)
         on_record(offset, end, record)
         if record is None:
             message = (

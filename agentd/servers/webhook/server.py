@@ -53,7 +53,6 @@ from agentd.servers._inboxlog import WINDOW, AckError
 # Modules, not names: a fault test's wrapper substitutes subclasses that stop at a chosen step.
 from agentd.servers.webhook import listener as listener_module
 from agentd.servers.webhook import store as store_module
-from agentd.servers.webhook.delivery import event_uri
 from agentd.servers.webhook.listener import (
     DEFAULT_MAX_BODY,
     DEFAULT_MAX_CONNECTIONS,
@@ -253,9 +252,7 @@ class Notifier:
             self._wake = trio.Event()
             dirty, self._new = self._new, {}
             listing, self._listing = self._listing, False
-            for source, new in dirty.items():
-                for delivery_id in new:  # for a client that subscribed to an id before it arrived
-                    await self._server.notify_changed(event_uri(source, delivery_id))
+            for source in dirty:
                 await self._server.notify_changed(f"webhook://{source}/events")
             if listing:
                 await self._server.notify_list_changed()

@@ -56,7 +56,7 @@ import stat
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Final, Literal
 
@@ -72,8 +72,9 @@ from agentd.servers.webhook.delivery import (
     Accepted,
     Record,
     decode_record,
-    encode_record,
+    encode,
     make_parser,
+    stored_record,
     valid_id,
 )
 from agentd.servers.webhook.sources import SourceSpec
@@ -167,6 +168,8 @@ class Counters:
     refused: dict[str, int] = field(default_factory=dict)
     evicted: int = 0
     evicted_unacknowledged: int = 0
+    syncs: int = 0
+    """Group commits (``fdatasync`` calls): concurrent deliveries share one."""
     last_received: str | None = None
 
 
@@ -231,6 +234,9 @@ class DeliveryStore:
         self._by_key: dict[str, _Item] = {}
         self._unsynced: list[tuple[_Item, bytes]] = []
         self._scanned: Record | None = None
+        self._prepared: dict[
+            int, Record
+        ] = {}  # offset -> the record just written there (fed without a re-parse)
         self.log = self._new_log(Cursor())
         self._version = 0
         self._written_version = -1
@@ -252,7 +258,7 @@ class DeliveryStore:
             # Every pending delivery stays in memory (the retention bounds them), so the log
             # never has to walk the file for events hidden below the window.
             mem_cap=self.retain_count + NOTES_CAP + 1,
-            parse=make_parser(self._saw),
+            parse=make_parser(self._saw, lambda offset: self._prepared.pop(offset, None)),
             item_uri=f"webhook://{self.name}/event/{{id}}",
             noun="delivery",
         )
@@ -590,13 +596,13 @@ class DeliveryStore:
             dup = self._duplicate(accepted.dedupe_key, now)
             if dup is None:
                 delivery_id = self._unique(accepted.delivery_id)
-                line = encode_record(self.spec, accepted, delivery_id, received_at=now)
+                record = stored_record(self.spec, accepted, delivery_id, received_at=now)
+                line = encode(record)
                 if self._segments[-1].size > 0 and self._segments[-1].size + len(line) > self._segment_bytes:
                     await self._roll()
                 offset = self._end
                 self._write(line)
-                record = decode_record(line)
-                assert record is not None  # what encode_record writes always reads back
+                self._prepared[offset] = replace(record, size=len(line))
                 item = _Item(
                     delivery_id,
                     accepted.dedupe_key,
@@ -693,7 +699,9 @@ class DeliveryStore:
                 # the last good sync can be trusted. Stop; a restart re-reads what is on disk.
                 self._break(f"fdatasync of the delivery log failed ({exc.strerror}); the server stops")
                 return
+            self.counters.syncs += 1
             self._step("synced")
+            was_empty = not (self._order and self._order[0].durable)  # durable in order: the oldest tells
             new: list[str] = []
             for item, line in batch:
                 self._scanned = None
@@ -707,7 +715,8 @@ class DeliveryStore:
                 # Lazily: a crash before the write re-evicts the same deliveries at start.
                 self._evicted_version = self._version
                 self._persist_wanted.set()
-            self._armed.set()
+            if was_empty:
+                self._armed.set()  # the age timer had nothing to wait for
             round_, self._round = self._round, trio.Event()
             round_.set()
             self._on_change(new, True)
@@ -888,6 +897,7 @@ class DeliveryStore:
             "refused": {**c.refused},
             "evicted": c.evicted,
             "evicted_unacknowledged": c.evicted_unacknowledged,
+            "syncs": c.syncs,
             "last_received": c.last_received,
             "broken": self._broken,
             "warnings": [*self.warnings],
