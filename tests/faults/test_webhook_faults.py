@@ -1,4 +1,4 @@
-"""Webhook server faults: SIGKILL at the worst moments, and hostile requests (fault catalog W1-W6).
+"""Webhook server faults: SIGKILL at the worst moments, and hostile requests (fault catalog WH1-WH6).
 
 The server is killed from inside at a chosen step (a wrapper process
 substitutes subclasses whose ``step_hook`` SIGKILLs it once): after a
