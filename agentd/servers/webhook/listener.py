@@ -35,6 +35,7 @@ retry is recognised by its delivery id. Errors go back as a one-line JSON
 from __future__ import annotations
 
 import logging
+import math
 import socket
 import sys
 import time
@@ -206,7 +207,7 @@ class Listener:
                     request = await _next_event(stream, conn)
                     if not isinstance(request, h11.Request):
                         return  # closed before a request (ConnectionClosed)
-                    response = await self._request(stream, conn, request)
+                    response = await self._request(stream, conn, request, scope)
                 except h11.RemoteProtocolError as exc:
                     status = exc.error_status_hint
                     reason = (
@@ -216,9 +217,9 @@ class Listener:
                     )
                     response = _error(status, reason)
             if scope.cancelled_caught:
-                self.timeouts += 1
                 if conn.their_state is h11.IDLE and not conn.trailing_data[0]:
                     return  # an idle kept-alive connection: close quietly
+                self.timeouts += 1
                 self._log_refusal(
                     "*", "timeout", f"a request did not arrive within {self.limits.request_timeout:g} s"
                 )
@@ -233,8 +234,10 @@ class Listener:
             conn.start_next_cycle()
 
     async def _request(
-        self, stream: trio.SocketStream, conn: h11.Connection, request: h11.Request
+        self, stream: trio.SocketStream, conn: h11.Connection, request: h11.Request, arrival: trio.CancelScope
     ) -> _Response | None:
+        """Read the body (within ``arrival``'s deadline), then verify, store and answer (no deadline:
+        a sender cut off while its delivery is being made durable would only retry it)."""
         size = len(request.target) + sum(len(k) + len(v) + 4 for k, v in request.headers)
         if size > self.limits.max_header_bytes:
             # h11 bounds what it buffers of an incomplete head; a complete one read in one go is checked here.
@@ -278,6 +281,7 @@ class Listener:
                 if len(body) > cap:
                     return self._refuse(spec, store, _too_large(cap))
             elif isinstance(event, h11.EndOfMessage):
+                arrival.deadline = math.inf  # the request is in: the bound was on its arrival
                 break
             else:
                 return None  # the client closed mid-body: nothing to answer, nothing stored

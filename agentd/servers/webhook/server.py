@@ -252,10 +252,10 @@ class Notifier:
             self._wake = trio.Event()
             dirty, self._new = self._new, {}
             listing, self._listing = self._listing, False
+            if listing:  # first: a spawn route over webhook://NAME/event/* waits for the new listing
+                await self._server.notify_list_changed()
             for source in dirty:
                 await self._server.notify_changed(f"webhook://{source}/events")
-            if listing:
-                await self._server.notify_list_changed()
             await self._server.notify_changed(STATUS_URI)
 
 
