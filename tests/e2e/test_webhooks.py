@@ -11,8 +11,11 @@ or a response, bounded; nothing sleeps.
 from __future__ import annotations
 
 import signal
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
+
+import trio
 
 from tests.support.agentd_proc import REPO, Agentd, run_agentd
 from tests.support.webhooks import (
@@ -79,6 +82,25 @@ async def handled(a: Agentd, uri: str, *, count: int) -> dict[str, Any]:
     spawn = await a.wait_event("subagent.spawn", count=count, timeout=CONNECT_BOUND)
     await a.wait_event("turn.end", lambda e: e["agent"] == spawn["agent"], timeout=CONNECT_BOUND)
     return spawn
+
+
+#: How long one primer delivery may take to come out of a watch as a ``watch.event``.
+PRIMER_BOUND = 20.0
+
+
+async def primed(a: Agentd, send_primer: Callable[[int], Awaitable[None]]) -> None:
+    """Wait until the route's watch has read its baseline: a delivery its filter drops comes out as a
+    ``watch.event``. A watch takes its first read as the baseline, so a primer that lands before that
+    read is history to it; then the next primer shows the watch is live (at most three)."""
+    for attempt in range(3):
+        seen = len(a.find("watch.event"))
+        await send_primer(attempt)
+        try:
+            await a.wait_event("watch.event", count=seen + 1, timeout=PRIMER_BOUND)
+            return
+        except trio.TooSlowError:
+            continue
+    raise AssertionError(f"no primer came out of the watch:\n{a.tail()}")
 
 
 async def drain(a: Agentd) -> None:
@@ -176,11 +198,17 @@ async def test_the_filtered_github_example_starts_an_agent_only_for_issues_label
     args = ["--config", str(EXAMPLES / "webhooks" / "github-issues-filtered.toml"), "--verbose"]
     async with run_agentd(args, env=example_env(tmp_path, port)) as a:
         await connected(a)
-        await a.wait_event("subscription.established", lambda e: e["uri"] == "webhook://github/events")
-        push = dumps({"ref": "refs/heads/main", "commits": []})
-        assert (
-            await post(port, "/hooks/github", push, github_headers(push, "p-1", event="push"))
-        ).status == 200
+        await a.wait_event(
+            "watch.started", lambda e: e["uri"] == "webhook://github/events", timeout=CONNECT_BOUND
+        )
+
+        async def push(n: int) -> None:
+            body = dumps({"ref": "refs/heads/main", "commits": []})
+            assert (
+                await post(port, "/hooks/github", body, github_headers(body, f"p-{n}", event="push"))
+            ).status == 200
+
+        await primed(a, push)
         bug = dumps(github_issue_labeled(number=5, label="bug"))
         assert (await post(port, "/hooks/github", bug, github_headers(bug, "b-1"))).status == 200
         agent = dumps(github_issue_labeled(number=7))
@@ -198,7 +226,15 @@ async def test_the_alertmanager_example_wakes_one_warm_on_call_session(tmp_path:
     args = ["--config", str(EXAMPLES / "webhooks" / "alertmanager-oncall.toml"), "--verbose"]
     async with run_agentd(args, env=example_env(tmp_path, port)) as a:
         await connected(a)
-        await a.wait_event("subscription.established", lambda e: e["uri"] == "webhook://alerts/events")
+        await a.wait_event(
+            "watch.started", lambda e: e["uri"] == "webhook://alerts/events", timeout=CONNECT_BOUND
+        )
+
+        async def resolved(n: int) -> None:
+            body = dumps({**alertmanager_firing(f"Resolved{n}"), "status": "resolved"})
+            assert (await post(port, "/hooks/alerts", body, alertmanager_headers())).status == 200
+
+        await primed(a, resolved)
         first = dumps(alertmanager_firing("HighErrorRate"))
         assert (await post(port, "/hooks/alerts", first, alertmanager_headers())).status == 200
         spawn = await a.wait_event("subagent.spawn", timeout=CONNECT_BOUND)
