@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import trio
 from _util import PY, REPO, STEP_TIMEOUT, fmt, machine_note, p50, pct, run_agentd, table
 
@@ -179,8 +180,34 @@ def floor_throughput(tmp: Path, seconds: float) -> float:
         os.close(fd)
 
 
-async def server_throughput(tmp: Path, seconds: float, senders: int) -> tuple[float, int, int]:
-    """(deliveries answered 200 per second, deliveries, fdatasync calls) with ``senders`` concurrent senders."""
+async def _send_for(port: int, path: str, seconds: float, senders: int, headers: Any) -> tuple[int, float]:
+    """``senders`` senders POSTing back to back on fresh connections for ``seconds``: (answered 200, elapsed)."""
+    done = 0
+    deadline = time.perf_counter() + seconds
+
+    async def sender(k: int) -> None:
+        nonlocal done
+        j = 0
+        while time.perf_counter() < deadline:
+            reply = await post(port, path, BODY, headers(k, j))
+            assert reply.status == 200, reply
+            done += 1
+            j += 1
+
+    t0 = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for k in range(senders):
+            nursery.start_soon(sender, k)
+    return done, time.perf_counter() - t0
+
+
+def _cpu(pid: int) -> float:
+    times = psutil.Process(pid).cpu_times()
+    return float(times.user + times.system)
+
+
+async def server_throughput(tmp: Path, seconds: float, senders: int) -> tuple[float, int, int, float]:
+    """(deliveries answered 200 per second, deliveries, fdatasync calls, server CPU ms per delivery)."""
     from mcp import Client
 
     from tests.support.webhooks import webhook_argv, webhook_server
@@ -189,27 +216,36 @@ async def server_throughput(tmp: Path, seconds: float, senders: int) -> tuple[fl
     async with webhook_server(argv) as srv:
         for i in range(WARMUP):
             await post(srv.hooks_port, "/hooks/github", BODY, github_headers(BODY, f"warm-{i}"))
-        done = 0
-        deadline = time.perf_counter() + seconds
-
-        async def sender(k: int) -> None:
-            nonlocal done
-            j = 0
-            while time.perf_counter() < deadline:
-                reply = await post(srv.hooks_port, "/hooks/github", BODY, github_headers(BODY, f"s{k}-{j}"))
-                assert reply.status == 200, reply
-                done += 1
-                j += 1
-
-        t0 = time.perf_counter()
-        async with trio.open_nursery() as nursery:
-            for k in range(senders):
-                nursery.start_soon(sender, k)
-        elapsed = time.perf_counter() - t0
+        cpu0 = _cpu(srv.proc.pid)
+        done, elapsed = await _send_for(
+            srv.hooks_port, "/hooks/github", seconds, senders, lambda k, j: github_headers(BODY, f"s{k}-{j}")
+        )
+        cpu = _cpu(srv.proc.pid) - cpu0
         async with Client(srv.mcp_url) as client:
             status = json.loads((await client.read_resource("webhook://status")).contents[0].text)  # type: ignore[union-attr]
         syncs = int(status["sources"]["github"]["syncs"])
-        return done / elapsed, done, syncs
+        return done / elapsed, done, syncs, 1000 * cpu / max(done, 1)
+
+
+async def http_floor_throughput(tmp: Path, seconds: float, senders: int) -> tuple[float, float]:
+    """The bare http.server + fdatasync under the same senders: (per second, its CPU ms per request)."""
+    proc = await trio.lowlevel.open_process(
+        [PY, "-c", FLOOR_SERVER, str(tmp / f"floor-{senders}.log")],
+        stdout=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        assert proc.stdout is not None
+        with trio.fail_after(STEP_TIMEOUT):
+            port = int((await proc.stdout.receive_some()).decode().split()[0])
+        cpu0 = _cpu(proc.pid)
+        done, elapsed = await _send_for(
+            port, "/", seconds, senders, lambda k, j: {"Content-Type": "application/json"}
+        )
+        return done / elapsed, 1000 * (_cpu(proc.pid) - cpu0) / max(done, 1)
+    finally:
+        proc.kill()
+        await proc.wait()
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -227,31 +263,28 @@ async def main(args: argparse.Namespace) -> None:
                 ["POST → the spawned agent's request at the provider", fmt(p50(requested) * ms),
                  fmt(pct(requested, 95) * ms), fmt(p50(requested) / p50(floor))],
             ]  # fmt: skip
-            print(
-                table(
-                    f"latency, n={args.n} (+{WARMUP} warm-up), ms",
-                    ["path", "p50", "p95", "p50 ÷ floor"],
-                    rows,
-                )
-            )
+            table(f"latency, n={args.n} (+{WARMUP} warm-up), ms", ["path", "p50", "p95", "p50 ÷ floor"], rows)
             print(
                 f"goal: POST → request p50 ≤ 20 ms at load ≤ 2: {fmt(p50(requested) * ms)} ms; {machine_note()}"
             )
         if args.throughput:
             floor_rate = floor_throughput(tmp, args.seconds)
-            rows = [["append + fdatasync loop (floor)", fmt(floor_rate, 0), "1.00", "1.00"]]
+            rows = [["append + fdatasync loop (floor)", fmt(floor_rate, 0), "1.00", "1.00", ""]]
             for senders in (1, 8):
-                rate, done, syncs = await server_throughput(tmp, args.seconds, senders)
+                http_rate, http_cpu = await http_floor_throughput(tmp, args.seconds, senders)
+                rows.append(
+                    [f"bare http.server + fdatasync, {senders} sender(s)", fmt(http_rate, 0),
+                     fmt(http_rate / floor_rate), "1.00", fmt(http_cpu)]
+                )  # fmt: skip
+                rate, done, syncs, cpu = await server_throughput(tmp, args.seconds, senders)
                 rows.append(
                     [f"agentd serve webhook, {senders} sender(s)", fmt(rate, 0), fmt(rate / floor_rate),
-                     fmt((done + WARMUP) / max(syncs, 1))]
+                     fmt((done + WARMUP) / max(syncs, 1)), fmt(cpu)]
                 )  # fmt: skip
-            print(
-                table(
-                    f"deliveries per second, {args.seconds:g} s each",
-                    ["what", "per s", "÷ floor", "deliveries per fdatasync"],
-                    rows,
-                )
+            table(
+                f"deliveries per second, {args.seconds:g} s each (senders in this process)",
+                ["what", "per s", "÷ floor", "deliveries per fdatasync", "server CPU ms per delivery"],
+                rows,
             )
             print(f"goal: ≥ 0.5× the floor; {machine_note()}")
 
