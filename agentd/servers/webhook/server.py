@@ -229,20 +229,25 @@ def _redact_logs() -> None:
 
 
 class Notifier:
-    """Coalesces store changes into notifications (one task; stores call :meth:`changed` synchronously)."""
+    """Coalesces store changes into notifications (one task; stores call :meth:`changed` synchronously).
+
+    A stored delivery never changes, so nothing is pushed for ``webhook://NAME/event/{id}``: its
+    arrival is the resource-list change (sent first: a spawn route over ``webhook://NAME/event/*``
+    waits for it) and the change of ``webhook://NAME/events``.
+    """
 
     def __init__(self, server: WatchableServer) -> None:
         self._server = server
-        self._new: dict[str, list[str]] = {}
+        self._dirty: set[str] = set()
         self._listing = False
         self._wake = trio.Event()
 
     def for_source(self, source: str) -> Callable[[list[str], bool], None]:
         """The ``on_change`` callback of one source's store."""
-        return lambda new, listing: self.changed(source, new, listing)
+        return lambda new, listing: self.changed(source, listing)
 
-    def changed(self, source: str, new: list[str], listing: bool) -> None:
-        self._new.setdefault(source, []).extend(new)
+    def changed(self, source: str, listing: bool) -> None:
+        self._dirty.add(source)
         self._listing |= listing
         self._wake.set()
 
@@ -250,11 +255,11 @@ class Notifier:
         while True:
             await self._wake.wait()
             self._wake = trio.Event()
-            dirty, self._new = self._new, {}
+            dirty, self._dirty = self._dirty, set()
             listing, self._listing = self._listing, False
-            if listing:  # first: a spawn route over webhook://NAME/event/* waits for the new listing
+            if listing:
                 await self._server.notify_list_changed()
-            for source in dirty:
+            for source in sorted(dirty):
                 await self._server.notify_changed(f"webhook://{source}/events")
             await self._server.notify_changed(STATUS_URI)
 
@@ -473,7 +478,7 @@ def _register(
                 f"the acknowledgement could not be saved in {store.dir} ({exc.strerror}); free disk space "
                 "and call again (it is remembered until then)"
             ) from exc
-        notifier.changed(store.name, [], True)
+        notifier.changed(store.name, True)
         return {"source": store.name, "acked": done, "pending": store.log.pending_count()}
 
     @server.mcp.tool(
