@@ -48,7 +48,7 @@ commands:
   check           validate the settings, print the effective configuration
                   (credentials hidden) and what a run would still need;
                   --connect also starts the servers and calls each model once
-  serve NAME      run a bundled MCP server: memo, files, inbox, kube
+  serve NAME      run a bundled MCP server: memo, files, inbox, kube, webhook
 
 examples:
   agentd -m openai:gpt-4o-mini "summarise the open issues"

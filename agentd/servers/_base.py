@@ -5,7 +5,7 @@ shares (both protocol eras, change sources, transports, start-up failures);
 HTTP guarding, stdio, safe files and the SDK adapter (``_sdk.py``) are their
 own modules.
 
-Every bundled server (memo, inbox, files, kube) is a :class:`WatchableServer`:
+Every bundled server (memo, inbox, files, kube, webhook) is a :class:`WatchableServer`:
 an ``MCPServer`` from the ``mcp`` SDK, run under trio, that serves
 2026-07-28 clients (``subscriptions/listen``) and handshake-era clients
 (``resources/subscribe`` + ``notifications/resources/updated``) alike. One
@@ -84,7 +84,7 @@ from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.server.session import ServerSession
-from mcp.server.subscriptions import InMemorySubscriptionBus, ResourceUpdated
+from mcp.server.subscriptions import InMemorySubscriptionBus, ResourcesListChanged, ResourceUpdated
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from mcp.shared.uri_template import UriTemplate
@@ -148,6 +148,7 @@ SERVERS: Final[Mapping[str, str]] = {
     "inbox": "agentd.servers.inbox",
     "files": "agentd.servers.files",
     "kube": "agentd.servers.kube",
+    "webhook": "agentd.servers.webhook",
 }
 
 TOKEN_ENV: Final = "AGENTD_SERVE_TOKEN"
@@ -406,6 +407,7 @@ def _declares(session: object, capability: str) -> bool:
     return False
 
 
+_LIST_CHANGED_LINE: Final = b'{"jsonrpc":"2.0","method":"notifications/resources/list_changed"}\n'
 _SEND_ERRORS = (anyio.BrokenResourceError, anyio.ClosedResourceError, trio.BrokenResourceError, OSError)
 
 
@@ -446,8 +448,11 @@ class WatchableServer:
         *,
         instructions: str,
         experimental: Mapping[str, JSONObject] | None = None,
+        resources_list_changed: bool = False,
     ) -> None:
         self.name = name
+        self.resources_list_changed = resources_list_changed
+        """Advertise ``resources.listChanged`` to handshake-era clients (:meth:`notify_list_changed`)."""
         self.bus = InMemorySubscriptionBus()
         self.mcp: MCPServer = MCPServer(
             f"agentd-{name}",
@@ -536,6 +541,18 @@ class WatchableServer:
             except _SEND_ERRORS:
                 self._forget(key)
         await self.bus.publish(ResourceUpdated(uri=uri))
+
+    async def notify_list_changed(self) -> None:
+        """Tell every client (both eras) that the resource list changed (``resources/list_changed``)."""
+        for client in self.legacy_clients():
+            try:
+                if self._stdio is not None:
+                    await self._stdio.send_raw(_LIST_CHANGED_LINE)
+                else:
+                    await client.session.send_resource_list_changed()
+            except _SEND_ERRORS:
+                self._forget(client.key)
+        await self.bus.publish(ResourcesListChanged())
 
     def legacy_clients(self) -> list[LegacyClient]:
         """Every handshake-era client connected now."""
@@ -706,16 +723,19 @@ class WatchableServer:
     async def _serve_stdio(self) -> None:
         self._stdio = StdioTransport()
         await self._stdio.serve(
-            _sdk.lowlevel(self.mcp), _sdk.initialization_options(self.mcp, self.experimental)
+            _sdk.lowlevel(self.mcp),
+            _sdk.initialization_options(
+                self.mcp, self.experimental, resources_changed=self.resources_list_changed
+            ),
         )
 
     async def _serve_http(self, transport: Transport) -> None:
         from hypercorn.config import Config
         from hypercorn.trio import serve
 
-        if self.experimental:
+        if self.experimental or self.resources_list_changed:
             # The HTTP session manager builds its own init options; advertise ours.
-            _sdk.advertise_experimental(self.mcp, self.experimental)
+            _sdk.advertise(self.mcp, self.experimental, resources_changed=self.resources_list_changed)
         # Our guard checks Host, Origin and the token for every bind address;
         # the SDK's own check (only for three literal hosts) is switched off.
         app = self.mcp.streamable_http_app(
