@@ -3,7 +3,7 @@
 Size: over 600 lines because it is one pure state machine (positions,
 acknowledgements, torn tails) tested on its own, apart from the server's I/O.
 
-``agentd serve inbox`` (``inbox.py``) is the shell: it reads bytes, persists the
+``agentd serve inbox`` (the ``inbox`` package) is the shell: it reads bytes, persists the
 cursor, sends notifications. Everything it decides comes from :class:`InboxLog`.
 
 Sequence numbers

@@ -1,114 +1,25 @@
-"""``agentd serve inbox``: an agent's message inbox (a JSON Lines file), delivered at least once.
+"""The inbox server: reads the file, persists the cursor, tells clients, answers the tools.
 
-Size: over 600 lines because one server's resources, tools, persistence and
-change sources stay together; its pure delivery logic is ``_inboxlog.py``.
-
-Identity and files
-------------------
-The agent name comes from ``--agent``, else ``$AGENTD_INBOX_AGENT``, else the
-first line of ``~/.agentd/inbox-agent``. Names are ``[A-Za-z0-9_.-]+`` and do
-not start with a dot. In the inbox directory (``--dir``, default
-``~/.agentd/inbox``)::
-
-    <agent>.inbox                  the inbox: JSON Lines, appended to by anyone
-    .~<agent>.cursor               the consumer position and what consumers did (JSON, atomic, 0600)
-    .~<agent>.lock                 flock()ed by the one server draining the inbox
-    .~<agent>.watcher-active       sentinel: {"pid", "start_time", "host", "since", "inbox"}
-    .<agent>.watcher-active        the same sentinel, where hooks written to the mcp-watcher
-                                   contract look: present while a watcher delivers this inbox
-
-The ``.~`` prefix keeps this host's files out of sync tools that skip
-temporary files (Dropbox, Nextcloud, Box, Insync...). For Syncthing, which
-skips nothing by default, the server warns at start with the ``.stignore``
-lines to add when the directory is inside a Syncthing folder. The hooks'
-sentinel cannot have that prefix (the contract names it): a sync tool may
-copy it to another host, so it names its host and pid, and a hook that
-reads it can tell a copy from a live watcher on its own host (rfcs/0291).
-
-Inbox line shape
-----------------
-One JSON object per line, newline-terminated::
-
-    {"id": "m-17", "from": "alice", "ts": "2026-11-03T10:00:00Z",
-     "urgent": false, "text": "build is red", ...any other fields, kept}
-
-``id`` (string or number) is recommended; a line without one gets
-``"<agent>@<byte offset>"``. ``from`` is the sender's agent name (needed by
-``respond``). ``urgent`` defaults to false. Writers should append each line
-with one ``write`` on a file opened ``O_APPEND``.
-
-Delivery (at least once)
-------------------------
-Every message stays readable in ``inbox://<agent>`` until a consumer
-acknowledges it: ``ack(id)``, ``ack(seqs=[...])``, ``mark_handled(id)``, or
-``ack_through(seq)`` (an explicit cursor). The persisted position is what
-consumers acknowledged; nothing the server pushes moves it, so messages that
-arrive while no client is connected wait for one, and a restart (or a crash)
-offers again exactly what was not acknowledged, with the same ids and seqs.
-A client that connects reads the backlog at once; a Claude Code channel
-client gets it pushed right after initialization.
-
-The log shows the newest 256 pending events (urgent messages first); older
-pending ones are named in the body's ``gap`` and come back as the shown ones
-are acknowledged; any message is readable by id at
-``inbox://<agent>/message/{id}`` (the whole line, however large). How
-sequence numbers, the window and the cursor work: ``_inboxlog.py`` and
-rfcs/0140.
-
-The file is watched with inotify (no polling) and read incrementally: only
-the bytes appended since the last read, checked against the last 4 KiB read
-(a rewritten or truncated file is detected and everything after the last
-acknowledged message is offered again, never lost). The directory's parent
-is watched too: a directory replaced (``mv dir dir.old; mkdir dir``, or
-``rm -rf dir; mkdir dir``) is re-resolved, its lock re-acquired, and an
-``ERROR`` event says what happened. Nothing on the notification path writes
-to disk; an acknowledgement is durable (fsync) before the tool call returns.
-
-One drainer per inbox: ``flock`` on the lock file (the only authority; a
-sentinel never blocks on its own: one from another host, e.g. copied by a
-sync tool, is reported and replaced; one whose process is gone, left by a
-SIGKILL, is taken over). A second server for the same inbox, or a live
-watcher of another kind whose sentinel is there, makes the server exit with
-status 1 and a message naming the running one. On a clean stop both
-sentinels are removed.
-
-Channel
--------
-Each message also goes out as ``notifications/claude/channel``
-(``{"content": text, "meta": {...string fields, seq, id}}``, the text capped
-at 8 KiB: the whole message stays readable as a resource). Claude Code does
-not declare anything for channels in its own capabilities (the server
-declares ``experimental["claude/channel"]``), so ``--channel auto`` sends to
-every handshake-era client except one that subscribed to ``inbox://<agent>``
-without declaring ``claude/channel`` (it reads the log instead);
-``always`` sends to every handshake-era client, ``never`` to none.
-
-Tools: ``ack``, ``ack_through``, ``mark_handled``, ``respond`` (appends
-``{"id", "from", "ts", "urgent": false, "text", "in_reply_to"}`` to
-``<dir>/<sender>.inbox``, refusing a symlink or anything not a regular file).
+:class:`InboxServer` is the trio shell around the pure :class:`InboxLog`
+(``servers/_inboxlog.py``); :func:`build` registers its resources and tools.
+How the inbox behaves for its users: docs/inbox.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import errno
-import fcntl
 import hashlib
 import logging
 import os
-import re
-import socket
 import stat
 import uuid
 from collections import deque
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final, Literal, TypeAlias
 from urllib.parse import unquote
 
 import orjson
-import psutil
 import trio
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.resources.templates import ResourceSecurity
@@ -139,7 +50,6 @@ from agentd.servers._inboxlog import (
     Reader,
     channel_params,
     choose_by_id,
-    cursor_from_json,
     find_newline,
     message_id,
     walk,
@@ -159,14 +69,15 @@ from agentd.servers._inotify import (
     InotifyError,
 )
 from agentd.servers._intervals import IntervalSet
-from agentd.servers._safefs import (
-    UnsafePath,
-    append_regular,
-    describe_kind,
-    open_regular,
-    read_regular,
-    write_atomic,
+from agentd.servers._safefs import UnsafePath, append_regular, open_regular, write_atomic
+from agentd.servers.inbox.cursor import (
+    DRAIN_CHUNK,
+    PREFIX_CHECK_BYTES,
+    boundary_digests,
+    find_anchor,
+    load_cursor,
 )
+from agentd.servers.inbox.files import DrainerLock, Names, resolve_agent, syncthing_warning, valid_agent
 
 SUMMARY: Final = (
     "an agent's JSON Lines inbox delivered at least once (inbox://AGENT), with ack / respond / mark_handled"
@@ -197,20 +108,10 @@ log = logging.getLogger("agentd.servers.inbox")
 
 CHANNEL_METHOD: Final = "notifications/claude/channel"
 CHANNEL_CAPABILITY: Final = "claude/channel"
-DRAIN_CHUNK: Final = 64 * 1024
-"""Bytes read (and parsed) per step of a drain: a big append is drained in steps, each pushed before the
-next is parsed, so clients receive the first messages while the rest are still being read."""
 PUBLISH_BATCH: Final = 4096
 """New messages pushed per step while a big append drains (bounds memory, keeps clients fed)."""
-PREFIX_CHECK_BYTES: Final = 4096
-"""Bytes before the read position compared on every drain (a rewritten file is caught there)."""
-ANCHOR_LINE_MAX: Final = 64 * 1024
-"""Longest last-acknowledged line remembered as the resume point after a rewrite."""
 MAX_ACK_SEQS: Final = 10_000
 """Seqs one ``ack(seqs=...)`` call may name."""
-SYNCTHING_IGNORE_LINE: Final = "(?d).~*"
-#: The ``.stignore`` line that keeps the hooks' sentinel on its own host.
-SYNCTHING_SENTINEL_LINE: Final = "(?d).*.watcher-active"
 _DIR_MASK: Final = (
     IN_MODIFY
     | IN_CLOSE_WRITE
@@ -222,392 +123,16 @@ _DIR_MASK: Final = (
     | IN_MOVE_SELF
 )
 _PARENT_MASK: Final = IN_CREATE | IN_MOVED_TO | IN_DELETE | IN_MOVED_FROM | IN_ONLYDIR
-_NAME_RE: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 
 ChannelPolicy = Literal["auto", "always", "never"]
-
-
-def valid_agent(name: str) -> bool:
-    return bool(_NAME_RE.fullmatch(name)) and len(name) <= 128
-
-
-def resolve_agent(flag: str | None, env: dict[str, str] | os._Environ[str], home: str) -> str:
-    """``--agent`` > ``$AGENTD_INBOX_AGENT`` > ``~/.agentd/inbox-agent``.
-
-    Raises:
-        ConfigError: no identity found, or it is not a valid name.
-    """
-    if flag:
-        source, name = "--agent", flag
-    elif env.get("AGENTD_INBOX_AGENT"):
-        source, name = "AGENTD_INBOX_AGENT", env["AGENTD_INBOX_AGENT"]
-    else:
-        path = os.path.join(home, ".agentd", "inbox-agent")
-        try:
-            name = read_regular(path, 4096).decode("utf-8", "replace").splitlines()[0].strip()
-        except (OSError, IndexError):
-            raise ConfigError(
-                "--agent",
-                None,
-                f"no inbox identity: pass --agent NAME, set AGENTD_INBOX_AGENT, or write the name to {path}",
-            ) from None
-        source = path
-    if not valid_agent(name):
-        raise ConfigError(source, name, "use letters, digits, '_', '.', '-' (not starting with '.')")
-    return name
-
-
-@dataclass(frozen=True, slots=True)
-class Names:
-    """The file names of one agent's inbox (inside the inbox directory)."""
-
-    agent: str
-
-    @property
-    def inbox(self) -> str:
-        return f"{self.agent}.inbox"
-
-    @property
-    def cursor(self) -> str:
-        return f".~{self.agent}.cursor"
-
-    @property
-    def lock(self) -> str:
-        return f".~{self.agent}.lock"
-
-    @property
-    def sentinel(self) -> str:
-        return f".~{self.agent}.watcher-active"
-
-    @property
-    def hook_sentinel(self) -> str:
-        """The mcp-watcher contract's sentinel: hooks stand down while it names a live watcher."""
-        return f".{self.agent}.watcher-active"
-
-    # names an earlier agentd used (read once, then replaced)
-    @property
-    def legacy_hwm(self) -> str:
-        return f".{self.agent}.hwm"
-
-    @property
-    def legacy_state(self) -> str:
-        return f".{self.agent}.state"
-
-    @property
-    def legacy_lock(self) -> str:
-        return f".{self.agent}.lock"
 
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-# --------------------------------------------------------------------------- single drainer
-
-
-def process_start_time(pid: int) -> float | None:
-    """The process's start time (seconds since the epoch), or None if it does not exist."""
-    try:
-        return float(psutil.Process(pid).create_time())
-    except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
-        return None
-
-
-def sentinel_is_live(info: dict[str, object]) -> bool:
-    """Whether a sentinel's owner still runs *on this host* (pid alive with the same start time).
-
-    A sentinel from another host is never live here: it can only have come
-    through a sync tool or a shared file system, where the flock is what
-    decides (see :class:`DrainerLock`).
-    """
-    if info.get("host") not in (None, socket.gethostname()):
-        return False
-    pid = info.get("pid")
-    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
-        return False
-    started = process_start_time(pid)
-    recorded = info.get("start_time")
-    if started is None:
-        return False
-    return not (isinstance(recorded, int | float) and abs(started - recorded) > 1.0)
-
-
-def sentinel_is_mine(info: dict[str, object]) -> bool:
-    """Whether a sentinel names this process (its pid, on this host)."""
-    return info.get("pid") == os.getpid() and info.get("host") in (None, socket.gethostname())
-
-
-class DrainerLock:
-    """Hold one inbox: ``flock`` on its lock file (inside ``dir_fd``), and the two sentinels.
-
-    The host-local sentinel (``.~AGENT.watcher-active``) and the hooks'
-    (``.AGENT.watcher-active``) hold the same JSON. At start, either one
-    naming a live process on this host refuses the start; one from another
-    host is reported (:attr:`foreign`) and one whose process is gone is taken
-    over (:attr:`took_over`); both are then written. :meth:`release` removes
-    the ones that still name this process.
-    """
-
-    def __init__(self, dir_fd: int, directory: str, names: Names) -> None:
-        self.dir_fd = dir_fd
-        self.directory = directory
-        self.names = names
-        self.inbox = os.path.join(directory, names.inbox)
-        self.sentinel_path = os.path.join(directory, names.sentinel)
-        self.hook_sentinel_path = os.path.join(directory, names.hook_sentinel)
-        self._fds: list[int] = []
-        self._content = b""
-        self.took_over: dict[str, object] | None = None
-        """A sentinel of a process that is gone found at start (a SIGKILLed server's: taken over)."""
-        self.foreign: dict[str, object] | None = None
-        """A sentinel from another host found at start (reported, then replaced)."""
-
-    def _read_sentinel(self, name: str) -> dict[str, object] | None:
-        try:
-            info = orjson.loads(read_regular(name, 64 * 1024, dir_fd=self.dir_fd))
-        except (OSError, orjson.JSONDecodeError):
-            return None
-        return info if isinstance(info, dict) else None
-
-    def _flock(self, name: str, *, create: bool) -> int | None:
-        flags = os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | (os.O_CREAT if create else 0)
-        try:
-            fd = os.open(name, flags, 0o600, dir_fd=self.dir_fd)
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise ServerStartError(
-                    f"{os.path.join(self.directory, name)} is a symlink; remove it (the lock file must be a "
-                    "regular file in the inbox directory)"
-                ) from exc
-            raise ServerStartError(
-                f"cannot open the lock file {os.path.join(self.directory, name)}: {exc.strerror}"
-            ) from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            for sentinel in (self.names.sentinel, self.names.hook_sentinel):
-                info = self._read_sentinel(sentinel)
-                if info is not None:
-                    raise ServerStartError(self._busy_message(info, sentinel)) from None
-            raise ServerStartError(self._busy_message(None, self.names.sentinel)) from None
-        return fd
-
-    def acquire(self) -> None:
-        """Take the inbox or raise :class:`ServerStartError` naming the current holder."""
-        fd = self._flock(self.names.lock, create=True)
-        assert fd is not None
-        self._fds.append(fd)
-        try:
-            legacy = self._flock(self.names.legacy_lock, create=False)  # an older agentd's server
-            if legacy is not None:
-                self._fds.append(legacy)
-            for sentinel in (self.names.sentinel, self.names.hook_sentinel):
-                info = self._read_sentinel(sentinel)
-                if info is None or sentinel_is_mine(info):
-                    continue
-                if sentinel_is_live(info):
-                    # Another watcher on this host (one that does not take our lock: the
-                    # mcp-watcher, say) delivers this inbox: two would deliver everything twice.
-                    raise ServerStartError(self._busy_message(info, sentinel))
-                if info.get("host") not in (None, socket.gethostname()):
-                    self.foreign = self.foreign or info
-                else:
-                    self.took_over = self.took_over or info
-            self._content = orjson.dumps(
-                {
-                    "pid": os.getpid(),
-                    "start_time": psutil.Process().create_time(),
-                    "host": socket.gethostname(),
-                    "since": datetime.now(UTC).isoformat(),
-                    "inbox": self.inbox,
-                }
-            )
-            # The host-local one first: a server that dies between the two leaves a sentinel
-            # its successor can tell is stale, never only the hooks' one.
-            self._write_sentinel(self.names.sentinel)
-            self._write_sentinel(self.names.hook_sentinel)
-        except BaseException:
-            self._close()
-            raise
-
-    def _write_sentinel(self, name: str) -> None:
-        try:
-            write_atomic(name, self._content, dir_fd=self.dir_fd)
-        except UnsafePath as exc:
-            try:
-                kind = describe_kind(os.lstat(name, dir_fd=self.dir_fd).st_mode)
-            except OSError:
-                kind = "not a regular file"
-            raise ServerStartError(
-                f"{os.path.join(self.directory, name)} is {kind}, not a regular file; remove it "
-                "(the server writes its sentinel there)"
-            ) from exc
-
-    def _busy_message(self, info: dict[str, object] | None, sentinel: str) -> str:
-        who = f"pid {info.get('pid')} on {info.get('host')}" if info else "another process"
-        return (
-            f"{self.inbox} is already drained by {who} (sentinel {os.path.join(self.directory, sentinel)}); "
-            "stop that server first, or serve another inbox with --agent"
-        )
-
-    def _close(self) -> None:
-        for fd in self._fds:
-            os.close(fd)  # releases the flock
-        self._fds.clear()
-
-    def release(self) -> None:
-        if not self._fds:
-            return
-        # The hooks' one first: while the host-local one remains, the inbox still reads as held.
-        for sentinel in (self.names.hook_sentinel, self.names.sentinel):
-            info = self._read_sentinel(sentinel)
-            if info is not None and sentinel_is_mine(info):
-                with contextlib.suppress(OSError):
-                    os.unlink(sentinel, dir_fd=self.dir_fd)
-        self._close()
-
-
-def syncthing_warning(directory: str) -> str | None:
-    """If ``directory`` is inside a Syncthing folder whose ``.stignore`` does not skip ``.~*``: what to add."""
-    d = os.path.abspath(directory)
-    while True:
-        if os.path.lexists(os.path.join(d, ".stfolder")):
-            stignore = os.path.join(d, ".stignore")
-            try:
-                text = read_regular(stignore, 1 << 20).decode("utf-8", "replace")
-            except OSError:
-                text = ""
-            missing = [
-                line
-                for line, pattern in (
-                    (SYNCTHING_IGNORE_LINE, ".~"),
-                    (SYNCTHING_SENTINEL_LINE, "watcher-active"),
-                )
-                if pattern not in text
-            ]
-            if not missing:
-                return None
-            lines = " and ".join(repr(line) for line in missing)
-            return (
-                f"{directory} is inside the Syncthing folder {d}: add the line{'s' if len(missing) > 1 else ''} "
-                f"{lines} to {stignore} so this host's inbox position, lock and sentinels stay on this host (a "
-                "position synced from another host would make this server repeat or skip acknowledgements, and "
-                "a sentinel synced there would make that host's hooks stand down)"
-            )
-        parent = os.path.dirname(d)
-        if parent == d:
-            return None
-        d = parent
-
-
-# --------------------------------------------------------------------------- the cursor file
-
-
 _Located: TypeAlias = tuple[int | None, int, int, bool]
 """Where a message with a given id is: (seq if known, start, end, pending)."""
-
-
-def _boundary_digests(read: Reader, offset: int) -> tuple[str | None, str | None]:
-    """(check, anchor) for a cursor at ``offset``: sha256 of the 4 KiB before it and of the last non-blank line."""
-    if offset <= 0:
-        return None, None
-    start = max(0, offset - ANCHOR_LINE_MAX)
-    data = read(start, offset - start)
-    if len(data) != offset - start:
-        return None, None
-    check = hashlib.sha256(data[-PREFIX_CHECK_BYTES:]).hexdigest()
-    end = len(data)
-    while end > 0:
-        nl = data.rfind(b"\n", 0, end - 1)
-        line = data[nl + 1 : end]
-        if line.strip():
-            if nl < 0 and start > 0:
-                return check, None  # the line began before what we read: too long to anchor on
-            return check, hashlib.sha256(line).hexdigest()
-        if nl < 0:
-            break
-        end = nl + 1
-    return check, None
-
-
-def _find_anchor(read: Reader, size: int, anchor: str) -> int | None:
-    """Offset just past the *first* non-blank line whose sha256 is ``anchor`` (first: a repeated line never
-    makes delivery skip ahead), or None."""
-    pos = 0
-    buf = b""
-    base = 0
-    while pos < size:
-        i = pos - base
-        nl = buf.find(b"\n", i)
-        if nl < 0:
-            have = base + len(buf)
-            if have >= size:
-                line, end = buf[i:], size
-            elif have - pos > ANCHOR_LINE_MAX:
-                found = find_newline(read, have, size)
-                if found is None:
-                    return None
-                pos, buf, base = found + 1, b"", found + 1
-                continue
-            else:
-                more = read(have, min(DRAIN_CHUNK, size - have))
-                if not more:
-                    return None
-                buf, base = buf[i:] + more, pos
-                continue
-        else:
-            line, end = buf[i : nl + 1], base + nl + 1
-        if line.strip() and hashlib.sha256(line).hexdigest() == anchor:
-            return end
-        pos = end
-    return None
-
-
-def load_cursor(dir_fd: int, directory: str, names: Names) -> tuple[Cursor, Ledger, list[str], bool]:
-    """Read the cursor file (or migrate an earlier agentd's mark and state).
-
-    Returns (cursor, ledger, warnings, migrated). A cursor file that cannot be
-    used is moved aside (``.corrupt-<UTC>``) and delivery starts from the
-    beginning of the inbox (duplicates, never a loss), with a warning.
-    """
-    warnings: list[str] = []
-    path = os.path.join(directory, names.cursor)
-    try:
-        raw = read_regular(names.cursor, dir_fd=dir_fd)
-    except FileNotFoundError:
-        raw = None
-    except OSError as exc:
-        warnings.append(f"cannot read the inbox position {path}: {exc.strerror}; delivering from the start")
-        return Cursor(), Ledger(), warnings, False
-    if raw is not None:
-        try:
-            doc = orjson.loads(raw)
-            if not isinstance(doc, dict):
-                raise ValueError(f"it holds a JSON {type(doc).__name__}, not an object")
-            cursor, ledger = cursor_from_json(doc)
-            return cursor, ledger, warnings, False
-        except (orjson.JSONDecodeError, ValueError) as exc:
-            aside = f"{names.cursor}.corrupt-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}"
-            with contextlib.suppress(OSError):
-                os.rename(names.cursor, aside, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-            warnings.append(
-                f"the inbox position {path} is unusable ({exc}); it was moved to {aside} and every message "
-                "in the inbox is offered again (consumers may see ones they already handled)"
-            )
-            return Cursor(), Ledger(), warnings, False
-    # An earlier agentd kept a push mark and a state file: start from the mark.
-    cursor, ledger, migrated = Cursor(), Ledger(), False
-    with contextlib.suppress(OSError, orjson.JSONDecodeError, TypeError, ValueError):
-        hwm = orjson.loads(read_regular(names.legacy_hwm, dir_fd=dir_fd))
-        cursor = Cursor(offset=max(0, int(hwm["offset"])))
-        migrated = True
-    with contextlib.suppress(OSError, orjson.JSONDecodeError, TypeError, ValueError, AttributeError):
-        ledger = Ledger(orjson.loads(read_regular(names.legacy_state, dir_fd=dir_fd)))
-        migrated = True
-    return cursor, ledger, warnings, migrated
 
 
 # --------------------------------------------------------------------------- the server
@@ -749,7 +274,7 @@ class InboxServer:
                 fd = None
             if fd is not None:
                 try:
-                    check, anchor = _boundary_digests(self._reader(fd), offset)
+                    check, anchor = boundary_digests(self._reader(fd), offset)
                 finally:
                     os.close(fd)
         snap = {**snap, "check": check, "anchor": anchor}
@@ -900,7 +425,7 @@ class InboxServer:
         anchor = self.log.cursor.anchor
         offset: int | None = 0 if self.log.cursor.offset == 0 else None
         if offset is None and anchor is not None and fd is not None:
-            offset = await trio.to_thread.run_sync(_find_anchor, self._reader(fd), size, anchor)
+            offset = await trio.to_thread.run_sync(find_anchor, self._reader(fd), size, anchor)
         pending = self.log.pending_count()
         if offset is not None and offset > 0:
             message = (
