@@ -1,25 +1,40 @@
-"""The cursor file: the consumer position on disk, and how it finds its place in a rewritten inbox.
+"""The cursor file: the consumer position on disk, its group commit, and its place in a rewritten inbox.
 
 Beside the position (``offset``, ``seq``, acknowledged ranges, notes) the
 file records two digests of the bytes before ``offset``: ``check`` (the last
 4 KiB: is the file still the one that was read?) and ``anchor`` (the last
 acknowledged line: where to resume when it is not). An earlier agentd's push
-mark and state file are read once and replaced.
+mark and state file are read once and replaced. :class:`CursorPersister`
+writes it: one writer task, and an acknowledgement waits for the write that
+covers it (rfcs/0140).
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 from datetime import UTC, datetime
 from typing import Final
 
 import orjson
+import trio
 
-from agentd.servers._inboxlog import Cursor, Ledger, Reader, cursor_from_json, find_newline
-from agentd.servers._safefs import read_regular
-from agentd.servers.inbox.files import Names
+from agentd.servers._base import ToolError
+from agentd.servers._inboxlog import (
+    Cursor,
+    CursorSnapshot,
+    InboxLog,
+    Ledger,
+    Reader,
+    cursor_from_json,
+    find_newline,
+)
+from agentd.servers._safefs import read_regular, write_atomic
+from agentd.servers.inbox.files import InboxDir, Names
+
+log = logging.getLogger("agentd.servers.inbox")
 
 DRAIN_CHUNK: Final = 64 * 1024
 """Bytes read (and parsed) per step of a drain: a big append is drained in steps, each pushed before the
@@ -28,6 +43,11 @@ PREFIX_CHECK_BYTES: Final = 4096
 """Bytes before the read position compared on every drain (a rewritten file is caught there)."""
 ANCHOR_LINE_MAX: Final = 64 * 1024
 """Longest last-acknowledged line remembered as the resume point after a rewrite."""
+
+
+def reader(fd: int) -> Reader:
+    """Positional reads of ``fd`` (never moves a file offset: safe from any thread)."""
+    return lambda offset, n: os.pread(fd, n, offset)
 
 
 def boundary_digests(read: Reader, offset: int) -> tuple[str | None, str | None]:
@@ -128,3 +148,109 @@ def load_cursor(dir_fd: int, directory: str, names: Names) -> tuple[Cursor, Ledg
         ledger = Ledger(orjson.loads(read_regular(names.legacy_state, dir_fd=dir_fd)))
         migrated = True
     return cursor, ledger, warnings, migrated
+
+
+# --------------------------------------------------------------------------- writing it
+
+
+class CursorPersister:
+    """Writes the cursor file: one writer task, group commit.
+
+    Acknowledgements change the log (its ``version`` moves); :meth:`wait_written`
+    returns once the cursor as it was at the call is on disk, one write serving
+    every change made meanwhile. :meth:`write_soon` asks for a write nobody
+    waits for. Nothing on the notification path waits for a write.
+    """
+
+    def __init__(self, log: InboxLog, directory: InboxDir, *, migrated: bool) -> None:
+        self._log = log
+        self._directory = directory
+        self._migrated = migrated
+        """An earlier agentd's mark and state file are still there: the first write removes them."""
+        self._written_version = -1
+        """The log version the file holds."""
+        self._wanted = trio.Event()
+        self._written = trio.Event()
+        """Set (and replaced) after each write: what :meth:`wait_written` waits on."""
+        self.error: str | None = None
+        """Why the last write failed (what the status shows), or None."""
+        self.io_lock = trio.Lock()
+        """Held while a write is in flight: the directory is not replaced under it."""
+
+    def write_soon(self) -> None:
+        if self._log.version != self._written_version:
+            self._wanted.set()
+
+    async def wait_written(self) -> None:
+        """Return once the cursor as it is now is on disk (raises ToolError if it cannot be written)."""
+        target = self._log.version
+        while self._written_version < target:
+            self._wanted.set()
+            done = self._written
+            await done.wait()
+        if self.error is not None:
+            raise ToolError(self.error)
+
+    async def wait_written_quietly(self) -> None:
+        """:meth:`wait_written`, a failure left to the status and stderr (where it already is)."""
+        with contextlib.suppress(ToolError):
+            await self.wait_written()
+
+    async def run(self) -> None:
+        """The writer task (runs until cancelled)."""
+        while True:
+            while self._log.version == self._written_version:
+                await self._wanted.wait()
+                self._wanted = trio.Event()
+            version = self._log.version
+            snap = self._log.snapshot()
+            async with self.io_lock:
+                try:
+                    offset, check, anchor = await trio.to_thread.run_sync(
+                        self._write, self._directory.fd, snap
+                    )
+                except OSError as exc:
+                    self.error = (
+                        "could not record the inbox position in "
+                        f"{os.path.join(self._directory.path, self._directory.names.cursor)}: "
+                        f"{exc.strerror}; acknowledgements hold until the server restarts (then the messages "
+                        "are offered again); free space or fix the directory's permissions"
+                    )
+                    log.warning("%s", self.error)
+                else:
+                    self.error = None
+                    if self._log.cursor.offset == offset:
+                        self._log.cursor.check, self._log.cursor.anchor = check, anchor
+            self._written_version = max(self._written_version, version)
+            done, self._written = self._written, trio.Event()
+            done.set()
+
+    def write_final(self) -> None:
+        """Write what the writer task has not (at shutdown, on the event loop; errors ignored)."""
+        if self._log.version != self._written_version:
+            with contextlib.suppress(OSError):
+                self._write(self._directory.fd, self._log.snapshot())
+
+    def _write(self, dir_fd: int, snap: CursorSnapshot) -> tuple[int, str | None, str | None]:
+        """Write the cursor file (in a worker thread); fills in check/anchor from the inbox. Returns them."""
+        names = self._directory.names
+        offset = snap["offset"]
+        check = anchor = None
+        if offset > 0:
+            try:
+                fd = self._directory.open_inbox(dir_fd)
+            except OSError:
+                fd = None
+            if fd is not None:
+                try:
+                    check, anchor = boundary_digests(reader(fd), offset)
+                finally:
+                    os.close(fd)
+        snap = {**snap, "check": check, "anchor": anchor}
+        write_atomic(names.cursor, orjson.dumps(snap), new_mode=0o600, dir_fd=dir_fd)
+        if self._migrated:
+            for name in (names.legacy_hwm, names.legacy_state):
+                with contextlib.suppress(OSError):
+                    os.unlink(name, dir_fd=dir_fd)
+            self._migrated = False
+        return offset, check, anchor

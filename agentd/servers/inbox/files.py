@@ -2,8 +2,9 @@
 
 The agent's name and the file names derived from it (:class:`Names`); the
 drainer lock (``flock`` plus the two sentinels, :class:`DrainerLock`); the
-Syncthing check that keeps this host's files on this host. The layout of the
-directory and why the ``.~`` prefix: docs/inbox.md.
+directory as the server holds it (:class:`InboxDir`); the Syncthing check
+that keeps this host's files on this host. The layout of the directory and
+why the ``.~`` prefix: docs/inbox.md.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import orjson
 import psutil
 
 from agentd.servers._base import ConfigError, ServerStartError
-from agentd.servers._safefs import UnsafePath, describe_kind, read_regular, write_atomic
+from agentd.servers._safefs import UnsafePath, describe_kind, open_regular, read_regular, write_atomic
 
 SYNCTHING_IGNORE_LINE: Final = "(?d).~*"
 #: The ``.stignore`` line that keeps the hooks' sentinel on its own host.
@@ -300,3 +301,60 @@ def syncthing_warning(directory: str) -> str | None:
         if parent == d:
             return None
         d = parent
+
+
+# --------------------------------------------------------------------------- the directory held
+
+
+class InboxDir:
+    """The inbox directory as this server holds it: an fd on it and its drainer lock.
+
+    Every file is opened relative to :attr:`fd`, never by path again, so a
+    directory moved away is not followed by accident; when it is replaced,
+    :meth:`take_over` swaps in the new one's fd and lock together.
+    """
+
+    def __init__(self, path: str, names: Names) -> None:
+        self.path = path
+        self.names = names
+        self.inbox_path = os.path.join(path, names.inbox)
+        self.fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self.lock = DrainerLock(self.fd, path, names)
+
+    @classmethod
+    def claim(cls, path: str, names: Names) -> InboxDir:
+        """Open the directory and take its inbox; raises :class:`ServerStartError` naming the holder."""
+        held = cls(path, names)
+        try:
+            held.lock.acquire()
+        except BaseException:
+            os.close(held.fd)
+            raise
+        return held
+
+    def open_inbox(self, dir_fd: int | None = None) -> int:
+        """Open the inbox file for reading (in ``dir_fd``, default :attr:`fd`); raises what :func:`open_regular` raises."""
+        return open_regular(self.names.inbox, os.O_RDONLY, dir_fd=self.fd if dir_fd is None else dir_fd)
+
+    def remove_stale_temporaries(self) -> None:
+        """Drop temporaries a writer SIGKILLed mid-write left; we hold the lock, so nobody else writes them."""
+        agent = self.names.agent
+        prefixes = (f".~{agent}.cursor.", f".~{agent}.watcher-active.")
+        with contextlib.suppress(OSError):
+            for name in os.listdir(self.fd):
+                if name.startswith(prefixes) and name.endswith(".tmp"):
+                    with contextlib.suppress(OSError):
+                        os.unlink(name, dir_fd=self.fd)
+
+    def take_over(self, new: InboxDir) -> None:
+        """The directory was replaced and ``new`` (claimed) holds the new one: use it, give the old one up."""
+        old_fd, old_lock = self.fd, self.lock
+        self.fd, self.lock = new.fd, new.lock
+        old_lock.release()
+        os.close(old_fd)
+
+    def release(self) -> None:
+        """Give the inbox up: the sentinels that still name this process go, then the lock and the fd."""
+        self.lock.release()
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
