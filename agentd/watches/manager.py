@@ -43,13 +43,10 @@ baselines are saved as specs with no owner named ``route:<route id>:<uri>``.
 from __future__ import annotations
 
 import contextlib
-import enum
-import html
 import re
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, NoReturn, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Final, NoReturn, Protocol
 
 import orjson
 import trio
@@ -63,12 +60,15 @@ from agentd.telemetry import Telemetry
 from agentd.upstream.naming import namespaced
 from agentd.upstream.resolve import resource_listing
 from agentd.watches import state as state_file
-from agentd.watches.extract import Shape, shape_of
+from agentd.watches.catalog import CATALOG_CALL_TIMEOUT_SECS, AsyncCatalogFunction
+from agentd.watches.extract import shape_of
 from agentd.watches.limits import WatchLimits
 from agentd.watches.limits import watch_limits as watch_limits  # its old home: callers import it here too
 from agentd.watches.notices import error_line
+from agentd.watches.persist import ROUTE_SPEC_PREFIX, render_restore, route_spec_name
 from agentd.watches.stage import StagedRoute, WatchStage
 from agentd.watches.state import WatchSpec
+from agentd.watches.watch import Watch, WatchStatus
 
 if TYPE_CHECKING:  # the sandbox (pydantic-monty) is imported only when a watch filters
     from mcp import types
@@ -76,47 +76,14 @@ if TYPE_CHECKING:  # the sandbox (pydantic-monty) is imported only when a watch 
     from agentd.upstream.connection import Upstream
     from agentd.watches.sandbox import CatalogFunction, FilterPool, WatchFilter
 
-#: An async catalog function: called with the filter's own arguments (checked
-#: by the function), its result goes back into the sandbox.
-AsyncCatalogFunction: TypeAlias = "Callable[..., Awaitable[object]]"
-
 
 #: Watch names: short, safe in a route id, an XML attribute and a log line.
 WATCH_NAME_RE: Final = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
-#: Bound on one catalog call a filter makes (``read_resource``, a read-only
-#: tool), on top of the filter run's own time limit (which usually ends it
-#: first, rfcs/0151): 5 s is far above a healthy call (~1 ms) and well below
-#: the upstream's own 30 s request timeout, so a hung server costs a filter
-#: an error line, not half a minute, even with a long ``filter_timeout``.
-CATALOG_CALL_TIMEOUT_SECS: Final = 5.0
 
 #: How long shutdown waits for the sandbox pool to stop its worker processes.
 #: Monty kills them itself; this only bounds a wedged worker.
 POOL_CLOSE_TIMEOUT_SECS: Final = 5.0
-
-#: ``--watch-state`` names of declared-route stages start with this (watch names cannot hold ``:``).
-ROUTE_SPEC_PREFIX: Final = "route:"
-
-#: The instruction after a restore notice.
-RESTORE_INSTRUCTION: Final = (
-    "agentd restarted and started again the watches you had set up (listed above). "
-    "Changes made while it was down follow as watch events. "
-    "If nothing here needs action, answer with exactly NO_REPLY and nothing else."
-)
-
-
-class WatchStatus(enum.Enum):
-    """Where one watch is in its lifecycle."""
-
-    STARTING = "starting"
-    """watch_start is validating, reading the baseline and subscribing."""
-    RUNNING = "running"
-    """Subscribed; every change is re-read and filtered."""
-    FAILED = "failed"
-    """The upstream gave up resubscribing; resumes if the subscription comes back."""
-    RESTORE_FAILED = "restore_failed"
-    """A spec from ``--watch-state`` that could not start (e.g. its server is down)."""
 
 
 class RouteTable(Protocol):
@@ -166,82 +133,6 @@ class _NoHolds:
 
     def watch_stopped(self, key: tuple[str, str]) -> bool:
         return False  # nobody to ask: keep
-
-
-@dataclass(eq=False)
-class Watch:
-    """One watch, as the manager tracks it."""
-
-    name: str
-    uri: str
-    session: str
-    on_event: str | None
-    status: WatchStatus = WatchStatus.STARTING
-    server: str | None = None
-    shape: Shape | None = None
-    stage: WatchStage | None = None
-    events: int = 0
-    """Events extracted so far (before the filter)."""
-    notices: int = 0
-    """Notices handed to the reactor."""
-    saved_baseline: JSONObject | None = None
-    """The baseline as of the last notice (what ``--watch-state`` stores)."""
-    error: str | None = None
-    """Why a restore failed (RESTORE_FAILED)."""
-    changed: bool = False
-    """A change arrived that the task has not read yet (coalesces bursts)."""
-    wake_send: trio.MemorySendChannel[None] | None = None
-    wake_recv: trio.MemoryReceiveChannel[None] | None = None
-    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
-    route: StagedRoute | None = None
-    """The declared route this stage serves (``name`` is then the route id, ``session`` empty)."""
-    subscribed: bool = False
-    """The upstream subscription is established as far as this watch reported (``watch.subscribed``
-    once per establishment, ``watch.resubscribing`` once per loss)."""
-
-    @property
-    def route_id(self) -> str:
-        if self.route is not None:
-            return self.route.route_id
-        return f"watch:{self.session}:{self.name}"
-
-    def spec(self) -> WatchSpec:
-        if self.route is not None:
-            return WatchSpec(
-                name=route_spec_name(self.route.route_id, self.uri),
-                uri=self.uri,
-                on_event=self.on_event,
-                owner=None,
-                baseline=self.saved_baseline,
-            )
-        return WatchSpec(
-            name=self.name,
-            uri=self.uri,
-            on_event=self.on_event,
-            owner=self.session,
-            baseline=self.saved_baseline,
-        )
-
-    def describe(self) -> JSONObject:
-        out: JSONObject = {
-            "name": self.name,
-            "uri": self.uri,
-            "shape": self.shape,
-            "events": self.events,
-            "notices": self.notices,
-        }
-        if self.status is WatchStatus.RESTORE_FAILED:
-            out["restore_failed"] = True
-            out["error"] = self.error
-        elif self.status is WatchStatus.FAILED:
-            out["failed"] = True
-        return out
-
-    def wake(self) -> None:
-        if self.wake_send is not None:
-            # A wake-up already pending is enough: the task reads the current state anyway.
-            with contextlib.suppress(trio.WouldBlock):
-                self.wake_send.send_nowait(None)
 
 
 class WatchManager:
@@ -1189,14 +1080,3 @@ class WatchManager:
             session = w.route.session if w.route.disposition == "continue" else None
             return {"watch": w.name, "uri": w.uri, "session": session, "route": w.route.route_id}
         return {"watch": w.name, "uri": w.uri, "session": w.session, "route": w.route_id}
-
-
-def route_spec_name(route_id: str, uri: str) -> str:
-    """The ``--watch-state`` name of a declared route's stage for ``uri``."""
-    return f"{ROUTE_SPEC_PREFIX}{route_id}:{uri}"
-
-
-def render_restore(lines: Iterable[str]) -> str:
-    """The restore notice: a ``<watches-restored>`` block, one watch per line, then the instruction."""
-    body = "\n".join(html.escape(line, quote=False) for line in lines)
-    return f"<watches-restored>\n{body}\n</watches-restored>\n{RESTORE_INSTRUCTION}"
