@@ -52,6 +52,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.util.types import AttributeValue
 
+from agentd.extras import install_hint
 from agentd.jsonvalue import as_array, get_number
 
 if TYPE_CHECKING:
@@ -453,7 +454,7 @@ def setup(env: Mapping[str, str], telemetry: Telemetry) -> Tracing | None:
     except ImportError as exc:
         telemetry.emit(
             "tracing.unavailable",
-            reason=f"the OTLP exporter is not installed ({exc.name}); install agentd-supervisor[otel]",
+            reason=f"the OTLP exporter is not installed ({exc.name}); {install_hint('otel')}",
         )
         return None
     from agentd import __version__

@@ -104,7 +104,7 @@ EVENTS: Mapping[str, EventSpec] = {
         _e("health.listening", "info", "The health endpoint is listening.", "addr port"),
         _e("metrics.listening", "info", "The metrics endpoint is listening.", "addr port"),
         _e("tracing.enabled", "info", "Traces are exported over OTLP/HTTP (the OTEL_* variables asked for it).", "endpoint service"),
-        _e("tracing.unavailable", "warning", "OTEL_* variables ask for traces but the exporter is not installed (agentd[otel]).", "reason"),
+        _e("tracing.unavailable", "warning", "OTEL_* variables ask for traces but the exporter is not installed (the otel extra; the reason says how to add it).", "reason"),
         _e("tracing.export_failed", "warning", "A batch of spans could not be exported; it is dropped.", "error spans"),
         _e("log", "warning", "A record from Python logging (a library's message), with the logger's level.", "logger message error traceback"),
         _e("telemetry.suppressed", "warning", "Repeats of a warning from one source were folded into this count.", "of server agent logger source limit count window_s"),
