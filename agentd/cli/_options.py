@@ -156,8 +156,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("operations", ("--state-dir",), _ONE, "DIR", "keep conversations, sessions, watch state and OAuth tokens here (default for conversations: ~/.local/state/agentd)"),
     Option("operations", ("--watch-state",), _ONE, "PATH", "persist watch specs in this file (default: in --state-dir)"),
     Option("operations", ("--grace",), _ONE, "DURATION", "drain time after SIGTERM/SIGINT/SIGHUP (default 25s)"),
-    Option("operations", ("--health-addr",), _ONE, "HOST:PORT", "serve /healthz and /readyz here"),
+    Option("operations", ("--health-addr",), _ONE, "HOST:PORT", "serve /healthz, /readyz, /status and the status page here"),
     Option("operations", ("--metrics-addr",), _ONE, "HOST:PORT", "serve Prometheus metrics here"),
+    Option("operations", ("--status-token-file",), _ONE, "FILE", "bearer token for /status and the status page on --health-addr (needed beyond loopback)"),
+    Option("operations", ("--status-show-content",), _FLAG, None, "/status and the page show instructions and tool arguments (hidden by default)"),
 )
 # fmt: on
 
