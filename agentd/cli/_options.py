@@ -35,6 +35,7 @@ __all__ = [
 USAGE = """\
 agentd [OPTIONS] [INSTRUCTION | -]
        agentd check [OPTIONS] [INSTRUCTION]
+       agentd status [--addr HOST:PORT] [--watch] [--json]
        agentd serve NAME [OPTIONS]       (agentd serve --help lists the servers)"""
 
 DESCRIPTION = """\
@@ -49,6 +50,8 @@ commands:
                   (credentials hidden) and what a run would still need;
                   --connect also starts the servers and calls each model once
   serve NAME      run a bundled MCP server: memo, files, inbox, kube, webhook
+  status          what a running daemon is doing (its --health-addr /status);
+                  --watch refreshes in place, --json prints the document
 
 examples:
   agentd -m openai:gpt-4o-mini "summarise the open issues"
