@@ -26,7 +26,17 @@ import trio
 from agentd.exitcodes import ExitCode
 from tests.support.agentd_proc import PY, REPO, Agentd, agentd_cmd
 from tests.support.files import edit
-from tests.support.routing import START, STEP, drain, get, health_base, memo_server, script, sdk_server, supervised
+from tests.support.routing import (
+    START,
+    STEP,
+    drain,
+    get,
+    health_base,
+    memo_server,
+    script,
+    sdk_server,
+    supervised,
+)
 
 #: Seconds the notes server's ``sleep`` holds the agent's tool call: the window in which the test
 #: looks at a running agent (a few status reads, each milliseconds; generous for a loaded machine).
@@ -118,12 +128,19 @@ async def test_status_shows_the_wake_the_agent_doing_a_tool_call_and_its_cost(tm
             await until_agent_gone(a)
             after = json.loads((await status_cli("--addr", addr, "--json")).stdout)
             assert await drain(a) == ExitCode.OK
-    assert before["agents"] == [] and before["ready"] is True
+    assert before["agents"] == []
+    assert before["ready"] is True
     assert running.returncode == 0, running.stderr
     doc: dict[str, Any] = json.loads(running.stdout)
     [agent] = doc["agents"]
-    assert (agent["id"], agent["route"], agent["woken_by"], agent["woken_route"]) == ("a1", "r0", ["memo://notes"], "r0")
-    assert agent["doing"]["kind"] == "tool" and agent["doing"]["tool"] == "notes__sleep"
+    assert (agent["id"], agent["route"], agent["woken_by"], agent["woken_route"]) == (
+        "a1",
+        "r0",
+        ["memo://notes"],
+        "r0",
+    )
+    assert agent["doing"]["kind"] == "tool"
+    assert agent["doing"]["tool"] == "notes__sleep"
     assert (agent["steps"], agent["tokens"], agent["cost_usd"]) == (1, 120, 0.0015)
     [route] = doc["routes"]
     assert (route["id"], route["match"], route["in_flight"], route["routed"]) == ("r0", "memo://notes", 1, 1)
@@ -137,18 +154,27 @@ async def test_status_shows_the_wake_the_agent_doing_a_tool_call_and_its_cost(tm
     # Content is hidden by default: no instruction, no tool arguments.
     assert doc["content_shown"] is False
     assert "SECRET-INSTRUCTION-TEXT" not in running.stdout.decode()
-    assert "receipt_port" not in running.stdout.decode() and "arguments" not in agent["doing"]
+    assert "receipt_port" not in running.stdout.decode()
+    assert "arguments" not in agent["doing"]
     # The human view: a header line with the cost, the agent and the route that woke it.
     text = human.stdout.decode()
     assert human.returncode == 0, human.stderr
     header = text.splitlines()[0]
-    assert header.startswith("agentd ") and "reactive" in header and "1 running" in header and "$0.0015" in header
+    assert header.startswith("agentd ")
+    assert "reactive" in header
+    assert "1 running" in header
+    assert "$0.0015" in header
     [row] = [line for line in text.splitlines() if line.startswith("a1 ")]
-    assert "r0" in row and "memo://notes" in row and "tool notes__sleep" in row and "$0.0015" in row
+    assert "r0" in row
+    assert "memo://notes" in row
+    assert "tool notes__sleep" in row
+    assert "$0.0015" in row
     assert "SECRET-INSTRUCTION-TEXT" not in text
     # The page is one self-contained document.
-    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
-    assert "<script src" not in page.text and "http://" not in page.text.replace("http://www.w3.org/2000/svg", "")
+    assert page.status_code == 200
+    assert page.headers["content-type"].startswith("text/html")
+    assert "<script src" not in page.text
+    assert "http://" not in page.text.replace("http://www.w3.org/2000/svg", "")
     # Finished: the agent left the table, its cost stayed in the budget.
     assert after["agents"] == []
     assert (after["budget"]["steps"], after["budget"]["cost_usd"]) == (2, 0.002)
@@ -157,7 +183,9 @@ async def test_status_shows_the_wake_the_agent_doing_a_tool_call_and_its_cost(tm
     assert sum(m["model_calls"] for m in after["per_minute"]) == 2
 
 
-async def test_status_show_content_shows_instructions_and_tool_arguments_never_secrets(tmp_path: Path) -> None:
+async def test_status_show_content_shows_instructions_and_tool_arguments_never_secrets(
+    tmp_path: Path,
+) -> None:
     secret = "sk-abcdefabcdefabcdefabcdef0123"
     async with Receipts() as receipts:
         args, notes = daemon(tmp_path, receipts.port, "--status-show-content", hold=HOLD)
@@ -198,7 +226,8 @@ async def test_an_unreachable_address_is_one_line_with_the_fix() -> None:
 async def test_no_address_is_a_usage_error_naming_the_setting() -> None:
     done = await status_cli()
     assert done.returncode == 2
-    assert "give --addr HOST:PORT" in done.stderr.decode() and "AGENTD_HEALTH_ADDR" in done.stderr.decode()
+    assert "give --addr HOST:PORT" in done.stderr.decode()
+    assert "AGENTD_HEALTH_ADDR" in done.stderr.decode()
 
 
 async def test_watch_redraws_in_place_and_ends_cleanly_on_ctrl_c(tmp_path: Path) -> None:
@@ -246,7 +275,8 @@ async def test_watch_redraws_in_place_and_ends_cleanly_on_ctrl_c(tmp_path: Path)
             await stream.aclose()
             assert await drain(a) == ExitCode.OK
     assert code == 0
-    assert b"Traceback" not in screen and b"KeyboardInterrupt" not in screen
+    assert b"Traceback" not in screen
+    assert b"KeyboardInterrupt" not in screen
     assert screen.rstrip().endswith(b"\x1b[?1049l")  # the terminal is given back as it was
 
 
@@ -258,7 +288,8 @@ def s_has(buf: bytearray, needle: bytes) -> bool:
 
 CHROMIUM = shutil.which("chromium")
 needs_chromium = pytest.mark.skipif(
-    CHROMIUM is None and not os.environ.get("CI"), reason="Debian's chromium is not installed (.ci/run installs it)"
+    CHROMIUM is None and not os.environ.get("CI"),
+    reason="Debian's chromium is not installed (.ci/run installs it)",
 )
 
 
@@ -296,8 +327,11 @@ async def test_the_page_in_chromium_shows_the_running_agent_and_its_route_and_up
             await a.wait_exit(START + HOLD * 3)
     assert 'data-agent="a1"' in first
     row = first[first.index('data-agent="a1"') :].split("</tr>")[0]
-    assert "r0" in row and "memo://notes" in row and "tool notes__sleep" in row
-    assert 'data-route="r0"' in first and "delivered → a1" in first
+    assert "r0" in row
+    assert "memo://notes" in row
+    assert "tool notes__sleep" in row
+    assert 'data-route="r0"' in first
+    assert "delivered → a1" in first
     assert int(first.split('data-updates="')[1].split('"')[0]) >= 2  # it refreshed itself
     route = second[second.index('data-route="r0"') :].split("</tr>")[0]
     assert "<td>1</td>" in route  # one change queued behind the running agent
