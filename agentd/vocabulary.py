@@ -101,7 +101,7 @@ EVENTS: Mapping[str, EventSpec] = {
         _e("budget.unpriced_model", "warning", "A model has no known price: its calls count 0 USD toward --budget-usd.", "model reason"),
         _e("budget.exhausted", "warning", "A tree-wide budget ran out: no new turns start.", "budget kind"),
         _e("budget.deadline", "warning", "The --deadline passed (exit 124).", ""),
-        _e("health.listening", "info", "The health endpoint is listening.", "addr port"),
+        _e("health.listening", "info", "The health endpoint is listening (status: whether /status and the page are served).", "addr port status"),
         _e("metrics.listening", "info", "The metrics endpoint is listening.", "addr port"),
         _e("tracing.enabled", "info", "Traces are exported over OTLP/HTTP (the OTEL_* variables asked for it).", "endpoint service"),
         _e("tracing.unavailable", "warning", "OTEL_* variables ask for traces but the exporter is not installed (the otel extra; the reason says how to add it).", "reason"),

@@ -152,6 +152,10 @@ def _main(argv: Sequence[str]) -> int:
     args = list(argv)
     if args and args[0] == "serve":
         return _serve(args[1:])
+    if args and args[0] == "status":
+        from agentd.cli._status import main as status_main
+
+        return status_main(args[1:])
     check = bool(args) and args[0] == "check"
     if check:
         args = args[1:]

@@ -91,6 +91,20 @@ class Agent:
     """The notices the current turn answers (for ``reply.suppressed`` telemetry)."""
     origin: list[QueuedEvent] = field(default_factory=list)
     """The routed changes it was started for: queued again if its spawn fails."""
+    steps: int = 0
+    """Model calls it reported (the status view)."""
+    tokens: int = 0
+    """Input + output tokens it reported, as the budget counts them."""
+    cost_usd: float = 0.0
+    """US dollars of its priced calls."""
+    unpriced_calls: int = 0
+    """Its calls of unknown price (its cost is then unknown)."""
+    woken_by: tuple[str, ...] = ()
+    """The URIs of the delivery that started its current (or last) turn; empty: its instruction."""
+    woken_route: str | None = None
+    """The route of that delivery."""
+    woken_at: float | None = None
+    """When that delivery was handed over (monotonic)."""
 
     @property
     def phase(self) -> AgentPhase:
@@ -160,6 +174,19 @@ class Agent:
         """The notices queued mid-turn (they become the follow-up turn, or are dropped at exit)."""
         pending, self.notices = self.notices, []
         return pending
+
+    def charge(self, *, tokens: int, steps: int, cost_usd: float | None) -> None:
+        """One of its model calls was charged to the budget: its own share, for the status view."""
+        self.tokens += tokens
+        self.steps += steps
+        if cost_usd is None:
+            self.unpriced_calls += 1
+        else:
+            self.cost_usd += cost_usd
+
+    def woken(self, route: str | None, uris: tuple[str, ...], now: float) -> None:
+        """A delivery on ``route`` of ``uris`` started its turn (or the agent itself)."""
+        self.woken_route, self.woken_by, self.woken_at = route, uris, now
 
     def started_for(self, origin: list[QueuedEvent]) -> None:
         """The routed changes it was started for (queued again if its spawn fails)."""

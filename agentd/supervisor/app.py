@@ -42,12 +42,14 @@ from typing import TYPE_CHECKING
 import orjson
 import trio
 
+from agentd import __version__
 from agentd.agent.zygote import PREWARM_MODELS_ENV, _rehearse
-from agentd.config import ProviderSpec, Settings, deprecations
+from agentd.config import ProviderSpec, Settings, deprecations, read_status_token
 from agentd.counters import RunCounters
 from agentd.errors import AgentdError, ConfigError, StateFileError
 from agentd.events import ReactorEvent, SignalReceived
 from agentd.exitcodes import ExitCode, TerminalStatus, code_for_status
+from agentd.jsonvalue import JSONObject
 from agentd.limits import raise_open_files_limit
 from agentd.output import DEFAULT_OUTPUT_BUFFER, LineWriter
 from agentd.redact import redact
@@ -65,6 +67,7 @@ from agentd.supervisor.hub import SELF_TOOLS, SupervisorHub, server_for
 from agentd.supervisor.reactor import Agent, Hooks, Reactor, open_channel
 from agentd.supervisor.routes import build_router, make_clock, model_profiles, staged_routes
 from agentd.supervisor.sessionroutes import SessionRoutes, SubscriptionCaps
+from agentd.supervisor.statusview import RunFacts, status_document
 from agentd.supervisor.subscriptions import Subscriptions
 from agentd.supervisor.tree import Tree
 from agentd.supervisor.unmatched import at_start, offers_of, unavailable
@@ -656,8 +659,28 @@ async def _main(
         def snapshot() -> MetricsSnapshot:
             return dataclasses.replace(reactor.metrics_snapshot(), outputs_lost=stdout.dropped)
 
+        facts = RunFacts(
+            version=__version__,
+            mode=settings.mode,
+            model=settings.model,
+            pid=os.getpid(),
+            started=trio.current_time() - (time.monotonic() - started_wall),
+            show_content=settings.status_show_content,
+        )
+
+        def status() -> JSONObject:
+            return status_document(
+                reactor,
+                facts,
+                upstreams=upstreams,
+                tools_running=hub.running(),
+                watches=watches.watches(),
+                now=trio.current_time(),
+                wall=time.time(),
+            )
+
         if settings.health_addr or settings.metrics_addr:
-            await _start_health(settings, reactor, telemetry, nursery, snapshot)
+            await _start_health(settings, reactor, telemetry, nursery, snapshot, status)
 
         if notifier.watchdog_interval is not None:  # WatchdogSec= only: otherwise no timer at all
             from agentd.health import reactor_probe
@@ -1016,10 +1039,13 @@ async def _start_health(
     telemetry: Telemetry,
     nursery: trio.Nursery,
     snapshot: Callable[[], MetricsSnapshot],
+    status: Callable[[], JSONObject],
 ) -> None:
-    """Serve /healthz and /readyz (and /metrics) without ever blocking the reactor."""
+    """Serve /healthz and /readyz (and /metrics, /status and the page) without ever blocking the reactor."""
     # Imported only here: a run without probes never loads the HTTP and metrics stack (rfcs/0225).
-    from agentd.health import reactor_probe, serve_health, serve_metrics
+    from agentd.health import StatusAccess, reactor_probe, serve_health, serve_metrics
+
+    token = read_status_token(settings.status_token_file) if settings.status_token_file else None
 
     same = settings.metrics_addr is None or settings.metrics_addr == settings.health_addr
     if settings.health_addr:
@@ -1030,9 +1056,17 @@ async def _start_health(
                 probe=reactor_probe(reactor.send),
                 ready=reactor.ready,
                 snapshot=snapshot if same and settings.metrics_addr else None,
+                status=status,
+                status_token=token,
             )
         )
-        telemetry.emit("health.listening", addr=settings.health_addr, port=port)
+        access = StatusAccess.for_bind(settings.health_addr, token)
+        telemetry.emit(
+            "health.listening",
+            addr=settings.health_addr,
+            port=port,
+            status="on" if access.enabled else "off: not loopback and no --status-token-file",
+        )
     if settings.metrics_addr and not (same and settings.health_addr):
         port = await nursery.start(partial(serve_metrics, settings.metrics_addr, snapshot=snapshot))
         telemetry.emit("metrics.listening", addr=settings.metrics_addr, port=port)

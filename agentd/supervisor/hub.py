@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TypedDict, TypeVar
 
 import mcp_types as types
@@ -147,6 +148,16 @@ WAKEUP_TOOLS = frozenset({"subscribe", "unsubscribe", *WATCH_TOOLS})
 REACTOR_REPLY_TIMEOUT = 30.0
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class ToolCallNow:
+    """A tool call in flight: what the status view shows an agent doing."""
+
+    name: str
+    arguments: dict[str, object]
+    started: float
+    """trio time the call started."""
+
+
 class SupervisorHub:
     """Implements :class:`agentd.selfmcp.server.Hub` over the upstreams and the reactor channel.
 
@@ -185,6 +196,12 @@ class SupervisorHub:
         self._catalogs: dict[str | None, tuple[list[types.Tool], frozenset[str], list[ToolSpec] | None]] = {}
         self._tools_key: tuple[int, ...] = ()
         self.watches = watches
+        self._running: dict[str, list[ToolCallNow]] = {}
+        """Agent -> the tool calls it has in flight (the status view's "doing now")."""
+
+    def running(self) -> dict[str, list[ToolCallNow]]:
+        """The tool calls in flight, by agent (a copy: the status view reads it between calls)."""
+        return {agent: list(calls) for agent, calls in self._running.items() if calls}
 
     # -- tools ----------------------------------------------------------------------
 
@@ -273,12 +290,20 @@ class SupervisorHub:
         self._telemetry.step("tool_call", agent=agent, name=name, arguments=arguments)
         started = time.monotonic()
         tracing = active_tracing()
-        if tracing is None:
-            result = await self._call(agent, name, arguments)
-        else:
-            with tracing.tool_span(agent, name, arguments) as span:
+        now = ToolCallNow(name, arguments, trio.current_time())
+        running = self._running.setdefault(agent, [])
+        running.append(now)
+        try:
+            if tracing is None:
                 result = await self._call(agent, name, arguments)
-                tracing.tool_result(span, is_error=bool(result.is_error), text=_text_of(result))
+            else:
+                with tracing.tool_span(agent, name, arguments) as span:
+                    result = await self._call(agent, name, arguments)
+                    tracing.tool_result(span, is_error=bool(result.is_error), text=_text_of(result))
+        finally:
+            running.remove(now)
+            if not running and self._running.get(agent) is running:
+                del self._running[agent]
         self._telemetry.step(
             "tool_result",
             agent=agent,

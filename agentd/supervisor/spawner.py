@@ -64,10 +64,12 @@ class Spawner:
                 instruction = text  # the journal holds the first instruction; the delivery follows it
             started = self.spawn(now, role="session", instruction=instruction, route=route, session=session)
             started.started_for(list(origin or ()))
+            started.woken(route, tuple(e.uri for e in origin or ()), now)
             self.telemetry.emit("session.deliver", session=session, route=route, started=True)
             return started
         self.telemetry.emit("session.deliver", session=session, route=route, agent=agent.id)
         self.resume(agent, text, now)
+        agent.woken(route, tuple(e.uri for e in origin or ()), now)
         return agent
 
     def resume(self, agent: Agent, text: str, now: float) -> None:
