@@ -783,8 +783,15 @@ async def _flushed(
 
 
 async def _rehearse_server() -> None:
-    """Warm the SDK's lazy paths on the supervisor side too, so the first child is not slower."""
-    await _rehearse()
+    """Warm the SDK's lazy paths on the supervisor side too, so the first child is not slower.
+
+    Untraced: the rehearsal is agentd's warm-up, not a user's tool call (its
+    spans would be ``tools/call rehearsal`` traces of their own).
+    """
+    from agentd.tracing import untraced
+
+    with untraced():
+        await _rehearse()
 
 
 async def _watch_signals(events: trio.MemorySendChannel[ReactorEvent]) -> None:
