@@ -38,6 +38,7 @@ from agentd.config import (
     missing_server_commands,
     server_secrets,
 )
+from agentd.errorline import config_error_lines
 from agentd.errors import ConfigError
 from agentd.exitcodes import ExitCode
 from agentd.output import claim_standard_fds
@@ -138,8 +139,9 @@ _OPTIONS: tuple[_Option, ...] = (
     _Option("output", "--output", _ONE, "text|json|stream-json", "result format on stdout (default text; stream-json: one JSON line per step)"),
     _Option("output", "--output-truncate", _ONE, "N", "stream-json: characters kept of each tool call's arguments and result (default 2000; 0 = all)"),
     _Option("output", "--verbose", _SWITCH, None, "also log debug events"),
+    _Option("output", "--quiet", _SWITCH, None, "only the answer and errors on a terminal (telemetry at error)"),
     _Option("output", "--log-level", _ONE, "debug|info|warning|error", "least telemetry level on stderr (default info)"),
-    _Option("output", "--log-format", _ONE, "auto|json|text", "telemetry on stderr: NDJSON, readable lines, or auto (text on a terminal; default)"),
+    _Option("output", "--log-format", _ONE, "auto|human|text|json", "telemetry on stderr: progress for a person, every event as text, NDJSON, or auto (human on a terminal, else json; default)"),
     _Option("output", "--health-addr", _ONE, "HOST:PORT", "serve /healthz and /readyz here"),
     _Option("output", "--metrics-addr", _ONE, "HOST:PORT", "serve Prometheus metrics here"),
 )
@@ -213,9 +215,9 @@ def _say(message: object) -> None:
 
 
 def _print_config_error(exc: ConfigError) -> None:
-    problems = exc.problems if isinstance(exc, ConfigErrors) else (exc,)
-    for problem in problems:
-        _say(problem)
+    # Each problem whole; the last line is agentd: error: WHAT — fix: HOW (rfcs/0321).
+    for line in config_error_lines(exc.problems if isinstance(exc, ConfigErrors) else (exc,)):
+        print(line, file=sys.stderr)
 
 
 def _serve(argv: list[str]) -> int:
@@ -352,8 +354,7 @@ def _check(settings: Settings, *, show_secrets: bool) -> int:
         else:
             _say(f"warning: {problem}")
     if problems:
-        for problem in problems:
-            _print_config_error(problem)
+        _print_config_error(problems[0] if len(problems) == 1 else ConfigErrors(problems))
         return int(ExitCode.CONFIG)
     shown = effective_config(settings, os.environ, show_secrets=show_secrets)
     # Which agentd validated it (not a setting: bug reports paste this output).

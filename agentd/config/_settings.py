@@ -121,8 +121,10 @@ class Settings(BaseSettings):
     restart_period: float = 60.0
     output: OutputFormat = "text"
     verbose: bool = False
+    quiet: bool = False
+    """Only the answer and errors (telemetry at ``error``: no progress, no warnings; rfcs/0320)."""
     log_level: LogLevel | None = None
-    """Least telemetry level written (None: ``info``, or ``debug`` with ``verbose``)."""
+    """Least telemetry level written (None: ``info``, ``debug`` with ``verbose``, ``error`` with ``quiet``)."""
     log_format: LogFormat = "auto"
     """Telemetry line format on stderr."""
     output_truncate: int = 2000
