@@ -132,7 +132,7 @@ class HumanView:
         if progress is not None:
             return progress
         if self._verbose:
-            return self._line(level, text_line(record, clock=False).rstrip("\n"))
+            return self._line(level, text_line(record, head=False).rstrip("\n"))
         return ""
 
     # -- progress -------------------------------------------------------------------
@@ -298,18 +298,19 @@ class HumanView:
 # -- the text format --------------------------------------------------------------------
 
 
-def text_line(record: Mapping[str, object], *, clock: bool = True) -> str:
+def text_line(record: Mapping[str, object], *, head: bool = True) -> str:
     """``HH:MM:SS.mmm LEVEL event key=value …``: every event, for a person at a terminal.
 
     Fields that are None are left out; long values are cut, except
     :data:`MESSAGE_FIELDS`; a traceback follows on its own lines. Every part
-    goes through :func:`agentd.safetext.escape_controls`.
+    goes through :func:`agentd.safetext.escape_controls`. Without ``head``:
+    from the event on (the human format gives the level its own column).
     """
-    level = str(record.get("level", "info")).upper()
-    parts = [f"{level:<7}", escape_controls(str(record.get("event", "")))]
-    if clock:
+    parts = [escape_controls(str(record.get("event", "")))]
+    if head:
         ts = str(record.get("ts", ""))
-        parts.insert(0, ts[11:23] if len(ts) >= 23 else ts)
+        level = str(record.get("level", "info")).upper()
+        parts[:0] = [ts[11:23] if len(ts) >= 23 else ts, f"{level:<7}"]
     traceback = None
     for key, value in record.items():
         if key in ("ts", "level", "severity", "event") or value is None:
