@@ -75,7 +75,7 @@ FALLBACK: Mapping[ExitCode, tuple[str, str, str]] = {
     ExitCode.CONFIG: (
         "config",
         "the configuration is not valid",
-        "correct the setting named above (`agentd check` validates without running anything)",
+        "correct the setting named above; `agentd check` validates the settings without running anything",
     ),
     ExitCode.BUDGET_PARTIAL: (
         "budget",
@@ -168,14 +168,20 @@ def internal_failure(exc: BaseException) -> Failure:
 
 
 def config_failure(problems: Sequence[ConfigError]) -> Failure:
-    """The final line of a configuration error (exit 2): the one problem, or how many there are."""
+    """The final line of a configuration error (exit 2): the one problem, or how many there are.
+
+    A setting's message already says why its value is refused and what
+    would be accepted (``SETTING: VALUE is not valid: WHY AND HOW``); it is
+    the line's WHAT, whole, and the fix says where to make the change.
+    """
     if len(problems) == 1:
         (problem,) = problems
-        return Failure("config", _what(problem), problem.fix, int(ExitCode.CONFIG))
+        fix = f"correct {problem.setting} as it says; `agentd check` validates the settings without running anything"
+        return Failure("config", str(problem), fix, int(ExitCode.CONFIG))
     return Failure(
         "config",
         f"{len(problems)} settings are not valid (each is named above)",
-        "correct each as its line says; `agentd check` validates without running anything",
+        "correct each as its line says; `agentd check` validates the settings without running anything",
         int(ExitCode.CONFIG),
     )
 
@@ -184,19 +190,11 @@ def config_error_lines(problems: Sequence[ConfigError]) -> list[str]:
     """Every line a configuration error prints (without newlines): each problem, whole, then the final line.
 
     One problem is one line, the final one; several are a line each
-    (``agentd: SETTING: VALUE is not valid: FIX``) and then the final line.
+    (``agentd: SETTING: VALUE is not valid: …``) and then the final line.
     """
     lines = [] if len(problems) == 1 else ["agentd: " + escape_controls(str(p)) for p in problems]
     lines.append(config_failure(problems).line)
     return lines
-
-
-def _what(problem: ConfigError) -> str:
-    text = str(problem)
-    fix = redact(problem.fix)
-    # "SETTING: VALUE is not valid: FIX" without its fix, which the line gives after "— fix:".
-    suffix = ": " + fix
-    return text[: -len(suffix)] if fix and text.endswith(suffix) else text
 
 
 __all__ = [

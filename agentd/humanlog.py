@@ -70,6 +70,12 @@ _COLOURS = {
     "info": "2",
 }
 _RESET = "\x1b[0m"
+#: What a daemon says when it is ready, by mode.
+_READY = {
+    "reactive": "watching for changes",
+    "schedule": "waiting for the schedule",
+    "loop": "running in a loop",
+}
 _SPACES = re.compile(r"\s+")
 
 
@@ -113,8 +119,8 @@ class HumanView:
         self._colour = colour
         self._width = width
         self._verbose = verbose
-        self._daemon = False
-        """The mode is not ``once`` (from ``supervisor.start``): wakes and turn ends are worth a line."""
+        self._mode = "once"
+        """The run's mode (from ``supervisor.start``): a daemon's wakes and turn ends are worth a line."""
         self._once_root: object = None
         """A once run's root agent (from ``subagent.spawn``): the summary line tells how it ended."""
 
@@ -123,8 +129,8 @@ class HumanView:
         event = str(record.get("event", ""))
         level = str(record.get("level", "info"))
         if event == "supervisor.start":
-            self._daemon = record.get("mode") not in (None, "once")
-        elif event == "subagent.spawn" and not self._daemon and record.get("role") == "root":
+            self._mode = str(record.get("mode") or "once")
+        elif event == "subagent.spawn" and self._mode == "once" and record.get("role") == "root":
             self._once_root = record.get("agent")
         if level in ("warning", "error"):
             return self._problem(level, event, record)
@@ -161,14 +167,14 @@ class HumanView:
                 if f.get("session"):
                     text += f" into session {_text(f.get('session'))}"
                 return self._fitted("notice", text)
-            case "ready.changed" if self._daemon and f.get("ready") is True:
-                return self._line("ready", "waiting for changes and clock fires (Ctrl-C stops)")
+            case "ready.changed" if self._mode != "once" and f.get("ready") is True:
+                return self._line("ready", _READY.get(self._mode, "running") + " (Ctrl-C stops)")
             case "drain.start":
                 agents = _count(f.get("agents"))
                 grace = _number(f.get("grace_s"))
                 text = f"draining: {agents} agent{_s(agents)} running"
                 return self._line("stop", text + (f", {_duration(grace)} grace" if grace is not None else ""))
-            case "turn.end" if self._daemon:
+            case "turn.end" if self._mode != "once":
                 route = f" (route {_text(f.get('route'))})" if f.get("route") else ""
                 return self._line("turn", f"{_text(f.get('agent'))} {_text(f.get('status'))}{route}")
             case "supervisor.exit":
@@ -374,6 +380,8 @@ def _usd(cost: float) -> str:
 
 
 def _duration(seconds: float) -> str:
+    if seconds.is_integer() and 0 < seconds < 60:
+        return f"{seconds:.0f}s"
     if seconds < 1:
         return f"{seconds * 1000:.0f}ms"
     if seconds < 60:

@@ -163,7 +163,8 @@ async def test_errors_before_the_run_are_plain_lines_ending_with_the_fix(tmp_pat
     async with run_agentd(["--mode", "sometimes", "hi"]) as one:
         assert await one.wait_exit() == ExitCode.CONFIG
     assert [line for line in one.raw_stderr if line] == [
-        "agentd: error: --mode: 'sometimes' is not valid — fix: choose one of once, loop, reactive, schedule"
+        "agentd: error: --mode: 'sometimes' is not valid: choose one of once, loop, reactive, schedule — fix: "
+        "correct --mode as it says; `agentd check` validates the settings without running anything"
     ]
     async with run_agentd(["--mode", "sometimes", "--budget-steps", "many", "hi"]) as two:
         assert await two.wait_exit() == ExitCode.CONFIG
@@ -174,7 +175,7 @@ async def test_errors_before_the_run_are_plain_lines_ending_with_the_fix(tmp_pat
     ]
     assert lines[2:] == [
         "agentd: error: 2 settings are not valid (each is named above) — fix: correct each as its line "
-        "says; `agentd check` validates without running anything"
+        "says; `agentd check` validates the settings without running anything"
     ]
 
 
@@ -188,7 +189,7 @@ async def test_a_reactive_daemon_on_a_terminal_shows_its_wakes(tmp_path: Path) -
     )
     toml, memo = memo_toml(tmp_path, model)
     async with on_a_terminal(["--config", str(toml)]) as t:
-        await t.wait_for("ready   waiting for changes")
+        await t.wait_for("ready   watching for changes (Ctrl-C stops)")
         edit(memo, {"todo": "milk"})
         await t.wait_for("turn    ")
         t.signal(signal.SIGTERM)
