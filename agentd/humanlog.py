@@ -232,7 +232,7 @@ class HumanView:
         tokens = _count(c.get("input_tokens")) + _count(c.get("output_tokens"))
         parts = [status, f"{steps} step{_s(steps)}", f"{tokens:,} tokens"]
         cost = _number(f.get("cost_usd"))
-        if cost is not None:
+        if cost is not None and (steps or cost):
             parts.append(_usd(cost))
         elif steps:
             parts.append("cost unknown")
