@@ -45,6 +45,8 @@ TEXT_VALUE_CHARS = 120
 MESSAGE_FIELDS = frozenset({"error", "fix", "reason", "message", "problem", "note", "warning"})
 #: Lines of the model's interim text shown (each at most the terminal's width); the rest is cut with "…".
 INTERIM_LINES = 3
+#: Characters of a model's interim text read at most (a reply's text may be 64 KiB; three lines show).
+INTERIM_READ_CHARS = 1024
 #: Width used when the terminal's cannot be read (and ``COLUMNS`` is not set).
 DEFAULT_WIDTH = 100
 #: Narrowest width lines are fitted to (a tool call's arguments keep at least a few characters).
@@ -205,10 +207,11 @@ class HumanView:
 
     def _interim(self, text: str) -> str:
         """What the model said beside its tool calls: one paragraph, at most :data:`INTERIM_LINES` lines."""
-        flat = escape_controls(_SPACES.sub(" ", text).strip())
         room = max(MIN_WIDTH, self._width()) - _TAG
+        head = text[: min(INTERIM_READ_CHARS, room * (INTERIM_LINES + 1))]
+        flat = escape_controls(_SPACES.sub(" ", head).strip())
         lines = textwrap.wrap(flat, room, break_long_words=True, break_on_hyphens=False)
-        if len(lines) > INTERIM_LINES:
+        if len(lines) > INTERIM_LINES or len(text) > len(head):
             lines = lines[:INTERIM_LINES]
             last = lines[-1]
             lines[-1] = (last if len(last) < room else last[: room - 1]) + "…"
@@ -397,6 +400,7 @@ def _tool_name(server: object, tool: object) -> str:
 __all__ = [
     "DEFAULT_WIDTH",
     "INTERIM_LINES",
+    "INTERIM_READ_CHARS",
     "MESSAGE_FIELDS",
     "TEXT_VALUE_CHARS",
     "HumanView",

@@ -40,7 +40,7 @@ from typing import IO, Literal
 
 from agentd.errorline import Failure
 from agentd.histograms import HistogramName, Histograms
-from agentd.humanlog import DEFAULT_WIDTH, HumanView, text_line
+from agentd.humanlog import DEFAULT_WIDTH, INTERIM_READ_CHARS, HumanView, text_line
 from agentd.output import DEFAULT_TELEMETRY_BUFFER, LineWriter, RateLimiter, Suppressed
 
 # Re-exported: the one redaction function lives in agentd.redact.
@@ -327,6 +327,9 @@ class Telemetry:
         for tap in self._taps:
             tap("step." + kind, fields)
         if self.line_format == "human" and kind in HUMAN_STEPS and self._min_rank <= LEVEL_RANK["info"]:
+            text = fields.get("text")
+            if isinstance(text, str) and len(text) > INTERIM_READ_CHARS:
+                fields = {**fields, "text": text[: INTERIM_READ_CHARS + 1]}  # the view reads no more
             record: dict[str, object] = {"ts": _now_rfc3339(), "level": "info", "event": "step." + kind}
             record.update(redact(fields))
             self._write(self._encode(record))
