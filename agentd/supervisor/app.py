@@ -723,6 +723,14 @@ def run_error(reactor: Reactor, code: ExitCode) -> dict[str, str] | None:
             "running turns did not finish within the drain grace",
             "raise --grace (and terminationGracePeriodSeconds on Kubernetes)",
         )
+    elif code is ExitCode.CRASHED and reactor.status.breaker_open:
+        error = (
+            "crashed",
+            "the agent kept crashing: more restarts than --max-restarts within --restart-period "
+            "(the restart breaker opened)",
+            "read the crashes' subagent.exit and child.stderr lines above; raise --max-restarts only "
+            "once the cause is known",
+        )
     elif code is ExitCode.CRASHED:
         status = reactor.status.root_status or "crashed"
         error = (
