@@ -244,7 +244,12 @@ class HumanView:
             parts.append(_duration(duration))
         if code:
             parts.append(f"exit {code}")
-        return self._line("done", " · ".join(parts))
+        unavailable = f.get("servers_unavailable")
+        if isinstance(unavailable, Mapping) and unavailable:
+            # A run that went on without a server does not end looking clean (rfcs/0315).
+            gone = ", ".join(f"{_text(name)} ({_text(why)})" for name, why in unavailable.items())
+            parts.append(f"without {gone}")
+        return self._wrapped("done", " · ".join(parts))
 
     # -- problems -------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """Third-party MCP servers for the interop tests: pinned, installed into ``.venv/`` once, launched per test.
 
-The versions tested (README's interop line names the same ones; rfcs/0295 says why these):
+The versions tested (docs/getting-started.md's set-up paragraph and docs/third-party-servers.md
+name the same ones; rfcs/0295 says why these):
 
 * npm ``@modelcontextprotocol/server-everything``, ``server-filesystem`` and
   ``server-memory``, each 2026.8.31, with every package below them pinned by

@@ -145,6 +145,20 @@ def test_a_once_run_shows_no_turn_end_and_no_root_exit_but_a_summary() -> None:
         )
     )
     assert summary == "done    crashed · 3 steps · 1,234 tokens · $0.0123 · 1m12s · exit 4\n"
+    without = v.render(
+        rec(
+            "supervisor.exit",
+            exit_code=0,
+            status="completed",
+            counters={},
+            servers_unavailable={"memo": "restarting: cannot start 'agentdd'"},
+            duration_s=1.0,
+        )
+    )
+    assert (
+        without
+        == "done    completed · 0 steps · 0 tokens · 1s · without memo (restarting: cannot start 'agentdd')\n"
+    )
 
 
 def test_internal_events_only_when_verbose() -> None:
@@ -210,7 +224,7 @@ def test_no_field_writes_a_control_character(text: str) -> None:
         rec("tool.call", server=text, tool=text, error=text or "x"),
         rec("route.deliver", route=text, uris=[text]),
         rec("log", "warning", logger=text, message=text, fix=text),
-        rec(text or "x", "error", **{text or "k": text}),
+        rec(text or "x", "error", **{"k" + text: text}),
     ]
     for record in records:
         out = v.render(record)
