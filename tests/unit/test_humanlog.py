@@ -155,9 +155,10 @@ def test_a_once_run_shows_no_turn_end_and_no_root_exit_but_a_summary() -> None:
             duration_s=1.0,
         )
     )
-    assert (
-        without
-        == "done    completed · 0 steps · 0 tokens · 1s · without memo (restarting: cannot start 'agentdd')\n"
+    # Wrapped, never cut, at the terminal's width (80 here).
+    assert without == (
+        "done    completed · 0 steps · 0 tokens · 1s · without memo (restarting: cannot\n"
+        "        start 'agentdd')\n"
     )
 
 
