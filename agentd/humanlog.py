@@ -72,6 +72,9 @@ _COLOURS = {
     "info": "2",
 }
 _RESET = "\x1b[0m"
+#: Problems another line already says whole (shown only at --verbose): the final error line
+#: (with the fix), and a failed connection attempt (its server.state line follows with the error).
+_SAID_ELSEWHERE = frozenset({"model.fatal", "supervisor.required_server_failed", "upstream.connect_failed"})
 #: What a daemon says when it is ready, by mode.
 _READY = {
     "reactive": "watching for changes",
@@ -181,8 +184,6 @@ class HumanView:
                 return self._line("turn", f"{_text(f.get('agent'))} {_text(f.get('status'))}{route}")
             case "supervisor.exit":
                 return self._summary(f)
-            case "model.fatal" | "supervisor.required_server_failed" | "result.unwritten":
-                return ""  # the run's final error line says it, with the fix
         return None
 
     def _model_call(self, f: Mapping[str, object]) -> str:
@@ -255,11 +256,8 @@ class HumanView:
 
     def _problem(self, level: str, event: str, f: Mapping[str, object]) -> str:
         """A warning or an error, whole: the event, its fields, then what went wrong and the fix."""
-        if (
-            event in ("model.fatal", "supervisor.required_server_failed", "result.unwritten")
-            and not self._verbose
-        ):
-            return ""  # the final error line says it, with the fix
+        if event in _SAID_ELSEWHERE and not self._verbose:
+            return ""
         if event == "subagent.exit":
             if f.get("agent") == self._once_root and not self._verbose:
                 return ""  # the summary line says how the once run's root ended
