@@ -193,7 +193,7 @@ def test_serve_help_lists_the_servers_and_each_documents_itself(tmp_path: Path) 
     bare = run_cli(["serve"], cwd=tmp_path)
     assert bare.returncode == ExitCode.CONFIG
     assert lines(bare.stderr) == [
-        "agentd serve: which server? choose one of: memo, inbox, files, kube (agentd serve --help describes them)"
+        "agentd serve: which server? choose one of: memo, inbox, files, kube, webhook (agentd serve --help describes them)"
     ]
 
 
