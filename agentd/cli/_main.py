@@ -29,10 +29,10 @@ from agentd.config import (
     run_needs,
     server_secrets,
 )
-from agentd.errorline import config_error_lines
+from agentd.errorline import config_error_lines, error_line
 from agentd.errors import ConfigError
 from agentd.exitcodes import ExitCode
-from agentd.output import claim_standard_fds
+from agentd.output import claim_standard_fds, mute, print_line
 from agentd.redact import register_secrets, secret_values
 from agentd.safetext import escape_controls
 
@@ -45,7 +45,7 @@ __all__ = ["exit_process", "main"]
 
 def _say(message: object) -> None:
     """One line for the person who ran agentd, on stderr: its control characters shown escaped."""
-    print(f"agentd: {escape_controls(str(message))}", file=sys.stderr)
+    print_line(f"agentd: {escape_controls(str(message))}", err=True)
 
 
 def _print_config_error(
@@ -62,10 +62,10 @@ def _print_config_error(
         problems.append(ConfigError(alias, problem.value, problem.fix) if alias is not None else problem)
     *lines, final = config_error_lines(problems)
     for line in lines:
-        print(line, file=sys.stderr)
+        print_line(line, err=True)
     if note is not None:
         _say(note)
-    print(final, file=sys.stderr)
+    print_line(final, err=True)
 
 
 def _serve(argv: list[str]) -> int:
@@ -74,7 +74,13 @@ def _serve(argv: list[str]) -> int:
     except ImportError as exc:
         if exc.name != "agentd.servers":
             raise
-        print("agentd: the bundled servers (agentd.servers) are not available in this build", file=sys.stderr)
+        print_line(
+            error_line(
+                "the bundled servers (agentd.servers) are not available in this build",
+                "install agentd from a full clone (pip install .) to get `agentd serve`",
+            ),
+            err=True,
+        )
         return int(ExitCode.CRASHED)
     return servers_main(argv)
 
@@ -114,10 +120,13 @@ def _run(settings: Settings, closed_fds: frozenset[int]) -> int:
             proc.discard()
         if exc.name != "agentd.supervisor.app":
             raise
-        print(
-            "agentd: the configuration is valid, but the supervisor (agentd.supervisor.app) is not "
-            "available in this build; nothing was run",
-            file=sys.stderr,
+        print_line(
+            error_line(
+                "the configuration is valid, but the supervisor (agentd.supervisor.app) is not "
+                "available in this build; nothing was run",
+                "install agentd from a full clone (pip install .) to run agents",
+            ),
+            err=True,
         )
         return int(ExitCode.CRASHED)
     return int(run(settings, closed_fds=closed_fds, early_servers=early))
@@ -162,6 +171,20 @@ def _main(argv: Sequence[str]) -> int:
     # First: a closed stdin/stdout/stderr gets /dev/null before anything
     # opens a file or socket that would take its number.
     closed_fds = claim_standard_fds()
+    try:
+        return _command(argv, closed_fds)
+    except BrokenPipeError:
+        # A reader left while something not written through agentd.output.print_line was being
+        # written (what agentd writes itself keeps its exit code there; argparse's --help drops the
+        # error itself): stop writing, quietly, as other commands do (rfcs/0323). The command was
+        # cut short where it wrote, so it ends as an output failure; the final error line has
+        # nowhere to go, its stream is the one that closed.
+        mute(sys.stdout)
+        mute(sys.stderr)
+        return int(ExitCode.OUTPUT_FAILED)
+
+
+def _command(argv: Sequence[str], closed_fds: frozenset[int]) -> int:
     args = list(argv)
     if args and args[0] == "serve":
         return _serve(args[1:])
@@ -281,7 +304,7 @@ def _check(settings: Settings, found: Found | None, *, show_secrets: bool) -> in
     shown = effective_config(settings, os.environ, show_secrets=show_secrets)
     # Which agentd validated it (not a setting: bug reports paste this output).
     shown["agentd_version"] = __version__
-    print(json.dumps(shown, sort_keys=True, indent=2))
+    print_line(json.dumps(shown, sort_keys=True, indent=2))
     return int(ExitCode.OK)
 
 

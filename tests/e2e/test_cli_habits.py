@@ -5,6 +5,7 @@ that were wrong or mangled, and continuing a once run's conversation."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from agentd.exitcodes import ExitCode
-from tests.support.agentd_proc import run_cli, script
+from tests.support.agentd_proc import CLI_TIMEOUT, REPO, agentd_cmd, run_cli, script
 
 #: A turn that asks for a tool no server offers, for ever: only a step cap ends it.
 LOOPING = [{"text": "working", "tool_calls": [{"name": "nosuch__tool", "arguments": {}}]}]
@@ -389,3 +390,58 @@ def test_ephemeral_saves_nothing_and_check_names_what_continue_picks(
     check = run_cli(["check", "-m", model, "--continue"], cwd=tmp_path, env=home)
     assert check.returncode == 0
     assert re.search(rf"^agentd: note: a run continues conversation {sid} \(last saved ", check.stderr, re.M)
+
+
+# ------------------------------------------------------------------ a reader that leaves early
+
+
+def run_into_closed_pipe(args: list[str], cwd: Path, *, closed: tuple[str, ...]) -> tuple[int, str]:
+    """``agentd ARGS`` with the named streams a pipe whose reader has already gone (``| head -1`` once
+    ``head`` has its line): every write to them fails with EPIPE. Returns the exit code and the other
+    stream's text (stderr, unless it is one of the closed)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    inherited = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("AGENTD_") and not k.endswith(("_API_KEY", "_BASE_URL"))
+    }
+    try:
+        done = subprocess.run(
+            agentd_cmd(*args),
+            cwd=cwd,
+            env={**inherited, "PYTHONPATH": str(REPO)},
+            stdin=subprocess.DEVNULL,
+            stdout=write_end if "stdout" in closed else subprocess.DEVNULL,
+            stderr=write_end if "stderr" in closed else subprocess.PIPE,
+            timeout=CLI_TIMEOUT,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    return done.returncode, (done.stderr or b"").decode()
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback(tmp_path: Path) -> None:
+    """`agentd check | head -1` (rfcs/0323): no BrokenPipeError traceback, and the exit code stays
+    the command's verdict, as with git or grep."""
+    model = script(tmp_path, [{"text": "hello"}])
+    # The configuration on stdout, the notes (what a run also needs) on stderr.
+    code, err = run_into_closed_pipe(["check"], tmp_path, closed=("stdout",))
+    assert (code, "Traceback" in err, "BrokenPipe" in err) == (0, False, False), err
+    assert err.startswith("agentd: note: a run also needs model"), err
+    # `agentd check 2>&1 | head -1`: the notes meet the closed pipe too; a traceback would be exit 1.
+    code, _ = run_into_closed_pipe(["check"], tmp_path, closed=("stdout", "stderr"))
+    assert code == 0
+    # A failed configuration keeps its exit 2 when nobody reads its error line.
+    code, _ = run_into_closed_pipe(["check", "--mode", "nosuch"], tmp_path, closed=("stdout", "stderr"))
+    assert code == ExitCode.CONFIG
+    code, err = run_into_closed_pipe(
+        ["check", "--connect", "--model", model, "hi"], tmp_path, closed=("stdout",)
+    )
+    assert (code, "Traceback" in err) == (0, False), err
+    code, err = run_into_closed_pipe(["--help"], tmp_path, closed=("stdout",))
+    assert (code, err) == (0, "")
+    # Anything else that meets the closed pipe ends quietly as an output failure, not a crash.
+    code, _ = run_into_closed_pipe(["serve", "nosuch"], tmp_path, closed=("stderr",))
+    assert code == ExitCode.OUTPUT_FAILED
