@@ -117,7 +117,10 @@ class Report:
         servers = [s for s in self.servers if s.status == "failed"]
         models = [m for m in self.models if m.status == "failed"]
         if servers:
-            kind, fix = "server", "check the server's command or URL and its environment, then run agentd check --connect again"
+            kind, fix = (
+                "server",
+                "check the server's command or URL and its environment, then run agentd check --connect again",
+            )
         elif models:
             kind, fix = "provider", "check the model name, its API key and the provider's base URL"
         else:

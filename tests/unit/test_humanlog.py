@@ -214,7 +214,9 @@ def test_what_the_final_line_says_is_not_said_twice() -> None:
     assert v.render(rec("model.fatal", "error", agent="a1", error="HTTP 401")) == ""
     assert v.render(rec("supervisor.required_server_failed", "error", server="m", error="x")) == ""
     assert v.render(rec("upstream.connect_failed", "warning", server="m", attempt=1, error="x")) == ""
-    assert v.render(rec("server.state", "warning", server="m", state="restarting", attempt=1, error="x")) != ""
+    assert (
+        v.render(rec("server.state", "warning", server="m", state="restarting", attempt=1, error="x")) != ""
+    )
     assert view(verbose=True).render(rec("model.fatal", "error", agent="a1", error="HTTP 401")) != ""
 
 
