@@ -29,6 +29,14 @@ def lines(text: str) -> list[str]:
     return [x for x in text.splitlines() if x.strip()]
 
 
+def config_error(problem: str, setting: str) -> str:
+    """The final line of a configuration error with one problem (rfcs/0321): the problem, whole, and where to fix it."""
+    return (
+        f"agentd: error: {problem} — fix: correct {setting} as it says; "
+        "`agentd check` validates the settings without running anything"
+    )
+
+
 def result_of(stdout: str) -> dict[str, object]:
     out = json.loads(stdout)
     assert isinstance(out, dict)
@@ -71,7 +79,10 @@ def test_a_value_error_names_the_alias_the_user_wrote(tmp_path: Path) -> None:
     done = run_cli(["check", "--max-turns", "many"], cwd=tmp_path)
     assert done.returncode == ExitCode.CONFIG
     assert lines(done.stderr) == [
-        "agentd: --max-turns: 'many' is not valid: must be a whole number ≥ 0 (0 turns the per-turn cap off)"
+        config_error(
+            "--max-turns: 'many' is not valid: must be a whole number ≥ 0 (0 turns the per-turn cap off)",
+            "--max-turns",
+        )
     ]
 
 
@@ -216,8 +227,11 @@ def test_piped_input_alone_is_the_instruction(tmp_path: Path, home: dict[str, st
     nothing = run_cli(["-m", model], cwd=tmp_path, env=home)  # stdin /dev/null: no instruction anywhere
     assert nothing.returncode == ExitCode.CONFIG
     assert lines(nothing.stderr) == [
-        "agentd: instruction: None is not valid: --mode once needs an instruction: pass it as the argument, "
-        "--instruction TEXT or --instruction @FILE"
+        config_error(
+            "instruction: None is not valid: --mode once needs an instruction: pass it as the argument, "
+            "--instruction TEXT or --instruction @FILE",
+            "instruction",
+        )
     ]
 
 
@@ -234,14 +248,20 @@ def test_stdin_past_the_cap_or_empty_is_refused_with_the_fix(tmp_path: Path, hom
     big = run_cli(["-m", model, "summarise"], cwd=tmp_path, env=home, input="x" * (1024 * 1024 + 1))
     assert big.returncode == ExitCode.CONFIG
     assert lines(big.stderr) == [
-        "agentd: stdin: '-' is not valid: more than 1048576 bytes arrived on stdin; pipe less (head -c, grep), "
-        "or save it to a file and let the agent read it with a tool (agentd serve files)"
+        config_error(
+            "stdin: '-' is not valid: more than 1048576 bytes arrived on stdin; pipe less (head -c, grep), "
+            "or save it to a file and let the agent read it with a tool (agentd serve files)",
+            "stdin",
+        )
     ]
     empty = run_cli(["-m", model, "-"], cwd=tmp_path, env=home, input="")
     assert empty.returncode == ExitCode.CONFIG
     assert lines(empty.stderr) == [
-        "agentd: INSTRUCTION: '-' is not valid: stdin was empty; pipe the instruction in "
-        "(echo 'the task' | agentd -), or give it as the argument"
+        config_error(
+            "INSTRUCTION: '-' is not valid: stdin was empty; pipe the instruction in "
+            "(echo 'the task' | agentd -), or give it as the argument",
+            "INSTRUCTION",
+        )
     ]
 
 
@@ -285,8 +305,11 @@ def test_the_working_directory_is_never_masked(tmp_path: Path) -> None:
     missing = run_cli(["check", "--config", str(tmp_path / "nosuch.toml")], cwd=tmp_path, env=env)
     assert missing.returncode == ExitCode.CONFIG
     assert lines(missing.stderr) == [
-        f"agentd: --config: '{tmp_path}/nosuch.toml' is not valid: cannot read the config file "
-        "(No such file or directory); check the path and permissions"
+        config_error(
+            f"--config: '{tmp_path}/nosuch.toml' is not valid: cannot read the config file "
+            "(No such file or directory); check the path and permissions",
+            "--config",
+        )
     ]
     (tmp_path / "s").mkdir()
     shown = run_cli(["check", "--state-dir", str(tmp_path / "s")], cwd=tmp_path, env=env)
@@ -355,8 +378,12 @@ def test_resume_an_unknown_id_exits_2_with_the_fix(tmp_path: Path, home: dict[st
     assert none_yet.returncode == ExitCode.CONFIG
     where = tmp_path / "state" / "agentd" / "conversations"
     assert lines(none_yet.stderr) == [
-        f"agentd: --continue: '{where}' is not valid: no conversation is saved there yet: run agentd once "
-        "without --continue first (each once run saves its conversation), or give the --state-dir it was saved in"
+        config_error(
+            f"--continue: '{where}' is not valid: no conversation is saved there yet: run agentd once "
+            "without --continue first (each once run saves its conversation), or give the --state-dir it was "
+            "saved in",
+            "--continue",
+        )
     ]
     first = run_cli(["-m", model, "-o", "json", "hello"], cwd=tmp_path, env=home)
     sid = result_of(first.stdout)["session_id"]
@@ -365,9 +392,11 @@ def test_resume_an_unknown_id_exits_2_with_the_fix(tmp_path: Path, home: dict[st
     assert unknown.stdout == ""
     (line,) = lines(unknown.stderr)
     assert re.fullmatch(
-        rf"agentd: --resume: '0123abcd' is not valid: no conversation with this id in '{re.escape(str(where))}' "
-        rf"\(the newest there: {sid} \(last saved [-0-9]+ [0-9:]+ UTC\); agentd --continue continues the newest\); "
-        r"check the id and --state-dir, or drop --resume to start a new conversation",
+        rf"agentd: error: --resume: '0123abcd' is not valid: no conversation with this id in "
+        rf"'{re.escape(str(where))}' \(the newest there: {sid} \(last saved [-0-9]+ [0-9:]+ UTC\); agentd "
+        r"--continue continues the newest\); check the id and --state-dir, or drop --resume to start a new "
+        r"conversation — fix: correct --resume as it says; `agentd check` validates the settings without "
+        r"running anything",
         line,
     )
     daemon = run_cli(["-m", model, "--mode", "loop", "--continue", "more"], cwd=tmp_path, env=home)
