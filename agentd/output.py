@@ -21,6 +21,9 @@ left) or block forever (a pipe nobody reads); the reactor must keep turning,
   closed at start is pointed at ``/dev/null``, so no socket or file agentd
   opens later can land on it (and receive telemetry or a result by mistake);
   the writer for a stream that was closed counts everything as dropped.
+* :func:`print_line` writes a command's report (``agentd check``) to stdout;
+  a reader that closed the pipe early (``agentd check | head -1``) ends the
+  writing quietly, without a traceback (rfcs/0323).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import errno
 import os
 import select
 import stat
+import sys
 import threading
 import time
 from collections.abc import Callable, Hashable
@@ -321,6 +325,44 @@ def claim_standard_fds() -> frozenset[int]:
     return frozenset(closed)
 
 
+def print_line(text: str, *, err: bool = False) -> bool:
+    """Write ``text`` and a newline to stdout (stderr with ``err``) now; False when its reader has gone.
+
+    For what a command writes itself (``agentd check``'s report, its notes
+    and errors), not for a run's streams (:class:`LineWriter`). A reader that
+    stops early (``agentd check | head -1``) took what it wanted: the rest is
+    dropped without a word, as ``git`` or ``grep`` do, and the command's exit
+    code stays what its work decided (rfcs/0323). From then on the stream is
+    ``/dev/null`` (:func:`mute`), so no later write, nor the flush at exit,
+    meets the closed pipe again.
+    """
+    stream = sys.stderr if err else sys.stdout
+    try:
+        stream.write(text + "\n")
+        stream.flush()
+    except BrokenPipeError:
+        mute(stream)
+        return False
+    return True
+
+
+def mute(stream: object) -> None:
+    """Point ``stream``'s descriptor at ``/dev/null``: its reader has gone (a closed pipe).
+
+    What Python's own documentation advises after ``BrokenPipeError``; a
+    stream with no descriptor (a test's capture) is left as it is.
+    """
+    try:
+        fd = stream.fileno()  # type: ignore[attr-defined]
+    except (AttributeError, OSError, ValueError):
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, fd)
+    finally:
+        os.close(null)
+
+
 __all__ = [
     "DEFAULT_OUTPUT_BUFFER",
     "DEFAULT_TELEMETRY_BUFFER",
@@ -328,4 +370,6 @@ __all__ = [
     "RateLimiter",
     "Suppressed",
     "claim_standard_fds",
+    "mute",
+    "print_line",
 ]

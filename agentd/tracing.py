@@ -31,6 +31,10 @@ the SDK's client span injects it into the ``_meta`` of the upstream call.
 No content: prompts, completions, tool arguments and results are recorded
 only with ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``.
 
+agentd's own warm-up is no one's work: spans started under :func:`untraced`
+(the supervisor's rehearsed self-MCP exchange, rfcs/0187) are dropped by the
+processor, with every span they parent, wherever the SDK made them.
+
 No idle wake-ups: spans are exported by :class:`QuietBatchProcessor`, whose
 thread sleeps without a timeout while nothing is pending (the SDK's batch
 processor wakes every few seconds). On exit the pending spans are flushed
@@ -75,6 +79,10 @@ MAX_CONTENT_CHARS = 8192
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 _active: Tracing | None = None
+#: Set in the context of agentd's own warm-up (:func:`untraced`): spans started there are not exported.
+_UNTRACED = otel_context.create_key("agentd.untraced")
+#: The attribute that marks such a span between its start and its end (never exported).
+_UNTRACED_ATTRIBUTE = "agentd.untraced"
 
 
 def enabled_by(env: Mapping[str, str]) -> bool:
@@ -99,6 +107,21 @@ def capture_content(env: Mapping[str, str]) -> bool:
 def active() -> Tracing | None:
     """The process's tracing, when on (the hub wraps tool calls in it)."""
     return _active
+
+
+@contextlib.contextmanager
+def untraced() -> Iterator[None]:
+    """No span started here, or in a task started from here, is exported (agentd's own warm-up).
+
+    The MCP SDK makes its spans itself (a client's ``MCP send``, a server's
+    ``tools/call``), from the current context of the task that sends or
+    serves; trio gives every task started here a copy of this context.
+    """
+    token = otel_context.attach(otel_context.set_value(_UNTRACED, True))
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
 
 
 class QuietBatchProcessor:
@@ -127,12 +150,17 @@ class QuietBatchProcessor:
     # tracing is on. The SDK also calls the private _on_ending; the tracing e2e tests
     # fail if that interface changes.
     def on_start(self, span: SdkSpan, parent_context: otel_context.Context | None = None) -> None:
-        return None
+        # The current context, not the parent's: a server span's parent comes from the
+        # request's _meta, while the task that serves it runs in the warm-up's context.
+        if otel_context.get_value(_UNTRACED):
+            span.set_attribute(_UNTRACED_ATTRIBUTE, True)
 
     def _on_ending(self, span: SdkSpan) -> None:
         return None
 
     def on_end(self, span: ReadableSpan) -> None:
+        if span.attributes and span.attributes.get(_UNTRACED_ATTRIBUTE):
+            return  # agentd's own warm-up (untraced)
         with self._cond:
             if self._stopping or len(self._queue) >= MAX_QUEUE:
                 self.dropped += 1
@@ -515,4 +543,5 @@ __all__ = [
     "child_turn_context",
     "enabled_by",
     "setup",
+    "untraced",
 ]

@@ -155,7 +155,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("output", ("-q", "--quiet"), _FLAG, None, "only the answer and errors"),
     Option("output", ("-v", "--verbose"), _SWITCH, None, "also log debug events"),
     Option("output", ("--log-level",), _ONE, "LEVEL", "least telemetry level on stderr: debug, info (default), warning, error"),
-    Option("output", ("--log-format",), _ONE, "auto|json|text", "telemetry lines: NDJSON, text, or auto (text on a terminal)"),
+    Option("output", ("--log-format",), _ONE, "auto|human|text|json", "telemetry on stderr: progress for a person, every event as text, NDJSON, or auto (human on a terminal, else json)"),
     Option("operations", ("--state-dir",), _ONE, "DIR", "keep conversations, sessions, watch state and OAuth tokens here (default for conversations: ~/.local/state/agentd)"),
     Option("operations", ("--watch-state",), _ONE, "PATH", "persist watch specs in this file (default: in --state-dir)"),
     Option("operations", ("--grace",), _ONE, "DURATION", "drain time after SIGTERM/SIGINT/SIGHUP (default 25s)"),

@@ -147,7 +147,7 @@ class Settings(BaseSettings):
     output: OutputFormat = "text"
     verbose: bool = False
     log_level: LogLevel | None = None
-    """Least telemetry level written (None: ``info``, or ``debug`` with ``verbose``)."""
+    """Least telemetry level written (None: ``info``, ``debug`` with ``verbose``, ``error`` with ``quiet``)."""
     log_format: LogFormat = "auto"
     """Telemetry line format on stderr."""
     output_truncate: int = 2000
@@ -194,7 +194,7 @@ class Settings(BaseSettings):
     ephemeral: bool = False
     """A once run saves no conversation (``--ephemeral``)."""
     quiet: bool = False
-    """``-q``: only the answer and errors (telemetry at ``error``; rfcs/0301)."""
+    """``-q``: only the answer and errors (telemetry at ``error``: no progress, no warnings; rfcs/0301, 0320)."""
     reconnect_backoff: Annotated[tuple[float, ...] | None, NoDecode] = None
     """Seconds before reconnect attempt 1, 2, … of an upstream server, comma-separated
     (``AGENTD_RECONNECT_BACKOFF=1,2,4``; None: 1, 2, 4, 8, 16 s). An operator knob; tests

@@ -46,14 +46,15 @@ from agentd import __version__
 from agentd.agent.zygote import PREWARM_MODELS_ENV, _rehearse
 from agentd.config import ProviderSpec, Settings, deprecations, read_status_token
 from agentd.counters import RunCounters
+from agentd.errorline import config_error_lines, config_failure, failure_for, internal_failure
 from agentd.errors import AgentdError, ConfigError, StateFileError
 from agentd.events import ReactorEvent, SignalReceived
 from agentd.exitcodes import ExitCode, TerminalStatus, code_for_status
+from agentd.humanlog import HumanView, colours_wanted, terminal_width
 from agentd.jsonvalue import JSONObject
 from agentd.limits import raise_open_files_limit
 from agentd.output import DEFAULT_OUTPUT_BUFFER, LineWriter
 from agentd.redact import redact
-from agentd.safetext import escape_controls
 from agentd.sdnotify import Notifier
 from agentd.selfmcp.protocol import MessageFrame, ProviderFrame, SpawnPayload, ToolSpecFrame
 from agentd.selfmcp.server import serve_child
@@ -129,7 +130,6 @@ def _run(settings: Settings, closed_fds: frozenset[int], early_servers: dict[str
     try:
         backoff = settings.reconnect_backoff
         limits = watch_limits(settings.watches)
-        buffer = settings.telemetry_buffer
         # One agentd per --state-dir (rfcs/0210); watch state lives in it unless --watch-state says otherwise.
         state_dir = None
         own_watch_state = False
@@ -146,18 +146,13 @@ def _run(settings: Settings, closed_fds: frozenset[int], early_servers: dict[str
         )
         conversation = _once_conversation(settings)
     except ConfigError as exc:
-        print(f"agentd: {escape_controls(str(exc))}", file=sys.stderr)
+        # Before telemetry starts: plain lines, the last one the error and its fix (rfcs/0321).
+        for line in config_error_lines((exc,)):
+            print(line, file=sys.stderr)
         return int(ExitCode.CONFIG)
     # Before any thread starts: a fork copies only the calling thread.
     preforked = _prefork_once_root(settings)
-    telemetry = Telemetry(
-        verbose=bool(settings.verbose),
-        fd=2,
-        buffer_bytes=buffer,
-        fd_closed=2 in closed_fds,
-        level=settings.log_level or ("error" if settings.quiet else None),
-        line_format=line_format(settings.log_format, 2),
-    )
+    telemetry = make_telemetry(settings, fd=2, closed=2 in closed_fds)
     log_handler = route_logging(telemetry)
     # What claiming the state directory moved out of the way (rfcs/0275), now that it can be told.
     for moved in (
@@ -206,6 +201,7 @@ def _run(settings: Settings, closed_fds: frozenset[int], early_servers: dict[str
         )
     except KeyboardInterrupt:
         code = int(ExitCode.DRAIN_TIMEOUT)
+        telemetry.fail(failure_for(code))
     except Exception as exc:  # a bug: say so plainly, exit 1, never a hang
         telemetry.emit(
             "supervisor.internal_error",
@@ -213,6 +209,7 @@ def _run(settings: Settings, closed_fds: frozenset[int], early_servers: dict[str
             traceback="".join(traceback.format_exception(exc)),
         )
         code = int(ExitCode.CRASHED)
+        telemetry.fail(internal_failure(exc))
     finally:
         if state_lock is not None:
             state_lock.release()
@@ -308,13 +305,36 @@ def _server_auth(spec: ServerSpec, state_dir: Path | None, telemetry: Telemetry)
 
 
 def line_format(log_format: LogFormat, fd: int) -> LineFormat:
-    """``--log-format``: ``auto`` is text when ``fd`` is a terminal (a person reads it), else JSON."""
+    """``--log-format``: ``auto`` is human when ``fd`` is a terminal (a person reads it), else JSON."""
     if log_format == "auto":
         try:
-            return "text" if os.isatty(fd) else "json"
+            return "human" if os.isatty(fd) else "json"
         except OSError:
             return "json"
     return log_format
+
+
+def make_telemetry(settings: Settings, *, fd: int, closed: bool) -> Telemetry:
+    """The run's telemetry on ``fd``, in the settings' format, level and verbosity (rfcs/0320).
+
+    ``--quiet`` is the level ``error`` (only errors and a failed run's final
+    line; the answer is on stdout); ``--verbose`` is ``debug``, and the
+    human format then shows every event besides its progress lines.
+    """
+    level = settings.log_level or ("error" if settings.quiet else None)
+    verbose = bool(settings.verbose) or level == "debug"
+    view = HumanView(
+        colour=colours_wanted(os.environ, fd), width=terminal_width(fd, os.environ), verbose=verbose
+    )
+    return Telemetry(
+        verbose=bool(settings.verbose),
+        fd=fd,
+        buffer_bytes=settings.telemetry_buffer,
+        fd_closed=closed,
+        level=level,
+        line_format=line_format(settings.log_format, fd),
+        view=view,
+    )
 
 
 #: Python logging levels as telemetry levels (CRITICAL is an error too).
@@ -639,7 +659,7 @@ async def _main(
         try:
             await watches.check_routes()  # a declared on_event the sandbox refuses is a config error
         except ConfigError as exc:
-            print(f"agentd: {escape_controls(str(exc))}", file=sys.stderr)
+            telemetry.fail(config_failure((exc,)))
             nursery.cancel_scope.cancel()
             return int(ExitCode.CONFIG)
         # Before the reactor turns, so its handlers never race this direct route table.
@@ -714,6 +734,7 @@ async def _main(
         telemetry.emit(
             "supervisor.exit",
             exit_code=int(code),
+            status=reactor.status.root_status if once else "stopped",
             # The same counter set /metrics reads (agentd.counters).
             counters={**counters.totals(), "outputs_lost": stdout.dropped},
             cost_usd=budget.cost_usd(),
@@ -723,7 +744,11 @@ async def _main(
             # A run that went on without a server does not end looking clean (rfcs/0315).
             servers_unavailable=unavailable(reactor.readiness.server_states, reactor.readiness.server_errors)
             or None,
+            duration_s=round(time.monotonic() - started_wall, 3),
         )
+        if code is not ExitCode.OK:
+            # The stream's last line (written at close): what happened and the fix (rfcs/0321).
+            telemetry.fail(failure_for(code, run_error(reactor, code, settings)))
         nursery.cancel_scope.cancel()
     return int(code)
 
@@ -886,6 +911,14 @@ def run_error(reactor: Reactor, code: ExitCode, settings: Settings | None = None
             "running turns did not finish within the drain grace",
             "raise --grace (and terminationGracePeriodSeconds on Kubernetes)",
         )
+    elif code is ExitCode.CRASHED and reactor.status.breaker_open:
+        error = (
+            "crashed",
+            "the agent kept crashing: more restarts than --max-restarts within --restart-period "
+            "(the restart breaker opened)",
+            "read the crashes' subagent.exit and child.stderr lines above; raise --max-restarts only "
+            "once the cause is known",
+        )
     elif code is ExitCode.CRASHED:
         status = reactor.status.root_status or "crashed"
         error = (
@@ -1016,8 +1049,15 @@ async def _flushed(
 
 
 async def _rehearse_server() -> None:
-    """Warm the SDK's lazy paths on the supervisor side too, so the first child is not slower."""
-    await _rehearse()
+    """Warm the SDK's lazy paths on the supervisor side too, so the first child is not slower.
+
+    Untraced: the rehearsal is agentd's warm-up, not a user's tool call (its
+    spans would be ``tools/call rehearsal`` traces of their own).
+    """
+    from agentd.tracing import untraced
+
+    with untraced():
+        await _rehearse()
 
 
 async def _watch_signals(events: trio.MemorySendChannel[ReactorEvent]) -> None:

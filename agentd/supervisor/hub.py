@@ -138,6 +138,9 @@ SELF_TOOLS: list[types.Tool] = [
 #: The self-tools that manage watches (answered by the WatchManager).
 WATCH_TOOLS = frozenset({"watch_start", "watch_stop", "watch_list"})
 
+#: Every self-tool's name (answered by agentd itself, not an upstream server).
+_SELF_TOOL_NAMES = frozenset({"subscribe", "unsubscribe", "read_resource", "list_resources", *WATCH_TOOLS})
+
 #: The self-tools whose only effect is a later wake-up of the calling session.
 #: A ``--mode once`` run ends with its root's answer: nothing can wake it
 #: later, so these are not offered there.
@@ -286,8 +289,11 @@ class SupervisorHub:
             return await recv.receive()
 
     async def call(self, agent: str, name: str, arguments: dict[str, object]) -> types.CallToolResult:
-        """Run one tool call for ``agent``; the step lines (stream-json) frame it."""
-        self._telemetry.step("tool_call", agent=agent, name=name, arguments=arguments)
+        """Run one tool call for ``agent``; the step lines (stream-json, the human log format) frame it."""
+        server, tool = self._display_name(name)
+        self._telemetry.step(
+            "tool_call", agent=agent, name=name, server=server, tool=tool, arguments=arguments
+        )
         started = time.monotonic()
         tracing = active_tracing()
         now = ToolCallNow(name, arguments, trio.current_time())
@@ -313,6 +319,15 @@ class SupervisorHub:
             latency_ms=round((time.monotonic() - started) * 1000, 3),
         )
         return result
+
+    def _display_name(self, name: str) -> tuple[str | None, str]:
+        """The server and tool a person reads for ``name`` (``agentd`` for self-tools; None: unknown)."""
+        if name in _SELF_TOOL_NAMES:
+            return "agentd", name
+        try:
+            return self.names.resolve(name)
+        except KeyError:
+            return None, name
 
     async def _call(self, agent: str, name: str, arguments: dict[str, object]) -> types.CallToolResult:
         if not self.offers(agent, name):
