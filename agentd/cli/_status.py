@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Final, TextIO
 
+from agentd.errorline import FIX_SEPARATOR, error_line
 from agentd.safetext import escape_controls
 
 __all__ = ["main", "render"]
@@ -41,6 +42,10 @@ RECENT_SHOWN: Final = 8
 
 #: Terminal control for ``--watch``: the alternate screen, cursor home + clear, cursor hidden/shown.
 _ENTER, _LEAVE, _HOME = "\x1b[?1049h\x1b[?25l", "\x1b[?25h\x1b[?1049l", "\x1b[H\x1b[2J"
+
+
+FIX = FIX_SEPARATOR
+"""Where a message's fix starts (the final line's separator)."""
 
 
 class StatusUnavailable(Exception):
@@ -72,7 +77,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _say(message: str) -> None:
-    print(f"agentd status: {escape_controls(message)}", file=sys.stderr)
+    """The one line a failed ``agentd status`` ends with: ``agentd: error: status: WHAT — fix: HOW``."""
+    what, _, fix = message.partition(FIX)
+    print(error_line(f"status: {what}", fix or "agentd status --help lists the options"), file=sys.stderr)
 
 
 def main(argv: Sequence[str]) -> int:
@@ -84,12 +91,12 @@ def main(argv: Sequence[str]) -> int:
     addr = args.addr or os.environ.get(ADDR_ENV)
     if not addr:
         _say(
-            "no address: give --addr HOST:PORT (the --health-addr the daemon was started with) "
+            f"no address{FIX}give --addr HOST:PORT (the --health-addr the daemon was started with) "
             f"or set ${ADDR_ENV}"
         )
         return 2
     if not args.interval > 0:
-        _say(f"--interval {args.interval!r} is not valid: give a positive number of seconds, e.g. 2")
+        _say(f"--interval {args.interval!r} is not valid{FIX}give a positive number of seconds, e.g. 2")
         return 2
     token_file = args.token_file or os.environ.get(TOKEN_FILE_ENV)
     try:
@@ -122,7 +129,7 @@ def _read_token(path: str) -> str:
             return f.readline().strip()
     except (OSError, UnicodeDecodeError) as exc:
         raise StatusUnavailable(
-            f"--token-file {path!r} cannot be read ({getattr(exc, 'strerror', None) or exc}): "
+            f"--token-file {path!r} cannot be read ({getattr(exc, 'strerror', None) or exc}){FIX}"
             "name the file the daemon's --status-token-file names"
         ) from exc
 
@@ -131,7 +138,7 @@ def _split(addr: str) -> tuple[str, int]:
     host, sep, port = addr.rpartition(":")
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:
         raise StatusUnavailable(
-            f"--addr {addr!r} is not valid: give HOST:PORT, e.g. 127.0.0.1:8080 (the daemon's --health-addr)"
+            f"--addr {addr!r} is not valid{FIX}give HOST:PORT, e.g. 127.0.0.1:8080 (the daemon's --health-addr)"
         )
     host = host.strip("[]") or "127.0.0.1"
     if host in ("0.0.0.0", "::"):  # a wildcard bind is reached on loopback from this host
@@ -185,7 +192,9 @@ def read_status(host: str, port: int, addr: str, token: str | None) -> dict[str,
             "(not --metrics-addr), of an agentd that has the status view"
         )
     if response.status != 200:
-        raise StatusUnavailable(f"{addr} answered {response.status}: {reason[:300]}")
+        raise StatusUnavailable(
+            f"{addr} answered {response.status}: {reason[:300]}{FIX}check that --addr is the daemon's --health-addr"
+        )
     try:
         doc = json.loads(body)
     except ValueError:

@@ -218,6 +218,7 @@ async def test_an_unreachable_address_is_one_line_with_the_fix() -> None:
     lines = done.stderr.decode().splitlines()
     assert done.returncode == 1
     assert len(lines) == 1, lines
+    assert lines[0].startswith(f"agentd: error: status: nothing listens on 127.0.0.1:{port}"), lines
     assert f"nothing listens on 127.0.0.1:{port}" in lines[0]
     assert "fix: start agentd with --health-addr" in lines[0]
     assert done.stdout == b""
@@ -226,7 +227,7 @@ async def test_an_unreachable_address_is_one_line_with_the_fix() -> None:
 async def test_no_address_is_a_usage_error_naming_the_setting() -> None:
     done = await status_cli()
     assert done.returncode == 2
-    assert "give --addr HOST:PORT" in done.stderr.decode()
+    assert done.stderr.decode().startswith("agentd: error: status: no address — fix: give --addr HOST:PORT")
     assert "AGENTD_HEALTH_ADDR" in done.stderr.decode()
 
 
