@@ -94,6 +94,9 @@ class Causes:
             self._by_agent[str(f["agent"])] = self._pending
             if event == "subagent.spawn":
                 self._pending = None
+        elif event == "subagent.exit":
+            # Its last reply is written by now: an exited agent's cause is not kept (rfcs/0281).
+            self._by_agent.pop(str(f.get("agent")), None)
         return None
 
 

@@ -31,6 +31,7 @@ from agentd.triggers.router import (
     Route,
     Router,
     SpawnDelivery,
+    metric_route,
 )
 
 
@@ -81,10 +82,11 @@ class Delivery:
         if result.route_id is None:
             self.counters.unroute()
             return
-        self.counters.route(result.route_id)
+        label = metric_route(result.route_id, result.route_kind)
+        self.counters.route(label)
         outcome = result.outcome
         if outcome is PushOutcome.COALESCED:
-            self.counters.coalesce(result.route_id)
+            self.counters.coalesce(label)
             self.telemetry.emit("route.coalesced", route=result.route_id, uri=ev.uri)
         elif result.reason is not None:
             # One vocabulary: the router's reason, and the URI that was lost
@@ -116,6 +118,7 @@ class Delivery:
                     self.telemetry.emit("route.deliver", route=d.route_id, uris=[d.event.uri])
                     agent = self.spawner.spawn(now, role="spawn", instruction=d.instruction, route=d.route_id)
                     agent.started_for([d.event])
+                    agent.record_delivery()
                 case ContinueDelivery():
                     self._continue(d, now)
                 case _:
@@ -140,7 +143,7 @@ class Delivery:
                     self.watches.on_route_changed(d.route_id, [(e.uri, e.server) for e in d.events])
             case "declared" | "self":
                 oldest = min(e.first_seen for e in d.events) if d.events else now
-                self.telemetry.observe("event_to_agent", now - oldest, route=d.route_id)
+                self.telemetry.observe("event_to_agent", now - oldest, route=metric_route(d.route_id, d.kind))
                 self.spawner.deliver_to_session(
                     now, d.session, render_delivery(d.events), route=d.route_id, origin=d.events
                 )

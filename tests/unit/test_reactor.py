@@ -33,6 +33,7 @@ from agentd.events import (
     ServerState,
     ServerStateChanged,
     SignalReceived,
+    ToolChangedState,
     Unsubscribed,
     WatchNotice,
 )
@@ -142,9 +143,15 @@ class Harness:
         *,
         status: TerminalStatus = "completed",
         idle: bool | None = None,
+        changed: bool = False,
     ) -> trio.MemoryReceiveChannel[Any]:
-        """One model call then the turn end; returns the channel the turn-end answer arrives on."""
+        """One model call then the turn end; returns the channel the turn-end answer arrives on.
+
+        ``changed``: a state-changing tool call succeeded in the turn (the hub's report, before the turn end).
+        """
         await self.usage(agent)
+        if changed:
+            await self.send(ToolChangedState(agent, "memo__memo_set"))
         if idle is None:
             idle = text.strip() == "NO_REPLY" or not text.strip()
         return await self.ask(agent, "turn_end", status=status, text=text, idle=idle)
@@ -272,11 +279,12 @@ async def test_loop_interval_0_reenters_at_once_after_work_and_backs_off_when_id
         # work, idle, idle, idle, work, idle: waits 0, 1, 2, 4, 0, 1
         for text in ["did A", "NO_REPLY", "NO_REPLY", "NO_REPLY", "did B", "NO_REPLY"]:
             ended_at = trio.current_time()
-            t, msg = await answer(await h.end_turn(root.id, text))
+            t, msg = await answer(await h.end_turn(root.id, text, changed=text.startswith("did")))
             assert msg == {"action": "continue", "input": "work"}
             times.append(t - ended_at)
         assert times == [0.0, 1.0, 2.0, 4.0, 0.0, 1.0]
-        assert [f["after_s"] for _, f in h.telemetry.timed("loop.reenter")] == [0.0, 1.0, 2.0, 4.0, 0.0, 1.0]
+        reentries = [(f["after_s"], f["idle"]) for _, f in h.telemetry.timed("loop.reenter")]
+        assert reentries == [(0.0, False), (1.0, True), (2.0, True), (4.0, True), (0.0, False), (1.0, True)]
         assert len(h.hooks.spawned) == 1  # warm: the same agent every shift
         # NO_REPLY turns publish nothing; real work does
         assert [p[2] for p in h.hooks.published] == ["did A", "did B"]
@@ -298,7 +306,7 @@ async def test_loop_interval_5_fresh_spawns_a_new_root_every_5s(autojump_clock):
         first = await h.hooks.next_spawn()
         assert first.warm is False
         await trio.sleep(1.5)  # the shift takes 1.5 s
-        t, msg = await answer(await h.end_turn(first.id, "did the work"))
+        t, msg = await answer(await h.end_turn(first.id, "did the work", changed=True))
         assert (t, msg) == (1.5, {"action": "exit"})
         await h.exited(first.id)
         second = await h.hooks.next_spawn()
@@ -441,7 +449,7 @@ async def test_budget_spent_stops_spawning_drains_warm_sessions_and_exits_7(auto
 async def test_loop_budget_spent_exits_7_after_the_root_exits(autojump_clock):
     async with running("loop", interval=0, max_steps=2) as h:
         root = await h.hooks.next_spawn()
-        _, msg = await answer(await h.end_turn(root.id))
+        _, msg = await answer(await h.end_turn(root.id, changed=True))
         assert msg["action"] == "continue"
         assert await h.usage(root.id) == {"continue": False, "reason": "steps"}
         _, msg = await answer(
@@ -823,9 +831,12 @@ async def test_a_delivery_into_the_warm_loop_root_resets_the_idle_backoff(autoju
         assert (t, "memo://notes" in msg["input"]) == (9.0, True)
         held = await h.end_turn(root.id, "NO_REPLY")  # the delivered turn answered nothing
         t, msg = await answer(held)
-        assert (t, msg["input"]) == (10.0, "work")  # the next shift came after the base wait
-    waits = [f["after_s"] for _, f in h.telemetry.timed("loop.reenter")]
-    assert waits == [1.0, 2.0, 4.0, 8.0, 1.0]
+        assert (t, msg["input"]) == (9.0, "work")  # a shift with a delivery is not idle: no wait
+        held = await h.end_turn(root.id, "NO_REPLY")  # an idle shift again: the backoff starts over
+        t, msg = await answer(held)
+        assert (t, msg["input"]) == (10.0, "work")
+    reentries = [(f["after_s"], f["idle"]) for _, f in h.telemetry.timed("loop.reenter")]
+    assert reentries == [(1.0, True), (2.0, True), (4.0, True), (8.0, True), (0.0, False), (1.0, True)]
 
 
 # --------------------------------------------------------------------------- start-up re-read, drops, block
