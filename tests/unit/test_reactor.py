@@ -839,6 +839,65 @@ async def test_a_delivery_into_the_warm_loop_root_resets_the_idle_backoff(autoju
     assert reentries == [(1.0, True), (2.0, True), (4.0, True), (8.0, True), (0.0, False), (1.0, True)]
 
 
+async def test_a_loop_that_only_talks_backs_off_and_one_that_changes_state_keeps_its_cadence(autojump_clock):
+    async with running("loop", interval=0) as h:
+        root = await h.hooks.next_spawn()
+        model_calls = 0
+        while trio.current_time() < 35.0 and model_calls < 100:
+            model_calls += 1  # end_turn makes one model call (its usage report), then ends the turn
+            await answer(await h.end_turn(root.id, "Nothing to do."))
+        # The hub only tells of state-changing calls: a read, or a report for no agent, changes nothing.
+        await h.send(ToolChangedState("a999", "memo__memo_set"))
+        assert model_calls == 6  # shifts at 0, 1, 3, 7, 15 and 31 s
+        reentries = [(f["after_s"], f["idle"]) for _, f in h.telemetry.timed("loop.reenter")]
+        assert reentries == [(1.0, True), (2.0, True), (4.0, True), (8.0, True), (16.0, True), (32.0, True)]
+        assert [p[2] for p in h.hooks.published] == [
+            "Nothing to do."
+        ] * 6  # talk is published, but is no work
+
+    async with running("loop", interval=0) as h:
+        root = await h.hooks.next_spawn()
+        started = trio.current_time()
+        for _ in range(5):
+            await answer(await h.end_turn(root.id, "saved a memo", changed=True))
+        assert trio.current_time() == started  # no backoff: every shift re-entered at once
+        assert [f["after_s"] for _, f in h.telemetry.timed("loop.reenter")] == [0.0] * 5
+
+
+# --------------------------------------------------------------------------- flat over time
+
+
+async def test_hundreds_of_exited_agents_leave_the_reactor_holding_a_bounded_record(autojump_clock):
+    routes = [RouteSpec(match="memo://x*", disposition=Spawn(max_inflight=1), debounce=0.0, route_id="x")]
+    async with running("reactive", routes=routes) as h:
+        for n in range(300):
+            await h.send(ResourceChanged(server="memo", uri=f"memo://x{n}"))
+            agent = await h.hooks.next_spawn()
+            if n % 3:
+                _, msg = await answer(await h.end_turn(agent.id))
+                assert msg == {"action": "exit"}
+            else:  # a third subscribe to a URI of their own and are woken by it once (a session, a self route)
+                assert await h.subscribe(agent.id, f"memo://s{n}") == Acknowledged()
+                await h.send(ResourceChanged(server="memo", uri=f"memo://s{n}"))
+                _, msg = await answer(await h.end_turn(agent.id))
+                assert "memo://s" in msg["input"]
+                await h.end_turn(agent.id, "NO_REPLY")  # held warm for its subscription
+                await h.exited(agent.id)
+                continue
+            await h.exited(agent.id)
+        await h.send(SignalReceived(signum=signal.SIGTERM))
+        assert (await h.exit_code())[1] == ExitCode.OK
+    agents = h.reactor.agents
+    assert (len(agents), agents.started, agents.forgotten) == (0, 300, 300)
+    assert [a.id for a in agents.recent()] == [f"a{n}" for n in range(251, 301)]
+    assert [r.id for r in h.reactor.router.routes()] == ["x"]  # every self route went with its agent
+    assert agents.session_agent("a1") is None
+    # Counters and histograms count the sessions' own routes under their kind, not one series each.
+    assert set(h.reactor.counters.routed) == {"x", "self"}
+    assert set(h.telemetry.histograms.snapshot()["event_to_agent"]) == {("x",), ("self",)}
+    assert len(h.hooks.unsubscribed) == 100
+
+
 # --------------------------------------------------------------------------- start-up re-read, drops, block
 
 
