@@ -68,6 +68,10 @@ class Causes:
         self._pending: Delivery | None = None
         self._by_agent: dict[str, Delivery] = {}
 
+    def __len__(self) -> int:
+        """Agents whose cause is known (an agent's goes when it exits)."""
+        return len(self._by_agent)
+
     def of(self, agent: str) -> Delivery | None:
         """The cause of ``agent``'s current turn (None: its instruction, e.g. a once run's root)."""
         return self._by_agent.get(agent)
