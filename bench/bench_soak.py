@@ -92,6 +92,9 @@ class Sample:
     fds: int
     procs: int
     cpu_s: float
+    tree_cpu_s: float
+    """CPU of the supervisor and every process of its tree, reaped children included (the agents
+    are the zygote's children): what an agent costs the machine."""
 
 
 @dataclass
@@ -115,15 +118,21 @@ class Run:
     wall_s: float = 0.0
 
 
-def tree_size(pid: int) -> int:
-    try:
-        return len(psutil.Process(pid).children(recursive=True))
-    except psutil.Error:
-        return 0
+def tree_cpu(procs: list[psutil.Process]) -> float:
+    total = 0.0
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            t = p.cpu_times()
+            total += t.user + t.system + t.children_user + t.children_system
+    return total
 
 
 def sample(pid: int, spawned: int) -> Sample:
     p = psutil.Process(pid)
+    try:
+        tree = p.children(recursive=True)
+    except psutil.Error:
+        tree = []
     with p.oneshot():
         cpu = p.cpu_times()
         return Sample(
@@ -131,8 +140,9 @@ def sample(pid: int, spawned: int) -> Sample:
             time.perf_counter(),
             p.memory_info().rss,
             p.num_fds(),
-            tree_size(pid),
+            len(tree),
             cpu.user + cpu.system,
+            tree_cpu([p, *tree]),
         )
 
 
@@ -236,10 +246,12 @@ def in_window(run: Run, first: bool) -> list[Sample]:
     return [s for s in run.samples if lo <= s.spawned <= hi]
 
 
-def per_agent_cpu(samples: list[Sample]) -> float:
+def per_agent_cpu(samples: list[Sample], *, tree: bool = False) -> float:
     if len(samples) < 2 or samples[-1].spawned == samples[0].spawned:
         return float("nan")
-    return (samples[-1].cpu_s - samples[0].cpu_s) / (samples[-1].spawned - samples[0].spawned)
+    a, b = samples[0], samples[-1]
+    spent = (b.tree_cpu_s - a.tree_cpu_s) if tree else (b.cpu_s - a.cpu_s)
+    return spent / (b.spawned - a.spawned)
 
 
 def rate(samples: list[Sample]) -> float:
@@ -286,12 +298,22 @@ def report(run: Run) -> list[str]:
                 f"{min(s.procs for s in ss)}-{max(s.procs for s in ss)}",
                 fmt(rate(ss), 1),
                 fmt(per_agent_cpu(ss) * 1000, 2),
+                fmt(per_agent_cpu(ss, tree=True) * 1000, 1),
             ]
         )
     out.append(
         table(
             f"{run.label}: {run.agents:,} agents, exit {run.exit_code}, {fmt(run.wall_s, 0)} s",
-            ["window", "agents", "RSS at end MiB", "fds", "processes", "agents/s", "supervisor CPU ms/agent"],
+            [
+                "window",
+                "agents",
+                "RSS at end MiB",
+                "fds",
+                "processes",
+                "agents/s",
+                "supervisor CPU ms/agent",
+                "tree CPU ms/agent",
+            ],
             rows,
         )
     )
@@ -355,9 +377,13 @@ async def main(agents: int, inflight: int, prev_ref: str | None, prev_agents: in
         this = await soak("this", agents, inflight, REPO, tmp, timeline=timeline)
         report(this)
     per_agent = this.wall_s / max(1, agents)
+    tree_ms = per_agent_cpu(this.samples, tree=True) * 1000
+    cores = os.cpu_count() or 1
     print(
         f"\n{machine_note()} at the end; {fmt(agents / this.wall_s, 1)} agents/s overall: "
-        f"100,000 agents would take about {fmt(100_000 * per_agent / 60, 0)} min at this rate",
+        f"100,000 agents would take about {fmt(100_000 * per_agent / 60, 0)} min at this rate; "
+        f"agentd's tree spends {fmt(tree_ms, 1)} ms of CPU per agent, so on {cores} idle cores "
+        f"about {fmt(100_000 * tree_ms / 1000 / cores / 60, 0)} min",
         flush=True,
     )
 
