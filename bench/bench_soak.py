@@ -254,6 +254,17 @@ def per_agent_cpu(samples: list[Sample], *, tree: bool = False) -> float:
     return spent / (b.spawned - a.spawned)
 
 
+def slope(samples: list[Sample]) -> float:
+    """Least-squares RSS bytes per agent over ``samples``."""
+    if len(samples) < 3:
+        return float("nan")
+    xs = [float(s.spawned) for s in samples]
+    ys = [float(s.rss) for s in samples]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    den = sum((x - mx) ** 2 for x in xs)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / den if den else float("nan")
+
+
 def rate(samples: list[Sample]) -> float:
     if len(samples) < 2:
         return float("nan")
@@ -321,6 +332,13 @@ def report(run: Run) -> list[str]:
         f"RSS growth from 10 % to the end: {fmt(growth, 2)} MiB over {agents_between:,} agents "
         f"({fmt(growth * 1024 * 1024 / max(1, agents_between), 1)} B/agent); goal ≤ 2 MiB"
     )
+    deciles = [s for s in run.samples if s.spawned and s.spawned % max(1, run.agents // 10) == 0]
+    out.append("RSS MiB at each 10 %: " + ", ".join(f"{s.spawned:,}: {fmt(s.rss / MiB, 1)}" for s in deciles))
+    half = [s for s in run.samples if s.spawned >= run.agents // 2]
+    out.append(
+        f"RSS slope over the second half (least squares, {len(half)} samples): "
+        f"{fmt(slope(half), 1)} B/agent, i.e. {fmt(slope(half) * 100_000 / MiB, 2)} MiB per 100,000 agents"
+    )
     if run.wakes:
         a = wake_stats(run, True)
         b = wake_stats(run, False)
@@ -351,7 +369,7 @@ def report(run: Run) -> list[str]:
         )
     if run.problems:
         out.append(f"{len(run.problems)} warning/error lines (first shown): {run.problems[0]}")
-    for line in out[-3:]:
+    for line in out:
         if not line.startswith("\n"):
             print(line, flush=True)
     return out
@@ -366,7 +384,9 @@ def code_root(ref: str | None) -> Iterator[Path]:
         yield root
 
 
-async def main(agents: int, inflight: int, prev_ref: str | None, prev_agents: int, timeline: bool) -> None:
+async def main(
+    agents: int, inflight: int, prev_ref: str | None, prev_agents: int, timeline: bool, save: Path | None
+) -> None:
     print(f"bench_soak: {agents:,} agents, max_inflight {inflight}; {machine_note()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="agentd-soak-") as tmp_s:
         tmp = Path(tmp_s)
@@ -376,6 +396,8 @@ async def main(agents: int, inflight: int, prev_ref: str | None, prev_agents: in
             report(prev)
         this = await soak("this", agents, inflight, REPO, tmp, timeline=timeline)
         report(this)
+    if save is not None:
+        await trio.Path(save).write_text(json.dumps([vars(x) for x in this.samples]))
     per_agent = this.wall_s / max(1, agents)
     tree_ms = per_agent_cpu(this.samples, tree=True) * 1000
     cores = os.cpu_count() or 1
@@ -397,10 +419,13 @@ if __name__ == "__main__":
         "--prev-agents", type=int, default=2_000, help="agents for --prev-ref (default 2,000)"
     )
     parser.add_argument("--no-timeline", action="store_true", help="no AGENTD_TIMELINE (no wake times)")
+    parser.add_argument("--save", type=Path, help="write this run's samples (JSON) here")
     args = parser.parse_args()
     if args.agents < 100:
         parser.error("--agents: give at least 100 (the windows are 10 % each)")
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     sys.exit(
-        trio.run(main, args.agents, args.inflight, args.prev_ref, args.prev_agents, not args.no_timeline)
+        trio.run(
+            main, args.agents, args.inflight, args.prev_ref, args.prev_agents, not args.no_timeline, args.save
+        )
     )
