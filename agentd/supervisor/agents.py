@@ -21,6 +21,14 @@ agent id sequence. An agent leaves the table once its exit was reported
 kept in bounded form, the run's counts and the last :data:`RECENT_EXITED`
 agents as :class:`ExitedAgent` records, so a daemon that starts an agent a
 second holds as much after a month as after a minute (rfcs/0281).
+
+What a status view reads (issue 30), all without a second copy: the running
+agents are the table itself (:meth:`AgentTable.live`: its size is the number
+of running agents, plus one whose exit is being handled in the current
+step); the finished ones are :meth:`AgentTable.recent` (at most
+:data:`RECENT_EXITED`, oldest first); the run's totals are
+:attr:`AgentTable.started` and :attr:`AgentTable.forgotten`. Times are the
+reactor's clock (``trio.current_time()``), not wall time.
 Pure: no trio, no I/O.
 """
 

@@ -923,6 +923,9 @@ async def test_hundreds_of_exited_agents_leave_the_reactor_holding_a_bounded_rec
         for n in range(300):
             await h.send(ResourceChanged(server="memo", uri=f"memo://x{n}"))
             agent = await h.hooks.next_spawn()
+            if n == 150:  # a status view walks only what runs: the 150 before it are gone from the table
+                assert [a.id for a in h.reactor.agents.live()] == [agent.id] == ["a151"]
+                assert (len(h.reactor.agents), len(h.reactor.agents.recent())) == (1, 50)
             if n % 3:
                 _, msg = await answer(await h.end_turn(agent.id))
                 assert msg == {"action": "exit"}
