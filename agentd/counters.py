@@ -33,9 +33,10 @@ class RunCounters:
     """Counts of one run; they only grow (see the module docstring)."""
 
     routed: Counter[str] = field(default_factory=Counter)
-    """Changes a route took, by route id."""
+    """Changes a route took, by route label (a declared route's id; ``self`` or ``watch`` for
+    the routes sessions make: :func:`agentd.triggers.router.metric_route`)."""
     coalesced: Counter[str] = field(default_factory=Counter)
-    """Changes merged into one already queued for the same URI, by route id."""
+    """Changes merged into one already queued for the same URI, by route label."""
     dropped: Counter[str] = field(default_factory=Counter)
     """Queued changes lost, by the router's reason (``coalesce_cap``, ``drop_oldest``, ``route_removed``, ...)."""
     dropped_by_route: Counter[str] = field(default_factory=Counter)

@@ -22,6 +22,8 @@ Requests and their typed answers (each request carries a :class:`Reply`)::
     hub, for the watch manager (a start-up restore adds routes directly, before the loop runs)
       WatchRouteAdd     -> RouteAdded | Refused
       WatchRouteRemove  -> Acknowledged
+    hub (a fact, no answer)
+      ToolChangedState  (a child's tool call that is not read-only succeeded)
     health endpoint / watchdog
       HealthProbe       -> (the probe's event is set)
 """
@@ -252,6 +254,21 @@ class WatchRouteRemove:
     reply: Reply[Acknowledged]
 
 
+@dataclass(frozen=True, slots=True)
+class ToolChangedState:
+    """A tool call of ``agent`` that may change state succeeded (the hub saw it; rfcs/0280).
+
+    Sent by the hub, not the child, before the call's result goes back: the
+    child's turn end always comes after it, and a model cannot forge it. A
+    tool counts as read-only only when it says so (``readOnlyHint: true``);
+    the loop's idle rule reads this fact (a shift that changed nothing is idle).
+    """
+
+    agent: str
+    tool: str
+    """The name the model called (``server__tool`` or a self-tool)."""
+
+
 SelfToolRequest: TypeAlias = SelfSubscribe | SelfUnsubscribe | WatchSession | WatchRouteAdd | WatchRouteRemove
 """Every request the hub makes of the reactor on behalf of a child's self-tool call."""
 
@@ -384,6 +401,7 @@ ReactorEvent: TypeAlias = (
     | WatchRouteRemove
     | UsageReported
     | TurnEnded
+    | ToolChangedState
     | ChildExited
     | ZygoteStateChanged
     | HealthProbe

@@ -76,6 +76,10 @@ MAX_QUEUE = 4096
 MAX_BATCH = 512
 #: Longest text recorded in a span attribute when content capture is on.
 MAX_CONTENT_CHARS = 8192
+#: Updates whose root span waits for its route's delivery, at most: an update
+#: a route coalesced or dropped is never delivered, and its URI may never
+#: change again. The oldest goes first (its trace then has no route span).
+MAX_PENDING_UPDATES = 1024
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 _active: Tracing | None = None
@@ -253,7 +257,6 @@ class Tracing:
         self._turns: dict[str, Span] = {}
         """Each agent's current ``invoke_agent`` span."""
         self._spawns: dict[str, Span] = {}
-        self._roots: dict[str, str | None] = {}
 
     # -- the tap ----------------------------------------------------------------------
 
@@ -283,7 +286,10 @@ class Tracing:
                 start_time=now,
             )
             span.end(now)
+            self._pending.pop(uri, None)  # the newest update of a URI goes last in the order
             self._pending[uri] = span
+            if len(self._pending) > MAX_PENDING_UPDATES:
+                del self._pending[next(iter(self._pending))]
         elif event == "timer.fire":
             span = self._tracer.start_span(
                 "agentd.timer.fire", context=otel_context.Context(), start_time=now
@@ -535,6 +541,7 @@ def from_environ() -> Mapping[str, str]:
 
 __all__ = [
     "EXPORT_DELAY",
+    "MAX_PENDING_UPDATES",
     "QuietBatchProcessor",
     "Tracing",
     "active",

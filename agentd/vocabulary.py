@@ -127,7 +127,7 @@ EVENTS: Mapping[str, EventSpec] = {
         _e("drain.timeout", "error", "Draining did not finish within --grace (exit 143).", "agents grace_s"),
         _e("governor.breaker_open", "error", "Too many restarts within --restart-period: the restart breaker opened.", "agent route"),
         _e("loop.shift", "info", "Loop mode starts a shift of the root agent.", "agent warm"),
-        _e("loop.reenter", "info", "Loop mode re-enters the root agent after a pause.", "after_s"),
+        _e("loop.reenter", "info", "Loop mode re-enters the root agent after a pause (idle: the shift changed nothing, so the pause backs off).", "after_s idle"),
         _e("timer.fire", "info", "The interval or cron clock fired.", ""),
         _e("timer.coalesced", "info", "A clock fire was merged into one already pending.", "reason"),
         _e("catalog.changed", "info", "A server's resource list changed (declared patterns are resolved again).", "server uris"),

@@ -434,7 +434,6 @@ async def _main(
     governor = RestartGovernor(intensity=settings.max_restarts, period=settings.restart_period)
     clock = driver.source if isinstance(driver, modes.Schedule) else make_clock(settings, now=now)
 
-    outputs: list[dict[str, str]] = []
     json_out = settings.output == "json"
     once = settings.mode == "once"
     from agentd.streamjson import Causes, StreamJson
@@ -456,7 +455,6 @@ async def _main(
             return  # once prints its one result at exit
         if stream is not None:
             stream.reply(agent=agent.id, route=agent.route, status=status, text=text)
-            outputs.append({"agent": agent.id, "status": status})
             return
         if json_out:
             from agentd.telemetry import _now_rfc3339
@@ -476,7 +474,6 @@ async def _main(
         # Never blocks: a full, closed or unread stdout loses this result
         # (counted as outputs_lost), never the daemon.
         stdout.put(line + b"\n")
-        outputs.append({"agent": agent.id, "status": status})
 
     # The supervisor's model, system prompt and settings, and those of routes that name their own.
     default_profile, route_profiles = model_profiles(settings)

@@ -31,6 +31,7 @@ from agentd.triggers.router import (
     Route,
     Router,
     SpawnDelivery,
+    metric_route,
 )
 
 
@@ -85,15 +86,16 @@ class Delivery:
             self.counters.unroute()
             activity.decision(now, ev.uri, None, "unrouted")
             return
+        label = metric_route(result.route_id, result.route_kind)
         if result.reason is not None:
-            self.counters.drop_on(result.route_id)
+            self.counters.drop_on(label)
             activity.decision(now, ev.uri, result.route_id, f"dropped:{result.reason}")
         elif result.outcome is not None:
             activity.decision(now, ev.uri, result.route_id, result.outcome.value)
-        self.counters.route(result.route_id)
+        self.counters.route(label)
         outcome = result.outcome
         if outcome is PushOutcome.COALESCED:
-            self.counters.coalesce(result.route_id)
+            self.counters.coalesce(label)
             self.telemetry.emit("route.coalesced", route=result.route_id, uri=ev.uri)
         elif result.reason is not None:
             # One vocabulary: the router's reason, and the URI that was lost
@@ -128,6 +130,7 @@ class Delivery:
                     agent.woken(d.route_id, (d.event.uri,), now)
                     self.counters.activity.decision(now, d.event.uri, d.route_id, "delivered", agent.id)
                     self.counters.activity.wake(now, d.route_id)
+                    agent.record_delivery()
                 case ContinueDelivery():
                     self._continue(d, now)
                 case _:
@@ -152,7 +155,7 @@ class Delivery:
                     self.watches.on_route_changed(d.route_id, [(e.uri, e.server) for e in d.events])
             case "declared" | "self":
                 oldest = min(e.first_seen for e in d.events) if d.events else now
-                self.telemetry.observe("event_to_agent", now - oldest, route=d.route_id)
+                self.telemetry.observe("event_to_agent", now - oldest, route=metric_route(d.route_id, d.kind))
                 agent = self.spawner.deliver_to_session(
                     now, d.session, render_delivery(d.events), route=d.route_id, origin=d.events
                 )

@@ -12,6 +12,11 @@ connections and run in the handler's task. Self-tools that touch supervisor
 state (subscribe/unsubscribe, watch routes) become a typed request
 (:data:`~agentd.events.SelfToolRequest`) for the reactor, which answers
 with its typed reply through a one-slot channel.
+
+A call that succeeded and may have changed state (any tool not annotated
+``readOnlyHint: true``, self-tools included) is told to the reactor as
+:class:`~agentd.events.ToolChangedState` before its result goes back to the
+child: the loop's idle rule reads it (rfcs/0280).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from agentd.events import (
     SelfSubscribe,
     SelfUnsubscribe,
     SessionOf,
+    ToolChangedState,
     Unsubscribed,
     WatchRouteAdd,
     WatchRouteRemove,
@@ -57,15 +63,20 @@ R = TypeVar("R")
 
 _OBJ: JSONObject = {"type": "object"}
 
+#: The annotation of the self-tools that only read (rfcs/0280): their calls leave a loop shift idle.
+_READ_ONLY = types.ToolAnnotations(read_only_hint=True)
 
-def _tool(name: str, description: str, arg: str | None = None) -> types.Tool:
+
+def _tool(
+    name: str, description: str, arg: str | None = None, annotations: types.ToolAnnotations | None = None
+) -> types.Tool:
     """A self-tool that takes one string argument, ``arg``, or none."""
     schema = (
         _OBJ
         if arg is None
         else {"type": "object", "properties": {arg: {"type": "string"}}, "required": [arg]}
     )
-    return types.Tool(name=name, description=description, input_schema=schema)
+    return types.Tool(name=name, description=description, input_schema=schema, annotations=annotations)
 
 
 class ToolSpec(TypedDict):
@@ -97,8 +108,13 @@ SELF_TOOLS: list[types.Tool] = [
         "read_resource",
         "Read an MCP resource by URI. Returns parsed JSON when the body is JSON, else text.",
         "uri",
+        _READ_ONLY,
     ),
-    _tool("list_resources", "List the resources and resource templates every connected MCP server offers."),
+    _tool(
+        "list_resources",
+        "List the resources and resource templates every connected MCP server offers.",
+        annotations=_READ_ONLY,
+    ),
     types.Tool(
         name="watch_start",
         description=(
@@ -132,6 +148,7 @@ SELF_TOOLS: list[types.Tool] = [
         "watch_list",
         'List this session\'s watches: [{"name", "uri", "shape", "events", "notices"}]; a watch that '
         "could not start again after a restart has restore_failed: true.",
+        annotations=_READ_ONLY,
     ),
 ]
 
@@ -197,6 +214,8 @@ class SupervisorHub:
         """Agent -> its route, for agents whose route narrows the tools (see :meth:`bind`)."""
         self._all: list[tuple[types.Tool, str | None, str | None]] | None = None
         self._catalogs: dict[str | None, tuple[list[types.Tool], frozenset[str], list[ToolSpec] | None]] = {}
+        self._read_only: frozenset[str] = frozenset()
+        """Names (as the model calls them) of the tools annotated ``readOnlyHint: true``."""
         self._tools_key: tuple[int, ...] = ()
         self.watches = watches
         self._running: dict[str, list[ToolCallNow]] = {}
@@ -239,6 +258,12 @@ class SupervisorHub:
                     name = self.names.add(server, tool.name)
                     every.append((tool.model_copy(update={"name": name}), server, tool.name))
             self._all, self._tools_key, self._catalogs = every, key, {}
+            # A tool without the annotation may change state (MCP's default): conservative.
+            self._read_only = frozenset(
+                t.name
+                for t, _, _ in every
+                if t.annotations is not None and t.annotations.read_only_hint is True
+            )
         route = self._routes.get(agent)
         found = self._catalogs.get(route)
         if found is None:
@@ -259,6 +284,10 @@ class SupervisorHub:
     def tools_for(self, agent: str) -> list[types.Tool]:
         """The tools ``agent`` is offered (its route's policy applied)."""
         return self._catalog(agent)[0]
+
+    def read_only(self, name: str) -> bool:
+        """Whether the tool the model calls ``name`` says it only reads (``readOnlyHint: true``)."""
+        return name in self._read_only
 
     def offers(self, agent: str, name: str) -> bool:
         """Whether ``name`` is a tool ``agent`` may call (an upstream tool or a self-tool)."""
@@ -310,6 +339,9 @@ class SupervisorHub:
             running.remove(now)
             if not running and self._running.get(agent) is running:
                 del self._running[agent]
+        if not result.is_error and not self.read_only(name):
+            # Before the result goes back: the child's turn end can only follow this fact.
+            await self._events.send(ToolChangedState(agent, name))
         self._telemetry.step(
             "tool_result",
             agent=agent,
