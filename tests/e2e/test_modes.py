@@ -134,15 +134,17 @@ async def test_loop_warm_reuses_one_agent_fresh_spawns_one_per_shift(tmp_path):
 
 async def test_schedule_interval_fires_a_fresh_root_each_second(tmp_path):
     model = script(tmp_path, [{"text": "scheduled run"}])
-    # The deadline counts from start-up, zygote included (seconds on a busy machine): room for two fires.
-    args = ["--mode", "schedule", "--interval", "1s", "--deadline", "6s", "--model", model, "tick"]
+    # Ended by a signal after two fires, not by a deadline: start-up (the zygote) took over 6 s on a
+    # busy 2-core machine, and a deadline counts from it.
+    args = ["--mode", "schedule", "--interval", "1s", "--model", model, "tick"]
     async with supervised(args, tmp_path) as a:
         await a.wait_event("turn.end", count=2, timeout=RUN_TIMEOUT)
-        assert await a.wait_exit(RUN_TIMEOUT) == ExitCode.DEADLINE
+        a.signal(signal.SIGTERM)
+        assert await a.wait_exit(RUN_TIMEOUT) == ExitCode.OK
     spawns = a.find("subagent.spawn")
     assert len(spawns) >= 2
     assert all(e["role"] == "root" for e in spawns)
     assert len({e["agent"] for e in spawns}) == len(spawns)
     assert len(a.find("timer.fire")) >= 2
     assert a.out.splitlines()[:2] == ["scheduled run"] * 2
-    assert a.find("supervisor.exit")[0]["exit_code"] == ExitCode.DEADLINE
+    assert a.find("supervisor.exit")[0]["exit_code"] == ExitCode.OK
