@@ -179,9 +179,10 @@ EVENTS: Mapping[str, EventSpec] = {
         _e("upstream.oversized_skipped", "warning", "An oversized stdio message with no request to fail was skipped.", "server bytes"),
         _e("upstream.unsubscribed_update", "warning", "An MCP server pushed an update for a URI nobody subscribed to.", "server uri"),
         _e("upstream.unsubscribe_failed", "warning", "Unsubscribing from a URI failed.", "server uri error"),
-        _e("subscription.established", "debug", "A resource subscription is established.", "server uri attempt"),
-        _e("subscription.lost", "warning", "A resource subscription was lost: it is re-established and the URI re-read.", "server uri error lived_s updates counted_as_failure"),
-        _e("subscription.failed", "error", "A resource subscription failed after its retries.", "server uri attempts error"),
+        _e("subscription.synced", "info", "A server now carries its subscribed URIs: a listen stream (re)opened with the whole set, or a handshake-era batch subscribed; how many it carries, added and removed.", "server uris added removed attempt ms"),
+        _e("subscription.established", "debug", "A URI is newly carried by its server's subscription (one line per URI; `subscription.synced` counts them).", "server uri attempt"),
+        _e("subscription.lost", "warning", "A server's listen stream ended: it is re-opened and every URI it carried re-read (a count and a sample of them).", "server uris sample error lived_s updates counted_as_failure"),
+        _e("subscription.failed", "error", "Subscriptions failed: refused, or given up after their retries (a count and a sample of the URIs).", "server uris sample attempts error"),
         _e("subscription.unresolved", "warning", "A declared subscription pattern matches no resource.", "pattern required error"),
         # -- durable sessions and shards ---------------------------------------------------
         _e("journal.found", "debug", "A session journal was found at start (restored at its next delivery).", "session turns subscriptions"),

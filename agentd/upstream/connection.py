@@ -29,8 +29,10 @@ from __future__ import annotations
 import base64
 import contextlib
 import math
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol, TypeVar
 
 import anyio
@@ -43,14 +45,13 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from agentd import __version__
 from agentd.counters import RunCounters
-from agentd.errors import ServerUnavailable, UpstreamError
+from agentd.errors import CapabilityMissing, ServerUnavailable, UpstreamError
 from agentd.events import (
     CatalogChanged,
     ReactorEvent,
     ResourceChanged,
     ServerState,
     ServerStateChanged,
-    SubscriptionStateChanged,
 )
 from agentd.limits import DEFAULT_MAX_READ_BYTES, DEFAULT_STARTUP_TIMEOUT, DEFAULT_TOOL_TIMEOUT
 from agentd.prelaunch import EarlyProcess
@@ -66,7 +67,7 @@ from agentd.upstream.describe import describe as _describe
 from agentd.upstream.http import HttpTransport
 from agentd.upstream.resolve import Catalog
 from agentd.upstream.stdio import MAX_LINE_BYTES, StdioTransport
-from agentd.upstream.subscriptions import SubscriptionsMixin, _Sub
+from agentd.upstream.subscriptions import Subscriber
 
 __all__ = [
     "INIT_TIMEOUT",
@@ -172,7 +173,7 @@ crashes right after each handshake is declared failed after the usual 5
 attempts instead of being restarted forever."""
 
 
-class Upstream(SubscriptionsMixin):
+class Upstream:
     """The supervisor's one connection to one upstream MCP server.
 
     Args:
@@ -239,10 +240,18 @@ class Upstream(SubscriptionsMixin):
         self.max_read_bytes = max_read_bytes
         self._backoff = tuple(backoff)
         self._resubscribe_backoff = tuple(resubscribe_backoff)
-        self._resubscribe_attempts = resubscribe_attempts
         self._stable_subscription = stable_subscription
-        # Checked here, not at the first lost stream: a bad schedule is a configuration error.
-        self._resubscribe_policy()
+        self._subscriber = Subscriber(
+            spec.name,
+            self._post,
+            telemetry,
+            self._counters,
+            request_timeout=request_timeout,
+            resubscribe_backoff=self._resubscribe_backoff,
+            resubscribe_attempts=resubscribe_attempts,
+            stable_subscription=stable_subscription,
+        )
+        """The server's subscriptions: one listen stream (or session) for all of them (rfcs/0260)."""
         self._max_line_bytes = max(max_line_bytes, 2 * max_read_bytes)
         self.state = ServerState.STARTING
         """Where the connection is in its lifecycle (see the module docstring)."""
@@ -261,12 +270,6 @@ class Upstream(SubscriptionsMixin):
         self.tools_version = 0
         """Bumped every time :attr:`tools` is replaced (see :meth:`wait_tools_changed`)."""
         self._tools_changed = trio.Event()
-        self._subs: dict[str, _Sub] = {}
-        self._updates_open = trio.Event()
-        """Set while update streams are read; cleared by :meth:`pause_updates` (rfcs/0131)."""
-        self._updates_open.set()
-        self._missed: set[str] = set()
-        """Handshake-era URIs notified while paused (at most one entry per subscribed URI)."""
         self._catalog_cache: (
             tuple[list[types.Resource], list[types.ResourceTemplate], bool, Catalog] | None
         ) = None
@@ -275,9 +278,9 @@ class Upstream(SubscriptionsMixin):
     # ------------------------------------------------------------------ views
 
     @property
-    def subscriptions(self) -> frozenset[str]:
-        """URIs currently remembered as subscribed (re-established after every reconnect)."""
-        return frozenset(self._subs)
+    def subscriptions(self) -> AbstractSet[str]:
+        """URIs currently remembered as subscribed (a live view; re-established after every reconnect)."""
+        return self._subscriber.wanted
 
     def catalog(self) -> Catalog:
         """The routing view of this server (for :func:`agentd.upstream.resolve_server_for_uri`).
@@ -380,16 +383,7 @@ class Upstream(SubscriptionsMixin):
                     self._telemetry.emit(
                         "upstream.failed", server=self.name, attempts=failures, error=self.last_error
                     )
-                    for uri in self._subs:
-                        await self._post(
-                            SubscriptionStateChanged(
-                                self.name,
-                                uri,
-                                "failed",
-                                attempt=failures,
-                                error="the server connection failed",
-                            )
-                        )
+                    await self._subscriber.server_failed(failures)
                     await self._post(
                         ServerStateChanged(
                             self.name,
@@ -472,6 +466,7 @@ class Upstream(SubscriptionsMixin):
             self.last_error = transport.lost_reason or _describe(exc)
         finally:
             self._conn = None
+            self._subscriber.detach()
         if up.connected:
             self.last_error = transport.lost_reason or self.last_error
             self._telemetry.emit("upstream.lost", server=self.name, reason=self.last_error)
@@ -503,9 +498,15 @@ class Upstream(SubscriptionsMixin):
         refresh_send, refresh_recv = trio.open_memory_channel[str](16)
         async with trio.open_nursery() as nursery:
             conn = _Conn(client, transport, modern, nursery, refresh_send)
-            if modern:
-                # Listen before fetching, so a change between the fetch and the ack is not missed.
-                await nursery.start(self._catalog_listener, conn)
+            # Listen before fetching, so a change between the fetch and the ack is not missed
+            # (2026-07-28: list_changed arrives only on a listen stream; the one stream
+            # carries it and, once connected, every subscribed URI).
+            await nursery.start(
+                self._subscriber.serve,
+                conn,
+                self._catalog_flags(client),
+                partial(self._request_refresh, conn),
+            )
             await self._refresh_tools(client)
             await self._refresh_resources(client)
             init_scope.deadline = math.inf
@@ -528,13 +529,11 @@ class Upstream(SubscriptionsMixin):
             if task_status is not None:
                 task_status.started()
             nursery.start_soon(self._refresher, conn, refresh_recv)
-            for sub in list(self._subs.values()):
-                nursery.start_soon(self._sub_task, conn, sub)
+            self._subscriber.connected()
             await transport.lost.wait()
             self._conn = None
             nursery.cancel_scope.cancel()
-        for uri in self._subs:
-            await self._post(SubscriptionStateChanged(self.name, uri, "lost", error=transport.lost_reason))
+        await self._subscriber.disconnected(transport.lost_reason)
 
     # ------------------------------------------------------------------ catalog
 
@@ -593,6 +592,16 @@ class Upstream(SubscriptionsMixin):
                     "upstream.refresh_failed", server=self.name, kind=kind, error=_describe(exc)
                 )
 
+    @staticmethod
+    def _catalog_flags(client: Client) -> tuple[bool, bool]:
+        """Whether to listen for (tools, resources) list changes: the server announces them."""
+        caps = client.server_capabilities
+        if client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            return False, False  # handshake era: they arrive through the message handler
+        return bool(caps.tools and caps.tools.list_changed), bool(
+            caps.resources and caps.resources.list_changed
+        )
+
     def _request_refresh(self, conn: _Conn, kind: str) -> None:
         # WouldBlock: refreshes are already queued; the last one sees this change too.
         with contextlib.suppress(trio.WouldBlock):
@@ -607,19 +616,101 @@ class Upstream(SubscriptionsMixin):
         if conn is None or conn.modern:
             return
         if isinstance(message, types.ResourceUpdatedNotification):
-            uri = str(message.params.uri)
-            if uri in self._subs and not self._updates_open.is_set():
-                self._missed.add(uri)  # posted as "possibly changed" on resume
-            elif uri in self._subs:
-                await self._post(ResourceChanged(self.name, uri, "updated"))
-            else:
-                # Nobody subscribed (or it was just unsubscribed): never routed, but counted.
-                self._counters.unroute()
-                self._telemetry.emit("upstream.unsubscribed_update", server=self.name, uri=uri)
+            self._subscriber.on_updated(str(message.params.uri))
         elif isinstance(message, types.ResourceListChangedNotification):
             self._request_refresh(conn, "resources")
         elif isinstance(message, types.ToolListChangedNotification):
             self._request_refresh(conn, "tools")
+
+    # ------------------------------------------------------------------ subscriptions
+
+    async def subscribe(self, uri: str) -> None:
+        """Subscribe to changes of ``uri``; every change is posted as ``ResourceChanged``.
+
+        Idempotent. Returns once the subscription is live (the listen stream
+        carrying it acknowledged, or ``resources/subscribe`` answered). While
+        the server is reconnecting the URI is remembered and subscribed on
+        reconnect. The subscription survives reconnects and stream ends; each
+        re-establishment is followed by a ``ResourceChanged(kind="synthetic")``.
+
+        Raises:
+            CapabilityMissing: the server does not advertise ``resources.subscribe``.
+            ServerUnavailable: the server never connected.
+            UpstreamError: the server refused or did not answer in time.
+        """
+        failed = await self.subscribe_many([uri])
+        if uri in failed:
+            raise UpstreamError(f"server {self.name!r} could not subscribe to {uri!r}: {failed[uri]}")
+
+    async def subscribe_many(self, uris: Collection[str]) -> dict[str, str]:
+        """Subscribe every URI of ``uris`` at once (one establishment); returns URI -> why, for the failures.
+
+        As :meth:`subscribe`, for many URIs (a declared glob): a failure is
+        returned as a clause ("it refused the subscription: ..."), not
+        raised, and the failed URIs are not remembered.
+
+        Raises:
+            CapabilityMissing: the server does not advertise ``resources.subscribe``.
+            ServerUnavailable: the server never connected.
+        """
+        if not uris:
+            return {}
+        self._gate_subscribe(min(uris), "subscribe to", more=len(uris) - 1)
+        return await self._subscriber.subscribe(uris)
+
+    async def unsubscribe(self, uri: str) -> None:
+        """Stop watching ``uri`` (idempotent; the server stops carrying it at the next establishment).
+
+        Raises:
+            CapabilityMissing: the server does not advertise ``resources.subscribe``.
+        """
+        self._gate_subscribe(uri, "unsubscribe from")
+        self._subscriber.unsubscribe(uri)
+
+    def _gate_subscribe(self, uri: str, verb: str, *, more: int = 0) -> None:
+        what = f"{uri!r}" + (f" and {more} more URIs" if more else "")
+        if self.capabilities is None:
+            raise ServerUnavailable(
+                f"server {self.name!r} has not connected yet ({self.state.value}); cannot {verb} {what}"
+            )
+        if not self._can_subscribe():
+            raise CapabilityMissing(
+                f"server {self.name!r} cannot {verb} {what}: it does not advertise the "
+                "resources.subscribe capability; watch this resource with a timer route instead"
+            )
+
+    # ------------------------------------------------------------------ backpressure
+
+    @property
+    def updates_paused(self) -> bool:
+        """Whether :meth:`pause_updates` is in force."""
+        return self._subscriber.paused
+
+    def pause_updates(self) -> None:
+        """Stop posting this server's changes (a ``block`` route is full; rfcs/0131).
+
+        The listen stream (or, handshake era, the connection) keeps being
+        read: the changes read meanwhile are kept, one entry per URI, so
+        memory stays bounded by the subscribed set and the stream never
+        backs up; nothing is posted while paused. Tool calls and reads are
+        unaffected. Idempotent; synchronous.
+        """
+        self._subscriber.pause()
+
+    def resume_updates(self) -> list[str]:
+        """Post this server's changes again, the ones kept while paused first.
+
+        Returns the URIs kept while no connection was up to post them: the
+        caller posts one synthetic "possibly changed" for each
+        (:meth:`post_possibly_changed`). Idempotent; synchronous.
+        """
+        return self._subscriber.resume()
+
+    async def post_possibly_changed(self, uris: Iterable[str]) -> None:
+        """Post one synthetic change per URI still subscribed (after a pause, rfcs/0131)."""
+        for uri in uris:
+            if uri in self._subscriber.wanted:
+                await self._post(ResourceChanged(self.name, uri, "synthetic"))
 
     # ------------------------------------------------------------------ calls
 

@@ -1,382 +1,723 @@
-"""Resource subscriptions of one upstream connection (moved from ``connection.py``).
+"""A server's resource subscriptions: one listen stream per connection, replaced when the set changes.
 
-:class:`SubscriptionsMixin` holds :class:`agentd.upstream.connection.Upstream`'s
-subscription, listen-stream and pause code; ``Upstream`` inherits it.
+:class:`Subscriber` keeps every URI subscribed on one upstream server
+established, across stream ends and reconnects, with no task and no stream
+per URI (rfcs/0260):
+
+* **2026-07-28**: one ``subscriptions/listen`` stream per connection carries
+  the whole set (``SubscriptionFilter.resource_subscriptions`` is a list) and
+  the catalog's ``list_changed`` flags. When the set changes, a new stream
+  with the new set is opened; once the server acknowledged it, the old one is
+  closed: no gap, so nothing is lost across the switch (a change in the
+  window may arrive twice). Changes made while one stream is being opened
+  wait and go into the next one: a burst of subscribes costs a couple of
+  replacements, not one each.
+* **Handshake era**: one ``resources/subscribe`` per URI on the one session,
+  a bounded number in flight, batched the same way; updates arrive through
+  the SDK's message handler (:meth:`Subscriber.on_updated`).
+
+Every change read is queued by URI (one entry per URI, newest kind wins) and
+posted to the reactor by one task, so a slow reactor never stops the stream
+from being read (the SDK ends a stream whose backlog reaches 1,024 events)
+and a paused server (rfcs/0131) keeps at most one entry per URI.
+
+At-least-once: a URI carried once and carried again (a new stream after a
+loss, a reconnect) gets one synthetic "possibly changed"; a fresh subscribe
+gets none (its caller re-reads). A stream that ends on a live connection
+(the server closed it, or its backlog filled) is re-opened after the
+resubscribe backoff; a stream that dies young without delivering counts as a
+failed attempt (:class:`agentd.upstream.backoff.ResubscribePolicy`), and
+after the configured attempts its URIs are given up (``failed``) until they
+are subscribed again or the server reconnects.
+
+Telemetry is per establishment and per stream, not per URI, except
+``subscription.established`` (debug), one per URI newly carried.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+import heapq
+from collections import deque
+from collections.abc import Awaitable, Callable, Collection, Iterable, KeysView
+from collections.abc import Set as AbstractSet
+from typing import Literal, Protocol
 
 import mcp_types as types
 import trio
-from mcp.client.subscriptions import ResourcesListChanged, ResourceUpdated, ToolsListChanged
+from mcp import Client
+from mcp.client.subscriptions import ResourcesListChanged, ResourceUpdated, ServerEvent, ToolsListChanged
 
-from agentd.errors import CapabilityMissing, ServerUnavailable, UpstreamError
-from agentd.events import ReactorEvent, ResourceChanged, ServerState, SubscriptionStateChanged
+from agentd.counters import RunCounters
+from agentd.events import ReactorEvent, ResourceChanged, SubscriptionStateChanged
 from agentd.telemetry import Telemetry
 from agentd.timeline import mark
-from agentd.upstream.backoff import (
-    MAX_CONSECUTIVE_FAILURES,
-    GiveUp,
-    ResubscribePolicy,
-)
-from agentd.upstream.describe import describe as _describe
+from agentd.triggers.router import ChangeKind
+from agentd.upstream.backoff import MAX_CONSECUTIVE_FAILURES, GiveUp, ResubscribePolicy
+from agentd.upstream.describe import describe
+from agentd.upstream.uriset import Switch, UriSet
 
-if TYPE_CHECKING:
-    from agentd.upstream.connection import _Conn
+__all__ = ["HANDSHAKE_CONCURRENCY", "SAMPLE", "ConnectionLike", "Subscriber"]
 
-__all__ = ["SubscriptionsMixin"]
+HANDSHAKE_CONCURRENCY = 16
+"""``resources/subscribe`` requests in flight at once on a handshake-era session: enough
+to subscribe 10,000 URIs in seconds over stdio, few enough that an HTTP server sees at
+most this many concurrent requests (and connections) from one burst."""
 
+SAMPLE = 5
+"""URIs named in a per-stream telemetry line (the rest are counted)."""
 
-@dataclass(eq=False)
-class _Sub:
-    """A remembered subscription to one URI."""
-
-    uri: str
-    established_once: bool = False
-    """Set after the first establishment: every later one is followed by a synthetic change."""
-    waiter: trio.Event | None = None
-    """Set by :meth:`Upstream.subscribe` while it waits for the first outcome."""
-    first_error: str | None = None
-    scope: trio.CancelScope | None = None
-    failed: bool = False
-    """Re-opening gave up on this connection (see :class:`ResubscribePolicy`); the next
-    reconnect, or the next :meth:`Upstream.subscribe` of the URI, tries again."""
+CatalogKind = Literal["tools", "resources"]
 
 
-class SubscriptionsMixin:
-    """The subscription part of :class:`agentd.upstream.connection.Upstream` (see its docstrings)."""
+class ConnectionLike(Protocol):
+    """What the subscriber needs of one live connection (``agentd.upstream.connection._Conn``)."""
 
-    name: str
-    state: ServerState
-    capabilities: types.ServerCapabilities | None
-    request_timeout: float
-    _telemetry: Telemetry
-    _subs: dict[str, _Sub]
-    _updates_open: trio.Event
-    _missed: set[str]
-    _conn: _Conn | None
-    _resubscribe_backoff: tuple[float, ...]
-    _resubscribe_attempts: int
-    _stable_subscription: float
+    @property
+    def client(self) -> Client: ...
+    @property
+    def modern(self) -> bool: ...
+    @property
+    def nursery(self) -> trio.Nursery: ...
+    @property
+    def lost(self) -> trio.Event: ...
+    @property
+    def lost_reason(self) -> str | None: ...
 
-    if TYPE_CHECKING:
 
-        def _can_subscribe(self) -> bool: ...
-        async def _post(self, event: ReactorEvent) -> None: ...
-        async def _bounded(self, what: str, conn: _Conn, op: Any) -> Any: ...
-        def _request_refresh(self, conn: _Conn, kind: str) -> None: ...
+class _Batch:
+    """Subscribers waiting for the next establishment (one event for all of them)."""
 
-    async def _catalog_listener(
-        self, conn: _Conn, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-    ) -> None:
-        """2026-07-28: list_changed arrives only on a listen stream; keep one open.
+    __slots__ = ("done", "errors", "uris")
 
-        ``started()`` once the first attempt settled (acknowledged or failed).
-        """
-        caps = conn.client.server_capabilities
-        want_tools = bool(caps.tools and caps.tools.list_changed)
-        want_resources = bool(caps.resources and caps.resources.list_changed)
-        if not (want_tools or want_resources):
-            task_status.started()
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.uris: set[str] = set()
+        """The URIs its subscribers wait for."""
+        self.errors: dict[str, str] = {}
+        """URI -> why it was not established (complete once :attr:`done` is set)."""
+
+    def finish(self, carried: AbstractSet[str], error: str | None = None) -> None:
+        """The establishment is over: a URI waited for and not in ``carried`` failed (``error``: why)."""
+        if self.done.is_set():
             return
-        # Not a watch: list_changed streams keep the built-in attempt count, but a
-        # stream acknowledged and ended at once counts as a failure here too.
-        policy = ResubscribePolicy(
-            self._resubscribe_backoff, MAX_CONSECUTIVE_FAILURES, stable_after=self._stable_subscription
-        )
-        started = False
-        while True:
-            since: float | None = None
-            delivered = 0
+        for uri in self.uris:
+            if uri not in carried and uri not in self.errors:
+                self.errors[uri] = error or "it was not acknowledged"
+        self.done.set()
+
+
+class _Stream:
+    """One ``subscriptions/listen`` stream and the task holding it."""
+
+    __slots__ = ("asked", "closed", "delivered", "ended", "scope", "since", "uris")
+
+    def __init__(self, asked: frozenset[str]) -> None:
+        self.asked = asked
+        self.uris: frozenset[str] = frozenset()
+        """The URIs the server acknowledged (what it carries)."""
+        self.scope = trio.CancelScope()
+        self.since: float | None = None
+        """When it was acknowledged (None: not yet)."""
+        self.delivered = 0
+        self.ended: str | None = None
+        """Why it ended on the server's side (None: it has not)."""
+        self.closed = False
+        """Closed by agentd (replaced, or no longer needed)."""
+
+    def close(self) -> None:
+        self.closed = True
+        self.scope.cancel()
+
+    def lived(self) -> float | None:
+        return None if self.since is None else trio.current_time() - self.since
+
+
+class _Started:
+    """Calls ``task_status.started()`` the first time it is called, never again."""
+
+    __slots__ = ("_status", "done")
+
+    def __init__(self, status: trio.TaskStatus[None]) -> None:
+        self._status = status
+        self.done = False
+
+    def __call__(self) -> None:
+        if not self.done:
+            self.done = True
+            self._status.started()
+
+
+def sample(uris: Iterable[str]) -> list[str]:
+    """The first :data:`SAMPLE` URIs in sorted order (a telemetry line names these, counts the rest)."""
+    return heapq.nsmallest(SAMPLE, uris)
+
+
+class Subscriber:
+    """Keeps one server's subscribed URIs established (see the module docstring).
+
+    :class:`agentd.upstream.connection.Upstream` owns one for the life of
+    the process and hands it each connection: :meth:`serve` runs in the
+    connection's nursery from before the catalog fetch (so the catalog's
+    ``list_changed`` flags are listened to first), :meth:`connected` then
+    lets the subscribed URIs in, :meth:`disconnected` reports the loss.
+
+    Args:
+        server: the server's configured name.
+        post: sends one event to the reactor (never raises).
+        telemetry: NDJSON telemetry.
+        counters: the run's counters (updates nobody subscribed to count as unrouted).
+        request_timeout: bound on one establishment a subscriber waits for, seconds.
+        resubscribe_backoff: seconds before re-opening an ended stream, attempt 1, 2, ...
+        resubscribe_attempts: failed re-opens in a row before the URIs are given up.
+        stable_subscription: seconds a stream that delivered nothing must stay
+            open to count as healthy.
+    """
+
+    def __init__(
+        self,
+        server: str,
+        post: Callable[[ReactorEvent], Awaitable[None]],
+        telemetry: Telemetry,
+        counters: RunCounters,
+        *,
+        request_timeout: float,
+        resubscribe_backoff: tuple[float, ...],
+        resubscribe_attempts: int,
+        stable_subscription: float,
+    ) -> None:
+        self._server = server
+        self._post = post
+        self._telemetry = telemetry
+        self._counters = counters
+        self._request_timeout = request_timeout
+        self._backoff = resubscribe_backoff
+        self._attempts = resubscribe_attempts
+        self._stable = stable_subscription
+        # Checked here, not at the first lost stream: a bad schedule is a configuration error.
+        self._policy(resubscribe_attempts)
+        self._set = UriSet()
+        self._serving = False
+        """A connection is up and its subscribed URIs are let in (:meth:`connected`)."""
+        self._wake = trio.Event()
+        """Set when the establishment loop has something to do."""
+        self._pending = _Batch()
+        """Subscribers waiting for the next establishment."""
+        self._inflight: _Batch | None = None
+        self._outbox: dict[str, ChangeKind] = {}
+        """URIs changed and not posted yet -> the kind of change (one entry per URI)."""
+        self._order: deque[str] = deque()
+        """:attr:`_outbox`'s URIs, oldest first (a dict's front is slow to pop)."""
+        self._outbox_wake = trio.Event()
+        self._poster_running = False
+        self._paused = False
+
+    # ------------------------------------------------------------------ views
+
+    @property
+    def wanted(self) -> KeysView[str]:
+        """Every URI subscribed (a live view; re-established after every reconnect)."""
+        return self._set.wanted
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    # ------------------------------------------------------------------ subscribe / unsubscribe
+
+    async def subscribe(self, uris: Collection[str]) -> dict[str, str]:
+        """Subscribe ``uris``; returns URI -> why (a clause: "it refused ...") for those that failed.
+
+        Returns once every URI is carried by the server (the stream that
+        carries it was acknowledged, or ``resources/subscribe`` answered). A
+        URI subscribed while no connection is up is remembered and made on
+        reconnect, followed by a synthetic change. A URI that failed is
+        forgotten (the caller decides what to tell).
+        """
+        need: list[str] = []
+        for uri in uris:
+            due = self._set.want(uri, carried_once=not self._serving)
+            if self._serving and (due or uri not in self._set.carried):
+                need.append(uri)
+        if not need:
+            return {}
+        batch = self._pending
+        batch.uris.update(need)
+        self._wake.set()
+        with trio.move_on_after(self._request_timeout):
+            await batch.done.wait()
+        failed: dict[str, str] = {}
+        for uri in need:
+            if uri not in self._set:
+                continue  # unsubscribed meanwhile
+            if batch.done.is_set():
+                why = batch.errors.get(uri)
+                if why is None:
+                    continue  # established (it may be lost again by now: that is the stream's business)
+                failed[uri] = f"it refused the subscription: {why}"
+            elif uri in self._set.carried:
+                continue
+            else:
+                failed[uri] = (
+                    f"it did not confirm the subscription within {self._request_timeout:g}s (request_timeout)"
+                )
+            self._set.drop(uri)
+        return failed
+
+    def unsubscribe(self, uri: str) -> bool:
+        """Stop carrying ``uri`` (the next establishment leaves it out); True if it was subscribed."""
+        if not self._set.drop(uri):
+            return False
+        self._outbox.pop(uri, None)  # its entry in _order is skipped when posted
+        if self._set.dirty:
+            self._wake.set()
+        return True
+
+    # ------------------------------------------------------------------ one connection
+
+    def connected(self) -> None:
+        """The connection is up (catalogs fetched, ``CONNECTED`` posted): establish the URIs now."""
+        self._serving = True
+        self._set.dirty = True
+        self._wake.set()
+
+    async def disconnected(self, reason: str | None) -> None:
+        """The connection is gone (its nursery exited): report the URIs lost, post what was read."""
+        lost = self.detach(reason)
+        if lost:
+            await self._post(SubscriptionStateChanged(self._server, lost, "lost", error=reason))
+        if not self._paused:
+            await self._flush()
+
+    def detach(self, reason: str | None = None) -> frozenset[str]:
+        """The connection is gone: subscribers waiting hear it; returns what the server carried.
+
+        Idempotent (the connection owner calls it however the connection ended).
+        """
+        self._serving = False
+        error = f"the connection was lost ({reason})"
+        for batch in (self._inflight, self._pending):
+            if batch is not None:
+                batch.finish(frozenset(), error)
+        self._inflight, self._pending = None, _Batch()
+        lost = self._set.lost()
+        self._set.reset()
+        return lost
+
+    async def server_failed(self, attempts: int) -> None:
+        """The server was given up: every subscribed URI failed."""
+        if len(self._set):
+            uris = frozenset(self._set.wanted)
+            await self._post(
+                SubscriptionStateChanged(
+                    self._server, uris, "failed", attempt=attempts, error="the server connection failed"
+                )
+            )
+
+    async def serve(
+        self,
+        conn: ConnectionLike,
+        catalog: tuple[bool, bool],
+        on_catalog: Callable[[CatalogKind], None],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Keep the subscriptions established on ``conn`` until it is cancelled (its nursery).
+
+        ``catalog``: whether to listen for ``tools``, ``resources`` list
+        changes (2026-07-28: they arrive only on a listen stream), reported
+        through ``on_catalog``. ``started()`` once the first stream (the
+        catalog's, before any URI is let in) settled.
+        """
+        self._set.reset()
+        self._poster_running = True
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._post_changes)
+                if conn.modern:
+                    await self._serve_modern(conn, catalog, on_catalog, task_status)
+                else:
+                    task_status.started()
+                    await self._serve_handshake(conn)
+        finally:
+            self._poster_running = False
+
+    async def _wait_for_work(self, stream: _Stream | None = None) -> None:
+        while not (
+            self._set.dirty or self._pending.uris or (stream is not None and stream.ended is not None)
+        ):
+            self._wake = trio.Event()
+            await self._wake.wait()
+
+    def _take_batch(self) -> tuple[frozenset[str], _Batch]:
+        target = self._set.target()  # (clears dirty)
+        if not self._serving:
+            target = frozenset()  # the URIs wait for connected()
+        batch, self._pending = self._pending, _Batch()
+        self._inflight = batch
+        return target, batch
+
+    def _finish(self, batch: _Batch, error: str | None = None) -> None:
+        batch.finish(self._set.carried, error)
+        if self._inflight is batch:
+            self._inflight = None
+
+    def _policy(self, attempts: int) -> ResubscribePolicy:
+        return ResubscribePolicy(self._backoff, attempts, stable_after=self._stable)
+
+    async def _serve_modern(
+        self,
+        conn: ConnectionLike,
+        catalog: tuple[bool, bool],
+        on_catalog: Callable[[CatalogKind], None],
+        task_status: trio.TaskStatus[None],
+    ) -> None:
+        flags = any(catalog)
+        uri_policy = self._policy(self._attempts)
+        # The catalog alone keeps the built-in attempt count (it is not a watch).
+        catalog_policy = self._policy(MAX_CONSECUTIVE_FAILURES)
+        live: _Stream | None = None
+        given_up = False
+        # The catalog's stream first (before any URI is let in); started() once it settled.
+        self._set.dirty = flags
+        started = _Started(task_status)
+        if not flags:
+            started()
+        try:
+            while True:
+                await self._wait_for_work(live)
+                if live is not None and live.ended is not None:
+                    ended, live = live, None
+                    carried = self._set.lost()
+                    if flags:
+                        on_catalog("tools")
+                        on_catalog("resources")
+                    policy = uri_policy if carried else catalog_policy
+                    decision = policy.on_end(lived=ended.lived(), delivered=ended.delivered)
+                    await self._report_end(ended, carried, policy)
+                    if isinstance(decision, GiveUp):
+                        given_up = True
+                        await self._give_up(decision.attempts, ended.ended or "")
+                        continue
+                    if carried:
+                        await self._post(
+                            SubscriptionStateChanged(
+                                self._server, carried, "resubscribing", attempt=decision.attempt
+                            )
+                        )
+                    await trio.sleep(decision.delay)
+                    self._set.dirty = True
+                    continue
+                if given_up:
+                    # Something was subscribed again after giving up: a fresh first attempt.
+                    given_up = False
+                    uri_policy = self._policy(self._attempts)
+                    catalog_policy = self._policy(MAX_CONSECUTIVE_FAILURES)
+                target, batch = self._take_batch()
+                if live is not None and live.ended is None and target == live.uris:
+                    self._finish(batch)
+                    continue
+                if not target and not flags:
+                    if live is not None:
+                        live.close()
+                        live = None
+                        await self._report_switch(self._set.established(()), 0, 0.0)
+                    self._finish(batch)
+                    continue
+                policy = uri_policy if target else catalog_policy
+                began = trio.current_time()
+                opening = _Stream(target)
+                try:
+                    await conn.nursery.start(self._hold, conn, opening, catalog, on_catalog)
+                except Exception as exc:
+                    if conn.lost.is_set():
+                        self._finish(batch, f"the connection was lost ({conn.lost_reason})")
+                        return
+                    why = describe(exc)
+                    if live is not None:
+                        # The stream in place keeps what it carries; what this one would
+                        # have added is refused (a waiting subscriber hears why).
+                        await self._refuse(batch, target - live.uris, why, policy.attempt)
+                        self._finish(batch)
+                        continue
+                    # Nothing is carried: subscribers waiting hear why now, the rest
+                    # waits for the retry (or is given up with the stream).
+                    self._finish(batch, why)
+                    started()
+                    decision = policy.on_end(lived=None)
+                    if isinstance(decision, GiveUp):
+                        given_up = True
+                        await self._give_up(decision.attempts, why)
+                        continue
+                    await trio.sleep(decision.delay)
+                    self._set.dirty = True
+                    continue
+                old, live = live, opening
+                if old is not None:
+                    old.close()
+                await self._refuse(batch, target - opening.uris, "the server did not acknowledge it", 0)
+                switch = self._set.established(opening.uris)
+                await self._report_switch(switch, policy.attempt, trio.current_time() - began)
+                self._finish(batch)
+                started()
+        finally:
+            if live is not None:
+                live.close()
+
+    async def _hold(
+        self,
+        conn: ConnectionLike,
+        stream: _Stream,
+        catalog: tuple[bool, bool],
+        on_catalog: Callable[[CatalogKind], None],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Open ``stream`` (``started()`` once acknowledged; an error before that is raised) and read it."""
+        tools, resources = catalog
+        with stream.scope:
             try:
                 async with conn.client.listen(
-                    tools_list_changed=want_tools, resources_list_changed=want_resources
-                ) as stream:
-                    since = trio.current_time()
-                    if not started:
-                        started = True
-                        task_status.started()
-                    async for event in stream:
-                        if isinstance(event, ToolsListChanged):
-                            delivered += 1
-                            self._request_refresh(conn, "tools")
-                        elif isinstance(event, ResourcesListChanged):
-                            delivered += 1
-                            self._request_refresh(conn, "resources")
+                    tools_list_changed=tools,
+                    resources_list_changed=resources,
+                    resource_subscriptions=list(stream.asked),
+                ) as sub:
+                    honored = sub.honored.resource_subscriptions
+                    stream.uris = stream.asked.intersection(honored) if honored else frozenset()
+                    stream.since = trio.current_time()
+                    task_status.started()
+                    async for event in sub:
+                        self._on_event(stream, event, on_catalog)
+                stream.ended = "the server closed the listen stream"
             except Exception as exc:
-                self._telemetry.emit("upstream.catalog_stream_lost", server=self.name, error=_describe(exc))
-            if not started:
-                started = True
-                task_status.started()
+                if stream.since is None:
+                    raise
+                stream.ended = describe(exc)
+        if not stream.closed:
+            self._wake.set()
+
+    def _on_event(
+        self, stream: _Stream, event: ServerEvent, on_catalog: Callable[[CatalogKind], None]
+    ) -> None:
+        stream.delivered += 1
+        if isinstance(event, ResourceUpdated):
+            uri = event.uri
+            # A URI the stream was not opened with is a sub-resource the server stamped;
+            # one it was opened with and nobody wants any more waits for the next
+            # stream to leave it out (dropped: nobody subscribed to it).
+            if uri in self._set or uri not in stream.uris:
+                mark("upstream.updated", uri)
+                self._queue(uri, "updated")
+        elif isinstance(event, ToolsListChanged):
+            on_catalog("tools")
+        elif isinstance(event, ResourcesListChanged):
+            on_catalog("resources")
+
+    async def _serve_handshake(self, conn: ConnectionLike) -> None:
+        """Handshake era: one ``resources/subscribe`` per URI added, ``resources/unsubscribe`` per URI dropped."""
+        while True:
+            await self._wait_for_work()
+            target, batch = self._take_batch()
+            carried = self._set.carried
+            added = target - carried
+            dropped = carried - target
+            began = trio.current_time()
+            errors = await self._requests(conn, added, dropped)
             if conn.lost.is_set():
+                self._finish(batch, f"the connection was lost ({conn.lost_reason})")
                 return
-            # The stream ended on a live connection: anything may have changed meanwhile.
-            self._request_refresh(conn, "tools")
-            self._request_refresh(conn, "resources")
-            decision = policy.on_end(
-                lived=None if since is None else trio.current_time() - since, delivered=delivered
-            )
-            if isinstance(decision, GiveUp):
-                self._telemetry.emit(
-                    "upstream.catalog_stream_failed", server=self.name, attempts=decision.attempts
-                )
-                return
-            await trio.sleep(decision.delay)
+            # Refused URIs are reported per reason, one line each.
+            by_reason: dict[str, set[str]] = {}
+            for uri, why in errors.items():
+                by_reason.setdefault(why, set()).add(uri)
+            for why, uris in by_reason.items():
+                await self._refuse(batch, uris, why, 0)
+            switch = self._set.established((carried | (added - errors.keys())) - dropped)
+            await self._report_switch(switch, 0, trio.current_time() - began)
+            self._finish(batch)
+
+    async def _requests(
+        self, conn: ConnectionLike, added: Collection[str], dropped: Collection[str]
+    ) -> dict[str, str]:
+        """Subscribe ``added`` and unsubscribe ``dropped``, :data:`HANDSHAKE_CONCURRENCY` at a time.
+
+        Returns URI -> why, for the subscribes that failed (a failed
+        unsubscribe is only told: the server may keep notifying, and those
+        notices are dropped).
+        """
+        work = iter([(uri, True) for uri in added] + [(uri, False) for uri in dropped])
+        errors: dict[str, str] = {}
+
+        async def worker() -> None:
+            for uri, on in work:
+                try:
+                    await self._request(conn, uri, on=on)
+                except Exception as exc:
+                    if on:
+                        errors[uri] = describe(exc)
+                    else:
+                        self._telemetry.emit(
+                            "upstream.unsubscribe_failed", server=self._server, uri=uri, error=describe(exc)
+                        )
+
+        async with trio.open_nursery() as workers:
+            for _ in range(min(HANDSHAKE_CONCURRENCY, len(added) + len(dropped))):
+                workers.start_soon(worker)
+        return errors
+
+    async def _request(self, conn: ConnectionLike, uri: str, *, on: bool) -> None:
+        request: types.SubscribeRequest | types.UnsubscribeRequest = (
+            types.SubscribeRequest(params=types.SubscribeRequestParams(uri=uri))
+            if on
+            else types.UnsubscribeRequest(params=types.UnsubscribeRequestParams(uri=uri))
+        )
+        try:
+            with trio.fail_after(self._request_timeout):
+                await conn.client.session.send_request(request, types.EmptyResult)
+        except trio.TooSlowError:
+            raise TimeoutError(f"no answer within {self._request_timeout:g}s (request_timeout)") from None
+
+    def on_updated(self, uri: str) -> None:
+        """Handshake era: the server pushed ``notifications/resources/updated`` for ``uri``."""
+        if uri in self._set:
+            self._queue(uri, "updated")
+        else:
+            self._unsubscribed_update(uri)
+
+    def _unsubscribed_update(self, uri: str) -> None:
+        # Nobody subscribed (or it was just unsubscribed): never routed, but counted.
+        self._counters.unroute()
+        self._telemetry.emit("upstream.unsubscribed_update", server=self._server, uri=uri)
+
+    # ------------------------------------------------------------------ reporting
+
+    async def _report_switch(self, switch: Switch, attempt: int, took: float) -> None:
+        """One establishment: a line for it, one debug line and one state per URI added, the re-reads."""
+        if not (switch.added or switch.removed):
+            return
+        self._telemetry.emit(
+            "subscription.synced",
+            server=self._server,
+            uris=len(self._set.carried),
+            added=len(switch.added),
+            removed=len(switch.removed),
+            attempt=attempt,
+            ms=round(took * 1000, 1),
+        )
+        if not switch.added:
+            return
+        # The lines first: whatever the reactor does about it (ready.changed, a
+        # delivery) is then logged after them, never before.
+        for uri in switch.added:
+            self._telemetry.emit("subscription.established", server=self._server, uri=uri, attempt=attempt)
+        await self._post(SubscriptionStateChanged(self._server, switch.added, "established", attempt=attempt))
+        # Read-after-subscribe: whatever changed while these were not carried is delivered now.
+        for uri in switch.reread:
+            self._queue(uri, "synthetic")
+
+    async def _report_end(self, stream: _Stream, carried: frozenset[str], policy: ResubscribePolicy) -> None:
+        reason = stream.ended or ""
+        if not carried:
+            self._telemetry.emit("upstream.catalog_stream_lost", server=self._server, error=reason)
+            return
+        lived = stream.lived() or 0.0
+        self._telemetry.emit(
+            "subscription.lost",
+            server=self._server,
+            uris=len(carried),
+            sample=sample(carried),
+            error=reason,
+            lived_s=round(lived, 3),
+            updates=stream.delivered,
+            counted_as_failure=not policy.healthy(lived=lived, delivered=stream.delivered),
+        )
+        await self._post(SubscriptionStateChanged(self._server, carried, "lost", error=reason))
+
+    async def _give_up(self, attempts: int, reason: str) -> None:
+        """Re-opening failed ``attempts`` times in a row: every URI is given up (nothing is carried)."""
+        uris = self._set.target()
+        self._set.fail(uris)
+        if not uris:
+            self._telemetry.emit("upstream.catalog_stream_failed", server=self._server, attempts=attempts)
+            return
+        self._telemetry.emit(
+            "subscription.failed",
+            server=self._server,
+            uris=len(uris),
+            sample=sample(uris),
+            attempts=attempts,
+            error=reason,
+        )
+        await self._post(
+            SubscriptionStateChanged(self._server, uris, "failed", attempt=attempts, error=reason)
+        )
+
+    async def _refuse(self, batch: _Batch, uris: Iterable[str], why: str, attempt: int) -> None:
+        """The server refused ``uris``: a subscriber waiting for one hears why; the others are given up."""
+        given_up: set[str] = set()
+        for uri in uris:
+            if uri in batch.uris:
+                batch.errors[uri] = why
+            elif uri in self._set:
+                given_up.add(uri)
+        if not given_up:
+            return
+        self._set.fail(given_up)
+        self._telemetry.emit(
+            "subscription.failed",
+            server=self._server,
+            uris=len(given_up),
+            sample=sample(given_up),
+            attempts=attempt,
+            error=why,
+        )
+        await self._post(
+            SubscriptionStateChanged(self._server, frozenset(given_up), "failed", attempt=attempt, error=why)
+        )
+
+    # ------------------------------------------------------------------ changes out
+
+    def _queue(self, uri: str, kind: ChangeKind) -> None:
+        if uri not in self._outbox:
+            self._order.append(uri)
+            if not self._paused:
+                self._outbox_wake.set()
+        self._outbox[uri] = kind
+
+    async def _post_changes(self) -> None:
+        """Post queued changes one at a time (an entry leaves the queue once it is sent)."""
+        while True:
+            while self._paused or not self._order:
+                self._outbox_wake = trio.Event()
+                await self._outbox_wake.wait()
+            await self._post_first()
+
+    async def _post_first(self) -> None:
+        uri = self._order[0]
+        kind = self._outbox.get(uri)
+        if kind is not None:
+            await self._post(ResourceChanged(self._server, uri, kind))
+        # Sent (or skipped: unsubscribed meanwhile). A change that arrived while it
+        # was being sent is covered by it: the reactor has not read it yet.
+        self._order.popleft()
+        self._outbox.pop(uri, None)
+
+    async def _flush(self) -> None:
+        while self._order:
+            await self._post_first()
 
     # ------------------------------------------------------------------ backpressure
 
-    @property
-    def updates_paused(self) -> bool:
-        """Whether :meth:`pause_updates` is in force."""
-        return not self._updates_open.is_set()
+    def pause(self) -> None:
+        """Stop posting changes; keep reading them, one entry per URI (rfcs/0131)."""
+        self._paused = True
 
-    def pause_updates(self) -> None:
-        """Stop reading this server's update streams (a ``block`` route is full; rfcs/0131).
-
-        2026-07-28: the listen streams are not read any more; the client keeps
-        at most one pending change per URI (it drops repeats), so memory stays
-        flat and nothing is lost. Handshake era: updates share the connection
-        with replies, which agents need to drain the route, so the connection
-        keeps being read; an update for a subscribed URI is remembered (one
-        entry per URI) instead of posted. Either way nothing is posted while
-        paused. Tool calls and reads are unaffected. Idempotent; synchronous.
-        """
-        if self._updates_open.is_set():
-            self._updates_open = trio.Event()
-
-    def resume_updates(self) -> list[str]:
-        """Read update streams again; returns the URIs changed while paused (handshake era).
-
-        The caller posts one synthetic "possibly changed" per returned URI
-        (:meth:`post_possibly_changed`). Idempotent; synchronous.
-        """
-        self._updates_open.set()
-        missed = sorted(self._missed)
-        self._missed.clear()
-        return missed
-
-    async def post_possibly_changed(self, uris: Iterable[str]) -> None:
-        """Post one synthetic change per URI still subscribed (after a pause, rfcs/0131)."""
-        for uri in uris:
-            if uri in self._subs:
-                await self._post(ResourceChanged(self.name, uri, "synthetic"))
-
-    # ------------------------------------------------------------------ subscriptions
-
-    async def subscribe(self, uri: str) -> None:
-        """Subscribe to changes of ``uri``; every change is posted as ``ResourceChanged``.
-
-        Idempotent. Returns once the subscription is live (listen stream
-        acknowledged, or ``resources/subscribe`` answered). While the server
-        is reconnecting the URI is remembered and subscribed on reconnect.
-        The subscription survives reconnects and stream ends; each
-        re-establishment is followed by a ``ResourceChanged(kind="synthetic")``.
-
-        Raises:
-            CapabilityMissing: the server does not advertise ``resources.subscribe``.
-            ServerUnavailable: the server never connected.
-            UpstreamError: the server refused or did not answer in time.
-        """
-        self._gate_subscribe(uri, "subscribe to")
-        known = self._subs.get(uri)
-        if known is not None and not known.failed:
-            return
-        if known is not None:
-            # Re-opening gave up on this connection: a new subscriber asks, so try again now.
-            self._forget(known)
-        sub = _Sub(uri)
-        self._subs[uri] = sub
-        conn = self._conn
-        if conn is None:
-            sub.established_once = True  # established on reconnect, then a synthetic change
-            return
-        sub.waiter = waiter = trio.Event()
-        conn.nursery.start_soon(self._sub_task, conn, sub)
-        try:
-            with trio.fail_after(self.request_timeout):
-                await waiter.wait()
-        except trio.TooSlowError:
-            self._forget(sub)
-            raise UpstreamError(
-                f"server {self.name!r} did not confirm the subscription to {uri!r} within "
-                f"{self.request_timeout:g}s (request_timeout)"
-            ) from None
-        if sub.first_error is not None:
-            self._forget(sub)
-            raise UpstreamError(
-                f"server {self.name!r} refused the subscription to {uri!r}: {sub.first_error}"
-            )
-
-    async def unsubscribe(self, uri: str) -> None:
-        """Stop watching ``uri`` (idempotent).
-
-        Raises:
-            CapabilityMissing: the server does not advertise ``resources.subscribe``.
-        """
-        self._gate_subscribe(uri, "unsubscribe from")
-        sub = self._subs.get(uri)
-        if sub is None:
-            return
-        self._forget(sub)
-        conn = self._conn
-        if conn is not None and not conn.modern:
-            request = types.UnsubscribeRequest(params=types.UnsubscribeRequestParams(uri=uri))
-            try:
-                await self._bounded(
-                    f"resources/unsubscribe {uri!r}",
-                    conn,
-                    lambda c: c.session.send_request(request, types.EmptyResult),
-                )
-            except UpstreamError as exc:
-                # The server may keep notifying; those notices are dropped (URI no longer remembered).
-                self._telemetry.emit("upstream.unsubscribe_failed", server=self.name, uri=uri, error=str(exc))
-
-    def _forget(self, sub: _Sub) -> None:
-        if self._subs.get(sub.uri) is sub:
-            del self._subs[sub.uri]
-        if sub.scope is not None:
-            sub.scope.cancel()
-
-    def _gate_subscribe(self, uri: str, verb: str) -> None:
-        if self.capabilities is None:
-            raise ServerUnavailable(
-                f"server {self.name!r} has not connected yet ({self.state.value}); cannot {verb} {uri!r}"
-            )
-        if not self._can_subscribe():
-            raise CapabilityMissing(
-                f"server {self.name!r} cannot {verb} {uri!r}: it does not advertise the "
-                "resources.subscribe capability; watch this resource with a timer route instead"
-            )
-
-    async def _establish(self, sub: _Sub, attempt: int) -> None:
-        # The line first: whatever the reactor does about it (ready.changed, a
-        # delivery) is then logged after it, never before.
-        self._telemetry.emit("subscription.established", server=self.name, uri=sub.uri, attempt=attempt)
-        await self._post(SubscriptionStateChanged(self.name, sub.uri, "established", attempt=attempt))
-        if sub.established_once:
-            # Read-after-subscribe: whatever changed while we were not listening is delivered now.
-            await self._post(ResourceChanged(self.name, sub.uri, "synthetic"))
-        sub.established_once = True
-        if sub.waiter is not None:
-            sub.waiter.set()
-            sub.waiter = None
-
-    def _resubscribe_policy(self) -> ResubscribePolicy:
-        return ResubscribePolicy(
-            self._resubscribe_backoff, self._resubscribe_attempts, stable_after=self._stable_subscription
-        )
-
-    async def _sub_task(self, conn: _Conn, sub: _Sub) -> None:
-        """Keep ``sub`` established on ``conn`` (a reconnect starts a new task).
-
-        A stream that ends on a live connection is reported ``lost`` and
-        re-opened after the resubscribe backoff. A stream that was acknowledged
-        and ended before :data:`STABLE_SUBSCRIPTION` without delivering an
-        update counts as a failed attempt, as does a refused one
-        (:class:`ResubscribePolicy`), so a server that ends every stream right
-        after acknowledging it is given up after the configured attempts
-        (reported ``failed`` and left alone until the next reconnect or
-        :meth:`subscribe`) instead of being re-read every second forever.
-        """
-        with trio.CancelScope() as scope:
-            sub.scope = scope
-            if self._subs.get(sub.uri) is not sub:
-                return  # unsubscribed before this task started
-            policy = self._resubscribe_policy()
-            attempt = 0
-            while True:
-                reason, lived, delivered = await self._hold(conn, sub, attempt)
-                if conn.lost.is_set():
-                    reason = f"the connection was lost ({conn.lost_reason})"
-                if sub.waiter is not None:
-                    # subscribe() is waiting on the first attempt: report, do not retry.
-                    sub.first_error = reason
-                    sub.waiter.set()
-                    sub.waiter = None
-                    return
-                if conn.lost.is_set():
-                    return  # the reconnect re-establishes every remembered subscription
-                decision = policy.on_end(lived=lived, delivered=delivered)
-                if lived is not None:
-                    healthy = policy.healthy(lived=lived, delivered=delivered)
-                    self._telemetry.emit(
-                        "subscription.lost",
-                        server=self.name,
-                        uri=sub.uri,
-                        error=reason,
-                        lived_s=round(lived, 3),
-                        updates=delivered,
-                        counted_as_failure=not healthy,
-                    )
-                    await self._post(SubscriptionStateChanged(self.name, sub.uri, "lost", error=reason))
-                if isinstance(decision, GiveUp):
-                    sub.failed = True
-                    self._telemetry.emit(
-                        "subscription.failed",
-                        server=self.name,
-                        uri=sub.uri,
-                        attempts=decision.attempts,
-                        error=reason,
-                    )
-                    await self._post(
-                        SubscriptionStateChanged(
-                            self.name, sub.uri, "failed", attempt=decision.attempts, error=reason
-                        )
-                    )
-                    return
-                attempt = decision.attempt
-                await self._post(
-                    SubscriptionStateChanged(self.name, sub.uri, "resubscribing", attempt=attempt)
-                )
-                await trio.sleep(decision.delay)
-
-    async def _hold(self, conn: _Conn, sub: _Sub, attempt: int) -> tuple[str, float | None, int]:
-        """Establish ``sub`` and hold it until it ends.
-
-        Returns why it ended, how long it was established (``None``: it never
-        was) and how many updates it delivered.
-        """
-        since: float | None = None
-        delivered = 0
-
-        def lived() -> float | None:
-            return None if since is None else trio.current_time() - since
-
-        try:
-            if conn.modern:
-                async with conn.client.listen(resource_subscriptions=[sub.uri]) as stream:
-                    since = trio.current_time()
-                    await self._establish(sub, attempt)
-                    while True:
-                        # Paused (rfcs/0131): the stream is not read; the client
-                        # keeps one pending change per URI meanwhile. (Checked
-                        # first, so an open gate adds no schedule point.)
-                        if not self._updates_open.is_set():
-                            await self._updates_open.wait()
-                        try:
-                            event = await anext(stream)
-                        except StopAsyncIteration:
-                            break
-                        # Paused while this read was waiting: hold the one change
-                        # it returned until resumed (nothing is posted while paused).
-                        if not self._updates_open.is_set():
-                            await self._updates_open.wait()
-                        if isinstance(event, ResourceUpdated):
-                            mark("upstream.updated", event.uri)
-                            delivered += 1
-                            await self._post(ResourceChanged(self.name, event.uri, "updated"))
-                return "the server closed the listen stream", lived(), delivered
-            request = types.SubscribeRequest(params=types.SubscribeRequestParams(uri=sub.uri))
-            with trio.fail_after(self.request_timeout):
-                await conn.client.session.send_request(request, types.EmptyResult)
-            since = trio.current_time()
-            await self._establish(sub, attempt)
-            # Handshake era: updates arrive through the message handler until the connection drops.
-            await trio.sleep_forever()
-        except Exception as exc:
-            return _describe(exc), lived(), delivered
-        raise AssertionError("unreachable")  # pragma: no cover
+    def resume(self) -> list[str]:
+        """Post again; returns the URIs held meanwhile if no connection is up to post them."""
+        self._paused = False
+        if self._poster_running:
+            self._outbox_wake.set()
+            return []
+        held = [uri for uri in self._order if uri in self._outbox]
+        self._order.clear()
+        self._outbox.clear()
+        return held
