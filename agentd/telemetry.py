@@ -55,7 +55,7 @@ _FIELDS: dict[str, frozenset[str]] = {n: frozenset(s.fields) for n, s in EVENTS.
 #: Longest field value the text format shows (the JSON format keeps everything).
 TEXT_VALUE_CHARS = 120
 
-#: Warnings a source can repeat without bound, and the fields that name the source.
+#: Lines a source can repeat without bound, and the fields that name the source.
 RATE_LIMITED: dict[str, tuple[str, ...]] = {
     "upstream.stdout_garbage": ("server",),
     "upstream.unknown_response": ("server",),
@@ -65,6 +65,8 @@ RATE_LIMITED: dict[str, tuple[str, ...]] = {
     "upstream.transport_error": ("server",),
     "model.retry": ("agent",),
     "tool.refused": ("agent",),
+    # A declared glob over 10,000 URIs with the start-up re-read off would write 10,000 lines.
+    "resource.reread_skipped": ("route",),
     "log": ("logger",),
     "child.stderr": ("source",),
 }
@@ -222,10 +224,13 @@ class Telemetry:
     def _write_summaries(self, summaries: list[Suppressed]) -> None:
         for s in summaries:
             event, *values = s.key if isinstance(s.key, tuple) else (s.key,)
+            # At the level of the lines it folds (a warning for an undeclared one).
+            spec = EVENTS.get(event)
+            level = spec.level if spec is not None else "warning"
             record: dict[str, object] = {
                 "ts": _now_rfc3339(),
-                "level": "warning",
-                "severity": "WARNING",
+                "level": level,
+                "severity": SEVERITY[level],
                 "event": "telemetry.suppressed",
                 "of": event,
             }

@@ -106,7 +106,7 @@ EVENTS: Mapping[str, EventSpec] = {
         _e("tracing.unavailable", "warning", "OTEL_* variables ask for traces but the exporter is not installed (agentd[otel]).", "reason"),
         _e("tracing.export_failed", "warning", "A batch of spans could not be exported; it is dropped.", "error spans"),
         _e("log", "warning", "A record from Python logging (a library's message), with the logger's level.", "logger message error traceback"),
-        _e("telemetry.suppressed", "warning", "Repeats of a warning from one source were folded into this count.", "of server agent logger source count window_s"),
+        _e("telemetry.suppressed", "warning", "Repeats of a line from one source were folded into this count (written at the folded line's level).", "of server agent logger source route count window_s"),
         _e("telemetry.undeclared", "error", "agentd emitted an event or field its vocabulary does not declare (a bug in agentd).", "of fields"),
         _e("output.failed", "error", "Writing to stdout failed: results are lost (counted).", "stream error"),
         _e("output.unavailable", "warning", "stdout was closed when agentd started: results are lost (counted).", "stream reason"),
