@@ -147,6 +147,51 @@ class _Started:
             self._status.started()
 
 
+class _Listening:
+    """One connection's listen stream (2026-07-28): the live one, the retry policies, the catalog flags."""
+
+    __slots__ = ("_make_policy", "_policies", "catalog", "conn", "given_up", "live", "on_catalog", "started")
+
+    def __init__(
+        self,
+        conn: ConnectionLike,
+        catalog: tuple[bool, bool],
+        on_catalog: Callable[[CatalogKind], None],
+        started: _Started,
+        make_policy: Callable[[int | None], ResubscribePolicy],
+    ) -> None:
+        self.conn = conn
+        self.catalog = catalog
+        self.on_catalog = on_catalog
+        self.started = started
+        self._make_policy = make_policy
+        self.live: _Stream | None = None
+        """The acknowledged stream (None: none open)."""
+        self.given_up = False
+        """Re-opening failed too often: nothing is opened until something is subscribed again."""
+        self._policies = (make_policy(None), make_policy(MAX_CONSECUTIVE_FAILURES))
+
+    @property
+    def flags(self) -> bool:
+        """Whether the stream carries catalog notices (it is wanted even with no URI)."""
+        return any(self.catalog)
+
+    def policy(self, uris: frozenset[str]) -> ResubscribePolicy:
+        """The resubscribe policy for a stream carrying ``uris``; the catalog alone keeps the built-in count."""
+        return self._policies[0] if uris else self._policies[1]
+
+    def fresh(self) -> None:
+        self.given_up = False
+        self._policies = (self._make_policy(None), self._make_policy(MAX_CONSECUTIVE_FAILURES))
+
+    def refresh_catalog(self) -> None:
+        """A stream ended: a catalog notice may have been missed meanwhile."""
+        if self.catalog[0]:
+            self.on_catalog("tools")
+        if self.catalog[1]:
+            self.on_catalog("resources")
+
+
 def sample(uris: Iterable[str]) -> list[str]:
     """The first :data:`SAMPLE` URIs in sorted order (a telemetry line names these, counts the rest)."""
     return heapq.nsmallest(SAMPLE, uris)
@@ -361,8 +406,11 @@ class Subscriber:
         if self._inflight is batch:
             self._inflight = None
 
-    def _policy(self, attempts: int) -> ResubscribePolicy:
-        return ResubscribePolicy(self._backoff, attempts, stable_after=self._stable)
+    def _policy(self, attempts: int | None = None) -> ResubscribePolicy:
+        """A resubscribe policy with ``attempts`` (None: the configured ``resubscribe_attempts``)."""
+        return ResubscribePolicy(
+            self._backoff, self._attempts if attempts is None else attempts, stable_after=self._stable
+        )
 
     async def _serve_modern(
         self,
@@ -371,97 +419,111 @@ class Subscriber:
         on_catalog: Callable[[CatalogKind], None],
         task_status: trio.TaskStatus[None],
     ) -> None:
-        flags = any(catalog)
-        uri_policy = self._policy(self._attempts)
-        # The catalog alone keeps the built-in attempt count (it is not a watch).
-        catalog_policy = self._policy(MAX_CONSECUTIVE_FAILURES)
-        live: _Stream | None = None
-        given_up = False
+        """2026-07-28: keep one listen stream carrying the catalog flags and the target set."""
+        run = _Listening(conn, catalog, on_catalog, _Started(task_status), self._policy)
         # The catalog's stream first (before any URI is let in); started() once it settled.
-        self._set.dirty = flags
-        started = _Started(task_status)
-        if not flags:
-            started()
+        self._set.dirty = run.flags
+        if not run.flags:
+            run.started()
         try:
             while True:
-                await self._wait_for_work(live)
-                if live is not None and live.ended is not None:
-                    ended, live = live, None
-                    carried = self._set.lost()
-                    if flags:
-                        on_catalog("tools")
-                        on_catalog("resources")
-                    policy = uri_policy if carried else catalog_policy
-                    decision = policy.on_end(lived=ended.lived(), delivered=ended.delivered)
-                    await self._report_end(ended, carried, policy)
-                    if isinstance(decision, GiveUp):
-                        given_up = True
-                        await self._give_up(decision.attempts, ended.ended or "")
-                        continue
-                    if carried:
-                        await self._post(
-                            SubscriptionStateChanged(
-                                self._server, carried, "resubscribing", attempt=decision.attempt
-                            )
-                        )
-                    await trio.sleep(decision.delay)
-                    self._set.dirty = True
-                    continue
-                if given_up:
-                    # Something was subscribed again after giving up: a fresh first attempt.
-                    given_up = False
-                    uri_policy = self._policy(self._attempts)
-                    catalog_policy = self._policy(MAX_CONSECUTIVE_FAILURES)
-                target, batch = self._take_batch()
-                if live is not None and live.ended is None and target == live.uris:
-                    self._finish(batch)
-                    continue
-                if not target and not flags:
-                    if live is not None:
-                        live.close()
-                        live = None
-                        await self._report_switch(self._set.established(()), 0, 0.0)
-                    self._finish(batch)
-                    continue
-                policy = uri_policy if target else catalog_policy
-                began = trio.current_time()
-                opening = _Stream(target)
-                try:
-                    await conn.nursery.start(self._hold, conn, opening, catalog, on_catalog)
-                except Exception as exc:
-                    if conn.lost.is_set():
-                        self._finish(batch, f"the connection was lost ({conn.lost_reason})")
-                        return
-                    why = describe(exc)
-                    if live is not None:
-                        # The stream in place keeps what it carries; what this one would
-                        # have added is refused (a waiting subscriber hears why).
-                        await self._refuse(batch, target - live.uris, why, policy.attempt)
-                        self._finish(batch)
-                        continue
-                    # Nothing is carried: subscribers waiting hear why now, the rest
-                    # waits for the retry (or is given up with the stream).
-                    self._finish(batch, why)
-                    started()
-                    decision = policy.on_end(lived=None)
-                    if isinstance(decision, GiveUp):
-                        given_up = True
-                        await self._give_up(decision.attempts, why)
-                        continue
-                    await trio.sleep(decision.delay)
-                    self._set.dirty = True
-                    continue
-                old, live = live, opening
-                if old is not None:
-                    old.close()
-                await self._refuse(batch, target - opening.uris, "the server did not acknowledge it", 0)
-                switch = self._set.established(opening.uris)
-                await self._report_switch(switch, policy.attempt, trio.current_time() - began)
-                self._finish(batch)
-                started()
+                await self._wait_for_work(run.live)
+                if run.live is not None and run.live.ended is not None:
+                    await self._stream_ended(run)
+                elif not await self._switch(run):
+                    return  # the connection is lost
         finally:
+            if run.live is not None:
+                run.live.close()
+
+    async def _stream_ended(self, run: _Listening) -> None:
+        """The live stream ended on a live connection: report it; re-open after the backoff, or give up."""
+        ended, run.live = run.live, None
+        assert ended is not None
+        carried = self._set.lost()
+        run.refresh_catalog()
+        policy = run.policy(carried)
+        decision = policy.on_end(lived=ended.lived(), delivered=ended.delivered)
+        await self._report_end(ended, carried, policy)
+        if isinstance(decision, GiveUp):
+            run.given_up = True
+            await self._give_up(decision.attempts, ended.ended or "")
+            return
+        if carried:
+            await self._post(
+                SubscriptionStateChanged(self._server, carried, "resubscribing", attempt=decision.attempt)
+            )
+        await trio.sleep(decision.delay)
+        self._set.dirty = True
+
+    async def _switch(self, run: _Listening) -> bool:
+        """Open a stream with the target set, then close the one it replaces; False if the connection is lost.
+
+        The old stream stays open until the new one is acknowledged, so a
+        change in between arrives on one of them (or both); a change
+        subscribed meanwhile waits for the next switch.
+        """
+        if run.given_up:
+            run.fresh()  # something was subscribed again after giving up: a fresh first attempt
+        target, batch = self._take_batch()
+        live = run.live
+        if live is not None and target == live.uris:
+            self._finish(batch)
+            return True
+        if not target and not run.flags:
             if live is not None:
                 live.close()
+                run.live = None
+                await self._report_switch(self._set.established(()), 0, 0.0)
+            self._finish(batch)
+            return True
+        policy = run.policy(target)
+        began = trio.current_time()
+        opening = _Stream(target)
+        try:
+            await run.conn.nursery.start(self._hold, run.conn, opening, run.catalog, run.on_catalog)
+        except Exception as exc:
+            if run.conn.lost.is_set():
+                self._finish(batch, f"the connection was lost ({run.conn.lost_reason})")
+                return False
+            await self._open_failed(run, target, batch, describe(exc))
+            return True
+        run.live = opening
+        if live is not None:
+            live.close()
+            if live.ended is not None:
+                # It ended while its successor was being opened: what it carried may have
+                # changed in between, so every URI is re-read as after any loss.
+                carried = self._set.lost()
+                run.refresh_catalog()
+                await self._report_end(live, carried, run.policy(carried))
+        await self._refuse(batch, target - opening.uris, "the server did not acknowledge it", 0)
+        switch = self._set.established(opening.uris)
+        await self._report_switch(switch, policy.attempt, trio.current_time() - began)
+        self._finish(batch)
+        run.started()
+        return True
+
+    async def _open_failed(self, run: _Listening, target: frozenset[str], batch: _Batch, why: str) -> None:
+        """Opening a stream failed on a live connection."""
+        policy = run.policy(target)
+        if run.live is not None:
+            # The stream in place keeps what it carries; what this one would
+            # have added is refused (a waiting subscriber hears why).
+            await self._refuse(batch, target - run.live.uris, why, policy.attempt)
+            self._finish(batch)
+            return
+        # Nothing is carried: subscribers waiting hear why now, the rest waits
+        # for the retry (or is given up with the stream).
+        self._finish(batch, why)
+        run.started()
+        decision = policy.on_end(lived=None)
+        if isinstance(decision, GiveUp):
+            run.given_up = True
+            await self._give_up(decision.attempts, why)
+            return
+        await trio.sleep(decision.delay)
+        self._set.dirty = True
 
     async def _hold(
         self,
