@@ -109,6 +109,8 @@ class UriSet:
             if uri in self._wanted:
                 self._wanted[uri] = True
         self.carried = now
+        if not now <= self._wanted.keys():
+            self.dirty = True  # dropped while this establishment was on its way: leave it out next
         return Switch(added=added, removed=before - now, reread=reread)
 
     def lost(self) -> frozenset[str]:
