@@ -10,11 +10,14 @@ from agentd.upstream.uriset import Switch, UriSet
 
 def test_a_fresh_subscription_is_not_reread_and_a_lost_one_is() -> None:
     s = UriSet()
-    assert s.want("a") and s.dirty
-    assert s.target() == {"a"} and not s.dirty
+    assert s.want("a")
+    assert s.dirty
+    assert s.target() == {"a"}
+    assert not s.dirty
     assert s.established({"a"}) == Switch(added=frozenset({"a"}), removed=frozenset(), reread=frozenset())
     assert not s.want("a")  # carried already: nothing to do
-    assert s.lost() == {"a"} and s.dirty
+    assert s.lost() == {"a"}
+    assert s.dirty
     assert s.established(s.target()).reread == {"a"}  # carried once, carried again: re-read
 
 
@@ -40,7 +43,8 @@ def test_a_uri_dropped_while_its_establishment_was_on_its_way_is_left_out_next()
     s.drop("b")  # not carried yet: no establishment is due for it now
     assert not s.dirty
     s.established(target)
-    assert s.dirty and s.target() == {"a"}
+    assert s.dirty
+    assert s.target() == {"a"}
 
 
 def test_a_uri_wanted_while_disconnected_is_reread_on_its_first_establishment() -> None:
@@ -54,12 +58,14 @@ def test_a_refused_uri_leaves_the_target_until_wanted_again_or_a_new_connection(
     s.want("a")
     s.want("b")
     s.fail(["b"])
-    assert s.target() == {"a"} and s.failed == {"b"}
+    assert s.target() == {"a"}
+    assert s.failed == {"b"}
     assert s.want("b")  # wanted again: tried again
     assert s.target() == {"a", "b"}
     s.fail(["b"])
     s.reset()
-    assert s.target() == {"a", "b"} and not s.carried
+    assert s.target() == {"a", "b"}
+    assert not s.carried
 
 
 @given(st.lists(st.tuples(st.sampled_from(["want", "drop", "est", "lost"]), st.sampled_from("abcdef"))))
