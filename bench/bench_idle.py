@@ -3,9 +3,9 @@
 Run: ``/work/venv/bin/python bench/bench_idle.py [--window 30]`` (about 40 s).
 
 agentd ``--mode reactive`` runs with ``bench/_storm_server.py`` (100 URIs,
-stdio, 2026-07-28 era) subscribed as ``storm://*``: 100 listen streams plus
-agentd's catalog stream, routed into a continue session that never starts
-because nothing changes. Once the server reports every listen stream open,
+stdio, 2026-07-28 era) subscribed as ``storm://*``: one listen stream carrying
+them and the catalog's notices (rfcs/0260), routed into a continue session that never starts
+because nothing changes. Once the server reports the stream with every URI open,
 the bench takes CPU seconds (``psutil cpu_times``, user + system) and context
 switches (voluntary + involuntary, summed over every thread from
 ``/proc/PID/task/*/status``) of agentd, its zygote and the server; waits the
@@ -126,7 +126,7 @@ async def run_one(window: float, watchdog: float | None, otlp: str | None) -> No
         progress = trio.lowlevel.FdStream(os.open(progress_path, os.O_RDWR | os.O_NONBLOCK))
         server = (
             f"storm={PY} {REPO / 'bench' / '_storm_server.py'} --uris {N_URIS}"
-            f" --ready {progress_path} --expect {N_URIS + 1}"
+            f" --ready {progress_path} --expect {N_URIS}"
         )
         poller = await trio.lowlevel.open_process(
             [PY, "-c", "import time\nwhile True:\n    time.sleep(0.1)"], stdin=subprocess.DEVNULL, env=ENV
