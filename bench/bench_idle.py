@@ -56,6 +56,7 @@ from _util import (
 
 sys.path.insert(1, str(REPO))
 
+from agentd.telemetry import RATE_WINDOW_S
 from tests.support.otlp import http_requests
 
 N_URIS = 100
@@ -140,9 +141,11 @@ async def run_one(window: float, watchdog: float | None, otlp: str | None) -> No
                     while b"READY=1" not in await notify.recv(4096):
                         pass
                 # Let the last acknowledgements and the reactor's bookkeeping settle: the
-                # window should see the steady idle state, not the tail of start-up.
+                # window should see the steady idle state, not the tail of start-up. The
+                # start-up re-read's skips are rate-limited telemetry: their summary line is
+                # written when the rate window ends (one wake-up of the writer, then none).
                 await a.wait_for("reactor.start")
-                await trio.sleep(1.0)
+                await trio.sleep(RATE_WINDOW_S + 1.0)
                 procs = {"agentd": psutil.Process(a.proc.pid)}
                 for p in descendants(a.proc.pid):
                     procs[f"{role_of(p)} ({p.pid})"] = p

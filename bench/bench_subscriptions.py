@@ -23,11 +23,14 @@ start-up does not spawn N agents). For each transport the bench reports:
   the server's port after a quiet second (goal ≤ 2: the listen stream, the
   calls' kept-alive connection);
 * **wake-ups idle**: voluntary context switches of agentd (every thread)
-  over ``--window`` quiet seconds (goal 0). Floor: a 100 ms polling loop in
-  the same window;
-* **memory per subscribed URI**: agentd's RSS and USS with N URIs subscribed,
-  minus the same with 10 (``storm://1?``: ``storm://10`` … ``storm://19``; same server, same N resources, so
-  the catalog costs the same), over N - 10 (goal ≤ 2 KiB);
+  over ``--window`` quiet seconds (goal 0). Floor in the same window: a
+  100 ms polling loop (stdio); over HTTP the SDK's client holding one listen
+  stream on the same server, since the server's SSE keepalive (a ping every
+  15 s) wakes whoever holds a stream;
+* **memory per subscribed URI**: agentd's RSS, USS and peak RSS with N URIs
+  subscribed, minus the same with 10 (``storm://1?``: ``storm://10`` …
+  ``storm://19``; same server, same N resources, so the catalog costs the
+  same), over N - 10 (goal ≤ 2 KiB);
 * **one change → one routed event**: ``burst(1)`` changes ``storm://0``; the
   ``resource.updated`` lines routed for it within a quiet second after its
   agent ended (goal exactly 1; ``route.deliver`` 1).
@@ -40,9 +43,11 @@ every 30 s (goal: flat), and any ``upstream.lost``, ``subscription.lost`` or
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator
@@ -70,6 +75,10 @@ from _util import (
 )
 from mcp import Client, StdioServerParameters
 
+sys.path.insert(1, str(REPO))
+
+from agentd.telemetry import RATE_WINDOW_S
+
 STORM = REPO / "bench" / "_storm_server.py"
 
 MODERN = "2026-07-28"
@@ -90,12 +99,18 @@ max_inflight = 2
 template = "{{uri}}"
 debounce = "50ms"
 reread_on_start = false
+
+[servers.storm]
+{server}
+# Creating and listing 10,000 resources takes the server longer than the default 15 s on a loaded machine.
+startup_timeout = "120s"
 """
 
-SETTLE = 2.0
+SETTLE = RATE_WINDOW_S + 2.0
 """Seconds after all subscribed before memory, connections and wake-ups are taken: the
-start-up's last acknowledgements and collections are over (a measurement pause, not a wait
-for a condition)."""
+start-up's last acknowledgements are over, and so is the rate window of its telemetry (the
+start-up re-read's skips are folded into one summary line, written when the window ends: one
+wake-up, then none). A measurement pause, not a wait for a condition."""
 
 QUIET = 1.5
 """Seconds after the changed URI's agent ended in which a duplicate event would show."""
@@ -114,6 +129,8 @@ class Case:
     synced_ms: float = float("nan")
     rss: int = 0
     uss: int = 0
+    hwm: int = 0
+    """Peak RSS (``VmHWM``): what the start-up's transients cost."""
     tcp: int | None = None
     idle: UsageDelta | None = None
     floor_idle: UsageDelta | None = None
@@ -150,8 +167,14 @@ async def http_server(args: list[str]) -> AsyncIterator[tuple[str, int]]:
     proc = await trio.lowlevel.open_process(
         [PY, str(STORM), *args, "--fd", str(fd)], pass_fds=(fd,), stdin=subprocess.DEVNULL, env=ENV
     )
+    url = f"http://127.0.0.1:{port}/mcp"
     try:
-        yield f"http://127.0.0.1:{port}/mcp", port
+        # Up before agentd connects: a server still starting (10,000 resources, a loaded machine)
+        # can outlast the SDK's era probe, which then settles on the handshake era (no listen).
+        with trio.fail_after(SUBSCRIBE_TIMEOUT):
+            async with Client(url, mode=MODERN) as client:
+                await client.list_resources()
+        yield url, port
     finally:
         proc.terminate()
         with trio.move_on_after(10):
@@ -160,6 +183,14 @@ async def http_server(args: list[str]) -> AsyncIterator[tuple[str, int]]:
             proc.kill()
             await proc.wait()
         listener.close()
+
+
+def peak_rss(pid: int) -> int:
+    """``VmHWM`` of ``pid`` in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
 
 
 def tcp_to(pid: int, port: int) -> int:
@@ -183,14 +214,13 @@ async def run_case(
         trigger_fd = os.open(trigger, os.O_RDWR | os.O_NONBLOCK)
         model = write_script(tmp / "quiet.json", [{"text": "NO_REPLY"}])
         cfg = tmp / "agentd.toml"
-        cfg.write_text(CONFIG.format(model=model, glob=glob))
         server_args = [
             "--uris", str(n_uris), "--trigger", str(trigger), "--ready", str(progress.path),
             "--expect", str(subscribed),
         ]  # fmt: skip
         async with (
-            _server(transport, server_args) as (mcp_args, port),
-            run_agentd(["--config", str(cfg), "--log-level", "info", *mcp_args]) as a,
+            _server(transport, server_args) as (server, port),
+            run_agentd(_configure(cfg, model, glob, server)) as a,
         ):
             try:
                 _, connected = await a.wait_for(
@@ -210,10 +240,10 @@ async def run_case(
             await trio.sleep(SETTLE)
             case.failed = a.count("subscription.failed")
             mem = psutil.Process(a.proc.pid).memory_info()
-            case.rss, case.uss = mem.rss, uss(a.proc.pid)
+            case.rss, case.uss, case.hwm = mem.rss, uss(a.proc.pid), peak_rss(a.proc.pid)
             if port is not None:
                 case.tcp = tcp_to(a.proc.pid, port)
-            case.idle, case.floor_idle = await idle_window(a, window)
+            case.idle, case.floor_idle = await idle_window(a, window, port)
             if change:
                 case.routed, case.delivered = await one_change(a, trigger_fd, progress)
             if soak:
@@ -223,21 +253,57 @@ async def run_case(
     return case
 
 
+def _configure(cfg: Path, model: str, glob: str, server: str) -> list[str]:
+    """Write agentd's configuration; its command-line arguments."""
+    cfg.write_text(CONFIG.format(model=model, glob=glob, server=server))
+    return ["--config", str(cfg), "--log-level", "info"]
+
+
 @asynccontextmanager
-async def _server(transport: str, server_args: list[str]) -> AsyncIterator[tuple[list[str], int | None]]:
+async def _server(transport: str, server_args: list[str]) -> AsyncIterator[tuple[str, int | None]]:
+    """The ``[servers.storm]`` lines for ``transport`` (and the HTTP port)."""
     if transport == "stdio":
-        yield ["--mcp-stdio", f"storm={PY} {STORM} {' '.join(server_args)}"], None
+        yield f"command = {json.dumps(PY)}\nargs = {json.dumps([str(STORM), *server_args])}", None
         return
     async with http_server(server_args) as (url, port):
-        yield ["--mcp-http", f"storm={url}"], port
+        yield f"url = {json.dumps(url)}", port
 
 
-async def idle_window(a: Agentd, window: float) -> tuple[UsageDelta, UsageDelta]:
-    """agentd's and a 100 ms polling loop's CPU and context switches over the same quiet window."""
+LISTENER = """
+import sys, trio
+from mcp import Client
+
+async def main():
+    async with Client(sys.argv[1], mode="2026-07-28") as client:
+        async with client.listen(resource_subscriptions=["storm://0"]):
+            print("listening", flush=True)
+            await trio.sleep_forever()
+
+trio.run(main)
+"""
+"""The HTTP floor: the SDK's own client holding one listen stream on the same server."""
+
+
+async def idle_window(a: Agentd, window: float, port: int | None) -> tuple[UsageDelta, UsageDelta]:
+    """agentd's and the floor's CPU and context switches over the same quiet window.
+
+    The floor: a 100 ms polling loop (stdio); over HTTP, the SDK's client
+    holding one listen stream on the same server (the server's SSE keepalive
+    pings, every 15 s, wake any client).
+    """
+    if port is None:
+        argv = [PY, "-c", "import time\nwhile True:\n    time.sleep(0.1)"]
+    else:
+        argv = [PY, "-c", LISTENER, f"http://127.0.0.1:{port}/mcp"]
     poller = await trio.lowlevel.open_process(
-        [PY, "-c", "import time\nwhile True:\n    time.sleep(0.1)"], stdin=subprocess.DEVNULL, env=ENV
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE if port else None, env=ENV
     )
     try:
+        if port is not None:
+            assert poller.stdout is not None
+            with trio.fail_after(STEP_TIMEOUT):
+                await poller.stdout.receive_some(64)  # "listening"
+            await trio.sleep(1.0)  # its start-up's last switches are not the window's
         before = Usage.of(a.proc.pid), Usage.of(poller.pid)
         await trio.sleep(window)  # the measurement window itself
         after = Usage.of(a.proc.pid), Usage.of(poller.pid)
@@ -302,6 +368,7 @@ async def main(n_uris: int, window: float, transports: list[str], soak: float) -
         floor_ms = await sdk_listen_floor(transport, n_uris)
         per_uri_rss = (full.rss - few.rss) / (n_uris - 10)
         per_uri_uss = (full.uss - few.uss) / (n_uris - 10)
+        per_uri_hwm = (full.hwm - few.hwm) / (n_uris - 10)
         assert full.idle is not None
         assert full.floor_idle is not None
         rows.append(
@@ -311,9 +378,9 @@ async def main(n_uris: int, window: float, transports: list[str], soak: float) -
                 f"{fmt(full.to_subscribed_ms, 0)} (agentd's own: {fmt(full.synced_ms, 0)})",
                 f"{fmt(floor_ms, 0)} ({fmt(full.to_subscribed_ms / floor_ms, 1)}x)",
                 "-" if full.tcp is None else str(full.tcp),
-                f"{full.idle.vol} (floor {full.floor_idle.vol})",
+                f"{full.idle.vol} (floor {full.floor_idle.vol}: {'an SDK listener' if full.tcp is not None else '100 ms poll'})",
                 f"{full.rss / MiB:.1f} / {few.rss / MiB:.1f}",
-                f"{per_uri_rss / 1024:.2f} / {per_uri_uss / 1024:.2f}",
+                f"{per_uri_rss / 1024:.2f} / {per_uri_uss / 1024:.2f} / {per_uri_hwm / 1024:.2f}",
                 f"{full.routed} / {full.delivered}",
             ]
         )
@@ -335,7 +402,7 @@ async def main(n_uris: int, window: float, transports: list[str], soak: float) -
             "TCP held idle",
             f"wake-ups in {window:g} s",
             "RSS MiB (N / 10)",
-            "KiB per URI (RSS / USS)",
+            "KiB per URI (RSS / USS / peak RSS)",
             "one change: routed / delivered",
         ],
         rows,
