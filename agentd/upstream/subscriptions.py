@@ -1,5 +1,9 @@
 """A server's resource subscriptions: one listen stream per connection, replaced when the set changes.
 
+Size: over 600 lines because one server's subscriptions (both eras, the
+switch, stream ends and retries, the queue of changes, pause) are one state
+machine; what is wanted and carried is the pure ``uriset.py``.
+
 :class:`Subscriber` keeps every URI subscribed on one upstream server
 established, across stream ends and reconnects, with no task and no stream
 per URI (rfcs/0260):
@@ -36,6 +40,7 @@ Telemetry is per establishment and per stream, not per URI, except
 
 from __future__ import annotations
 
+import enum
 import heapq
 from collections import deque
 from collections.abc import Awaitable, Callable, Collection, Iterable, KeysView
@@ -56,7 +61,7 @@ from agentd.upstream.backoff import MAX_CONSECUTIVE_FAILURES, GiveUp, Resubscrib
 from agentd.upstream.describe import describe
 from agentd.upstream.uriset import Switch, UriSet
 
-__all__ = ["HANDSHAKE_CONCURRENCY", "SAMPLE", "ConnectionLike", "Subscriber"]
+__all__ = ["HANDSHAKE_CONCURRENCY", "SAMPLE", "ConnectionLike", "StreamState", "Subscriber"]
 
 HANDSHAKE_CONCURRENCY = 16
 """``resources/subscribe`` requests in flight at once on a handshake-era session: enough
@@ -106,30 +111,57 @@ class _Batch:
         self.done.set()
 
 
+class StreamState(enum.Enum):
+    """Where one listen stream is."""
+
+    OPENING = "opening"
+    """The request is sent; the server has not acknowledged it."""
+    LIVE = "live"
+    """Acknowledged: it carries :attr:`_Stream.uris` and is read."""
+    ENDED = "ended"
+    """The server ended it (closed it, or its buffer filled): what it carried may have changed."""
+    CLOSED = "closed"
+    """agentd closed it (replaced, or no longer needed)."""
+
+
 class _Stream:
     """One ``subscriptions/listen`` stream and the task holding it."""
 
-    __slots__ = ("asked", "closed", "delivered", "ended", "scope", "since", "uris")
+    __slots__ = ("asked", "delivered", "reason", "scope", "since", "state", "uris")
 
     def __init__(self, asked: frozenset[str]) -> None:
         self.asked = asked
+        self.state = StreamState.OPENING
         self.uris: frozenset[str] = frozenset()
         """The URIs the server acknowledged (what it carries)."""
         self.scope = trio.CancelScope()
-        self.since: float | None = None
-        """When it was acknowledged (None: not yet)."""
+        self.since = 0.0
+        """When it was acknowledged."""
         self.delivered = 0
-        self.ended: str | None = None
-        """Why it ended on the server's side (None: it has not)."""
-        self.closed = False
-        """Closed by agentd (replaced, or no longer needed)."""
+        self.reason = ""
+        """Why it ended (:attr:`StreamState.ENDED`)."""
+
+    def acknowledged(self, uris: frozenset[str]) -> None:
+        if self.state is not StreamState.OPENING:
+            raise RuntimeError(
+                f"a listen stream is acknowledged once, when opening; it is {self.state.value}"
+            )
+        self.uris, self.since = uris, trio.current_time()
+        self.state = StreamState.LIVE  # OPENING -> LIVE
+
+    def end(self, reason: str) -> None:
+        """The server ended it (no-op once agentd closed it)."""
+        if self.state is StreamState.LIVE:
+            self.reason = reason
+            self.state = StreamState.ENDED  # LIVE -> ENDED
 
     def close(self) -> None:
-        self.closed = True
+        self.state = StreamState.CLOSED  # any -> CLOSED
         self.scope.cancel()
 
     def lived(self) -> float | None:
-        return None if self.since is None else trio.current_time() - self.since
+        """Seconds it was acknowledged for (None: never)."""
+        return None if self.state is StreamState.OPENING else trio.current_time() - self.since
 
 
 class _Started:
@@ -388,7 +420,9 @@ class Subscriber:
 
     async def _wait_for_work(self, stream: _Stream | None = None) -> None:
         while not (
-            self._set.dirty or self._pending.uris or (stream is not None and stream.ended is not None)
+            self._set.dirty
+            or self._pending.uris
+            or (stream is not None and stream.state is StreamState.ENDED)
         ):
             self._wake = trio.Event()
             await self._wake.wait()
@@ -428,7 +462,7 @@ class Subscriber:
         try:
             while True:
                 await self._wait_for_work(run.live)
-                if run.live is not None and run.live.ended is not None:
+                if run.live is not None and run.live.state is StreamState.ENDED:
                     await self._stream_ended(run)
                 elif not await self._switch(run):
                     return  # the connection is lost
@@ -447,7 +481,7 @@ class Subscriber:
         await self._report_end(ended, carried, policy)
         if isinstance(decision, GiveUp):
             run.given_up = True
-            await self._give_up(decision.attempts, ended.ended or "")
+            await self._give_up(decision.attempts, ended.reason)
             return
         if carried:
             await self._post(
@@ -490,8 +524,9 @@ class Subscriber:
             return True
         run.live = opening
         if live is not None:
+            ended = live.state is StreamState.ENDED
             live.close()
-            if live.ended is not None:
+            if ended:
                 # It ended while its successor was being opened: what it carried may have
                 # changed in between, so every URI is re-read as after any loss.
                 carried = self._set.lost()
@@ -544,17 +579,16 @@ class Subscriber:
                     resource_subscriptions=list(stream.asked),
                 ) as sub:
                     honored = sub.honored.resource_subscriptions
-                    stream.uris = stream.asked.intersection(honored) if honored else frozenset()
-                    stream.since = trio.current_time()
+                    stream.acknowledged(stream.asked.intersection(honored) if honored else frozenset())
                     task_status.started()
                     async for event in sub:
                         self._on_event(stream, event, on_catalog)
-                stream.ended = "the server closed the listen stream"
+                stream.end("the server closed the listen stream")
             except Exception as exc:
-                if stream.since is None:
+                if stream.state is StreamState.OPENING:
                     raise
-                stream.ended = describe(exc)
-        if not stream.closed:
+                stream.end(describe(exc))
+        if stream.state is StreamState.ENDED:
             self._wake.set()
 
     def _on_event(
@@ -677,7 +711,7 @@ class Subscriber:
             self._queue(uri, "synthetic")
 
     async def _report_end(self, stream: _Stream, carried: frozenset[str], policy: ResubscribePolicy) -> None:
-        reason = stream.ended or ""
+        reason = stream.reason
         if not carried:
             self._telemetry.emit("upstream.catalog_stream_lost", server=self._server, error=reason)
             return
