@@ -647,7 +647,7 @@ class Upstream:
         """Subscribe every URI of ``uris`` at once (one establishment); returns URI -> why, for the failures.
 
         As :meth:`subscribe`, for many URIs (a declared glob): a failure is
-        returned as a clause ("it refused the subscription: ..."), not
+        returned as a clause ("the server refused it: ..."), not
         raised, and the failed URIs are not remembered.
 
         Raises:

@@ -51,6 +51,7 @@ import mcp_types as types
 import trio
 from mcp import Client
 from mcp.client.subscriptions import ResourcesListChanged, ResourceUpdated, ServerEvent, ToolsListChanged
+from mcp.shared.exceptions import MCPError
 
 from agentd.counters import RunCounters
 from agentd.events import ReactorEvent, ResourceChanged, SubscriptionStateChanged
@@ -107,7 +108,7 @@ class _Batch:
             return
         for uri in self.uris:
             if uri not in carried and uri not in self.errors:
-                self.errors[uri] = error or "it was not acknowledged"
+                self.errors[uri] = error or "the server did not acknowledge it"
         self.done.set()
 
 
@@ -243,7 +244,7 @@ class Subscriber:
         post: sends one event to the reactor (never raises).
         telemetry: NDJSON telemetry.
         counters: the run's counters (updates nobody subscribed to count as unrouted).
-        request_timeout: bound on one establishment a subscriber waits for, seconds.
+        request_timeout: bound on one request (a listen acknowledgement, one ``resources/subscribe``), seconds.
         resubscribe_backoff: seconds before re-opening an ended stream, attempt 1, 2, ...
         resubscribe_attempts: failed re-opens in a row before the URIs are given up.
         stable_subscription: seconds a stream that delivered nothing must stay
@@ -302,13 +303,17 @@ class Subscriber:
     # ------------------------------------------------------------------ subscribe / unsubscribe
 
     async def subscribe(self, uris: Collection[str]) -> dict[str, str]:
-        """Subscribe ``uris``; returns URI -> why (a clause: "it refused ...") for those that failed.
+        """Subscribe ``uris``; returns URI -> why (a clause: "the server refused it: ...") for those that failed.
 
-        Returns once every URI is carried by the server (the stream that
-        carries it was acknowledged, or ``resources/subscribe`` answered). A
-        URI subscribed while no connection is up is remembered and made on
-        reconnect, followed by a synthetic change. A URI that failed is
-        forgotten (the caller decides what to tell).
+        Returns once the establishment that carries them ended: acknowledged
+        (the stream carrying them, or ``resources/subscribe`` answered), or
+        failed. It is not bounded as a whole: each request of it is
+        (``request_timeout``), so a handshake-era batch of 10,000 URIs may
+        take minutes and still succeed, where one bound for all would fail
+        them and then carry them unwanted. A URI subscribed while no
+        connection is up is remembered and made on reconnect, followed by a
+        synthetic change. A URI that failed is forgotten (the caller decides
+        what to tell).
         """
         need: list[str] = []
         for uri in uris:
@@ -320,23 +325,13 @@ class Subscriber:
         batch = self._pending
         batch.uris.update(need)
         self._wake.set()
-        with trio.move_on_after(self._request_timeout):
-            await batch.done.wait()
+        await batch.done.wait()
         failed: dict[str, str] = {}
         for uri in need:
-            if uri not in self._set:
-                continue  # unsubscribed meanwhile
-            if batch.done.is_set():
-                why = batch.errors.get(uri)
-                if why is None:
-                    continue  # established (it may be lost again by now: that is the stream's business)
-                failed[uri] = f"it refused the subscription: {why}"
-            elif uri in self._set.carried:
-                continue
-            else:
-                failed[uri] = (
-                    f"it did not confirm the subscription within {self._request_timeout:g}s (request_timeout)"
-                )
+            why = batch.errors.get(uri)
+            if why is None or uri not in self._set:
+                continue  # established (it may be lost again by now: the stream's business), or unsubscribed
+            failed[uri] = why
             self._set.drop(uri)
         return failed
 
@@ -520,7 +515,7 @@ class Subscriber:
             if run.conn.lost.is_set():
                 self._finish(batch, f"the connection was lost ({run.conn.lost_reason})")
                 return False
-            await self._open_failed(run, target, batch, describe(exc))
+            await self._open_failed(run, target, batch, self._why(exc))
             return True
         run.live = opening
         if live is not None:
@@ -649,7 +644,7 @@ class Subscriber:
                     await self._request(conn, uri, on=on)
                 except Exception as exc:
                     if on:
-                        errors[uri] = describe(exc)
+                        errors[uri] = self._why(exc)
                     else:
                         self._telemetry.emit(
                             "upstream.unsubscribe_failed", server=self._server, uri=uri, error=describe(exc)
@@ -660,17 +655,22 @@ class Subscriber:
                 workers.start_soon(worker)
         return errors
 
+    def _why(self, exc: BaseException) -> str:
+        """Why a subscribe failed, as a clause ("server X could not subscribe to U: <clause>")."""
+        if isinstance(exc, MCPError):
+            return f"the server refused it: {exc}"
+        if isinstance(exc, TimeoutError | trio.TooSlowError):
+            return f"no answer within {self._request_timeout:g}s (request_timeout)"
+        return describe(exc)
+
     async def _request(self, conn: ConnectionLike, uri: str, *, on: bool) -> None:
         request: types.SubscribeRequest | types.UnsubscribeRequest = (
             types.SubscribeRequest(params=types.SubscribeRequestParams(uri=uri))
             if on
             else types.UnsubscribeRequest(params=types.UnsubscribeRequestParams(uri=uri))
         )
-        try:
-            with trio.fail_after(self._request_timeout):
-                await conn.client.session.send_request(request, types.EmptyResult)
-        except trio.TooSlowError:
-            raise TimeoutError(f"no answer within {self._request_timeout:g}s (request_timeout)") from None
+        with trio.fail_after(self._request_timeout):
+            await conn.client.session.send_request(request, types.EmptyResult)
 
     def on_updated(self, uri: str) -> None:
         """Handshake era: the server pushed ``notifications/resources/updated`` for ``uri``."""
