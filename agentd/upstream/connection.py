@@ -240,15 +240,13 @@ class Upstream:
         self._auth = auth
         self.max_read_bytes = max_read_bytes
         self._backoff = tuple(backoff)
-        self._resubscribe_backoff = tuple(resubscribe_backoff)
-        self._stable_subscription = stable_subscription
         self._subscriber = Subscriber(
             spec.name,
             self._post,
             telemetry,
             self._counters,
             request_timeout=request_timeout,
-            resubscribe_backoff=self._resubscribe_backoff,
+            resubscribe_backoff=tuple(resubscribe_backoff),
             resubscribe_attempts=resubscribe_attempts,
             stable_subscription=stable_subscription,
         )
