@@ -22,6 +22,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from agentd.limits import MODEL_LIMITS, ModelLimit
+
 __all__ = ["RunCounters"]
 
 
@@ -55,6 +57,11 @@ class RunCounters:
     """The part of the input tokens written to a prompt cache."""
     unpriced_calls: int = 0
     """Model calls whose price is unknown."""
+    limit_refusals: Counter[ModelLimit] = field(default_factory=Counter)
+    """A model's requests refused by a cap on what it may create, by cap (rfcs/0265)."""
+    subscribe_failures: Counter[str] = field(default_factory=Counter)
+    """Subscriptions a model asked for (``subscribe``, ``watch_start``) that the server refused
+    or did not confirm, by server (a bundled server's cap on its watchers among them)."""
 
     # -- increments -------------------------------------------------------------------
 
@@ -104,11 +111,23 @@ class RunCounters:
         """An agent ended a turn."""
         self.turns += 1
 
+    def refuse(self, limit: ModelLimit) -> None:
+        """A model's request was refused by the cap ``limit``."""
+        self.limit_refusals[limit] += 1
+
+    def subscribe_failed(self, server: str) -> None:
+        """``server`` refused (or did not confirm) a subscription a model asked for."""
+        self.subscribe_failures[server] += 1
+
     # -- views --------------------------------------------------------------------------
 
     def dropped_by_reason(self) -> dict[str, int]:
         """Lost changes by reason, non-zero only."""
         return {reason: n for reason, n in sorted(self.dropped.items()) if n}
+
+    def refusals_by_limit(self) -> dict[str, int]:
+        """Refusals by cap, every cap listed (0 until it refuses), so a rate can be alerted on from the start."""
+        return {limit: self.limit_refusals[limit] for limit in MODEL_LIMITS}
 
     def totals(self) -> dict[str, int]:
         """The ``counters`` of ``supervisor.exit`` (``outputs_lost`` is added by the app)."""
@@ -124,4 +143,6 @@ class RunCounters:
             "cached_input_tokens": self.cached_input_tokens,
             "cache_creation_input_tokens": self.cache_creation_input_tokens,
             "unpriced_calls": self.unpriced_calls,
+            "limit_refusals": self.limit_refusals.total(),
+            "subscribe_failures": self.subscribe_failures.total(),
         }

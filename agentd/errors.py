@@ -17,10 +17,14 @@
     │   ├── CapabilityMissing        the server lacks what the call needs
     │   └── MalformedReadError       a watched resource's read broke the read contract
     ├── RouteError                   a routing rule was violated (e.g. URI already owned)
+    ├── LimitReached                 a cap on what a model may create was reached (rfcs/0265)
     ├── SandboxError                 a watch filter was refused or failed
     │   └── FilterRejected           ``on_event`` refused at ``watch_start`` (line, column)
     ├── WatchError                   a watch cannot start or stop (limit, name taken, bad URI)
     ├── WatchStateError              the ``--watch-state`` file cannot be read or written
+    ├── StateFileError               a path agentd keeps or reads is not what it may use
+    │   ├── NotAFile                 a link, FIFO, device, socket or directory where a file belongs
+    │   └── NotOurs                  owned by another user, or writable by others
     ├── ProtocolError                a child broke the control protocol (the child is killed)
     └── LifecycleError               an illegal state transition (a bug: names both states)
 
@@ -35,6 +39,7 @@ provider's answer never reaches a log line, a tool result or stderr.
 from __future__ import annotations
 
 from agentd.exitcodes import ExitCode
+from agentd.limits import ModelLimit
 from agentd.redact import redact
 
 
@@ -122,6 +127,25 @@ class RouteError(AgentdError):
     """A routing rule was violated, e.g. a URI already owned by another session."""
 
 
+class LimitReached(AgentdError):
+    """A cap on what a model may create was reached (rfcs/0265): the call is refused, nothing else.
+
+    Reported to the calling agent as a tool error; the message names the cap,
+    the setting that raises it and what the model can do instead.
+
+    Attributes:
+        limit: the cap, named as its setting.
+        value: the cap's value.
+        first: the first refusal since the cap was reached (telemetry says it once).
+    """
+
+    def __init__(self, message: str, *, limit: ModelLimit, value: int, first: bool = True) -> None:
+        self.limit: ModelLimit = limit
+        self.value = value
+        self.first = first
+        super().__init__(message)
+
+
 class SandboxError(AgentdError):
     """A watch filter was refused at validation or failed at run time."""
 
@@ -168,6 +192,36 @@ class WatchStateError(AgentdError):
     Not fatal: the supervisor reports it and keeps watches in memory only.
     The message names the path, the OS error and the fix.
     """
+
+
+class StateFileError(AgentdError):
+    """A path agentd keeps (under ``--state-dir``) or reads (``@FILE``) is not what it may use.
+
+    Attributes:
+        path: the path, as given.
+        problem: what it is (``"is a FIFO (named pipe)"``, ``"is owned by uid 1001"``).
+    """
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path = path
+        self.problem = problem
+        super().__init__(f"{path!r} {problem}")
+
+
+class NotAFile(StateFileError):
+    """Not a regular file: a symbolic link (where links are not followed), FIFO, device, socket or directory.
+
+    Attributes:
+        kind: what it is instead (``"a FIFO (named pipe)"``).
+    """
+
+    def __init__(self, path: str, kind: str) -> None:
+        self.kind = kind
+        super().__init__(path, f"is {kind}, not a regular file")
+
+
+class NotOurs(StateFileError):
+    """Owned by another user than agentd's (or a directory others may write): refused, left untouched."""
 
 
 class LifecycleError(AgentdError):

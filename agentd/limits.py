@@ -1,8 +1,10 @@
-"""Defaults and choices that a setting configures and a lower layer applies (upstream connections).
+"""Defaults and choices that a setting configures and a lower layer applies (upstream connections, caps).
 
 The settings (:mod:`agentd.config`) and the upstream connections both import
 them from here, so each is defined once and the upstream layer never imports
-the settings. Also the process's open-files limit, raised at every start
+the settings. The caps on what a model may create (:data:`ModelLimit`,
+rfcs/0265) are named here too, for the parts that hold them, ``/metrics``
+and the settings alike. Also the process's open-files limit, raised at every start
 (:func:`raise_open_files_limit`; here rather than in :mod:`agentd.health`, so
 a run without probes does not import the HTTP and metrics stack for it).
 """
@@ -10,7 +12,7 @@ a run without probes does not import the HTTP and metrics stack for it).
 from __future__ import annotations
 
 import resource
-from typing import Literal
+from typing import Literal, get_args
 
 TokenAuthMethod = Literal["client_secret_basic", "client_secret_post"]
 """How an OAuth client authenticates at the token endpoint (``token_endpoint_auth_method``)."""
@@ -18,6 +20,28 @@ TokenAuthMethod = Literal["client_secret_basic", "client_secret_post"]
 #: Default cap on one resource read: large enough for any sane state
 #: document, small enough that a runaway resource cannot balloon memory.
 DEFAULT_MAX_READ_BYTES = 8 * 1024 * 1024
+
+#: Self-subscriptions (the model's ``subscribe``) one session may hold at once
+#: (``max_self_subscriptions_per_session``): far more than a task that reads
+#: its resources one by one needs, few enough that one runaway reply (a loop
+#: of ``subscribe`` calls) cannot take a large share of the total (rfcs/0265).
+DEFAULT_MAX_SELF_SUBSCRIPTIONS_PER_SESSION = 64
+
+#: Self-subscriptions all sessions together may hold (``max_self_subscriptions``):
+#: each is a route and an upstream subscription; 1,024 is what a server built on
+#: the Python SDK accepts as listen streams on one connection (rfcs/0265).
+DEFAULT_MAX_SELF_SUBSCRIPTIONS = 1024
+
+ModelLimit = Literal[
+    "max_self_subscriptions_per_session",
+    "max_self_subscriptions",
+    "watches.max_watches",
+    "watches.max_watches_total",
+]
+"""A cap on what a model may create, named as its setting (rfcs/0265): the label of
+``agentd_limit_refusals_total`` and the ``limit`` of ``limit.reached``."""
+
+MODEL_LIMITS: tuple[ModelLimit, ...] = get_args(ModelLimit)
 
 #: Seconds one upstream tool call may take (``tool_timeout``; per server ``timeout``).
 DEFAULT_TOOL_TIMEOUT = 30.0

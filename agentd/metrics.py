@@ -32,6 +32,8 @@ family                                 type     labels
 ``agentd_server_state``                gauge    ``server``, ``state``: 0/1
 ``agentd_subscription_state``          gauge    ``server``, ``uri``, ``state``: 0/1
 ``agentd_subscriptions_unresolved``    gauge    (none): declared patterns matching nothing
+``agentd_limit_refusals_total``        counter  ``limit``: a model's request refused by a cap (rfcs/0265)
+``agentd_subscribe_failures_total``    counter  ``server``: a model's subscription the server refused
 ``agentd_build_info``                  gauge    ``version``, ``python_version``: always 1
 ``agentd_*_seconds``                   histo.   see :mod:`agentd.histograms`
 =====================================  =======  ==========================
@@ -123,6 +125,10 @@ class MetricsSnapshot:
     """Current state of every subscription, keyed by ``(server, uri)``."""
     subscriptions_unresolved: int = 0
     """Declared subscription patterns that resolve to no resource right now (rfcs/0134)."""
+    limit_refusals: Mapping[str, int] = field(default_factory=dict)
+    """A model's requests refused by a cap on what it may create, by cap (its setting's name)."""
+    subscribe_failures: Mapping[str, int] = field(default_factory=dict)
+    """Subscriptions a model asked for that the server refused or did not confirm, by server."""
     histograms: Mapping[HistogramName, Mapping[tuple[str, ...], Series]] = field(default_factory=dict)
     """Latency observations by histogram and label values (:mod:`agentd.histograms`)."""
 
@@ -308,6 +314,18 @@ def families(snap: MetricsSnapshot) -> list[Metric]:
             "gauge",
             "Declared subscription patterns that resolve to no resource of any server.",
             [({}, snap.subscriptions_unresolved)],
+        ),
+        _family(
+            "agentd_limit_refusals_total",
+            "counter",
+            "A model's subscribe or watch_start refused by a cap on what it may create (label: the setting).",
+            _by("limit", snap.limit_refusals),
+        ),
+        _family(
+            "agentd_subscribe_failures_total",
+            "counter",
+            "Subscriptions a model asked for (subscribe, watch_start) that the server refused or did not confirm.",
+            _by("server", snap.subscribe_failures),
         ),
     ]
     out.append(

@@ -28,12 +28,11 @@ import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Literal, TypedDict
 
-import orjson
-
 from agentd import __version__
 from agentd.jsonvalue import as_array, get_str
 from agentd.output import LineWriter
 from agentd.redact import redact
+from agentd.safetext import escape_json_controls, json_bytes
 
 if TYPE_CHECKING:
     from agentd.config import Settings
@@ -116,7 +115,8 @@ class StreamJson:
 
     def _put(self, line: dict[str, object]) -> None:
         record = {"type": line.pop("type"), "ts": _now(), "session_id": self.session_id, **redact(line)}
-        self._writer.put(orjson.dumps(record, default=str) + b"\n")
+        # Model output may hold integers past 64 bits or C1 controls: written whole, terminal-safe.
+        self._writer.put(escape_json_controls(json_bytes(record, default=str)) + b"\n")
 
     def _cut(self, text: str, line: dict[str, object]) -> str:
         if self._truncate and len(text) > self._truncate:
@@ -202,7 +202,7 @@ class StreamJson:
             self._put({"type": "tool_call", "agent": f.get("agent"), "name": f.get("tool"), "refused": True})
         elif event == "step.tool_call":
             line = {"type": "tool_call", "agent": f.get("agent"), "name": f.get("name")}
-            line["arguments"] = self._cut(orjson.dumps(f.get("arguments") or {}, default=str).decode(), line)
+            line["arguments"] = self._cut(json_bytes(f.get("arguments") or {}, default=str).decode(), line)
             self._put(line)
         elif event == "step.tool_result":
             line = {

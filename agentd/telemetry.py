@@ -35,8 +35,6 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import IO, Literal
 
-import orjson
-
 from agentd.histograms import HistogramName, Histograms
 from agentd.output import DEFAULT_TELEMETRY_BUFFER, LineWriter, RateLimiter, Suppressed
 
@@ -44,6 +42,7 @@ from agentd.output import DEFAULT_TELEMETRY_BUFFER, LineWriter, RateLimiter, Sup
 from agentd.redact import REDACTED as REDACTED
 from agentd.redact import is_secret_key as is_secret_key
 from agentd.redact import redact as redact
+from agentd.safetext import escape_controls, escape_json_controls, json_bytes
 from agentd.vocabulary import EVENTS, LEVEL_RANK, SEVERITY, Level
 
 LineFormat = Literal["json", "text"]
@@ -67,6 +66,10 @@ RATE_LIMITED: dict[str, tuple[str, ...]] = {
     "tool.refused": ("agent",),
     # A declared glob over 10,000 URIs with the start-up re-read off would write 10,000 lines.
     "resource.reread_skipped": ("route",),
+    "tool.content_omitted": ("agent",),
+    # Said once per cap hit already (rfcs/0265); a model that frees and refills a slot in a loop is folded here.
+    "limit.reached": ("limit",),
+    "self.subscribe_failed": ("server",),
     "log": ("logger",),
     "child.stderr": ("source",),
 }
@@ -77,7 +80,7 @@ RATE_WINDOW_S = 10.0
 
 
 def _redacted_str(value: object) -> str:
-    """orjson's fallback for values it cannot encode (exceptions, paths): their text, redacted."""
+    """The JSON encoder's fallback for values it cannot encode (exceptions, paths): their text, redacted."""
     return redact(str(value))
 
 
@@ -293,27 +296,40 @@ class Telemetry:
 
 
 def _encode(record: Mapping[str, object]) -> bytes:
-    """One NDJSON line; a value orjson refuses (an integer past 64 bits) is written as text."""
+    """One NDJSON line, whatever the fields hold (rfcs/0270).
+
+    Text that is not valid Unicode is written with U+FFFD; C1 and other
+    controls a terminal would act on are written as ``\\u`` escapes (JSON
+    escapes C0 itself), so the stream is safe to read on a terminal. A value
+    that cannot be written at all (nested past every encoder's depth) is
+    written as its type's name.
+    """
     try:
-        return orjson.dumps(record, default=_redacted_str) + b"\n"
-    except (TypeError, orjson.JSONEncodeError):
-        return (
-            orjson.dumps({k: (v if isinstance(v, str) else redact(repr(v))) for k, v in record.items()})
-            + b"\n"
-        )
+        line = json_bytes(record, default=_redacted_str)
+    except (TypeError, ValueError):  # TooDeep is a ValueError; a default that failed
+        line = json_bytes({k: v if isinstance(v, str) else _unwritable(v) for k, v in record.items()})
+    return escape_json_controls(line) + b"\n"
+
+
+def _unwritable(value: object) -> str:
+    try:
+        return redact(repr(value))
+    except RecursionError:
+        return f"<{type(value).__name__} nested too deeply to show>"
 
 
 def _text_value(value: object) -> str:
     if isinstance(value, dict):
         value = {k: v for k, v in value.items() if v not in (0, None, {}, [])}  # a person wants what moved
-    if isinstance(value, str):
-        text = value if value and " " not in value and "=" not in value else orjson.dumps(value).decode()
+    if isinstance(value, str) and value and " " not in value and "=" not in value:
+        text = value
     else:
         try:
-            text = orjson.dumps(value, default=_redacted_str).decode()
-        except (TypeError, orjson.JSONEncodeError):
-            text = redact(repr(value))
-    text = text.replace("\n", "\\n")
+            text = json_bytes(value, default=_redacted_str).decode()
+        except (TypeError, ValueError):
+            text = _unwritable(value)
+    # Controls shown as escapes: a model's tool name or URI cannot act on the terminal or fake a line.
+    text = escape_controls(text)
     return text if len(text) <= TEXT_VALUE_CHARS else text[: TEXT_VALUE_CHARS - 1] + "…"
 
 
@@ -321,12 +337,14 @@ def _text_line(record: Mapping[str, object]) -> bytes:
     """``HH:MM:SS.mmm LEVEL event key=value …``: what a person at a terminal reads.
 
     Fields that are None are left out; long values are cut; a traceback
-    follows on its own lines.
+    follows on its own lines. Every part goes through
+    :func:`agentd.safetext.escape_controls`: the line writes nothing but its
+    own characters, whatever a field holds.
     """
     ts = str(record.get("ts", ""))
     clock = ts[11:23] if len(ts) >= 23 else ts
     level = str(record.get("level", "info")).upper()
-    parts = [clock, f"{level:<7}", str(record.get("event", ""))]
+    parts = [clock, f"{level:<7}", escape_controls(str(record.get("event", "")))]
     traceback = None
     for key, value in record.items():
         if key in ("ts", "level", "severity", "event") or value is None:
@@ -334,10 +352,10 @@ def _text_line(record: Mapping[str, object]) -> bytes:
         if key == "traceback" and isinstance(value, str):
             traceback = value
             continue
-        parts.append(f"{key}={_text_value(value)}")
+        parts.append(f"{escape_controls(key)}={_text_value(value)}")
     line = " ".join(parts) + "\n"
     if traceback:
-        line += "".join("    " + t + "\n" for t in traceback.rstrip("\n").split("\n"))
+        line += "".join("    " + escape_controls(t) + "\n" for t in traceback.rstrip("\n").split("\n"))
     return line.encode(errors="replace")
 
 

@@ -388,9 +388,9 @@ class Tracing:
             "gen_ai.agent.id": agent,
         }
         if self.capture:
-            import orjson
+            from agentd.safetext import json_bytes
 
-            attributes["gen_ai.tool.call.arguments"] = orjson.dumps(dict(arguments), default=str).decode()[
+            attributes["gen_ai.tool.call.arguments"] = json_bytes(dict(arguments), default=str).decode()[
                 :MAX_CONTENT_CHARS
             ]
         with self._tracer.start_as_current_span(

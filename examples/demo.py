@@ -20,12 +20,34 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import trio
 
 HERE = Path(__file__).resolve().parent
+START_TIMEOUT = 180.0
+"""Start-up to the first subscription: a few seconds, but the first start after
+an install compiles agentd's modules in three processes at once, which on a
+busy 2-core machine has taken over half a minute."""
 STEP_TIMEOUT = 30.0
+"""Each later step (a wake, an answer, the drain) takes well under a second."""
+T0 = time.monotonic()
+#: Telemetry events worth a progress line while agentd starts, the first time each is seen.
+MILESTONES = {
+    "supervisor.start": "agentd is up (pid {pid})",
+    "upstream.connected": "connected to the memo server ({protocol_version})",
+    "zygote.ready": "the agent template is warm: agents now start by fork",
+}
+
+
+def say(text: str) -> None:
+    """One progress line, with the seconds since the demo started."""
+    print(f"[{time.monotonic() - T0:5.1f}s] {text}", flush=True)
+
+
+class DemoFailed(Exception):
+    """A step did not happen; the message says which."""
 
 
 async def main(verbose: bool) -> int:
@@ -38,7 +60,9 @@ async def main(verbose: bool) -> int:
         "--mcp-stdio", f"memo={sys.executable} -m agentd serve memo --file {notes}",
         "--verbose",
     ]
-    print(f"$ agentd --mode reactive --config examples/reactive-demo.toml  (notes file: {notes})")
+    say(f"$ agentd --mode reactive --config examples/reactive-demo.toml  (notes file: {notes})")
+    say("starting agentd, its memo server and its agent template (the first start after an")
+    say("install also compiles their modules: up to half a minute on a busy machine)")
     proc = await trio.lowlevel.open_process(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                             stderr=subprocess.PIPE)
     events: list[dict] = []
@@ -55,53 +79,65 @@ async def main(verbose: bool) -> int:
                 text = line.decode(errors="replace")
                 if parse:
                     try:
-                        sink.append(json.loads(text))
+                        event = json.loads(text)
                     except ValueError:
-                        print(f"  [agentd stderr] {text}")
+                        say(f"  [agentd stderr] {text}")
                         continue
+                    sink.append(event)
                     if verbose:
-                        print(f"  [telemetry] {text}")
+                        say(f"  [telemetry] {text}")
+                    elif event.get("event") in MILESTONES:
+                        say("   " + MILESTONES.pop(event["event"]).format_map(event))
                 else:
                     sink.append(text)
-                    print(f"  [agentd stdout] {text}")
+                    say(f"  [agentd stdout] {text}")
             changed.set()
             changed = trio.Event()
         changed.set()
 
-    async def wait_for(pred, what: str) -> dict | str:
-        with trio.fail_after(STEP_TIMEOUT):
+    async def wait_for(pred, what: str, timeout: float = STEP_TIMEOUT) -> dict | str:
+        with trio.move_on_after(timeout):
             while True:
                 for item in (events if what != "output" else out):
                     if pred(item):
                         return item
                 if proc.returncode is not None:
-                    raise RuntimeError(f"agentd exited with {proc.returncode} while waiting for {what}")
+                    raise DemoFailed(f"agentd exited with {proc.returncode} while the demo waited for {what}")
                 await changed.wait()
+        raise DemoFailed(f"no {what} within {timeout:.0f} s")
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(pump, proc.stderr, events, True)
         nursery.start_soon(pump, proc.stdout, out, False)
         try:
-            await wait_for(lambda e: e.get("event") == "subscription.established", "subscription")
-            print("1. subscribed to memo://notes")
+            await wait_for(
+                lambda e: e.get("event") == "subscription.established", "subscription", START_TIMEOUT
+            )
+            say("1. subscribed to memo://notes")
             await wait_for(lambda s: s.startswith("The notes now say: {}"), "output")
-            print("2. start-up re-read: one agent read the notes as they are (anything changed while")
-            print("   agentd was down is handled at start); now the daemon is idle")
+            say("2. start-up re-read: one agent read the notes as they are (anything changed while")
+            say("   agentd was down is handled at start); now the daemon is idle")
             tmp = notes.with_suffix(".tmp")
             tmp.write_text(json.dumps({"todo": "ship the release", "owner": "sam"}))
             os.replace(tmp, notes)
-            print("3. another program edited the notes file")
+            say("3. another program edited the notes file")
             spawn = await wait_for(
                 lambda e: e.get("event") == "subagent.spawn" and e.get("agent") != "a1", "spawn"
             )
-            print(f"4. the change was routed ({spawn.get('route')}) and woke agent {spawn['agent']}")
+            say(f"4. the change was routed ({spawn.get('route')}) and woke agent {spawn['agent']}")
             await wait_for(lambda s: "ship the release" in s, "output")
-            print("5. the agent read the resource and answered (above)")
+            say("5. the agent read the resource and answered (above)")
             proc.send_signal(signal.SIGTERM)
-            with trio.fail_after(STEP_TIMEOUT):
+            with trio.move_on_after(STEP_TIMEOUT):
                 code = await proc.wait()
-            print(f"6. SIGTERM -> drained cleanly, exit code {code}")
-            return code
+                say(f"6. SIGTERM -> drained cleanly, exit code {code}")
+                return code
+            raise DemoFailed(f"agentd did not drain within {STEP_TIMEOUT:.0f} s of SIGTERM")
+        except DemoFailed as exc:
+            say(f"the demo failed: {exc}; agentd's last telemetry lines:")
+            for event in events[-15:]:
+                say("  " + json.dumps(event)[:300])
+            return 1
         finally:
             if proc.returncode is None:
                 proc.kill()

@@ -1,1 +1,1 @@
-"""The agent side: the inner agentic loop, the child process entry, the zygote."""
+"""The agent side: the inner agentic loop, what a tool result becomes for the model, the child process entry, the zygote."""

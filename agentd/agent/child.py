@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, TypedDict, TypeGuard, get_args
 import trio
 
 from agentd.jsonvalue import as_object
+from agentd.safetext import valid_text
 from agentd.selfmcp.control import FrameStream, read_first_line
 from agentd.selfmcp.protocol import (
     MAX_CALL_COST_USD,
@@ -202,7 +203,8 @@ class ControlLink:
             status=status,
             text=text,
             idle=bool(idle),
-            fatal_infra=None if fatal_infra is None else fatal_infra[:MAX_MESSAGE_CHARS],
+            # A provider's error message may quote what it was sent: valid text only (rfcs/0270).
+            fatal_infra=None if fatal_infra is None else valid_text(fatal_infra[:MAX_MESSAGE_CHARS]),
         )
         answer = await self._request(end, timeout=None)
         assert isinstance(answer, NextTurn)
@@ -289,11 +291,17 @@ class SelfMcpLink:
     """:class:`agentd.agent.loop.SupervisorLink`: tools over MCP, usage and turn ends over control frames."""
 
     def __init__(
-        self, client: Client, control: ControlLink, release: Callable[[], None] | None = None
+        self,
+        client: Client,
+        control: ControlLink,
+        release: Callable[[], None] | None = None,
+        *,
+        images: bool = False,
     ) -> None:
         self._client = client
         self._control = control
         self._release = release
+        self._images = images
 
     async def call_tool(self, name: str, arguments: dict[str, object]) -> ToolResult:
         from agentd.agent.loop import ToolResult
@@ -305,8 +313,15 @@ class SelfMcpLink:
             return ToolResult(f"tool {name!r} did not answer within {LINK_TIMEOUT:g}s", True)
         except Exception as exc:  # an MCPError from the supervisor: the model sees it
             return ToolResult(f"tool {name!r} failed: {exc}", True)
-        text = "\n".join(getattr(c, "text", "") or "" for c in result.content)
-        return ToolResult(text, bool(result.is_error))
+        from agentd.agent.content import convert
+
+        got = convert(result, images=self._images)
+        for part in got.omitted:
+            fields = {"tool": name, "kind": part.kind, "mime_type": part.mime_type, "bytes": part.size}
+            if part.reason == "model_takes_no_images":
+                fields["fix"] = "if the model takes images, set images = true in [model_settings]"
+            self._control.post_event("tool.content_omitted", {**fields, "reason": part.reason})
+        return ToolResult(got.text, got.is_error, got.images)
 
     async def report_usage(self, *, call: ModelCall) -> UsageVerdict:
         if self._release is not None:
@@ -354,6 +369,7 @@ async def amain(
     from agentd.agent.loop import run_agent
     from agentd.errors import FatalInfraError
     from agentd.models import make_model
+    from agentd.models.base import takes_images
     from agentd.selfmcp.transport import stream_transport
     from agentd.tracing import child_turn_context
 
@@ -374,7 +390,7 @@ async def amain(
         nursery.start_soon(control.run, nursery.cancel_scope)
         try:
             async with Client(stream_transport(mcp_stream), mode="2026-07-28", cache=None) as client:
-                link = SelfMcpLink(client, control, release)
+                link = SelfMcpLink(client, control, release, images=takes_images(model))
                 mark("child.mcp", payload.agent)
                 try:
                     # The supervisor's turn span: the MCP SDK puts it in each tool call's _meta.

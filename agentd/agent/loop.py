@@ -17,10 +17,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-import orjson
-
+from agentd.agent.content import bound_images
 from agentd.exitcodes import TerminalStatus
-from agentd.models import Message, Model, ModelReply, Prompt, ToolCall, ToolSpec
+from agentd.models import Message, Model, ModelReply, Prompt, ToolCall, ToolSpec, valid_reply
+from agentd.models.base import ImagePart
+from agentd.safetext import json_bytes
 from agentd.selfmcp.protocol import NextTurn, StopReason, UsageVerdict, unknown_tool_text
 from agentd.watches.notices import is_no_reply
 
@@ -33,10 +34,11 @@ MAX_TOOL_RESULT_CHARS = 64_000
 
 @dataclass
 class ToolResult:
-    """What a tool call returned, as the model will see it."""
+    """What a tool call returned, as the model will see it (images after the text)."""
 
     text: str
     is_error: bool = False
+    images: tuple[ImagePart, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -98,9 +100,7 @@ class RunState:
 
 def _fingerprint(call: ToolCall) -> str:
     args = (
-        call.raw_arguments
-        if call.arguments is None
-        else orjson.dumps(call.arguments, option=orjson.OPT_SORT_KEYS).decode()
+        call.raw_arguments if call.arguments is None else json_bytes(call.arguments, sort_keys=True).decode()
     )
     return f"{call.name}\x00{args}"
 
@@ -141,7 +141,9 @@ async def run_turn(
         started = time.monotonic()
         # A snapshot: what this call was asked stays as it was while the transcript grows.
         prompt = Prompt(system=system, messages=tuple(state.messages), tools=tools)
-        reply: ModelReply = await model.complete(prompt)
+        # Whatever the model emitted (lone surrogates, odd names, arguments nested a thousand
+        # deep), from here on the reply is valid text and each call can be made or is an error.
+        reply: ModelReply = valid_reply(await model.complete(prompt))
         latency_ms = (time.monotonic() - started) * 1000
         state.turn_steps += 1
         verdict = await link.report_usage(
@@ -186,10 +188,12 @@ async def run_turn(
             else:
                 result = await link.call_tool(call.name, dict(call.arguments or {}))
             state.messages.append(
-                Message(
-                    role="tool", content=_cap(result.text), tool_call_id=call.id, is_error=result.is_error
+                Message.tool_result(
+                    call.id, _cap(result.text), is_error=result.is_error, images=result.images
                 )
             )
+            if result.images:
+                bound_images(state.messages)
             if len(state.recent_calls) == STALL_REPEATS and len(set(state.recent_calls)) == 1:
                 return "stalled"
 

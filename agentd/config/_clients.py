@@ -50,6 +50,7 @@ _JSON_KEYS = frozenset(
         "oauth",
         "allowed_tools",
         "disallowed_tools",
+        "protocol",
     }
 )
 

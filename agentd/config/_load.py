@@ -25,19 +25,27 @@ from agentd.config._sources import (
     _LoadContext,
     _loading,
     _renamed_settings,
+    _spell,
     _spell_in,
     _translate,
 )
-from agentd.config._values import _expand_user
-from agentd.config._vocab import MODEL_SETTING_FLAGS, SERVER_FLAG_KEYS
-from agentd.errors import ConfigError
+from agentd.config._values import _expand_user, not_a_file_fix
+from agentd.config._vocab import MAX_CONFIG_FILE_BYTES, MODEL_SETTING_FLAGS, SERVER_FLAG_KEYS
+from agentd.errors import ConfigError, NotAFile
+from agentd.state.files import read_regular_file
 
 
 def _read_toml(path: Path) -> dict[str, object]:
     try:
         if "\x00" in str(path):
             raise OSError(0, "a path cannot contain a NUL character")
-        raw = path.read_bytes()
+        raw = read_regular_file(path, MAX_CONFIG_FILE_BYTES)
+        if len(raw) > MAX_CONFIG_FILE_BYTES:
+            raise ConfigError(
+                "--config", str(path), f"the config file is larger than {MAX_CONFIG_FILE_BYTES} bytes"
+            )
+    except NotAFile as exc:
+        raise ConfigError("--config", str(path), f"it {exc.problem}; {not_a_file_fix(exc.kind)}") from None
     except OSError as exc:
         raise ConfigError(
             "--config",
@@ -80,6 +88,7 @@ def load_settings(
     *,
     config_file: Path | None = None,
     env: Mapping[str, str] | None = None,
+    run_inputs: bool = True,
 ) -> Settings:
     """Build and validate the settings from every layer.
 
@@ -94,6 +103,9 @@ def load_settings(
         config_file: the TOML file (``--config``); when None,
             ``AGENTD_CONFIG`` from ``env`` names it, if set.
         env: the environment (``os.environ`` when None).
+        run_inputs: require a model and the instruction the mode needs
+            (False for ``agentd check``: :func:`run_needs` says what a run
+            would still need).
 
     Returns:
         The frozen, fully validated settings.
@@ -161,7 +173,7 @@ def load_settings(
         settings_flags["routes"] = parsed
     _raise_all(problems)
 
-    ctx = _LoadContext(env=env, file_data=file_data, file_label=file_label)
+    ctx = _LoadContext(env=env, file_data=file_data, file_label=file_label, run_inputs=run_inputs)
     deprecations = _renamed_settings(settings_flags, ctx)
     given = {k: settings_flags.pop(k) for k in MODEL_SETTING_FLAGS if k in settings_flags}
     if given:
@@ -185,6 +197,16 @@ def load_settings(
     settings._deprecations = tuple(deprecations)
     settings._ignored = tuple(ignored)
     return settings
+
+
+def run_needs(settings: Settings) -> list[ConfigError]:
+    """What a run with ``settings`` would still need (a model, an instruction), each with its fix.
+
+    Empty for settings :func:`load_settings` validated with ``run_inputs``.
+    """
+    from agentd.config._rules import run_needs as needs
+
+    return [ConfigError(_spell(p.loc, {}, "config file"), p.value, p.fix) for p in needs(settings)]
 
 
 def ignored_keys(settings: Settings) -> tuple[str, ...]:

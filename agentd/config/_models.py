@@ -32,9 +32,10 @@ from agentd.config._vocab import (
     Disposition,
     Extract,
     Overflow,
+    ProtocolSetting,
     ProviderApi,
     ToolScope,
-    Transport,
+    TransportSetting,
 )
 from agentd.errors import ConfigError
 from agentd.limits import TokenAuthMethod
@@ -111,9 +112,15 @@ class ServerSpec(_Frozen):
     cwd: str | None = None
     url: str | None = None
     """``http(s)://`` endpoint of a Streamable HTTP (or legacy HTTP+SSE) server."""
-    transport: Transport | None = None
-    """``stdio`` for a command; ``http`` (Streamable HTTP, the default for a URL) or ``sse``
-    (the legacy HTTP+SSE transport) for a URL. Filled in when not given."""
+    transport: TransportSetting | None = None
+    """``stdio`` for a command; ``http`` (Streamable HTTP) or ``sse`` (the legacy HTTP+SSE
+    transport) for a URL, or ``auto`` (the default for a URL): Streamable HTTP, falling back
+    to HTTP+SSE when the server refuses it with a 4xx; the transport found is kept for the
+    life of the process (rfcs/0286). Filled in when not given."""
+    protocol: ProtocolSetting = "auto"
+    """The MCP version to speak: ``auto`` probes ``server/discover`` and falls back to the
+    ``initialize`` handshake when the probe fails in any way (the era found is kept for the
+    life of the process); a version skips the probe (rfcs/0285)."""
     headers: dict[str, str] = Field(default_factory=dict, repr=False)
     """HTTP headers sent with every request (may hold credentials: not in repr)."""
     bearer_token_env: str | None = None
@@ -145,7 +152,7 @@ class ServerSpec(_Frozen):
         ):
             data = {**data, "command": sys.executable, "args": ["-m", "agentd", *data.get("args", [])]}
         if isinstance(data, dict) and data.get("transport") is None:
-            data = {**data, "transport": "stdio" if data.get("command") is not None else "http"}
+            data = {**data, "transport": "stdio" if data.get("command") is not None else "auto"}
         return data
 
     @field_validator("name")
@@ -195,7 +202,7 @@ class ServerSpec(_Frozen):
             )
         if self.url is not None and self.transport == "stdio":
             problems.append(
-                _Problem(("transport",), self.transport, "a url server's transport is http or sse")
+                _Problem(("transport",), self.transport, "a url server's transport is http, sse or auto")
             )
         if self.url is not None:
             parts = urlsplit(self.url)
@@ -255,6 +262,8 @@ class ModelSettingsConfig(_Frozen):
     parallel_tool_calls: bool | None = None
     tool_choice: str | None = None
     prompt_cache: str | None = None
+    images: bool | None = None
+    """Whether the model takes images from tool results (unset: yes for the providers' own endpoints)."""
     extra: dict[str, object] = Field(default_factory=dict)
 
     @model_validator(mode="before")
@@ -301,6 +310,8 @@ class ProviderSpec(_Frozen):
     """Extra request headers (``${VAR}`` is expanded; values may be credentials: not in repr)."""
     prices: str | None = None
     """Price its calls as this ``genai-prices`` provider (e.g. ``openai`` for a proxy); none: unknown."""
+    images: bool | None = None
+    """Whether its models take images from tool results (``images`` in a route's settings wins); none: no."""
 
     @field_validator("base_url")
     @classmethod
@@ -344,6 +355,7 @@ class ProviderSpec(_Frozen):
             api_key_env=self.api_key_env,
             headers=dict(self.headers),
             prices=self.prices,
+            images=self.images,
         )
 
 
@@ -539,6 +551,7 @@ _LIMITS = WatchLimits()
 #: ``WatchLimits`` field -> the ``[watches]`` key that sets it.
 _LIMIT_KEYS = {
     "max_watches": "max_watches",
+    "max_watches_total": "max_watches_total",
     "filter_time_secs": "filter_timeout",
     "filter_tool_calls": "filter_tool_calls",
     "events_per_update": "events_per_update",
@@ -559,6 +572,8 @@ class WatchesConfig(_Frozen):
 
     max_watches: int = _LIMITS.max_watches
     """Watches one agent may hold at once."""
+    max_watches_total: int = _LIMITS.max_watches_total
+    """Watches all agents together may hold at once (rfcs/0265)."""
     filter_timeout: float = _LIMITS.filter_time_secs
     """Wall-clock budget of one ``on_event`` filter run."""
     filter_tool_calls: int = _LIMITS.filter_tool_calls
@@ -584,6 +599,7 @@ class WatchesConfig(_Frozen):
         """
         return WatchLimits(
             max_watches=self.max_watches,
+            max_watches_total=self.max_watches_total,
             filter_time_secs=float(self.filter_timeout),
             filter_tool_calls=self.filter_tool_calls,
             events_per_update=self.events_per_update,
@@ -599,7 +615,7 @@ class WatchesConfig(_Frozen):
     def _durations(cls, v: object) -> float:
         return _duration(v, positive=True)
 
-    @field_validator("max_watches", "filter_tool_calls", mode="before")
+    @field_validator("max_watches", "max_watches_total", "filter_tool_calls", mode="before")
     @classmethod
     def _positive(cls, v: object) -> int:
         return _integer(v, minimum=1)

@@ -20,9 +20,10 @@ from agentd.config._clients import Translated, translate_codex, translate_json
 from agentd.config._models import ServerSpec
 from agentd.config._problems import _join, _problems_of, _raise_all
 from agentd.config._sources import _translate
-from agentd.config._values import _expand_user
-from agentd.config._vocab import _ENV_REF_RE
-from agentd.errors import ConfigError
+from agentd.config._values import _expand_user, not_a_file_fix
+from agentd.config._vocab import _ENV_REF_RE, _OPTION_RE, MAX_CONFIG_FILE_BYTES, SERVER_FLAG_OPTIONS
+from agentd.errors import ConfigError, NotAFile
+from agentd.state.files import read_regular_file
 
 if TYPE_CHECKING:
     from agentd.config._settings import Settings
@@ -87,7 +88,8 @@ def parse_mcp_servers_json(
     "http" | "streamable-http" | "sse"`` (checked against the keys present),
     ``timeout`` (seconds per tool call) and the agentd extensions
     (``required``, ``startup_timeout``, ``bearer_token_env``, ``oauth``,
-    ``allowed_tools``, ``disallowed_tools``). Entries with ``"disabled":
+    ``allowed_tools``, ``disallowed_tools``, ``protocol``). A ``url`` with
+    no ``type`` is ``auto``: Streamable HTTP, else HTTP+SSE. Entries with ``"disabled":
     true`` are skipped. ``${VAR}`` / ``${VAR:-default}`` (and VS Code's
     ``${env:VAR}``) in strings are expanded from ``env``. Keys agentd does not
     use are appended to ``ignored`` (spelled ``LABEL: mcpServers.NAME.KEY``).
@@ -159,12 +161,36 @@ def parse_server_file(
     return parse_mcp_servers_json(text, label=label, env=env, ignored=ignored)
 
 
+def _flag_options(text: str, where: str) -> tuple[str, dict[str, str]]:
+    """Split the trailing ``,KEY=VALUE`` options (:data:`SERVER_FLAG_OPTIONS`) off a server flag.
+
+    Only pieces whose key is one of the flag's options are taken, from the
+    end, so a comma inside a command line or a URL stays where it is.
+    """
+    keys = SERVER_FLAG_OPTIONS[where]
+    options: dict[str, str] = {}
+    head = text
+    while True:
+        rest, sep, piece = head.rpartition(",")
+        match = _OPTION_RE.match(piece) if sep else None
+        if match is None or match.group(1) not in keys:
+            return head, options
+        key, value = match.group(1), match.group(2).strip()
+        if key in options:
+            raise ConfigError(where, text, f"{key} is given twice; keep one")
+        options[key] = value
+        head = rest
+
+
 def _stdio_flag(text: str, env: Mapping[str, str]) -> ServerSpec:
     where = "--mcp-stdio"
+    text, options = _flag_options(text, where)
     name, sep, command = text.partition("=")
     if not sep or not command.strip():
         raise ConfigError(
-            where, text, "write NAME=COMMAND ARGS…, e.g. --mcp-stdio 'memo=memo-server --db /tmp/m'"
+            where,
+            text,
+            "write NAME=COMMAND ARGS…[,protocol=VERSION], e.g. --mcp-stdio 'memo=memo-server --db /tmp/m'",
         )
     try:
         argv = shlex.split(command)
@@ -174,7 +200,7 @@ def _stdio_flag(text: str, env: Mapping[str, str]) -> ServerSpec:
         ) from None
     return _server_spec(
         name.strip(),
-        {"command": argv[0], "args": argv[1:]},
+        {"command": argv[0], "args": argv[1:], **options},
         where=f"{where} {name.strip()}",
         source=f"--mcp-stdio {name.strip()}",
     )
@@ -182,12 +208,18 @@ def _stdio_flag(text: str, env: Mapping[str, str]) -> ServerSpec:
 
 def _http_flag(text: str) -> ServerSpec:
     where = "--mcp-http"
+    text, options = _flag_options(text, where)
     name, sep, url = text.partition("=")
     if not sep or not url.strip():
-        raise ConfigError(where, text, "write NAME=URL, e.g. --mcp-http 'docs=http://127.0.0.1:8000/mcp'")
+        raise ConfigError(
+            where,
+            text,
+            "write NAME=URL[,transport=http|sse|auto][,protocol=VERSION], "
+            "e.g. --mcp-http 'docs=http://127.0.0.1:8000/mcp'",
+        )
     return _server_spec(
         name.strip(),
-        {"url": url.strip()},
+        {"url": url.strip(), **options},
         where=f"{where} {name.strip()}",
         source=f"--mcp-http {name.strip()}",
     )
@@ -260,7 +292,18 @@ def _collect_servers(
         try:
             if "\x00" in str(path):
                 raise OSError(0, "a path cannot contain a NUL character")
-            text = path.read_text(encoding="utf-8")
+            raw = read_regular_file(path, MAX_CONFIG_FILE_BYTES)
+            if len(raw) > MAX_CONFIG_FILE_BYTES:
+                problems.append(
+                    ConfigError(
+                        how, str(path), f"the MCP server file is larger than {MAX_CONFIG_FILE_BYTES} bytes"
+                    )
+                )
+                return
+            text = raw.decode("utf-8")
+        except NotAFile as exc:
+            problems.append(ConfigError(how, str(path), f"it {exc.problem}; {not_a_file_fix(exc.kind)}"))
+            return
         except (OSError, UnicodeDecodeError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
             problems.append(

@@ -46,6 +46,8 @@ from agentd.config._values import (
 )
 from agentd.config._vocab import (
     DEFAULT_MAX_READ_BYTES,
+    DEFAULT_MAX_SELF_SUBSCRIPTIONS,
+    DEFAULT_MAX_SELF_SUBSCRIPTIONS_PER_SESSION,
     DEFAULT_MAX_TURN_STEPS,
     DEFAULT_MODEL_TIMEOUT,
     DEFAULT_TOOL_TIMEOUT,
@@ -140,6 +142,10 @@ class Settings(BaseSettings):
     """HOST:PORT of the Prometheus endpoint (None: no endpoint)."""
     max_read_bytes: int = DEFAULT_MAX_READ_BYTES
     """Largest resource read accepted from a server."""
+    max_self_subscriptions_per_session: int = DEFAULT_MAX_SELF_SUBSCRIPTIONS_PER_SESSION
+    """Subscriptions one session's model may hold at once (its own ``subscribe``; rfcs/0265)."""
+    max_self_subscriptions: int = DEFAULT_MAX_SELF_SUBSCRIPTIONS
+    """Subscriptions the models of every session may hold together (rfcs/0265)."""
     watches: WatchesConfig = Field(default_factory=WatchesConfig)
     tool_timeout: float = DEFAULT_TOOL_TIMEOUT
     """Seconds one upstream tool call may take (a server's ``timeout`` overrides it)."""
@@ -149,7 +155,16 @@ class Settings(BaseSettings):
     """Globs over ``server__tool`` names never offered to any agent."""
     state_dir: Path | None = None
     """Directory for everything agentd keeps across restarts: watch state, session journals
-    (rfcs/0210), OAuth tokens; None: kept in memory only."""
+    (rfcs/0210), OAuth tokens, once runs' conversations; None: kept in memory only, but a
+    once run's conversation goes to the per-user state directory (rfcs/0303)."""
+    continue_conversation: bool = False
+    """``--continue``: the once run continues the conversation saved last (rfcs/0303)."""
+    resume: str | None = None
+    """``--resume ID``: the once run continues this conversation (a ``session_id``)."""
+    ephemeral: bool = False
+    """A once run saves no conversation (``--ephemeral``)."""
+    quiet: bool = False
+    """``-q``: only the answer and errors (telemetry at ``error``; rfcs/0301)."""
     reconnect_backoff: Annotated[tuple[float, ...] | None, NoDecode] = None
     """Seconds before reconnect attempt 1, 2, … of an upstream server, comma-separated
     (``AGENTD_RECONNECT_BACKOFF=1,2,4``; None: 1, 2, 4, 8, 16 s). An operator knob; tests
@@ -267,6 +282,20 @@ class Settings(BaseSettings):
         if why is not None:
             raise ValueError(why)
         return v
+
+    @field_validator("resume", mode="before")
+    @classmethod
+    def _resume(cls, v: object) -> object:
+        if not isinstance(v, str):
+            return v
+        from agentd.state.conversations import ID_RE
+
+        text = v.strip()
+        if not ID_RE.fullmatch(text):
+            raise ValueError(
+                "a session id is letters, digits, '-' and '_': the session_id a run prints with --output json"
+            )
+        return text
 
     @field_validator("session_max_tokens", mode="before")
     @classmethod
@@ -389,6 +418,22 @@ class Settings(BaseSettings):
             raise ValueError("must be at least 1 byte; write e.g. 8MiB")
         return size
 
+    @field_validator("max_self_subscriptions_per_session", "max_self_subscriptions", mode="before")
+    @classmethod
+    def _subscription_caps(cls, v: object, info: ValidationInfo) -> int:
+        default = (
+            DEFAULT_MAX_SELF_SUBSCRIPTIONS
+            if info.field_name == "max_self_subscriptions"
+            else DEFAULT_MAX_SELF_SUBSCRIPTIONS_PER_SESSION
+        )
+        try:
+            return _integer(v, minimum=1)
+        except ValueError:
+            raise ValueError(
+                f"give a whole number of subscriptions, 1 or more (default {default}); past it a model's "
+                "subscribe is refused with a tool error"
+            ) from None
+
     @field_validator("cron")
     @classmethod
     def _cron(cls, v: str | None) -> str | None:
@@ -480,7 +525,9 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _cross_fields(self) -> Settings:
         ctx = _CONTEXT.get()
-        problems = cross_field_problems(self, ctx.env if ctx is not None else os.environ)
+        problems = cross_field_problems(
+            self, ctx.env if ctx is not None else os.environ, run_inputs=ctx is None or ctx.run_inputs
+        )
         if problems:
             raise _Problems(problems)
         return self

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 from agentd.config._vocab import _ADDR_RE, MAX_TEXT_FILE_BYTES, MODEL_FORMS, MODEL_PREFIXES
 from agentd.durations import parse_duration
-from agentd.errors import ConfigError
+from agentd.errors import ConfigError, NotAFile
+from agentd.state.files import read_regular_file
 
 if TYPE_CHECKING:
     from agentd.config._models import ProviderSpec
@@ -46,7 +47,12 @@ def _expand_user(path: Path) -> Path:
 
 
 def _read_at_file(value: str, what: str) -> str:
-    """``@FILE`` reads the file; ``@@text`` is the literal ``@text``; anything else is itself."""
+    """``@FILE`` reads the file; ``@@text`` is the literal ``@text``; anything else is itself.
+
+    Only a regular file is read (links are followed): a FIFO would block
+    ``agentd check`` and the start on a writer that may never come, a device
+    may never end, a directory holds no text. Each is refused with the fix.
+    """
     if value.startswith("@@"):
         return value[1:]
     if not value.startswith("@"):
@@ -55,19 +61,33 @@ def _read_at_file(value: str, what: str) -> str:
         raise ValueError("a file path cannot contain a NUL character")
     path = _expand_user(Path(value[1:]))
     try:
-        with path.open("rb") as f:
-            data = f.read(MAX_TEXT_FILE_BYTES + 1)
+        data = read_regular_file(path, MAX_TEXT_FILE_BYTES)
         if len(data) > MAX_TEXT_FILE_BYTES:
             raise ValueError(
                 f"the {what} file {str(path)!r} is larger than {MAX_TEXT_FILE_BYTES} bytes; shorten it"
             )
         return data.decode("utf-8")
+    except NotAFile as exc:
+        raise ValueError(
+            f"the {what} file {str(path)!r} {exc.problem}; {not_a_file_fix(exc.kind, at_file=True)}"
+        ) from None
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
         raise ValueError(
             f"cannot read the {what} file {str(path)!r} ({reason}); fix the path, "
             f"or write @@ to start literal text with @"
         ) from None
+
+
+def not_a_file_fix(kind: str, *, at_file: bool = False) -> str:
+    """What to do instead of naming something that is not a regular file (``kind``) as a file to read."""
+    if kind == "a directory":
+        return "name a file inside it"
+    fix = (
+        "agentd reads only regular files (a FIFO would wait for a writer, a device may never end): "
+        "save the content to a file and name that"
+    )
+    return fix + ", or write @@ to start literal text with @" if at_file else fix
 
 
 def _check_addr(value: str) -> str:
@@ -124,6 +144,16 @@ def _model_error(
             return exc
         return ConfigError("model", spec, f"write {MODEL_FORMS}")
     if prefix == "script" and not _expand_user(Path(rest)).is_file():
+        script = _expand_user(Path(rest))
+        if script.exists():
+            from agentd.state.files import kind
+
+            what = kind(script.stat().st_mode)
+            return ConfigError(
+                "model",
+                spec,
+                f"the script file {rest!r} is {what}, not a regular file; {not_a_file_fix(what)}",
+            )
         return ConfigError(
             "model", spec, f"the script file {rest!r} does not exist; give the path of a model script"
         )

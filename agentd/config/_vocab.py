@@ -6,6 +6,10 @@ import re
 from typing import Literal
 
 from agentd.limits import DEFAULT_MAX_READ_BYTES as DEFAULT_MAX_READ_BYTES
+from agentd.limits import DEFAULT_MAX_SELF_SUBSCRIPTIONS as DEFAULT_MAX_SELF_SUBSCRIPTIONS
+from agentd.limits import (
+    DEFAULT_MAX_SELF_SUBSCRIPTIONS_PER_SESSION as DEFAULT_MAX_SELF_SUBSCRIPTIONS_PER_SESSION,
+)
 from agentd.limits import DEFAULT_STARTUP_TIMEOUT as DEFAULT_STARTUP_TIMEOUT
 from agentd.limits import DEFAULT_TOOL_TIMEOUT as DEFAULT_TOOL_TIMEOUT
 
@@ -40,6 +44,22 @@ ToolScope = Literal["all", "read-only"]
 Transport = Literal["stdio", "http", "sse"]
 """How agentd talks to an upstream server: a child process, Streamable HTTP, or legacy HTTP+SSE."""
 
+TransportSetting = Literal["stdio", "http", "sse", "auto"]
+"""A server's ``transport`` setting: one of :data:`Transport`, or ``auto`` (a url without a
+type: Streamable HTTP, falling back to HTTP+SSE when the server refuses it with a 4xx)."""
+
+ProtocolSetting = Literal["auto", "2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"]
+"""A server's ``protocol`` setting: ``auto`` (probe ``server/discover``, fall back to the
+``initialize`` handshake when the probe fails in any way) or the MCP version to speak, which
+skips the probe (rfcs/0285). The versions are the ``mcp`` SDK's known ones (a unit test keeps
+them in step)."""
+
+#: Options a ``--mcp-stdio`` / ``--mcp-http`` value takes after the server (``,KEY=VALUE``).
+SERVER_FLAG_OPTIONS: dict[str, tuple[str, ...]] = {
+    "--mcp-stdio": ("protocol",),
+    "--mcp-http": ("protocol", "transport"),
+}
+
 Layer = Literal["default", "file", "env", "flag"]
 
 #: Server names prefix tool names (``server__tool``); provider tool-name rules
@@ -68,6 +88,10 @@ DEFAULT_MAX_TURN_STEPS = 100
 #: prompt, and it stops ``@/dev/zero`` from eating memory.
 MAX_TEXT_FILE_BYTES = 1024 * 1024
 
+#: Largest ``--config`` TOML or ``mcp_config`` JSON file read: a config with
+#: hundreds of servers and routes is a few hundred KiB.
+MAX_CONFIG_FILE_BYTES = 16 * 1024 * 1024
+
 
 MODEL_PREFIXES = ("openai", "openai-responses", "anthropic", "azure", "bedrock", "vertex", "script")
 
@@ -92,6 +116,7 @@ _FLAG_NAMES: dict[str, str] = {
     "subscriptions": "--subscribe",
     "routes": "--route",
     "servers": "--mcp-stdio/--mcp-http",
+    "continue_conversation": "--continue",
 }
 
 #: The ``api`` values of a ``[providers.NAME]`` table.

@@ -22,6 +22,7 @@ Errors (from :mod:`agentd.errors`)::
 """
 
 from agentd.models.base import (
+    ImagePart,
     Message,
     Model,
     ModelReply,
@@ -32,6 +33,7 @@ from agentd.models.base import (
     ToolSpec,
     Usage,
     estimate_tokens,
+    valid_reply,
 )
 from agentd.models.factory import (
     PROVIDERS,
@@ -50,6 +52,7 @@ from agentd.models.settings import ModelSettings, SettingError, WireApi
 __all__ = [
     "NO_REPLY",
     "PROVIDERS",
+    "ImagePart",
     "Message",
     "Model",
     "ModelReply",
@@ -72,6 +75,7 @@ __all__ = [
     "parse_model_spec",
     "prewarm",
     "settings_problems",
+    "valid_reply",
     "validate_model_spec",
     "wire_api",
 ]

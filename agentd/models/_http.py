@@ -15,6 +15,10 @@ Retry policy (see ``rfcs/0021-model-http-retries.md``):
   the HTTP status and the provider's own message (a 404 "model not found", a
   400 "invalid request").
 * A 2xx whose body is not a JSON object: :class:`~agentd.errors.ModelResponseError`.
+  A body orjson refuses only for its text (a JSON ``"\ud800"`` escape, which
+  decodes to a lone surrogate; bytes that are not UTF-8) is read by the
+  standard library instead, every string made valid (U+FFFD; rfcs/0270):
+  a model's odd output is not an unusable answer.
 
 Bounds (see ``rfcs/0122-model-call-bounds.md``): one call, retries and
 backoff included, ends at its deadline (``--model-timeout``, default
@@ -36,11 +40,14 @@ from __future__ import annotations
 
 import email.utils
 import http
+import json
 import math
 import random
+import re
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from typing import cast
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx2
@@ -49,8 +56,9 @@ import trio
 
 from agentd import __version__
 from agentd.errors import ModelAuthError, ModelRequestError, ModelResponseError, ModelUnavailableError
-from agentd.jsonvalue import JSONObject, as_object, loads
+from agentd.jsonvalue import JSONObject, JSONValue, as_object, loads
 from agentd.redact import redact
+from agentd.safetext import json_bytes, valid_json
 from agentd.telemetry import NullTelemetry, Telemetry
 from agentd.timeline import mark
 
@@ -247,6 +255,65 @@ def provider_message(body: bytes | bytearray) -> str:
     return repr(text[:_SNIPPET_CHARS]) if text else "(empty body)"
 
 
+#: Nesting an answer keeps when it nests deeper than orjson reads (1,024 levels): a value
+#: below this depth is read as null. Only model output nests like that (a tool's input),
+#: and arguments deeper than ``MAX_TOOL_ARGUMENT_DEPTH`` are refused anyway; the standard
+#: library's parser, which recurses, reads this depth with room to spare.
+DECODE_DEPTH = 256
+
+#: A JSON string (escapes respected), or one bracket: what nesting is counted over.
+_NESTING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
+
+
+def decode_answer(raw: bytes | bytearray) -> JSONValue:
+    """A provider's JSON answer, whatever text its strings hold and however deep it nests.
+
+    orjson reads it when it can (fast, and strict). It refuses a lone
+    surrogate escape (``"\\ud800"``: valid JSON, not valid Unicode), bytes
+    that are not UTF-8, and nesting past 1,024 levels; those answers are read
+    by the standard library (invalid bytes replaced, values nested past
+    :data:`DECODE_DEPTH` read as null) and every string made valid
+    (:func:`agentd.safetext.valid_json`: a lone surrogate becomes U+FFFD).
+
+    Raises:
+        orjson.JSONDecodeError: the body is not JSON.
+    """
+    try:
+        return loads(raw)
+    except orjson.JSONDecodeError as exc:
+        refused = exc
+    try:
+        value: JSONValue = json.loads(_flattened(bytes(raw), DECODE_DEPTH).decode("utf-8", errors="replace"))
+    except (ValueError, RecursionError):  # not JSON after all (json.JSONDecodeError is a ValueError)
+        raise refused from None
+    return cast(JSONValue, valid_json(value))
+
+
+def _flattened(raw: bytes, limit: int) -> bytes:
+    """``raw`` with every array or object nested deeper than ``limit`` replaced by ``null``."""
+    out = bytearray()
+    depth = 0
+    cut: int | None = None
+    kept = 0
+    for token in _NESTING.finditer(raw):
+        bracket = token.group()
+        if bracket[:1] == b'"':
+            continue
+        if bracket in (b"[", b"{"):
+            depth += 1
+            if depth == limit + 1:
+                cut = token.start()
+        else:
+            if depth == limit + 1 and cut is not None:
+                out += raw[kept:cut] + b"null"
+                kept, cut = token.end(), None
+            depth -= 1
+    if kept == 0:
+        return raw
+    out += raw[kept:]
+    return bytes(out)
+
+
 class JsonPoster:
     """POSTs JSON to one provider and returns the JSON object it answers, retrying as documented.
 
@@ -318,7 +385,8 @@ class JsonPoster:
             ModelResponseError: a 2xx body that is not a JSON object, or larger than the cap.
         """
         mark("model.post")
-        payload = orjson.dumps(body)
+        # The transcript holds model output (arguments with integers past 64 bits): json_bytes writes anything.
+        payload = json_bytes(body)
         all_headers = {
             "content-type": "application/json",
             "accept": "application/json",
@@ -426,7 +494,7 @@ class JsonPoster:
 
     def _decode(self, shown: str, status: int, raw: bytearray) -> JSONObject:
         try:
-            data = loads(raw)
+            data = decode_answer(raw)
         except orjson.JSONDecodeError as exc:
             snippet = bytes(raw[:_SNIPPET_CHARS]).decode("utf-8", errors="replace")
             raise ModelResponseError(

@@ -21,16 +21,21 @@ from typing import ClassVar, Protocol, TypedDict, Unpack
 
 import httpx2
 
+from agentd.errors import ModelRequestError
 from agentd.jsonvalue import JSONObject, get_object, get_str
 from agentd.models._http import JsonPoster, Sleep, join_url
 from agentd.models.base import ModelReply, Prompt, ToolCall, Usage, estimate_input_tokens, estimate_tokens
 from agentd.models.pricing import price_call
-from agentd.models.settings import ModelSettings
+from agentd.models.settings import ModelSettings, WireApi, images_by_default
 from agentd.redact import redact
 from agentd.telemetry import Telemetry
 
 #: Longest model name kept from an answer (a hostile server cannot grow telemetry through it).
 _MAX_MODEL_NAME = 200
+
+#: Statuses with which a provider refuses a request it cannot take (an image
+#: for a text-only model is one reason): the error then says images were sent.
+_IMAGE_REFUSAL_STATUSES = frozenset({400, 413, 422})
 
 
 class PosterOptions(TypedDict, total=False):
@@ -150,6 +155,10 @@ class HttpModel:
     provider: str
     price_provider: str | None
     wire: ClassVar[WireFormat]
+    #: The wire API (what ``images`` defaults to depends on it).
+    wire_api: ClassVar[WireApi]
+    #: Whether the model takes images from tool results (``settings.images``, resolved).
+    takes_images: bool
     #: The path under the base URL.
     path: ClassVar[str]
     default_base_url: ClassVar[str]
@@ -182,6 +191,12 @@ class HttpModel:
         self.settings = settings or ModelSettings()
         if max_tokens is not None and self.settings.max_output_tokens is None:
             self.settings = replace(self.settings, max_output_tokens=max_tokens)
+        if self.settings.images is None:
+            own = url is None and self.url == join_url(self.default_base_url, self.path)
+            self.settings = replace(
+                self.settings, images=images_by_default(self.wire_api, own_endpoint=own, model=name)
+            )
+        self.takes_images = self.settings.images is True
         self._headers = self._auth_headers(api_key)
         self._headers.update(headers or {})
         self._poster = JsonPoster(
@@ -202,7 +217,18 @@ class HttpModel:
     async def complete(self, prompt: Prompt) -> ModelReply:
         """One call (see :class:`agentd.models.base.Model`)."""
         body = self.wire.build_request(self.name, prompt, self.settings)
-        answer = await self._poster.post(self.url, headers=self._headers, body=body)
+        try:
+            answer = await self._poster.post(self.url, headers=self._headers, body=body)
+        except ModelRequestError as exc:
+            images = sum(len(m.images) for m in prompt.messages) if self.takes_images else 0
+            if images and exc.status in _IMAGE_REFUSAL_STATUSES:
+                raise ModelRequestError(
+                    f"{exc}; the request carried {images} image(s) from tool results: if {self.name!r} "
+                    "takes no images, set images = false in [model_settings] (or in its [providers.NAME] table)",
+                    status=exc.status,
+                    provider_message=exc.provider_message,
+                ) from exc
+            raise
         reply = self.wire.parse_response(answer, estimated_input=estimate_input_tokens(prompt))
         cost = price_call(self.price_provider, (response_model(answer), self.name), reply.usage)
         return replace(reply, cost_usd=cost)

@@ -17,7 +17,10 @@ Transcript mapping (request):
   ``NO_REPLY`` (the API refuses empty content, and an empty reply means
   exactly that in agentd).
 * tool → a ``{"type": "tool_result", "tool_use_id", "content", "is_error"?}``
-  block in a user message.
+  block in a user message; a result with images has blocks as its content,
+  a ``text`` block (when there is text) then ``{"type": "image", "source":
+  {"type": "base64", "media_type", "data"}}`` per image (for a model set not
+  to take images, text placeholders instead).
 * Consecutive messages that land on the same wire role are merged into one
   message (so the results of one assistant turn travel together, followed
   by any user text that came after them), as the API requires.
@@ -46,8 +49,6 @@ input (the API counts the three apart), ``output_tokens``.
 
 from __future__ import annotations
 
-import orjson
-
 from agentd.errors import ModelResponseError
 from agentd.jsonvalue import (
     JSONArray,
@@ -60,7 +61,16 @@ from agentd.jsonvalue import (
     is_object,
 )
 from agentd.models._wire import HttpModel, WireFormat, messages_usage
-from agentd.models.base import MAX_TOOL_ARGUMENT_CHARS, Message, ModelReply, Prompt, StopReason, ToolCall
+from agentd.models.base import (
+    MAX_TOOL_ARGUMENT_CHARS,
+    NO_IMAGES_NOTE,
+    Message,
+    ModelReply,
+    Prompt,
+    StopReason,
+    ToolCall,
+    json_text,
+)
 from agentd.models.settings import ModelSettings
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -176,7 +186,7 @@ def build_request(model: str, prompt: Prompt, settings: ModelSettings | None = N
             block: JSONObject = {
                 "type": "tool_result",
                 "tool_use_id": m.tool_call_id or "",
-                "content": m.content,
+                "content": _result_content(m, settings.images is not False),
             }
             if m.is_error:
                 block["is_error"] = True
@@ -216,6 +226,18 @@ def build_request(model: str, prompt: Prompt, settings: ModelSettings | None = N
             body["tool_choice"] = choice
     body.update(settings.extra)
     return body
+
+
+def _result_content(m: Message, attach: bool) -> JSONValue:
+    """A ``tool_result``'s content: its text, or (with images to attach) a text block and image blocks."""
+    if not (attach and m.images):
+        return m.content if attach else m.text_with_placeholders(NO_IMAGES_NOTE)
+    blocks: JSONArray = [{"type": "text", "text": m.content}] if m.content else []
+    blocks += [
+        {"type": "image", "source": {"type": "base64", "media_type": image.mime_type, "data": image.data}}
+        for image in m.images
+    ]
+    return blocks
 
 
 def tool_choice_field(choice: str | None, parallel: bool | None) -> JSONObject | None:
@@ -319,14 +341,14 @@ def _unexpected(field: str, problem: str) -> ModelResponseError:
 def _tool_call(index: int, block: JSONObject) -> ToolCall:
     name = get_str(block, "name")
     call_id = get_str(block, "id")
-    if not name:
+    if name is None:  # an empty name is the model's: the call is answered "unknown tool"
         raise _unexpected(f"content[{index}].name", f"of a tool_use block is missing: {block!r:.200}")
     if not call_id:
         raise _unexpected(f"content[{index}].id", f"of a tool_use block is missing: {block!r:.200}")
     args = block.get("input")
     if is_object(args):
         return ToolCall.from_object(call_id, name, args)
-    raw = orjson.dumps(args).decode()
+    raw = json_text(args)
     if len(raw) > MAX_TOOL_ARGUMENT_CHARS:
         return ToolCall.oversized(call_id, name, raw)
     return ToolCall.rejected(
@@ -354,6 +376,7 @@ class AnthropicModel(HttpModel):
     default_base_url = DEFAULT_BASE_URL
     key_var = "ANTHROPIC_API_KEY"
     base_url_env = "ANTHROPIC_BASE_URL"
+    wire_api = "messages"
 
     @property
     def max_tokens(self) -> int:

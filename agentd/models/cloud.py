@@ -62,7 +62,7 @@ from agentd.models._http import DEFAULT_MODEL_TIMEOUT_S, MAX_ATTEMPTS, new_clien
 from agentd.models.anthropic import beta_headers, build_request, parse_response
 from agentd.models.base import ModelReply, Prompt
 from agentd.models.pricing import price_usd
-from agentd.models.settings import ModelSettings
+from agentd.models.settings import ModelSettings, images_by_default
 from agentd.redact import redact
 
 if TYPE_CHECKING:
@@ -209,6 +209,12 @@ class CloudAnthropicModel:
         self.cloud: CloudProvider = provider
         self.price_provider: str | None = PRICE_PROVIDERS[provider]
         self.settings = settings or ModelSettings()
+        if self.settings.images is None:
+            # The cloud's own endpoint: the model is the Claude model its id names.
+            self.settings = replace(
+                self.settings, images=images_by_default("messages", own_endpoint=True, model=name)
+            )
+        self.takes_images = self.settings.images is True
         # The SDK turns it into the body's anthropic_beta on Bedrock, a header on Vertex.
         self._beta = beta_headers(self.settings) or None
         self.timeout = timeout

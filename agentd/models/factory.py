@@ -32,7 +32,7 @@ import random
 import re
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, get_args
 from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 
@@ -97,6 +97,9 @@ class ProviderConfig:
         headers: extra headers sent with every request.
         prices: the ``genai-prices`` provider id its calls are priced as (e.g.
             ``openai`` for a proxy in front of OpenAI); None: cost unknown.
+        images: whether its models take images from tool results (the
+            ``images`` model setting, which wins where set); None: no, unless
+            ``base_url`` is the provider's own (rfcs/0290).
     """
 
     name: str
@@ -105,6 +108,7 @@ class ProviderConfig:
     api_key_env: str | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
     prices: str | None = None
+    images: bool | None = None
 
     def to_payload(self) -> JSONObject:
         """As a JSON-ready table (the spawn payload carries it to the child)."""
@@ -115,6 +119,7 @@ class ProviderConfig:
             "api_key_env": self.api_key_env,
             "headers": dict(self.headers),
             "prices": self.prices,
+            "images": self.images,
         }
 
     @classmethod
@@ -126,8 +131,15 @@ class ProviderConfig:
         """
         api = data.get("api", "chat")
         headers = data.get("headers") or {}
-        if api not in _PROVIDER_APIS or not isinstance(headers, Mapping):
-            raise ValueError(f"not a provider table: api={api!r}, headers of type {type(headers).__name__}")
+        images = data.get("images")
+        if (
+            api not in _PROVIDER_APIS
+            or not isinstance(headers, Mapping)
+            or not isinstance(images, bool | None)
+        ):
+            raise ValueError(
+                f"not a provider table: api={api!r}, headers of type {type(headers).__name__}, images={images!r}"
+            )
         return cls(
             name=str(data["name"]),
             base_url=str(data["base_url"]),
@@ -135,6 +147,7 @@ class ProviderConfig:
             api_key_env=get_str(data, "api_key_env"),
             headers={str(k): str(v) for k, v in headers.items()},
             prices=get_str(data, "prices"),
+            images=images,
         )
 
 
@@ -420,8 +433,12 @@ def make_model(
             name, provider=_CLOUDS[provider], settings=settings, timeout=timeout, max_attempts=max_attempts
         )
     if provider == "script":
-        return ScriptModel(load_script(name, spec=spec), name=name, sleep=sleep)
+        return ScriptModel(
+            load_script(name, spec=spec), name=name, sleep=sleep, images=settings.images is not False
+        )
     config = providers[provider]
+    if settings.images is None and config.images is not None:
+        settings = replace(settings, images=config.images)
     return _http_class(config.api)(
         name,
         base_url=config.base_url,

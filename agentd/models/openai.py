@@ -13,6 +13,11 @@ Transcript mapping (request):
   ``arguments`` is the model's own text, or ``"{}"`` when it was not valid JSON.
 * tool → ``{"role": "tool", "tool_call_id", "content"}``; the API has no error
   flag, so an error result's content is prefixed with :data:`TOOL_ERROR_PREFIX`.
+  A tool message carries only text, so a result's images follow the tool
+  messages of that turn in one user message: per result, a text part naming
+  the call, then ``{"type": "image_url", "image_url": {"url": "data:…"}}``
+  parts (the tool text says they follow). For a model set not to take images
+  (``images = false``), each image is a text placeholder instead.
 
 Settings (:class:`~agentd.models.settings.ModelSettings`) go on the wire as
 the API documents them: ``temperature``, ``top_p``, ``max_completion_tokens``,
@@ -36,8 +41,6 @@ and every ``[providers.NAME]`` endpoint.
 
 from __future__ import annotations
 
-import orjson
-
 from agentd.errors import ModelResponseError
 from agentd.jsonvalue import (
     JSONArray,
@@ -51,7 +54,7 @@ from agentd.jsonvalue import (
 )
 from agentd.models._wire import HttpModel, WireFormat, openai_usage
 from agentd.models._wire import usage_from as usage_from  # the OpenAI usage reader, under its older home
-from agentd.models.base import ModelReply, Prompt, StopReason, ToolCall
+from agentd.models.base import NO_IMAGES_NOTE, Message, ModelReply, Prompt, StopReason, ToolCall, json_text
 from agentd.models.settings import TOOL_CHOICE_WORDS, ModelSettings
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -73,10 +76,16 @@ _FINISH: dict[str, StopReason] = {
 
 def build_request(model: str, prompt: Prompt, settings: ModelSettings | None = None) -> JSONObject:
     """The Chat Completions request body for this prompt (pure)."""
+    settings = settings or ModelSettings()
+    attach = settings.images is not False
     wire: JSONArray = []
+    images: JSONArray = []  # the image parts of the tool results just written, sent after them
     if prompt.system:
         wire.append({"role": "system", "content": prompt.system})
     for m in prompt.messages:
+        if m.role != "tool" and images:
+            wire.append({"role": "user", "content": images})
+            images = []
         if m.role == "user":
             wire.append({"role": "user", "content": m.content})
         elif m.role == "assistant":
@@ -95,8 +104,12 @@ def build_request(model: str, prompt: Prompt, settings: ModelSettings | None = N
                 ]
             wire.append(entry)
         else:
-            content = TOOL_ERROR_PREFIX + m.content if m.is_error else m.content
+            content = _tool_text(m, attach)
             wire.append({"role": "tool", "tool_call_id": m.tool_call_id or "", "content": content})
+            if attach and m.images:
+                images += image_parts(m)
+    if images:
+        wire.append({"role": "user", "content": images})
     body: JSONObject = {"model": model, "messages": wire}
     if prompt.tools:
         body["tools"] = [
@@ -106,7 +119,6 @@ def build_request(model: str, prompt: Prompt, settings: ModelSettings | None = N
             }
             for t in prompt.tools
         ]
-    settings = settings or ModelSettings()
     if settings.max_output_tokens is not None:
         body["max_completion_tokens"] = settings.max_output_tokens
     body.update(settings.sampling())
@@ -121,6 +133,24 @@ def build_request(model: str, prompt: Prompt, settings: ModelSettings | None = N
             body["tool_choice"] = tool_choice_field(settings.tool_choice)
     body.update(settings.extra)
     return body
+
+
+def _tool_text(m: Message, attach: bool) -> str:
+    """A tool message's content: its text, and what became of its images."""
+    text = m.content if attach else m.text_with_placeholders(NO_IMAGES_NOTE)
+    if attach and m.images:
+        note = f"[agentd: the {len(m.images)} image(s) of this result follow in the next user message]"
+        text = f"{text}\n{note}" if text else note
+    return TOOL_ERROR_PREFIX + text if m.is_error else text
+
+
+def image_parts(m: Message) -> JSONArray:
+    """A tool result's images as Chat Completions user-message parts, after a text part naming the call."""
+    parts: JSONArray = [
+        {"type": "text", "text": f"[agentd: the image(s) of the result of tool call {m.tool_call_id}]"}
+    ]
+    parts += [{"type": "image_url", "image_url": {"url": image.data_url()}} for image in m.images]
+    return parts
 
 
 def tool_choice_field(choice: str) -> JSONValue:
@@ -189,8 +219,9 @@ def _tool_call(index: int, raw: JSONValue) -> ToolCall:
     if item is None or fn is None:
         raise _unexpected(f"{where}.function", f"is missing: {raw!r:.200}")
     name = get_str(fn, "name")
-    if not name:
-        raise _unexpected(f"{where}.function.name", f"is missing or empty: {fn!r:.200}")
+    if name is None:
+        # An empty name is the model's: the call is answered "unknown tool".
+        raise _unexpected(f"{where}.function.name", f"is missing or not a string: {fn!r:.200}")
     # Some compatible servers omit the id; the transcript still needs one to
     # pair the result with the call.
     call_id = get_str(item, "id") or f"call_{index}"
@@ -204,7 +235,7 @@ def _tool_call(index: int, raw: JSONValue) -> ToolCall:
         return ToolCall.rejected(
             call_id,
             name,
-            orjson.dumps(args).decode(),
+            json_text(args),
             f"the arguments for tool {name!r} are JSON {type(args).__name__}, not an object. "
             "Call the tool again with the arguments as one JSON object.",
         )
@@ -234,6 +265,7 @@ class OpenAIModel(OpenAIEndpoint):
     provider = "openai"
     path = "/chat/completions"
     wire = WireFormat(build_request, parse_response)
+    wire_api = "chat"
 
     @property
     def max_tokens(self) -> int | None:

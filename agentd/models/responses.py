@@ -19,6 +19,10 @@ Transcript mapping (request ``input`` items):
   ``arguments`` is ``"{}"`` for a call whose arguments were invalid.
 * tool → ``{"type": "function_call_output", "call_id", "output"}``; the API
   has no error flag, so an error result's output starts with ``ERROR: ``.
+  A result with images has a list as its ``output``: ``{"type": "input_text",
+  "text"}`` then ``{"type": "input_image", "image_url": "data:…", "detail":
+  "auto"}`` per image (for a model set not to take images, text placeholders
+  in the output string instead).
 
 Settings: ``temperature``, ``top_p``, ``max_output_tokens``,
 ``reasoning: {"effort"}`` (and then ``include:
@@ -38,9 +42,18 @@ joined (a ``refusal`` part → refusal), ``function_call`` → a tool call,
 from __future__ import annotations
 
 from agentd.errors import ModelResponseError
-from agentd.jsonvalue import JSONArray, JSONObject, as_object, get_array, get_object, get_str, is_object
+from agentd.jsonvalue import (
+    JSONArray,
+    JSONObject,
+    JSONValue,
+    as_object,
+    get_array,
+    get_object,
+    get_str,
+    is_object,
+)
 from agentd.models._wire import WireFormat, openai_usage
-from agentd.models.base import ModelReply, Prompt, StopReason, ToolCall
+from agentd.models.base import NO_IMAGES_NOTE, Message, ModelReply, Prompt, StopReason, ToolCall
 from agentd.models.openai import CONTENT_FILTER_REFUSAL, TOOL_ERROR_PREFIX, OpenAIEndpoint
 from agentd.models.settings import TOOL_CHOICE_WORDS, ModelSettings
 
@@ -54,6 +67,7 @@ _MAX_ID = 200
 def build_request(model: str, prompt: Prompt, settings: ModelSettings | None = None) -> JSONObject:
     """The Responses API request body for this prompt (pure)."""
     settings = settings or ModelSettings()
+    attach = settings.images is not False
     items: JSONArray = []
     for m in prompt.messages:
         if m.role == "user":
@@ -86,8 +100,13 @@ def build_request(model: str, prompt: Prompt, settings: ModelSettings | None = N
                     call["id"] = item_id
                 items.append(call)
         else:
-            output = TOOL_ERROR_PREFIX + m.content if m.is_error else m.content
-            items.append({"type": "function_call_output", "call_id": m.tool_call_id or "", "output": output})
+            items.append(
+                {
+                    "type": "function_call_output",
+                    "call_id": m.tool_call_id or "",
+                    "output": _output(m, attach),
+                }
+            )
     body: JSONObject = {"model": model, "input": items, "store": False}
     if prompt.system:
         body["instructions"] = prompt.system
@@ -119,6 +138,18 @@ def build_request(model: str, prompt: Prompt, settings: ModelSettings | None = N
         body["include"] = ["reasoning.encrypted_content"]
     body.update(settings.extra)
     return body
+
+
+def _output(m: Message, attach: bool) -> JSONValue:
+    """A tool result's ``output``: its text, or (with images to attach) text and image items."""
+    text = m.content if attach else m.text_with_placeholders(NO_IMAGES_NOTE)
+    if m.is_error:
+        text = TOOL_ERROR_PREFIX + text
+    if not (attach and m.images):
+        return text
+    parts: JSONArray = [{"type": "input_text", "text": text}] if text else []
+    parts += [{"type": "input_image", "image_url": image.data_url(), "detail": "auto"} for image in m.images]
+    return parts
 
 
 def parse_response(body: JSONObject, *, estimated_input: int = 0) -> ModelReply:
@@ -198,7 +229,7 @@ def _unexpected(field: str, problem: str) -> ModelResponseError:
 
 def _tool_call(index: int, item: JSONObject) -> ToolCall:
     name = item.get("name")
-    if not isinstance(name, str) or not name:
+    if not isinstance(name, str):  # an empty name is the model's: the call is answered "unknown tool"
         raise _unexpected(f"output[{index}].name", f"of a function_call item is missing: {item!r:.200}")
     call_id = get_str(item, "call_id") or f"call_{index}"
     args = item.get("arguments")
@@ -217,3 +248,4 @@ class ResponsesModel(OpenAIEndpoint):
     provider = "openai-responses"
     path = "/responses"
     wire = WireFormat(build_request, parse_response)
+    wire_api = "responses"

@@ -23,8 +23,9 @@ A turn (every key optional, unknown keys are errors):
 
 * ``text``: the assistant text. ``{instruction}`` (the first user message),
   ``{input}`` (the latest user message) and ``{last_tool_result}`` (the
-  content of the most recent tool result) are replaced; any other braces are
-  literal. The same placeholders are replaced in string values inside
+  content of the most recent tool result, each image it carried written as
+  ``[image TYPE, N bytes]``: what a model that takes images was shown) are
+  replaced; any other braces are literal. The same placeholders are replaced in string values inside
   ``arguments``, so real data flows through a demo.
 * ``tool_calls``: a list of ``{"name", "arguments"?: object, "id"?: str,
   "invalid_arguments"?: str}``. ``invalid_arguments`` is sent as the raw
@@ -63,7 +64,7 @@ from typing import Literal, TypeGuard, get_args
 
 import trio
 
-from agentd.errors import ConfigError
+from agentd.errors import ConfigError, NotAFile
 from agentd.jsonvalue import JSONObject, JSONValue, is_object
 from agentd.models._http import Sleep
 from agentd.models.base import (
@@ -76,6 +77,7 @@ from agentd.models.base import (
     estimate_input_tokens,
     estimate_tokens,
 )
+from agentd.state.files import read_regular_file
 
 ThenMode = Literal["no_reply", "repeat", "stop"]
 """What a script does after its last turn."""
@@ -154,16 +156,18 @@ def load_script(path: str | Path, *, spec: str | None = None) -> Script:
     spec = spec if spec is not None else f"script:{path}"
     p = Path(path).expanduser()
     try:
-        size = p.stat().st_size
-        if p.is_dir():
-            raise ConfigError("model", spec, f"{str(p)!r} is a directory; name a script file (.json)")
-        if size > MAX_SCRIPT_BYTES:
+        # A regular file only: a FIFO would block on a writer, a device never end (rfcs/0275).
+        raw = read_regular_file(p, MAX_SCRIPT_BYTES)
+        if len(raw) > MAX_SCRIPT_BYTES:
             raise ConfigError(
                 "model",
                 spec,
-                f"{str(p)!r} is {size} bytes, over the {MAX_SCRIPT_BYTES}-byte limit for scripts",
+                f"{str(p)!r} is {p.stat().st_size} bytes, over the {MAX_SCRIPT_BYTES}-byte limit for scripts",
             )
-        text = p.read_text(encoding="utf-8")
+        text = raw.decode("utf-8")
+    except NotAFile as exc:
+        fix = "name a script file (.json)"
+        raise ConfigError("model", spec, f"{str(p)!r} {exc.problem}; {fix}") from None
     except FileNotFoundError:
         raise ConfigError(
             "model", spec, f"script file {str(p)!r} does not exist; fix the path ({_FORMAT_HINT})"
@@ -354,12 +358,19 @@ def _substitute(value: JSONValue, fields: dict[str, str]) -> JSONValue:
 def placeholder_values(messages: Sequence[Message]) -> dict[str, str]:
     """The placeholder values for a transcript (empty strings when absent)."""
     users = [m.content for m in messages if m.role == "user"]
-    tools = [m.content for m in messages if m.role == "tool"]
+    tools = [_shown(m) for m in messages if m.role == "tool"]
     return {
         "instruction": users[0] if users else "",
         "input": users[-1] if users else "",
         "last_tool_result": tools[-1] if tools else "",
     }
+
+
+def _shown(m: Message) -> str:
+    """A tool result as the script records it: its text, then one ``[image TYPE, N bytes]`` line per image."""
+    lines = [m.content] if m.content else []
+    lines += [f"[image {image.mime_type}, {image.size} bytes]" for image in m.images]
+    return "\n".join(lines)
 
 
 class ScriptModel:
@@ -369,13 +380,18 @@ class ScriptModel:
         script: the parsed script (see :func:`load_script`).
         name: the model name to report (default: the script's source path).
         sleep: awaited for a turn's ``latency_ms`` (``trio.sleep``).
+        images: whether it takes images from tool results (the ``images`` setting;
+            default yes: ``{last_tool_result}`` then names what it was shown).
     """
 
     provider = "script"
     price_provider = None
 
-    def __init__(self, script: Script, *, name: str | None = None, sleep: Sleep = trio.sleep) -> None:
+    def __init__(
+        self, script: Script, *, name: str | None = None, sleep: Sleep = trio.sleep, images: bool = True
+    ) -> None:
         self.script = script
+        self.takes_images = images
         self.name = name if name is not None else script.source
         self._sleep = sleep
         self._next = 0

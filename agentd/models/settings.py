@@ -18,8 +18,19 @@ thinking_budget      —                        —                            `
 parallel_tool_calls  ``parallel_tool_calls``  ``parallel_tool_calls``      ``tool_choice.disable_parallel_tool_use``
 tool_choice          ``tool_choice``          ``tool_choice``              ``tool_choice`` (``any``/``tool``)
 prompt_cache         — (automatic)            — (automatic)                ``cache_control`` breakpoints
+images               ``image_url`` parts, in  ``input_image`` items in     ``image`` blocks in the
+                     a user message after     the ``function_call_output`` ``tool_result``
+                     the tool results
 extra                merged into the body     merged into the body         merged into the body
 ==================== ======================== ============================ =============================
+
+``images`` says whether the model takes images from tool results (rfcs/0290);
+unset, :func:`images_by_default` decides: yes for the providers' own
+endpoints (Anthropic's, OpenAI's but for its text-only models, Bedrock,
+Vertex) and the script model, no behind any other base URL, whose model
+agentd cannot know (a ``[providers.NAME]`` table or a route may say
+``images = true``). A model that does not take images gets a text
+placeholder naming each image's type and size.
 
 A setting the chosen API cannot carry is an error (:func:`check_settings`),
 found before anything runs; ``extra`` carries anything else verbatim. The
@@ -84,6 +95,7 @@ SUPPORTED: dict[WireApi, frozenset[str]] = {
             "reasoning_effort",
             "parallel_tool_calls",
             "tool_choice",
+            "images",
             "extra",
         }
     ),
@@ -95,6 +107,7 @@ SUPPORTED: dict[WireApi, frozenset[str]] = {
             "reasoning_effort",
             "parallel_tool_calls",
             "tool_choice",
+            "images",
             "extra",
         }
     ),
@@ -108,6 +121,7 @@ SUPPORTED: dict[WireApi, frozenset[str]] = {
             "parallel_tool_calls",
             "tool_choice",
             "prompt_cache",
+            "images",
             "extra",
         }
     ),
@@ -122,6 +136,7 @@ SUPPORTED: dict[WireApi, frozenset[str]] = {
             "parallel_tool_calls",
             "tool_choice",
             "prompt_cache",
+            "images",
             "extra",
         }
     ),
@@ -167,6 +182,8 @@ class ModelSettings:
         prompt_cache: Anthropic ``cache_control`` breakpoints: ``5m`` (the
             default when unset), ``1h`` (for daemons whose wake-ups are further
             apart than five minutes; writes cost more) or ``off``.
+        images: whether the model takes images from tool results (unset:
+            :func:`images_by_default`, decided when the model is built).
         extra: raw fields merged into the request body (anything else the provider documents).
     """
 
@@ -179,6 +196,7 @@ class ModelSettings:
     parallel_tool_calls: bool | None = None
     tool_choice: str | None = None
     prompt_cache: PromptCache | None = None
+    images: bool | None = None
     extra: Mapping[str, JSONValue] = field(default_factory=dict)
 
     def given(self) -> dict[str, object]:
@@ -366,8 +384,48 @@ _PARSERS: dict[str, Callable[[str, object], object]] = {
     "parallel_tool_calls": _bool,
     "tool_choice": _tool_choice,
     "prompt_cache": _choice(PROMPT_CACHES),
+    "images": _bool,
     "extra": _extra,
 }
+
+
+#: Models on OpenAI's own API that take no images (name prefixes, lower case):
+#: sending them one fails the whole request.
+TEXT_ONLY_OPENAI_MODELS: tuple[str, ...] = (
+    "gpt-3.5",
+    "gpt-4-0",
+    "gpt-4-32k",
+    "o1-mini",
+    "o1-preview",
+    "o3-mini",
+    "davinci",
+    "babbage",
+)
+
+
+def images_by_default(api: WireApi, *, own_endpoint: bool, model: str) -> bool:
+    """Whether a model takes images from tool results when ``images`` is not set (rfcs/0290).
+
+    Args:
+        api: the wire API the model is spoken to over.
+        own_endpoint: the request goes to the provider's own public endpoint
+            (Anthropic's, OpenAI's, Bedrock's or Vertex's), so the model is the
+            provider's own and its name says what it is.
+        model: the model name.
+
+    Every Claude model since Claude 3 takes images; OpenAI's current models
+    do, but for :data:`TEXT_ONLY_OPENAI_MODELS`. Behind any other base URL
+    (vLLM, llama.cpp, Ollama, a gateway) the model could be anything, and a
+    text-only one fails the request: no, unless configured.
+    """
+    if api == "script":
+        return True
+    if not own_endpoint:
+        return False
+    if api == "messages":
+        return True
+    name = model.lower()
+    return not (name == "gpt-4" or name.startswith(TEXT_ONLY_OPENAI_MODELS))
 
 
 def check_settings(settings: ModelSettings, api: WireApi, *, model: str) -> list[SettingError]:

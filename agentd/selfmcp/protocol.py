@@ -25,7 +25,8 @@ Frames, by ``type``::
       turn_end       TurnEnd        when a turn reaches a terminal status (also when the
                                     provider is unusable: ``fatal_infra`` says why)
       event          ChildEvent     a telemetry event for the supervisor's stream
-                                    (``model.retry`` or ``tool.refused``); no answer
+                                    (``model.retry``, ``tool.refused`` or
+                                    ``tool.content_omitted``); no answer
       transcript     TranscriptPart the messages a turn added (journaled sessions only: sent
                                     just before that turn's TurnEnd, in one or more parts); no answer
 
@@ -59,6 +60,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 
 from agentd.errors import ProtocolError
 from agentd.exitcodes import TerminalStatus
+from agentd.safetext import json_bytes
 
 #: Self-tools the model sees as ordinary tools (ARCHITECTURE.md decision 5).
 SELF_TOOL_NAMES: Final = (
@@ -120,7 +122,7 @@ Message = Annotated[str, Field(max_length=MAX_MESSAGE_CHARS)]
 StopReason = Literal["tokens", "steps", "deadline", "draining"]
 """Why the supervisor tells an agent to stop at its next turn boundary."""
 
-ChildEventName = Literal["model.retry", "tool.refused"]
+ChildEventName = Literal["model.retry", "tool.refused", "tool.content_omitted"]
 """Telemetry events a child may send (closed: anything else is a protocol error)."""
 
 EventFieldKey = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,31}$")]
@@ -162,6 +164,7 @@ class ProviderFrame(Frame):
     api_key_env: str | None = None
     headers: dict[str, str] = Field(default_factory=dict)
     prices: str | None = None
+    images: bool | None = None
 
 
 class ToolCallFrame(Frame):
@@ -366,8 +369,16 @@ def parse_supervisor_frame(line: bytes) -> SpawnPayload | UsageVerdict | NextTur
 
 
 def encode(frame: Frame) -> bytes:
-    """One frame as a JSON line (with its newline)."""
-    return frame.model_dump_json().encode() + b"\n"
+    """One frame as a JSON line (with its newline); never fails on what a text field holds.
+
+    A text that is not valid Unicode (a lone surrogate, which no UTF-8
+    encoder writes) is written with U+FFFD in its place (rfcs/0270): the
+    frame still validates, its lengths unchanged.
+    """
+    try:
+        return frame.model_dump_json().encode() + b"\n"
+    except ValueError:  # pydantic's PydanticSerializationError
+        return json_bytes(frame.model_dump(mode="json")) + b"\n"
 
 
 __all__ = [

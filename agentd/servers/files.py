@@ -28,7 +28,7 @@ resolve outside it) are refused with :class:`PathRefused`.
 This module also holds :class:`WatcherRegistry`, the subscription-counted
 watcher table the kube server shares (one watcher per subscribed URI key,
 started by the first subscriber of either protocol era, cancelled when the
-last one leaves).
+last one leaves, at most ``--max-watchers`` at once: rfcs/0265).
 """
 
 from __future__ import annotations
@@ -50,6 +50,8 @@ import trio
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.resources.templates import ResourceSecurity
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_REQUEST
 
 from agentd.errors import ConfigError
 from agentd.servers import _sdk
@@ -83,6 +85,7 @@ __all__ = [
     "COALESCE_MAX_S",
     "COALESCE_QUIET_S",
     "DEFAULT_MAX_TEXT_BYTES",
+    "DEFAULT_MAX_WATCHERS",
     "SUMMARY",
     "FileStat",
     "PathRefused",
@@ -97,6 +100,21 @@ __all__ = [
 log = logging.getLogger("agentd.servers.files")
 
 SUMMARY: Final = "a directory tree as event-log and file resources, pushed by inotify"
+
+#: ``agentd serve files --help``: what it serves and how agentd uses it.
+HELP: Final = """\
+resources (paths relative to --root; nothing outside it is served):
+  file-events://{+path}     ADDED / MODIFIED / DELETED events for the files below
+                            the directory path ('.' for all), newest 256 (event-log)
+  file:///{+path}           one file: its text up to --max-text-bytes, else its
+                            size and sha256 (state)
+tools: none (read-only); an editor's save (temp file + rename) is one MODIFIED.
+
+with agentd:
+  agentd --mcp-stdio 'files=agentd serve files --root ./inbox' \\
+         --mode reactive --subscribe 'files:file-events://.' \\
+         --route 'file-events://*=spawn' "handle the new files"
+  mcpServers JSON: {"files": {"command": "agentd", "args": ["serve", "files", "--root", "."]}}"""
 EVENTS_TEMPLATE: Final = "file-events://{+path}"
 FILE_TEMPLATE: Final = "file:///{+path}"
 
@@ -114,6 +132,13 @@ DEFAULT_MAX_TEXT_BYTES: Final = 256 * 1024
 """Largest file ``file:///`` returns as text; bigger files report size and sha256."""
 
 _HASH_CHUNK: Final = 1024 * 1024  # bytes read per step while hashing a large file
+
+DEFAULT_MAX_WATCHERS: Final = 32
+"""Watchers one bundled server runs at once (``--max-watchers``; kube and files, rfcs/0265).
+Each is a process (``kubectl get --watch``) or an inotify instance, and Linux
+allows a user 128 inotify instances by default, shared with everything else
+that user runs; 32 distinct subscribed URIs is far more than an agent reading
+a cluster or a tree needs, and a model's loop of subscribe calls stops there."""
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 
@@ -340,6 +365,10 @@ class _Entry(Generic[W]):
     finished: bool = False
 
 
+class WatcherLimitReached(Exception):
+    """A subscription would start a watcher past ``--max-watchers`` (internal; becomes an MCP error)."""
+
+
 class WatcherRegistry(Generic[W]):
     """One watcher per key, counted by subscriptions from both protocol eras.
 
@@ -350,14 +379,29 @@ class WatcherRegistry(Generic[W]):
     the connection closes. The first holder starts the watcher, the last one
     to leave cancels it. Learned through server middleware, since the SDK has
     no subscription hooks (the seam belongs in ``_base``).
+
+    At most ``max_watchers`` watchers run at once (rfcs/0265): a subscription
+    that would start one more is refused with an MCP error (``INVALID_REQUEST``)
+    naming the cap, the flag and the fix; a listen stream is refused whole, so a
+    client that opens a new stream with its set plus one URI before closing the
+    old one sees exactly that URI refused. URIs sharing a running watcher never
+    count twice.
     """
 
     def __init__(
-        self, server: WatchableServer, *, key: Callable[[str], Hashable | None], factory: Callable[[str], W]
+        self,
+        server: WatchableServer,
+        *,
+        key: Callable[[str], Hashable | None],
+        factory: Callable[[str], W],
+        max_watchers: int = DEFAULT_MAX_WATCHERS,
+        watcher_noun: str = "watchers",
     ) -> None:
         self._server = server
         self._key = key
         self._factory = factory
+        self._max_watchers = max_watchers
+        self._watcher_noun = watcher_noun
         self._entries: dict[Hashable, _Entry[W]] = {}
         self._legacy: dict[object, set[str]] = {}
         self._nursery: trio.Nursery | None = None
@@ -401,7 +445,11 @@ class WatcherRegistry(Generic[W]):
     # ------------------------------------------------------------ acquire / release
 
     async def acquire(self, uri: str) -> None:
-        """Count one subscription of ``uri``; start its watcher if it is the first."""
+        """Count one subscription of ``uri``; start its watcher if it is the first.
+
+        Raises:
+            WatcherLimitReached: it would start a watcher past ``max_watchers``.
+        """
         k = self._key(uri)
         if k is None:
             return
@@ -409,10 +457,28 @@ class WatcherRegistry(Generic[W]):
         assert self._nursery is not None
         entry = self._entries.get(k)
         if entry is None:
+            if len(self._entries) >= self._max_watchers:
+                raise WatcherLimitReached(self._limit_message(uri))
             entry = _Entry(self._factory(uri))
             self._entries[k] = entry
             self._nursery.start_soon(self._run, entry)
         entry.uris[uri] += 1
+
+    def _limit_message(self, uri: str) -> str:
+        name = self._server.name
+        return (
+            f"subscription to {uri!r} refused: this server already runs {len(self._entries)} "
+            f"{self._watcher_noun} (one per subscribed URI), its limit (--max-watchers "
+            f"{self._max_watchers} of `agentd serve {name}`); unsubscribe from a URI you no longer "
+            f"need and subscribe again, or start the server with a higher --max-watchers"
+        )
+
+    def _refusal(self, uri: str, exc: WatcherLimitReached) -> MCPError:
+        return MCPError(
+            code=INVALID_REQUEST,
+            message=str(exc),
+            data={"uri": uri, "limit": "--max-watchers", "value": self._max_watchers},
+        )
 
     def release(self, uri: str) -> None:
         """Drop one subscription of ``uri``; cancel its watcher when none are left."""
@@ -454,33 +520,53 @@ class WatcherRegistry(Generic[W]):
             held: list[str] = []
             try:
                 for uri in uris:
-                    await self.acquire(uri)
+                    try:
+                        await self.acquire(uri)
+                    except WatcherLimitReached as exc:
+                        # The whole stream is refused: its acknowledgement would promise every URI.
+                        raise self._refusal(uri, exc) from None
                     held.append(uri)
                 return await call_next(ctx)
             finally:
                 for uri in held:
                     self.release(uri)
-        if method in ("resources/subscribe", "resources/unsubscribe"):
+        target = params.get("uri")
+        if method == "resources/subscribe" and isinstance(target, str):
+            return await self._legacy_subscribe(ctx, call_next, target)
+        if method == "resources/unsubscribe":
             result = await call_next(ctx)
-            target = params.get("uri")
             if isinstance(target, str):
-                uri = target
-                conn = _sdk.connection_of(ctx.session)
-                held_set = self._legacy.get(conn)
-                if method == "resources/subscribe":
-                    if held_set is None:
-                        held_set = self._legacy[conn] = set()
-                        stack = getattr(conn, "exit_stack", None)
-                        if stack is not None:
-                            stack.callback(self._drop_connection, conn)
-                    if uri not in held_set:
-                        held_set.add(uri)
-                        await self.acquire(uri)
-                elif held_set is not None and uri in held_set:
-                    held_set.discard(uri)
-                    self.release(uri)
+                held_set = self._legacy.get(_sdk.connection_of(ctx.session))
+                if held_set is not None and target in held_set:
+                    held_set.discard(target)
+                    self.release(target)
             return result
         return await call_next(ctx)
+
+    async def _legacy_subscribe(
+        self, ctx: ServerRequestContext, call_next: CallNext, uri: str
+    ) -> HandlerResult:
+        """``resources/subscribe``: its watcher is acquired first, so a subscription past the cap is refused."""
+        conn = _sdk.connection_of(ctx.session)
+        held_set = self._legacy.get(conn)
+        if held_set is not None and uri in held_set:
+            return await call_next(ctx)  # already held by this connection: nothing new to start
+        try:
+            await self.acquire(uri)
+        except WatcherLimitReached as exc:
+            raise self._refusal(uri, exc) from None
+        try:
+            result = await call_next(ctx)
+        except BaseException:
+            self.release(uri)
+            raise
+        if held_set is None:
+            held_set = self._legacy[conn] = set()
+            stack = getattr(conn, "exit_stack", None)
+            if stack is not None:
+                stack.callback(self._drop_connection, conn)
+        held_set.add(uri)
+        return result
 
     def _drop_connection(self, conn: object) -> None:
         for uri in self._legacy.pop(conn, set()):
@@ -642,6 +728,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help=f"largest file returned as text by file:/// (default {DEFAULT_MAX_TEXT_BYTES}); larger: size + sha256",
     )
+    add_max_watchers(parser, "inotify watches")
+
+
+def add_max_watchers(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--max-watchers N``: the cap on a server's per-subscription watchers (kube and files)."""
+    parser.add_argument(
+        "--max-watchers",
+        type=int,
+        default=DEFAULT_MAX_WATCHERS,
+        metavar="N",
+        help=f"{what} running at once, one per subscribed URI; a subscription past it is refused "
+        f"(default {DEFAULT_MAX_WATCHERS})",
+    )
+
+
+def max_watchers(args: argparse.Namespace) -> int:
+    """``--max-watchers``, checked.
+
+    Raises:
+        ConfigError: it is below 1.
+    """
+    value = int(args.max_watchers)
+    if value < 1:
+        raise ConfigError(
+            "--max-watchers",
+            args.max_watchers,
+            f"give a whole number of 1 or more (default {DEFAULT_MAX_WATCHERS}); past it a subscription "
+            "is refused",
+        )
+    return value
 
 
 _Key = tuple[str, str]  # ("tree" | "file", real absolute path)
@@ -659,6 +775,7 @@ def build(args: argparse.Namespace) -> WatchableServer:
     if args.max_text_bytes < 0:
         raise ConfigError("--max-text-bytes", args.max_text_bytes, "give a byte count of 0 or more")
     max_text = int(args.max_text_bytes)
+    cap = max_watchers(args)
     server = WatchableServer(
         "files",
         instructions=(
@@ -688,7 +805,9 @@ def build(args: argparse.Namespace) -> WatchableServer:
             return TreeWatcher(root, path, changed=registry.notifier(uri))
         return FileWatcher(root, path, changed=registry.notifier(uri))
 
-    registry: WatcherRegistry[Watcher] = WatcherRegistry(server, key=key, factory=make)
+    registry: WatcherRegistry[Watcher] = WatcherRegistry(
+        server, key=key, factory=make, max_watchers=cap, watcher_noun="inotify watches"
+    )
     registry.install()
     open_security = ResourceSecurity(exempt_params={"path"})  # our own checks, with clearer messages
 

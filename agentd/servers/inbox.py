@@ -14,11 +14,16 @@ not start with a dot. In the inbox directory (``--dir``, default
     .~<agent>.cursor               the consumer position and what consumers did (JSON, atomic, 0600)
     .~<agent>.lock                 flock()ed by the one server draining the inbox
     .~<agent>.watcher-active       sentinel: {"pid", "start_time", "host", "since", "inbox"}
+    .<agent>.watcher-active        the same sentinel, where hooks written to the mcp-watcher
+                                   contract look: present while a watcher delivers this inbox
 
 The ``.~`` prefix keeps this host's files out of sync tools that skip
 temporary files (Dropbox, Nextcloud, Box, Insync...). For Syncthing, which
 skips nothing by default, the server warns at start with the ``.stignore``
-line to add when the directory is inside a Syncthing folder.
+lines to add when the directory is inside a Syncthing folder. The hooks'
+sentinel cannot have that prefix (the contract names it): a sync tool may
+copy it to another host, so it names its host and pid, and a hook that
+reads it can tell a copy from a live watcher on its own host (rfcs/0291).
 
 Inbox line shape
 ----------------
@@ -61,9 +66,11 @@ to disk; an acknowledgement is durable (fsync) before the tool call returns.
 
 One drainer per inbox: ``flock`` on the lock file (the only authority; a
 sentinel never blocks on its own: one from another host, e.g. copied by a
-sync tool, is reported and replaced). A second server for the same inbox
-exits with status 1 and a message naming the running one. On a clean stop
-the sentinel is removed.
+sync tool, is reported and replaced; one whose process is gone, left by a
+SIGKILL, is taken over). A second server for the same inbox, or a live
+watcher of another kind whose sentinel is there, makes the server exit with
+status 1 and a message naming the running one. On a clean stop both
+sentinels are removed.
 
 Channel
 -------
@@ -165,6 +172,27 @@ SUMMARY: Final = (
     "an agent's JSON Lines inbox delivered at least once (inbox://AGENT), with ack / respond / mark_handled"
 )
 
+#: ``agentd serve inbox --help``: what it serves and how agentd uses it.
+HELP: Final = """\
+The inbox is DIR/AGENT.inbox, JSON Lines anyone appends to:
+  {"id": "m-1", "from": "alice", "text": "build is red", "urgent": false, ...}
+resources:
+  inbox://AGENT             pending messages as MESSAGE events, urgent first
+                            (event-log); each stays until acknowledged
+  inbox://AGENT/status      the consumer position and what was done (state)
+  inbox://AGENT/message/{id}  one whole message by id
+tools:
+  ack(id | seqs)            acknowledge handled messages
+  ack_through(seq)          acknowledge everything up to seq
+  respond(id, text)         reply: appends to the sender's inbox
+  mark_handled(id, note?)   acknowledge with a note
+One server drains an inbox (flock); a restart offers again what was not acked.
+
+with agentd:
+  agentd --mcp-stdio 'inbox=agentd serve inbox --agent bot' --mode reactive \\
+         --subscribe inbox:inbox://bot --route 'inbox://bot=continue' "answer my messages"
+  mcpServers JSON: {"inbox": {"command": "agentd", "args": ["serve", "inbox", "--agent", "bot"]}}"""
+
 log = logging.getLogger("agentd.servers.inbox")
 
 CHANNEL_METHOD: Final = "notifications/claude/channel"
@@ -181,6 +209,8 @@ ANCHOR_LINE_MAX: Final = 64 * 1024
 MAX_ACK_SEQS: Final = 10_000
 """Seqs one ``ack(seqs=...)`` call may name."""
 SYNCTHING_IGNORE_LINE: Final = "(?d).~*"
+#: The ``.stignore`` line that keeps the hooks' sentinel on its own host.
+SYNCTHING_SENTINEL_LINE: Final = "(?d).*.watcher-active"
 _DIR_MASK: Final = (
     IN_MODIFY
     | IN_CLOSE_WRITE
@@ -249,6 +279,11 @@ class Names:
     def sentinel(self) -> str:
         return f".~{self.agent}.watcher-active"
 
+    @property
+    def hook_sentinel(self) -> str:
+        """The mcp-watcher contract's sentinel: hooks stand down while it names a live watcher."""
+        return f".{self.agent}.watcher-active"
+
     # names an earlier agentd used (read once, then replaced)
     @property
     def legacy_hwm(self) -> str:
@@ -261,10 +296,6 @@ class Names:
     @property
     def legacy_lock(self) -> str:
         return f".{self.agent}.lock"
-
-    @property
-    def legacy_sentinel(self) -> str:
-        return f".{self.agent}.watcher-active"
 
 
 def _now() -> str:
@@ -301,8 +332,21 @@ def sentinel_is_live(info: dict[str, object]) -> bool:
     return not (isinstance(recorded, int | float) and abs(started - recorded) > 1.0)
 
 
+def sentinel_is_mine(info: dict[str, object]) -> bool:
+    """Whether a sentinel names this process (its pid, on this host)."""
+    return info.get("pid") == os.getpid() and info.get("host") in (None, socket.gethostname())
+
+
 class DrainerLock:
-    """Hold one inbox: ``flock`` on its lock file (inside ``dir_fd``), and the sentinel."""
+    """Hold one inbox: ``flock`` on its lock file (inside ``dir_fd``), and the two sentinels.
+
+    The host-local sentinel (``.~AGENT.watcher-active``) and the hooks'
+    (``.AGENT.watcher-active``) hold the same JSON. At start, either one
+    naming a live process on this host refuses the start; one from another
+    host is reported (:attr:`foreign`) and one whose process is gone is taken
+    over (:attr:`took_over`); both are then written. :meth:`release` removes
+    the ones that still name this process.
+    """
 
     def __init__(self, dir_fd: int, directory: str, names: Names) -> None:
         self.dir_fd = dir_fd
@@ -310,8 +354,11 @@ class DrainerLock:
         self.names = names
         self.inbox = os.path.join(directory, names.inbox)
         self.sentinel_path = os.path.join(directory, names.sentinel)
+        self.hook_sentinel_path = os.path.join(directory, names.hook_sentinel)
         self._fds: list[int] = []
+        self._content = b""
         self.took_over: dict[str, object] | None = None
+        """A sentinel of a process that is gone found at start (a SIGKILLed server's: taken over)."""
         self.foreign: dict[str, object] | None = None
         """A sentinel from another host found at start (reported, then replaced)."""
 
@@ -341,8 +388,11 @@ class DrainerLock:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            info = self._read_sentinel(self.names.sentinel) or self._read_sentinel(self.names.legacy_sentinel)
-            raise ServerStartError(self._busy_message(info)) from None
+            for sentinel in (self.names.sentinel, self.names.hook_sentinel):
+                info = self._read_sentinel(sentinel)
+                if info is not None:
+                    raise ServerStartError(self._busy_message(info, sentinel)) from None
+            raise ServerStartError(self._busy_message(None, self.names.sentinel)) from None
         return fd
 
     def acquire(self) -> None:
@@ -354,48 +404,52 @@ class DrainerLock:
             legacy = self._flock(self.names.legacy_lock, create=False)  # an older agentd's server
             if legacy is not None:
                 self._fds.append(legacy)
-            info = self._read_sentinel(self.names.sentinel)
-            if info is not None and info.get("pid") != os.getpid():
+            for sentinel in (self.names.sentinel, self.names.hook_sentinel):
+                info = self._read_sentinel(sentinel)
+                if info is None or sentinel_is_mine(info):
+                    continue
                 if sentinel_is_live(info):
-                    raise ServerStartError(self._busy_message(info))
+                    # Another watcher on this host (one that does not take our lock: the
+                    # mcp-watcher, say) delivers this inbox: two would deliver everything twice.
+                    raise ServerStartError(self._busy_message(info, sentinel))
                 if info.get("host") not in (None, socket.gethostname()):
-                    self.foreign = info
+                    self.foreign = self.foreign or info
                 else:
-                    self.took_over = info
-            me = psutil.Process()
-            self._write_sentinel(me)
+                    self.took_over = self.took_over or info
+            self._content = orjson.dumps(
+                {
+                    "pid": os.getpid(),
+                    "start_time": psutil.Process().create_time(),
+                    "host": socket.gethostname(),
+                    "since": datetime.now(UTC).isoformat(),
+                    "inbox": self.inbox,
+                }
+            )
+            # The host-local one first: a server that dies between the two leaves a sentinel
+            # its successor can tell is stale, never only the hooks' one.
+            self._write_sentinel(self.names.sentinel)
+            self._write_sentinel(self.names.hook_sentinel)
         except BaseException:
             self._close()
             raise
 
-    def _write_sentinel(self, me: psutil.Process) -> None:
+    def _write_sentinel(self, name: str) -> None:
         try:
-            write_atomic(
-                self.names.sentinel,
-                orjson.dumps(
-                    {
-                        "pid": os.getpid(),
-                        "start_time": me.create_time(),
-                        "host": socket.gethostname(),
-                        "since": datetime.now(UTC).isoformat(),
-                        "inbox": self.inbox,
-                    }
-                ),
-                dir_fd=self.dir_fd,
-            )
+            write_atomic(name, self._content, dir_fd=self.dir_fd)
         except UnsafePath as exc:
             try:
-                kind = describe_kind(os.lstat(self.names.sentinel, dir_fd=self.dir_fd).st_mode)
+                kind = describe_kind(os.lstat(name, dir_fd=self.dir_fd).st_mode)
             except OSError:
                 kind = "not a regular file"
             raise ServerStartError(
-                f"{self.sentinel_path} is {kind}, not a regular file; remove it (the server writes its sentinel there)"
+                f"{os.path.join(self.directory, name)} is {kind}, not a regular file; remove it "
+                "(the server writes its sentinel there)"
             ) from exc
 
-    def _busy_message(self, info: dict[str, object] | None) -> str:
+    def _busy_message(self, info: dict[str, object] | None, sentinel: str) -> str:
         who = f"pid {info.get('pid')} on {info.get('host')}" if info else "another process"
         return (
-            f"{self.inbox} is already drained by {who} (sentinel {self.sentinel_path}); "
+            f"{self.inbox} is already drained by {who} (sentinel {os.path.join(self.directory, sentinel)}); "
             "stop that server first, or serve another inbox with --agent"
         )
 
@@ -407,10 +461,12 @@ class DrainerLock:
     def release(self) -> None:
         if not self._fds:
             return
-        info = self._read_sentinel(self.names.sentinel)
-        if info is not None and info.get("pid") == os.getpid():
-            with contextlib.suppress(OSError):
-                os.unlink(self.names.sentinel, dir_fd=self.dir_fd)
+        # The hooks' one first: while the host-local one remains, the inbox still reads as held.
+        for sentinel in (self.names.hook_sentinel, self.names.sentinel):
+            info = self._read_sentinel(sentinel)
+            if info is not None and sentinel_is_mine(info):
+                with contextlib.suppress(OSError):
+                    os.unlink(sentinel, dir_fd=self.dir_fd)
         self._close()
 
 
@@ -424,12 +480,22 @@ def syncthing_warning(directory: str) -> str | None:
                 text = read_regular(stignore, 1 << 20).decode("utf-8", "replace")
             except OSError:
                 text = ""
-            if ".~" in text:
+            missing = [
+                line
+                for line, pattern in (
+                    (SYNCTHING_IGNORE_LINE, ".~"),
+                    (SYNCTHING_SENTINEL_LINE, "watcher-active"),
+                )
+                if pattern not in text
+            ]
+            if not missing:
                 return None
+            lines = " and ".join(repr(line) for line in missing)
             return (
-                f"{directory} is inside the Syncthing folder {d}: add the line {SYNCTHING_IGNORE_LINE!r} to "
-                f"{stignore} so this host's inbox position, lock and sentinel stay on this host (a position "
-                "synced from another host would make this server repeat or skip acknowledgements)"
+                f"{directory} is inside the Syncthing folder {d}: add the line{'s' if len(missing) > 1 else ''} "
+                f"{lines} to {stignore} so this host's inbox position, lock and sentinels stay on this host (a "
+                "position synced from another host would make this server repeat or skip acknowledgements, and "
+                "a sentinel synced there would make that host's hooks stand down)"
             )
         parent = os.path.dirname(d)
         if parent == d:
@@ -599,12 +665,16 @@ class InboxServer:
         """Take the inbox (lock + sentinel), drop stale temporaries, load the cursor. Synchronous: ``build`` calls it."""
         self.lock.acquire()
         if self.lock.took_over is not None:
-            log.warning("took over a stale sentinel from pid %s", self.lock.took_over.get("pid"))
+            log.warning(
+                "took over a stale sentinel from pid %s (that server is gone: killed, or its host restarted)",
+                self.lock.took_over.get("pid"),
+            )
         if self.lock.foreign is not None:
             self.warnings.append(
                 f"found a sentinel of host {self.lock.foreign.get('host')!r} (pid {self.lock.foreign.get('pid')}) "
                 f"in {self.dir}: it came through a sync tool or a shared file system and does not hold this "
-                "host's lock, so it was replaced; keep .~* files out of sync (see the agentd docs)"
+                "host's lock, so it was replaced; keep .~* and .*.watcher-active files out of sync "
+                "(see docs/inbox-hooks.md)"
             )
         self._remove_stale_temporaries()
         cursor, ledger, warnings, migrated = load_cursor(self.dir_fd, self.dir, self.names)

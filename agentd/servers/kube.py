@@ -64,7 +64,7 @@ from agentd.servers._base import (
     describe,
 )
 from agentd.servers._jsonstream import JsonStreamParser, Malformed
-from agentd.servers.files import WatcherRegistry, request_uri
+from agentd.servers.files import WatcherRegistry, add_max_watchers, max_watchers, request_uri
 
 __all__ = [
     "RECONNECT_BACKOFF_S",
@@ -87,6 +87,22 @@ __all__ = [
 ]
 
 SUMMARY: Final = "Kubernetes objects as event-log resources, pushed by `kubectl get -w`"
+
+#: ``agentd serve kube --help``: what it serves and how agentd uses it.
+HELP: Final = """\
+resources:
+  kube-events://watch/{resource}{?namespace,labelSelector,fieldSelector,context}
+                            ADDED / MODIFIED (with old) / DELETED / ERROR events of
+                            one resource type, from kubectl get --watch (event-log);
+                            namespace=* for all, default kubectl's current one
+tools: none (read-only). Uses kubectl and its kubeconfig; a dropped watch is
+re-listed and what changed meanwhile reported as synthetic events.
+
+with agentd:
+  agentd --mcp-stdio 'kube=agentd serve kube' --mode reactive \\
+         --subscribe 'kube:kube-events://watch/pods?namespace=*' \\
+         --route 'kube-events://*=spawn' "explain failing pods"
+  mcpServers JSON: {"kube": {"command": "agentd", "args": ["serve", "kube"]}}"""
 SCHEME: Final = "kube-events"
 TEMPLATE: Final = "kube-events://watch/{resource}{?namespace,labelSelector,fieldSelector,context}"
 
@@ -578,14 +594,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="kubectl executable (default: `kubectl` on PATH); uses its kubeconfig and contexts",
     )
+    add_max_watchers(parser, "`kubectl get --watch` processes")
 
 
 def build(args: argparse.Namespace) -> WatchableServer:
     """Construct the kube server.
 
     Raises:
-        ConfigError: ``--kubectl`` does not name an executable.
+        ConfigError: ``--kubectl`` does not name an executable, or ``--max-watchers`` is below 1.
     """
+    cap = max_watchers(args)
     kubectl = shutil.which(args.kubectl)
     if kubectl is None:
         raise ConfigError(
@@ -603,7 +621,9 @@ def build(args: argparse.Namespace) -> WatchableServer:
     def make(uri: str) -> KubeWatcher:
         return KubeWatcher(parse_kube_uri(uri), kubectl=kubectl, changed=registry.notifier(uri))
 
-    registry: WatcherRegistry[KubeWatcher] = WatcherRegistry(server, key=_registry_key, factory=make)
+    registry: WatcherRegistry[KubeWatcher] = WatcherRegistry(
+        server, key=_registry_key, factory=make, max_watchers=cap, watcher_noun="kubectl watchers"
+    )
     registry.install()
 
     description = describe(

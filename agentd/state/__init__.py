@@ -1,6 +1,8 @@
 """What agentd keeps across restarts (``--state-dir``) and how replicas share the work.
 
-* :mod:`agentd.state.dir`        the state directory: layout and its one-owner lock.
+* :mod:`agentd.state.dir`        the state directory: layout, who may own it, its one-owner lock.
+* :mod:`agentd.state.files`      how every state file is opened (no link, no FIFO wait, a read
+                                  bound) and the one repair rule (moved aside or refused).
 * :mod:`agentd.state.journal`    the session journal's file format: framed records,
                                   torn-tail detection, compaction (pure, no trio).
 * :mod:`agentd.state.sessions`   the journals of one agentd: commit after each turn,

@@ -19,9 +19,13 @@ leave the last record short (its head or body cut, or zero-filled pages):
 that is a *torn tail*, expected after a crash, and dropped: the session is
 restored as of the last complete turn. A bad record with good bytes after it,
 a checksum that fails in the middle, a payload that is not a valid record,
-or a file that does not start with the magic is *corruption*: the good
+or a file larger than :data:`MAX_JOURNAL_BYTES` is *corruption*: the good
 prefix is kept, the file itself is moved aside for inspection, and the error
-says where.
+says where. A file that does not start with the magic is not a journal at
+all (*foreign*): it is refused and left as it is (rfcs/0275).
+
+Files are opened through :mod:`agentd.state.files`: never through a link,
+regular files of agentd's user only, read up to a bound.
 
 Nothing here imports trio: :mod:`agentd.state.sessions` runs these functions
 in worker threads.
@@ -44,6 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from agentd.filelock import fsync_dir
 from agentd.selfmcp.protocol import MessageFrame
+from agentd.state import files
 
 MAGIC: Final = b"agentd-session-journal 1\n"
 _HEAD = struct.Struct("<II")
@@ -58,7 +63,10 @@ COMPACTED_NOTE: Final = (
 #: Characters per token in the estimate compaction uses (no tokenizer in the supervisor).
 CHARS_PER_TOKEN: Final = 4
 
-Problem = Literal["torn", "corrupt"]
+#: Largest journal read: past it the file is damaged (its turns in the first this-many bytes are kept).
+MAX_JOURNAL_BYTES: Final = files.MAX_STATE_FILE_BYTES
+
+Problem = Literal["torn", "corrupt", "foreign"]
 
 
 class _Record(BaseModel):
@@ -101,7 +109,8 @@ class Contents:
         turns: the complete turns, oldest first.
         subs: the self-subscriptions at the last complete turn.
         good_bytes: length of the valid prefix (magic and whole records).
-        problem: None, ``torn`` (the last record is cut short) or ``corrupt``.
+        problem: None, ``torn`` (the last record is cut short), ``corrupt``, or
+            ``foreign`` (not a journal: it does not start with the magic).
         detail: what was wrong and where (for the error message).
     """
 
@@ -120,7 +129,7 @@ def parse(data: bytes) -> Contents:
         if MAGIC.startswith(data):  # cut inside the magic itself: a file created, never finished
             out.problem, out.detail = "torn", "the file ends inside its header"
             return out
-        out.problem, out.detail = "corrupt", "it does not start like an agentd session journal"
+        out.problem, out.detail = "foreign", "it does not start like an agentd session journal"
         return out
     off = out.good_bytes = len(MAGIC)
     size = len(data)
@@ -228,9 +237,21 @@ def compact(
 
 
 def read(path: Path) -> Contents:
-    """Read a journal file (OSError propagates: unreadable is not corrupt)."""
-    with open(path, "rb") as f:
-        return parse(f.read())
+    """Read a journal file, up to :data:`MAX_JOURNAL_BYTES` (beyond it the file is ``corrupt``).
+
+    Raises:
+        NotAFile: it is a link, FIFO, device, socket or directory (never opened for reading).
+        NotOurs: another user owns it.
+        OSError: it cannot be read (unreadable is not corrupt).
+    """
+    data = files.read_state_file(path, MAX_JOURNAL_BYTES)
+    if len(data) <= MAX_JOURNAL_BYTES:
+        return parse(data)
+    out = parse(data[:MAX_JOURNAL_BYTES])
+    if out.problem != "foreign":
+        out.problem = "corrupt"
+        out.detail = f"it is larger than {MAX_JOURNAL_BYTES} bytes, the most agentd reads of a journal"
+    return out
 
 
 def write_whole(
@@ -245,7 +266,8 @@ def write_whole(
     for i, turn in enumerate(turns):
         data += encode(TurnRecord(messages=turn, subs=subs if i == len(turns) - 1 else ()))
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    # O_EXCL: a fresh file, never a link or anything planted under the name.
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         _write_all(fd, bytes(data))
         os.fsync(fd)
@@ -260,7 +282,8 @@ def write_whole(
 
 
 def open_append(path: Path) -> int:
-    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+    """The journal opened to append (a regular file of agentd's user; never through a link)."""
+    return files.open_state_file(path, os.O_WRONLY | os.O_APPEND)
 
 
 def append(fd: int, data: bytes) -> None:
@@ -271,7 +294,7 @@ def append(fd: int, data: bytes) -> None:
 
 def truncate(path: Path, good_bytes: int) -> None:
     """Cut a torn tail off (durably)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    fd = files.open_state_file(path, os.O_WRONLY)
     try:
         os.ftruncate(fd, good_bytes)
         os.fsync(fd)
@@ -289,6 +312,7 @@ def _write_all(fd: int, data: bytes) -> None:
 __all__ = [
     "COMPACTED_NOTE",
     "MAGIC",
+    "MAX_JOURNAL_BYTES",
     "MAX_RECORD_BYTES",
     "Contents",
     "OpenRecord",

@@ -18,7 +18,9 @@ Lifecycle of one journal:
 
 * **start** (:meth:`SessionJournals.scan`): every journal is read once;
   a torn tail is cut off (``journal.torn``), a corrupt file is moved aside
-  and its good prefix kept (``journal.corrupt``). Each readable journal is
+  and its good prefix kept, what is not a regular file is moved aside
+  unread (``state.moved_aside``), a foreign file is refused and left
+  untouched (``state.refused``; rfcs/0275). Each readable journal is
   *resumable*: its self-subscriptions are restored at once (routes and
   upstream subscriptions, with the start-up re-read); the conversation stays
   on disk.
@@ -40,7 +42,6 @@ back by its journal.
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
 import os
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -49,7 +50,9 @@ from typing import TYPE_CHECKING, Protocol
 
 import trio
 
+from agentd.errors import NotAFile, NotOurs, StateFileError
 from agentd.selfmcp.protocol import MessageFrame, SpawnPayload
+from agentd.state import files
 from agentd.state import journal as jf
 from agentd.telemetry import Telemetry
 
@@ -102,15 +105,24 @@ class SessionJournals:
         """Sessions found at start whose conversation waits on disk -> their self-subscriptions."""
         self._restored_agents: dict[str, str] = {}
         """Agent id -> the session whose history it was started with."""
+        self._refused: set[str] = set()
+        """File names found at start that are not agentd's (or not readable): never written."""
 
     # -- start ----------------------------------------------------------------------------
 
     def scan(self) -> None:
-        """Blocking (run it in a thread, once, before the reactor turns): find every journal."""
-        self.directory.mkdir(parents=True, exist_ok=True)
+        """Blocking (run it in a thread, once, before the reactor turns): find every journal.
+
+        The repair rule (rfcs/0275): what is not a regular file is moved aside
+        unread (``state.moved_aside``); a damaged journal is moved aside with
+        its good turns kept; another user's file, or a file that is not a
+        journal, is refused and left untouched (``state.refused``), and its
+        name is never written while this agentd runs.
+        """
+        files.make_private_dir(self.directory)
         for leftover in self.directory.glob(".*.tmp"):
             with contextlib.suppress(OSError):
-                leftover.unlink()
+                leftover.unlink()  # a link is removed, never followed
         for path in sorted(self.directory.glob("*" + jf.SUFFIX)):
             self._scan_one(path)
 
@@ -126,12 +138,53 @@ class SessionJournals:
     def _scan_one(self, path: Path) -> None:
         try:
             contents = jf.read(path)
+        except NotAFile as exc:
+            problem = exc.problem
+            try:
+                aside = files.move_aside(path, files.UNSAFE)
+            except OSError as err:
+                self._telemetry.emit(
+                    "journal.failed", path=str(path), error=f"{problem}; cannot move it: {err}"
+                )
+                self._refused.add(path.name)
+                return
+            self._telemetry.emit(
+                "state.moved_aside",
+                file="session journal",
+                path=str(path),
+                moved_to=str(aside),
+                problem=problem,
+                kept=0,
+                fix="never read; inspect or delete it",
+            )
+            return
+        except NotOurs as exc:
+            self._refused.add(path.name)
+            self._telemetry.emit(
+                "state.refused",
+                file="session journal",
+                path=str(path),
+                problem=exc.problem,
+                fix="left untouched and not restored; remove it if it is not wanted",
+            )
+            return
         except OSError as exc:
+            self._refused.add(path.name)
             self._telemetry.emit(
                 "journal.failed",
                 path=str(path),
                 error=f"cannot read it: {exc.strerror or exc}",
                 fix="fix its permissions; the session starts fresh until then",
+            )
+            return
+        if contents.problem == "foreign":
+            self._refused.add(path.name)
+            self._telemetry.emit(
+                "state.refused",
+                file="session journal",
+                path=str(path),
+                problem=contents.detail,
+                fix="left untouched and not restored; move it out of the state directory",
             )
             return
         session = contents.session
@@ -158,26 +211,28 @@ class SessionJournals:
                 note="the last turn was being written when agentd stopped; the session resumes before it",
             )
         elif contents.problem == "corrupt":
-            stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-            aside = path.with_name(f"{path.name}.corrupt-{stamp}")
+            kept = session is not None and bool(contents.turns) and jf.file_name(session) == path.name
+            moved: list[Path] = []
 
-            def move_aside() -> None:
-                os.replace(path, aside)
-                if session is not None and contents.turns and jf.file_name(session) == path.name:
+            def move() -> None:
+                moved.append(files.move_aside(path, files.CORRUPT))
+                if kept:
+                    assert session is not None
                     jf.write_whole(path, session, contents.turns, contents.subs)
 
-            if not self._repaired(path, move_aside):
+            if not self._repaired(path, move):
                 return
             self._telemetry.emit(
-                "journal.corrupt",
+                "state.moved_aside",
+                file="session journal",
                 session=session,
                 path=str(path),
-                error=contents.detail,
-                moved_to=str(aside),
-                kept_turns=len(contents.turns) if session is not None else 0,
-                fix="the file was moved aside untouched; inspect or delete it",
+                moved_to=str(moved[0]),
+                problem=contents.detail,
+                kept=len(contents.turns) if kept else 0,
+                fix="moved aside untouched, its good turns kept; inspect or delete it",
             )
-            if session is None or not contents.turns or jf.file_name(session) != path.name:
+            if not kept:
                 return
         if session is None or not contents.turns:
             return
@@ -210,7 +265,7 @@ class SessionJournals:
         path = self.directory / jf.file_name(session)
         try:
             contents = await trio.to_thread.run_sync(jf.read, path)
-        except OSError as exc:
+        except (OSError, StateFileError) as exc:
             self._telemetry.emit("journal.failed", session=session, path=str(path), error=str(exc))
             return ()
         if contents.problem is not None or not contents.turns:
@@ -243,6 +298,8 @@ class SessionJournals:
         if j is not None and j.fd is not None:
             with contextlib.suppress(OSError):
                 os.close(j.fd)
+        if path.name in self._refused:
+            return  # not agentd's: left as it is
         with contextlib.suppress(FileNotFoundError):
             try:
                 path.unlink()
@@ -267,7 +324,7 @@ class SessionJournals:
         async with j.lock:
             try:
                 dropped = await trio.to_thread.run_sync(self._commit_sync, j, agent, tuple(messages), subs)
-            except (OSError, ValueError) as exc:
+            except (OSError, ValueError, StateFileError) as exc:
                 self._telemetry.emit(
                     "journal.failed",
                     session=session,
@@ -288,6 +345,12 @@ class SessionJournals:
 
     def _commit_sync(self, j: _Journal, agent: str, messages: tuple[MessageFrame, ...], subs: Subs) -> int:
         """Append the turn (worker thread); returns how many turns compaction dropped."""
+        if j.path.name in self._refused:
+            raise NotOurs(
+                str(j.path),
+                "was found at start and is not an agentd journal (or another user's); it is left as it "
+                "is: move it out of the state directory so this session is journaled",
+            )
         if j.owner != agent:
             # This agent's first turn for the session: continue the file it was
             # restored from, or start a new one (replacing any stale file).

@@ -5,6 +5,10 @@ frames (a turn's new messages), the session journal's records, and a restored
 session's spawn payload (``history``). A message is only ever data shown to
 the model: nothing in it is interpreted by the supervisor, and a tool call
 in a restored history is never run again.
+
+Images are not kept (rfcs/0290): a tool result's images become text
+placeholders naming their type and size, so a journal grows with the text of
+a conversation only and a restored session is told to call the tool again.
 """
 
 from __future__ import annotations
@@ -12,7 +16,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 
 from agentd.models import Message, ToolCall
-from agentd.selfmcp.protocol import MessageFrame, ToolCallFrame
+from agentd.selfmcp.protocol import MessageFrame, ToolCallFrame, encode
+
+#: Why a restored session's image is a placeholder.
+IMAGE_NOT_KEPT = "images are not kept in the session journal; call the tool again to see it"
 
 #: Bytes of encoded messages one transcript part carries at most: well under the
 #: child -> supervisor line cap (8 MiB), so a part never breaks the protocol.
@@ -27,7 +34,7 @@ def to_frame(message: Message) -> MessageFrame:
     """A transcript message as a frame (what the journal stores and the child sends)."""
     return MessageFrame.model_construct(
         role=message.role,
-        content=message.content,
+        content=message.text_with_placeholders(IMAGE_NOT_KEPT),
         tool_calls=tuple(
             ToolCallFrame.model_construct(id=c.id, name=c.name, raw_arguments=c.raw_arguments, error=c.error)
             for c in message.tool_calls
@@ -64,7 +71,7 @@ def _cut(text: str) -> str:
 
 def fitted(frame: MessageFrame) -> MessageFrame:
     """``frame``, with its long texts cut when it alone would exceed :data:`PART_BYTES`."""
-    if len(frame.model_dump_json()) <= PART_BYTES:
+    if len(encode(frame)) <= PART_BYTES:
         return frame
     return frame.model_copy(
         update={
@@ -84,7 +91,7 @@ def parts(messages: Iterable[Message]) -> Iterator[tuple[MessageFrame, ...]]:
     size = 0
     for message in messages:
         frame = fitted(to_frame(message))
-        n = len(frame.model_dump_json())
+        n = len(encode(frame))
         if group and (size + n > PART_BYTES or len(group) >= 4096):
             yield tuple(group)
             group, size = [], 0

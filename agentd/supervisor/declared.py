@@ -37,6 +37,7 @@ from agentd.supervisor.subscriptions import (
     pattern_label,
     resolve,
 )
+from agentd.supervisor.unmatched import subscription_fix
 from agentd.telemetry import Telemetry
 from agentd.upstream.resolve import Catalog
 from agentd.upstream.subscriptions import sample
@@ -140,8 +141,15 @@ class DeclaredSubscriptions:
                     assert_never(action)
         for server, actions in by_server.items():
             self._nursery.start_soon(self._subscribe, server, actions)
+        patterns = {pattern_label(p): p.uri for p in self.subscriptions.patterns}
         for label, why, required in refreshed.unresolved:
-            self._telemetry.emit("subscription.unresolved", pattern=label, error=why, required=required)
+            self._telemetry.emit(
+                "subscription.unresolved",
+                pattern=label,
+                error=why,
+                required=required,
+                fix=subscription_fix(patterns.get(label, label)),
+            )
         for route_id, count in self.subscriptions.queue_caps().items():
             self.subscriptions.router.set_watched(route_id, count)
         return list(refreshed.forgotten)

@@ -25,6 +25,7 @@ import mcp_types as types
 import orjson
 import trio
 
+from agentd.counters import RunCounters
 from agentd.errors import AgentdError, RouteError
 from agentd.events import (
     Acknowledged,
@@ -156,6 +157,8 @@ class SupervisorHub:
         watches: the watch manager; without it the watch tools report an error.
         offer_wakeups: offer the :data:`WAKEUP_TOOLS` (False for a once run,
             whose root nothing can wake later).
+        counters: the run's counter set (a ``subscribe`` the server refused is
+            counted there); a private one if not given.
     """
 
     def __init__(
@@ -167,8 +170,10 @@ class SupervisorHub:
         watches: WatchManager | None = None,
         policy: ToolPolicy | None = None,
         offer_wakeups: bool = True,
+        counters: RunCounters | None = None,
     ) -> None:
         self._events = events
+        self._counters = counters if counters is not None else RunCounters()
         self._self_tools = [t for t in SELF_TOOLS if offer_wakeups or t.name not in WAKEUP_TOOLS]
         self.upstreams = upstreams
         self._telemetry = telemetry
@@ -358,6 +363,11 @@ class SupervisorHub:
                 await self.upstreams[server].subscribe(uri)
             except AgentdError as exc:
                 await self.ask_reactor(lambda reply: SelfUnsubscribe(agent, uri, None, reply))
+                # A bundled server's cap on its watchers (rfcs/0265) arrives here, as any refusal does.
+                self._counters.subscribe_failed(server)
+                self._telemetry.emit(
+                    "self.subscribe_failed", agent=agent, server=server, uri=uri, error=str(exc)
+                )
                 return text_result(f"subscribe {uri!r} failed: {exc}", is_error=True)
             return text_result(f"subscribed to {uri} on {server}; end your turn, a change wakes this session")
         answer: Unsubscribed = await self.ask_reactor(

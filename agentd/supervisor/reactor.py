@@ -90,7 +90,7 @@ from agentd.supervisor.seams import (
     open_channel,
 )
 from agentd.supervisor.selftools import SelfToolDesk
-from agentd.supervisor.sessionroutes import SessionRoutes
+from agentd.supervisor.sessionroutes import SessionRoutes, SubscriptionCaps
 from agentd.supervisor.spawner import Spawner
 from agentd.supervisor.subscriptions import Subscriptions
 from agentd.supervisor.turns import Turns
@@ -145,6 +145,7 @@ class Reactor:
         handles: ``--shard``: whether this replica handles an update a route matched.
         counters: the run's counter set (created if not given; the app creates
             it first and gives it to the router's ``on_drop`` and the upstreams too).
+        caps: the caps on the sessions' own subscriptions (defaults if not given; rfcs/0265).
     """
 
     def __init__(
@@ -171,6 +172,7 @@ class Reactor:
         journals: SessionResume | None = None,
         handles: Callable[[Route, str], bool] | None = None,
         counters: RunCounters | None = None,
+        caps: SubscriptionCaps | None = None,
     ) -> None:
         self.send, self._recv = channel or open_channel()
         # What the loop itself reads: the exit rules, the router's and budget's deadlines, the clock.
@@ -183,7 +185,7 @@ class Reactor:
         """Which upstream subscriptions are wanted and why (pure; the declared shell shares it)."""
         self.counters = counters if counters is not None else RunCounters()
         """The run's counts: ``/metrics`` and ``supervisor.exit`` read this one object."""
-        session_routes = self.session_routes = SessionRoutes(router)
+        session_routes = self.session_routes = SessionRoutes(router, caps)
         # Unnamed agents use their id as session name: skip ids a watch or a journal holds.
         agents = self.agents = AgentTable(
             reserved=lambda name: (
@@ -208,7 +210,7 @@ class Reactor:
             spawner, agents, session_routes, status, router, telemetry, staged or {}, instruction
         )
         selftools = self.selftools = SelfToolDesk(
-            agents, session_routes, subscriptions, watches, hooks.unsubscribe, telemetry
+            agents, session_routes, subscriptions, watches, hooks.unsubscribe, telemetry, counters
         )
         self.usage = Usage(agents, status, budget, counters, spawner, telemetry)
         self.turns = Turns(
@@ -296,6 +298,11 @@ class Reactor:
                 if v != "pending"
             },
             subscriptions_unresolved=len(self.subscriptions.unresolved),
+            limit_refusals=counters.refusals_by_limit(),
+            subscribe_failures={
+                **dict.fromkeys(self.readiness.server_states, 0),
+                **counters.subscribe_failures,
+            },
             histograms=self.telemetry.histograms.snapshot(),
         )
 
@@ -435,7 +442,7 @@ class Reactor:
         self.readiness.forget(self._declared.refresh(reason))
 
     def _server_state(self, ev: ServerStateChanged) -> None:
-        self.readiness.on_server_state(ev.server, ev.state)
+        self.readiness.on_server_state(ev.server, ev.state, ev.error)
         if ev.state is ServerState.RESTARTING:
             self.counters.server_restart(ev.server)
         self.telemetry.emit(

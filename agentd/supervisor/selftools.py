@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import assert_never
 
 from agentd import events
-from agentd.errors import RouteError
+from agentd.counters import RunCounters
+from agentd.errors import LimitReached, RouteError
 from agentd.supervisor.agents import Agent, AgentTable
 from agentd.supervisor.seams import WatchHooks
 from agentd.supervisor.sessionroutes import SessionRoutes
@@ -33,6 +34,7 @@ class SelfToolDesk:
     watches: WatchHooks | None
     unsubscribe: Callable[[str, str], None]
     telemetry: Telemetry
+    counters: RunCounters
 
     def answer(self, request: events.SelfToolRequest) -> None:
         """A self-tool request from the hub: answered at once, never raises."""
@@ -86,6 +88,20 @@ class SelfToolDesk:
         session = agent.session or agent.id
         try:
             self.session_routes.subscribe(session, request.uri)
+        except LimitReached as exc:
+            # A cap (rfcs/0265): the model is told, the refusal counted, the operator told once per hit.
+            self.counters.refuse(exc.limit)
+            if exc.first:
+                self.telemetry.emit(
+                    "limit.reached",
+                    limit=exc.limit,
+                    value=exc.value,
+                    agent=agent.id,
+                    session=session,
+                    uri=request.uri,
+                )
+            request.reply.answer(events.Refused(str(exc)))
+            return
         except (RouteError, ValueError) as exc:  # ValueError: a URI that is no valid match
             request.reply.answer(events.Refused(str(exc)))
             return

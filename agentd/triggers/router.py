@@ -512,6 +512,9 @@ class Router:
         self._seq = itertools.count()
         self._busy: set[str] = set()
         self._blocked: set[str] = set()
+        self._owned: dict[str, int] = {}
+        """Session -> its ``self`` routes (its own subscriptions, restored ones too; the caps count them)."""
+        self._owned_total = 0
         self._counters: dict[str, int] = {
             "unrouted": 0,
             "coalesced": 0,
@@ -569,6 +572,9 @@ class Router:
         glob = compile_glob(TIMER_URI if spec.timer else spec.match, exact=bool(spec.exact) or spec.timer)
         route = Route(id=rid, spec=spec, glob=glob, owner=owner, order=order, queue=RouteQueue(cap))
         self._routes[rid] = route
+        if owner is not None:
+            self._owned[owner] = self._owned.get(owner, 0) + 1
+            self._owned_total += 1
         if spec.timer:
             self._timer = route
         elif glob.exact:
@@ -588,6 +594,11 @@ class Router:
         route = self._routes.pop(route_id, None)
         if route is None:
             raise RouteError(f"no route {route_id!r}: known routes are {sorted(self._routes)!r}")
+        if route.kind == "self" and route.owner is not None:
+            left = self._owned.pop(route.owner, 0) - 1
+            if left > 0:
+                self._owned[route.owner] = left
+            self._owned_total -= 1
         if route is self._timer:
             self._timer = None
         elif route.glob.exact:
@@ -626,6 +637,10 @@ class Router:
     def routes(self) -> Iterator[Route]:
         """Every route, in no particular order."""
         return iter(list(self._routes.values()))
+
+    def owned(self, session: str | None = None) -> int:
+        """How many ``self`` routes ``session`` owns (every session's together when None)."""
+        return self._owned_total if session is None else self._owned.get(session, 0)
 
     def routes_for_session(self, session: str) -> list[Route]:
         """Every continue route delivering into ``session`` (declared and self-subscribed)."""

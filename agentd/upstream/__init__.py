@@ -13,9 +13,16 @@ Public surface:
   ``unsubscribe``, and the ``state`` / ``tools`` / ``resources`` /
   ``templates`` views.
 * :func:`connect_all` — start one :class:`Upstream` per spec in a nursery.
+* :class:`Negotiated` — how a connection was made (transport actually used,
+  version, era, what became of the ``server/discover`` probe): the era and
+  transport are found once per server and kept (``negotiate.py``, pure;
+  ``handshake.py``, the SDK adapter).
 * :func:`resolve_server_for_uri` and :class:`Catalog` — which server owns a URI.
 * :func:`namespaced`, :func:`split_namespaced`, :class:`ToolNameMap` —
   provider-safe ``server__tool`` names.
+
+A server's tools that run only as MCP tasks are kept out of ``tools`` and
+reported once (``tooluse.py``, rfcs/0296).
 """
 
 from agentd.upstream.backoff import MAX_CONSECUTIVE_FAILURES, RECONNECT_BACKOFF, RESUBSCRIBE_BACKOFF
@@ -23,6 +30,7 @@ from agentd.upstream.connection import (
     INIT_TIMEOUT,
     MAX_READ_BYTES,
     REQUEST_TIMEOUT,
+    Negotiated,
     ServerSpecLike,
     Upstream,
     body_size,
@@ -39,6 +47,7 @@ __all__ = [
     "REQUEST_TIMEOUT",
     "RESUBSCRIBE_BACKOFF",
     "Catalog",
+    "Negotiated",
     "ServerSpecLike",
     "ToolNameMap",
     "Upstream",

@@ -15,7 +15,11 @@ agentd adds two things the SDK leaves to its caller:
   mode 0600, written atomically), holding the token and its absolute expiry,
   bound to the server URL, issuer and client id it was issued for: a restart
   reuses a live token instead of asking again. Without a state directory the
-  token is kept in memory only.
+  token is kept in memory only. The file follows the state directory's rule
+  (:mod:`agentd.state.files`, rfcs/0275): never opened through a link, read up
+  to a bound; not a regular file, or agentd's own and damaged: moved aside
+  (``state.moved_aside``); another user's, or not a token cache: refused
+  (``state.refused``), neither read nor replaced (the token stays in memory).
 * **Refresh before expiry**: a token is treated as expired
   :func:`refresh_margin` seconds early; the next request then fetches a new
   one first (client credentials have no refresh token: the grant is simply
@@ -34,6 +38,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 import time
 from collections.abc import AsyncGenerator, Generator, Mapping
 from pathlib import Path
@@ -45,9 +50,16 @@ from mcp.client.auth import OAuthTokenError
 from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 
+from agentd.errors import NotAFile, NotOurs
 from agentd.limits import TokenAuthMethod
+from agentd.state import files
+from agentd.state.dir import OAUTH_NAME
+from agentd.telemetry import Telemetry
 
 __all__ = ["TokenCache", "auth_for", "refresh_margin"]
+
+#: Largest token cache read: a token response is a few KiB; anything near this is not one.
+MAX_TOKEN_CACHE_BYTES = 1024 * 1024
 
 MAX_REFRESH_MARGIN = 60.0
 """Seconds before expiry at which a token is replaced: a minute covers clock skew between
@@ -96,17 +108,21 @@ class TokenCache:
         path: the cache file; its folder is created (mode 0700) on first write.
         binding: what the token was issued for (URL, issuer, client id): a file
             written for another binding is ignored.
+        telemetry: where a file moved aside or refused is reported (None: not reported).
     """
 
-    def __init__(self, path: Path | None, binding: str) -> None:
+    def __init__(self, path: Path | None, binding: str, telemetry: Telemetry | None = None) -> None:
         self.path = path
         self._binding = binding
+        self._telemetry = telemetry
         self._token: OAuthToken | None = None
         self._expires_at: float | None = None
         self._client: OAuthClientInformationFull | None = None
         self.loaded = False
         self.write_error: str | None = None
         """Why the last token could not be written (it is kept in memory)."""
+        self.refused: str | None = None
+        """Why the file is not agentd's: it is neither read nor replaced."""
 
     @property
     def expires_at(self) -> float | None:
@@ -130,12 +146,16 @@ class TokenCache:
         self._token = tokens
         self._expires_at = None if tokens.expires_in is None else time.time() + tokens.expires_in
         if self.path is not None:
+            if self.refused is not None:
+                self.write_error = f"not caching the token in {self.path}: {self.refused}"
+                return
             try:
                 await anyio.to_thread.run_sync(self._save)
-            except OSError as exc:
+            except (OSError, NotAFile, NotOurs) as exc:
                 # A full or read-only state directory costs a token request at the next
                 # start, never the connection: the token stays in memory.
-                self.write_error = f"cannot cache the token in {self.path}: {exc.strerror or exc}"
+                reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+                self.write_error = f"cannot cache the token in {self.path}: {reason}"
 
     async def get_client_info(self) -> OAuthClientInformationFull | None:
         return self._client
@@ -146,17 +166,71 @@ class TokenCache:
     def _load(self) -> None:
         assert self.path is not None
         try:
-            doc = json.loads(self.path.read_text(encoding="utf-8"))
-            if doc.get("binding") != self._binding:
-                return
+            raw = files.read_state_file(self.path, MAX_TOKEN_CACHE_BYTES)
+        except NotAFile as exc:
+            self._move_aside(files.UNSAFE, exc.problem)
+            return
+        except NotOurs as exc:
+            self._refuse(exc.problem)
+            return
+        except OSError:
+            return  # no cache: a new token is fetched
+        if len(raw) > MAX_TOKEN_CACHE_BYTES:
+            self._move_aside(files.CORRUPT, f"it is larger than {MAX_TOKEN_CACHE_BYTES} bytes")
+            return
+        try:
+            doc = json.loads(raw)
+        except ValueError:
+            if raw.lstrip().startswith(b'{"binding"'):
+                self._move_aside(files.CORRUPT, "it is cut short (not valid JSON)")
+            else:
+                self._refuse("it is not JSON, so not an agentd token cache")
+            return
+        if not isinstance(doc, dict) or "binding" not in doc or "token" not in doc:
+            self._refuse('it is not an agentd token cache ({"binding": ..., "token": ...})')
+            return
+        if doc.get("binding") != self._binding:
+            return  # issued for another server or client: replaced by the next token
+        try:
             token = OAuthToken.model_validate(doc["token"])
-            expires_at = doc.get("expires_at")
-        except (OSError, ValueError, KeyError, TypeError):
-            return  # no cache, or a damaged one: a new token is fetched
+        except ValueError as exc:
+            self._move_aside(files.CORRUPT, f"its token is not valid ({str(exc).splitlines()[0]})")
+            return
+        expires_at = doc.get("expires_at")
         if isinstance(expires_at, int | float) and expires_at - time.time() <= 0:
             return
         self._token = token
         self._expires_at = float(expires_at) if isinstance(expires_at, int | float) else None
+
+    def _move_aside(self, why: str, problem: str) -> None:
+        assert self.path is not None
+        try:
+            moved_to = files.move_aside(self.path, why)
+        except OSError as exc:
+            self._refuse(f"{problem}, and it cannot be moved aside ({exc.strerror or exc})")
+            return
+        if self._telemetry is not None:
+            self._telemetry.emit(
+                "state.moved_aside",
+                file="oauth token cache",
+                path=str(self.path),
+                moved_to=str(moved_to),
+                problem=problem,
+                kept=0,
+                fix="a new token is fetched and cached; inspect or delete the moved file",
+            )
+
+    def _refuse(self, problem: str) -> None:
+        assert self.path is not None
+        self.refused = problem
+        if self._telemetry is not None:
+            self._telemetry.emit(
+                "state.refused",
+                file="oauth token cache",
+                path=str(self.path),
+                problem=problem,
+                fix="left untouched; the token is kept in memory only until it is removed",
+            )
 
     def _save(self) -> None:
         assert self.path is not None
@@ -166,9 +240,12 @@ class TokenCache:
             "expires_at": self._expires_at,
             "token": self._token.model_dump(mode="json", exclude_none=True),
         }
-        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        if not self.path.parent.parent.exists():  # no claimed state directory (a test, a tool): make it
+            files.make_private_dir(self.path.parent.parent)
+        files.make_private_dir(self.path.parent)
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        # O_EXCL: a fresh file, never a link or anything planted under the name.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 json.dump(doc, f)
@@ -259,7 +336,11 @@ class _Bearer(httpx2.Auth):
 
 
 def auth_for(
-    spec: AuthSpecLike, *, state_dir: Path | None, env: Mapping[str, str] | None = None
+    spec: AuthSpecLike,
+    *,
+    state_dir: Path | None,
+    env: Mapping[str, str] | None = None,
+    telemetry: Telemetry | None = None,
 ) -> httpx2.Auth | None:
     """The authentication for one HTTP server's client (None: only its configured headers).
 
@@ -280,5 +361,7 @@ def auth_for(
     path = None
     if state_dir is not None:
         digest = hashlib.sha256(binding.encode()).hexdigest()[:12]
-        path = state_dir / "oauth" / f"{spec.name}-{digest}.json"
-    return _ClientCredentials(spec.url, oauth, client_secret=secret, cache=TokenCache(path, binding))
+        path = state_dir / OAUTH_NAME / f"{spec.name}-{digest}.json"
+    return _ClientCredentials(
+        spec.url, oauth, client_secret=secret, cache=TokenCache(path, binding, telemetry)
+    )

@@ -65,15 +65,28 @@ from agentd.upstream.backoff import (
     delay_before_attempt,
 )
 from agentd.upstream.describe import describe as _describe
+from agentd.upstream.handshake import client_mode, complete_handshake, offering
 from agentd.upstream.http import HttpTransport
+from agentd.upstream.negotiate import (
+    Era,
+    Negotiator,
+    Probe,
+    Try,
+    TryFailure,
+    TryTransport,
+    era_of,
+    probe_outcome,
+)
 from agentd.upstream.resolve import Catalog
 from agentd.upstream.stdio import MAX_LINE_BYTES, StdioTransport
 from agentd.upstream.subscriptions import Subscriber
+from agentd.upstream.tooluse import TASK_ONLY_REASON, split_uncallable
 
 __all__ = [
     "INIT_TIMEOUT",
     "MAX_READ_BYTES",
     "REQUEST_TIMEOUT",
+    "Negotiated",
     "ServerSpecLike",
     "Upstream",
     "connect_all",
@@ -136,16 +149,48 @@ class ServerSpecLike(Protocol):
     def timeout(self) -> float | None: ...
     @property
     def startup_timeout(self) -> float: ...
+    @property
+    def protocol(self) -> str: ...
 
 
 @dataclass
 class _Up:
     connected: bool = False
-    """Whether the attempt got past the handshake and catalog fetch."""
+    """Whether the try got past the handshake and catalog fetch."""
+    handshake_done: bool = False
+    """Whether the try got past the handshake (the era is settled)."""
 
 
 class _ConnectFailed(Exception):
     """One connection attempt failed; the message says why (stderr tail included)."""
+
+
+class _TryFailed(Exception):
+    """One try of an attempt failed; ``facts`` say whether another era or transport may do.
+
+    ``head`` says why in one line; ``detail`` is what follows it (a stdio
+    server's stderr tail), kept last in any message built from it.
+    """
+
+    def __init__(self, head: str, facts: TryFailure, detail: str = "") -> None:
+        super().__init__(head + detail)
+        self.head = head
+        self.detail = detail
+        self.facts = facts
+
+
+@dataclass(frozen=True, slots=True)
+class Negotiated:
+    """How the current (or last) connection was made (``upstream.connected``, ``check --connect``)."""
+
+    transport: TryTransport
+    """The transport actually used: ``stdio``, ``http`` (Streamable HTTP) or ``sse``."""
+    protocol_version: str
+    """The negotiated MCP version."""
+    era: Era
+    """``modern`` (2026-07-28, ``server/discover``) or ``handshake`` (``initialize``)."""
+    probe: Probe
+    """What became of the ``server/discover`` probe (see :data:`agentd.upstream.negotiate.Probe`)."""
 
 
 @dataclass(eq=False)
@@ -252,6 +297,12 @@ class Upstream:
         )
         """The server's subscriptions: one listen stream (or session) for all of them (rfcs/0260)."""
         self._max_line_bytes = max(max_line_bytes, 2 * max_read_bytes)
+        self._negotiator = Negotiator(
+            protocol=spec.protocol, transport="stdio" if spec.command is not None else spec.transport
+        )
+        """The server's era and transport: pinned, or learned once and kept (rfcs/0285, rfcs/0286)."""
+        self.negotiated: Negotiated | None = None
+        """How the current (or last) connection was made: transport, version, era, probe."""
         self.state = ServerState.STARTING
         """Where the connection is in its lifecycle (see the module docstring)."""
         self.protocol_version: str | None = None
@@ -268,6 +319,8 @@ class Upstream:
         """Why the last attempt failed or the last connection dropped."""
         self.tools_version = 0
         """Bumped every time :attr:`tools` is replaced (see :meth:`wait_tools_changed`)."""
+        self.skipped_tools: tuple[str, ...] = ()
+        """Listed tools agentd cannot call (task-only), kept out of :attr:`tools` (rfcs/0296)."""
         self._tools_changed = trio.Event()
         self._catalog_cache: (
             tuple[list[types.Resource], list[types.ResourceTemplate], bool, Catalog] | None
@@ -339,7 +392,10 @@ class Upstream:
         """Connect and keep the connection alive until cancelled or given up.
 
         Calls ``task_status.started()`` once the first attempt settled
-        (connected, or failed: startup stays bounded by ``init_timeout``).
+        (connected, or failed). Each try of the attempt is bounded by
+        ``init_timeout``; only a try that failed before it ran out (an exit,
+        a closed stream, a refused POST) is followed by another, at most
+        :data:`~agentd.upstream.negotiate.MAX_TRIES` in all (rfcs/0285).
         Returns after posting ``FAILED`` when :data:`MAX_CONSECUTIVE_FAILURES`
         attempts in a row failed. Cancellation closes the connection (bounded,
         shielded teardown) and leaves the state ``STOPPED``.
@@ -412,7 +468,7 @@ class Upstream:
                     ServerStateChanged(self.name, ServerState.STOPPED, required=self.spec.required)
                 )
 
-    def _make_transport(self) -> StdioTransport | HttpTransport:
+    def _make_transport(self, tried: Try) -> StdioTransport | HttpTransport:
         spec = self.spec
         if spec.command is not None:
             early, self._early = self._early, None  # the first connection only
@@ -427,20 +483,73 @@ class Upstream:
                 early=early if early is not None and early.matches(spec.command, spec.args) else None,
             )
         assert spec.url is not None
-        return HttpTransport(
-            self.name,
-            spec.url,
-            spec.headers,
-            auth=self._auth,
-            sse=getattr(spec, "transport", None) == "sse",
-        )
+        return HttpTransport(self.name, spec.url, spec.headers, auth=self._auth, sse=tried.transport == "sse")
 
     async def _connect_and_serve(self, task_status: trio.TaskStatus[None] | None, retry: int) -> None:
-        """One connection: connect (bounded), serve until it drops. Raises _ConnectFailed if it never came up."""
-        transport = self._make_transport()
+        """One connection attempt, then serve until it drops. Raises _ConnectFailed if it never came up.
+
+        The attempt is one try, or a few when the first says the era or the
+        transport is another one (:mod:`agentd.upstream.negotiate`): those
+        follow at once, within the attempt, so a server that exits on the
+        ``server/discover`` probe costs one restart, not a backoff round.
+        """
+        tried = self._negotiator.first()
+        earlier: list[str] = []
+        probed = False
+        while True:
+            try:
+                await self._try(tried, task_status, retry, after_failed_probe=probed)
+                return
+            except _TryFailed as failed:
+                following = self._negotiator.next_after(tried, failed.facts)
+                if following is None:
+                    message = failed.head
+                    if earlier:
+                        message += "; earlier tries: " + "; ".join(earlier)
+                    raise _ConnectFailed(message + failed.detail) from None
+                self._telemetry.emit(
+                    "upstream.fallback",
+                    server=self.name,
+                    tried=tried.describe(),
+                    next=following.describe(),
+                    error=failed.head + failed.detail,
+                )
+                earlier.append(f"{tried.describe()}: {failed.head}")
+                probed = probed or tried.handshake == "probe"
+                tried = following
+
+    def _why_no_fallback(self, tried: Try, facts: TryFailure) -> str:
+        """Why a try that broke on the handshake is not followed by another era (and the fix)."""
+        if (
+            tried.handshake == "probe"
+            or facts.handshake_done
+            or facts.timed_out
+            or facts.rejected
+            or not facts.reached
+        ):
+            return ""
+        protocol = self._negotiator.protocol
+        if protocol != "auto":
+            return (
+                f"; its protocol is pinned to {protocol!r} ({tried.describe()}), so no other "
+                "handshake was tried: set protocol to 'auto' to let agentd negotiate"
+            )
+        return (
+            f"; this server's era was learned at its first connection ({tried.describe()}) "
+            "and is kept until agentd restarts"
+        )
+
+    async def _try(
+        self, tried: Try, task_status: trio.TaskStatus[None] | None, retry: int, *, after_failed_probe: bool
+    ) -> None:
+        """One try: connect with ``tried`` (bounded), serve until it drops. Raises _TryFailed if it never came up."""
+        transport = self._make_transport(tried)
+        wire: contextlib.AbstractAsyncContextManager[tuple[object, object]] = transport
+        if tried.handshake == "initialize" and tried.version is not None:
+            wire = offering(transport, tried.version)
         client = Client(
-            transport,  # type: ignore[arg-type]
-            mode="auto",
+            wire,  # type: ignore[arg-type]
+            mode=client_mode(tried),
             cache=None,  # watched resources must never be served from a cache
             message_handler=self._on_message,
             read_timeout_seconds=self.request_timeout,
@@ -452,17 +561,31 @@ class Upstream:
             # Entered and left around the client's own task groups, so its deadline can be lifted later.
             with trio.CancelScope(deadline=t0 + self.init_timeout) as init_scope:
                 async with client:
-                    await self._serve(client, transport, task_status, retry, init_scope, up, t0)
+                    await self._serve(
+                        client, transport, tried, task_status, retry, init_scope, up, t0, after_failed_probe
+                    )
             if init_scope.cancelled_caught and not up.connected:
                 await self._raise_failed(
-                    transport, f"did not finish connecting within {self.init_timeout:g}s (init_timeout)"
+                    transport,
+                    tried,
+                    f"did not finish connecting within {self.init_timeout:g}s (init_timeout)",
+                    up,
+                    timed_out=True,
                 )
-        except _ConnectFailed:
+        except _TryFailed:
             raise
         except Exception as exc:
             if not up.connected:
-                await self._raise_failed(transport, _describe(exc))
+                await self._raise_failed(transport, tried, _describe(exc), up)
             self.last_error = transport.lost_reason or _describe(exc)
+        except BaseExceptionGroup as group:
+            # Cancelled while a request failed (the run ends as a try breaks): the SDK's task
+            # groups raise both together. The cancellation wins; the error is moot and must
+            # not outlive the cancel scope that is unwinding (it would end agentd with exit 1).
+            cancelled = group.subgroup(trio.Cancelled)
+            if cancelled is None:
+                raise
+            raise cancelled from None
         finally:
             self._conn = None
             self._subscriber.detach()
@@ -470,27 +593,57 @@ class Upstream:
             self.last_error = transport.lost_reason or self.last_error
             self._telemetry.emit("upstream.lost", server=self.name, reason=self.last_error)
 
-    async def _raise_failed(self, transport: StdioTransport | HttpTransport, why: str) -> None:
+    async def _raise_failed(
+        self,
+        transport: StdioTransport | HttpTransport,
+        tried: Try,
+        why: str,
+        up: _Up,
+        *,
+        timed_out: bool = False,
+    ) -> None:
+        facts = TryFailure(
+            reached=transport.reached,
+            handshake_done=up.handshake_done,
+            timed_out=timed_out,
+            rejected=isinstance(transport, HttpTransport) and not transport.sse and transport.rejected,
+        )
         if transport.lost_reason is not None and transport.lost_reason not in why:
             why = f"{why} ({transport.lost_reason})"
         message = f"server {self.name!r} {why}"
+        if isinstance(transport, HttpTransport) and transport.rejected:
+            message += f" (HTTP {transport.refused_status} to every POST)"
+        message += self._why_no_fallback(tried, facts)
+        detail = ""
         if isinstance(transport, StdioTransport):
             await transport.wait_stderr_closed(STDERR_SETTLE)
             tail = transport.stderr_tail()
-            message += f"; its stderr ends with:\n{tail}" if tail else "; it wrote nothing to stderr"
-        raise _ConnectFailed(message)
+            detail = f"; its stderr ends with:\n{tail}" if tail else "; it wrote nothing to stderr"
+        raise _TryFailed(message, facts, detail)
 
     async def _serve(
         self,
         client: Client,
         transport: StdioTransport | HttpTransport,
+        tried: Try,
         task_status: trio.TaskStatus[None] | None,
         retry: int,
         init_scope: trio.CancelScope,
         up: _Up,
         t0: float,
+        after_failed_probe: bool,
     ) -> None:
-        """Finish the connection (listeners first, then catalogs), then serve until the transport is lost."""
+        """Finish the connection (handshake, listeners, then catalogs), then serve until the transport is lost."""
+        await complete_handshake(client, tried)
+        up.handshake_done = True
+        self._negotiator.learned(tried, client.protocol_version)
+        era = era_of(client.protocol_version)
+        self.negotiated = Negotiated(
+            transport=tried.transport,
+            protocol_version=client.protocol_version,
+            era=era,
+            probe=probe_outcome(tried, era, after_failed_probe=after_failed_probe),
+        )
         self.protocol_version = client.protocol_version
         self.capabilities = client.server_capabilities
         modern = client.protocol_version in MODERN_PROTOCOL_VERSIONS
@@ -513,13 +666,26 @@ class Upstream:
             self._conn = conn
             self.state = ServerState.CONNECTED  # STARTING/RESTARTING -> CONNECTED
             self.last_error = None
+            negotiated = self.negotiated
             self._telemetry.emit(
                 "upstream.connected",
                 server=self.name,
-                protocol_version=self.protocol_version,
-                transport="stdio" if isinstance(transport, StdioTransport) else "http",
+                transport=negotiated.transport,
+                protocol_version=negotiated.protocol_version,
+                era=negotiated.era,
+                probe=negotiated.probe,
+                protocol=self._negotiator.protocol,
                 ms=round((trio.current_time() - t0) * 1000, 1),
             )
+            if self._negotiator.counteroffered(negotiated.protocol_version):
+                self._telemetry.emit(
+                    "upstream.protocol_counteroffer",
+                    server=self.name,
+                    protocol=self._negotiator.protocol,
+                    protocol_version=negotiated.protocol_version,
+                    fix=f"the server does not speak {self._negotiator.protocol}; set its protocol to "
+                    f"{negotiated.protocol_version!r} or 'auto'",
+                )
             await self._post(
                 ServerStateChanged(
                     self.name, ServerState.CONNECTED, required=self.spec.required, attempt=retry
@@ -550,7 +716,14 @@ class Upstream:
             cursor = page.next_cursor
             if cursor is None:
                 break
-        self._set_tools(tools)
+        usable, skipped = split_uncallable(tools)
+        if skipped and tuple(skipped) != self.skipped_tools:
+            # Said once per change of the set, not on every reconnect's refresh.
+            self._telemetry.emit(
+                "upstream.tools_skipped", server=self.name, tools=skipped, reason=TASK_ONLY_REASON
+            )
+        self.skipped_tools = tuple(skipped)
+        self._set_tools(usable)
 
     async def _refresh_resources(self, client: Client) -> None:
         caps = client.server_capabilities

@@ -75,6 +75,7 @@ class _Watch(httpx2.AsyncBaseTransport):
                 f"server {self._owner.server!r} is unreachable at {redact(self._owner.url)}: {exc!r}"
             )
             raise
+        self._owner.saw(request, response.status_code)
         if response.status_code == 404 and MCP_SESSION_ID in request.headers:
             self._owner.mark_lost(
                 f"server {self._owner.server!r} no longer knows session "
@@ -148,6 +149,44 @@ class HttpTransport(Transport):
         self.headers = dict(headers or {})
         self.auth = auth
         self.sse = sse
+        self._endpoint = httpx2.URL(url)
+        self.accepted = False
+        """Whether a POST was answered with a 2xx (the server speaks this transport)."""
+        self.refused_status: int | None = None
+        """The status of the last POST refused with a 4xx other than 401."""
+
+    @property
+    def rejected(self) -> bool:
+        """No POST was accepted and one was refused with a 4xx other than 401.
+
+        Over Streamable HTTP this is the specification's sign that the URL
+        serves the older HTTP+SSE transport (rfcs/0286). A 401 is left out:
+        it asks for credentials, whatever the transport.
+        """
+        return not self.accepted and self.refused_status is not None
+
+    def saw(self, request: httpx2.Request, status: int) -> None:
+        """Record one HTTP response (see :attr:`reached`, :attr:`rejected`).
+
+        Only the server's own answers count: a response from another origin
+        (an OAuth authorization server) says nothing about the MCP server,
+        and only a POST to the endpoint itself can say which transport it speaks.
+        """
+        url = request.url
+        if (url.scheme, url.host, url.port) != (
+            self._endpoint.scheme,
+            self._endpoint.host,
+            self._endpoint.port,
+        ):
+            return
+        self.reached = True
+        # A redirect to the same path with a trailing slash (Starlette's mounts) is the same endpoint.
+        if request.method != "POST" or url.path.rstrip("/") != self._endpoint.path.rstrip("/"):
+            return
+        if 200 <= status < 300:
+            self.accepted = True
+        elif 400 <= status < 500 and status != 401:
+            self.refused_status = status
 
     def _client(self, *_args: object, **_kwargs: object) -> httpx2.AsyncClient:
         # The SDK's factory arguments (its 300 s read timeout) are not used: see the module docstring.

@@ -182,6 +182,7 @@ class StdioTransport(Transport):
                 "check the server's command and PATH"
             ) from exc
         self.pid = process.pid
+        self.reached = True
         assert process.stdin is not None
         assert process.stdout is not None
         assert process.stderr is not None

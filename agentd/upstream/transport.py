@@ -27,6 +27,9 @@ class Transport:
         """Why the connection ended on the server's side, once it has (``None`` while it is up)."""
         self.lost = trio.Event()
         """Set when the server went away (exit, EOF, a bad line, a lost HTTP session)."""
+        self.reached = False
+        """Whether the server answered at all: its process started, or an HTTP response came
+        back. A try that never reached the server says nothing about its era or transport."""
         self._ctx: AbstractAsyncContextManager[tuple[object, object]] | None = None
 
     def mark_lost(self, reason: str) -> None:

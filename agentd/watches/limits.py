@@ -19,6 +19,12 @@ from agentd.errors import ConfigError
 #: counters, small enough that five watches cannot starve the supervisor.
 DEFAULT_FILTER_MEMORY_BYTES = 64 * 1024 * 1024
 
+#: Watches all sessions together may hold (``[watches] max_watches_total``, rfcs/0265).
+#: Each holds a task, an upstream subscription and its resource's last state
+#: (up to ``--max-read-bytes``), so a model must not multiply them freely;
+#: 256 is 51 sessions at the per-session cap of 5.
+DEFAULT_MAX_WATCHES_TOTAL = 256
+
 #: Python's own default is 1000; a filter has no business recursing deeply, and
 #: a low cap keeps a runaway recursion cheap to stop.
 DEFAULT_FILTER_RECURSION_DEPTH = 200
@@ -30,6 +36,7 @@ class WatchLimits:
 
     Attributes:
         max_watches: Watches one agent (session) may hold at once.
+        max_watches_total: Watches all sessions together may hold at once.
         filter_time_secs: Sandbox execution time per event (sleep is disabled,
             so this is CPU-bound work only; time spent in catalog calls on the
             host does not count).
@@ -51,6 +58,7 @@ class WatchLimits:
     """
 
     max_watches: int = 5
+    max_watches_total: int = DEFAULT_MAX_WATCHES_TOTAL
     filter_time_secs: float = 2.0
     filter_tool_calls: int = 10
     filter_memory_bytes: int = DEFAULT_FILTER_MEMORY_BYTES
@@ -81,6 +89,7 @@ class WatchLimits:
                 raise ConfigError(f"watch limit {f.name}", value, "give a number greater than 0")
         for name in (
             "max_watches",
+            "max_watches_total",
             "filter_tool_calls",
             "filter_memory_bytes",
             "filter_recursion_depth",

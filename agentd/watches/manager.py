@@ -49,14 +49,16 @@ import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Final, NoReturn, Protocol, TypeAlias
 
 import orjson
 import trio
 
+from agentd.counters import RunCounters
 from agentd.errors import AgentdError, ConfigError, FilterRejected, WatchError, WatchStateError
 from agentd.events import ReactorEvent, RouteNotice, SubscriptionStateChanged, WatchNotice
 from agentd.jsonvalue import JSONObject, JSONValue, loads
+from agentd.limits import ModelLimit
 from agentd.telemetry import Telemetry
 from agentd.upstream.naming import namespaced
 from agentd.upstream.resolve import resource_listing
@@ -254,6 +256,8 @@ class WatchManager:
         state_path: ``--watch-state`` file, or ``None`` (watches in memory only).
         pool: The sandbox pool for filters; default: one opened on first use.
         routes: The staged declared routes (as :meth:`declare_routes`).
+        counters: The run's counter set: refusals by a watch cap and subscriptions
+            the server refused are counted there (rfcs/0265); a private one if not given.
 
     Run :meth:`run` in a nursery (``await nursery.start(manager.run)``) before
     starting watches.
@@ -272,8 +276,12 @@ class WatchManager:
         routes: Iterable[StagedRoute] = (),
         tool_allowed: Callable[[str, types.Tool], bool] | None = None,
         holds: SubscriptionHolds | None = None,
+        counters: RunCounters | None = None,
     ) -> None:
         self.upstreams = upstreams
+        self._counters = counters if counters is not None else RunCounters()
+        self._refusing: set[tuple[ModelLimit, str]] = set()
+        """Watch caps refusing now, by (limit, session; "" for the total): told once per hit (rfcs/0265)."""
         self._holds: SubscriptionHolds = holds or _NoHolds()
         """The subscriptions component: each watch's hold on its upstream subscription."""
         self._tool_allowed = tool_allowed
@@ -417,10 +425,29 @@ class WatchManager:
             )
         active = [w.name for w in self.watches(session) if w.status is not WatchStatus.RESTORE_FAILED]
         if len(active) >= self.limits.max_watches:
-            raise WatchError(
+            self._refuse(
+                "watches.max_watches",
+                session,
+                name,
+                uri,
                 f"watch_start {name!r}: this session already has {len(active)} watches "
                 f"({', '.join(sorted(active))}), the limit (watches.max_watches = {self.limits.max_watches}); "
-                "stop one with watch_stop(name) first"
+                "stop one with watch_stop(name) first (an operator raises the limit with [watches] "
+                "max_watches / AGENTD_WATCHES__MAX_WATCHES)",
+            )
+        running = sum(1 for w in self._watches.values() if w.status is not WatchStatus.RESTORE_FAILED)
+        if running >= self.limits.max_watches_total:
+            self._refuse(
+                "watches.max_watches_total",
+                session,
+                name,
+                uri,
+                f"watch_start {name!r}: the sessions of this agentd already hold {running} watches together, "
+                f"the limit (watches.max_watches_total = {self.limits.max_watches_total}); stop a watch you "
+                "no longer need with watch_stop(name), or try again later (an operator raises the limit "
+                "with [watches] max_watches_total / AGENTD_WATCHES__MAX_WATCHES_TOTAL)",
+                # Others' watches may stop: the same call can pass later (a restored one is kept and listed).
+                transient=True,
             )
         w = Watch(name=name, uri=uri, session=session, on_event=None)
         # Reserve the name before the first await: concurrent calls cannot both pass the checks.
@@ -491,6 +518,16 @@ class WatchManager:
             try:
                 await up.subscribe(uri)
             except AgentdError as exc:
+                # A bundled server's cap on its watchers (rfcs/0265) arrives here, as any refusal does.
+                self._counters.subscribe_failed(server)
+                self._telemetry.emit(
+                    "self.subscribe_failed",
+                    session=session,
+                    watch=name,
+                    server=server,
+                    uri=uri,
+                    error=str(exc),
+                )
                 raise WatchError(
                     f"watch_start {name!r}: subscribing to {uri!r} on server {server!r} failed: {exc}",
                     transient=True,
@@ -514,6 +551,7 @@ class WatchManager:
             self._close_quietly(previous)
         w.wake_send, w.wake_recv = trio.open_memory_channel[None](1)
         w.status = WatchStatus.RUNNING  # STARTING -> RUNNING
+        self._below_caps(session)
         # One re-read after subscribing: a change between the baseline read and the
         # subscription is not lost (an unchanged resource yields no events).
         w.changed = True
@@ -527,6 +565,26 @@ class WatchManager:
         self._telemetry.emit("watch.subscribed", **fields)
         self._request_save()
         return {"name": name, "uri": uri, "shape": w.shape}
+
+    def _refuse(
+        self, limit: ModelLimit, session: str, name: str, uri: str, message: str, *, transient: bool = False
+    ) -> NoReturn:
+        """A watch cap refuses ``session``'s ``watch_start``: counted, said once per hit (rfcs/0265), raised."""
+        self._counters.refuse(limit)
+        per_session = limit == "watches.max_watches"
+        key = (limit, session if per_session else "")
+        if key not in self._refusing:
+            self._refusing.add(key)
+            value = self.limits.max_watches if per_session else self.limits.max_watches_total
+            self._telemetry.emit(
+                "limit.reached", limit=limit, value=value, session=session, watch=name, uri=uri
+            )
+        raise WatchError(message, transient=transient)
+
+    def _below_caps(self, session: str) -> None:
+        """A watch of ``session`` started or stopped: a later refusal is a new hit."""
+        self._refusing.discard(("watches.max_watches", session))
+        self._refusing.discard(("watches.max_watches_total", ""))
 
     def filter_catalog(self) -> tuple[dict[str, CatalogFunction], set[str]]:
         """The filter's read-only catalog and the names it is denied (mutating tools).
@@ -891,6 +949,8 @@ class WatchManager:
         upstream subscriptions they held nothing else needs.
         """
         gone = [w for (s, _), w in self._watches.items() if s == session]
+        if gone:
+            self._below_caps(session)
         for w in gone:
             del self._watches[(w.session, w.name)]
             if self.state_path is not None:
@@ -960,6 +1020,7 @@ class WatchManager:
                 f"watch_stop {name!r}: the watch is still starting; call watch_stop again after it"
             )
         del self._watches[(session, name)]
+        self._below_caps(session)
         w.scope.cancel()
         routed = w.status is not WatchStatus.RESTORE_FAILED and w.server is not None
         unsubscribe = await self._unhold(w, routed=routed, routes=routes)
@@ -973,7 +1034,8 @@ class WatchManager:
     async def restore(self, routes: RouteTable) -> list[WatchNotice]:
         """Start every watch saved in ``--watch-state`` again (once, at startup).
 
-        A corrupt file is moved aside and an unreadable one reported (watches
+        A damaged file is moved aside, keeping the watches it held whole
+        (``state.moved_aside``), and an unreadable one reported (watches
         then run in memory only). Each spec starts with its saved baseline, so
         changes made while agentd was down are reported. A spec that can never
         start (its filter is refused, its name is invalid, over the limit) is
@@ -990,12 +1052,23 @@ class WatchManager:
         if self.state_path is None:
             return []
         try:
-            specs, warnings = await trio.to_thread.run_sync(state_file.load, self.state_path)
+            loaded = await trio.to_thread.run_sync(state_file.load, self.state_path)
         except WatchStateError as exc:
             self._state_problem = str(exc)
             self._telemetry.emit("watch.state_unavailable", path=str(self.state_path), error=str(exc))
             return []
-        for warning in warnings:
+        specs = loaded.specs
+        if loaded.moved_aside is not None:
+            self._telemetry.emit(
+                "state.moved_aside",
+                file="watch state",
+                path=str(loaded.moved_aside.path),
+                moved_to=str(loaded.moved_aside.moved_to),
+                problem=loaded.moved_aside.problem,
+                kept=len(specs),
+                fix="the watches it held whole are restored and the file is written anew; inspect or delete the moved file",
+            )
+        for warning in loaded.warnings:
             self._telemetry.emit("watch.state_warning", path=str(self.state_path), warning=warning)
         restored: list[Watch] = []
         failed: list[Watch] = []

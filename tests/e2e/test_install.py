@@ -1,4 +1,5 @@
-"""agentd installed the way users install it: ``pipx install .``, ``uv tool install .``, ``uvx --from .``.
+"""agentd installed the way users install it: ``pipx install .``, ``uv tool install .``, ``uvx --from .``,
+and from the git URL without a clone (``pipx install "git+…"``, ``uvx --from "git+…" agentd``).
 
 Each install runs in a fresh environment (a new HOME, empty caches and tool
 directories, PATH without the project's venv) from a clean copy of the
@@ -13,6 +14,7 @@ Slow (a fresh install resolves every dependency); CI runs it.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,13 +41,22 @@ class Fresh:
     root: Path
     source: Path
     tools: Path
+    git_url: str
+    """``git+file://…`` of a git repository holding the same source: the README's
+    install without a clone (``pipx install "git+$REPO"``), minus the network."""
 
 
 @pytest.fixture(scope="module")
 def fresh(tmp_path_factory: pytest.TempPathFactory) -> Fresh:
     root = tmp_path_factory.mktemp("fresh")
     tools = install_tools(root / "tools", "pipx", f"uv=={uv_version()}")
-    return Fresh(root=root, source=copy_source(root / "agentd-clone"), tools=tools)
+    repo = copy_source(root / "agentd.git")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", "-C", str(repo)]
+    for step in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "agentd"]):
+        _run([*git, *step], {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull}, root)
+    return Fresh(
+        root=root, source=copy_source(root / "agentd-clone"), tools=tools, git_url=f"git+{repo.as_uri()}"
+    )
 
 
 def _run(cmd: list[str], env: dict[str, str], cwd: Path, timeout: float = RUN_TIMEOUT_S) -> str:
@@ -120,6 +131,10 @@ def test_pipx_install(fresh: Fresh, tmp_path: Path) -> None:
     work.mkdir()
     _imports_everything(tmp_path / "pipx" / "venvs" / "agentd-supervisor" / "bin" / "python", env, work)
     _quick_start(bin_dir / "agentd", env, work)
+    # Without a clone: `pipx install "git+$REPO"` (the dependencies now come from pip's cache).
+    _run([str(fresh.tools / "pipx"), "uninstall", "agentd-supervisor"], env, tmp_path)
+    _run([str(fresh.tools / "pipx"), "install", fresh.git_url], env, tmp_path, INSTALL_TIMEOUT_S)
+    assert _run([str(bin_dir / "agentd"), "--version"], env, work).strip() == VERSION_LINE
 
 
 def test_uv_tool_install(fresh: Fresh, tmp_path: Path) -> None:
@@ -141,5 +156,13 @@ def test_uvx_from_a_clone(fresh: Fresh, tmp_path: Path) -> None:
     # The clone is the working directory, as in `cd agentd && uvx --from . agentd --version`.
     out = _run(
         [str(fresh.tools / "uvx"), "--from", ".", "agentd", "--version"], env, fresh.source, INSTALL_TIMEOUT_S
+    )
+    assert out.strip() == VERSION_LINE
+    # Without a clone: `uvx --from "git+$REPO" agentd` (the dependencies now come from uv's cache).
+    out = _run(
+        [str(fresh.tools / "uvx"), "--from", fresh.git_url, "agentd", "--version"],
+        env,
+        fresh.root,
+        INSTALL_TIMEOUT_S,
     )
     assert out.strip() == VERSION_LINE

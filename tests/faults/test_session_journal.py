@@ -11,15 +11,20 @@ import json
 import os
 import signal
 import struct
+import subprocess
+import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 from agentd.state import journal as jf
+from agentd.state.sessions import SessionJournals
 from tests.fakes.provider_server import RecordedRequest, Reply, openai_reply, provider_server
-from tests.support.agentd_proc import PY, Agentd, run_agentd
+from tests.support.agentd_proc import PY, REPO, Agentd, run_agentd
 from tests.support.leftovers import tagged_env
+from tests.support.telemetry import RecordingTelemetry
 
 #: One step of a change travelling server -> agentd -> agent -> provider on this shared machine.
 STEP = 30.0
@@ -190,3 +195,67 @@ async def test_the_warm_loop_root_resumes_its_conversation_after_sigkill(tmp_pat
     assert first[-1] == shift
     assert second == [*first, {"role": "assistant", "content": "shift one done"}, shift]
     assert [(e["session"], e["turns"]) for e in restored] == [("root", 1)]
+
+
+# A real writer process on the supervisor's own write path (SessionJournals.commit, with
+# compaction rewriting the file every few turns), killed with SIGKILL mid-stream.
+_JOURNAL_WRITER = textwrap.dedent(
+    """
+    import os, sys, trio
+    from pathlib import Path
+    from agentd.selfmcp.protocol import MessageFrame
+    from agentd.state.sessions import SessionJournals
+    from agentd.telemetry import NullTelemetry
+
+    async def main():
+        store = SessionJournals(Path(sys.argv[1]), NullTelemetry(), max_tokens=200_000, lookup=lambda a: ("ops", ()))
+        store.scan()
+        for i in range(1_000_000):
+            turn = (MessageFrame(role="user", content=f"turn {i} " + "x" * 150_000),
+                    MessageFrame(role="assistant", content=f"ok {i}"))
+            await store.commit("a1", turn)
+            os.write(1, f"{i}\\n".encode())  # acknowledged: commit returned, the turn is durable
+
+    trio.run(main)
+    """
+)
+
+
+@pytest.mark.parametrize("after", [1, 4, 9, 23])
+async def test_sigkill_during_journal_writes_loses_no_acknowledged_turn(tmp_path, allow_files, after):
+    """Killed while appending (and compacting: every ~5 turns the file is rewritten and renamed)."""
+    allow_files("sessions/*.journal")
+    sessions = tmp_path / "sessions"
+    proc = await trio.lowlevel.open_process(
+        [PY, "-c", _JOURNAL_WRITER, str(sessions)], stdout=subprocess.PIPE, cwd=str(REPO)
+    )
+    acked = await _acks_then_kill(proc, after)
+    telemetry = RecordingTelemetry()
+    store = SessionJournals(sessions, telemetry, max_tokens=200_000, lookup=lambda _a: None)
+    store.scan()
+    assert telemetry.find("state.moved_aside") == []  # a crash is never damage
+    history = await store.history("a2", "ops")
+    users = [m.content.split()[1] for m in history if m.role == "user" and m.content.startswith("turn ")]
+    newest = int(users[-1])
+    # Every acknowledged turn is there (the one in flight may be too); compaction keeps the first
+    # instruction and the newest turns, whole and in order.
+    assert newest in (acked - 1, acked)
+    assert users[0] == "0"
+    assert users[1:] == [str(n) for n in range(newest - len(users) + 2, newest + 1)]
+
+
+async def _acks_then_kill(proc: trio.Process, after: int) -> int:
+    """Read acknowledgement lines until ``after`` arrived, SIGKILL the writer at once; how many it acknowledged."""
+    assert proc.stdout is not None
+    buf = b""
+    with trio.fail_after(STEP):
+        while buf.count(b"\n") < after:
+            chunk = await proc.stdout.receive_some()
+            assert chunk, "the writer ended early"
+            buf += chunk
+        proc.send_signal(signal.SIGKILL)
+        assert await proc.wait() == -signal.SIGKILL
+        while chunk := await proc.stdout.receive_some():
+            buf += chunk  # acknowledged before the kill landed
+    await proc.stdout.aclose()
+    return buf.count(b"\n")

@@ -255,7 +255,7 @@ async def test_corrupt_watch_state_is_moved_aside_and_the_daemon_starts_and_save
     async with run_agentd(
         memo_loop_args(model, memo, "--watch-state", str(state)), env=tagged_env(tmp_path, **WATCH_ENV)
     ) as a:
-        warning = await a.wait_event("watch.state_warning")
+        moved = await a.wait_event("state.moved_aside")
         await a.wait_event("watch.started")
         await a.wait_event("turn.end")
         # The daemon works: a change becomes a notice turn of the same agent.
@@ -264,8 +264,10 @@ async def test_corrupt_watch_state_is_moved_aside_and_the_daemon_starts_and_save
         await stop_and_check_no_orphans(a)
     (aside,) = await trio.Path(tmp_path).glob("watches.json.corrupt-*")
     assert await aside.read_bytes() == garbage
-    assert "is not valid watch state" in warning["warning"]
-    assert f"moved it to {str(aside)!r} and started with no saved watches" in warning["warning"]
+    assert (moved["file"], moved["path"], moved["moved_to"]) == ("watch state", str(state), str(aside))
+    assert "is not valid watch state" in moved["problem"]
+    assert moved["kept"] == 0  # the cut went through the only entry
+    assert a.find("watch.state_warning") == []
     saved = json.loads(state.read_text())["watches"]
     assert [(w["name"], w["uri"]) for w in saved] == [("todo", "memo://notes")]
     assert "MODIFIED todo" in a.out

@@ -11,6 +11,7 @@ corrupts a file two writers share: every temp file is its own.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -21,7 +22,7 @@ import pytest
 import trio
 
 from agentd.exitcodes import ExitCode
-from agentd.watches.state import leftover_temps, load, lock_path
+from agentd.watches.state import claim, leftover_temps, load, lock_path
 from tests.support.agentd_proc import PY, REPO, agentd_cmd, run_agentd, script
 from tests.support.files import edit
 from tests.support.leftovers import tagged_env
@@ -90,8 +91,8 @@ async def test_a_second_agentd_on_the_same_state_file_is_refused_with_exit_2(tmp
         first.signal()
         assert await first.wait_exit() == 0, first.tail()
     assert "MODIFIED todo" in first.out
-    specs, warnings = load(state)
-    assert ([s.name for s in specs], warnings) == (["todo"], [])
+    got = load(state)
+    assert ([s.name for s in got.specs], got.warnings) == (["todo"], [])
     assert leftover_temps(state) == []
 
     # Once the first is gone, the file is free again.
@@ -113,8 +114,10 @@ _WRITER = textwrap.dedent(
     mine = [WatchSpec(name=me, uri="memo://" + me, on_event="x" * 50_000)]
     for _ in range(rounds):
         save(path, mine)
-        specs, warnings = load(path)  # whichever writer won, the file is whole
-        assert not warnings and len(specs) == 1 and specs[0].name in ("a", "b"), (specs, warnings)
+        got = load(path)  # whichever writer won, the file is whole
+        specs = got.specs
+        assert not got.warnings and got.moved_aside is None, got
+        assert len(specs) == 1 and specs[0].name in ("a", "b"), got
     """
 )
 
@@ -139,9 +142,9 @@ async def test_two_writers_sharing_a_file_never_corrupt_it(tmp_path: Path) -> No
             nursery.start_soon(writer, "b")
     for name, proc in results.items():
         assert proc.returncode == 0, f"writer {name}: {proc.stderr.decode()[-2000:]}"
-    specs, warnings = load(state)
-    assert warnings == []
-    assert [s.name for s in specs] in (["a"], ["b"])
+    got = load(state)
+    assert got.warnings == []
+    assert [s.name for s in got.specs] in (["a"], ["b"])
     assert leftover_temps(state) == []
 
 
@@ -193,3 +196,50 @@ async def test_a_path_that_is_not_a_regular_file_is_refused_by_check_and_at_star
         assert f"--watch-state: {str(path)!r} is not valid: is {what}, not a regular file" in result.stderr
     if kind == "fifo":
         path.unlink()
+
+
+# ------------------------------------------------------------------ SIGKILL mid-write
+
+_SAVER = textwrap.dedent(
+    """
+    import os, sys
+    from agentd.watches.state import WatchSpec, save
+    path = sys.argv[1]
+    specs = []
+    for i in range(1_000_000):
+        specs.append(WatchSpec(name=f"w{i}", uri=f"memo://{i}", owner="root", on_event=repr("x" * 20_000)))
+        save(path, specs)
+        os.write(1, f"{i}\\n".encode())  # acknowledged: save returned, the file holds w0..wi
+    """
+)
+
+
+@pytest.mark.parametrize("after", [1, 5, 12, 30])
+async def test_sigkill_during_watch_state_writes_loses_no_acknowledged_watch(
+    tmp_path: Path, after: int
+) -> None:
+    """A real writer on agentd's save path, killed at once after ``after`` acknowledged saves."""
+    state = tmp_path / "watches.json"
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, "-c", _SAVER, str(state)], stdout=subprocess.PIPE, cwd=str(REPO)
+    )
+    assert proc.stdout is not None
+    buf = b""
+    with trio.fail_after(REFUSE_TIMEOUT_S):
+        while buf.count(b"\n") < after:
+            chunk = await proc.stdout.receive_some()
+            assert chunk, "the writer ended early"
+            buf += chunk
+        proc.send_signal(signal.SIGKILL)
+        assert await proc.wait() == -signal.SIGKILL
+        while chunk := await proc.stdout.receive_some():
+            buf += chunk
+    await proc.stdout.aclose()
+    acked = buf.count(b"\n")
+    claim(state).release()  # the next owner: removes the temp file the kill may have left
+    got = load(state)
+    assert (got.warnings, got.moved_aside) == ([], None)  # whole: a crash is never damage
+    names = [s.name for s in got.specs]
+    assert len(names) in (acked, acked + 1)  # every acknowledged watch; the one in flight may be there
+    assert names == [f"w{i}" for i in range(len(names))]
+    assert leftover_temps(state) == []

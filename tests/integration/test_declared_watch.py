@@ -218,7 +218,7 @@ async def test_declared_baselines_survive_a_restart_and_report_changes_made_whil
     memo.write_text(json.dumps({"todo": "milk"}))
     async with stack(memo, todo_route(disposition="spawn"), state_path=state) as s:
         await s.telemetry.wait("watch.started")
-    [saved] = load(state)[0]
+    [saved] = load(state).specs
     assert (saved.name, saved.owner, saved.uri, saved.baseline) == (
         "route:todo:memo://notes",
         None,
@@ -241,7 +241,7 @@ async def test_declared_baselines_survive_a_restart_and_report_changes_made_whil
             ["route:todo:memo://notes"],
             ["None:route:gone:memo://notes"],
         )
-    assert [(w.name, w.baseline) for w in load(state)[0]] == [
+    assert [(w.name, w.baseline) for w in load(state).specs] == [
         ("route:todo:memo://notes", {"shape": "state", "kind": "json", "value": {"todo": "bread"}})
     ]
 

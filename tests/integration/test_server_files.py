@@ -177,3 +177,28 @@ async def test_watching_a_file_as_a_tree_says_what_to_do(tmp_path: Path):
     async with connect(tmp_path, "modern", uri) as (client, _pushes):
         with pytest.raises(MCPError, match=r"'one.txt' is not a directory: subscribe to file:///one.txt"):
             await events(client, uri)
+
+
+async def subscribe_once(client: Client, era: str, uri: str) -> None:
+    """Subscribe ``uri`` (legacy: held by the connection; modern: a listen stream, closed at once)."""
+    if era == "legacy":
+        await client.subscribe_resource(uri)
+        return
+    async with client.listen(resource_subscriptions=[uri]):
+        pass
+
+
+@pytest.mark.parametrize("era", ["modern", "legacy"])
+async def test_a_watch_past_max_watchers_is_refused_and_a_shared_one_is_not(tmp_path: Path, era: str) -> None:
+    """rfcs/0265: ``--max-watchers 1``: a second directory is refused; the same tree by another spelling is not."""
+    (tmp_path / "a").mkdir()
+    async with connect(tmp_path, era, TREE, "--max-watchers", "1") as (client, _pushes):
+        await events(client)
+        refusal = (
+            r"subscription to 'file-events://a' refused: this server already runs 1 inotify watches \(one per "
+            r"subscribed URI\), its limit \(--max-watchers 1 of `agentd serve files`\)"
+        )
+        with pytest.raises(MCPError, match=refusal):
+            await subscribe_once(client, era, "file-events://a")
+        # "file-events://" names the same tree as "file-events://.": it shares the running watcher.
+        await subscribe_once(client, era, "file-events://")

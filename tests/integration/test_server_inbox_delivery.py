@@ -322,9 +322,14 @@ async def test_a_sentinel_from_another_host_does_not_block_and_syncthing_folders
         status = await client.read_json(STATUS)
         warnings = "\n".join(status["warnings"])
         assert "found a sentinel of host 'laptop-far-away' (pid 1)" in warnings
-        assert f"add the line '(?d).~*' to {tmp_path / '.stignore'}" in warnings
+        assert f"add the lines '(?d).~*' and '(?d).*.watcher-active' to {tmp_path / '.stignore'}" in warnings
         assert json.loads(sentinel.read_text())["pid"] == client.proc.pid
     (tmp_path / ".stignore").write_text("(?d).~*\n")
+    async with raw_server(argv(box)) as client:
+        await client.initialize()
+        (warning,) = (await client.read_json(STATUS))["warnings"]
+        assert f"add the line '(?d).*.watcher-active' to {tmp_path / '.stignore'}" in warning
+    (tmp_path / ".stignore").write_text("(?d).~*\n(?d).*.watcher-active\n")
     async with raw_server(argv(box)) as client:
         await client.initialize()
         assert (await client.read_json(STATUS))["warnings"] == []

@@ -17,6 +17,7 @@ from mcp.shared.exceptions import MCPError
 from tests.support.kube import Cluster
 from tests.support.routing import wait_gone
 from tests.support.servers import Pushes, subscribed
+from tests.support.supervised import alive
 
 REPO = Path(__file__).resolve().parents[2]
 FAKES = REPO / "tests" / "fakes"
@@ -55,7 +56,7 @@ def cluster(tmp_path: Path):
     c.close()
 
 
-def params(cluster: Cluster, *, via_path: bool = False) -> StdioServerParameters:
+def params(cluster: Cluster, *, via_path: bool = False, extra: tuple[str, ...] = ()) -> StdioServerParameters:
     env = {
         **os.environ,
         "PYTHONPATH": str(REPO),
@@ -63,9 +64,9 @@ def params(cluster: Cluster, *, via_path: bool = False) -> StdioServerParameters
         "KUBECTL_FAKE_PYTHON": sys.executable,
         "PATH": f"{FAKES}{os.pathsep}{os.environ.get('PATH', '')}",
     }
-    extra = [] if via_path else ["--kubectl", str(FAKES / "kubectl")]
+    kubectl = [] if via_path else ["--kubectl", str(FAKES / "kubectl")]
     return StdioServerParameters(
-        command=sys.executable, args=["-m", "agentd.servers", "kube", *extra], env=env
+        command=sys.executable, args=["-m", "agentd.servers", "kube", *kubectl, *extra], env=env
     )
 
 
@@ -194,3 +195,70 @@ async def test_watcher_is_shared_and_stopped_when_the_last_subscriber_leaves(clu
             (ev,) = await read_events(client)  # a new ring: seq starts again
             assert (ev["seq"], ev["object"]["metadata"]["resourceVersion"]) == (1, "3")
         assert len(cluster.watch_pids()) == 2
+
+
+def running_watchers(cluster: Cluster) -> list[int]:
+    """The fake kubectl ``get --watch`` processes still running."""
+    return [pid for pid in cluster.watch_pids() if alive(pid) is not None]
+
+
+@pytest.mark.realclock
+@pytest.mark.parametrize("era", ["modern", "legacy"])
+async def test_a_subscription_past_max_watchers_is_refused_naming_the_flag(cluster: Cluster, era: str):
+    """rfcs/0265: ``--max-watchers 2``: a third distinct URI is refused with an MCP error; after one leaves it fits."""
+    uris = [f"kube-events://watch/r{i}" for i in range(3)]
+    for i in range(3):
+        cluster.set_list(f"r{i}", [pod(f"p{i}", f"u{i}", "1")])
+    refusal = (
+        r"subscription to 'kube-events://watch/r2' refused: this server already runs 2 kubectl watchers "
+        r"\(one per subscribed URI\), its limit \(--max-watchers 2 of `agentd serve kube`\); unsubscribe "
+        r"from a URI you no longer need"
+    )
+
+    async def live(client: Client, pushes: Pushes, i: int, rv: str) -> None:
+        """Resource ``r<i>``'s ``kubectl -w`` runs: an event written to it is pushed."""
+        await read_events(client, uris[i])  # seeded, so the watch is next
+        cluster.event(f"r{i}", "MODIFIED", pod(f"p{i}", f"u{i}", rv), pretty=False)
+        await pushes.until(uris[i])
+
+    server = params(cluster, extra=("--max-watchers", "2"))
+    async with subscribed(server, era, uris[:2]) as (client, pushes):
+        await live(client, pushes, 0, "2")
+        await live(client, pushes, 1, "2")
+
+        async def subscribe(wanted: list[str]) -> None:
+            if era == "legacy":
+                (uri,) = wanted
+                await client.subscribe_resource(uri)
+                return
+            async with client.listen(resource_subscriptions=wanted):
+                pass
+
+        with pytest.raises(MCPError, match=refusal) as refused:
+            # Modern: r0 and r1 share the watchers they run already; r2 would be a third.
+            await subscribe(uris if era == "modern" else uris[2:])
+        assert len(running_watchers(cluster)) == 2
+        if era == "legacy":
+            await client.subscribe_resource(uris[0])  # held already: no new watcher, no refusal
+            await client.unsubscribe_resource(uris[0])
+            with trio.fail_after(PUSH_TIMEOUT):
+                await wait_gone(cluster.watch_pids()[0])
+            await client.subscribe_resource(uris[2])
+            await live(client, pushes, 2, "2")
+        else:
+            # A new stream with r1 and r2 while the old one holds r0 and r1 would need three.
+            with pytest.raises(MCPError, match=refusal):
+                await subscribe(uris[1:])
+        assert len(running_watchers(cluster)) == 2
+    assert refused.value.error.data == {"uri": uris[2], "limit": "--max-watchers", "value": 2}
+    # The refused subscriptions started no kubectl for r2 (the legacy one ran r2 once it fitted).
+    r2_runs = [run for run in cluster.runs() if "r2" in run["argv"]]
+    assert len(r2_runs) == (2 if era == "legacy" else 0)
+
+
+async def test_max_watchers_below_one_is_a_usage_error():
+    from tests.support.servers import run_cli
+
+    done = run_cli("kube", "--max-watchers", "0")
+    assert done.returncode == 2
+    assert "--max-watchers: 0 is not valid: give a whole number of 1 or more (default 32)" in done.stderr

@@ -1,22 +1,17 @@
 """Interop: agentd's upstream against the third-party `@modelcontextprotocol/server-everything` (Node).
 
-CI installs it once and points ``AGENTD_EVERYTHING_SERVER`` at its entry point::
-
-    npm install --prefix /work/npm-cache/everything @modelcontextprotocol/server-everything@2026.8.31
-    export AGENTD_EVERYTHING_SERVER=/work/npm-cache/everything/node_modules/@modelcontextprotocol/server-everything/dist/index.js
-
-The test fails (never skips) when it is missing, so a CI that forgot the
-install cannot pass silently.
+The pinned version (2026.8.31) is installed by tests/support/thirdparty.py
+(``scripts/test`` runs it; the helper installs on first use otherwise); a
+failed install fails the test, never skips it, so a CI that cannot install
+cannot pass silently. ``AGENTD_EVERYTHING_SERVER`` may point at another copy
+of the same version.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import sys
 from pathlib import Path
 
-import pytest
 import trio
 
 from agentd.events import ResourceChanged, SubscriptionStateChanged
@@ -26,30 +21,14 @@ from agentd.upstream import Upstream
 # tests/integration has no __init__.py, so the repository root is not on sys.path by itself.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.servers.helpers import Events, Spec
-
-INSTALL = (
-    "install it with `npm install --prefix /work/npm-cache/everything "
-    "@modelcontextprotocol/server-everything@2026.8.31` and set AGENTD_EVERYTHING_SERVER="
-    "/work/npm-cache/everything/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
-)
-
-
-def _entry_point() -> str:
-    path = os.environ.get("AGENTD_EVERYTHING_SERVER")
-    if not path:
-        pytest.fail(f"AGENTD_EVERYTHING_SERVER is not set: {INSTALL}")
-    if not Path(path).is_file():
-        pytest.fail(f"AGENTD_EVERYTHING_SERVER={path!r} is not a file: {INSTALL}")
-    if shutil.which("node") is None:
-        pytest.fail("node is not on PATH: install Node.js 20 or newer to run the interop test")
-    return path
+from tests.support.thirdparty import everything_entry, node
 
 
 async def test_everything_server_pushes_updates_for_subscribed_uris() -> None:
-    entry = _entry_point()
+    entry = everything_entry()
     send, recv = trio.open_memory_channel[object](100)
     events = Events(recv)
-    spec = Spec(name="everything", command="node", args=[entry, "stdio"])
+    spec = Spec(name="everything", command=node(), args=[entry, "stdio"])
     up = Upstream(spec, send, NullTelemetry(), init_timeout=30.0)
     async with trio.open_nursery() as nursery:
         await nursery.start(up.run)

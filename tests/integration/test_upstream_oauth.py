@@ -123,6 +123,11 @@ async def test_damaged_or_unwritable_cache_costs_a_token_request_not_the_connect
         cache.write_text('{"binding": "torn')  # a write cut short (agentd's own writes are atomic)
         answer, _ = await whoami(spec, state)
         assert answer == f"{CLIENT_ID} token=2"
+        # The damaged file was moved aside as it was (rfcs/0275), and a new one written.
+        (aside,) = (state / "oauth").glob("*.corrupt-*")
+        assert aside.read_text() == '{"binding": "torn'
+        assert json.loads(cache.read_text())["token"]
+        aside.unlink()
         # The cache folder cannot be made (a file is in the way; chmod means nothing to root).
         cache.unlink()
         (state / "oauth").rmdir()

@@ -62,6 +62,48 @@ async def test_limit_of_five_and_name_conflict(tmp_path: Path) -> None:
         assert (await r.notice(pred=lambda n: n.session == "s2")).text.startswith('<watch-event name="w0"')
 
 
+async def test_watches_in_total_are_capped_counted_and_said_once_per_hit(tmp_path: Path) -> None:
+    """rfcs/0265: ``max_watches_total`` across sessions; each refusal counted, ``limit.reached`` once per hit."""
+    limits = WatchLimits(max_watches=2, max_watches_total=3, debounce_quiet_secs=0.05, debounce_max_secs=0.5)
+    async with rig([memo_spec(tmp_path / "notes.json")], limits=limits) as r:
+        await r.start("w0", "memo://notes")
+        await r.start("w1", "memo://notes")
+        with pytest.raises(
+            WatchError,
+            match=r"watch_start 'w2': this session already has 2 watches \(w0, w1\), the limit "
+            r"\(watches.max_watches = 2\); stop one with watch_stop\(name\) first \(an operator raises the "
+            r"limit with \[watches\] max_watches / AGENTD_WATCHES__MAX_WATCHES\)",
+        ):
+            await r.start("w2", "memo://notes")
+        await r.start("w0", "memo://notes", session="s2")
+        total = (
+            r"watch_start 'w\d': the sessions of this agentd already hold 3 watches together, the limit "
+            r"\(watches.max_watches_total = 3\); stop a watch you no longer need with watch_stop\(name\), "
+            r"or try again later \(an operator raises the limit with \[watches\] max_watches_total / "
+            r"AGENTD_WATCHES__MAX_WATCHES_TOTAL\)"
+        )
+        for session, name in [("s2", "w1"), ("s3", "w0"), ("s3", "w1")]:
+            with pytest.raises(WatchError, match=total) as refused:
+                await r.start(name, "memo://notes", session=session)
+            assert refused.value.transient  # another session's watch may stop
+        assert r.manager.listing("s3") == []
+        assert r.upstreams["memo"].subscriptions == frozenset({"memo://notes"})
+        reached = [(e["limit"], e["session"], e["watch"]) for e in r.telemetry.find("limit.reached")]
+        assert reached == [("watches.max_watches", "s1", "w2"), ("watches.max_watches_total", "s2", "w1")]
+        # One watch stops: below the cap, s3's start passes; the next refusal is a new hit.
+        assert await r.manager.stop(session="s1", name="w1", routes=r)
+        await r.start("w0", "memo://notes", session="s3")
+        with pytest.raises(WatchError, match=total):
+            await r.start("w1", "memo://notes", session="s3")
+        assert len(r.telemetry.find("limit.reached")) == 3
+    assert r.counters.refusals_by_limit() == {
+        "max_self_subscriptions_per_session": 0,
+        "max_self_subscriptions": 0,
+        "watches.max_watches": 1,
+        "watches.max_watches_total": 4,
+    }
+
+
 async def test_filter_drops_and_transforms_events(tmp_path: Path) -> None:
     async with rig([memo_spec(tmp_path / "notes.json")]) as r:
         on_event = "f\"{event['key']} is now {event['new']}\" if event['key'] == 'todo' else None"
@@ -215,7 +257,7 @@ async def test_restore_reports_changes_made_while_down(tmp_path: Path) -> None:
         await r.start("todo", "memo://notes", "f\"{event['type']} {event['key']}\"")
         await r.memo_set("first", 1)
         await r.notice()
-    [saved] = load(state)[0]
+    [saved] = load(state).specs
     assert (saved.name, saved.owner, saved.baseline) == (
         "todo",
         "s1",
@@ -259,5 +301,5 @@ async def test_restore_reports_changes_made_while_down(tmp_path: Path) -> None:
                 "error": r.manager.listing("s2")[0]["error"],
             }
         ]
-    names = [s.name for s in load(state)[0]]
+    names = [s.name for s in load(state).specs]
     assert names == ["todo", "gone"]  # the refused filter is dropped from the file

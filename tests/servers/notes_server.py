@@ -19,8 +19,9 @@ Catalog:
     non-protocol bytes to stdout), ``sleep`` (answers late; tells a
     test's port it has the call).
 
-Fault knobs (argv): ``--exit-during-init`` (write to stderr and exit when the
-first request arrives), ``--crash-after S`` (``os._exit(3)`` after S seconds),
+Fault knobs (argv): ``--exit-during-init`` (write to stderr and exit with
+status 7 when the first request arrives, whatever it is: the probe, or the
+``initialize`` that follows a failed probe), ``--crash-after S`` (``os._exit(3)`` after S seconds),
 ``--garbage-at-start N`` (write N non-JSON lines to stdout before serving),
 ``--no-subscribe`` (no subscribe capability), ``--grandchild`` (spawn a
 sleeping grandchild that inherits stdout, to test process-group teardown; its
@@ -214,15 +215,24 @@ def build(args: argparse.Namespace) -> MCPServer[Any]:
     if args.exit_during_init:
 
         async def die(_ctx: Any, _params: Any) -> Any:
-            sys.stderr.write("notes server: fatal: refusing to start (exit-during-init knob)\n")
-            sys.stderr.flush()
-            os._exit(7)
+            _refuse_to_start()
 
         low.add_request_handler("server/discover", types.RequestParams, die)
     return mcp
 
 
+def _refuse_to_start() -> None:
+    sys.stderr.write("notes server: fatal: refusing to start (exit-during-init knob)\n")
+    sys.stderr.flush()
+    os._exit(7)
+
+
 async def serve_stdio(mcp: MCPServer[Any], args: argparse.Namespace) -> None:
+    if args.exit_during_init:
+        # Whatever the first request is (the server/discover probe, or the initialize
+        # a client sends after a failed probe), the server dies before answering it.
+        await anyio.to_thread.run_sync(sys.stdin.buffer.readline)
+        _refuse_to_start()
     for i in range(args.garbage_at_start):
         await _RawStdout().write(f"garbage before the handshake {i}\n")
     low = mcp._lowlevel_server

@@ -39,6 +39,7 @@ class Spec:
     transport: str | None = None
     timeout: float | None = None
     startup_timeout: float = 15.0
+    protocol: str = "auto"
 
 
 def server_args(control: Path, *extra: str) -> list[str]:

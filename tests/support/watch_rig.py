@@ -19,6 +19,7 @@ from typing import Any
 
 import trio
 
+from agentd.counters import RunCounters
 from agentd.events import ResourceChanged, SubscriptionStateChanged, WatchNotice
 from agentd.supervisor.subscriptions import Subscriptions
 from agentd.triggers.router import Continue, ContinueDelivery, QueuedEvent, Router, RouteSpec
@@ -54,6 +55,8 @@ class Rig:
     """The channel the upstreams and the manager post to (what the reactor reads)."""
     subscriptions: Subscriptions
     """The component that decides what stays subscribed (the reactor's)."""
+    counters: RunCounters
+    """The run's counter set the manager counts into (refusals by a watch cap)."""
     notices: list[WatchNotice] = field(default_factory=list)
     changes: list[ResourceChanged] = field(default_factory=list)
     """Every ``ResourceChanged`` the upstreams posted, routed or not."""
@@ -139,6 +142,7 @@ async def rig(
 
     router = Router()
     subscriptions = Subscriptions((), router)  # decides, as in the reactor
+    counters = RunCounters()
     manager = WatchManager(
         upstreams=upstreams,
         events=send,
@@ -147,8 +151,9 @@ async def rig(
         server_for=server_for,
         state_path=state_path,
         holds=subscriptions,
+        counters=counters,
     )
-    r = Rig(manager, upstreams, router, telemetry, send, subscriptions)
+    r = Rig(manager, upstreams, router, telemetry, send, subscriptions, counters)
     async with trio.open_nursery() as nursery:
         for up in upstreams.values():
             await nursery.start(up.run)

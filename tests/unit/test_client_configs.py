@@ -184,7 +184,7 @@ scope = "tools"
         ),
         (
             'url = "http://h/x"\ntransport = "stdio"',
-            r"servers\.a\.transport: 'stdio' .* a url server's transport is http or sse",
+            r"servers\.a\.transport: 'stdio' .* a url server's transport is http, sse or auto",
         ),
         (
             'command = "x"\nbearer_token_env = "T"',

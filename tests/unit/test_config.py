@@ -73,6 +73,8 @@ PRECEDENCE: list[tuple[str, str, Any, str, Any, Any, Any, dict[str, Any]]] = [
     ("system", '"sys file"', "sys file", "sys env", "sys env", "sys flag", "sys flag", {}),
     ("instruction", '"i file"', "i file", "i env", "i env", "i flag", "i flag", {}),
     ("max_read_bytes", '"1MiB"', 2**20, "10MB", 10**7, "512KiB", 2**19, {}),
+    ("max_self_subscriptions", "10", 10, "20", 20, "30", 30, {}),
+    ("max_self_subscriptions_per_session", "1", 1, "2", 2, "3", 3, {}),
     (
         "health_addr",
         '"127.0.0.1:8080"',
@@ -392,6 +394,25 @@ def test_bad_duration(tmp_path: Path) -> None:
 def test_bad_size(tmp_path: Path) -> None:
     err(tmp_path, r"^--max-read-bytes: '10 parsecs' is not valid: not a size", max_read_bytes="10 parsecs")
     err(tmp_path, r"^--max-read-bytes: '0' is not valid: must be at least 1 byte", max_read_bytes="0")
+
+
+def test_bad_subscription_caps_name_the_setting_and_the_default(tmp_path: Path) -> None:
+    err(
+        tmp_path,
+        r"^--max-self-subscriptions-per-session: '0' is not valid: give a whole number of subscriptions, 1 or "
+        r"more \(default 64\); past it a model's subscribe is refused with a tool error$",
+        max_self_subscriptions_per_session="0",
+    )
+    err(
+        tmp_path,
+        r"^AGENTD_MAX_SELF_SUBSCRIPTIONS: 'many' is not valid: .*\(default 1024\)",
+        env={"AGENTD_MAX_SELF_SUBSCRIPTIONS": "many"},
+    )
+    err(
+        tmp_path,
+        r"agentd.toml: watches.max_watches_total: 0 is not valid: must be a whole number ≥ 1",
+        toml="[watches]\nmax_watches_total = 0\n",
+    )
 
 
 def test_bad_enums(tmp_path: Path) -> None:

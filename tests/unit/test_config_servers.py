@@ -140,7 +140,8 @@ def test_servers_from_every_source_are_unioned(tmp_path: Path) -> None:
     )
     assert s.servers["local"].required
     assert s.servers["local"].cwd == "/tmp"
-    assert s.servers["web"].transport == "http"
+    # A url without a transport is detected at connect time (rfcs/0286).
+    assert s.servers["web"].transport == "auto"
     assert not s.servers["web"].required
 
 
@@ -265,7 +266,7 @@ def test_check_prints_effective_config_with_secrets_redacted(
     assert api["args"] == ["--api-key", "***", "--token=***"]
     assert web["headers"] == {"Authorization": "***", "X-Trace": "***"}
     assert web["url"] == "https://***@example.com/mcp?api_key=***&page=1"
-    assert web["transport"] == "http"
+    assert web["transport"] == "auto"
 
 
 def test_check_show_secrets_prints_everything_as_configured(
@@ -312,7 +313,10 @@ def test_instruction_given_twice(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["--no-such-flag"]) == 2
-    assert "unrecognized arguments: --no-such-flag" in capsys.readouterr().err
+    # One line naming the flag (issue 27: no 24-line usage dump).
+    assert capsys.readouterr().err == (
+        "agentd: error: unknown option --no-such-flag — fix: agentd --help lists the options\n"
+    )
     assert cli.main(["--help"]) == 0
     assert "--mcp-stdio" in capsys.readouterr().out
 

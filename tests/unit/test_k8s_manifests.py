@@ -292,6 +292,13 @@ def test_jobs_never_restart_in_place_and_retry_a_bounded_number_of_times(overlay
         assert 0 <= spec["backoffLimit"] <= 6
 
 
+def test_jobs_save_no_conversation_on_their_read_only_file_system(overlay):
+    for spec in job_specs(overlay):
+        container = agentd_container(spec["template"]["spec"])
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        assert "--ephemeral" in container["args"]  # else one conversation.unsaved warning per run
+
+
 def test_job_deadlines_let_agentd_hit_its_own_deadline_first(overlay):
     for spec in job_specs(overlay):
         pod = spec["template"]["spec"]
@@ -361,7 +368,8 @@ def test_sharded_replicas_each_own_a_volume_and_a_shard(overlay):
         assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
         (claim,) = spec["volumeClaimTemplates"]
         state_mount = [m for m in c["volumeMounts"] if m["name"] == claim["metadata"]["name"]]
-        assert [m["mountPath"] for m in state_mount] == [flag(c["args"], "--state-dir")]
+        # agentd's own 0700 directory inside the volume (its root is group-writable under fsGroup).
+        assert [m["mountPath"] for m in state_mount] == [str(Path(flag(c["args"], "--state-dir")).parent)]
         (pdb,) = objects(overlay, "PodDisruptionBudget")
         assert pdb["spec"]["selector"] == spec["selector"]
         assert pdb["spec"]["maxUnavailable"] == 1
@@ -437,7 +445,7 @@ def test_writable_paths_are_exactly_tmp_and_the_watch_state_dir(overlay):
         if state is not None:
             expected.add(str(Path(state).parent))
         if flag(c["args"], "--state-dir") is not None:
-            expected.add(str(flag(c["args"], "--state-dir")))
+            expected.add(str(Path(flag(c["args"], "--state-dir")).parent))
         assert set(writable) == expected, kind
         claims = {
             v["metadata"]["name"]

@@ -39,6 +39,8 @@ FULL = MetricsSnapshot(
     outputs_lost=2,
     server_state={"memo": ServerState.CONNECTED, "kube": ServerState.RESTARTING},
     subscription_state={("memo", "memo://a"): "established", ("kube", "kube://pods"): "resubscribing"},
+    limit_refusals={"max_self_subscriptions_per_session": 36, "watches.max_watches": 0},
+    subscribe_failures={"kube": 28, "memo": 0},
 )
 
 
@@ -74,6 +76,8 @@ def test_every_family_parses_with_the_right_type_and_prefix():
         "agentd_server_state",
         "agentd_subscription_state",
         "agentd_subscriptions_unresolved",
+        "agentd_limit_refusals",
+        "agentd_subscribe_failures",
         "agentd_build_info",
         "agentd_model_call_duration_seconds",
         "agentd_tool_call_duration_seconds",
@@ -116,6 +120,9 @@ def test_values_round_trip():
     assert _value(f["agentd_model_calls_unpriced"][1]) == 2
     assert _value(f["agentd_telemetry_dropped"][1]) == 17
     assert _value(f["agentd_outputs_lost"][1]) == 2
+    assert _value(f["agentd_limit_refusals"][1], limit="max_self_subscriptions_per_session") == 36
+    assert _value(f["agentd_limit_refusals"][1], limit="watches.max_watches") == 0
+    assert _value(f["agentd_subscribe_failures"][1], server="kube") == 28
 
 
 def test_state_sets_have_one_sample_per_state_and_exactly_one_set():

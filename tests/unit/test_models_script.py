@@ -260,7 +260,7 @@ def test_home_is_expanded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_directory(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"is a directory; name a script file"):
+    with pytest.raises(ConfigError, match=r"is a directory, not a regular file; name a script file"):
         load_script(tmp_path)
 
 

@@ -66,7 +66,11 @@ def test_every_key_parses_from_text_as_env_and_flags_give_it() -> None:
         ("parallel_tool_calls", "maybe", r"^write true or false$"),
         ("tool_choice", "call a tool", r"^choose auto, none, required, or the name of one tool to force"),
         ("extra", [1], r"^write a table of raw request fields, e\.g\. extra = \{ seed = 7 \}$"),
-        ("tempurature", 1, r"^unknown model setting; did you mean 'temperature'\? known: extra, max_output"),
+        (
+            "tempurature",
+            1,
+            r"^unknown model setting; did you mean 'temperature'\? known: extra, images, max_output",
+        ),
     ],
 )
 def test_bad_values_name_the_fix(key: str, value: Any, message: str) -> None:
@@ -143,6 +147,7 @@ def test_the_script_model_takes_every_setting() -> None:
         parallel_tool_calls=True,
         tool_choice="none",
         prompt_cache="off",
+        images=False,
         extra={"x": 1},
     )
     assert set(every.given()) == SUPPORTED["script"]

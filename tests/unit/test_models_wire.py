@@ -71,7 +71,7 @@ def test_openai_odd_usage_values_fall_back_to_estimates() -> None:
         (_oai({"tool_calls": 5}), r"message\.tool_calls is int, expected a list"),
         (
             _oai({"tool_calls": [{"function": {"arguments": "{}"}}]}),
-            r"tool_calls\[0\]\.function\.name is missing or empty",
+            r"tool_calls\[0\]\.function\.name is missing or not a string",
         ),
     ],
 )

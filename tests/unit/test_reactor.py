@@ -40,6 +40,7 @@ from agentd.exitcodes import ExitCode, TerminalStatus
 from agentd.supervisor.budget import Budget
 from agentd.supervisor.governor import RestartGovernor
 from agentd.supervisor.reactor import Agent, AgentPhase, Hooks, Reactor
+from agentd.supervisor.sessionroutes import SubscriptionCaps
 from agentd.supervisor.subscriptions import ServerView, Subscriptions
 from agentd.triggers import mode as modes
 from agentd.triggers.router import Continue, Router, RouteSpec, Spawn
@@ -207,6 +208,7 @@ def build(
     required: frozenset[str] = frozenset(),
     declared: Sequence[str] = (),
     declared_required: frozenset[str] = frozenset(),
+    caps: SubscriptionCaps | None = None,
 ) -> tuple[Reactor, FakeHooks, RecordingTelemetry]:
     now = trio.current_time()
     driver = modes.make_driver(mode, interval=interval, session=session, now_mono=now)
@@ -238,6 +240,7 @@ def build(
         required=required,
         subscriptions=declared_subscriptions(router, declared, declared_required),
         counters=counters,
+        caps=caps,
     )
     return reactor, hooks, telemetry
 
@@ -663,6 +666,53 @@ async def test_unsubscribing_a_declared_uri_tells_the_hub_to_keep_the_upstream_s
     assert h.hooks.unsubscribed == []
     [(_, unsub)] = h.telemetry.timed("self.unsubscribe")
     assert (unsub["uri"], unsub["kept"]) == ("memo://notes", True)
+
+
+async def test_a_subscribe_past_a_cap_is_refused_counted_and_said_once_and_the_session_goes_on(
+    autojump_clock,
+):
+    """rfcs/0265: the model is told (``Refused``), /metrics counts every refusal, telemetry says it once per hit."""
+    caps = SubscriptionCaps(per_session=2, total=3)
+    async with running("reactive", routes=[RouteSpec(match="memo://*", route_id="all")], caps=caps) as h:
+        a1 = await h.subscribed_agent("memo://a", "memo://b")
+        for uri in ("memo://c", "memo://d", "memo://c"):
+            refused = await h.subscribe(a1.id, uri)
+            assert isinstance(refused, Refused)
+            assert refused.error.startswith(
+                f"subscribe {uri!r} refused: this session already holds 2 subscriptions"
+            )
+        assert h.reactor.router.get(f"self:{a1.id}:memo://c") is None
+        # Another session takes the last slot of the total, then meets the total cap.
+        await h.send(ResourceChanged(server="memo", uri="memo://y"))
+        a2 = await h.hooks.next_spawn()
+        assert await h.subscribe(a2.id, "memo://e") == Acknowledged()
+        total = await h.subscribe(a2.id, "memo://f")
+        assert isinstance(total, Refused)
+        assert "the limit (max_self_subscriptions = 3)" in total.error
+        # The refused session still works: a change to a URI it holds wakes it.
+        held = await h.end_turn(a1.id, "watching")
+        await h.send(ResourceChanged(server="memo", uri="memo://a"))
+        _t, msg = await answer(held)
+        assert msg["action"] == "continue"
+        # Its exit frees its slots: a2 subscribes again, and a later refusal is a new hit.
+        await h.end_turn(a1.id, "done")
+        await h.exited(a1.id)
+        assert await h.subscribe(a2.id, "memo://f") == Acknowledged()
+        assert isinstance(await h.subscribe(a2.id, "memo://g"), Refused)
+        snapshot = h.reactor.metrics_snapshot()
+    assert snapshot.limit_refusals == {
+        "max_self_subscriptions_per_session": 4,
+        "max_self_subscriptions": 1,
+        "watches.max_watches": 0,
+        "watches.max_watches_total": 0,
+    }
+    assert h.reactor.counters.totals()["limit_refusals"] == 5
+    reached = [(f["limit"], f["agent"], f["uri"]) for _, f in h.telemetry.timed("limit.reached")]
+    assert reached == [
+        ("max_self_subscriptions_per_session", a1.id, "memo://c"),
+        ("max_self_subscriptions", a2.id, "memo://f"),
+        ("max_self_subscriptions_per_session", a2.id, "memo://g"),
+    ]
 
 
 async def test_a_self_tool_request_of_an_unknown_agent_is_refused(autojump_clock):

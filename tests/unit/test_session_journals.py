@@ -81,7 +81,9 @@ async def test_end_removes_the_journal(tmp_path: Path) -> None:
     assert store.resumable("ops") is None
 
 
-async def test_a_corrupt_journal_is_moved_aside_keeping_its_prefix_and_others_restore(tmp_path: Path) -> None:
+async def test_a_corrupt_journal_is_moved_aside_keeping_its_prefix_and_a_foreign_one_is_refused(
+    tmp_path: Path,
+) -> None:
     store, _ = _store(tmp_path, {"a1": ("ops", ()), "a2": ("other", ())})
     await store.commit("a1", _turn(0))
     await store.commit("a1", _turn(1))
@@ -93,19 +95,31 @@ async def test_a_corrupt_journal_is_moved_aside_keeping_its_prefix_and_others_re
     path.write_bytes(bytes(data) + jf.encode(jf.TurnRecord(messages=_turn(2))))
     foreign = tmp_path / "sessions" / jf.file_name("stranger")
     foreign.write_text("not a journal at all\n")
-    again, telemetry = _store(tmp_path, {})
-    corrupt = {e["path"]: e for e in telemetry.find("journal.corrupt")}
-    assert set(corrupt) == {str(path), str(foreign)}
-    assert corrupt[str(path)]["kept_turns"] == 1
-    assert "checksum" in corrupt[str(path)]["error"]
+    view: dict[str, tuple[str, tuple[tuple[str, str | None], ...]]] = {}
+    again, telemetry = _store(tmp_path, view)
+    (moved,) = telemetry.find("state.moved_aside")
+    assert (moved["path"], moved["file"], moved["session"], moved["kept"]) == (
+        str(path),
+        "session journal",
+        "ops",
+        1,
+    )
+    assert "checksum" in moved["problem"]
     assert await again.history("a3", "ops") == _turn(0)  # the good prefix
     assert await again.history("a4", "other") == _turn(7)  # untouched
+    (aside,) = (tmp_path / "sessions").glob("*.corrupt-*")
+    assert str(aside) == moved["moved_to"]
+    # Not agentd's: refused, left exactly where and as it was, never written or removed.
+    (refused,) = telemetry.find("state.refused")
+    assert (refused["path"], refused["file"]) == (str(foreign), "session journal")
+    assert "does not start like an agentd session journal" in refused["problem"]
     assert again.resumable("stranger") is None
-    moved = sorted(p.name for p in (tmp_path / "sessions").glob("*.corrupt-*"))
-    assert len(moved) == 2
-    assert (tmp_path / "sessions" / moved[[foreign.name in m for m in moved].index(True)]).read_text() == (
-        "not a journal at all\n"
-    )
+    view["a5"] = ("stranger", ())
+    await again.commit("a5", _turn(5))
+    again.end("stranger")
+    (failed,) = telemetry.find("journal.failed")
+    assert "move it out of the state directory" in failed["error"]
+    assert foreign.read_text() == "not a journal at all\n"
 
 
 async def test_a_torn_tail_is_cut_and_reported(tmp_path: Path) -> None:

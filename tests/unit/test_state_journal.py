@@ -75,9 +75,9 @@ def test_a_bad_checksum_in_the_middle_is_corruption_and_the_prefix_stays() -> No
     [b'{"version": 1, "watches": []}', b"#!/bin/sh\nrm -rf /\n", bytes(range(256))],
     ids=["json", "script", "binary"],
 )
-def test_a_foreign_file_is_corrupt_not_parsed(data: bytes) -> None:
+def test_a_foreign_file_is_foreign_not_parsed(data: bytes) -> None:
     c = jf.parse(data)
-    assert (c.problem, c.session, c.turns) == ("corrupt", None, [])
+    assert (c.problem, c.session, c.turns) == ("foreign", None, [])
 
 
 def test_a_hostile_record_with_a_valid_checksum_is_refused() -> None:

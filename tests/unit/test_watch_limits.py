@@ -11,6 +11,7 @@ from agentd.watches.limits import WatchLimits
 def test_defaults_match_the_design():
     lim = WatchLimits()
     assert lim.max_watches == 5
+    assert lim.max_watches_total == 256
     assert lim.filter_time_secs == 2.0
     assert lim.filter_tool_calls == 10
     assert lim.events_per_update == 100
@@ -30,6 +31,7 @@ def test_configurable_and_backoff_capped():
     ("kwargs", "match"),
     [
         ({"max_watches": 0}, r"watch limit max_watches: 0 is not valid: give a number greater than 0"),
+        ({"max_watches_total": 1.5}, r"watch limit max_watches_total: 1.5 is not valid: give a whole number"),
         ({"filter_time_secs": float("inf")}, r"filter_time_secs: inf .* finite"),
         ({"filter_tool_calls": 2.5}, r"filter_tool_calls: 2.5 .* whole number"),
         ({"lines_per_notice": True}, r"lines_per_notice: True .* positive number"),
@@ -59,6 +61,7 @@ def test_every_watches_setting_reaches_the_limits():
     # key: (a value other than its default, the WatchLimits field it must land in)
     lands = {
         "max_watches": (2, "max_watches"),
+        "max_watches_total": (9, "max_watches_total"),
         "filter_timeout": (0.5, "filter_time_secs"),
         "filter_tool_calls": (3, "filter_tool_calls"),
         "events_per_update": (7, "events_per_update"),

@@ -15,9 +15,11 @@ import orjson
 import pytest
 
 from agentd.errors import ConfigError
+from agentd.state import files
 from agentd.watches.extract import EventLogExtractor, StateExtractor, extractor_from_baseline
 from agentd.watches.state import (
     STATE_FORMAT_VERSION,
+    Loaded,
     WatchSpec,
     WatchStateError,
     WatchStateFile,
@@ -54,8 +56,10 @@ def specs() -> list[WatchSpec]:
 def test_round_trip(tmp_path):
     path = tmp_path / "watches.json"
     save(path, specs())
-    loaded, warnings = load(path)
-    assert warnings == []
+    got = load(path)
+    assert got.warnings == []
+    assert got.moved_aside is None
+    loaded = got.specs
     assert loaded == specs()
     assert leftover_temps(path) == []
     # Baselines resume: the event-log one continues after seq 41.
@@ -69,14 +73,14 @@ def test_state_file_class_and_rewrite_on_stop(tmp_path):
     f = WatchStateFile(tmp_path / "w.json")
     f.save(specs())
     f.save(specs()[1:])  # watch_stop("cm")
-    loaded, _ = f.load()
+    loaded = f.load().specs
     assert [s.name for s in loaded] == ["notes", "cfg"]
 
 
 def test_missing_or_empty_file_is_empty(tmp_path):
-    assert load(tmp_path / "absent.json") == ([], [])
+    assert load(tmp_path / "absent.json") == Loaded()
     (tmp_path / "touched.json").write_bytes(b"\n")
-    assert load(tmp_path / "touched.json") == ([], [])
+    assert load(tmp_path / "touched.json") == Loaded()
     assert (tmp_path / "touched.json").exists()
 
 
@@ -86,25 +90,49 @@ def test_missing_or_empty_file_is_empty(tmp_path):
         (b'{"version": 1, "watches": [{"name": "cm", "uri": ', "unexpected"),  # agentd's, cut short
         (b'{"version": "1", "watches": []}', "version is '1'"),
         (b'{"version": 1, "watches": {}}', "expected"),
+        (b'{"watches": [ {"name', "unexpected"),  # agentd's shape, keys in another order, cut short
+        (b'{\n  "vers', "unexpected"),  # cut inside the first key
     ],
 )
-def test_corrupt_state_file_is_moved_aside_and_loading_continues(tmp_path, content, problem):
+def test_a_damaged_state_file_is_moved_aside_and_loading_continues(tmp_path, content, problem):
     path = tmp_path / "watches.json"
     path.write_bytes(content)
     assert refusal(path) is None  # agentd's own file, even broken: usable
-    loaded, warnings = load(path, now=0.0)
-    assert loaded == []
+    got = load(path, now=0.0)
+    assert (got.specs, got.warnings) == ([], [])
     aside = tmp_path / "watches.json.corrupt-19700101T000000Z"
     assert aside.read_bytes() == content
     assert not path.exists()
-    (warning,) = warnings
-    assert "is not valid watch state" in warning
-    assert problem.lower() in warning.lower()
-    assert str(aside) in warning
-    # A second corrupt file in the same second does not overwrite the first.
+    assert got.moved_aside is not None
+    assert (got.moved_aside.path, got.moved_aside.moved_to) == (path, aside)
+    assert "is not valid watch state" in got.moved_aside.problem
+    assert problem.lower() in got.moved_aside.problem.lower()
+    # A second damaged file in the same second does not overwrite the first.
     path.write_bytes(b'{"version": ')
     load(path, now=0.0)
     assert (tmp_path / "watches.json.corrupt-19700101T000000Z-2").read_bytes() == b'{"version": '
+
+
+def test_a_file_cut_short_keeps_every_watch_written_whole_before_the_cut(tmp_path):
+    path = tmp_path / "watches.json"
+    whole = encode(specs())
+    # Cut inside the third entry: the first two were written whole.
+    cut = whole[: whole.index(b'"cfg"') + 3]
+    path.write_bytes(cut)
+    got = load(path, now=0.0)
+    assert got.specs == specs()[:2]
+    assert got.moved_aside is not None
+    assert (tmp_path / "watches.json.corrupt-19700101T000000Z").read_bytes() == cut
+    # Over the size bound: agentd's own file, damaged; what is in the bound is kept.
+    path.write_bytes(whole)
+    import agentd.watches.state as state_module
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(state_module, "MAX_WATCH_STATE_BYTES", len(cut))
+        got = load(path, now=0.0)
+    assert got.specs == specs()[:2]
+    assert got.moved_aside is not None
+    assert "larger than" in got.moved_aside.problem
 
 
 @pytest.mark.parametrize(
@@ -181,7 +209,8 @@ def test_bad_entries_are_skipped_with_warnings(tmp_path):
             }
         )
     )
-    loaded, warnings = load(path)
+    got = load(path)
+    loaded, warnings = got.specs, got.warnings
     assert [s.name for s in loaded] == ["a"]
     assert len(warnings) == 5
     assert "watches[1]: watch spec has name ''" in warnings[0]
@@ -229,10 +258,10 @@ def test_unreadable_file_is_a_clear_error(tmp_path, monkeypatch):
     path = tmp_path / "w.json"
     save(path, specs())
 
-    def denied(self: Path) -> bytes:
+    def denied(path: Path, limit: int) -> bytes:
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
 
-    monkeypatch.setattr(Path, "read_bytes", denied)  # root reads any file: inject the error
+    monkeypatch.setattr(files, "read_state_file", denied)  # root reads any file: inject the error
     with pytest.raises(WatchStateError, match=r"cannot read --watch-state file .*Permission denied"):
         load(path)
 
@@ -268,9 +297,9 @@ def test_crash_at_each_write_step_leaves_old_or_new_never_partial(tmp_path, cras
     after = path.read_bytes()
     expected = old_bytes if crash_at in ("temp-written", "temp-synced") else new_bytes
     assert after == expected
-    loaded, warnings = load(path)
-    assert warnings == []
-    assert [s.name for s in loaded] == (["old"] if expected == old_bytes else ["new"])
+    got = load(path)
+    assert got.warnings == []
+    assert [s.name for s in got.specs] == (["old"] if expected == old_bytes else ["new"])
     # The next owner removes whatever temp file the crash left.
     claim(path).release()
     save(path, old)
