@@ -60,7 +60,7 @@ from agentd.timeline import mark
 from agentd.triggers.router import ChangeKind
 from agentd.upstream.backoff import MAX_CONSECUTIVE_FAILURES, GiveUp, ResubscribePolicy
 from agentd.upstream.describe import describe
-from agentd.upstream.uriset import Switch, UriSet
+from agentd.upstream.uriset import Narrowing, NarrowingPhase, Switch, UriSet
 
 __all__ = ["HANDSHAKE_CONCURRENCY", "SAMPLE", "ConnectionLike", "StreamState", "Subscriber"]
 
@@ -128,10 +128,12 @@ class StreamState(enum.Enum):
 class _Stream:
     """One ``subscriptions/listen`` stream and the task holding it."""
 
-    __slots__ = ("asked", "delivered", "reason", "scope", "since", "state", "uris")
+    __slots__ = ("asked", "delivered", "order", "reason", "scope", "since", "state", "uris")
 
-    def __init__(self, asked: frozenset[str]) -> None:
-        self.asked = asked
+    def __init__(self, order: Iterable[str]) -> None:
+        self.order = tuple(order)
+        """The URIs asked for, in the order sent (a refusal naming one is read against it)."""
+        self.asked = frozenset(self.order)
         self.state = StreamState.OPENING
         self.uris: frozenset[str] = frozenset()
         """The URIs the server acknowledged (what it carries)."""
@@ -223,6 +225,13 @@ class _Listening:
             self.on_catalog("tools")
         if self.catalog[1]:
             self.on_catalog("resources")
+
+
+def _named_uri(refusal: MCPError) -> str | None:
+    """The URI a refusal names in its ``data`` (the bundled servers' ``data.uri``), if any."""
+    data = refusal.data
+    uri = data.get("uri") if isinstance(data, dict) else None
+    return uri if isinstance(uri, str) else None
 
 
 def sample(uris: Iterable[str]) -> list[str]:
@@ -490,7 +499,8 @@ class Subscriber:
 
         The old stream stays open until the new one is acknowledged, so a
         change in between arrives on one of them (or both); a change
-        subscribed meanwhile waits for the next switch.
+        subscribed meanwhile waits for the next switch. A request the server
+        refuses as a whole is narrowed (:class:`Narrowing`), never asked again as is.
         """
         if run.given_up:
             run.fresh()  # something was subscribed again after giving up: a fresh first attempt
@@ -508,16 +518,41 @@ class Subscriber:
             return True
         policy = run.policy(target)
         began = trio.current_time()
-        opening = _Stream(target)
+        # What is carried now goes first, then the new URIs in the order they were
+        # subscribed: a refusal naming one of them says which prefix the server took
+        # (Narrowing), and a cap refuses the latest ones.
+        kept = live.uris & target if live is not None else frozenset()
+        base = tuple(kept)
+        added = [u for u in self._set.wanted if u in target and u not in kept]
+        opened = await self._open(run, (*base, *added))
+        if isinstance(opened, _Stream):
+            await self._adopt(run, opened, batch, policy, began)
+        elif run.conn.lost.is_set():
+            self._finish(batch, f"the connection was lost ({run.conn.lost_reason})")
+            return False
+        elif isinstance(opened, MCPError) and added:
+            return await self._narrow(run, base, added, batch, opened, policy)
+        else:
+            await self._open_failed(run, target, batch, self._why(opened))
+            return True
+        self._finish(batch)
+        run.started()
+        return True
+
+    async def _open(self, run: _Listening, order: Iterable[str]) -> _Stream | Exception:
+        """Open a stream asking for ``order``: the stream once acknowledged, or why it was not."""
+        opening = _Stream(order)
         try:
             await run.conn.nursery.start(self._hold, run.conn, opening, run.catalog, run.on_catalog)
         except Exception as exc:
-            if run.conn.lost.is_set():
-                self._finish(batch, f"the connection was lost ({run.conn.lost_reason})")
-                return False
-            await self._open_failed(run, target, batch, self._why(exc))
-            return True
-        run.live = opening
+            return exc
+        return opening
+
+    async def _adopt(
+        self, run: _Listening, opening: _Stream, batch: _Batch, policy: ResubscribePolicy, began: float
+    ) -> None:
+        """``opening`` was acknowledged: it replaces the live stream (closed now); report what changed."""
+        live, run.live = run.live, opening
         if live is not None:
             ended = live.state is StreamState.ENDED
             live.close()
@@ -527,9 +562,49 @@ class Subscriber:
                 carried = self._set.lost()
                 run.refresh_catalog()
                 await self._report_end(live, carried, run.policy(carried))
-        await self._refuse(batch, target - opening.uris, "the server did not acknowledge it", 0)
+        await self._refuse(batch, opening.asked - opening.uris, "the server did not acknowledge it", 0)
         switch = self._set.established(opening.uris)
         await self._report_switch(switch, policy.attempt, trio.current_time() - began)
+
+    async def _narrow(
+        self,
+        run: _Listening,
+        base: tuple[str, ...],
+        added: list[str],
+        batch: _Batch,
+        refusal: MCPError,
+        policy: ResubscribePolicy,
+    ) -> bool:
+        """The server refused ``base`` + ``added`` as a whole: carry what it takes, refuse the rest.
+
+        ``base`` is what the live stream carries (taken before); ``added``
+        is narrowed (:class:`Narrowing`). The refused URIs are dropped from
+        the set and reported with the server's reason (its fix, for the
+        bundled servers' ``--max-watchers``); the rest stays subscribed.
+        False if the connection is lost meanwhile.
+        """
+        narrowing = Narrowing(added, named=_named_uri(refusal))
+        why = self._why(refusal)
+        began = trio.current_time()
+        while (trial := narrowing.next_try()) is not None:
+            opened = await self._open(run, (*base, *trial))
+            if isinstance(opened, _Stream):
+                narrowing.accepted()
+                await self._adopt(run, opened, batch, policy, began)
+                continue
+            if run.conn.lost.is_set():
+                self._finish(batch, f"the connection was lost ({run.conn.lost_reason})")
+                return False
+            if not isinstance(opened, MCPError):
+                break  # not a refusal (a timeout): what is left is refused with it
+            if narrowing.phase is NarrowingPhase.BISECT:
+                why = self._why(opened)  # the refusal of the first URI that does not fit
+            narrowing.refused_by(_named_uri(opened))
+        refused = narrowing.refused if narrowing.phase is NarrowingPhase.DONE else added
+        await self._refuse(batch, (u for u in refused if u not in self._set.carried), why, policy.attempt)
+        # What is carried now may differ from the target (a URI dropped meanwhile, no
+        # stream for the catalog's flags yet): the next switch settles it.
+        self._set.dirty = True
         self._finish(batch)
         run.started()
         return True
@@ -571,7 +646,7 @@ class Subscriber:
                 async with conn.client.listen(
                     tools_list_changed=tools,
                     resources_list_changed=resources,
-                    resource_subscriptions=list(stream.asked),
+                    resource_subscriptions=list(stream.order),
                 ) as sub:
                     honored = sub.honored.resource_subscriptions
                     stream.acknowledged(stream.asked.intersection(honored) if honored else frozenset())

@@ -18,10 +18,11 @@ run once per establishment, not once per URI.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, KeysView
+import enum
+from collections.abc import Iterable, KeysView, Sequence
 from dataclasses import dataclass
 
-__all__ = ["Switch", "UriSet"]
+__all__ = ["Narrowing", "NarrowingPhase", "Switch", "UriSet"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,3 +134,93 @@ class UriSet:
         """A new connection: nothing is carried, and every URI given up is tried again."""
         self._failed.clear()
         self.lost()
+
+
+class NarrowingPhase(enum.Enum):
+    """Where a :class:`Narrowing` is."""
+
+    BISECT = "bisect"
+    """Looking for the longest prefix of the added URIs the server takes."""
+    REST = "rest"
+    """The first URI it refuses is known: one try of everything after it."""
+    DONE = "done"
+    """:attr:`Narrowing.refused` is final."""
+
+
+class Narrowing:
+    """What to ask next after a server refused a whole listen request (pure; rfcs/0261).
+
+    A server may refuse a ``subscriptions/listen`` request as a whole because
+    one URI in it is one too many (the bundled servers' ``--max-watchers``
+    takes the URIs in the order sent and names the first that does not fit in
+    the error's ``data.uri``). The request was ``base`` (carried now, sent
+    first) then ``added``, in that order. Rather than asking for the whole set
+    again (a loop that never ends while the cap holds), agentd asks for
+    shorter prefixes of ``added``: the one before a URI the server named,
+    else half (bisection), so the URIs that fit are carried after one try
+    with a bundled server and after about log2(len(added)) tries with any
+    other. Then everything after the first refused URI is tried once more
+    without it (one bad URI among good ones costs only itself). What is left
+    is :attr:`refused`: dropped from the set and reported, never asked again
+    until subscribed again.
+
+    The shell calls :meth:`next_try`, asks the server for ``base`` plus what
+    it returned, and reports :meth:`accepted` or :meth:`refused_by`.
+    """
+
+    __slots__ = ("_added", "_hi", "_hinted", "_index", "_lo", "_trying", "phase", "refused")
+
+    def __init__(self, added: Sequence[str], named: str | None = None) -> None:
+        self._added = tuple(added)
+        self._index = {uri: i for i, uri in enumerate(self._added)}
+        self._lo = 0
+        """``base`` + ``added[:lo]`` is carried (taken by the server)."""
+        self._hi = len(self._added)
+        """``base`` + ``added[:hi]`` was refused."""
+        self._hinted = False
+        self._trying = 0
+        self.phase = NarrowingPhase.BISECT if self._added else NarrowingPhase.DONE
+        self.refused: tuple[str, ...] = ()
+        """The URIs given up (final once :attr:`phase` is DONE)."""
+        self._named(named)
+
+    def _named(self, uri: str | None) -> None:
+        j = self._index.get(uri) if uri is not None else None
+        if j is not None and self._lo <= j < self._hi:
+            self._hi, self._hinted = j + 1, True  # the server took everything before it
+        else:
+            self._hinted = False
+
+    def next_try(self) -> tuple[str, ...] | None:
+        """The added URIs to ask for next (after ``base``), or None: :attr:`refused` is final."""
+        if self.phase is NarrowingPhase.BISECT:
+            if self._hi - self._lo > 1:
+                self._trying = self._hi - 1 if self._hinted else (self._lo + self._hi) // 2
+                return self._added[: self._trying]
+            rest = self._added[self._lo + 1 :]
+            if not rest:
+                self._finish(self._added[self._lo :])
+                return None
+            self.phase = NarrowingPhase.REST  # BISECT -> REST
+            return self._added[: self._lo] + rest
+        return None
+
+    def accepted(self) -> None:
+        """The server took the last try."""
+        if self.phase is NarrowingPhase.REST:
+            self._finish(self._added[self._lo : self._lo + 1])
+        else:
+            self._lo = self._trying
+            self._hinted = False
+
+    def refused_by(self, named: str | None = None) -> None:
+        """The server refused the last try (``named``: the URI its error names, if any)."""
+        if self.phase is NarrowingPhase.REST:
+            self._finish(self._added[self._lo :])
+        else:
+            self._hi = self._trying
+            self._named(named)
+
+    def _finish(self, refused: tuple[str, ...]) -> None:
+        self.refused = refused
+        self.phase = NarrowingPhase.DONE  # BISECT/REST -> DONE

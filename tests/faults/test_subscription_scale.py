@@ -353,3 +353,54 @@ async def test_sc5_a_full_connection_pool_is_not_a_lost_server() -> None:
         # A listen request went to the streams' pool (here: a refusing server): that is a lost server.
         assert owner.lost.is_set()
         assert "unreachable" in (owner.lost_reason or "")
+
+
+# ----------------------------------------------------------------------------- SC6. a cap refuses part of the set
+
+
+async def test_sc6_a_server_cap_refuses_part_of_the_set_and_the_rest_stays_subscribed(
+    tmp_path: Path, allow_files: Any
+) -> None:
+    """The bundled files server with ``--max-watchers 2`` and five declared files.
+
+    The server refuses a listen request that asks for more watchers than its
+    cap as a whole; agentd narrows it: the first two files are carried, the
+    other three are refused once, told with the server's fix, and never asked
+    again (before: the whole set was asked again after each backoff, then
+    every URI given up, the two that fit included).
+    """
+    allow_files("root/*.txt")
+    root = tmp_path / "root"
+    root.mkdir()
+    names = ["a", "b", "c", "d", "e"]
+    for name in names:
+        (root / f"{name}.txt").write_text(f"{name} 0\n")
+    cfg = config(tmp_path, [spawn_route("files", "file:///*")])
+    server = f"files={PY} -m agentd serve files --root {root} --max-watchers 2"
+    subscribes = [arg for name in names for arg in ("--subscribe", f"files:file:///{name}.txt")]
+    args = [
+        "--mode", "reactive", "--verbose", "--config", cfg, "--model", reader(tmp_path),
+        "--mcp-stdio", server, *subscribes, "react",
+    ]  # fmt: skip
+    async with run_agentd(args, env=env(tmp_path)) as a:
+        failed = await a.wait_event("subscription.failed", timeout=STARTUP)
+        await a.wait_event("subscription.synced", lambda e: e["uris"] == 2, timeout=STARTUP)
+        # A change to a carried file reaches an agent; one to a refused file has no watcher.
+        (root / "e.txt").write_text("e 1\n")
+        (root / "b.txt").write_text("b 1\n")
+        spawn = await a.wait_event("subagent.spawn", timeout=STEP)
+        await a.wait_event("turn.end", lambda e: e["agent"] == spawn["agent"], timeout=STEP)
+        await drain(a)
+    assert (failed["server"], failed["uris"]) == ("files", 3)
+    assert sorted(failed["sample"]) == ["file:///c.txt", "file:///d.txt", "file:///e.txt"]
+    assert "its limit (--max-watchers 2 of `agentd serve files`)" in failed["error"]
+    assert failed["error"].endswith("or start the server with a higher --max-watchers")
+    # Told once, never asked again: one refusal line, the carried pair never lost or re-opened.
+    assert len(of(a, "subscription.failed")) == 1
+    assert of(a, "subscription.lost") == []
+    assert of(a, "upstream.lost") == []
+    carried = {e["uri"] for e in of(a, "subscription.established", server="files")}
+    assert carried == {"file:///a.txt", "file:///b.txt"}
+    assert [e["uris"] for e in of(a, "subscription.synced", server="files")][-1] == 2
+    [change] = routed(a)
+    assert (change["uri"], change["kind"]) == ("file:///b.txt", "updated")

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentd.upstream.uriset import Switch, UriSet
+from agentd.upstream.uriset import Narrowing, NarrowingPhase, Switch, UriSet
 
 
 def test_a_fresh_subscription_is_not_reread_and_a_lost_one_is() -> None:
@@ -91,3 +93,73 @@ def test_carried_is_what_was_acknowledged_and_every_uri_carried_again_is_reread(
             assert switch.reread == {u for u in switch.added if u in ever}
             ever |= target
         assert set(s.wanted) >= s.target()
+
+
+def cap_server(cap: int, base: int = 0) -> Callable[[tuple[str, ...]], str | None]:
+    """A server that takes the URIs in order and refuses the first past ``cap`` (None: it takes them all)."""
+
+    def ask(added: tuple[str, ...]) -> str | None:
+        past = cap - base
+        return added[past] if len(added) > past else None
+
+    return ask
+
+
+def narrow(
+    added: list[str], ask: Callable[[tuple[str, ...]], str | None], *, named: bool
+) -> tuple[int, tuple[str, ...]]:
+    """Run a narrowing against ``ask`` after a refusal of all of ``added``; returns (tries, refused)."""
+    first = ask(tuple(added))
+    assert first is not None
+    n = Narrowing(added, named=first if named else None)
+    tries = 0
+    while (trial := n.next_try()) is not None:
+        tries += 1
+        refused_at = ask(trial)
+        if refused_at is None:
+            n.accepted()
+        else:
+            n.refused_by(refused_at if named else None)
+    assert n.phase is NarrowingPhase.DONE
+    return tries, n.refused
+
+
+def test_a_named_refusal_is_narrowed_in_two_tries_to_the_uris_past_the_cap() -> None:
+    added = [f"u{i}" for i in range(10_000)]
+    tries, refused = narrow(added, cap_server(32, base=1), named=True)
+    assert refused == tuple(added[31:])
+    assert tries == 2  # the prefix before the named URI, then the rest without it once
+
+
+def test_an_unnamed_refusal_is_bisected() -> None:
+    added = [f"u{i}" for i in range(10_000)]
+    tries, refused = narrow(added, cap_server(32), named=False)
+    assert refused == tuple(added[32:])
+    assert tries <= 16  # log2(10,000) + the rest once, not one try per URI
+
+
+def test_one_bad_uri_among_good_ones_costs_only_itself() -> None:
+    added = ["a", "b", "bad", "c", "d"]
+
+    def ask(trial: tuple[str, ...]) -> str | None:
+        return "bad" if "bad" in trial else None
+
+    assert narrow(added, ask, named=True)[1] == ("bad",)
+    assert narrow(added, ask, named=False)[1] == ("bad",)
+
+
+def test_nothing_added_is_nothing_to_narrow() -> None:
+    n = Narrowing([])
+    assert n.phase is NarrowingPhase.DONE
+    assert n.next_try() is None
+    assert n.refused == ()
+
+
+@given(st.integers(0, 40), st.integers(1, 60), st.booleans())
+def test_narrowing_carries_exactly_what_a_cap_allows(cap: int, count: int, named: bool) -> None:
+    added = [f"u{i}" for i in range(count)]
+    if count <= cap:
+        return  # the first request was taken: nothing to narrow
+    tries, refused = narrow(added, cap_server(cap), named=named)
+    assert refused == tuple(added[cap:])
+    assert tries <= count.bit_length() + 2
