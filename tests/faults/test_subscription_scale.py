@@ -240,7 +240,9 @@ async def test_sc3_a_model_subscribing_120_uris_in_one_reply_keeps_declared_rout
     ]  # fmt: skip
     server = await start_notes_server(listener, state, quiet=True)
     try:
-        async with run_agentd(args, env=env(tmp_path)) as a:
+        # The per-session cap (64 by default, rfcs/0265) is raised: this case is the stream at scale.
+        caps = {"AGENTD_MAX_SELF_SUBSCRIPTIONS_PER_SESSION": "200"}
+        async with run_agentd(args, env=env(tmp_path) | caps) as a:
             await a.wait_event("turn.end", lambda e: "watching 120 notes" in a.out, timeout=STARTUP)
             assert len(of(a, "self.subscribe")) == 120
             await all_subscribed(a, "web", 122)
