@@ -139,10 +139,15 @@ class ServerStateChanged:
 
 @dataclass(frozen=True, slots=True)
 class SubscriptionStateChanged:
-    """A subscription to ``uri`` on ``server`` was established, lost, or failed."""
+    """The subscriptions to ``uris`` on ``server`` were established, lost, or failed.
+
+    One event per establishment or loss, for every URI it concerns: a
+    server's URIs share one listen stream (rfcs/0260), so they change state
+    together.
+    """
 
     server: str
-    uri: str
+    uris: frozenset[str]
     state: Literal["established", "lost", "resubscribing", "failed"]
     attempt: int = 0
     error: str | None = None

@@ -59,7 +59,7 @@ _FIELDS: dict[str, frozenset[str]] = {n: frozenset(s.fields) for n, s in EVENTS.
 #: The steps a person sees in the human format (a model's reply, a tool call); never on stderr otherwise.
 HUMAN_STEPS = frozenset({"assistant", "tool_call"})
 
-#: Warnings a source can repeat without bound, and the fields that name the source.
+#: Lines a source can repeat without bound, and the fields that name the source.
 RATE_LIMITED: dict[str, tuple[str, ...]] = {
     "upstream.stdout_garbage": ("server",),
     "upstream.unknown_response": ("server",),
@@ -69,6 +69,8 @@ RATE_LIMITED: dict[str, tuple[str, ...]] = {
     "upstream.transport_error": ("server",),
     "model.retry": ("agent",),
     "tool.refused": ("agent",),
+    # A declared glob over 10,000 URIs with the start-up re-read off would write 10,000 lines.
+    "resource.reread_skipped": ("route",),
     "tool.content_omitted": ("agent",),
     # Said once per cap hit already (rfcs/0265); a model that frees and refills a slot in a loop is folded here.
     "limit.reached": ("limit",),
@@ -234,10 +236,13 @@ class Telemetry:
     def _write_summaries(self, summaries: list[Suppressed]) -> None:
         for s in summaries:
             event, *values = s.key if isinstance(s.key, tuple) else (s.key,)
+            # At the level of the lines it folds (a warning for an undeclared one).
+            spec = EVENTS.get(event)
+            level = spec.level if spec is not None else "warning"
             record: dict[str, object] = {
                 "ts": _now_rfc3339(),
-                "level": "warning",
-                "severity": "WARNING",
+                "level": level,
+                "severity": SEVERITY[level],
                 "event": "telemetry.suppressed",
                 "of": event,
             }

@@ -420,12 +420,15 @@ class Reactor:
                 self._maybe_start(now)
             case SubscriptionStateChanged():
                 # The connection already wrote subscription.<state> telemetry.
-                self.readiness.on_subscription_state(event.server, event.uri, event.state)
+                for uri in event.uris:
+                    self.readiness.on_subscription_state(event.server, uri, event.state)
                 if self._watches is not None:
                     self._watches.on_subscription_state(event)
-                    owner = self.router.first_match(event.uri)
-                    if event.state == "established" and owner is not None and owner.kind == "stage":
-                        self._watches.on_route_subscribed(owner.id, event.server, event.uri)
+                    if event.state == "established":
+                        for uri in event.uris:
+                            owner = self.router.first_match(uri)
+                            if owner is not None and owner.kind == "stage":
+                                self._watches.on_route_subscribed(owner.id, event.server, uri)
             case WatchNotice() | RouteNotice():
                 self.notices.notice(event, now)
             case CatalogChanged():
