@@ -2,7 +2,9 @@
 
 * Hypothesis: no per-example deadline (the machine is shared and has 2 cores;
   a slow example is not a bug) and a bounded example budget, so fuzzing runs
-  in CI in a predictable time. ``HYPOTHESIS_PROFILE=thorough`` digs deeper.
+  in CI in a predictable time. ``HYPOTHESIS_PROFILE=thorough`` digs deeper;
+  ``mutate`` (scripts/mutate) is derandomized, so a mutant's verdict does not
+  change from one run to the next.
 * A guard: no test may reach a real model provider. Name resolution of their
   public hosts fails in this process, so a misconfigured test errors at once
   instead of sending a request.
@@ -24,6 +26,14 @@ settings.register_profile(
 )
 settings.register_profile(
     "thorough", deadline=None, max_examples=2000, suppress_health_check=list(HealthCheck)
+)
+settings.register_profile(
+    "mutate",
+    deadline=None,
+    max_examples=50,
+    derandomize=True,
+    database=None,
+    suppress_health_check=list(HealthCheck),
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 

@@ -42,15 +42,20 @@ def test_a_malformed_template_only_loses_template_routing_for_itself() -> None:
     assert good.matches_template("gh://x/y")
     assert not good.matches_template("memo://x")
     assert resolve_server_for_uri("gh://x/y", [("bad", bad), ("good", good)]) == "good"
+    # A malformed template before a good one in the same server does not hide the good one.
+    assert Catalog(templates=("gh://{owner", GH)).matches_template("gh://x/y")
 
 
 class _Caps:
-    def __init__(self, subscribe: bool) -> None:
-        self.resources = types.ResourcesCapability(subscribe=subscribe)
+    def __init__(self, subscribe: bool | None) -> None:
+        # None: the server has no resources capability at all.
+        self.resources = None if subscribe is None else types.ResourcesCapability(subscribe=subscribe)
 
 
 class _Up:
-    def __init__(self, resources: list[types.Resource], templates: list[types.ResourceTemplate], sub: bool) -> None:
+    def __init__(
+        self, resources: list[types.Resource], templates: list[types.ResourceTemplate], sub: bool | None
+    ) -> None:
         self.resources = resources
         self.templates = templates
         self.capabilities = _Caps(sub)
@@ -83,3 +88,13 @@ def test_the_listing_names_every_resource_then_template_per_server_in_order() ->
         },
     ]
     assert resource_listing({"none": object()}) == []
+
+
+def test_a_resource_without_a_description_or_capability_is_listed_plainly() -> None:
+    bare = types.Resource(uri="memo://b", name="b")
+    no_example = types.Resource(uri="memo://c", name="c", description="Just text.")
+    listing = resource_listing({"memo": _Up([bare, no_example], [], None)})
+    assert [(e["description"], e["example"], e["subscribable"]) for e in listing] == [
+        ("", None, False),
+        ("Just text.", None, False),
+    ]
