@@ -62,8 +62,12 @@ class _Up:
 
 
 def test_the_listing_names_every_resource_then_template_per_server_in_order() -> None:
-    res = types.Resource(uri="memo://a", name="a", description="A note.\nExample: memo://a\nmore", mimeType="text/plain")
-    tpl = types.ResourceTemplate(uriTemplate=GH, name="repo", description="Example: gh://o/r\nExample: gh://x/y")
+    res = types.Resource(
+        uri="memo://a", name="a", description="A note.\nExample: memo://a\nmore", mimeType="text/plain"
+    )
+    tpl = types.ResourceTemplate(
+        uriTemplate=GH, name="repo", description="Example: gh://o/r\nExample: gh://x/y"
+    )
     listing = resource_listing({"memo": _Up([res], [], True), "gh": _Up([], [tpl], False)})
     assert listing == [
         {
