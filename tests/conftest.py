@@ -4,7 +4,8 @@
   a slow example is not a bug) and a bounded example budget, so fuzzing runs
   in CI in a predictable time. ``HYPOTHESIS_PROFILE=thorough`` digs deeper;
   ``mutate`` (scripts/mutate) is derandomized, so a mutant's verdict does not
-  change from one run to the next.
+  change from one run to the next, and small: each mutant runs every test
+  that calls the changed function, the stateful models included.
 * A guard: no test may reach a real model provider. Name resolution of their
   public hosts fails in this process, so a misconfigured test errors at once
   instead of sending a request.
@@ -30,7 +31,7 @@ settings.register_profile(
 settings.register_profile(
     "mutate",
     deadline=None,
-    max_examples=50,
+    max_examples=10,
     derandomize=True,
     database=None,
     suppress_health_check=list(HealthCheck),
