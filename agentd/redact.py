@@ -23,7 +23,14 @@ What is replaced by :data:`REDACTED` (``***``):
   ``AKIA…``, ``hf_…``, JSON Web Tokens);
 * any value registered with :func:`register_secrets` (the values of
   credential-named environment variables and server settings, registered at
-  start-up), wherever it appears.
+  start-up), wherever it appears. Only values that can be told from text are
+  registered (:func:`registrable`, rfcs/0300): shorter than
+  :data:`MIN_REGISTERED_CHARS`, plain words (``cursor``, ``application/json``)
+  and absolute paths never are, so they cannot mask a file name or the
+  working directory; under their names they are still hidden.
+
+``PWD`` and ``OLDPWD`` are the shell's working directories, never credentials
+(``DB_PWD`` and a ``pwd`` field still are).
 
 Redaction is best-effort by design: a secret with no recognisable name,
 shape or registration cannot be told from data. It errs towards hiding (an
@@ -43,8 +50,10 @@ __all__ = [
     "is_secret_flag",
     "is_secret_key",
     "is_secret_param",
+    "looks_like_token",
     "redact",
     "register_secrets",
+    "registrable",
     "secret_values",
     "secrets_in",
 ]
@@ -112,6 +121,10 @@ _DESCRIBING_WORDS: Final = frozenset(
     {"method", "methods", "url", "uri", "endpoint", "env", "var", "type", "file", "path"}
 )
 
+# Names that hold the shell's working directories, whatever words they share with
+# credentials ("pwd"): the value is a path every message may legitimately show.
+_SHELL_NAMES: Final = frozenset({"PWD", "OLDPWD"})
+
 # Single-letter flags that take a key in common MCP server command lines.
 _SECRET_SHORT_FLAGS: Final = frozenset({"k"})
 
@@ -124,6 +137,8 @@ def is_secret_key(name: str) -> bool:
     ``Authorization``, ``sig`` do; ``input_tokens``, ``max_tokens``,
     ``keyboard``, ``token_endpoint_auth_method``, ``bearer_token_env`` do not.
     """
+    if name in _SHELL_NAMES:
+        return False
     lowered = name.lower()
     words = [w for w in _WORD_SPLIT.split(lowered) if w]
     if len(words) > 1 and words[-1] in _DESCRIBING_WORDS:
@@ -186,16 +201,59 @@ _known: set[str] = set()
 _known_sorted: list[str] = []
 
 
+# One plain word, as words of a language are written: lower-case, upper-case or
+# capitalised letters, and short. A run of mixed-case letters (``xKqPzLmNaBvC``)
+# or a long one is no word; words joined by ``-`` (``sk-secret``) are left to the
+# name they are under.
+_PLAIN_WORD = re.compile(r"[a-z]{1,16}|[A-Z]{1,16}|[A-Z][a-z]{1,15}")
+_SPACE = re.compile(r"\s")
+
+#: Shortest value :func:`looks_like_token` takes for a credential: generated keys
+#: are 20 characters and more; client names, versions and flags are shorter.
+TOKEN_MIN_CHARS: Final = 20
+
+
+def registrable(value: str) -> bool:
+    """Whether ``value`` may be registered (hidden wherever it appears).
+
+    No: a value shorter than :data:`MIN_REGISTERED_CHARS`; a plain word
+    (``cursor``, ``oauth``, ``Bearer``: it would mask the same word in file
+    names, URIs and messages); an absolute path (it names where a credential
+    is kept, and would mask every path under it). Such a value is still
+    hidden under its name (``PGPASSWORD=…``, a header's value in ``agentd
+    check``). See rfcs/0300.
+    """
+    if len(value) < MIN_REGISTERED_CHARS:
+        return False
+    if value.startswith(("/", "~/")) and not _SPACE.search(value):
+        return False
+    return not _PLAIN_WORD.fullmatch(value)
+
+
+def looks_like_token(value: str) -> bool:
+    """Whether a value under a name that says nothing (a custom header) looks generated, like a key.
+
+    One piece (no white space) of at least :data:`TOKEN_MIN_CHARS` characters
+    holding letters and digits, and no path: ``X-Team-Key``-style headers
+    whose names :func:`is_secret_key` cannot tell carry such values; client
+    names, versions and content types do not.
+    """
+    if len(value) < TOKEN_MIN_CHARS or _SPACE.search(value) or value.startswith(("/", "~/")):
+        return False
+    return any(c.isdigit() for c in value) and any(c.isalpha() for c in value)
+
+
 def register_secrets(values: Iterable[str]) -> None:
     """Remember values to replace wherever they appear in anything :func:`redact` sees.
 
     Called at start-up with the values of credential-named environment
-    variables (:func:`secret_values`) and of server ``env``/``headers``
-    entries. Values shorter than :data:`MIN_REGISTERED_CHARS` are ignored.
-    Process-wide and append-only: a secret once seen stays hidden.
+    variables (:func:`secret_values`) and of credential-named server
+    ``env``/``headers`` entries. Values that are not :func:`registrable`
+    (short, plain words, paths) are ignored. Process-wide and append-only:
+    a secret once seen stays hidden.
     """
     global _known_sorted
-    added = {v for v in values if isinstance(v, str) and len(v) >= MIN_REGISTERED_CHARS} - _known
+    added = {v for v in values if isinstance(v, str) and registrable(v)} - _known
     if added:
         _known.update(added)
         _known_sorted = sorted(_known, key=len, reverse=True)

@@ -93,10 +93,11 @@ EVENTS: Mapping[str, EventSpec] = {
     for s in (
         # -- the supervisor ----------------------------------------------------------
         _e("supervisor.start", "info", "agentd started: its mode, model, servers and process.", "mode model servers pid open_files"),
-        _e("supervisor.exit", "info", "agentd is exiting: the exit code, counters, cost and drops.", "exit_code counters cost_usd router dropped telemetry_dropped"),
+        _e("supervisor.exit", "info", "agentd is exiting: the exit code, counters, cost, drops, and the servers not connected at the end (named with their state and error).", "exit_code counters cost_usd router dropped telemetry_dropped servers_unavailable"),
         _e("supervisor.internal_error", "error", "A bug inside agentd ended the run (exit 1); the traceback is attached.", "error traceback"),
         _e("supervisor.required_server_failed", "error", "A required MCP server failed: the run ends with exit 6.", "server error"),
         _e("config.deprecated", "warning", "A deprecated setting name was used.", "setting use"),
+        _e("config.warning", "warning", "A setting does nothing now: a route, subscription or tool glob that matches nothing the servers offer, a server that did not start, a reactive run nothing can wake (said once at start, rfcs/0315).", "kind setting value problem fix"),
         _e("budget.unpriced_model", "warning", "A model has no known price: its calls count 0 USD toward --budget-usd.", "model reason"),
         _e("budget.exhausted", "warning", "A tree-wide budget ran out: no new turns start.", "budget kind"),
         _e("budget.deadline", "warning", "The --deadline passed (exit 124).", ""),
@@ -188,7 +189,7 @@ EVENTS: Mapping[str, EventSpec] = {
         _e("subscription.established", "debug", "A resource subscription is established.", "server uri attempt"),
         _e("subscription.lost", "warning", "A resource subscription was lost: it is re-established and the URI re-read.", "server uri error lived_s updates counted_as_failure"),
         _e("subscription.failed", "error", "A resource subscription failed after its retries.", "server uri attempts error"),
-        _e("subscription.unresolved", "warning", "A declared subscription pattern matches no resource.", "pattern required error"),
+        _e("subscription.unresolved", "warning", "A declared subscription pattern matches no resource.", "pattern required error fix"),
         # -- the state directory (rfcs/0275) ------------------------------------------------
         _e("state.moved_aside", "warning", "A file in the state directory was damaged (agentd's own format), or is not a regular file: it was moved aside, what could be read was kept, and the run goes on.", "file path moved_to problem kept session fix"),
         _e("state.refused", "warning", "A file in the state directory is not agentd's (another user's, or not its format): it is left untouched, never read further or written.", "file path problem fix"),
@@ -200,6 +201,9 @@ EVENTS: Mapping[str, EventSpec] = {
         _e("journal.compacted", "info", "A journal went over its token budget: its oldest turns were dropped.", "session tokens max_tokens dropped_turns"),
         _e("journal.subscription_restored", "info", "A restored session's self-subscription is back upstream.", "session server uri"),
         _e("journal.subscription_failed", "warning", "A restored session's self-subscription could not be made.", "session server uri error"),
+        _e("conversation.resumed", "info", "A once run continues a saved conversation (--continue, --resume).", "session turns messages dropped_turns"),
+        _e("conversation.saved", "debug", "A once run's turn was added to its saved conversation.", "session agent path turns dropped_turns"),
+        _e("conversation.unsaved", "warning", "A once run's conversation could not be saved: it cannot be continued.", "session path error fix"),
         _e("shard.assigned", "info", "This replica's shard (--shard INDEX/COUNT).", "index count"),
         _e("shard.skipped", "debug", "A routed change another replica owns was left to it.", "route server uri"),
         # -- watches -------------------------------------------------------------------

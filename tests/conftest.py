@@ -6,6 +6,9 @@
   ``mutate`` (scripts/mutate) is derandomized, so a mutant's verdict does not
   change from one run to the next, and small: each mutant runs every test
   that calls the changed function, the stateful models included.
+* Once runs save their conversation in the per-user state directory
+  (rfcs/0303): every agentd a test starts saves into a directory of the
+  test session (``XDG_STATE_HOME``), never into the user's home.
 * A guard: no test may reach a real model provider. Name resolution of their
   public hosts fails in this process, so a misconfigured test errors at once
   instead of sending a request.
@@ -57,3 +60,15 @@ def _no_real_providers():
     socket.getaddrinfo = _guarded_getaddrinfo
     yield
     socket.getaddrinfo = _real_getaddrinfo
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_state_home(tmp_path_factory: pytest.TempPathFactory):
+    """``XDG_STATE_HOME`` for every agentd the tests start (inherited through os.environ)."""
+    before = os.environ.get("XDG_STATE_HOME")
+    os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("state-home"))
+    yield
+    if before is None:
+        os.environ.pop("XDG_STATE_HOME", None)
+    else:
+        os.environ["XDG_STATE_HOME"] = before

@@ -36,7 +36,7 @@ This module only re-exports.
 from __future__ import annotations
 
 from agentd.config._flags import parse_route_spec, parse_subscription
-from agentd.config._load import deprecations, ignored_keys, load_settings
+from agentd.config._load import deprecations, ignored_keys, load_settings, run_needs
 from agentd.config._models import (
     ModelSettingsConfig,
     OAuthSpec,
@@ -114,5 +114,6 @@ __all__ = [
     "parse_server_file",
     "parse_subscription",
     "route_model_settings",
+    "run_needs",
     "server_secrets",
 ]

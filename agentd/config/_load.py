@@ -25,6 +25,7 @@ from agentd.config._sources import (
     _LoadContext,
     _loading,
     _renamed_settings,
+    _spell,
     _spell_in,
     _translate,
 )
@@ -87,6 +88,7 @@ def load_settings(
     *,
     config_file: Path | None = None,
     env: Mapping[str, str] | None = None,
+    run_inputs: bool = True,
 ) -> Settings:
     """Build and validate the settings from every layer.
 
@@ -101,6 +103,9 @@ def load_settings(
         config_file: the TOML file (``--config``); when None,
             ``AGENTD_CONFIG`` from ``env`` names it, if set.
         env: the environment (``os.environ`` when None).
+        run_inputs: require a model and the instruction the mode needs
+            (False for ``agentd check``: :func:`run_needs` says what a run
+            would still need).
 
     Returns:
         The frozen, fully validated settings.
@@ -168,7 +173,7 @@ def load_settings(
         settings_flags["routes"] = parsed
     _raise_all(problems)
 
-    ctx = _LoadContext(env=env, file_data=file_data, file_label=file_label)
+    ctx = _LoadContext(env=env, file_data=file_data, file_label=file_label, run_inputs=run_inputs)
     deprecations = _renamed_settings(settings_flags, ctx)
     given = {k: settings_flags.pop(k) for k in MODEL_SETTING_FLAGS if k in settings_flags}
     if given:
@@ -192,6 +197,16 @@ def load_settings(
     settings._deprecations = tuple(deprecations)
     settings._ignored = tuple(ignored)
     return settings
+
+
+def run_needs(settings: Settings) -> list[ConfigError]:
+    """What a run with ``settings`` would still need (a model, an instruction), each with its fix.
+
+    Empty for settings :func:`load_settings` validated with ``run_inputs``.
+    """
+    from agentd.config._rules import run_needs as needs
+
+    return [ConfigError(_spell(p.loc, {}, "config file"), p.value, p.fix) for p in needs(settings)]
 
 
 def ignored_keys(settings: Settings) -> tuple[str, ...]:

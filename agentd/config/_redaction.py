@@ -7,7 +7,15 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from agentd.jsonvalue import JSONObject, as_object, get_object
-from agentd.redact import REDACTED, redact, secret_values, secrets_in
+from agentd.redact import (
+    REDACTED,
+    is_secret_key,
+    looks_like_token,
+    redact,
+    registrable,
+    secret_values,
+    secrets_in,
+)
 
 if TYPE_CHECKING:
     from agentd.config._settings import Settings
@@ -16,14 +24,18 @@ if TYPE_CHECKING:
 def server_secrets(settings: Settings, env: Mapping[str, str] | None = None) -> list[str]:
     """Values of the servers' settings that are credentials: to hide wherever they appear.
 
-    Every ``headers`` value (and the credential in ``Bearer …``), each ``env``
-    value whose name looks like a credential and the credentials inside the
-    others (``DATABASE_URL=postgres://u:pw@…``), the values of credential
-    flags in ``args`` (``-k VALUE``, ``--token=VALUE``), the credentials in
-    a server URL (userinfo, secret query parameters), an OAuth client secret,
-    and the values of the variables ``bearer_token_env`` and
-    ``oauth.client_secret_env`` name (read from ``env``, ``os.environ`` by
-    default), whatever those variables are called.
+    Each ``headers`` and ``env`` value whose name looks like a credential
+    (``Authorization``, ``X-Api-Key``, ``Cookie``, ``GITHUB_TOKEN``), a
+    header value that looks generated (:func:`agentd.redact.looks_like_token`:
+    a key under a name that says nothing), the credentials inside every
+    other value (``Bearer …``, ``DATABASE_URL=postgres://u:pw@…``), the
+    values of credential flags in ``args`` (``-k VALUE``, ``--token=VALUE``),
+    the credentials in a server URL (userinfo, secret query parameters), an
+    OAuth client secret, and the values of the variables ``bearer_token_env``
+    and ``oauth.client_secret_env`` name (read from ``env``, ``os.environ``
+    by default), whatever those variables are called. An ordinary header
+    (``X-Client: cursor``) is not a secret: registered, it would mask the
+    word wherever it appears (rfcs/0300).
     The CLI registers them (:func:`agentd.redact.register_secrets`) so that
     no error or event can print them; ``agentd check`` hides them too.
     """
@@ -36,18 +48,26 @@ def server_secrets(settings: Settings, env: Mapping[str, str] | None = None) -> 
             if spec.oauth.client_secret:
                 found.append(spec.oauth.client_secret)
         found += [env[v] for v in named if v is not None and env.get(v)]
-        found += [v for v in spec.headers.values() if v]
-        for v in spec.headers.values():
-            found += secrets_in(v)
+        found += _header_secrets(spec.headers)
         found += secret_values(spec.env)
         found += secrets_in(spec.args)
         if spec.url is not None:
             found += secrets_in(spec.url)
     for provider in settings.providers.values():  # [providers.NAME] headers and URLs, the same way
-        found += [v for v in provider.headers.values() if v]
-        for v in provider.headers.values():
-            found += secrets_in(v)
+        found += _header_secrets(provider.headers)
         found += secrets_in(provider.base_url)
+    return found
+
+
+def _header_secrets(headers: Mapping[str, str]) -> list[str]:
+    """The credentials among HTTP headers: credential-named values, generated-looking ones, shapes inside any."""
+    found: list[str] = []
+    for name, value in headers.items():
+        if not value:
+            continue
+        if is_secret_key(name) or looks_like_token(value):
+            found.append(value)
+        found += secrets_in(value)
     return found
 
 
@@ -72,7 +92,7 @@ def effective_config(
     data: JSONObject = settings.model_dump(mode="json")
     if show_secrets:
         return data
-    known = secret_values(env) + server_secrets(settings, env)
+    known = [v for v in secret_values(env) + server_secrets(settings, env) if registrable(v)]
     for section, tables in (("servers", ("env", "headers")), ("providers", ("headers",))):
         for entry in (get_object(data, section) or {}).values():
             table_of = as_object(entry) or {}

@@ -15,17 +15,42 @@ if TYPE_CHECKING:
     from agentd.models import ModelSettings
 
 
-def cross_field_problems(settings: Settings, env: Mapping[str, str]) -> list[_Problem]:
-    """The rules between settings (per mode, timers, routes, model): every problem, none raised."""
+def run_needs(settings: Settings) -> list[_Problem]:
+    """What a run needs that ``agentd check`` may go without: a model, and the instruction its mode needs."""
     problems: list[_Problem] = []
+    mode = settings.mode
+    if settings.model is None:
+        problems.append(
+            _Problem(("model",), None, f"choose a model with --model or AGENTD_MODEL: {MODEL_FORMS}")
+        )
+    needs_instruction = (
+        mode != "reactive" or not settings.routes or any(r.template is None for r in settings.routes)
+    )
+    if needs_instruction and (settings.instruction is None or not settings.instruction.strip()):
+        if mode == "reactive":
+            fix = "give the instruction (argument, --instruction TEXT or @FILE), or a template on every route"
+        else:
+            fix = f"--mode {mode} needs an instruction: pass it as the argument, --instruction TEXT or --instruction @FILE"
+        problems.append(_Problem(("instruction",), settings.instruction, fix))
+    return problems
+
+
+def cross_field_problems(
+    settings: Settings, env: Mapping[str, str], *, run_inputs: bool = True
+) -> list[_Problem]:
+    """The rules between settings (per mode, timers, routes, model): every problem, none raised.
+
+    ``run_inputs=False`` (``agentd check``) leaves out :func:`run_needs`: a
+    server file or a route table can be checked before a model and a task
+    are chosen.
+    """
+    problems: list[_Problem] = run_needs(settings) if run_inputs else []
     add = problems.append
     mode = settings.mode
     timer_routes = [i for i, r in enumerate(settings.routes) if r.timer]
     has_timer = settings.interval is not None or settings.cron is not None
 
-    if settings.model is None:
-        add(_Problem(("model",), None, f"choose a model with --model or AGENTD_MODEL: {MODEL_FORMS}"))
-    else:
+    if settings.model is not None:
         err = _model_error(settings.model, env, settings.providers)
         if err is not None:
             add(_Problem(("model",), err.value, err.fix))
@@ -40,15 +65,7 @@ def cross_field_problems(settings: Settings, env: Mapping[str, str]) -> list[_Pr
                 add(_Problem(("model_settings", *p.key.split(".")), p.value, p.fix))
     problems += _route_model_problems(settings, env)
 
-    needs_instruction = (
-        mode != "reactive" or not settings.routes or any(r.template is None for r in settings.routes)
-    )
-    if needs_instruction and (settings.instruction is None or not settings.instruction.strip()):
-        if mode == "reactive":
-            fix = "give the instruction (argument, --instruction TEXT or @FILE), or a template on every route"
-        else:
-            fix = f"--mode {mode} needs an instruction: pass it as the argument, --instruction TEXT or --instruction @FILE"
-        add(_Problem(("instruction",), settings.instruction, fix))
+    problems += _conversation_problems(settings)
 
     if settings.shard is not None and mode != "reactive":
         add(
@@ -188,6 +205,44 @@ def cross_field_problems(settings: Settings, env: Mapping[str, str]) -> list[_Pr
                     ("state_dir",), str(settings.state_dir), f"its watch-state file {str(default)!r} {why}"
                 )
             )
+    return problems
+
+
+def _conversation_problems(settings: Settings) -> list[_Problem]:
+    """``--continue`` / ``--resume`` / ``--ephemeral`` (once runs only) and ``-q`` against ``-v``."""
+    problems: list[_Problem] = []
+    mode = settings.mode
+    if settings.resume is not None and settings.continue_conversation:
+        problems.append(
+            _Problem(
+                ("continue_conversation",),
+                True,
+                "give --continue (the conversation saved last) or --resume ID (that one), not both",
+            )
+        )
+    if mode != "once":
+        for field, value, flag in (
+            ("continue_conversation", settings.continue_conversation, "--continue"),
+            ("resume", settings.resume, "--resume"),
+            ("ephemeral", settings.ephemeral, "--ephemeral"),
+        ):
+            if value:
+                problems.append(
+                    _Problem(
+                        (field,),
+                        value,
+                        f"{flag} is for --mode once (its conversation); a {mode} daemon keeps its sessions "
+                        "with --state-dir and continue routes: remove it",
+                    )
+                )
+    if settings.quiet and (settings.verbose or settings.log_level is not None):
+        problems.append(
+            _Problem(
+                ("quiet",),
+                True,
+                "-q shows only the answer and errors; it cannot go with -v/--verbose or --log-level: give one",
+            )
+        )
     return problems
 
 

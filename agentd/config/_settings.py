@@ -155,7 +155,16 @@ class Settings(BaseSettings):
     """Globs over ``server__tool`` names never offered to any agent."""
     state_dir: Path | None = None
     """Directory for everything agentd keeps across restarts: watch state, session journals
-    (rfcs/0210), OAuth tokens; None: kept in memory only."""
+    (rfcs/0210), OAuth tokens, once runs' conversations; None: kept in memory only, but a
+    once run's conversation goes to the per-user state directory (rfcs/0303)."""
+    continue_conversation: bool = False
+    """``--continue``: the once run continues the conversation saved last (rfcs/0303)."""
+    resume: str | None = None
+    """``--resume ID``: the once run continues this conversation (a ``session_id``)."""
+    ephemeral: bool = False
+    """A once run saves no conversation (``--ephemeral``)."""
+    quiet: bool = False
+    """``-q``: only the answer and errors (telemetry at ``error``; rfcs/0301)."""
     reconnect_backoff: Annotated[tuple[float, ...] | None, NoDecode] = None
     """Seconds before reconnect attempt 1, 2, … of an upstream server, comma-separated
     (``AGENTD_RECONNECT_BACKOFF=1,2,4``; None: 1, 2, 4, 8, 16 s). An operator knob; tests
@@ -273,6 +282,20 @@ class Settings(BaseSettings):
         if why is not None:
             raise ValueError(why)
         return v
+
+    @field_validator("resume", mode="before")
+    @classmethod
+    def _resume(cls, v: object) -> object:
+        if not isinstance(v, str):
+            return v
+        from agentd.state.conversations import ID_RE
+
+        text = v.strip()
+        if not ID_RE.fullmatch(text):
+            raise ValueError(
+                "a session id is letters, digits, '-' and '_': the session_id a run prints with --output json"
+            )
+        return text
 
     @field_validator("session_max_tokens", mode="before")
     @classmethod
@@ -502,7 +525,9 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _cross_fields(self) -> Settings:
         ctx = _CONTEXT.get()
-        problems = cross_field_problems(self, ctx.env if ctx is not None else os.environ)
+        problems = cross_field_problems(
+            self, ctx.env if ctx is not None else os.environ, run_inputs=ctx is None or ctx.run_inputs
+        )
         if problems:
             raise _Problems(problems)
         return self

@@ -41,6 +41,8 @@ class _LoadContext:
     """(layer, field) -> the deprecated name the user wrote it with (for messages)."""
     flag_model_settings: frozenset[str] = frozenset()
     """The model settings given as flags (``--temperature`` …)."""
+    run_inputs: bool = True
+    """Whether a model and an instruction are required (``agentd check`` validates without them)."""
 
 
 _CONTEXT: contextvars.ContextVar[_LoadContext | None] = contextvars.ContextVar(

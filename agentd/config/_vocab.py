@@ -116,6 +116,7 @@ _FLAG_NAMES: dict[str, str] = {
     "subscriptions": "--subscribe",
     "routes": "--route",
     "servers": "--mcp-stdio/--mcp-http",
+    "continue_conversation": "--continue",
 }
 
 #: The ``api`` values of a ``[providers.NAME]`` table.

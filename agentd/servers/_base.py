@@ -5,7 +5,7 @@ shares (both protocol eras, change sources, transports, start-up failures);
 HTTP guarding, stdio, safe files and the SDK adapter (``_sdk.py``) are their
 own modules.
 
-Every bundled server (memo, inbox, files, kube) is a :class:`WatchableServer`:
+Every bundled server (memo, inbox, files, kube, webhook) is a :class:`WatchableServer`:
 an ``MCPServer`` from the ``mcp`` SDK, run under trio, that serves
 2026-07-28 clients (``subscriptions/listen``) and handshake-era clients
 (``resources/subscribe`` + ``notifications/resources/updated``) alike. One
@@ -17,6 +17,7 @@ Plug-in contract (how ``agentd serve NAME`` finds a server)
 exposes::
 
     SUMMARY: str                                   one line for the server list
+    HELP: str                                      ``--help``'s epilog: resources, tools, use with agentd
     def add_arguments(parser: argparse.ArgumentParser) -> None
         # add the server's own flags; --http and --allow-remote are already there
     def build(args: argparse.Namespace) -> WatchableServer
@@ -83,7 +84,7 @@ from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.server.session import ServerSession
-from mcp.server.subscriptions import InMemorySubscriptionBus, ResourceUpdated
+from mcp.server.subscriptions import InMemorySubscriptionBus, ResourcesListChanged, ResourceUpdated
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from mcp.shared.uri_template import UriTemplate
@@ -147,6 +148,7 @@ SERVERS: Final[Mapping[str, str]] = {
     "inbox": "agentd.servers.inbox",
     "files": "agentd.servers.files",
     "kube": "agentd.servers.kube",
+    "webhook": "agentd.servers.webhook",
 }
 
 TOKEN_ENV: Final = "AGENTD_SERVE_TOKEN"
@@ -405,6 +407,7 @@ def _declares(session: object, capability: str) -> bool:
     return False
 
 
+_LIST_CHANGED_LINE: Final = b'{"jsonrpc":"2.0","method":"notifications/resources/list_changed"}\n'
 _SEND_ERRORS = (anyio.BrokenResourceError, anyio.ClosedResourceError, trio.BrokenResourceError, OSError)
 
 
@@ -445,8 +448,11 @@ class WatchableServer:
         *,
         instructions: str,
         experimental: Mapping[str, JSONObject] | None = None,
+        resources_list_changed: bool = False,
     ) -> None:
         self.name = name
+        self.resources_list_changed = resources_list_changed
+        """Advertise ``resources.listChanged`` to handshake-era clients (:meth:`notify_list_changed`)."""
         self.bus = InMemorySubscriptionBus()
         self.mcp: MCPServer = MCPServer(
             f"agentd-{name}",
@@ -535,6 +541,18 @@ class WatchableServer:
             except _SEND_ERRORS:
                 self._forget(key)
         await self.bus.publish(ResourceUpdated(uri=uri))
+
+    async def notify_list_changed(self) -> None:
+        """Tell every client (both eras) that the resource list changed (``resources/list_changed``)."""
+        for client in self.legacy_clients():
+            try:
+                if self._stdio is not None:
+                    await self._stdio.send_raw(_LIST_CHANGED_LINE)
+                else:
+                    await client.session.send_resource_list_changed()
+            except _SEND_ERRORS:
+                self._forget(client.key)
+        await self.bus.publish(ResourcesListChanged())
 
     def legacy_clients(self) -> list[LegacyClient]:
         """Every handshake-era client connected now."""
@@ -705,16 +723,19 @@ class WatchableServer:
     async def _serve_stdio(self) -> None:
         self._stdio = StdioTransport()
         await self._stdio.serve(
-            _sdk.lowlevel(self.mcp), _sdk.initialization_options(self.mcp, self.experimental)
+            _sdk.lowlevel(self.mcp),
+            _sdk.initialization_options(
+                self.mcp, self.experimental, resources_changed=self.resources_list_changed
+            ),
         )
 
     async def _serve_http(self, transport: Transport) -> None:
         from hypercorn.config import Config
         from hypercorn.trio import serve
 
-        if self.experimental:
+        if self.experimental or self.resources_list_changed:
             # The HTTP session manager builds its own init options; advertise ours.
-            _sdk.advertise_experimental(self.mcp, self.experimental)
+            _sdk.advertise(self.mcp, self.experimental, resources_changed=self.resources_list_changed)
         # Our guard checks Host, Origin and the token for every bind address;
         # the SDK's own check (only for three literal hosts) is switched off.
         app = self.mcp.streamable_http_app(
@@ -744,6 +765,30 @@ def _server_list() -> str:
     return ", ".join(SERVERS)
 
 
+_SERVE_USAGE = "usage: agentd serve NAME [--http HOST:PORT] [options]"
+
+_SERVE_EPILOG = """\
+Each server speaks MCP on stdin/stdout (what an MCP client starts), or Streamable
+HTTP with --http HOST:PORT (at http://HOST:PORT/mcp). agentd serve NAME --help
+lists a server's resources, tools and options, and how to use it with agentd:
+  agentd --mcp-stdio 'memo=agentd serve memo' ...
+or in any client's mcpServers JSON: {"command": "agentd", "args": ["serve", "memo"]}."""
+
+
+def serve_help() -> str:
+    """``agentd serve --help``: the usage, every bundled server with its summary, and how to use them."""
+    lines = [_SERVE_USAGE, "", "servers:"]
+    for name, module_path in SERVERS.items():
+        try:
+            summary = str(getattr(importlib.import_module(module_path), "SUMMARY", ""))
+        except ModuleNotFoundError as exc:
+            if exc.name != module_path:
+                raise
+            summary = "(not included in this build)"
+        lines.append(f"  {name:<8}{summary}")
+    return "\n".join([*lines, "", _SERVE_EPILOG])
+
+
 def main(argv: list[str]) -> int:
     """``agentd serve NAME [options]``: build and run one bundled server.
 
@@ -752,12 +797,26 @@ def main(argv: list[str]) -> int:
     server refuses to run.
     """
     if not argv or argv[0] in ("-h", "--help"):
-        print(f"usage: agentd serve NAME [options]   (NAME: {_server_list()})", file=sys.stderr)
-        return 0 if argv else int(ExitCode.CONFIG)
+        if argv:
+            print(serve_help())
+            return int(ExitCode.OK)
+        print(
+            f"agentd serve: which server? choose one of: {_server_list()} (agentd serve --help describes them)",
+            file=sys.stderr,
+        )
+        return int(ExitCode.CONFIG)
     name, rest = argv[0], argv[1:]
     module_path = SERVERS.get(name)
     if module_path is None:
-        print(f"agentd serve: unknown server {name!r}; choose one of: {_server_list()}", file=sys.stderr)
+        import difflib
+
+        close = difflib.get_close_matches(name, list(SERVERS), n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        print(
+            f"agentd serve: unknown server {name!r}; {hint}choose one of: {_server_list()} "
+            "(agentd serve --help describes them)",
+            file=sys.stderr,
+        )
         return int(ExitCode.CONFIG)
     try:
         module = importlib.import_module(module_path)
@@ -767,7 +826,10 @@ def main(argv: list[str]) -> int:
         print(f"agentd serve: server {name!r} is not included in this build", file=sys.stderr)
         return int(ExitCode.CONFIG)
     parser = argparse.ArgumentParser(
-        prog=f"agentd serve {name}", description=getattr(module, "SUMMARY", None)
+        prog=f"agentd serve {name}",
+        description=getattr(module, "SUMMARY", None),
+        epilog=getattr(module, "HELP", None),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--http", metavar="HOST:PORT", help="serve Streamable HTTP instead of stdio")
     parser.add_argument(

@@ -55,11 +55,11 @@ import re
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Final, Literal, TypedDict, TypeVar
+from typing import Final, Literal, Protocol, TypedDict, TypeVar
 
 import orjson
 
-from agentd.jsonvalue import JSONObject
+from agentd.jsonvalue import JSONObject, JSONValue
 from agentd.servers._intervals import IntervalSet
 
 __all__ = [
@@ -79,7 +79,9 @@ __all__ = [
     "FeedResult",
     "InboxLog",
     "Ledger",
+    "LineParser",
     "Note",
+    "NoteType",
     "channel_params",
     "cursor_from_json",
     "find_newline",
@@ -115,6 +117,8 @@ _META_KEYS_CAP: Final = 32
 _META_KEY_RE: Final = re.compile(r"[^A-Za-z0-9_]")
 
 Kind = Literal["MESSAGE", "ERROR"]
+NoteType = Literal["ERROR", "GAP"]
+"""What an in-band note says: a source problem (``ERROR``), or events that fell off unread (``GAP``)."""
 
 
 class AckError(ValueError):
@@ -214,24 +218,44 @@ def parse_line(line: bytes, *, offset: int, seq: int, agent: str, uri: str) -> E
     )
 
 
+class LineParser(Protocol):
+    """Turns one line of the log into its event (:func:`parse_line` is the inbox's).
+
+    Returns None when the line cannot be consumed yet (the drain stops there).
+    """
+
+    def __call__(self, line: bytes, *, offset: int, seq: int, agent: str, uri: str) -> Entry | None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Note:
-    """A persisted in-band ERROR: its ``seq``, where it was raised, and what it says."""
+    """A persisted in-band event: its ``seq``, where it was raised, and what it says.
+
+    ``type`` is ``ERROR`` (a source problem) or ``GAP`` (events that fell off
+    unacknowledged, named by ``fields``: count, first and last seq).
+    """
 
     seq: int
     at: int
     message: str
+    type: NoteType = "ERROR"
+    fields: Mapping[str, JSONValue] | None = None
 
     def entry(self) -> Entry:
-        event: JSONObject = {
-            "seq": self.seq,
-            "type": "ERROR",
-            "id": f"error-{self.seq}",
-            "message": self.message,
-        }
-        return Entry(
-            self.seq, "ERROR", self.at, self.at, f"error-{self.seq}", False, None, event, self.message
-        )
+        note_id = f"{self.type.lower()}-{self.seq}"
+        event: JSONObject = {"seq": self.seq, "type": self.type, "id": note_id}
+        if self.fields:
+            event.update({k: v for k, v in self.fields.items() if k not in event})
+        event["message"] = self.message
+        return Entry(self.seq, "ERROR", self.at, self.at, note_id, False, None, event, self.message)
+
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = {"seq": self.seq, "at": self.at, "message": self.message}
+        if self.type != "ERROR":
+            out["type"] = self.type
+        if self.fields:
+            out["fields"] = dict(self.fields)
+        return out
 
 
 _META_KEYS: dict[str, str] = {}  # field name -> its identifier form (a cache: names repeat)
@@ -398,6 +422,7 @@ def walk(
     agent: str,
     uri: str,
     chunk: int = 1 << 20,
+    parse: LineParser = parse_line,
 ) -> Iterator[Entry]:
     """Every event in the already-consumed region ``[start, stop_offset)``, with its ``seq``.
 
@@ -437,7 +462,7 @@ def walk(
             yield note.entry()
             seq = max(seq, note.seq + 1)
         if line.strip():
-            entry = parse_line(line, offset=pos, seq=seq, agent=agent, uri=uri)
+            entry = parse(line, offset=pos, seq=seq, agent=agent, uri=uri)
             if entry is None:
                 return  # changed under us: the caller's prefix check handles it
             yield entry
@@ -460,6 +485,9 @@ class InboxLog:
         cursor: the persisted position to resume from (a fresh one by default).
         ledger: what consumers did, by id (kept in the cursor file).
         window, mem_cap: see :data:`WINDOW`, :data:`MEM_CAP`.
+        parse: turns a line into its event (:func:`parse_line`: an inbox message).
+        item_uri: where one event is read by id (``{id}`` is replaced), named in the gap summary.
+        noun: what an event is called in the gap summary ("message", "delivery").
     """
 
     def __init__(
@@ -471,11 +499,17 @@ class InboxLog:
         *,
         window: int = WINDOW,
         mem_cap: int | None = None,
+        parse: LineParser = parse_line,
+        item_uri: str | None = None,
+        noun: str = "message",
     ) -> None:
         if window < 1:
             raise ValueError(f"window must be at least 1, got {window!r}")
         self.agent = agent
         self.uri = uri
+        self._parse = parse
+        self.item_uri = item_uri if item_uri is not None else f"{uri}/message/{{id}}"
+        self.noun = noun
         self.window_size = window
         self.mem_cap = max(window, mem_cap if mem_cap is not None else 2 * window)
         self.cursor = cursor or Cursor()
@@ -539,9 +573,9 @@ class InboxLog:
             if s < floor and (e := self.mem.get(s)) is not None and e.urgent
         ]
         message = (
-            f"{missing} older pending message(s) (seq {first}..{last}) are not shown; they stay on "
+            f"{missing} older pending {self.noun}(s) (seq {first}..{last}) are not shown; they stay on "
             "disk and come back here as you acknowledge the ones shown (ack / ack_through); "
-            f"each is readable by id at {self.uri}/message/{{id}}"
+            f"each is readable by id at {self.item_uri}"
         )
         gap: JSONObject = {"count": missing, "first_seq": first, "last_seq": last, "message": message}
         if urgent:
@@ -689,7 +723,7 @@ class InboxLog:
         """The pending entry for a line; ``_ACKED`` if its seq was acknowledged; None if not an object."""
         if self._ahead:
             self._adopt_ahead(offset)
-        entry = parse_line(line, offset=offset, seq=self.next_seq, agent=self.agent, uri=self.uri)
+        entry = self._parse(line, offset=offset, seq=self.next_seq, agent=self.agent, uri=self.uri)
         if entry is None:
             return None
         self.next_seq += 1
@@ -714,6 +748,13 @@ class InboxLog:
     def error(self, message: str) -> Entry:
         """Raise an in-band ERROR now (at :attr:`head`); persist the cursor before showing it."""
         return self._raise_note(message)
+
+    def gap_note(self, message: str, fields: Mapping[str, JSONValue]) -> Entry:
+        """Raise an in-band GAP now (events fell off unacknowledged; ``fields`` name them).
+
+        Persist the cursor before showing it, as for :meth:`error`.
+        """
+        return self._add_note(Note(self.next_seq, self.head, message, "GAP", dict(fields)))
 
     def _raise_note(self, message: str) -> Entry:
         return self._add_note(Note(self.next_seq, self.head, message))
@@ -869,7 +910,7 @@ class InboxLog:
             "offset": cur.offset,
             "seq": cur.seq,
             "acked": cur.acked.ranges(),
-            "notes": [{"seq": n.seq, "at": n.at, "message": n.message} for n in cur.notes],
+            "notes": [n.to_json() for n in cur.notes],
             "top": cur.top,
             "check": cur.check,
             "anchor": cur.anchor,
@@ -921,7 +962,21 @@ def cursor_from_json(doc: Mapping[str, object]) -> tuple[Cursor, Ledger]:
         if not isinstance(raw, Mapping):
             raise ValueError(f"notes must be objects, got {raw!r}")
         seq_n = need_int("note seq", raw.get("seq"), 1)
-        notes.append(Note(seq_n, need_int("note at", raw.get("at"), 0), str(raw.get("message", ""))))
+        note_type = raw.get("type", "ERROR")
+        if note_type not in ("ERROR", "GAP"):
+            raise ValueError(f"note type must be 'ERROR' or 'GAP', got {note_type!r:.40}")
+        fields = raw.get("fields")
+        if fields is not None and not isinstance(fields, dict):
+            raise ValueError(f"note fields must be an object, got {fields!r:.80}")
+        notes.append(
+            Note(
+                seq_n,
+                need_int("note at", raw.get("at"), 0),
+                str(raw.get("message", "")),
+                "GAP" if note_type == "GAP" else "ERROR",
+                fields,
+            )
+        )
     top = need_int("top", doc.get("top", 0), 0)
     check = doc.get("check")
     anchor = doc.get("anchor")

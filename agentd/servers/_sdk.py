@@ -10,9 +10,11 @@ SDK (2.3) has no public hook for are done here, and only here:
 * **the connection of a request**: subscriptions belong to a client
   connection, but a handler sees a per-request ``ServerSession``; its
   connection is ``ServerSession._connection``;
-* **experimental capabilities over HTTP**: the Streamable HTTP session
-  manager builds its own initialization options, so the server's
-  ``create_initialization_options`` is wrapped to add agentd's.
+* **experimental capabilities and ``resources.listChanged`` over HTTP**: the
+  Streamable HTTP session manager builds its own initialization options, so
+  the server's ``create_initialization_options`` is wrapped to add agentd's
+  (handshake-era clients learn ``listChanged`` only from these options;
+  2026-07-28 ones from the listen handler, which the SDK derives itself).
 
 ``tests/unit/test_sdk_adapter.py`` exercises each of these against the
 installed SDK: an SDK release that moves one of them fails that test, not a
@@ -25,7 +27,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeAlias, TypeVar
 
 from mcp.server.context import HandlerResult, ServerRequestContext
-from mcp.server.lowlevel.server import Server
+from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.mcpserver import MCPServer
 from mcp.server.models import InitializationOptions
 from pydantic import BaseModel
@@ -33,6 +35,7 @@ from pydantic import BaseModel
 from agentd.jsonvalue import JSONObject
 
 __all__ = [
+    "advertise",
     "advertise_experimental",
     "connection_of",
     "initialization_options",
@@ -84,20 +87,37 @@ def connection_of(session: object) -> object:
 
 
 def initialization_options(
-    mcp: MCPServer, experimental: Mapping[str, JSONObject] | None
+    mcp: MCPServer, experimental: Mapping[str, JSONObject] | None, *, resources_changed: bool = False
 ) -> InitializationOptions:
-    """The initialization options of ``mcp`` with ``experimental`` capabilities (for stdio)."""
+    """The initialization options of ``mcp`` with ``experimental`` capabilities (for stdio).
+
+    ``resources_changed``: advertise ``resources.listChanged`` to handshake-era clients.
+    """
     caps = dict(experimental) if experimental is not None else None
-    return lowlevel(mcp).create_initialization_options(experimental_capabilities=caps)
+    return lowlevel(mcp).create_initialization_options(
+        notification_options=NotificationOptions(resources_changed=resources_changed),
+        experimental_capabilities=caps,
+    )
+
+
+def advertise(
+    mcp: MCPServer, experimental: Mapping[str, JSONObject] | None, *, resources_changed: bool = False
+) -> None:
+    """Make every initialization ``mcp`` answers (the HTTP session manager's too) carry
+    ``experimental`` and, with ``resources_changed``, ``resources.listChanged``."""
+    low = lowlevel(mcp)
+    original = low.create_initialization_options
+
+    def with_ours(*args: Any, **kwargs: Any) -> InitializationOptions:  # the SDK's own signature
+        if experimental is not None:
+            kwargs.setdefault("experimental_capabilities", dict(experimental))
+        if resources_changed and not args and kwargs.get("notification_options") is None:
+            kwargs["notification_options"] = NotificationOptions(resources_changed=True)
+        return original(*args, **kwargs)
+
+    low.create_initialization_options = with_ours  # type: ignore[method-assign]
 
 
 def advertise_experimental(mcp: MCPServer, experimental: Mapping[str, JSONObject]) -> None:
     """Make every initialization ``mcp`` answers (the HTTP session manager's too) carry ``experimental``."""
-    low = lowlevel(mcp)
-    original = low.create_initialization_options
-
-    def with_experimental(*args: Any, **kwargs: Any) -> InitializationOptions:  # the SDK's own signature
-        kwargs.setdefault("experimental_capabilities", dict(experimental))
-        return original(*args, **kwargs)
-
-    low.create_initialization_options = with_experimental  # type: ignore[method-assign]
+    advertise(mcp, experimental)

@@ -100,6 +100,21 @@ __all__ = [
 log = logging.getLogger("agentd.servers.files")
 
 SUMMARY: Final = "a directory tree as event-log and file resources, pushed by inotify"
+
+#: ``agentd serve files --help``: what it serves and how agentd uses it.
+HELP: Final = """\
+resources (paths relative to --root; nothing outside it is served):
+  file-events://{+path}     ADDED / MODIFIED / DELETED events for the files below
+                            the directory path ('.' for all), newest 256 (event-log)
+  file:///{+path}           one file: its text up to --max-text-bytes, else its
+                            size and sha256 (state)
+tools: none (read-only); an editor's save (temp file + rename) is one MODIFIED.
+
+with agentd:
+  agentd --mcp-stdio 'files=agentd serve files --root ./inbox' \\
+         --mode reactive --subscribe 'files:file-events://.' \\
+         --route 'file-events://*=spawn' "handle the new files"
+  mcpServers JSON: {"files": {"command": "agentd", "args": ["serve", "files", "--root", "."]}}"""
 EVENTS_TEMPLATE: Final = "file-events://{+path}"
 FILE_TEMPLATE: Final = "file:///{+path}"
 

@@ -172,6 +172,27 @@ SUMMARY: Final = (
     "an agent's JSON Lines inbox delivered at least once (inbox://AGENT), with ack / respond / mark_handled"
 )
 
+#: ``agentd serve inbox --help``: what it serves and how agentd uses it.
+HELP: Final = """\
+The inbox is DIR/AGENT.inbox, JSON Lines anyone appends to:
+  {"id": "m-1", "from": "alice", "text": "build is red", "urgent": false, ...}
+resources:
+  inbox://AGENT             pending messages as MESSAGE events, urgent first
+                            (event-log); each stays until acknowledged
+  inbox://AGENT/status      the consumer position and what was done (state)
+  inbox://AGENT/message/{id}  one whole message by id
+tools:
+  ack(id | seqs)            acknowledge handled messages
+  ack_through(seq)          acknowledge everything up to seq
+  respond(id, text)         reply: appends to the sender's inbox
+  mark_handled(id, note?)   acknowledge with a note
+One server drains an inbox (flock); a restart offers again what was not acked.
+
+with agentd:
+  agentd --mcp-stdio 'inbox=agentd serve inbox --agent bot' --mode reactive \\
+         --subscribe inbox:inbox://bot --route 'inbox://bot=continue' "answer my messages"
+  mcpServers JSON: {"inbox": {"command": "agentd", "args": ["serve", "inbox", "--agent", "bot"]}}"""
+
 log = logging.getLogger("agentd.servers.inbox")
 
 CHANNEL_METHOD: Final = "notifications/claude/channel"

@@ -87,6 +87,22 @@ __all__ = [
 ]
 
 SUMMARY: Final = "Kubernetes objects as event-log resources, pushed by `kubectl get -w`"
+
+#: ``agentd serve kube --help``: what it serves and how agentd uses it.
+HELP: Final = """\
+resources:
+  kube-events://watch/{resource}{?namespace,labelSelector,fieldSelector,context}
+                            ADDED / MODIFIED (with old) / DELETED / ERROR events of
+                            one resource type, from kubectl get --watch (event-log);
+                            namespace=* for all, default kubectl's current one
+tools: none (read-only). Uses kubectl and its kubeconfig; a dropped watch is
+re-listed and what changed meanwhile reported as synthetic events.
+
+with agentd:
+  agentd --mcp-stdio 'kube=agentd serve kube' --mode reactive \\
+         --subscribe 'kube:kube-events://watch/pods?namespace=*' \\
+         --route 'kube-events://*=spawn' "explain failing pods"
+  mcpServers JSON: {"kube": {"command": "agentd", "args": ["serve", "kube"]}}"""
 SCHEME: Final = "kube-events"
 TEMPLATE: Final = "kube-events://watch/{resource}{?namespace,labelSelector,fieldSelector,context}"
 

@@ -48,6 +48,24 @@ from agentd.servers._safefs import UnsafePath, copy_regular, describe_kind, read
 
 SUMMARY: Final = "a JSON key/value notebook (memo://notes), optionally persisted to a file"
 
+#: ``agentd serve memo --help``: what it serves and how agentd uses it.
+HELP: Final = """\
+resources:
+  memo://notes              every note: one JSON object, key -> any JSON value
+                            (state; subscribers are told of each change)
+tools:
+  memo_set(key, value)      set a note (any JSON value)
+  memo_delete(key)          delete a note
+  memo_get(key)             read one note (read-only)
+--file PATH keeps the notes in PATH (written atomically; edits others make to it
+are picked up and pushed like the server's own).
+
+with agentd:
+  agentd --mcp-stdio 'memo=agentd serve memo --file notes.json' \\
+         --mode reactive --subscribe memo:memo://notes \\
+         --route 'memo://notes=continue' "act on the notes"
+  mcpServers JSON: {"memo": {"command": "agentd", "args": ["serve", "memo"]}}"""
+
 NOTES_URI: Final = "memo://notes"
 #: Directory events that can change the file's content or existence.
 _FILE_MASK: Final = IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE

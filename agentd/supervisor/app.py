@@ -35,7 +35,7 @@ import sys
 import time
 import traceback
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -45,7 +45,7 @@ import trio
 from agentd.agent.zygote import PREWARM_MODELS_ENV, _rehearse
 from agentd.config import ProviderSpec, Settings, deprecations
 from agentd.counters import RunCounters
-from agentd.errors import AgentdError, ConfigError
+from agentd.errors import AgentdError, ConfigError, StateFileError
 from agentd.events import ReactorEvent, SignalReceived
 from agentd.exitcodes import ExitCode, TerminalStatus, code_for_status
 from agentd.limits import raise_open_files_limit
@@ -53,7 +53,7 @@ from agentd.output import DEFAULT_OUTPUT_BUFFER, LineWriter
 from agentd.redact import redact
 from agentd.safetext import escape_controls
 from agentd.sdnotify import Notifier
-from agentd.selfmcp.protocol import ProviderFrame, SpawnPayload, ToolSpecFrame
+from agentd.selfmcp.protocol import MessageFrame, ProviderFrame, SpawnPayload, ToolSpecFrame
 from agentd.selfmcp.server import serve_child
 from agentd.state.resume import restore_subscriptions
 from agentd.state.sessions import journals_for
@@ -61,12 +61,13 @@ from agentd.state.shard import declared_filter, handles, shard_for
 from agentd.supervisor.budget import Budget
 from agentd.supervisor.declared import DeclaredSubscriptions
 from agentd.supervisor.governor import RestartGovernor
-from agentd.supervisor.hub import SupervisorHub, server_for
+from agentd.supervisor.hub import SELF_TOOLS, SupervisorHub, server_for
 from agentd.supervisor.reactor import Agent, Hooks, Reactor, open_channel
 from agentd.supervisor.routes import build_router, make_clock, model_profiles, staged_routes
 from agentd.supervisor.sessionroutes import SessionRoutes, SubscriptionCaps
 from agentd.supervisor.subscriptions import Subscriptions
 from agentd.supervisor.tree import Tree
+from agentd.supervisor.unmatched import at_start, offers_of, unavailable
 from agentd.telemetry import Telemetry
 from agentd.timeline import mark
 from agentd.toolpolicy import ToolPolicy
@@ -86,7 +87,9 @@ if TYPE_CHECKING:
     from agentd.config import LogFormat, ServerSpec
     from agentd.metrics import MetricsSnapshot
     from agentd.prelaunch import EarlyProcess
+    from agentd.state.conversations import Conversation
     from agentd.streamjson import StreamJson
+    from agentd.supervisor.channel import Journal
     from agentd.telemetry import LineFormat
     from agentd.tracing import Tracing
 
@@ -138,6 +141,7 @@ def _run(settings: Settings, closed_fds: frozenset[int], early_servers: dict[str
         state_lock = (
             claim(settings.watch_state, own_dir=own_watch_state) if settings.watch_state is not None else None
         )
+        conversation = _once_conversation(settings)
     except ConfigError as exc:
         print(f"agentd: {escape_controls(str(exc))}", file=sys.stderr)
         return int(ExitCode.CONFIG)
@@ -148,7 +152,7 @@ def _run(settings: Settings, closed_fds: frozenset[int], early_servers: dict[str
         fd=2,
         buffer_bytes=buffer,
         fd_closed=2 in closed_fds,
-        level=settings.log_level,
+        level=settings.log_level or ("error" if settings.quiet else None),
         line_format=line_format(settings.log_format, 2),
     )
     log_handler = route_logging(telemetry)
@@ -184,7 +188,18 @@ def _run(settings: Settings, closed_fds: frozenset[int], early_servers: dict[str
         )
     try:
         code = int(
-            trio.run(_main, settings, telemetry, stdout, backoff, limits, preforked, early_servers, tracing)
+            trio.run(
+                _main,
+                settings,
+                telemetry,
+                stdout,
+                backoff,
+                limits,
+                preforked,
+                early_servers,
+                tracing,
+                conversation,
+            )
         )
     except KeyboardInterrupt:
         code = int(ExitCode.DRAIN_TIMEOUT)
@@ -207,6 +222,62 @@ def _run(settings: Settings, closed_fds: frozenset[int], early_servers: dict[str
     stdout.close(EXIT_FLUSH_TIMEOUT)
     telemetry.close(EXIT_FLUSH_TIMEOUT)
     return code
+
+
+@dataclasses.dataclass(frozen=True)
+class OnceConversation:
+    """A once run's conversation (rfcs/0303): its id, what it continues, and where it is saved.
+
+    Attributes:
+        session_id: the conversation's id (the run's ``session_id``).
+        history: the saved turns the root continues (empty for a new conversation).
+        turns: how many turns were saved before (0: new).
+        dropped_turns: turns the history left out to fit ``--session-max-tokens``.
+        saving: where this run's turn is saved (None: ``--ephemeral``, or no state directory).
+        unsaved: why it is not saved although it could be (told once the run starts), or "".
+    """
+
+    session_id: str
+    history: tuple[MessageFrame, ...] = ()
+    turns: int = 0
+    dropped_turns: int = 0
+    saving: Conversation | None = None
+    unsaved: str = ""
+
+
+def _once_conversation(settings: Settings) -> OnceConversation | None:
+    """The conversation a once run continues and saves (None in other modes).
+
+    Raises:
+        ConfigError: ``--continue`` / ``--resume`` name no readable conversation (exit 2).
+    """
+    if settings.mode != "once":
+        return None
+    from agentd.state import conversations as conv
+
+    root = conv.state_root(settings.state_dir, os.environ)
+    unsaved = ""
+    if root is None:
+        unsaved = "there is no home directory for the per-user state directory"
+    elif settings.state_dir is None and root.exists():
+        from agentd.state.dir import refusal
+
+        why = refusal(root)
+        unsaved = f"the per-user state directory {str(root)!r}: {why}" if why is not None else ""
+    found = conv.find(root, resume=settings.resume, latest=settings.continue_conversation)
+    session_id = found.id if found is not None else str(uuid.uuid4())
+    saving = (
+        conv.Conversation(conv.folder(root), session_id, max_tokens=settings.session_max_tokens)
+        if root is not None
+        else None
+    )
+    history: tuple[MessageFrame, ...] = ()
+    turns = dropped = 0
+    if found is not None and saving is not None:
+        history, turns, dropped = saving.history()
+    if settings.ephemeral or unsaved:
+        saving = None
+    return OnceConversation(session_id, history, turns, dropped, saving, unsaved)
 
 
 def _prefork_once_root(settings: Settings) -> PreforkedChild | None:
@@ -300,6 +371,7 @@ async def _main(
     preforked: PreforkedChild | None = None,
     early_servers: dict[str, EarlyProcess] | None = None,
     tracing: Tracing | None = None,
+    conversation: OnceConversation | None = None,
 ) -> int:
     started_wall = time.monotonic()
     now = trio.current_time()
@@ -313,6 +385,8 @@ async def _main(
         pid=os.getpid(),
         open_files=nofile,
     )
+    if conversation is not None:
+        _conversation_telemetry(conversation, telemetry)
     # Under systemd (Type=notify): read and drop NOTIFY_SOCKET before any child starts.
     notifier = Notifier.from_environ(os.environ, telemetry=telemetry)
 
@@ -342,8 +416,12 @@ async def _main(
     once = settings.mode == "once"
     from agentd.streamjson import Causes, StreamJson
 
+    # A once run's id names its conversation (a continued one keeps its id); others get a fresh one.
+    session_id = conversation.session_id if conversation is not None else str(uuid.uuid4())
     stream = (
-        StreamJson(stdout, truncate=settings.output_truncate) if settings.output == "stream-json" else None
+        StreamJson(stdout, truncate=settings.output_truncate, session_id=session_id)
+        if settings.output == "stream-json"
+        else None
     )
     causes = stream.causes if stream is not None else Causes()
     telemetry.add_tap(stream.on_event if stream is not None else causes.on_event)
@@ -429,6 +507,10 @@ async def _main(
             holds=subscriptions,
             counters=counters,
         )
+        # Turns that are kept: warm sessions' in their journals, a once root's in its conversation.
+        journal: Journal | None = journals.commit if journals is not None else None
+        if conversation is not None and conversation.saving is not None:
+            journal = _saver(conversation.saving, session_id, telemetry)
         # A once root cannot be woken later: no subscribe / watch_* tools for it.
         hub = SupervisorHub(
             events=events,
@@ -449,7 +531,7 @@ async def _main(
             # A once run's root is already forked and warming up: no zygote to wait for.
             use_zygote=preforked is None,
             preforked=preforked,
-            journal=journals.commit if journals is not None else None,
+            journal=journal,
         )
         declared = DeclaredSubscriptions(
             subscriptions, upstreams, events=events, telemetry=telemetry, nursery=nursery
@@ -462,6 +544,8 @@ async def _main(
             mark("supervisor.spawn", agent.id)
             profile = route_profiles.get(agent.route or "", default_profile)
             hub.bind(agent.id, agent.route)  # the route's tool policy (allowed/disallowed, read-only)
+            # A once root continues its conversation's history, and its turn is saved (rfcs/0303).
+            once_root = conversation is not None and agent.role == "root"
             payload = SpawnPayload(
                 agent=agent.id,
                 model=profile.model,
@@ -473,8 +557,10 @@ async def _main(
                 model_settings=profile.model_settings,
                 # Only the endpoint its model names: no child holds another endpoint's headers.
                 providers={k: v for k, v in providers.items() if profile.model.startswith(k + ":")},
-                # Warm sessions' turns go to their journal; once and schedule roots are not journaled.
-                journal=journals is not None and (agent.role != "root" or warm_root),
+                # Warm sessions' turns go to their journal; a once root's to its conversation.
+                journal=(journals is not None and (agent.role != "root" or warm_root))
+                or (once_root and conversation is not None and conversation.saving is not None),
+                history=conversation.history if once_root and conversation is not None else (),
                 traceparent=tracing.traceparent(agent.id) if tracing is not None else None,
             )
             if (
@@ -555,6 +641,17 @@ async def _main(
             return int(ExitCode.CONFIG)
         # Before the reactor turns, so its handlers never race this direct route table.
         reactor.queue_startup_notices(await watches.restore(_StartupRoutes(reactor.session_routes)))
+        # Every server's first attempt settled and the saved routes are back: what the settings
+        # name and nothing offers is said once, now (rfcs/0315); later catalog changes say nothing.
+        restored = any(route.kind in ("self", "watch") for route in router.routes())
+        for finding in at_start(
+            settings,
+            offers_of(upstreams),
+            restored=restored,
+            self_tools=[tool.name for tool in SELF_TOOLS],
+            told=declared.unresolved,  # subscription.unresolved already said these
+        ):
+            telemetry.emit("config.warning", **finding.fields())
 
         def snapshot() -> MetricsSnapshot:
             return dataclasses.replace(reactor.metrics_snapshot(), outputs_lost=stdout.dropped)
@@ -576,7 +673,6 @@ async def _main(
                 server=reactor.status.required_failed,
                 error=reactor.status.required_failed_error,
             )
-        session_id = stream.session_id if stream is not None else str(uuid.uuid4())
         if once:
             code = await _print_once(
                 reactor,
@@ -587,9 +683,10 @@ async def _main(
                 stdout,
                 stream,
                 session_id,
+                settings,
             )
         elif stream is not None:
-            summary = run_summary(reactor, code, time.monotonic() - started_wall, session_id)
+            summary = run_summary(reactor, code, time.monotonic() - started_wall, session_id, settings)
             stream.result({"status": "stopped", **summary})
         telemetry.emit(
             "supervisor.exit",
@@ -600,9 +697,70 @@ async def _main(
             router=router.counters(),
             dropped=counters.dropped_by_reason(),
             telemetry_dropped=telemetry.dropped,
+            # A run that went on without a server does not end looking clean (rfcs/0315).
+            servers_unavailable=unavailable(reactor.readiness.server_states, reactor.readiness.server_errors)
+            or None,
         )
         nursery.cancel_scope.cancel()
     return int(code)
+
+
+def _conversation_telemetry(conversation: OnceConversation, telemetry: Telemetry) -> None:
+    """What a once run says about its conversation at start: continued, or not saved and why."""
+    if conversation.turns:
+        telemetry.emit(
+            "conversation.resumed",
+            session=conversation.session_id,
+            turns=conversation.turns,
+            messages=len(conversation.history),
+            dropped_turns=conversation.dropped_turns,
+        )
+    if conversation.unsaved:
+        telemetry.emit(
+            "conversation.unsaved",
+            session=conversation.session_id,
+            error=conversation.unsaved,
+            fix="give --state-dir DIR (a directory of agentd's user), or --ephemeral to save nothing",
+        )
+
+
+def _saver(saving: Conversation, session_id: str, telemetry: Telemetry) -> Journal:
+    """The once root's journal: its turn is added to the conversation file (in a worker thread)."""
+
+    async def save(agent: str, messages: Sequence[MessageFrame]) -> None:
+        try:
+            saved = await trio.to_thread.run_sync(saving.save, messages)
+        except (OSError, StateFileError) as exc:
+            # Never fails the run: the answer is still printed, only continuing it is lost.
+            telemetry.emit(
+                "conversation.unsaved",
+                session=session_id,
+                path=str(saving.path),
+                error=str(exc),
+                fix="give --state-dir DIR (a writable directory of agentd's user), or --ephemeral to save nothing",
+            )
+            return
+        if saved.moved_aside is not None:
+            telemetry.emit(
+                "state.moved_aside",
+                file="conversation",
+                session=session_id,
+                path=str(saved.path),
+                moved_to=str(saved.moved_aside),
+                problem=saved.damage,
+                kept=saved.turns - 1,
+                fix="the file was moved aside untouched; inspect or delete it",
+            )
+        telemetry.emit(
+            "conversation.saved",
+            session=session_id,
+            agent=agent,
+            path=str(saved.path),
+            turns=saved.turns,
+            dropped_turns=saved.dropped_turns,
+        )
+
+    return save
 
 
 def _provider_payload(name: str, spec: ProviderSpec) -> ProviderFrame:
@@ -661,8 +819,14 @@ class _StartupRoutes:
 RESULT_WRITE_TIMEOUT = 30.0
 
 
-def run_error(reactor: Reactor, code: ExitCode) -> dict[str, str] | None:
-    """The ``error`` object of a JSON result: ``kind``, ``message`` and ``fix`` (None when the run succeeded)."""
+def run_error(reactor: Reactor, code: ExitCode, settings: Settings | None = None) -> dict[str, str] | None:
+    """The ``error`` object of a JSON result: ``kind``, ``message`` and ``fix`` (None when the run succeeded).
+
+    A budget exit names the limit actually reached (rfcs/0302): a tree-wide
+    ceiling (tokens, US dollars, steps) with its value and what was used, or
+    the per-turn ``--max-turn-steps`` cap of the root's turn; a deadline
+    names ``--deadline`` and its value (``settings`` gives the values).
+    """
     budget = reactor.budget.spent()
     error: tuple[str, str, str] | None = None
     if reactor.status.fatal_infra is not None:
@@ -683,13 +847,14 @@ def run_error(reactor: Reactor, code: ExitCode) -> dict[str, str] | None:
             "check the server's command or URL and its stderr (server.state and upstream.* lines on stderr)",
         )
     elif code in (ExitCode.BUDGET, ExitCode.BUDGET_PARTIAL):
-        error = (
-            "budget",
-            f"the tree-wide {budget or 'token'} budget is spent",
-            "raise --budget-tokens, --budget-steps or --budget-usd",
-        )
+        error = _budget_error(reactor, budget, settings)
     elif code is ExitCode.DEADLINE:
-        error = ("deadline", "the --deadline was reached", "raise --deadline or give the agent less to do")
+        limit = f" {_seconds(settings.deadline)}" if settings is not None and settings.deadline else ""
+        error = (
+            "deadline",
+            f"the --deadline{limit} was reached",
+            "raise --deadline or give the agent less to do",
+        )
     elif code is ExitCode.REFUSED:
         error = ("refused", "the model refused the task", "rephrase the instruction or use another model")
     elif code is ExitCode.DRAIN_TIMEOUT:
@@ -711,7 +876,51 @@ def run_error(reactor: Reactor, code: ExitCode) -> dict[str, str] | None:
     return {"kind": kind, "message": redact(message), "fix": fix}
 
 
-def run_summary(reactor: Reactor, code: ExitCode, duration: float, session_id: str) -> dict[str, object]:
+def _seconds(value: float) -> str:
+    return f"{value:g}s"
+
+
+def _budget_error(reactor: Reactor, spent: str | None, settings: Settings | None) -> tuple[str, str, str]:
+    """What a budget exit (3 or 7) says: the limit that was reached, its value, and the flag to raise."""
+    b = reactor.budget
+    if spent == "tokens":
+        return (
+            "budget",
+            f"the tree-wide token budget is spent: {b.tokens} tokens used of --budget-tokens {b.max_tokens}",
+            "raise --budget-tokens, or give the agent less to do",
+        )
+    if spent == "usd":
+        return (
+            "budget",
+            f"the tree-wide cost budget is spent: {b.usd:.4f} USD used of --budget-usd {b.max_usd:g}",
+            "raise --budget-usd, or use a cheaper model",
+        )
+    if spent == "steps":
+        return (
+            "budget",
+            f"the tree-wide step budget is spent: {b.steps} model calls of --budget-steps {b.max_steps}",
+            "raise --budget-steps, or give the agent less to do",
+        )
+    status = reactor.status.root_status
+    if status == "exhausted_steps":
+        cap = settings.max_turn_steps if settings is not None else None
+        limit = f" {cap}" if cap is not None else ""
+        return (
+            "budget",
+            f"the agent's turn reached --max-turn-steps{limit} (model calls in one turn) while it was still "
+            "calling tools",
+            "raise --max-turn-steps (0 turns the cap off), or give the agent a smaller task",
+        )
+    return (
+        "budget",
+        f"the agent stopped with status {status or 'unknown'!r} before a budget was spent",
+        "raise --budget-tokens, --budget-steps, --budget-usd or --max-turn-steps",
+    )
+
+
+def run_summary(
+    reactor: Reactor, code: ExitCode, duration: float, session_id: str, settings: Settings | None = None
+) -> dict[str, object]:
     """What every JSON result carries: exit code, session id, turns, steps, usage, cost, duration, error."""
     counters = reactor.counters
     return {
@@ -728,7 +937,7 @@ def run_summary(reactor: Reactor, code: ExitCode, duration: float, session_id: s
         },
         "cost_usd": reactor.budget.cost_usd(),
         "duration_s": round(duration, 3),
-        "error": run_error(reactor, code),
+        "error": run_error(reactor, code, settings),
     }
 
 
@@ -741,13 +950,14 @@ async def _print_once(
     stdout: LineWriter,
     stream: StreamJson | None = None,
     session_id: str = "",
+    settings: Settings | None = None,
 ) -> ExitCode:
     """Write the once run's result; the exit code, OUTPUT_FAILED if the result could not be written."""
     text = reactor.status.root_text
     status = reactor.status.root_status
     line: bytes | None = None
     if json_out or stream is not None:
-        summary = run_summary(reactor, code, duration, session_id)
+        summary = run_summary(reactor, code, duration, session_id, settings)
         result: dict[str, object] = {"status": status, "exit_code": int(code), "result": text, **summary}
         if stream is not None:
             lost_before = stdout.dropped

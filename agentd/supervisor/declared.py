@@ -36,6 +36,7 @@ from agentd.supervisor.subscriptions import (
     pattern_label,
     resolve,
 )
+from agentd.supervisor.unmatched import subscription_fix
 from agentd.telemetry import Telemetry
 from agentd.upstream.resolve import Catalog
 
@@ -134,8 +135,15 @@ class DeclaredSubscriptions:
                     self._nursery.start_soon(self._unsubscribe, self._upstreams[action.server], action.uri)
                 case _:
                     assert_never(action)
+        patterns = {pattern_label(p): p.uri for p in self.subscriptions.patterns}
         for label, why, required in refreshed.unresolved:
-            self._telemetry.emit("subscription.unresolved", pattern=label, error=why, required=required)
+            self._telemetry.emit(
+                "subscription.unresolved",
+                pattern=label,
+                error=why,
+                required=required,
+                fix=subscription_fix(patterns.get(label, label)),
+            )
         for route_id, count in self.subscriptions.queue_caps().items():
             self.subscriptions.router.set_watched(route_id, count)
         return list(refreshed.forgotten)

@@ -439,7 +439,7 @@ class Reactor:
         self.readiness.forget(self._declared.refresh(reason))
 
     def _server_state(self, ev: ServerStateChanged) -> None:
-        self.readiness.on_server_state(ev.server, ev.state)
+        self.readiness.on_server_state(ev.server, ev.state, ev.error)
         if ev.state is ServerState.RESTARTING:
             self.counters.server_restart(ev.server)
         self.telemetry.emit(

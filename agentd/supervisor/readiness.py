@@ -32,6 +32,8 @@ class Readiness:
     notify: Callable[[bool, str], None]
     """The health notifier: the ``/readyz`` answer at start and on every flip."""
     server_states: dict[str, ServerState] = field(default_factory=dict, init=False)
+    server_errors: dict[str, str | None] = field(default_factory=dict, init=False)
+    """Why each server last failed or dropped (None once it connects): the exit summary names them."""
     subscription_states: dict[tuple[str, str], str] = field(default_factory=dict, init=False)
     zygote_problem: str | None = field(default=None, init=False)
     """Why the agent zygote is unusable (None: ready, or not used)."""
@@ -49,8 +51,9 @@ class Readiness:
         """Where the servers' first connection attempts left them (as the reactor starts)."""
         self.server_states.update(states)
 
-    def on_server_state(self, server: str, state: ServerState) -> None:
+    def on_server_state(self, server: str, state: ServerState, error: str | None = None) -> None:
         self.server_states[server] = state
+        self.server_errors[server] = None if state is ServerState.CONNECTED else error
 
     def on_subscription_state(self, server: str, uri: str, state: str) -> None:
         self.subscription_states[(server, uri)] = state

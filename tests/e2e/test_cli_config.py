@@ -34,6 +34,7 @@ def agentd(
         text=True,
         timeout=RUN_TIMEOUT,
         check=False,
+        stdin=subprocess.DEVNULL,
     )
 
 
@@ -94,14 +95,23 @@ CASES = [
         "--mode: 'foo' is not valid: choose one of once, loop, reactive, schedule",
         id="unknown-mode",
     ),
+]
+
+#: A run refuses these; ``agentd check`` says what the run would need and exits 0 (issue 27).
+RUN_ONLY = [
     pytest.param(
         "", "instruction: None is not valid: --mode once needs an instruction", id="once-without-instruction"
     ),
 ]
 
 
-@pytest.mark.parametrize(("command_line", "message"), CASES)
-@pytest.mark.parametrize("command", [[], ["check"]], ids=["run", "check"])
+@pytest.mark.parametrize(
+    ("command", "command_line", "message"),
+    [
+        *[pytest.param([], *p.values, id=f"run-{p.id}") for p in CASES + RUN_ONLY],
+        *[pytest.param(["check"], *p.values, id=f"check-{p.id}") for p in CASES],
+    ],
+)
 def test_config_error_exits_2_before_any_side_effect(
     site: Path, command: list[str], command_line: str, message: str
 ) -> None:

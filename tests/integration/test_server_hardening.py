@@ -223,6 +223,13 @@ def server_args(name: str, tmp_path: Path) -> list[str]:
         return ["--root", str(tmp_path)]
     if name == "inbox":
         return ["--agent", "bob", "--dir", str(tmp_path)]
+    if name == "webhook":
+        secret = tmp_path / "github.secret"
+        secret.write_text("a-webhook-secret-for-tests\n")
+        return [
+            "--dir", str(tmp_path / "deliveries"), "--listen", "127.0.0.1:0",
+            "--source", f"github=github,secret_file={secret}",
+        ]  # fmt: skip
     return ["--kubectl", FAKE_KUBECTL]
 
 
@@ -244,7 +251,7 @@ async def post(url: str, **headers: str) -> httpx2.Response:
         return await http.post(url, json=INIT, headers={**ACCEPT, **headers})
 
 
-@pytest.mark.parametrize("name", ["memo", "files", "inbox", "kube"])
+@pytest.mark.parametrize("name", ["memo", "files", "inbox", "kube", "webhook"])
 async def test_http_checks_host_and_origin_on_a_loopback_alias(tmp_path: Path, name: str) -> None:
     """Before: the SDK checked Host/Origin only for 127.0.0.1, localhost and ::1; on 127.0.0.2 a DNS-rebinding
     request with ``Host: evil.example`` was served."""

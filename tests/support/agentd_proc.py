@@ -38,6 +38,42 @@ def notes_server(tmp: Path, *extra: str, name: str = "notes") -> str:
     return f"{name}={PY} {REPO / 'tests/servers/notes_server.py'} --state {tmp / (name + '.json')} {' '.join(extra)}".strip()
 
 
+#: Bound on one short ``agentd`` command (check, a usage error, a scripted once run):
+#: a start is well under a second idle, several seconds on a loaded 2-core machine;
+#: this only trips on a hang.
+CLI_TIMEOUT = 90.0
+
+
+def run_cli(
+    args: Sequence[str],
+    *,
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    input: str | None = None,
+    stdin: int | None = subprocess.DEVNULL,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``agentd ARGS`` to its end: no provider keys or ``AGENTD_`` settings inherited.
+
+    stdin is ``/dev/null`` unless ``input`` (a pipe holding it) or ``stdin`` says otherwise.
+    """
+    inherited = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("AGENTD_") and not k.endswith(("_API_KEY", "_BASE_URL"))
+    }
+    return subprocess.run(
+        agentd_cmd(*args),
+        cwd=cwd,
+        env={**inherited, "PYTHONPATH": str(REPO), **(env or {})},
+        input=input,
+        stdin=None if input is not None else stdin,
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT,
+        check=False,
+    )
+
+
 #: How long wait_exit waits, after the exit, for the stderr pipe's EOF.
 EOF_BOUND = 10.0
 

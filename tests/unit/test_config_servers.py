@@ -313,7 +313,10 @@ def test_instruction_given_twice(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["--no-such-flag"]) == 2
-    assert "unrecognized arguments: --no-such-flag" in capsys.readouterr().err
+    # One line naming the flag (issue 27: no 24-line usage dump).
+    assert capsys.readouterr().err == (
+        "agentd: error: unknown option --no-such-flag — fix: agentd --help lists the options\n"
+    )
     assert cli.main(["--help"]) == 0
     assert "--mcp-stdio" in capsys.readouterr().out
 

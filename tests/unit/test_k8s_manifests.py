@@ -292,6 +292,13 @@ def test_jobs_never_restart_in_place_and_retry_a_bounded_number_of_times(overlay
         assert 0 <= spec["backoffLimit"] <= 6
 
 
+def test_jobs_save_no_conversation_on_their_read_only_file_system(overlay):
+    for spec in job_specs(overlay):
+        container = agentd_container(spec["template"]["spec"])
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        assert "--ephemeral" in container["args"]  # else one conversation.unsaved warning per run
+
+
 def test_job_deadlines_let_agentd_hit_its_own_deadline_first(overlay):
     for spec in job_specs(overlay):
         pod = spec["template"]["spec"]

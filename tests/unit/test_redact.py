@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import string
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -17,8 +18,10 @@ from agentd.redact import (
     REDACTED,
     is_secret_flag,
     is_secret_key,
+    looks_like_token,
     redact,
     register_secrets,
+    registrable,
     secret_values,
     secrets_in,
 )
@@ -189,3 +192,66 @@ def test_ordinary_text_is_unchanged() -> None:
 )  # fmt: skip
 def test_join_url_appends_to_the_path_and_keeps_the_query(base: str, path: str, expected: str) -> None:
     assert join_url(base, path) == expected
+
+
+# ------------------------------------------------------------------ what is registered (rfcs/0300)
+
+
+def test_the_working_directory_is_no_credential() -> None:
+    assert not is_secret_key("PWD")
+    assert not is_secret_key("OLDPWD")
+    assert is_secret_key("DB_PWD")
+    assert is_secret_key("pwd")  # a field named pwd in data is a password
+    assert secret_values({"PWD": "/home/u/src/agentd", "OLDPWD": "/home/u"}) == []
+    assert redact("PWD=/home/u/src cwd") == "PWD=/home/u/src cwd"
+
+
+@pytest.mark.parametrize(
+    ("value", "registered"),
+    [
+        ("cursor", False),  # a plain word: it would mask cursor.py
+        ("Bearer", False),
+        ("OAUTH", False),
+        ("/home/u/.config/gcloud/key.json", False),  # a path names where a secret is kept
+        ("~/secrets/token.txt", False),
+        ("abc", False),  # short
+        ("sk-secret", True),  # the user said it is a key
+        ("hunter2hunter", True),
+        ("xKqPzLmNaBvC", True),  # mixed case: no word
+        ("correcthorsebatterystaple", True),  # too long for a word
+        ("/not a path/but text with spaces", True),
+    ],
+)
+def test_only_values_that_can_be_told_from_text_are_registered(value: str, registered: bool) -> None:
+    assert registrable(value) is registered
+
+
+def test_a_generated_looking_value_under_any_name() -> None:
+    assert looks_like_token("hcX9e2b1Qm4Rt7Zp0aLs")
+    assert not looks_like_token("cursor")
+    assert not looks_like_token("claude-code/2.1.3")  # a client and its version
+    assert not looks_like_token("application/json; charset=utf-8")
+    assert not looks_like_token("/var/lib/agentd/state/2024/file.json")
+
+
+def test_server_headers_register_credentials_not_client_names(tmp_path: Path) -> None:
+    from agentd.config import load_settings, server_secrets
+
+    settings = load_settings(
+        {"mcp_http": ["web=http://127.0.0.1:9/mcp"]},
+        env={},
+        run_inputs=False,
+    )
+    spec = settings.servers["web"].model_copy(
+        update={
+            "headers": {
+                "X-Client": "cursor-editor",
+                "X-Api-Key": "k-1234567",
+                "X-Team": "hcX9e2b1Qm4Rt7Zp0aLs",
+                "Authorization": "Bearer tok-abcdef12",
+            }
+        }
+    )
+    found = server_secrets(settings.model_copy(update={"servers": {"web": spec}}))
+    assert "cursor-editor" not in found
+    assert {"k-1234567", "hcX9e2b1Qm4Rt7Zp0aLs", "Bearer tok-abcdef12", "tok-abcdef12"} <= set(found)

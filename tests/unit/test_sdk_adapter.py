@@ -50,6 +50,19 @@ def test_initialization_options_carry_experimental_capabilities() -> None:
     assert _sdk.lowlevel(mcp).create_initialization_options().capabilities.experimental == caps
 
 
+def test_resources_list_changed_is_advertised_to_handshake_era_clients_when_asked() -> None:
+    """The webhook server's list of pending deliveries changes; handshake-era clients learn that they
+    may expect ``notifications/resources/list_changed`` only from these options (stdio and HTTP)."""
+    mcp = _server()
+    assert not _sdk.initialization_options(mcp, None).capabilities.resources.list_changed  # type: ignore[union-attr]
+    on = _sdk.initialization_options(mcp, None, resources_changed=True)
+    assert on.capabilities.resources.list_changed  # type: ignore[union-attr]
+    _sdk.advertise(mcp, None, resources_changed=True)
+    options = _sdk.lowlevel(mcp).create_initialization_options()
+    assert options.capabilities.resources.list_changed  # type: ignore[union-attr]
+    assert not options.capabilities.experimental
+
+
 async def test_a_replaced_handler_answers_and_every_request_of_one_client_shares_one_connection() -> None:
     """Handshake-era clients (the ones whose subscriptions the servers track by connection)."""
     mcp = _server()

@@ -1,0 +1,474 @@
+"""What an authenticated request means, and how a delivery is stored and shown (pure, no I/O).
+
+:func:`interpret` runs after :mod:`~agentd.servers.webhook.verify` passed: it
+parses the body (JSON, or a form whose ``payload`` field is JSON), finds the
+delivery id, the dedupe key and the event name for the source's kind, keeps
+the headers worth keeping, and returns one of:
+
+* :class:`Accepted`: store it (durably) and answer 200;
+* :class:`Reply`: answer at once and store nothing (GitHub's ``ping``,
+  Slack's ``url_verification`` challenge);
+* :class:`~agentd.servers.webhook.verify.Refusal`: answer 400 and store nothing.
+
+A stored delivery is one JSON line (:func:`encode_record`): ``v``, ``id``,
+``key`` (the dedupe key), ``source``, ``kind``, ``event``, ``received`` (UTC,
+ISO 8601), ``at`` (Unix seconds), ``headers``, ``body``. In the event log
+(``webhook://NAME/events``) a delivery is a ``DELIVERY`` event
+(:func:`log_event`: ``id``, ``source``, ``event``, ``received``,
+``delivery_uri``) whose ``body`` is the whole body when it is small and a
+bounded digest otherwise (``truncated: true``; the whole delivery is
+``webhook://NAME/event/{id}``).
+
+Hostile bodies: invalid UTF-8, invalid JSON, nesting deeper than
+:data:`MAX_DEPTH` levels are refused (400) before anything is stored, so a
+model never reads them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Final
+from urllib.parse import parse_qsl
+
+import orjson
+
+from agentd.jsonvalue import JSONObject, JSONValue
+from agentd.servers._inboxlog import Entry, LineParser
+from agentd.servers.webhook.sources import SourceSpec
+from agentd.servers.webhook.verify import Refusal
+
+__all__ = [
+    "HEADER_VALUE_CAP",
+    "INLINE_BODY",
+    "MAX_DEPTH",
+    "Accepted",
+    "Record",
+    "Reply",
+    "decode_record",
+    "depth_of",
+    "encode",
+    "encode_record",
+    "event_uri",
+    "interpret",
+    "log_event",
+    "make_parser",
+    "parse_body",
+    "stored_record",
+    "summarize",
+    "valid_id",
+]
+
+MAX_DEPTH: Final = 64
+"""Deepest JSON nesting stored: real payloads stay under 10; deeper is an attack on whoever parses it next."""
+HEADER_VALUE_CAP: Final = 1024
+"""Characters of one kept header value."""
+INLINE_BODY: Final = 8 * 1024
+"""Bytes of JSON body shown whole in the event log; a bigger body is shown as a digest."""
+FORM_FIELDS: Final = 1000
+"""Fields of a form body parsed (Slack's slash commands send about 12)."""
+NAME_CAP: Final = 64
+"""Characters of an event name (GitHub's longest is under 40)."""
+
+_ID_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+_NAME_RE: Final = re.compile(r"[A-Za-z0-9._:/-]{1,64}")
+
+#: Headers kept with a delivery, per kind (lowercase); never credentials or signatures.
+KEPT_HEADERS: Final[Mapping[str, tuple[str, ...]]] = {
+    "github": (
+        "x-github-event",
+        "x-github-delivery",
+        "x-github-hook-id",
+        "x-github-hook-installation-target-type",
+        "x-github-hook-installation-target-id",
+    ),
+    "slack": ("x-slack-request-timestamp", "x-slack-retry-num", "x-slack-retry-reason"),
+    "alertmanager": (),
+    "generic": (),
+}
+_COMMON_HEADERS: Final = ("content-type", "user-agent")
+
+
+def valid_id(value: str) -> bool:
+    """A delivery id that can stand in a URI as is: ``[A-Za-z0-9][A-Za-z0-9._:-]{0,127}``."""
+    return bool(_ID_RE.fullmatch(value))
+
+
+def event_uri(source: str, delivery_id: str) -> str:
+    return f"webhook://{source}/event/{delivery_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    """An authentic, well-formed delivery: store it, then answer 200."""
+
+    delivery_id: str
+    """URI-safe (:func:`valid_id`); the store makes it unique by suffixing ``-2``, ``-3``… if needed."""
+    dedupe_key: str | None
+    """A repeat of this key within the source's window is the sender's retry (answered 200, not stored)."""
+    event: str
+    body: JSONValue
+    headers: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """Authentic, answered at once, not a delivery (``why``: ``ping`` or ``url_verification``)."""
+
+    status: int
+    body: JSONObject
+    why: str
+
+
+def _malformed(reason: str) -> Refusal:
+    return Refusal(400, "malformed", reason)
+
+
+def depth_of(value: object, limit: int = MAX_DEPTH) -> int:
+    """Nesting depth of a JSON value (scalars 0), counting no further than ``limit + 1``. Iterative."""
+    deepest = 0
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children: list[object] = list(node.values())
+        elif isinstance(node, list):
+            children = list(node)
+        else:
+            continue
+        depth += 1
+        deepest = max(deepest, depth)
+        if deepest > limit:
+            return deepest
+        stack.extend((child, depth) for child in children if isinstance(child, dict | list))
+    return deepest
+
+
+def _json(data: bytes, what: str) -> JSONValue | Refusal:
+    try:
+        value: JSONValue = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        return _malformed(f"{what} is not valid JSON in UTF-8 ({str(exc)[:120]})")
+    if depth_of(value) > MAX_DEPTH:
+        return _malformed(f"{what} nests deeper than {MAX_DEPTH} levels")
+    return value
+
+
+def parse_body(body: bytes, content_type: str, *, empty_ok: bool = False) -> JSONValue | Refusal:
+    """The body as JSON: a JSON document, or a form (``application/x-www-form-urlencoded``) as an
+    object of its fields, its ``payload`` field parsed as JSON (GitHub's and Slack's form bodies)."""
+    if not body.strip():
+        return None if empty_ok else _malformed("the body is empty; send a JSON body")
+    media = content_type.split(";", 1)[0].strip().lower()
+    if media != "application/x-www-form-urlencoded":
+        return _json(body, "the body")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return _malformed("the form body is not UTF-8")
+    try:
+        pairs = parse_qsl(text, keep_blank_values=True, max_num_fields=FORM_FIELDS)
+    except ValueError as exc:
+        return _malformed(f"the form body cannot be parsed ({exc})")
+    form: dict[str, str] = {}
+    for key, value in pairs:
+        form.setdefault(key, value)
+    if "payload" in form:
+        return _json(form["payload"].encode("utf-8", "surrogatepass"), "the form's payload field")
+    out: JSONObject = {**form}
+    return out
+
+
+def _name(value: object, fallback: str) -> str:
+    """An event name as given, if it is a short token; else ``fallback``."""
+    if isinstance(value, str) and _NAME_RE.fullmatch(value):
+        return value
+    return fallback
+
+
+def _hash(*parts: bytes) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(len(part).to_bytes(8, "big"))
+        h.update(part)
+    return h.hexdigest()
+
+
+def kept_headers(spec: SourceSpec, headers: Mapping[str, str]) -> dict[str, str]:
+    """The headers stored with a delivery (capped), never ``Authorization`` or a signature."""
+    names = [*_COMMON_HEADERS, *KEPT_HEADERS[spec.kind]]
+    if spec.kind == "generic":
+        names.append(spec.id_header.lower())
+        if spec.event_header:
+            names.append(spec.event_header.lower())
+    out: dict[str, str] = {}
+    for name in names:
+        value = headers.get(name)
+        if value is not None and name not in out:
+            out[name] = value[:HEADER_VALUE_CAP]
+    return out
+
+
+def interpret(
+    spec: SourceSpec, headers: Mapping[str, str], body: bytes, *, now: float, nonce: str
+) -> Accepted | Reply | Refusal:
+    """What an authenticated request is (see the module docstring).
+
+    Args:
+        headers: lowercase names.
+        now: Unix seconds (names alertmanager deliveries).
+        nonce: random hex, the id of a generic delivery sent without an idempotency key.
+    """
+    content_type = headers.get("content-type", "")
+    kept = kept_headers(spec, headers)
+    if spec.kind == "github":
+        event = headers.get("x-github-event", "").strip()
+        delivery = headers.get("x-github-delivery", "").strip()
+        if not _NAME_RE.fullmatch(event):
+            return _malformed("X-GitHub-Event is missing or not an event name")
+        if not valid_id(delivery):
+            return _malformed("X-GitHub-Delivery is missing or not a delivery GUID")
+        parsed = parse_body(body, content_type)
+        if isinstance(parsed, Refusal):
+            return parsed
+        if event == "ping":
+            zen = parsed.get("zen") if isinstance(parsed, dict) else None
+            return Reply(
+                200, {"ok": True, "ping": True, "zen": zen if isinstance(zen, str) else None}, "ping"
+            )
+        return Accepted(delivery, delivery, event, parsed, kept)
+    if spec.kind == "slack":
+        parsed = parse_body(body, content_type)
+        if isinstance(parsed, Refusal):
+            return parsed
+        if not isinstance(parsed, dict):
+            return _malformed("a Slack body is a JSON object or a form")
+        kind = parsed.get("type")
+        if kind == "url_verification":
+            challenge = parsed.get("challenge")
+            if not isinstance(challenge, str) or len(challenge) > 512:
+                return _malformed("url_verification without a usable challenge")
+            return Reply(200, {"challenge": challenge}, "url_verification")
+        if kind == "event_callback":
+            event_id = parsed.get("event_id")
+            if not isinstance(event_id, str) or not valid_id(event_id):
+                return _malformed("an event_callback without a usable event_id")
+            inner = parsed.get("event")
+            name = _name(inner.get("type") if isinstance(inner, dict) else None, "event_callback")
+            return Accepted(event_id, event_id, name, parsed, kept)
+        # Slash commands, interactivity, rate-limit notices: no event id; a trigger id when there is one.
+        trigger = parsed.get("trigger_id")
+        name = "slash_command" if "command" in parsed else _name(kind, "slack")
+        if isinstance(trigger, str) and valid_id(trigger):
+            return Accepted(trigger, trigger, name, parsed, kept)
+        digest = _hash(body)
+        return Accepted(f"s-{digest[:32]}", f"sha256:{digest}", name, parsed, kept)
+    if spec.kind == "alertmanager":
+        parsed = parse_body(body, content_type)
+        if isinstance(parsed, Refusal):
+            return parsed
+        if not isinstance(parsed, dict) or not isinstance(parsed.get("alerts"), list):
+            return _malformed("an Alertmanager notification is a JSON object with an 'alerts' list")
+        digest = _hash(body)
+        event = _name(parsed.get("status"), "notification")
+        return Accepted(f"am-{int(now * 1000)}-{digest[:12]}", f"sha256:{digest}", event, parsed, kept)
+    # generic
+    parsed = parse_body(body, content_type, empty_ok=True)
+    if isinstance(parsed, Refusal):
+        return parsed
+    event = "delivery"
+    if spec.event_header:
+        event = _name(headers.get(spec.event_header.lower(), "").strip(), "delivery")
+    key = headers.get(spec.id_header.lower(), "").strip()
+    if key:
+        delivery = key if valid_id(key) else f"k-{_hash(key.encode('utf-8', 'surrogateescape'))[:32]}"
+        return Accepted(delivery, f"key:{key[:HEADER_VALUE_CAP]}", event, parsed, kept)
+    return Accepted(f"d-{nonce}", None, event, parsed, kept)
+
+
+# --------------------------------------------------------------------------- stored form
+
+
+def _iso(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def encode_record(spec: SourceSpec, accepted: Accepted, delivery_id: str, *, received_at: float) -> bytes:
+    """The stored line of one delivery (``\\n``-terminated; orjson escapes every newline inside)."""
+    return encode(stored_record(spec, accepted, delivery_id, received_at=received_at))
+
+
+def stored_record(spec: SourceSpec, accepted: Accepted, delivery_id: str, *, received_at: float) -> Record:
+    """The :class:`Record` that :func:`encode_record` writes (``size`` 0 until encoded; see :func:`encode`)."""
+    return Record(
+        delivery_id,
+        accepted.dedupe_key,
+        spec.name,
+        spec.kind,
+        accepted.event,
+        _iso(received_at),
+        received_at,
+        {**accepted.headers},
+        accepted.body,
+        0,
+    )
+
+
+def encode(record: Record) -> bytes:
+    """A record as its stored line."""
+    doc: JSONObject = {
+        "v": 1,
+        "id": record.id,
+        "key": record.key,
+        "source": record.source,
+        "kind": record.kind,
+        "event": record.event,
+        "received": record.received,
+        "at": record.at,
+        "headers": {**record.headers},
+        "body": record.body,
+    }
+    return orjson.dumps(doc) + b"\n"
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One stored delivery, read back."""
+
+    id: str
+    key: str | None
+    source: str
+    kind: str
+    event: str
+    received: str
+    at: float
+    headers: dict[str, str]
+    body: JSONValue
+    size: int
+
+    def whole(self) -> JSONObject:
+        """``webhook://NAME/event/{id}``: the delivery as a model reads it."""
+        return {
+            "id": self.id,
+            "source": self.source,
+            "kind": self.kind,
+            "event": self.event,
+            "received": self.received,
+            "uri": event_uri(self.source, self.id),
+            "headers": {**self.headers},
+            "body": self.body,
+        }
+
+
+def decode_record(line: bytes) -> Record | None:
+    """A stored line read back, or None when it is damaged (not what :func:`encode_record` wrote)."""
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(obj, dict) or obj.get("v") != 1:
+        return None
+    rid, key, source, kind, event = (obj.get(k) for k in ("id", "key", "source", "kind", "event"))
+    received, at, headers = obj.get("received"), obj.get("at"), obj.get("headers")
+    if not (isinstance(rid, str) and valid_id(rid) and isinstance(source, str) and isinstance(kind, str)):
+        return None
+    if not (isinstance(event, str) and isinstance(received, str) and isinstance(at, int | float)):
+        return None
+    if key is not None and not isinstance(key, str):
+        return None
+    if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
+        return None
+    return Record(rid, key, source, kind, event, received, float(at), headers, obj.get("body"), len(line))
+
+
+def _prune(value: JSONValue, depth: int, keys: int, items: int, chars: int) -> JSONValue:
+    if isinstance(value, str):
+        return value if len(value) <= chars else value[:chars] + "…"
+    if isinstance(value, dict):
+        if depth <= 0:
+            return f"{{… {len(value)} keys}}"
+        out: JSONObject = {}
+        for n, (k, v) in enumerate(value.items()):
+            if n == keys:
+                out["…"] = f"{len(value) - keys} more keys"
+                break
+            out[k[:chars]] = _prune(v, depth - 1, keys, items, chars)
+        return out
+    if isinstance(value, list):
+        if depth <= 0 or items == 0:
+            return f"[… {len(value)} items]"
+        kept: list[JSONValue] = [_prune(v, depth - 1, keys, items, chars) for v in value[:items]]
+        if len(value) > items:
+            kept.append(f"… {len(value) - items} more items")
+        return kept
+    return value
+
+
+#: Ever tighter digests of a big body: (depth, keys per object, items per list, characters per string).
+_DIGESTS: Final = ((4, 64, 8, 256), (3, 32, 4, 128), (2, 16, 2, 64), (1, 16, 0, 32))
+
+
+def summarize(body: JSONValue, budget: int = INLINE_BODY) -> tuple[JSONValue, bool]:
+    """``body`` whole when its JSON fits ``budget`` bytes, else a bounded digest; and whether it was cut."""
+    if len(orjson.dumps(body)) <= budget:
+        return body, False
+    for shape in _DIGESTS:
+        digest = _prune(body, *shape)
+        if len(orjson.dumps(digest)) <= budget:
+            return digest, True
+    return None, True
+
+
+def log_event(record: Record, *, seq: int) -> JSONObject:
+    """The ``DELIVERY`` event of ``webhook://NAME/events``."""
+    # The stored line holds the body's JSON: a short line has a short body (no need to measure it).
+    body, cut = (record.body, False) if 0 < record.size <= INLINE_BODY else summarize(record.body)
+    event: JSONObject = {
+        "seq": seq,
+        "type": "DELIVERY",
+        "id": record.id,
+        "source": record.source,
+        "event": record.event,
+        "received": record.received,
+        "delivery_uri": event_uri(record.source, record.id),
+        "body": body,
+    }
+    if cut:
+        event["truncated"] = True
+        event["size"] = record.size
+    return event
+
+
+def make_parser(
+    on_record: Callable[[int, int, Record | None], None],
+    prepared: Callable[[int], Record | None] = lambda offset: None,
+) -> LineParser:
+    """An :class:`~agentd.servers._inboxlog.InboxLog` line parser for the store's lines.
+
+    ``on_record(offset, end, record)`` sees every line (None: damaged), pending or not, so the
+    store can index it. A damaged line becomes an ``ERROR`` event that names its bytes; it is
+    never a stop (the store is the only writer: a damaged line is the disk's doing).
+    ``prepared(offset)``: the record the store just wrote at ``offset``, if it has it (no re-parse).
+    """
+
+    def parse(line: bytes, *, offset: int, seq: int, agent: str, uri: str) -> Entry | None:
+        end = offset + len(line)
+        record = prepared(offset)
+        if record is None:
+            record = decode_record(line)
+        on_record(offset, end, record)
+        if record is None:
+            message = (
+                f"the stored line at bytes {offset}..{end} of {uri} cannot be read (damaged on disk); "
+                "it is skipped"
+            )
+            event: JSONObject = {"seq": seq, "type": "ERROR", "id": f"damaged-{offset}", "message": message}
+            return Entry(seq, "ERROR", offset, end, f"damaged-{offset}", False, None, event, message)
+        shown = log_event(record, seq=seq)
+        text = f"{record.source} {record.event} {record.id}"
+        return Entry(seq, "MESSAGE", offset, end, record.id, False, None, shown, text)
+
+    return parse

@@ -1,0 +1,380 @@
+"""The webhook intake: HTTP/1.1 on its own address, bounded in connections, time and size.
+
+Routes::
+
+    POST /hooks/NAME   a delivery for source NAME: verified, stored durably, then 200
+    GET  /healthz      200 while every source's log can be written, else 503 (for probes)
+
+Anything else is 404 (no such path) or 405 (a hook path with another method).
+
+The HTTP handling is h11 (the state machine hypercorn itself uses) on trio
+sockets, so every limit is enforced here, by this code:
+
+* at most ``max_connections`` connections are served at once; one beyond it
+  is answered 503 and closed at once;
+* a request (its headers and its whole body) must arrive within
+  ``request_timeout`` of the moment the connection was ready for it
+  (accepted, or the previous response sent). A slowloris is cut there
+  whatever its pace, and an idle keep-alive connection is closed;
+* headers are capped at :data:`MAX_HEADER_BYTES` (431);
+* the body is capped (``--max-body``, or the source's ``max_body``): a larger
+  ``Content-Length`` is answered 413 before a byte of the body is read, and a
+  chunked body is counted as it streams and refused the moment it passes the
+  cap; never more than the cap is held;
+* an unauthenticated request is refused (401) as soon as its headers allow:
+  a missing signature header or a wrong bearer token means the body is never
+  read.
+
+A delivery is answered 200 only once it is durable
+(:meth:`~agentd.servers.webhook.store.DeliveryStore.append`); a sender that
+hears anything else (or nothing, because the server died) retries, and the
+retry is recognised by its delivery id. Errors go back as a one-line JSON
+``{"error": ...}`` with ``Connection: close``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import socket
+import sys
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Final
+
+import h11
+import orjson
+import trio
+
+from agentd.jsonvalue import JSONObject
+from agentd.servers.webhook.delivery import Accepted, Reply, interpret
+from agentd.servers.webhook.sources import SourceSpec
+from agentd.servers.webhook.store import DeliveryStore, Duplicate, StoreUnavailable
+from agentd.servers.webhook.verify import Refusal, RefusalCode, check_body, check_headers
+
+__all__ = [
+    "DEFAULT_MAX_BODY",
+    "DEFAULT_MAX_CONNECTIONS",
+    "DEFAULT_REQUEST_TIMEOUT",
+    "MAX_HEADER_BYTES",
+    "Limits",
+    "Listener",
+    "bind",
+]
+
+log = logging.getLogger("agentd.servers.webhook")
+
+DEFAULT_MAX_BODY: Final = 1024 * 1024
+"""GitHub caps its payloads at 25 MB but real ones are tens of KB; Slack's and Alertmanager's are smaller."""
+DEFAULT_MAX_CONNECTIONS: Final = 64
+"""Senders open one connection per delivery and close it; 64 at once is far above a busy repository's rate."""
+DEFAULT_REQUEST_TIMEOUT: Final = 10.0
+"""Seconds for one request to arrive whole: GitHub gives up on a delivery after 10 s itself, and a
+1 MiB body needs under a second on any link a webhook sender uses."""
+MAX_HEADER_BYTES: Final = 32 * 1024
+"""Request line plus headers: GitHub's and Slack's are under 2 KiB; nginx's default buffer is 8 KiB x 4."""
+SEND_TIMEOUT: Final = 5.0
+"""Seconds to write a response: a client that does not read it is dropped (the delivery is durable)."""
+OVERLOAD_SEND_TIMEOUT: Final = 1.0
+"""Seconds to write the 503 to a connection beyond the limit: it must not hold a slot of its own."""
+MAX_REQUESTS_PER_CONNECTION: Final = 100
+"""Requests on one kept-alive connection before it is closed (bounds a connection's life)."""
+RECEIVE_CHUNK: Final = 64 * 1024
+LOG_EVERY: Final = 60.0
+"""Seconds between two logged refusals of the same kind for the same source (scanners would flood stderr)."""
+RETRY_AFTER: Final = "5"
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The intake's bounds (see the module docstring)."""
+
+    max_body: int = DEFAULT_MAX_BODY
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT
+    max_header_bytes: int = MAX_HEADER_BYTES
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (bound before the server runs, so a busy port fails at start).
+
+    Raises:
+        OSError: the address cannot be bound.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.create_server((host, port), family=family, backlog=128)
+    sock.setblocking(False)
+    return sock
+
+
+@dataclass(frozen=True, slots=True)
+class _Response:
+    status: int
+    body: JSONObject
+    headers: tuple[tuple[str, str], ...] = ()
+    close: bool = False
+
+
+def _error(status: int, reason: str, *headers: tuple[str, str]) -> _Response:
+    return _Response(status, {"error": reason}, headers, close=True)
+
+
+class Listener:
+    """Serves ``/hooks/NAME`` for the given sources on an already bound socket.
+
+    Args:
+        sock: from :func:`bind`.
+        sources: source name -> (spec, its store).
+        limits: the bounds.
+        clock: the wall clock (Unix seconds): Slack's replay window, received times.
+        step_hook: fault tests stop the process at ``"answered"`` (a stored delivery's 200 was sent).
+    """
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        sources: Mapping[str, tuple[SourceSpec, DeliveryStore]],
+        limits: Limits = Limits(),
+        *,
+        clock: Callable[[], float] = time.time,
+        step_hook: Callable[[str], None] | None = None,
+    ) -> None:
+        self._sock = sock
+        self.sources = dict(sources)
+        self.limits = limits
+        self._clock = clock
+        self.active = 0
+        """Connections being served now."""
+        self.overloaded = 0
+        """Connections turned away with 503 because ``max_connections`` were busy."""
+        self.unrouted = 0
+        """Requests for no source (404) or with the wrong method (405)."""
+        self.timeouts = 0
+        """Requests cut off at ``request_timeout`` (slow or idle clients)."""
+        self._logged: dict[tuple[str, str], float] = {}
+        self._hook = step_hook
+
+    @property
+    def address(self) -> str:
+        """``http://HOST:PORT`` of the bound socket."""
+        host, port = self._sock.getsockname()[:2]
+        shown = f"[{host}]" if ":" in host else host
+        return f"http://{shown}:{port}"
+
+    async def run(self) -> None:
+        """Accept connections for the server's life (a server source)."""
+        listener = trio.SocketListener(trio.socket.from_stdlib_socket(self._sock))
+        names = ",".join(self.sources)
+        paths = f"/hooks/{names}" if len(self.sources) == 1 else f"/hooks/{{{names}}}"
+        # Printed once accepting, so a launcher (or a person) knows where to point senders.
+        print(
+            f"agentd serve webhook: receiving webhooks on {self.address}{paths}", file=sys.stderr, flush=True
+        )
+        await trio.serve_listeners(self._connection, [listener])
+
+    # ---------------------------------------------------------------- connections
+
+    async def _connection(self, stream: trio.SocketStream) -> None:
+        try:
+            if self.active >= self.limits.max_connections:
+                self.overloaded += 1
+                self._log_refusal(
+                    "*", "overloaded", f"{self.limits.max_connections} connections busy (--max-connections)"
+                )
+                with trio.move_on_after(OVERLOAD_SEND_TIMEOUT):
+                    await stream.send_all(_raw_response(503, "too many connections; retry later"))
+                return
+            self.active += 1
+            try:
+                await self._serve(stream)
+            finally:
+                self.active -= 1
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass  # the client went away; nothing was acknowledged to it
+        except Exception:  # one connection's failure must never stop the intake
+            log.exception("webhook connection failed")
+        finally:
+            await trio.aclose_forcefully(stream)
+
+    async def _serve(self, stream: trio.SocketStream) -> None:
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=self.limits.max_header_bytes)
+        for _ in range(MAX_REQUESTS_PER_CONNECTION):
+            response: _Response | None = None
+            with trio.move_on_after(self.limits.request_timeout) as scope:
+                try:
+                    request = await _next_event(stream, conn)
+                    if not isinstance(request, h11.Request):
+                        return  # closed before a request (ConnectionClosed)
+                    response = await self._request(stream, conn, request, scope)
+                except h11.RemoteProtocolError as exc:
+                    status = exc.error_status_hint
+                    reason = (
+                        f"request headers over {self.limits.max_header_bytes} bytes"
+                        if status == 431
+                        else f"malformed HTTP request ({exc})"
+                    )
+                    response = _error(status, reason)
+            if scope.cancelled_caught:
+                if conn.their_state is h11.IDLE and not conn.trailing_data[0]:
+                    return  # an idle kept-alive connection: close quietly
+                self.timeouts += 1
+                self._log_refusal(
+                    "*", "timeout", f"a request did not arrive within {self.limits.request_timeout:g} s"
+                )
+                response = _error(408, f"the request did not arrive within {self.limits.request_timeout:g} s")
+            if response is None:
+                return
+            await self._send(stream, conn, response)
+            if self._hook is not None and response.status == 200 and "duplicate" in response.body:
+                self._hook("answered")
+            if response.close or conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+                return
+            conn.start_next_cycle()
+
+    async def _request(
+        self, stream: trio.SocketStream, conn: h11.Connection, request: h11.Request, arrival: trio.CancelScope
+    ) -> _Response | None:
+        """Read the body (within ``arrival``'s deadline), then verify, store and answer (no deadline:
+        a sender cut off while its delivery is being made durable would only retry it)."""
+        size = len(request.target) + sum(len(k) + len(v) + 4 for k, v in request.headers)
+        if size > self.limits.max_header_bytes:
+            # h11 bounds what it buffers of an incomplete head; a complete one read in one go is checked here.
+            return _error(431, f"request headers over {self.limits.max_header_bytes} bytes")
+        method = request.method.decode("ascii", "replace")
+        path = request.target.split(b"?", 1)[0].decode("latin-1")
+        headers: dict[str, str] = {}
+        for raw_name, raw_value in request.headers:
+            headers.setdefault(raw_name.decode("latin-1").lower(), raw_value.decode("latin-1"))
+        if path == "/healthz":
+            if method not in ("GET", "HEAD"):
+                return _error(405, "use GET /healthz", ("allow", "GET, HEAD"))
+            broken = {name: store.status()["broken"] for name, (_spec, store) in self.sources.items()}
+            if any(broken.values()):
+                return _Response(503, {"ok": False, "broken": {k: v for k, v in broken.items() if v}})
+            return _Response(200, {"ok": True})
+        name = path[len("/hooks/") :] if path.startswith("/hooks/") else None
+        route = self.sources.get(name) if name is not None else None
+        if route is None:
+            self.unrouted += 1
+            known = ", ".join(f"/hooks/{n}" for n in self.sources)
+            return _error(404, f"no webhook source at {path[:200]!r}; this server receives at {known}")
+        spec, store = route
+        if method != "POST":
+            self.unrouted += 1
+            return _error(405, f"{path} takes POST", ("allow", "POST"))
+        refusal = check_headers(spec, headers)
+        if refusal is not None:
+            return self._refuse(spec, store, refusal)
+        cap = spec.max_body if spec.max_body is not None else self.limits.max_body
+        length = headers.get("content-length", "")
+        if length.isdigit() and int(length) > cap:
+            return self._refuse(spec, store, _too_large(cap))
+        if conn.they_are_waiting_for_100_continue:
+            await stream.send_all(conn.send(h11.InformationalResponse(status_code=100, headers=[])))
+        body = bytearray()
+        while True:
+            event = await _next_event(stream, conn)
+            if isinstance(event, h11.Data):
+                body += event.data
+                if len(body) > cap:
+                    return self._refuse(spec, store, _too_large(cap))
+            elif isinstance(event, h11.EndOfMessage):
+                arrival.deadline = math.inf  # the request is in: the bound was on its arrival
+                break
+            else:
+                return None  # the client closed mid-body: nothing to answer, nothing stored
+        data = bytes(body)
+        refusal = check_body(spec, headers, data, now=self._clock())
+        if refusal is not None:
+            return self._refuse(spec, store, refusal)
+        outcome = interpret(spec, headers, data, now=self._clock(), nonce=uuid.uuid4().hex)
+        if isinstance(outcome, Refusal):
+            return self._refuse(spec, store, outcome)
+        if isinstance(outcome, Reply):
+            store.counters.answered += 1
+            return _Response(outcome.status, outcome.body)
+        return await self._store(spec, store, outcome)
+
+    async def _store(self, spec: SourceSpec, store: DeliveryStore, accepted: Accepted) -> _Response:
+        try:
+            result = await store.append(accepted)
+        except StoreUnavailable as exc:
+            self._log_refusal(spec.name, "unavailable", str(exc))
+            return _error(
+                503, f"the delivery could not be stored ({exc}); retry", ("retry-after", RETRY_AFTER)
+            )
+        return _Response(200, {"ok": True, "id": result.id, "duplicate": isinstance(result, Duplicate)})
+
+    def _refuse(self, spec: SourceSpec, store: DeliveryStore, refusal: Refusal) -> _Response:
+        code: RefusalCode = refusal.code
+        store.counters.refused[code] = store.counters.refused.get(code, 0) + 1
+        self._log_refusal(spec.name, code, refusal.reason)
+        extra: tuple[tuple[str, str], ...] = ()
+        if refusal.status == 401 and (spec.token is not None or spec.password is not None):
+            scheme = "Bearer" if spec.token is not None else "Basic"
+            extra = (("www-authenticate", f'{scheme} realm="agentd-webhook"'),)
+        return _error(refusal.status, refusal.reason, *extra)
+
+    def _log_refusal(self, source: str, code: str, reason: str) -> None:
+        now = time.monotonic()
+        key = (source, code)
+        last = self._logged.get(key)
+        if last is not None and now - last < LOG_EVERY:
+            return
+        if len(self._logged) > 1024:
+            self._logged.clear()
+        self._logged[key] = now
+        log.warning("refused a request for source %r (%s): %s", source, code, reason)
+
+    async def _send(self, stream: trio.SocketStream, conn: h11.Connection, response: _Response) -> None:
+        body = orjson.dumps(response.body) + b"\n"
+        headers = [
+            ("content-type", "application/json"),
+            ("content-length", str(len(body))),
+            *response.headers,
+        ]
+        if response.close:
+            headers.append(("connection", "close"))
+        with trio.move_on_after(SEND_TIMEOUT):
+            try:
+                data = conn.send(h11.Response(status_code=response.status, headers=headers))
+                data += conn.send(h11.Data(data=body))
+                data += conn.send(h11.EndOfMessage())
+            except h11.LocalProtocolError:
+                # h11 cannot answer in this state (e.g. the request line never parsed): write it raw;
+                # the caller closes the connection (h11's state is not DONE).
+                data = _raw_response(response.status, str(response.body.get("error", "")))
+            await stream.send_all(data)
+
+
+def _too_large(cap: int) -> Refusal:
+    return Refusal(413, "too_large", f"the body is over this endpoint's limit of {cap} bytes")
+
+
+async def _next_event(stream: trio.SocketStream, conn: h11.Connection) -> object:
+    """The next h11 event, reading from ``stream`` as needed (EOF becomes ``ConnectionClosed``)."""
+    while True:
+        event = conn.next_event()
+        if event is h11.NEED_DATA:
+            conn.receive_data(await stream.receive_some(RECEIVE_CHUNK))
+            continue
+        return event
+
+
+def _raw_response(status: int, reason: str) -> bytes:
+    body = orjson.dumps({"error": reason}) + b"\n"
+    return (
+        f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    ).encode() + body
+
+
+_REASONS: Final = {
+    400: "Bad Request",
+    408: "Request Timeout",
+    413: "Content Too Large",
+    431: "Request Header Fields Too Large",
+    503: "Service Unavailable",
+}

@@ -1,0 +1,301 @@
+"""Webhooks: a delivery POST → the spawned agent's model request, and deliveries accepted per second.
+
+Run: ``/work/venv/bin/python bench/bench_webhooks.py [-n 20] [--seconds 10]`` (about 2 minutes).
+
+**Latency** (``--latency``). agentd ``--mode reactive`` runs ``agentd serve
+webhook`` as its stdio server (a GitHub source) with a spawn route on
+``webhook://github/event/*``, debounce 0, and an ``openai:`` model at a
+loopback fake provider (``tests/fakes/provider_server.py``) that answers
+``NO_REPLY``. Per sample, this process POSTs one signed delivery on a fresh
+connection (as GitHub does) and notes, on its own clock: the 200 (the
+delivery is on disk), and the arrival of the spawned agent's request at the
+provider. A sample starts once the previous agent exited. The floor, in the
+same run: a bare ``http.server`` in its own process whose POST handler
+appends the body to a file and ``fdatasync``s it before answering 200,
+POSTed the same way. Goal: POST → request p50 ≤ 20 ms at load ≤ 2.
+
+**Throughput** (``--throughput``). ``agentd serve webhook`` alone (no MCP
+client), C senders each POSTing signed deliveries back to back on fresh
+connections for ``--seconds``; deliveries answered 200 per second, and how
+many ``fdatasync`` calls they took (the group commit lets concurrent
+deliveries share one). The floor: a bare loop in this process that appends a
+line of the same size and ``fdatasync``s, once per delivery. Goal: ≥ 0.5× the
+floor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import trio
+from _util import PY, REPO, STEP_TIMEOUT, fmt, machine_note, p50, pct, run_agentd, table
+
+sys.path.insert(1, str(REPO))  # tests.support.webhooks: signing; tests.fakes: the provider
+
+from tests.support.webhooks import (
+    SECRET_ENV,
+    dumps,
+    free_port,
+    github_headers,
+    github_issue_labeled,
+    post,
+)
+
+WARMUP = 5
+BODY = dumps(github_issue_labeled())
+
+FLOOR_SERVER = textwrap.dedent(
+    """
+    import os, sys
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+    fd = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    class H(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            os.write(fd, body + b"\\n")
+            os.fdatasync(fd)
+            out = b'{"ok":true}\\n'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(out)))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(out)
+        def log_message(self, *a):
+            pass
+    server = HTTPServer(("127.0.0.1", 0), H)
+    print(server.server_address[1], flush=True)
+    server.serve_forever()
+    """
+)
+
+WAKE_CONFIG = """
+mode = "reactive"
+model = "openai:gpt-4o-mini"
+subscribe = ["webhook:webhook://github/event/*"]
+
+[[routes]]
+name = "github"
+match = "webhook://github/event/*"
+disposition = "spawn"
+debounce = "0"
+template = "{{uri}}"
+
+[servers.webhook]
+command = "{py}"
+args = ["-m", "agentd", "serve", "webhook", "--listen", "127.0.0.1:{port}", "--dir", "{dir}",
+        "--source", "github=github,secret_env=GITHUB_WEBHOOK_SECRET"]
+env = {{ GITHUB_WEBHOOK_SECRET = "${{GITHUB_WEBHOOK_SECRET}}", PYTHONPATH = "{repo}" }}
+required = true
+"""
+
+
+async def floor_latency(tmp: Path, n: int) -> list[float]:
+    """POST → 200 of a bare http.server that appends and fdatasyncs."""
+    proc = await trio.lowlevel.open_process(
+        [PY, "-c", FLOOR_SERVER, str(tmp / "floor.log")], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL
+    )
+    try:
+        assert proc.stdout is not None
+        with trio.fail_after(STEP_TIMEOUT):
+            port = int((await proc.stdout.receive_some()).decode().split()[0])
+        out = []
+        for i in range(WARMUP + n):
+            t0 = time.perf_counter()
+            reply = await post(port, "/", BODY, {"Content-Type": "application/json"})
+            assert reply.status == 200
+            if i >= WARMUP:
+                out.append(time.perf_counter() - t0)
+        return out
+    finally:
+        proc.kill()
+        await proc.wait()
+
+
+async def wake_latency(tmp: Path, n: int) -> tuple[list[float], list[float]]:
+    """(POST → 200, POST → the spawned agent's request at the provider) per sample."""
+    from _providers import fake_provider, provider_env
+
+    from tests.fakes.provider_server import openai_reply
+
+    stamps: list[float] = []
+    arrived = trio.Event()
+
+    def answer(request: Any) -> Any:
+        stamps.append(time.perf_counter())
+        arrived.set()
+        return openai_reply("NO_REPLY")
+
+    port = free_port()
+    cfg = tmp / "wake.toml"
+    cfg.write_text(WAKE_CONFIG.format(py=PY, port=port, dir=tmp / "deliveries", repo=REPO))
+    answered: list[float] = []
+    requested: list[float] = []
+    async with fake_provider("openai", None) as (_fake, server):
+        server._handler = answer
+        env = {**provider_env("openai", server.base_url, tmp), **SECRET_ENV}
+        async with run_agentd(["--config", str(cfg)], env=env) as a:
+            await a.wait_for("reactor.start")
+            for i in range(WARMUP + n):
+                arrived = trio.Event()
+                before = len(stamps)
+                mark = len(a.lines)
+                t0 = time.perf_counter()
+                with trio.fail_after(STEP_TIMEOUT):
+                    reply = await post(port, "/hooks/github", BODY, github_headers(BODY, f"bench-{i}"))
+                    t_ok = time.perf_counter()
+                    assert reply.status == 200, reply
+                    while len(stamps) == before:
+                        await arrived.wait()
+                    await a.wait_for("subagent.exit", after=mark)
+                if i >= WARMUP:
+                    answered.append(t_ok - t0)
+                    requested.append(stamps[before] - t0)
+            await a.stop_and_wait()
+    return answered, requested
+
+
+def floor_throughput(tmp: Path, seconds: float) -> float:
+    """Appends of a delivery-sized line, each followed by fdatasync, per second (this process)."""
+    line = b'{"v":1,"id":"00000000-0000-0000-0000-000000000000","body":' + BODY + b"}\n"
+    fd = os.open(tmp / "floor-loop.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        count, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            os.write(fd, line)
+            os.fdatasync(fd)
+            count += 1
+        return count / (time.perf_counter() - t0)
+    finally:
+        os.close(fd)
+
+
+async def _send_for(port: int, path: str, seconds: float, senders: int, headers: Any) -> tuple[int, float]:
+    """``senders`` senders POSTing back to back on fresh connections for ``seconds``: (answered 200, elapsed)."""
+    done = 0
+    deadline = time.perf_counter() + seconds
+
+    async def sender(k: int) -> None:
+        nonlocal done
+        j = 0
+        while time.perf_counter() < deadline:
+            reply = await post(port, path, BODY, headers(k, j))
+            assert reply.status == 200, reply
+            done += 1
+            j += 1
+
+    t0 = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for k in range(senders):
+            nursery.start_soon(sender, k)
+    return done, time.perf_counter() - t0
+
+
+def _cpu(pid: int) -> float:
+    times = psutil.Process(pid).cpu_times()
+    return float(times.user + times.system)
+
+
+async def server_throughput(tmp: Path, seconds: float, senders: int) -> tuple[float, int, int, float]:
+    """(deliveries answered 200 per second, deliveries, fdatasync calls, server CPU ms per delivery)."""
+    from mcp import Client
+
+    from tests.support.webhooks import webhook_argv, webhook_server
+
+    argv = webhook_argv(str(tmp / f"tput-{senders}"), "--retain-count", "1000000")
+    async with webhook_server(argv) as srv:
+        for i in range(WARMUP):
+            await post(srv.hooks_port, "/hooks/github", BODY, github_headers(BODY, f"warm-{i}"))
+        cpu0 = _cpu(srv.proc.pid)
+        done, elapsed = await _send_for(
+            srv.hooks_port, "/hooks/github", seconds, senders, lambda k, j: github_headers(BODY, f"s{k}-{j}")
+        )
+        cpu = _cpu(srv.proc.pid) - cpu0
+        async with Client(srv.mcp_url) as client:
+            status = json.loads((await client.read_resource("webhook://status")).contents[0].text)  # type: ignore[union-attr]
+        syncs = int(status["sources"]["github"]["syncs"])
+        return done / elapsed, done, syncs, 1000 * cpu / max(done, 1)
+
+
+async def http_floor_throughput(tmp: Path, seconds: float, senders: int) -> tuple[float, float]:
+    """The bare http.server + fdatasync under the same senders: (per second, its CPU ms per request)."""
+    proc = await trio.lowlevel.open_process(
+        [PY, "-c", FLOOR_SERVER, str(tmp / f"floor-{senders}.log")],
+        stdout=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        assert proc.stdout is not None
+        with trio.fail_after(STEP_TIMEOUT):
+            port = int((await proc.stdout.receive_some()).decode().split()[0])
+        cpu0 = _cpu(proc.pid)
+        done, elapsed = await _send_for(
+            port, "/", seconds, senders, lambda k, j: {"Content-Type": "application/json"}
+        )
+        return done / elapsed, 1000 * (_cpu(proc.pid) - cpu0) / max(done, 1)
+    finally:
+        proc.kill()
+        await proc.wait()
+
+
+async def main(args: argparse.Namespace) -> None:
+    print(f"bench_webhooks: {machine_note()}")
+    with tempfile.TemporaryDirectory() as raw:
+        tmp = Path(raw)
+        if args.latency:
+            floor = await floor_latency(tmp, args.n)
+            answered, requested = await wake_latency(tmp, args.n)
+            ms = 1000.0
+            rows = [
+                ["bare http.server + fdatasync: POST → 200 (floor)", fmt(p50(floor) * ms), fmt(pct(floor, 95) * ms), "1.00"],
+                ["agentd serve webhook: POST → 200 (durable)", fmt(p50(answered) * ms), fmt(pct(answered, 95) * ms),
+                 fmt(p50(answered) / p50(floor))],
+                ["POST → the spawned agent's request at the provider", fmt(p50(requested) * ms),
+                 fmt(pct(requested, 95) * ms), fmt(p50(requested) / p50(floor))],
+            ]  # fmt: skip
+            table(f"latency, n={args.n} (+{WARMUP} warm-up), ms", ["path", "p50", "p95", "p50 ÷ floor"], rows)
+            print(
+                f"goal: POST → request p50 ≤ 20 ms at load ≤ 2: {fmt(p50(requested) * ms)} ms; {machine_note()}"
+            )
+        if args.throughput:
+            floor_rate = floor_throughput(tmp, args.seconds)
+            rows = [["append + fdatasync loop (floor)", fmt(floor_rate, 0), "1.00", "1.00", ""]]
+            for senders in (1, 8):
+                http_rate, http_cpu = await http_floor_throughput(tmp, args.seconds, senders)
+                rows.append(
+                    [f"bare http.server + fdatasync, {senders} sender(s)", fmt(http_rate, 0),
+                     fmt(http_rate / floor_rate), "1.00", fmt(http_cpu)]
+                )  # fmt: skip
+                rate, done, syncs, cpu = await server_throughput(tmp, args.seconds, senders)
+                rows.append(
+                    [f"agentd serve webhook, {senders} sender(s)", fmt(rate, 0), fmt(rate / floor_rate),
+                     fmt((done + WARMUP) / max(syncs, 1)), fmt(cpu)]
+                )  # fmt: skip
+            table(
+                f"deliveries per second, {args.seconds:g} s each (senders in this process)",
+                ["what", "per s", "÷ floor", "deliveries per fdatasync", "server CPU ms per delivery"],
+                rows,
+            )
+            print(f"goal: ≥ 0.5× the floor; {machine_note()}")
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("-n", type=int, default=20, help="latency samples (default 20)")
+    ap.add_argument("--seconds", type=float, default=10.0, help="throughput: seconds per run (default 10)")
+    ap.add_argument("--latency", action="store_true", help="only the latency part")
+    ap.add_argument("--throughput", action="store_true", help="only the throughput part")
+    parsed = ap.parse_args()
+    if not parsed.latency and not parsed.throughput:
+        parsed.latency = parsed.throughput = True
+    trio.run(main, parsed)
