@@ -10,6 +10,7 @@ from agentd import redact as redact_module
 from agentd.redact import (
     MIN_REGISTERED_CHARS,
     REDACTED,
+    is_secret_flag,
     looks_like_token,
     redact,
     register_secrets,
@@ -98,3 +99,22 @@ def test_a_token_shaped_value_is_one_piece_with_letters_and_digits_and_no_path()
     assert not looks_like_token("012345678901234567890")  # no letter
     assert not looks_like_token("abcdefghij 0123456789")
     assert not looks_like_token("abcdefghij012345678")  # 19 characters
+
+
+def test_a_jwt_is_hidden_whole_and_a_prefixed_token_keeps_its_prefix() -> None:
+    assert redact("a eyJhbGciOi.eyJzdWIiOi.sig123 b") == f"a {REDACTED} b"
+    assert redact("k ghp_abcdefgh1234 z") == f"k ghp_{REDACTED} z"
+
+
+def test_a_url_password_is_hidden_and_the_url_kept() -> None:
+    assert redact("see https://u:pw99@h/x") == f"see https://{REDACTED}@h/x"
+
+
+def test_long_flags_are_judged_by_name_and_single_dash_ones_by_length() -> None:
+    assert is_secret_flag("-k")
+    assert is_secret_flag("-key")
+    assert is_secret_flag("--token")
+    assert not is_secret_flag("--k")  # a long flag named "k" is no key flag
+    assert not is_secret_flag("-K")
+    assert not is_secret_flag("-x")
+    assert not is_secret_flag("token")
