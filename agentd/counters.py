@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from agentd.activity import Activity
 from agentd.limits import MODEL_LIMITS, ModelLimit
 
 __all__ = ["RunCounters"]
@@ -32,11 +33,14 @@ class RunCounters:
     """Counts of one run; they only grow (see the module docstring)."""
 
     routed: Counter[str] = field(default_factory=Counter)
-    """Changes a route took, by route id."""
+    """Changes a route took, by route label (a declared route's id; ``self`` or ``watch`` for
+    the routes sessions make: :func:`agentd.triggers.router.metric_route`)."""
     coalesced: Counter[str] = field(default_factory=Counter)
-    """Changes merged into one already queued for the same URI, by route id."""
+    """Changes merged into one already queued for the same URI, by route label."""
     dropped: Counter[str] = field(default_factory=Counter)
     """Queued changes lost, by the router's reason (``coalesce_cap``, ``drop_oldest``, ``route_removed``, ...)."""
+    dropped_by_route: Counter[str] = field(default_factory=Counter)
+    """Changes a full queue lost, by route id (the status view; ``dropped`` has them by reason)."""
     unrouted: int = 0
     """Changes no route took, and updates of URIs nobody subscribed to."""
     server_restarts: Counter[str] = field(default_factory=Counter)
@@ -62,6 +66,8 @@ class RunCounters:
     subscribe_failures: Counter[str] = field(default_factory=Counter)
     """Subscriptions a model asked for (``subscribe``, ``watch_start``) that the server refused
     or did not confirm, by server (a bundled server's cap on its watchers among them)."""
+    activity: Activity = field(default_factory=Activity)
+    """The last routing decisions and per-minute counts of the last hour (bounded; the status view)."""
 
     # -- increments -------------------------------------------------------------------
 
@@ -76,6 +82,10 @@ class RunCounters:
     def drop(self, reason: str, n: int = 1) -> None:
         """``n`` queued changes were lost for ``reason`` (the router's ``on_drop``)."""
         self.dropped[reason] += n
+
+    def drop_on(self, route_id: str) -> None:
+        """A full queue of ``route_id`` lost a change (counted by reason through :meth:`drop`)."""
+        self.dropped_by_route[route_id] += 1
 
     def unroute(self) -> None:
         """A change no route took (or an update nobody subscribed to)."""

@@ -22,6 +22,8 @@ Requests and their typed answers (each request carries a :class:`Reply`)::
     hub, for the watch manager (a start-up restore adds routes directly, before the loop runs)
       WatchRouteAdd     -> RouteAdded | Refused
       WatchRouteRemove  -> Acknowledged
+    hub (a fact, no answer)
+      ToolChangedState  (a child's tool call that is not read-only succeeded)
     health endpoint / watchdog
       HealthProbe       -> (the probe's event is set)
 """
@@ -137,10 +139,15 @@ class ServerStateChanged:
 
 @dataclass(frozen=True, slots=True)
 class SubscriptionStateChanged:
-    """A subscription to ``uri`` on ``server`` was established, lost, or failed."""
+    """The subscriptions to ``uris`` on ``server`` were established, lost, or failed.
+
+    One event per establishment or loss, for every URI it concerns: a
+    server's URIs share one listen stream (rfcs/0260), so they change state
+    together.
+    """
 
     server: str
-    uri: str
+    uris: frozenset[str]
     state: Literal["established", "lost", "resubscribing", "failed"]
     attempt: int = 0
     error: str | None = None
@@ -250,6 +257,21 @@ class WatchRouteRemove:
     session: str
     name: str
     reply: Reply[Acknowledged]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolChangedState:
+    """A tool call of ``agent`` that may change state succeeded (the hub saw it; rfcs/0280).
+
+    Sent by the hub, not the child, before the call's result goes back: the
+    child's turn end always comes after it, and a model cannot forge it. A
+    tool counts as read-only only when it says so (``readOnlyHint: true``);
+    the loop's idle rule reads this fact (a shift that changed nothing is idle).
+    """
+
+    agent: str
+    tool: str
+    """The name the model called (``server__tool`` or a self-tool)."""
 
 
 SelfToolRequest: TypeAlias = SelfSubscribe | SelfUnsubscribe | WatchSession | WatchRouteAdd | WatchRouteRemove
@@ -384,6 +406,7 @@ ReactorEvent: TypeAlias = (
     | WatchRouteRemove
     | UsageReported
     | TurnEnded
+    | ToolChangedState
     | ChildExited
     | ZygoteStateChanged
     | HealthProbe

@@ -12,6 +12,11 @@ without letting an HTTP client near the reactor:
 - ``GET /readyz`` (readiness): calls an injected sync ``ready() -> (bool, reason)``.
 - ``GET /metrics``: calls an injected sync ``snapshot() -> MetricsSnapshot``
   and answers Prometheus text format 0.0.4 (:func:`agentd.metrics.render`).
+- ``GET /status`` (when given a ``status``): calls an injected sync
+  ``status() -> JSONObject`` (the status document, docs/status.md) and
+  answers it as JSON; ``GET /`` is the status page that reads it
+  (:mod:`agentd.statuspage`). Both follow :class:`StatusAccess`: loopback
+  without a token, beyond loopback only with one (rfcs/0336).
 
 Two entry points, both long-lived trio tasks that report the bound port
 through ``task_status.started(port)``:
@@ -48,6 +53,8 @@ keeps serving.
 
 from __future__ import annotations
 
+import hmac
+import ipaddress
 import math
 import resource
 from collections.abc import Awaitable, Callable
@@ -55,14 +62,17 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from typing import NoReturn
 
+import orjson
 import trio
 
 from agentd.errors import ConfigError
 from agentd.events import HealthProbe
+from agentd.jsonvalue import JSONObject
 from agentd.limits import raise_open_files_limit
 from agentd.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from agentd.metrics import MetricsSnapshot, render_with_process
 from agentd.redact import redact
+from agentd.statuspage import PAGE as STATUS_PAGE
 
 __all__ = [
     "MAX_CONNECTIONS",
@@ -74,6 +84,8 @@ __all__ = [
     "Probe",
     "Ready",
     "Snapshot",
+    "Status",
+    "StatusAccess",
     "connection_limit",
     "parse_addr",
     "raise_open_files_limit",
@@ -122,6 +134,85 @@ Ready = Callable[[], tuple[bool, str]]
 
 Snapshot = Callable[[], MetricsSnapshot]
 """Metrics source (sync, never blocks): a frozen copy of the reactor's numbers."""
+
+Status = Callable[[], JSONObject]
+"""Status source (sync, never blocks): the status document (:mod:`agentd.supervisor.statusview`)."""
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _host_of(value: str) -> str:
+    """The host of a ``Host`` header value (``[::1]:80`` -> ``::1``, ``a.b:80`` -> ``a.b``), lowercased."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        end = value.find("]")
+        return value[1:end] if end > 0 else value
+    if value.count(":") == 1:
+        return value.split(":", 1)[0]
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class StatusAccess:
+    """Who may read ``GET /status`` and the page at ``GET /`` (rfcs/0336).
+
+    On a loopback bind anyone on this host may, without a token (a browser's
+    ``Host`` must still name a loopback host: a DNS-rebound page cannot read
+    it); beyond loopback only a client that sends ``Authorization: Bearer
+    TOKEN``. A non-loopback bind without a token serves neither (403 with the
+    fix): the probes and ``/metrics`` on the same port are not affected.
+    """
+
+    token: str | None
+    loopback: bool
+    addr: str
+
+    @classmethod
+    def for_bind(cls, addr: str, token: str | None) -> StatusAccess:
+        host, _port = parse_addr(addr)
+        return cls(token=token, loopback=host is not None and _is_loopback(host), addr=addr)
+
+    @property
+    def enabled(self) -> bool:
+        return self.loopback or self.token is not None
+
+    def refusal(self, headers: dict[str, str]) -> _Response | None:
+        """None when the request may read the status; else the answer that refuses it."""
+        if not self.enabled:
+            return _Response(
+                HTTPStatus.FORBIDDEN,
+                f"the status page is off: --health-addr {self.addr!r} is not a loopback address and no "
+                "token is set — fix: name a file holding a bearer token with --status-token-file, or "
+                "bind --health-addr to 127.0.0.1\n",
+            )
+        if self.token is None:
+            host = _host_of(headers.get("host", ""))
+            if not _is_loopback(host):
+                return _Response(
+                    HTTPStatus.MISDIRECTED_REQUEST,
+                    f"Host {redact(host)!r} is not a loopback host: the status page answers only "
+                    "http://127.0.0.1:PORT or http://localhost:PORT without a token\n",
+                )
+            return None
+        given = headers.get("authorization", "")
+        scheme, _, credential = given.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+            credential.strip().encode(), self.token.encode()
+        ):
+            return _Response(
+                HTTPStatus.UNAUTHORIZED,
+                "the status needs Authorization: Bearer TOKEN (the token in --status-token-file); "
+                "agentd status --token-file FILE sends it, the page reads it from #token=TOKEN\n",
+                www_authenticate='Bearer realm="agentd"',
+            )
+        return None
 
 
 def connection_limit() -> int:
@@ -185,6 +276,9 @@ class _Response:
     body: str
     content_type: str = "text/plain; charset=utf-8"
     allow: str | None = None
+    www_authenticate: str | None = None
+    page: bool = False
+    """The HTML page: a content security policy that allows its own inline script and nothing else."""
 
     def encode(self, *, head_only: bool) -> bytes:
         # backslashreplace: a lone surrogate (possible in a URI decoded from JSON) must not fail the response.
@@ -198,6 +292,15 @@ class _Response:
         ]
         if self.allow is not None:
             lines.append(f"Allow: {self.allow}")
+        if self.www_authenticate is not None:
+            lines.append(f"WWW-Authenticate: {self.www_authenticate}")
+        if self.page:
+            lines += [
+                "Content-Security-Policy: default-src 'none'; script-src 'unsafe-inline'; "
+                "style-src 'unsafe-inline'; connect-src 'self'; img-src data:; frame-ancestors 'none'",
+                "X-Content-Type-Options: nosniff",
+                "Referrer-Policy: no-referrer",
+            ]
         head = ("\r\n".join(lines) + "\r\n\r\n").encode("ascii")
         return head if head_only else head + body
 
@@ -266,9 +369,11 @@ class _Endpoints:
     ready: Ready | None
     snapshot: Snapshot | None
     probe_timeout: float
+    status: Status | None = None
+    access: StatusAccess | None = None
 
     def paths(self) -> list[str]:
-        out = []
+        out = ["/", "/status"] if self.status is not None else []
         if self.probe is not None:
             out.append("/healthz")
         if self.ready is not None:
@@ -277,7 +382,16 @@ class _Endpoints:
             out.append("/metrics")
         return out
 
-    async def answer(self, path: str) -> _Response:
+    async def answer(self, path: str, headers: dict[str, str] | None = None) -> _Response:
+        if path in ("/", "/status") and self.status is not None and self.access is not None:
+            refused = self.access.refusal(headers or {})
+            if refused is not None:
+                return refused
+            if path == "/":
+                return _Response(
+                    HTTPStatus.OK, STATUS_PAGE, content_type="text/html; charset=utf-8", page=True
+                )
+            return self._status(self.status)
         if path == "/healthz" and self.probe is not None:
             return await self._healthz(self.probe)
         if path == "/readyz" and self.ready is not None:
@@ -320,12 +434,30 @@ class _Endpoints:
         return _Response(HTTPStatus.SERVICE_UNAVAILABLE, f"not ready: {reason or 'no reason given'}\n")
 
     @staticmethod
+    def _status(status: Status) -> _Response:
+        try:
+            body = orjson.dumps(status()).decode()
+        except Exception as exc:
+            return _Response(HTTPStatus.INTERNAL_SERVER_ERROR, f"status unavailable: {redact(repr(exc))}\n")
+        return _Response(HTTPStatus.OK, body, content_type="application/json")
+
+    @staticmethod
     def _metrics(snapshot: Snapshot) -> _Response:
         try:
             text = render_with_process(snapshot())
         except Exception as exc:
             return _Response(HTTPStatus.INTERNAL_SERVER_ERROR, f"metrics unavailable: {redact(repr(exc))}\n")
         return _Response(HTTPStatus.OK, text, content_type=METRICS_CONTENT_TYPE)
+
+
+def _headers(raw: bytes) -> dict[str, str]:
+    """The header fields of a request head (names lowercased; the last of a repeated name wins)."""
+    out: dict[str, str] = {}
+    for line in raw.split(b"\r\n"):
+        name, sep, value = line.partition(b":")
+        if sep and name and name == name.strip():
+            out[name.decode("latin-1").lower()] = value.strip().decode("latin-1")
+    return out
 
 
 def _parse_head(head: bytes) -> tuple[str, str]:
@@ -457,7 +589,7 @@ async def _serve_one(stream: trio.SocketStream, endpoints: _Endpoints, conns: _C
             HTTPStatus.METHOD_NOT_ALLOWED, f"method {method} not allowed\n", allow="GET, HEAD"
         )
     else:
-        response = await endpoints.answer(path)
+        response = await endpoints.answer(path, _headers(head.partition(b"\r\n")[2]))
     conns.expose(key)
     await _send(stream, response.encode(head_only=method == "HEAD"))
 
@@ -490,6 +622,8 @@ async def serve_health(
     probe: Probe,
     ready: Ready,
     snapshot: Snapshot | None = None,
+    status: Status | None = None,
+    status_token: str | None = None,
     probe_timeout: float = PROBE_TIMEOUT,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
@@ -504,14 +638,25 @@ async def serve_health(
         probe: liveness check, bounded by ``probe_timeout`` (use :func:`reactor_probe`).
         ready: readiness check; sync and non-blocking.
         snapshot: metrics source, to serve ``/metrics`` on the same port.
+        status: status source, to serve ``/status`` and the page at ``/`` (see :class:`StatusAccess`).
+        status_token: the bearer token ``/status`` and ``/`` need (required beyond loopback).
         probe_timeout: seconds ``/healthz`` waits for ``probe`` before answering 503.
     """
     if not (probe_timeout > 0 and math.isfinite(probe_timeout)):
         raise ConfigError("probe_timeout", probe_timeout, "use a positive number of seconds, e.g. 2")
 
+    access = StatusAccess.for_bind(addr, status_token) if status is not None else None
+
     def endpoints(nursery: trio.Nursery) -> _Endpoints:
         shared = _SharedProbe(probe, probe_timeout, nursery)
-        return _Endpoints(probe=shared, ready=ready, snapshot=snapshot, probe_timeout=probe_timeout)
+        return _Endpoints(
+            probe=shared,
+            ready=ready,
+            snapshot=snapshot,
+            probe_timeout=probe_timeout,
+            status=status,
+            access=access,
+        )
 
     await _serve(addr, "--health-addr", endpoints, task_status)
 

@@ -21,6 +21,9 @@ left) or block forever (a pipe nobody reads); the reactor must keep turning,
   closed at start is pointed at ``/dev/null``, so no socket or file agentd
   opens later can land on it (and receive telemetry or a result by mistake);
   the writer for a stream that was closed counts everything as dropped.
+* :func:`print_line` writes a command's report (``agentd check``) to stdout;
+  a reader that closed the pipe early (``agentd check | head -1``) ends the
+  writing quietly, without a traceback (rfcs/0323).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import errno
 import os
 import select
 import stat
+import sys
 import threading
 import time
 from collections.abc import Callable, Hashable
@@ -72,19 +76,26 @@ class RateLimiter:
     Pure: time comes in as ``now``. A window opens at a source's first line;
     within it the first ``burst`` lines pass and the others are suppressed.
     Once the window is over, :meth:`due` returns one :class:`Suppressed` per
-    window that folded something (the caller writes it as one line).
+    window that folded something (the caller writes it as one line) and
+    forgets the window: the limiter holds only the windows still open, so
+    sources that come and go (an agent id each) do not accumulate.
+    Windows are kept in the order they close (every window is ``window``
+    long and opens at a non-decreasing ``now``), so :meth:`due` looks only
+    at the windows that closed.
     """
 
     def __init__(self, *, burst: int = 10, window: float = 10.0) -> None:
         self.burst = burst
         self.window = window
-        self._windows: dict[Hashable, _Window] = {}
+        # An OrderedDict: taking its front is O(1) (a plain dict's is not, rfcs/0281).
+        self._windows: collections.OrderedDict[Hashable, _Window] = collections.OrderedDict()
 
     def admit(self, key: Hashable, now: float) -> bool:
         """Whether the next line from ``key`` passes (call :meth:`due` first so ended windows close)."""
         w = self._windows.get(key)
         if w is None or now >= w.ends:
             w = self._windows[key] = _Window(ends=now + self.window)
+            self._windows.move_to_end(key)  # the new window goes last: the order stays the closing order
         if w.passed < self.burst:
             w.passed += 1
             return True
@@ -93,18 +104,24 @@ class RateLimiter:
 
     def next_due(self) -> float | None:
         """When the earliest window that folded something ends (None: nothing pending)."""
-        ends = [w.ends for w in self._windows.values() if w.suppressed]
-        return min(ends) if ends else None
+        return next((w.ends for w in self._windows.values() if w.suppressed), None)
 
     def due(self, now: float, *, all_: bool = False) -> list[Suppressed]:
         """Close the windows that ended by ``now`` (every window with ``all_``); their summaries."""
         out: list[Suppressed] = []
-        for key, w in list(self._windows.items()):
-            if all_ or now >= w.ends:
-                del self._windows[key]
-                if w.suppressed:
-                    out.append(Suppressed(key=key, count=w.suppressed, window_s=self.window))
+        windows = self._windows
+        while windows:
+            key, w = next(iter(windows.items()))
+            if not all_ and now < w.ends:
+                break  # the rest close later
+            windows.popitem(last=False)
+            if w.suppressed:
+                out.append(Suppressed(key=key, count=w.suppressed, window_s=self.window))
         return out
+
+    def __len__(self) -> int:
+        """Windows still open."""
+        return len(self._windows)
 
 
 class LineWriter:
@@ -321,6 +338,44 @@ def claim_standard_fds() -> frozenset[int]:
     return frozenset(closed)
 
 
+def print_line(text: str, *, err: bool = False) -> bool:
+    """Write ``text`` and a newline to stdout (stderr with ``err``) now; False when its reader has gone.
+
+    For what a command writes itself (``agentd check``'s report, its notes
+    and errors), not for a run's streams (:class:`LineWriter`). A reader that
+    stops early (``agentd check | head -1``) took what it wanted: the rest is
+    dropped without a word, as ``git`` or ``grep`` do, and the command's exit
+    code stays what its work decided (rfcs/0323). From then on the stream is
+    ``/dev/null`` (:func:`mute`), so no later write, nor the flush at exit,
+    meets the closed pipe again.
+    """
+    stream = sys.stderr if err else sys.stdout
+    try:
+        stream.write(text + "\n")
+        stream.flush()
+    except BrokenPipeError:
+        mute(stream)
+        return False
+    return True
+
+
+def mute(stream: object) -> None:
+    """Point ``stream``'s descriptor at ``/dev/null``: its reader has gone (a closed pipe).
+
+    What Python's own documentation advises after ``BrokenPipeError``; a
+    stream with no descriptor (a test's capture) is left as it is.
+    """
+    try:
+        fd = stream.fileno()  # type: ignore[attr-defined]
+    except (AttributeError, OSError, ValueError):
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, fd)
+    finally:
+        os.close(null)
+
+
 __all__ = [
     "DEFAULT_OUTPUT_BUFFER",
     "DEFAULT_TELEMETRY_BUFFER",
@@ -328,4 +383,6 @@ __all__ = [
     "RateLimiter",
     "Suppressed",
     "claim_standard_fds",
+    "mute",
+    "print_line",
 ]

@@ -67,6 +67,10 @@ class Causes:
         self._pending: Delivery | None = None
         self._by_agent: dict[str, Delivery] = {}
 
+    def __len__(self) -> int:
+        """Agents whose cause is known (an agent's goes when it exits)."""
+        return len(self._by_agent)
+
     def of(self, agent: str) -> Delivery | None:
         """The cause of ``agent``'s current turn (None: its instruction, e.g. a once run's root)."""
         return self._by_agent.get(agent)
@@ -93,6 +97,9 @@ class Causes:
             self._by_agent[str(f["agent"])] = self._pending
             if event == "subagent.spawn":
                 self._pending = None
+        elif event == "subagent.exit":
+            # Its last reply is written by now: an exited agent's cause is not kept (rfcs/0281).
+            self._by_agent.pop(str(f.get("agent")), None)
         return None
 
 

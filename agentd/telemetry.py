@@ -1,4 +1,4 @@
-"""Telemetry: one line per event on stderr (NDJSON or readable text), and counters.
+"""Telemetry: one line per event on stderr (NDJSON, or lines for a person), and counters.
 
 Every JSON line has ``ts`` (RFC 3339, UTC, milliseconds), ``level`` (``debug``,
 ``info``, ``warning``, ``error``), ``severity`` (the level as Cloud Logging
@@ -7,9 +7,12 @@ its level and its fields are declared in :mod:`agentd.vocabulary` (the
 reference, ``docs/telemetry.md``, is generated from it); an undeclared event
 or field is written anyway and reported once with a ``telemetry.undeclared``
 line. Events below the log level (``--log-level``, default ``info``) are not
-written. The text format (``--log-format text``, or ``auto`` on a terminal)
-writes ``HH:MM:SS.mmm LEVEL event key=value …`` for a person at a terminal.
+written. For a person, the same records are rendered by :mod:`agentd.humanlog`:
+``human`` (``auto`` on a terminal) shows progress, warnings and errors;
+``text`` (``--log-format text``) every event as ``HH:MM:SS.mmm LEVEL event key=value …``.
 Routed events carry the owning ``route`` id (``None`` when no route matched).
+A failed run's last line is its error and the fix (:meth:`Telemetry.fail`,
+:mod:`agentd.errorline`): written at :meth:`Telemetry.close`, after everything else.
 Secrets never reach a line: every field goes through
 :func:`agentd.redact.redact` (credential-named keys, URL userinfo, secret
 query parameters, token shapes, registered values).
@@ -35,26 +38,28 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import IO, Literal
 
+from agentd.errorline import Failure
 from agentd.histograms import HistogramName, Histograms
+from agentd.humanlog import DEFAULT_WIDTH, INTERIM_READ_CHARS, HumanView, text_line
 from agentd.output import DEFAULT_TELEMETRY_BUFFER, LineWriter, RateLimiter, Suppressed
 
 # Re-exported: the one redaction function lives in agentd.redact.
 from agentd.redact import REDACTED as REDACTED
 from agentd.redact import is_secret_key as is_secret_key
 from agentd.redact import redact as redact
-from agentd.safetext import escape_controls, escape_json_controls, json_bytes
+from agentd.safetext import escape_json_controls, json_bytes
 from agentd.vocabulary import EVENTS, LEVEL_RANK, SEVERITY, Level
 
-LineFormat = Literal["json", "text"]
-"""How a line is written: NDJSON, or short text for a person at a terminal."""
+LineFormat = Literal["json", "text", "human"]
+"""How a line is written: NDJSON; every event as a short text line; progress for a person (rfcs/0320)."""
 
 #: Events written only at ``--log-level debug`` (``--verbose``): their declared level is debug.
 DEBUG_EVENTS: frozenset[str] = frozenset(n for n, s in EVENTS.items() if s.level == "debug")
 _FIELDS: dict[str, frozenset[str]] = {n: frozenset(s.fields) for n, s in EVENTS.items()}
-#: Longest field value the text format shows (the JSON format keeps everything).
-TEXT_VALUE_CHARS = 120
+#: The steps a person sees in the human format (a model's reply, a tool call); never on stderr otherwise.
+HUMAN_STEPS = frozenset({"assistant", "tool_call"})
 
-#: Warnings a source can repeat without bound, and the fields that name the source.
+#: Lines a source can repeat without bound, and the fields that name the source.
 RATE_LIMITED: dict[str, tuple[str, ...]] = {
     "upstream.stdout_garbage": ("server",),
     "upstream.unknown_response": ("server",),
@@ -64,6 +69,8 @@ RATE_LIMITED: dict[str, tuple[str, ...]] = {
     "upstream.transport_error": ("server",),
     "model.retry": ("agent",),
     "tool.refused": ("agent",),
+    # A declared glob over 10,000 URIs with the start-up re-read off would write 10,000 lines.
+    "resource.reread_skipped": ("route",),
     "tool.content_omitted": ("agent",),
     # Said once per cap hit already (rfcs/0265); a model that frees and refills a slot in a loop is folded here.
     "limit.reached": ("limit",),
@@ -95,7 +102,8 @@ class Telemetry:
             when neither it nor ``fd`` is given).
         verbose: also write the events in :data:`DEBUG_EVENTS` (the same as ``level="debug"``).
         level: the least level written (default ``info``, or ``debug`` when ``verbose``).
-        line_format: ``json`` (NDJSON) or ``text`` (readable lines).
+        line_format: ``json`` (NDJSON), ``text`` (every event, readable) or ``human`` (progress).
+        view: the human format's renderer (a plain one, no colours, when None).
         fd: write to this descriptor through a bounded, threaded
             :class:`~agentd.output.LineWriter` (agentd's stderr: 2), with rate limits.
         buffer_bytes: the writer's bound.
@@ -112,6 +120,7 @@ class Telemetry:
         fd_closed: bool = False,
         level: Level | None = None,
         line_format: LineFormat = "json",
+        view: HumanView | None = None,
     ) -> None:
         self._limiter = RateLimiter(burst=RATE_BURST, window=RATE_WINDOW_S)
         self._lock = threading.Lock()
@@ -130,6 +139,8 @@ class Telemetry:
         self.level: Level = level if level is not None else ("debug" if verbose else "info")
         self._min_rank = LEVEL_RANK[self.level]
         self.line_format: LineFormat = line_format
+        self._view = view or HumanView(colour=False, width=lambda: DEFAULT_WIDTH, verbose=self.verbose)
+        self._failure: Failure | None = None
         self._undeclared: set[tuple[str, frozenset[str]]] = set()
         self.counters: Counter[str] = Counter()
         self.histograms = Histograms()
@@ -225,10 +236,13 @@ class Telemetry:
     def _write_summaries(self, summaries: list[Suppressed]) -> None:
         for s in summaries:
             event, *values = s.key if isinstance(s.key, tuple) else (s.key,)
+            # At the level of the lines it folds (a warning for an undeclared one).
+            spec = EVENTS.get(event)
+            level = spec.level if spec is not None else "warning"
             record: dict[str, object] = {
                 "ts": _now_rfc3339(),
-                "level": "warning",
-                "severity": "WARNING",
+                "level": level,
+                "severity": SEVERITY[level],
                 "event": "telemetry.suppressed",
                 "of": event,
             }
@@ -237,6 +251,8 @@ class Telemetry:
             self._write(self._encode(record))
 
     def _write(self, line: bytes) -> None:
+        if not line:
+            return  # the human format shows nothing of this event
         if self._writer is not None:
             self._writer.put(line)
             return
@@ -250,11 +266,47 @@ class Telemetry:
             pass
 
     def _encode(self, record: Mapping[str, object]) -> bytes:
-        return _encode(record) if self.line_format == "json" else _text_line(record)
+        if self.line_format == "json":
+            return _encode(record)
+        try:
+            text = self._view.render(record) if self.line_format == "human" else text_line(record)
+        except Exception:  # a line for a person must never break the supervisor
+            text = text_line(record)
+        return text.encode(errors="replace")
+
+    def fail(self, failure: Failure) -> None:
+        """The run failed: :meth:`close` ends the stream with its one final line (the last call wins).
+
+        NDJSON: a ``run.failed`` object whose ``message`` is the plain line;
+        text and human: the plain line ``agentd: error: WHAT — fix: HOW``.
+        Written whatever the level, whole (rfcs/0321).
+        """
+        self._failure = failure
+
+    def _failure_line(self, failure: Failure) -> bytes:
+        if self.line_format != "json":
+            return failure.line.encode(errors="replace") + b"\n"
+        record: dict[str, object] = {
+            "ts": _now_rfc3339(),
+            "level": "error",
+            "severity": SEVERITY["error"],
+            "event": "run.failed",
+            "exit_code": failure.exit_code,
+            "kind": failure.kind,
+            "error": redact(failure.error),
+            "fix": redact(failure.fix),
+            "message": failure.line,
+        }
+        return _encode(record)
 
     def close(self, timeout: float) -> bool:
-        """Write pending summaries and flush, waiting at most ``timeout`` s; True if all was written."""
+        """Write pending summaries, then a failed run's final line; flush, waiting at most ``timeout`` s.
+
+        Returns True if all was written.
+        """
         self.flush_suppressed(all_=True)
+        if self._failure is not None:
+            self._write(self._failure_line(self._failure))
         if self._writer is None:
             return True
         return self._writer.close(timeout)
@@ -273,11 +325,19 @@ class Telemetry:
     def step(self, kind: str, /, **fields: object) -> None:
         """A step of an agent with its content (a tool call's arguments, an assistant's text).
 
-        Steps go only to the taps (``--output stream-json``), never to stderr:
-        content stays out of the logs.
+        Steps go to the taps (``--output stream-json``, traces) and, in the
+        human format only, to the person at the terminal (:data:`HUMAN_STEPS`,
+        rfcs/0320); never into NDJSON or text logs: content stays out of the logs.
         """
         for tap in self._taps:
             tap("step." + kind, fields)
+        if self.line_format == "human" and kind in HUMAN_STEPS and self._min_rank <= LEVEL_RANK["info"]:
+            text = fields.get("text")
+            if isinstance(text, str) and len(text) > INTERIM_READ_CHARS:
+                fields = {**fields, "text": text[: INTERIM_READ_CHARS + 1]}  # the view reads no more
+            record: dict[str, object] = {"ts": _now_rfc3339(), "level": "info", "event": "step." + kind}
+            record.update(redact(fields))
+            self._write(self._encode(record))
 
     def observe(self, histogram: HistogramName, seconds: float, **labels: str | None) -> None:
         """Record one latency observation of ``seconds`` in ``histogram`` (see :mod:`agentd.histograms`)."""
@@ -311,47 +371,6 @@ def _unwritable(value: object) -> str:
         return redact(repr(value))
     except RecursionError:
         return f"<{type(value).__name__} nested too deeply to show>"
-
-
-def _text_value(value: object) -> str:
-    if isinstance(value, dict):
-        value = {k: v for k, v in value.items() if v not in (0, None, {}, [])}  # a person wants what moved
-    if isinstance(value, str) and value and " " not in value and "=" not in value:
-        text = value
-    else:
-        try:
-            text = json_bytes(value, default=_redacted_str).decode()
-        except (TypeError, ValueError):
-            text = _unwritable(value)
-    # Controls shown as escapes: a model's tool name or URI cannot act on the terminal or fake a line.
-    text = escape_controls(text)
-    return text if len(text) <= TEXT_VALUE_CHARS else text[: TEXT_VALUE_CHARS - 1] + "…"
-
-
-def _text_line(record: Mapping[str, object]) -> bytes:
-    """``HH:MM:SS.mmm LEVEL event key=value …``: what a person at a terminal reads.
-
-    Fields that are None are left out; long values are cut; a traceback
-    follows on its own lines. Every part goes through
-    :func:`agentd.safetext.escape_controls`: the line writes nothing but its
-    own characters, whatever a field holds.
-    """
-    ts = str(record.get("ts", ""))
-    clock = ts[11:23] if len(ts) >= 23 else ts
-    level = str(record.get("level", "info")).upper()
-    parts = [clock, f"{level:<7}", escape_controls(str(record.get("event", "")))]
-    traceback = None
-    for key, value in record.items():
-        if key in ("ts", "level", "severity", "event") or value is None:
-            continue
-        if key == "traceback" and isinstance(value, str):
-            traceback = value
-            continue
-        parts.append(f"{escape_controls(key)}={_text_value(value)}")
-    line = " ".join(parts) + "\n"
-    if traceback:
-        line += "".join("    " + escape_controls(t) + "\n" for t in traceback.rstrip("\n").split("\n"))
-    return line.encode(errors="replace")
 
 
 class NullTelemetry(Telemetry):

@@ -31,6 +31,10 @@ the SDK's client span injects it into the ``_meta`` of the upstream call.
 No content: prompts, completions, tool arguments and results are recorded
 only with ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``.
 
+agentd's own warm-up is no one's work: spans started under :func:`untraced`
+(the supervisor's rehearsed self-MCP exchange, rfcs/0187) are dropped by the
+processor, with every span they parent, wherever the SDK made them.
+
 No idle wake-ups: spans are exported by :class:`QuietBatchProcessor`, whose
 thread sleeps without a timeout while nothing is pending (the SDK's batch
 processor wakes every few seconds). On exit the pending spans are flushed
@@ -52,6 +56,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.util.types import AttributeValue
 
+from agentd.extras import install_hint
 from agentd.jsonvalue import as_array, get_number
 
 if TYPE_CHECKING:
@@ -71,9 +76,17 @@ MAX_QUEUE = 4096
 MAX_BATCH = 512
 #: Longest text recorded in a span attribute when content capture is on.
 MAX_CONTENT_CHARS = 8192
+#: Updates whose root span waits for its route's delivery, at most: an update
+#: a route coalesced or dropped is never delivered, and its URI may never
+#: change again. The oldest goes first (its trace then has no route span).
+MAX_PENDING_UPDATES = 1024
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 _active: Tracing | None = None
+#: Set in the context of agentd's own warm-up (:func:`untraced`): spans started there are not exported.
+_UNTRACED = otel_context.create_key("agentd.untraced")
+#: The attribute that marks such a span between its start and its end (never exported).
+_UNTRACED_ATTRIBUTE = "agentd.untraced"
 
 
 def enabled_by(env: Mapping[str, str]) -> bool:
@@ -98,6 +111,21 @@ def capture_content(env: Mapping[str, str]) -> bool:
 def active() -> Tracing | None:
     """The process's tracing, when on (the hub wraps tool calls in it)."""
     return _active
+
+
+@contextlib.contextmanager
+def untraced() -> Iterator[None]:
+    """No span started here, or in a task started from here, is exported (agentd's own warm-up).
+
+    The MCP SDK makes its spans itself (a client's ``MCP send``, a server's
+    ``tools/call``), from the current context of the task that sends or
+    serves; trio gives every task started here a copy of this context.
+    """
+    token = otel_context.attach(otel_context.set_value(_UNTRACED, True))
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
 
 
 class QuietBatchProcessor:
@@ -126,12 +154,17 @@ class QuietBatchProcessor:
     # tracing is on. The SDK also calls the private _on_ending; the tracing e2e tests
     # fail if that interface changes.
     def on_start(self, span: SdkSpan, parent_context: otel_context.Context | None = None) -> None:
-        return None
+        # The current context, not the parent's: a server span's parent comes from the
+        # request's _meta, while the task that serves it runs in the warm-up's context.
+        if otel_context.get_value(_UNTRACED):
+            span.set_attribute(_UNTRACED_ATTRIBUTE, True)
 
     def _on_ending(self, span: SdkSpan) -> None:
         return None
 
     def on_end(self, span: ReadableSpan) -> None:
+        if span.attributes and span.attributes.get(_UNTRACED_ATTRIBUTE):
+            return  # agentd's own warm-up (untraced)
         with self._cond:
             if self._stopping or len(self._queue) >= MAX_QUEUE:
                 self.dropped += 1
@@ -224,7 +257,6 @@ class Tracing:
         self._turns: dict[str, Span] = {}
         """Each agent's current ``invoke_agent`` span."""
         self._spawns: dict[str, Span] = {}
-        self._roots: dict[str, str | None] = {}
 
     # -- the tap ----------------------------------------------------------------------
 
@@ -254,7 +286,10 @@ class Tracing:
                 start_time=now,
             )
             span.end(now)
+            self._pending.pop(uri, None)  # the newest update of a URI goes last in the order
             self._pending[uri] = span
+            if len(self._pending) > MAX_PENDING_UPDATES:
+                del self._pending[next(iter(self._pending))]
         elif event == "timer.fire":
             span = self._tracer.start_span(
                 "agentd.timer.fire", context=otel_context.Context(), start_time=now
@@ -453,7 +488,7 @@ def setup(env: Mapping[str, str], telemetry: Telemetry) -> Tracing | None:
     except ImportError as exc:
         telemetry.emit(
             "tracing.unavailable",
-            reason=f"the OTLP exporter is not installed ({exc.name}); install agentd-supervisor[otel]",
+            reason=f"the OTLP exporter is not installed ({exc.name}); {install_hint('otel')}",
         )
         return None
     from agentd import __version__
@@ -506,6 +541,7 @@ def from_environ() -> Mapping[str, str]:
 
 __all__ = [
     "EXPORT_DELAY",
+    "MAX_PENDING_UPDATES",
     "QuietBatchProcessor",
     "Tracing",
     "active",
@@ -514,4 +550,5 @@ __all__ = [
     "child_turn_context",
     "enabled_by",
     "setup",
+    "untraced",
 ]

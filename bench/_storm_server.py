@@ -1,7 +1,9 @@
 """A small MCP server (written with the ``mcp`` SDK) that publishes many resource updates fast.
 
-Used by ``bench_reactive.py`` (the update storm) and ``bench_idle.py`` (many
-idle subscriptions). Serves stdio, 2026-07-28 era (``subscriptions/listen``).
+Used by ``bench_reactive.py`` (the update storm), ``bench_idle.py`` (many
+idle subscriptions) and ``bench_subscriptions.py`` (10,000 of them). Serves
+stdio, or Streamable HTTP on an inherited listening socket (``--fd N``: the
+bench owns the port), 2026-07-28 era (``subscriptions/listen``).
 
 Resources ``storm://0`` … ``storm://{N-1}`` (``--uris N``, default 100); each
 reads as the sequence number of its latest update. A burst of ``n`` updates
@@ -13,27 +15,33 @@ publishes one ``ResourceUpdated`` per update. Two ways to start a burst:
   can start a burst on the server that agentd itself runs over stdio.
 
 Progress: with ``--ready PATH --expect K`` the server writes the line
-``ready`` to the FIFO PATH once K listen streams are open (a listen stream
-joins the bus before its acknowledgement is sent, so nothing published after
-that is lost), and ``done N`` after each burst has been published. agentd opens one stream per subscribed URI plus one for catalog
-changes, so a bench expecting N subscriptions waits for N + 1.
+``ready`` to the FIFO PATH once a listen stream carrying K resource URIs is
+open (a listen stream joins the bus before its acknowledgement is sent, so
+nothing published after that is lost), and ``done N`` after each burst has
+been published. agentd carries every subscribed URI of a server on one
+stream (rfcs/0260), so a bench expecting N subscriptions waits for N.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextvars
 import os
 from typing import Any
 
-import trio
+import anyio
+import mcp_types as types
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.resources.types import FunctionResource
 from mcp.server.stdio import stdio_server
-from mcp.server.subscriptions import InMemorySubscriptionBus, ResourceUpdated
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourceUpdated
+
+_carried: contextvars.ContextVar[int] = contextvars.ContextVar("carried", default=0)
+"""The resource URIs of the listen request being served (set by the wrapper, read by the bus)."""
 
 
 class _CountingBus(InMemorySubscriptionBus):
-    """The SDK's bus, calling ``on_count`` with the number of listen streams after each join."""
+    """The SDK's bus, calling ``on_count`` with the URIs of each listen stream that joins it."""
 
     def __init__(self, on_count: Any) -> None:
         super().__init__()
@@ -41,7 +49,7 @@ class _CountingBus(InMemorySubscriptionBus):
 
     def subscribe(self, listener: Any) -> Any:
         unsubscribe = super().subscribe(listener)
-        self._on_count(len(self._listeners))
+        self._on_count(_carried.get())
         return unsubscribe
 
 
@@ -66,15 +74,29 @@ def build(n_uris: int, on_count: Any = lambda n: None) -> tuple[MCPServer[Any], 
         return f"published {n}"
 
     app.add_tool(burst, name="burst", description="Publish n resource updates round-robin over the URIs.")
+    handler = ListenHandler(bus)
+
+    async def on_listen(ctx: Any, params: types.SubscriptionsListenRequestParams) -> Any:
+        # The SDK's own handler, told how many URIs this stream carries (for --expect).
+        _carried.set(len(params.notifications.resource_subscriptions or ()))
+        return await handler(ctx, params)
+
+    app._lowlevel_server.add_request_handler(
+        "subscriptions/listen", types.SubscriptionsListenRequestParams, on_listen
+    )
     return app, burst
 
 
 async def follow_trigger(path: str, burst: Any) -> None:
     # O_RDWR keeps a writer open on the FIFO, so reads wait instead of seeing EOF between bench writes.
     fd = os.open(path, os.O_RDWR | os.O_NONBLOCK)
-    stream = trio.lowlevel.FdStream(fd)
     buf = b""
-    while chunk := await stream.receive_some(4096):
+    while True:
+        await anyio.wait_readable(fd)
+        try:
+            chunk = os.read(fd, 4096)
+        except BlockingIOError:
+            continue
         buf += chunk
         *lines, buf = buf.split(b"\n")
         for line in lines:
@@ -105,12 +127,20 @@ async def main(args: argparse.Namespace) -> None:
         return result
 
     low = app._lowlevel_server
-    async with trio.open_nursery() as nursery:
+    async with anyio.create_task_group() as tasks:
         if args.trigger:
-            nursery.start_soon(follow_trigger, args.trigger, burst)
-        async with stdio_server() as (read, write):
-            await low.run(read, write, low.create_initialization_options())
-        nursery.cancel_scope.cancel()
+            tasks.start_soon(follow_trigger, args.trigger, burst)
+        if args.fd is not None:
+            import socket
+
+            import uvicorn
+
+            config = uvicorn.Config(app.streamable_http_app(), log_level="warning", lifespan="on")
+            await uvicorn.Server(config).serve(sockets=[socket.socket(fileno=args.fd)])
+        else:
+            async with stdio_server() as (read, write):
+                await low.run(read, write, low.create_initialization_options())
+        tasks.cancel_scope.cancel()
 
 
 if __name__ == "__main__":
@@ -118,5 +148,8 @@ if __name__ == "__main__":
     ap.add_argument("--uris", type=int, default=100)
     ap.add_argument("--trigger", help="FIFO to read burst sizes from (one integer per line)")
     ap.add_argument("--ready", help="FIFO to write 'ready' to once --expect listen streams are open")
-    ap.add_argument("--expect", type=int, default=0, help="listen streams to wait for before 'ready'")
-    trio.run(main, ap.parse_args())
+    ap.add_argument("--expect", type=int, default=0, help="URIs one listen stream carries before 'ready'")
+    ap.add_argument("--fd", type=int, help="serve Streamable HTTP on this inherited listening socket")
+    args = ap.parse_args()
+    # Streamable HTTP is served by uvicorn, which needs asyncio; stdio keeps trio (as agentd).
+    anyio.run(main, args, backend="asyncio" if args.fd is not None else "trio")

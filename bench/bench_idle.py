@@ -3,9 +3,9 @@
 Run: ``/work/venv/bin/python bench/bench_idle.py [--window 30]`` (about 40 s).
 
 agentd ``--mode reactive`` runs with ``bench/_storm_server.py`` (100 URIs,
-stdio, 2026-07-28 era) subscribed as ``storm://*``: 100 listen streams plus
-agentd's catalog stream, routed into a continue session that never starts
-because nothing changes. Once the server reports every listen stream open,
+stdio, 2026-07-28 era) subscribed as ``storm://*``: one listen stream carrying
+them and the catalog's notices (rfcs/0260), routed into a continue session that never starts
+because nothing changes. Once the server reports the stream with every URI open,
 the bench takes CPU seconds (``psutil cpu_times``, user + system) and context
 switches (voluntary + involuntary, summed over every thread from
 ``/proc/PID/task/*/status``) of agentd, its zygote and the server; waits the
@@ -56,6 +56,7 @@ from _util import (
 
 sys.path.insert(1, str(REPO))
 
+from agentd.telemetry import RATE_WINDOW_S
 from tests.support.otlp import http_requests
 
 N_URIS = 100
@@ -126,7 +127,7 @@ async def run_one(window: float, watchdog: float | None, otlp: str | None) -> No
         progress = trio.lowlevel.FdStream(os.open(progress_path, os.O_RDWR | os.O_NONBLOCK))
         server = (
             f"storm={PY} {REPO / 'bench' / '_storm_server.py'} --uris {N_URIS}"
-            f" --ready {progress_path} --expect {N_URIS + 1}"
+            f" --ready {progress_path} --expect {N_URIS}"
         )
         poller = await trio.lowlevel.open_process(
             [PY, "-c", "import time\nwhile True:\n    time.sleep(0.1)"], stdin=subprocess.DEVNULL, env=ENV
@@ -140,9 +141,11 @@ async def run_one(window: float, watchdog: float | None, otlp: str | None) -> No
                     while b"READY=1" not in await notify.recv(4096):
                         pass
                 # Let the last acknowledgements and the reactor's bookkeeping settle: the
-                # window should see the steady idle state, not the tail of start-up.
+                # window should see the steady idle state, not the tail of start-up. The
+                # start-up re-read's skips are rate-limited telemetry: their summary line is
+                # written when the rate window ends (one wake-up of the writer, then none).
                 await a.wait_for("reactor.start")
-                await trio.sleep(1.0)
+                await trio.sleep(RATE_WINDOW_S + 1.0)
                 procs = {"agentd": psutil.Process(a.proc.pid)}
                 for p in descendants(a.proc.pid):
                     procs[f"{role_of(p)} ({p.pid})"] = p

@@ -23,7 +23,7 @@ includes agentd's telemetry write and our read of it, so it overstates the
 reactor's own cost.
 
 **Storm.** ``bench/_storm_server.py`` over stdio (agentd's usual transport)
-with 100 URIs, subscribed as ``storm://*`` (100 listen streams) and routed
+with 100 URIs, subscribed as ``storm://*`` (one listen stream) and routed
 into one warm session. Each round, the server publishes 10,000 updates
 round-robin over the 100 URIs (triggered through a FIFO). Checked: every
 URI's last update is followed by a delivery that names it (so the session
@@ -299,7 +299,7 @@ async def storm(
     cfg = config(tmp, "storm", server="storm", glob="storm://*", debounce=debounce, queue_cap=queue_cap)
     server = (
         f"storm={PY} {REPO / 'bench' / '_storm_server.py'} --uris {n_uris} --trigger {fifo}"
-        f" --ready {tmp / 'storm.progress'} --expect {n_uris + 1}"
+        f" --ready {tmp / 'storm.progress'} --expect {n_uris}"
     )
     drop = {"model.call", "subagent.started"}
     peak = {"rss": 0}

@@ -2,7 +2,10 @@
 
 * Hypothesis: no per-example deadline (the machine is shared and has 2 cores;
   a slow example is not a bug) and a bounded example budget, so fuzzing runs
-  in CI in a predictable time. ``HYPOTHESIS_PROFILE=thorough`` digs deeper.
+  in CI in a predictable time. ``HYPOTHESIS_PROFILE=thorough`` digs deeper;
+  ``mutate`` (scripts/mutate) is derandomized, so a mutant's verdict does not
+  change from one run to the next, and small: each mutant runs every test
+  that calls the changed function, the stateful models included.
 * Once runs save their conversation in the per-user state directory
   (rfcs/0303): every agentd a test starts saves into a directory of the
   test session (``XDG_STATE_HOME``), never into the user's home.
@@ -27,6 +30,14 @@ settings.register_profile(
 )
 settings.register_profile(
     "thorough", deadline=None, max_examples=2000, suppress_health_check=list(HealthCheck)
+)
+settings.register_profile(
+    "mutate",
+    deadline=None,
+    max_examples=10,
+    derandomize=True,
+    database=None,
+    suppress_health_check=list(HealthCheck),
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 

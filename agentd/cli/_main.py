@@ -29,9 +29,10 @@ from agentd.config import (
     run_needs,
     server_secrets,
 )
+from agentd.errorline import config_error_lines, error_line
 from agentd.errors import ConfigError
 from agentd.exitcodes import ExitCode
-from agentd.output import claim_standard_fds
+from agentd.output import claim_standard_fds, mute, print_line
 from agentd.redact import register_secrets, secret_values
 from agentd.safetext import escape_controls
 
@@ -44,15 +45,27 @@ __all__ = ["exit_process", "main"]
 
 def _say(message: object) -> None:
     """One line for the person who ran agentd, on stderr: its control characters shown escaped."""
-    print(f"agentd: {escape_controls(str(message))}", file=sys.stderr)
+    print_line(f"agentd: {escape_controls(str(message))}", err=True)
 
 
-def _print_config_error(exc: ConfigError, spelled: dict[str, str] | None = None) -> None:
-    """One line per problem; a setting given under another tool's name is named that way."""
-    problems = exc.problems if isinstance(exc, ConfigErrors) else (exc,)
-    for problem in problems:
+def _print_config_error(
+    exc: ConfigError, spelled: dict[str, str] | None = None, note: str | None = None
+) -> None:
+    """One line per problem, the last one ``agentd: error: … — fix: …`` (rfcs/0321).
+
+    A setting given under another tool's name is named that way; ``note``
+    comes just before the final line.
+    """
+    problems = []
+    for problem in exc.problems if isinstance(exc, ConfigErrors) else (exc,):
         alias = (spelled or {}).get(problem.setting)
-        _say(ConfigError(alias, problem.value, problem.fix) if alias is not None else problem)
+        problems.append(ConfigError(alias, problem.value, problem.fix) if alias is not None else problem)
+    *lines, final = config_error_lines(problems)
+    for line in lines:
+        print_line(line, err=True)
+    if note is not None:
+        _say(note)
+    print_line(final, err=True)
 
 
 def _serve(argv: list[str]) -> int:
@@ -61,7 +74,13 @@ def _serve(argv: list[str]) -> int:
     except ImportError as exc:
         if exc.name != "agentd.servers":
             raise
-        print("agentd: the bundled servers (agentd.servers) are not available in this build", file=sys.stderr)
+        print_line(
+            error_line(
+                "the bundled servers (agentd.servers) are not available in this build",
+                "install agentd from a full clone (pip install .) to get `agentd serve`",
+            ),
+            err=True,
+        )
         return int(ExitCode.CRASHED)
     return servers_main(argv)
 
@@ -101,10 +120,13 @@ def _run(settings: Settings, closed_fds: frozenset[int]) -> int:
             proc.discard()
         if exc.name != "agentd.supervisor.app":
             raise
-        print(
-            "agentd: the configuration is valid, but the supervisor (agentd.supervisor.app) is not "
-            "available in this build; nothing was run",
-            file=sys.stderr,
+        print_line(
+            error_line(
+                "the configuration is valid, but the supervisor (agentd.supervisor.app) is not "
+                "available in this build; nothing was run",
+                "install agentd from a full clone (pip install .) to run agents",
+            ),
+            err=True,
         )
         return int(ExitCode.CRASHED)
     return int(run(settings, closed_fds=closed_fds, early_servers=early))
@@ -149,9 +171,27 @@ def _main(argv: Sequence[str]) -> int:
     # First: a closed stdin/stdout/stderr gets /dev/null before anything
     # opens a file or socket that would take its number.
     closed_fds = claim_standard_fds()
+    try:
+        return _command(argv, closed_fds)
+    except BrokenPipeError:
+        # A reader left while something not written through agentd.output.print_line was being
+        # written (what agentd writes itself keeps its exit code there; argparse's --help drops the
+        # error itself): stop writing, quietly, as other commands do (rfcs/0323). The command was
+        # cut short where it wrote, so it ends as an output failure; the final error line has
+        # nowhere to go, its stream is the one that closed.
+        mute(sys.stdout)
+        mute(sys.stderr)
+        return int(ExitCode.OUTPUT_FAILED)
+
+
+def _command(argv: Sequence[str], closed_fds: frozenset[int]) -> int:
     args = list(argv)
     if args and args[0] == "serve":
         return _serve(args[1:])
+    if args and args[0] == "status":
+        from agentd.cli._status import main as status_main
+
+        return status_main(args[1:])
     check = bool(args) and args[0] == "check"
     if check:
         args = args[1:]
@@ -178,9 +218,8 @@ def _main(argv: Sequence[str]) -> int:
         settings = load_settings(flags, config_file=config_file, env=os.environ, run_inputs=False)
         found = _conversation(settings)
     except ConfigError as exc:
-        _print_config_error(exc, spelled)
-        if exc.setting == "--config" and "-c" in args:
-            _say("(-c is --config; --continue continues the last conversation)")
+        hint = "(-c is --config; --continue continues the last conversation)"
+        _print_config_error(exc, spelled, hint if exc.setting == "--config" and "-c" in args else None)
         return int(ExitCode.CONFIG)
     register_secrets(server_secrets(settings))
     for old_name in deprecations(settings):
@@ -256,8 +295,7 @@ def _check(settings: Settings, found: Found | None, *, show_secrets: bool) -> in
         else:
             _say(f"warning: {problem}")
     if problems:
-        for problem in problems:
-            _print_config_error(problem)
+        _print_config_error(problems[0] if len(problems) == 1 else ConfigErrors(problems))
         return int(ExitCode.CONFIG)
     from agentd.supervisor.unmatched import before_start
 
@@ -270,7 +308,7 @@ def _check(settings: Settings, found: Found | None, *, show_secrets: bool) -> in
     shown = effective_config(settings, os.environ, show_secrets=show_secrets)
     # Which agentd validated it (not a setting: bug reports paste this output).
     shown["agentd_version"] = __version__
-    print(json.dumps(shown, sort_keys=True, indent=2))
+    print_line(json.dumps(shown, sort_keys=True, indent=2))
     return int(ExitCode.OK)
 
 
@@ -278,8 +316,7 @@ def _check_connect(settings: Settings) -> int:
     """``agentd check --connect``: the static check's refusals, then connect and report (docs/check.md)."""
     problems = [problem for spec, problem in missing_server_commands(settings, os.environ) if spec.required]
     if problems:
-        for problem in problems:
-            _print_config_error(problem)
+        _print_config_error(problems[0] if len(problems) == 1 else ConfigErrors(problems))
         return int(ExitCode.CONFIG)
     from agentd.supervisor.checkconnect import main as check_connect
 

@@ -35,6 +35,7 @@ __all__ = [
 USAGE = """\
 agentd [OPTIONS] [INSTRUCTION | -]
        agentd check [OPTIONS] [INSTRUCTION]
+       agentd status [--addr HOST:PORT] [--watch] [--json]
        agentd serve NAME [OPTIONS]       (agentd serve --help lists the servers)"""
 
 DESCRIPTION = """\
@@ -49,6 +50,8 @@ commands:
                   (credentials hidden) and what a run would still need;
                   --connect also starts the servers and calls each model once
   serve NAME      run a bundled MCP server: memo, files, inbox, kube, webhook
+  status          what a running daemon is doing (its --health-addr /status);
+                  --watch refreshes in place, --json prints the document
 
 examples:
   agentd -m openai:gpt-4o-mini "summarise the open issues"
@@ -152,12 +155,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("output", ("-q", "--quiet"), _FLAG, None, "only the answer and errors"),
     Option("output", ("-v", "--verbose"), _SWITCH, None, "also log debug events"),
     Option("output", ("--log-level",), _ONE, "LEVEL", "least telemetry level on stderr: debug, info (default), warning, error"),
-    Option("output", ("--log-format",), _ONE, "auto|json|text", "telemetry lines: NDJSON, text, or auto (text on a terminal)"),
+    Option("output", ("--log-format",), _ONE, "auto|human|text|json", "telemetry on stderr: progress for a person, every event as text, NDJSON, or auto (human on a terminal, else json)"),
     Option("operations", ("--state-dir",), _ONE, "DIR", "keep conversations, sessions, watch state and OAuth tokens here (default for conversations: ~/.local/state/agentd)"),
     Option("operations", ("--watch-state",), _ONE, "PATH", "persist watch specs in this file (default: in --state-dir)"),
     Option("operations", ("--grace",), _ONE, "DURATION", "drain time after SIGTERM/SIGINT/SIGHUP (default 25s)"),
-    Option("operations", ("--health-addr",), _ONE, "HOST:PORT", "serve /healthz and /readyz here"),
+    Option("operations", ("--health-addr",), _ONE, "HOST:PORT", "serve /healthz, /readyz, /status and the status page here"),
     Option("operations", ("--metrics-addr",), _ONE, "HOST:PORT", "serve Prometheus metrics here"),
+    Option("operations", ("--status-token-file",), _ONE, "FILE", "bearer token for /status and the status page on --health-addr (needed beyond loopback)"),
+    Option("operations", ("--status-show-content",), _FLAG, None, "/status and the page show instructions and tool arguments (hidden by default)"),
 )
 # fmt: on
 

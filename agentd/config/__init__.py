@@ -55,7 +55,7 @@ from agentd.config._servers import (
     parse_mcp_servers_json,
     parse_server_file,
 )
-from agentd.config._settings import Settings
+from agentd.config._settings import Settings, read_status_token
 from agentd.config._sources import Deprecation
 from agentd.config._vocab import (
     DEFAULT_MAX_READ_BYTES,
@@ -113,6 +113,7 @@ __all__ = [
     "parse_route_spec",
     "parse_server_file",
     "parse_subscription",
+    "read_status_token",
     "route_model_settings",
     "run_needs",
     "server_secrets",

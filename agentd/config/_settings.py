@@ -62,6 +62,31 @@ from agentd.durations import parse_duration, parse_size
 from agentd.errors import ConfigError
 from agentd.output import DEFAULT_TELEMETRY_BUFFER
 
+MIN_STATUS_TOKEN_LENGTH = 16
+"""Shortest bearer token accepted for the status (as for the bundled servers' ``--http``): shorter is guessable."""
+
+
+def read_status_token(path: Path) -> str:
+    """The bearer token in the first line of ``path`` (``--status-token-file``).
+
+    Raises:
+        ValueError: the file cannot be read, or the token is shorter than :data:`MIN_STATUS_TOKEN_LENGTH`
+            (the settings turn it into a message naming ``--status-token-file``).
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            token = f.readline().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(
+            f"it cannot be read ({getattr(exc, 'strerror', None) or exc}); name a readable file"
+        ) from exc
+    if len(token) < MIN_STATUS_TOKEN_LENGTH:
+        raise ValueError(
+            f"its first line is {len(token)} characters long: put a bearer token of at least "
+            f"{MIN_STATUS_TOKEN_LENGTH} random characters there (e.g. openssl rand -hex 24 > FILE)"
+        )
+    return token
+
 
 class Settings(BaseSettings):
     """The validated, frozen configuration of one agentd process.
@@ -122,7 +147,7 @@ class Settings(BaseSettings):
     output: OutputFormat = "text"
     verbose: bool = False
     log_level: LogLevel | None = None
-    """Least telemetry level written (None: ``info``, or ``debug`` with ``verbose``)."""
+    """Least telemetry level written (None: ``info``, ``debug`` with ``verbose``, ``error`` with ``quiet``)."""
     log_format: LogFormat = "auto"
     """Telemetry line format on stderr."""
     output_truncate: int = 2000
@@ -140,6 +165,11 @@ class Settings(BaseSettings):
     """HOST:PORT of the health endpoint (None: no endpoint)."""
     metrics_addr: str | None = None
     """HOST:PORT of the Prometheus endpoint (None: no endpoint)."""
+    status_show_content: bool = False
+    """``GET /status`` and the status page show instruction texts and tool arguments (rfcs/0336)."""
+    status_token_file: Path | None = None
+    """File whose first line is the bearer token ``GET /status`` and the page need (required for them
+    beyond loopback; rfcs/0336)."""
     max_read_bytes: int = DEFAULT_MAX_READ_BYTES
     """Largest resource read accepted from a server."""
     max_self_subscriptions_per_session: int = DEFAULT_MAX_SELF_SUBSCRIPTIONS_PER_SESSION
@@ -164,7 +194,7 @@ class Settings(BaseSettings):
     ephemeral: bool = False
     """A once run saves no conversation (``--ephemeral``)."""
     quiet: bool = False
-    """``-q``: only the answer and errors (telemetry at ``error``; rfcs/0301)."""
+    """``-q``: only the answer and errors (telemetry at ``error``: no progress, no warnings; rfcs/0301, 0320)."""
     reconnect_backoff: Annotated[tuple[float, ...] | None, NoDecode] = None
     """Seconds before reconnect attempt 1, 2, … of an upstream server, comma-separated
     (``AGENTD_RECONNECT_BACKOFF=1,2,4``; None: 1, 2, 4, 8, 16 s). An operator knob; tests
@@ -448,6 +478,15 @@ class Settings(BaseSettings):
     @classmethod
     def _addr(cls, v: str | None) -> str | None:
         return None if v is None else _check_addr(v)
+
+    @field_validator("status_token_file")
+    @classmethod
+    def _status_token_file(cls, v: Path | None) -> Path | None:
+        if v is None:
+            return v
+        v = _expand_user(v)
+        read_status_token(v)  # a missing file or a short token is exit 2 now, not a 401 later
+        return v
 
     @field_validator("watch_state")
     @classmethod

@@ -29,8 +29,9 @@ OutputFormat = Literal["text", "json", "stream-json"]
 """The result on stdout: text, one JSON object, or NDJSON of every step (``stream-json``)."""
 LogLevel = Literal["debug", "info", "warning", "error"]
 """The least telemetry level written on stderr (``--log-level``)."""
-LogFormat = Literal["auto", "json", "text"]
-"""Telemetry lines: NDJSON, readable text, or text on a terminal and NDJSON otherwise (``auto``)."""
+LogFormat = Literal["auto", "json", "text", "human"]
+"""Telemetry on stderr: NDJSON, every event as text, progress for a person (``human``), or
+``human`` on a terminal and NDJSON otherwise (``auto``; rfcs/0320)."""
 
 Disposition = Literal["spawn", "continue"]
 """A route's action: start a fresh root per event, or deliver into one warm session."""

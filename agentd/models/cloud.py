@@ -6,7 +6,7 @@ to hand-write: AWS SigV4 request signing with the whole boto credential chain
 (environment, profile, IAM role for service accounts, instance metadata) and
 Google's application default credentials (a service-account file, workload
 identity, the metadata server) with token refresh. The SDK is an optional
-extra (``agentd-supervisor[bedrock]``, ``agentd-supervisor[vertex]``), imported only when such a
+extra (``bedrock``, ``vertex``), imported only when such a
 model is used, and then in the zygote before it forks (:func:`prewarm`), so
 a child does not pay its 2-3 s import.
 
@@ -57,6 +57,7 @@ from agentd.errors import (
     ModelResponseError,
     ModelUnavailableError,
 )
+from agentd.extras import install_hint
 from agentd.jsonvalue import JSONObject
 from agentd.models._http import DEFAULT_MODEL_TIMEOUT_S, MAX_ATTEMPTS, new_client
 from agentd.models.anthropic import beta_headers, build_request, parse_response
@@ -71,10 +72,10 @@ if TYPE_CHECKING:
 
 CloudProvider = Literal["bedrock", "vertex"]
 
-#: The extra that brings each provider's SDK, and the modules it needs.
+#: The extra (of agentd's distribution) that brings each provider's SDK, and the modules it needs.
 EXTRAS: dict[CloudProvider, tuple[str, tuple[str, ...]]] = {
-    "bedrock": ("agentd-supervisor[bedrock]", ("anthropic", "boto3", "botocore")),
-    "vertex": ("agentd-supervisor[vertex]", ("anthropic", "google.auth")),
+    "bedrock": ("bedrock", ("anthropic", "boto3", "botocore")),
+    "vertex": ("vertex", ("anthropic", "google.auth")),
 }
 
 #: The ``genai-prices`` provider id of each cloud.
@@ -121,8 +122,7 @@ def check_environment(provider: CloudProvider, spec: str, env: Mapping[str, str]
         raise ConfigError(
             "model",
             spec,
-            f"{provider}: needs the optional SDK ({', '.join(missing)} not installed); "
-            f"install it with: pip install '{extra}'",
+            f"{provider}: needs the optional SDK ({', '.join(missing)} not installed); {install_hint(extra)}",
         )
     if provider == "bedrock":
         if not (env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or env.get("AWS_PROFILE")):

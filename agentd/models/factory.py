@@ -15,7 +15,7 @@ Specs:
   :data:`AZURE_API_VERSION`; ``v1`` selects the version-less ``/openai/v1`` API).
 * ``bedrock:MODEL`` / ``vertex:MODEL``: Anthropic models on AWS / Google
   Cloud, through the official SDK (:mod:`agentd.models.cloud`; extras
-  ``agentd-supervisor[bedrock]`` / ``[vertex]``).
+  the ``bedrock`` / ``vertex`` extras).
 * ``NAME:MODEL``: an endpoint declared as ``[providers.NAME]``
   (:class:`ProviderConfig`): several OpenAI-compatible servers (vLLM,
   llama.cpp, Ollama, a hosted one) in one configuration.

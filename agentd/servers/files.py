@@ -464,10 +464,34 @@ class WatcherRegistry(Generic[W]):
             self._nursery.start_soon(self._run, entry)
         entry.uris[uri] += 1
 
-    def _limit_message(self, uri: str) -> str:
+    def _first_past_cap(self, uris: Iterable[str]) -> str | None:
+        """The first of ``uris`` (in order) whose watcher would be one past ``max_watchers``, if any."""
+        new: set[Hashable] = set()
+        for uri in uris:
+            k = self._key(uri)
+            if k is None or k in self._entries or k in new:
+                continue
+            if len(self._entries) + len(new) >= self._max_watchers:
+                return uri
+            new.add(k)
+        return None
+
+    def _watchers_before(self, uris: Iterable[str], past: str) -> int:
+        """Watchers running plus those ``uris`` start before ``past`` (what the refusal counts)."""
+        keys = set(self._entries)
+        for uri in uris:
+            if uri == past:
+                break
+            k = self._key(uri)
+            if k is not None:
+                keys.add(k)
+        return len(keys)
+
+    def _limit_message(self, uri: str, running: int | None = None) -> str:
         name = self._server.name
+        count = len(self._entries) if running is None else running
         return (
-            f"subscription to {uri!r} refused: this server already runs {len(self._entries)} "
+            f"subscription to {uri!r} refused: this server already runs {count} "
             f"{self._watcher_noun} (one per subscribed URI), its limit (--max-watchers "
             f"{self._max_watchers} of `agentd serve {name}`); unsubscribe from a URI you no longer "
             f"need and subscribe again, or start the server with a higher --max-watchers"
@@ -517,6 +541,11 @@ class WatcherRegistry(Generic[W]):
             notifications = params.get("notifications")
             raw = notifications.get("resourceSubscriptions") if isinstance(notifications, Mapping) else None
             uris = [u for u in raw if isinstance(u, str)] if isinstance(raw, list) else []
+            past = self._first_past_cap(uris)
+            if past is not None:
+                # Refused before anything starts: no watcher is started and stopped for a refused stream.
+                running = self._watchers_before(uris, past)
+                raise self._refusal(past, WatcherLimitReached(self._limit_message(past, running))) from None
             held: list[str] = []
             try:
                 for uri in uris:

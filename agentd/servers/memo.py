@@ -192,7 +192,9 @@ def build(args: argparse.Namespace) -> WatchableServer:
         await server.notify_changed(NOTES_URI)
 
     @server.mcp.tool(
-        description="Set note `key` to `value` (any JSON). Subscribers of memo://notes are notified."
+        description="Set note `key` to `value` (any JSON). Subscribers of memo://notes are notified.",
+        # It writes (a loop shift that calls it did work, rfcs/0280) and may overwrite a note.
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True),
     )
     async def memo_set(key: str, value: object) -> dict[str, object]:
         _check_key(key)
@@ -201,7 +203,10 @@ def build(args: argparse.Namespace) -> WatchableServer:
         await apply(base)
         return {"key": key, "value": value}
 
-    @server.mcp.tool(description="Delete note `key`. Subscribers of memo://notes are notified.")
+    @server.mcp.tool(
+        description="Delete note `key`. Subscribers of memo://notes are notified.",
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=False),
+    )
     async def memo_delete(key: str) -> dict[str, object]:
         _check_key(key)
         if store.error is not None:

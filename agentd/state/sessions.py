@@ -358,7 +358,8 @@ class SessionJournals:
                 os.close(j.fd)
                 j.fd = None
             j.owner = agent
-            if self._restored_agents.get(agent) == j.session and j.path.exists():
+            # Taken, not read: it is needed at this first turn only (the map stays as small as the restores in flight).
+            if self._restored_agents.pop(agent, None) == j.session and j.path.exists():
                 j.fd = jf.open_append(j.path)
             else:
                 j.turn_tokens = []

@@ -15,16 +15,30 @@ besides its phase (its turn record, the notices it answers or has queued,
 what it was started for, its self-subscriptions) is changed through its
 methods too: the reactor's parts read an agent's fields and never write them.
 
-:class:`AgentTable` owns the agents by id, the warm sessions by name and the
-agent id sequence. Pure: no trio, no I/O.
+:class:`AgentTable` owns the live agents by id, the warm sessions by name and the
+agent id sequence. An agent leaves the table once its exit was reported
+(:meth:`AgentTable.forget`): what a status view needs of it afterwards is
+kept in bounded form, the run's counts and the last :data:`RECENT_EXITED`
+agents as :class:`ExitedAgent` records, so a daemon that starts an agent a
+second holds as much after a month as after a minute (rfcs/0281).
+
+What a status view reads (issue 30), all without a second copy: the running
+agents are the table itself (:meth:`AgentTable.live`: its size is the number
+of running agents, plus one whose exit is being handled in the current
+step); the finished ones are :meth:`AgentTable.recent` (at most
+:data:`RECENT_EXITED`, oldest first); the run's totals are
+:attr:`AgentTable.started` and :attr:`AgentTable.forgotten`. Times are the
+reactor's clock (``trio.current_time()``), not wall time.
+Pure: no trio, no I/O.
 """
 
 from __future__ import annotations
 
 import enum
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Final, Literal
 
 from agentd.errors import AgentdError
 from agentd.events import Notice, TurnEnded
@@ -49,6 +63,10 @@ class AgentPhase(enum.Enum):
 
 AgentRole = Literal["root", "spawn", "session"]
 """Why the agent runs: the mode's root, a spawn route's event, or a named warm session."""
+
+RECENT_EXITED: Final = 50
+"""Exited agents the table remembers (newest last): as many as a status page shows
+at a glance; everything older is in the run's counts and the telemetry."""
 
 
 class IllegalTransition(AgentdError):
@@ -91,6 +109,24 @@ class Agent:
     """The notices the current turn answers (for ``reply.suppressed`` telemetry)."""
     origin: list[QueuedEvent] = field(default_factory=list)
     """The routed changes it was started for: queued again if its spawn fails."""
+    steps: int = 0
+    """Model calls it reported (the status view)."""
+    tokens: int = 0
+    """Input + output tokens it reported, as the budget counts them."""
+    cost_usd: float = 0.0
+    """US dollars of its priced calls."""
+    unpriced_calls: int = 0
+    """Its calls of unknown price (its cost is then unknown)."""
+    woken_by: tuple[str, ...] = ()
+    """The URIs of the delivery that started its current (or last) turn; empty: its instruction."""
+    woken_route: str | None = None
+    """The route of that delivery."""
+    woken_at: float | None = None
+    """When that delivery was handed over (monotonic)."""
+    changed_state: bool = False
+    """Its current turn made a tool call that may change state, and it succeeded (the hub's report)."""
+    delivered: bool = False
+    """Its current turn carries a routed delivery or notices (not the loop's own next shift)."""
 
     @property
     def phase(self) -> AgentPhase:
@@ -122,14 +158,16 @@ class Agent:
         self._move(AgentPhase.IDLE, (AgentPhase.STARTING, AgentPhase.TURN))
         self.held = end
 
-    def resume(self, now: float | None = None) -> TurnEnded | None:
-        """A delivery reached it. IDLE -> TURN; returns the held turn end to answer.
+    def resume(self, now: float | None = None, *, delivery: bool = False) -> TurnEnded | None:
+        """Its next turn starts. IDLE -> TURN; returns the held turn end to answer.
 
         ``now``: when the next turn's input is handed over (its duration counts from it).
+        ``delivery``: the turn carries a routed delivery or notices (not the loop's own shift).
         """
         self._move(AgentPhase.TURN, (AgentPhase.IDLE,))
         if now is not None:
             self.turn_started_at = now
+        self.changed_state, self.delivered = False, delivery
         held, self.held = self.held, None
         return held
 
@@ -148,6 +186,19 @@ class Agent:
 
     # What the agent carries besides its phase: changed through these methods by the reactor's parts.
 
+    def record_state_change(self) -> None:
+        """A tool call of its current turn that may change state succeeded (rfcs/0280)."""
+        self.changed_state = True
+
+    def record_delivery(self) -> None:
+        """Its current (first) turn carries a routed delivery or notices."""
+        self.delivered = True
+
+    @property
+    def idle_turn(self) -> bool:
+        """Its current turn left no observable state: no state-changing tool call, no delivery (rfcs/0280)."""
+        return not self.changed_state and not self.delivered
+
     def answering(self, notices: list[Notice]) -> None:
         """Its next (or first) turn answers ``notices`` (for ``reply.suppressed``)."""
         self.notice_turn = notices
@@ -160,6 +211,19 @@ class Agent:
         """The notices queued mid-turn (they become the follow-up turn, or are dropped at exit)."""
         pending, self.notices = self.notices, []
         return pending
+
+    def charge(self, *, tokens: int, steps: int, cost_usd: float | None) -> None:
+        """One of its model calls was charged to the budget: its own share, for the status view."""
+        self.tokens += tokens
+        self.steps += steps
+        if cost_usd is None:
+            self.unpriced_calls += 1
+        else:
+            self.cost_usd += cost_usd
+
+    def woken(self, route: str | None, uris: tuple[str, ...], now: float) -> None:
+        """A delivery on ``route`` of ``uris`` started its turn (or the agent itself)."""
+        self.woken_route, self.woken_by, self.woken_at = route, uris, now
 
     def started_for(self, origin: list[QueuedEvent]) -> None:
         """The routed changes it was started for (queued again if its spawn fails)."""
@@ -202,20 +266,43 @@ class Agent:
         return self.subscription_servers.pop(uri, None)
 
 
+@dataclass(frozen=True, slots=True)
+class ExitedAgent:
+    """What the table keeps of an agent after it exited (its last :data:`RECENT_EXITED` only)."""
+
+    id: str
+    role: AgentRole
+    route: str | None
+    session: str | None
+    status: TerminalStatus | None
+    """Its last terminal status (None: it never ended a turn)."""
+    turns: int
+    started_at: float
+    exited_at: float
+
+
 class AgentTable:
-    """Every agent the reactor started, by id, and which agent holds each warm session.
+    """The agents the reactor runs, by id, which agent holds each warm session, and the recently exited.
 
     Args:
         reserved: session names that are taken without an agent (restored
             watch sessions): an unnamed agent's id, which doubles as its
             session name, skips them.
+        recent: how many exited agents :meth:`recent` keeps.
     """
 
-    def __init__(self, reserved: Callable[[str], bool] = lambda _name: False) -> None:
+    def __init__(
+        self, reserved: Callable[[str], bool] = lambda _name: False, *, recent: int = RECENT_EXITED
+    ) -> None:
         self._agents: dict[str, Agent] = {}
         self._sessions: dict[str, str] = {}
         self._seq = 0
         self._reserved = reserved
+        self._recent: deque[ExitedAgent] = deque(maxlen=recent)
+        self.started = 0
+        """Agents started in this run."""
+        self.forgotten = 0
+        """Agents that exited and left the table."""
 
     def __iter__(self) -> Iterator[Agent]:
         return iter(self._agents.values())
@@ -230,11 +317,44 @@ class AgentTable:
         return self._agents[agent_id]
 
     def live(self) -> list[Agent]:
+        """The agents whose process runs (the table holds no others once their exit is handled)."""
         return [a for a in self._agents.values() if a.alive]
 
     def busy(self) -> bool:
         """Some agent is mid-turn."""
         return any(a.busy for a in self._agents.values())
+
+    def forget(self, agent: Agent, now: float) -> None:
+        """``agent`` exited and its exit was reported: it leaves the table (kept in :meth:`recent`).
+
+        Raises:
+            IllegalTransition: the agent has not exited (a reactor bug).
+        """
+        if agent.alive:
+            raise IllegalTransition(
+                f"agent {agent.id!r} cannot leave the table while {agent.phase.value}: only once exited "
+                "(a reactor bug: please report it)"
+            )
+        if self._agents.pop(agent.id, None) is None:
+            return  # forgotten already
+        self.release_session(agent)
+        self.forgotten += 1
+        self._recent.append(
+            ExitedAgent(
+                id=agent.id,
+                role=agent.role,
+                route=agent.route,
+                session=agent.session,
+                status=agent.status,
+                turns=agent.turns,
+                started_at=agent.started_at,
+                exited_at=now,
+            )
+        )
+
+    def recent(self) -> tuple[ExitedAgent, ...]:
+        """The last exited agents, oldest first (at most ``recent`` of them)."""
+        return tuple(self._recent)
 
     def new(
         self,
@@ -263,6 +383,7 @@ class AgentTable:
             turn_started_at=now,
         )
         self._agents[agent.id] = agent
+        self.started += 1
         if session is not None:
             self._sessions[session] = agent.id
         return agent

@@ -42,16 +42,19 @@ from typing import TYPE_CHECKING
 import orjson
 import trio
 
+from agentd import __version__
 from agentd.agent.zygote import PREWARM_MODELS_ENV, _rehearse
-from agentd.config import ProviderSpec, Settings, deprecations
+from agentd.config import ProviderSpec, Settings, deprecations, read_status_token
 from agentd.counters import RunCounters
+from agentd.errorline import config_error_lines, config_failure, failure_for, internal_failure
 from agentd.errors import AgentdError, ConfigError, StateFileError
 from agentd.events import ReactorEvent, SignalReceived
 from agentd.exitcodes import ExitCode, TerminalStatus, code_for_status
+from agentd.humanlog import HumanView, colours_wanted, terminal_width
+from agentd.jsonvalue import JSONObject
 from agentd.limits import raise_open_files_limit
 from agentd.output import DEFAULT_OUTPUT_BUFFER, LineWriter
 from agentd.redact import redact
-from agentd.safetext import escape_controls
 from agentd.sdnotify import Notifier
 from agentd.selfmcp.protocol import MessageFrame, ProviderFrame, SpawnPayload, ToolSpecFrame
 from agentd.selfmcp.server import serve_child
@@ -65,6 +68,7 @@ from agentd.supervisor.hub import SELF_TOOLS, SupervisorHub, server_for
 from agentd.supervisor.reactor import Agent, Hooks, Reactor, open_channel
 from agentd.supervisor.routes import build_router, make_clock, model_profiles, staged_routes
 from agentd.supervisor.sessionroutes import SessionRoutes, SubscriptionCaps
+from agentd.supervisor.statusview import RunFacts, status_document
 from agentd.supervisor.subscriptions import Subscriptions
 from agentd.supervisor.tree import Tree
 from agentd.supervisor.unmatched import at_start, offers_of, unavailable
@@ -126,7 +130,6 @@ def _run(settings: Settings, closed_fds: frozenset[int], early_servers: dict[str
     try:
         backoff = settings.reconnect_backoff
         limits = watch_limits(settings.watches)
-        buffer = settings.telemetry_buffer
         # One agentd per --state-dir (rfcs/0210); watch state lives in it unless --watch-state says otherwise.
         state_dir = None
         own_watch_state = False
@@ -143,18 +146,13 @@ def _run(settings: Settings, closed_fds: frozenset[int], early_servers: dict[str
         )
         conversation = _once_conversation(settings)
     except ConfigError as exc:
-        print(f"agentd: {escape_controls(str(exc))}", file=sys.stderr)
+        # Before telemetry starts: plain lines, the last one the error and its fix (rfcs/0321).
+        for line in config_error_lines((exc,)):
+            print(line, file=sys.stderr)
         return int(ExitCode.CONFIG)
     # Before any thread starts: a fork copies only the calling thread.
     preforked = _prefork_once_root(settings)
-    telemetry = Telemetry(
-        verbose=bool(settings.verbose),
-        fd=2,
-        buffer_bytes=buffer,
-        fd_closed=2 in closed_fds,
-        level=settings.log_level or ("error" if settings.quiet else None),
-        line_format=line_format(settings.log_format, 2),
-    )
+    telemetry = make_telemetry(settings, fd=2, closed=2 in closed_fds)
     log_handler = route_logging(telemetry)
     # What claiming the state directory moved out of the way (rfcs/0275), now that it can be told.
     for moved in (
@@ -203,6 +201,7 @@ def _run(settings: Settings, closed_fds: frozenset[int], early_servers: dict[str
         )
     except KeyboardInterrupt:
         code = int(ExitCode.DRAIN_TIMEOUT)
+        telemetry.fail(failure_for(code))
     except Exception as exc:  # a bug: say so plainly, exit 1, never a hang
         telemetry.emit(
             "supervisor.internal_error",
@@ -210,6 +209,7 @@ def _run(settings: Settings, closed_fds: frozenset[int], early_servers: dict[str
             traceback="".join(traceback.format_exception(exc)),
         )
         code = int(ExitCode.CRASHED)
+        telemetry.fail(internal_failure(exc))
     finally:
         if state_lock is not None:
             state_lock.release()
@@ -305,13 +305,36 @@ def _server_auth(spec: ServerSpec, state_dir: Path | None, telemetry: Telemetry)
 
 
 def line_format(log_format: LogFormat, fd: int) -> LineFormat:
-    """``--log-format``: ``auto`` is text when ``fd`` is a terminal (a person reads it), else JSON."""
+    """``--log-format``: ``auto`` is human when ``fd`` is a terminal (a person reads it), else JSON."""
     if log_format == "auto":
         try:
-            return "text" if os.isatty(fd) else "json"
+            return "human" if os.isatty(fd) else "json"
         except OSError:
             return "json"
     return log_format
+
+
+def make_telemetry(settings: Settings, *, fd: int, closed: bool) -> Telemetry:
+    """The run's telemetry on ``fd``, in the settings' format, level and verbosity (rfcs/0320).
+
+    ``--quiet`` is the level ``error`` (only errors and a failed run's final
+    line; the answer is on stdout); ``--verbose`` is ``debug``, and the
+    human format then shows every event besides its progress lines.
+    """
+    level = settings.log_level or ("error" if settings.quiet else None)
+    verbose = bool(settings.verbose) or level == "debug"
+    view = HumanView(
+        colour=colours_wanted(os.environ, fd), width=terminal_width(fd, os.environ), verbose=verbose
+    )
+    return Telemetry(
+        verbose=bool(settings.verbose),
+        fd=fd,
+        buffer_bytes=settings.telemetry_buffer,
+        fd_closed=closed,
+        level=level,
+        line_format=line_format(settings.log_format, fd),
+        view=view,
+    )
 
 
 #: Python logging levels as telemetry levels (CRITICAL is an error too).
@@ -411,7 +434,6 @@ async def _main(
     governor = RestartGovernor(intensity=settings.max_restarts, period=settings.restart_period)
     clock = driver.source if isinstance(driver, modes.Schedule) else make_clock(settings, now=now)
 
-    outputs: list[dict[str, str]] = []
     json_out = settings.output == "json"
     once = settings.mode == "once"
     from agentd.streamjson import Causes, StreamJson
@@ -433,7 +455,6 @@ async def _main(
             return  # once prints its one result at exit
         if stream is not None:
             stream.reply(agent=agent.id, route=agent.route, status=status, text=text)
-            outputs.append({"agent": agent.id, "status": status})
             return
         if json_out:
             from agentd.telemetry import _now_rfc3339
@@ -453,7 +474,6 @@ async def _main(
         # Never blocks: a full, closed or unread stdout loses this result
         # (counted as outputs_lost), never the daemon.
         stdout.put(line + b"\n")
-        outputs.append({"agent": agent.id, "status": status})
 
     # The supervisor's model, system prompt and settings, and those of routes that name their own.
     default_profile, route_profiles = model_profiles(settings)
@@ -636,7 +656,7 @@ async def _main(
         try:
             await watches.check_routes()  # a declared on_event the sandbox refuses is a config error
         except ConfigError as exc:
-            print(f"agentd: {escape_controls(str(exc))}", file=sys.stderr)
+            telemetry.fail(config_failure((exc,)))
             nursery.cancel_scope.cancel()
             return int(ExitCode.CONFIG)
         # Before the reactor turns, so its handlers never race this direct route table.
@@ -656,8 +676,28 @@ async def _main(
         def snapshot() -> MetricsSnapshot:
             return dataclasses.replace(reactor.metrics_snapshot(), outputs_lost=stdout.dropped)
 
+        facts = RunFacts(
+            version=__version__,
+            mode=settings.mode,
+            model=settings.model,
+            pid=os.getpid(),
+            started=trio.current_time() - (time.monotonic() - started_wall),
+            show_content=settings.status_show_content,
+        )
+
+        def status() -> JSONObject:
+            return status_document(
+                reactor,
+                facts,
+                upstreams=upstreams,
+                tools_running=hub.running(),
+                watches=watches.watches(),
+                now=trio.current_time(),
+                wall=time.time(),
+            )
+
         if settings.health_addr or settings.metrics_addr:
-            await _start_health(settings, reactor, telemetry, nursery, snapshot)
+            await _start_health(settings, reactor, telemetry, nursery, snapshot, status)
 
         if notifier.watchdog_interval is not None:  # WatchdogSec= only: otherwise no timer at all
             from agentd.health import reactor_probe
@@ -691,6 +731,7 @@ async def _main(
         telemetry.emit(
             "supervisor.exit",
             exit_code=int(code),
+            status=reactor.status.root_status if once else "stopped",
             # The same counter set /metrics reads (agentd.counters).
             counters={**counters.totals(), "outputs_lost": stdout.dropped},
             cost_usd=budget.cost_usd(),
@@ -700,7 +741,11 @@ async def _main(
             # A run that went on without a server does not end looking clean (rfcs/0315).
             servers_unavailable=unavailable(reactor.readiness.server_states, reactor.readiness.server_errors)
             or None,
+            duration_s=round(time.monotonic() - started_wall, 3),
         )
+        if code is not ExitCode.OK:
+            # The stream's last line (written at close): what happened and the fix (rfcs/0321).
+            telemetry.fail(failure_for(code, run_error(reactor, code, settings)))
         nursery.cancel_scope.cancel()
     return int(code)
 
@@ -863,6 +908,14 @@ def run_error(reactor: Reactor, code: ExitCode, settings: Settings | None = None
             "running turns did not finish within the drain grace",
             "raise --grace (and terminationGracePeriodSeconds on Kubernetes)",
         )
+    elif code is ExitCode.CRASHED and reactor.status.breaker_open:
+        error = (
+            "crashed",
+            "the agent kept crashing: more restarts than --max-restarts within --restart-period "
+            "(the restart breaker opened)",
+            "read the crashes' subagent.exit and child.stderr lines above; raise --max-restarts only "
+            "once the cause is known",
+        )
     elif code is ExitCode.CRASHED:
         status = reactor.status.root_status or "crashed"
         error = (
@@ -993,8 +1046,15 @@ async def _flushed(
 
 
 async def _rehearse_server() -> None:
-    """Warm the SDK's lazy paths on the supervisor side too, so the first child is not slower."""
-    await _rehearse()
+    """Warm the SDK's lazy paths on the supervisor side too, so the first child is not slower.
+
+    Untraced: the rehearsal is agentd's warm-up, not a user's tool call (its
+    spans would be ``tools/call rehearsal`` traces of their own).
+    """
+    from agentd.tracing import untraced
+
+    with untraced():
+        await _rehearse()
 
 
 async def _watch_signals(events: trio.MemorySendChannel[ReactorEvent]) -> None:
@@ -1016,10 +1076,13 @@ async def _start_health(
     telemetry: Telemetry,
     nursery: trio.Nursery,
     snapshot: Callable[[], MetricsSnapshot],
+    status: Callable[[], JSONObject],
 ) -> None:
-    """Serve /healthz and /readyz (and /metrics) without ever blocking the reactor."""
+    """Serve /healthz and /readyz (and /metrics, /status and the page) without ever blocking the reactor."""
     # Imported only here: a run without probes never loads the HTTP and metrics stack (rfcs/0225).
-    from agentd.health import reactor_probe, serve_health, serve_metrics
+    from agentd.health import StatusAccess, reactor_probe, serve_health, serve_metrics
+
+    token = read_status_token(settings.status_token_file) if settings.status_token_file else None
 
     same = settings.metrics_addr is None or settings.metrics_addr == settings.health_addr
     if settings.health_addr:
@@ -1030,9 +1093,17 @@ async def _start_health(
                 probe=reactor_probe(reactor.send),
                 ready=reactor.ready,
                 snapshot=snapshot if same and settings.metrics_addr else None,
+                status=status,
+                status_token=token,
             )
         )
-        telemetry.emit("health.listening", addr=settings.health_addr, port=port)
+        access = StatusAccess.for_bind(settings.health_addr, token)
+        telemetry.emit(
+            "health.listening",
+            addr=settings.health_addr,
+            port=port,
+            status="on" if access.enabled else "off: not loopback and no --status-token-file",
+        )
     if settings.metrics_addr and not (same and settings.health_addr):
         port = await nursery.start(partial(serve_metrics, settings.metrics_addr, snapshot=snapshot))
         telemetry.emit("metrics.listening", addr=settings.metrics_addr, port=port)

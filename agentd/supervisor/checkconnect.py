@@ -32,9 +32,11 @@ from typing import Literal
 import trio
 
 from agentd.config import ServerSpec, Settings
+from agentd.errorline import Failure, split_fix
 from agentd.errors import AgentdError
 from agentd.events import ReactorEvent, ServerState
 from agentd.exitcodes import ExitCode
+from agentd.output import print_line
 from agentd.redact import redact
 from agentd.safetext import escape_controls, escape_json_controls, valid_json
 from agentd.supervisor.hub import SELF_TOOLS
@@ -108,6 +110,29 @@ class Report:
         if any(m.status == "failed" for m in self.models):
             return ExitCode.FATAL_INFRA
         return ExitCode.OK
+
+    def failure(self) -> Failure | None:
+        """The final error line of a failed check (rfcs/0321): what failed and what to check; None when ok."""
+        code = int(self.exit_code())
+        servers = [s for s in self.servers if s.status == "failed"]
+        models = [m for m in self.models if m.status == "failed"]
+        if servers:
+            kind, fix = (
+                "server",
+                "check the server's command or URL and its environment, then run agentd check --connect again",
+            )
+        elif models:
+            kind, fix = "provider", "check the model name, its API key and the provider's base URL"
+        else:
+            return None
+        failed = [(f"server {s.name}", s.error or "did not connect") for s in servers]
+        failed += [(f"model {m.model}", m.detail) for m in models]
+        if len(failed) == 1:
+            ((what, why),) = failed
+            why, own_fix = split_fix(why)  # a provider's message says which variable to set
+            return Failure(kind, f"check --connect: {what} failed: {why}", own_fix or fix, code)
+        names = ", ".join(what for what, _ in failed)
+        return Failure(kind, f"check --connect: {names} failed (the report on stdout says why)", fix, code)
 
     def to_json(self) -> dict[str, object]:
         failed = [f"server {s.name}" for s in self.servers if s.status == "failed"]
@@ -301,7 +326,10 @@ def main(settings: Settings, *, env: Mapping[str, str] | None = None) -> int:
     report = trio.run(check_connect, settings, os.environ if env is None else env)
     if settings.output == "json":
         text = json.dumps(valid_json(report.to_json()), indent=2, ensure_ascii=False)
-        print(escape_json_controls(text.encode()).decode())
+        print_line(escape_json_controls(text.encode()).decode())
     else:
-        print(report.to_text())
+        print_line(report.to_text())
+    failure = report.failure()
+    if failure is not None:
+        print_line(failure.line, err=True)
     return int(report.exit_code())

@@ -17,7 +17,8 @@ subscribes of sessions restored from their journals
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
+from collections.abc import Set as AbstractSet
 from typing import Protocol, assert_never
 
 import trio
@@ -39,6 +40,7 @@ from agentd.supervisor.subscriptions import (
 from agentd.supervisor.unmatched import subscription_fix
 from agentd.telemetry import Telemetry
 from agentd.upstream.resolve import Catalog
+from agentd.upstream.subscriptions import sample
 
 # The pure part (resolution, what is wanted) lives in agentd.supervisor.subscriptions.
 __all__ = [
@@ -55,11 +57,11 @@ class _UpstreamLike(Protocol):
     state: ServerState
 
     @property
-    def subscriptions(self) -> frozenset[str]: ...
+    def subscriptions(self) -> AbstractSet[str]: ...
     @property
     def capabilities(self) -> object | None: ...
     def catalog(self) -> Catalog: ...
-    async def subscribe(self, uri: str) -> None: ...
+    async def subscribe_many(self, uris: Collection[str]) -> dict[str, str]: ...
     async def unsubscribe(self, uri: str) -> None: ...
 
 
@@ -127,14 +129,18 @@ class DeclaredSubscriptions:
             for name, up in self._upstreams.items()
         }
         refreshed = self.subscriptions.refresh(views, reason)
+        # One subscribe per server for all its URIs: they share one listen stream (rfcs/0260).
+        by_server: dict[str, list[Subscribe]] = {}
         for action in refreshed.actions:
             match action:
                 case Subscribe():
-                    self._nursery.start_soon(self._subscribe, action)
+                    by_server.setdefault(action.server, []).append(action)
                 case Unsubscribe():
                     self._nursery.start_soon(self._unsubscribe, self._upstreams[action.server], action.uri)
                 case _:
                     assert_never(action)
+        for server, actions in by_server.items():
+            self._nursery.start_soon(self._subscribe, server, actions)
         patterns = {pattern_label(p): p.uri for p in self.subscriptions.patterns}
         for label, why, required in refreshed.unresolved:
             self._telemetry.emit(
@@ -148,32 +154,55 @@ class DeclaredSubscriptions:
             self.subscriptions.router.set_watched(route_id, count)
         return list(refreshed.forgotten)
 
-    async def _subscribe(self, action: Subscribe) -> None:
-        server, uri = action.server, action.uri
+    async def _subscribe(self, server: str, actions: list[Subscribe]) -> None:
+        """Subscribe ``actions``' URIs on ``server`` at once; report failures per reason; then the re-reads."""
         up = self._upstreams[server]
-        ok = False
+        uris = [a.uri for a in actions if not a.restored or a.uri not in up.subscriptions]
+        whole: str | None = None
         try:
-            if not action.restored or uri not in up.subscriptions:
-                await up.subscribe(uri)
-            ok = True
+            failed = await up.subscribe_many(uris)
         except AgentdError as exc:
-            if action.restored:
-                self._telemetry.emit("journal.subscription_failed", server=server, uri=uri, error=str(exc))
-            else:
-                self._telemetry.emit("subscription.failed", server=server, uri=uri, error=str(exc))
-            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                await self._events.send(SubscriptionStateChanged(server, uri, "failed", error=str(exc)))
-            return
-        finally:
+            # The server cannot subscribe at all (not connected, no capability): its own message.
+            whole = str(exc)
+            failed = dict.fromkeys(uris, whole)
+        refused: dict[str, set[str]] = {}
+        ok: list[Subscribe] = []
+        for action in actions:
+            why = failed.get(action.uri)
             if not action.restored:
-                self.subscriptions.finished(server, uri, ok=ok)
+                self.subscriptions.finished(server, action.uri, ok=why is None)
+            if why is None:
+                ok.append(action)
+            elif action.restored:
+                error = whole or f"server {server!r} could not subscribe to {action.uri!r}: {why}"
+                self._telemetry.emit(
+                    "journal.subscription_failed", server=server, uri=action.uri, error=error
+                )
+            else:
+                refused.setdefault(why, set()).add(action.uri)
+        # One line per reason, not per URI: a refused glob of 10,000 URIs is one line.
+        for why, group in refused.items():
+            if whole is not None:
+                error = whole
+            elif len(group) == 1:
+                error = f"server {server!r} could not subscribe to {next(iter(group))!r}: {why}"
+            else:
+                error = f"server {server!r} could not subscribe to {len(group)} URIs: {why}"
+            self._telemetry.emit(
+                "subscription.failed", server=server, uris=len(group), sample=sample(group), error=error
+            )
+            await self._send(SubscriptionStateChanged(server, frozenset(group), "failed", error=error))
         # Read-after-subscribe: whatever changed before the subscription was
         # live (while agentd was down, while it started, or while this URI was
         # not subscribed) is delivered now, as one "possibly changed".
-        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-            await self._events.send(
-                ResourceChanged(server=server, uri=uri, kind="synthetic", startup=action.startup)
+        for action in ok:
+            await self._send(
+                ResourceChanged(server=server, uri=action.uri, kind="synthetic", startup=action.startup)
             )
+
+    async def _send(self, event: ReactorEvent) -> None:
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            await self._events.send(event)
 
     async def _unsubscribe(self, up: _UpstreamLike, uri: str) -> None:
         with contextlib.suppress(AgentdError):

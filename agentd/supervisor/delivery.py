@@ -31,6 +31,7 @@ from agentd.triggers.router import (
     Route,
     Router,
     SpawnDelivery,
+    metric_route,
 )
 
 
@@ -58,12 +59,14 @@ class Delivery:
             if route is not None and not self.handles(route, ev.uri):
                 # Another replica owns this key (rfcs/0213); it gets the same update.
                 self.telemetry.emit("shard.skipped", server=ev.server, uri=ev.uri, route=route.id)
+                self.counters.activity.decision(now, ev.uri, route.id, "skipped:shard")
                 return
         if ev.startup:
             owner = self.router.first_match(ev.uri)
             if owner is not None and not owner.spec.reread_on_start:
                 # The route opted out of the start-up re-read (rfcs/0130).
                 self.telemetry.emit("resource.reread_skipped", server=ev.server, uri=ev.uri, route=owner.id)
+                self.counters.activity.decision(now, ev.uri, owner.id, "skipped:reread_on_start")
                 return
         result = self.router.ingest(
             QueuedEvent(uri=ev.uri, server=ev.server, etag=ev.etag, kind=ev.kind, first_seen=now), now
@@ -78,13 +81,21 @@ class Delivery:
             **({"startup": True} if ev.startup else {}),
             **({"reason": result.reason} if result.reason is not None else {}),
         )
+        activity = self.counters.activity
         if result.route_id is None:
             self.counters.unroute()
+            activity.decision(now, ev.uri, None, "unrouted")
             return
-        self.counters.route(result.route_id)
+        label = metric_route(result.route_id, result.route_kind)
+        if result.reason is not None:
+            self.counters.drop_on(label)
+            activity.decision(now, ev.uri, result.route_id, f"dropped:{result.reason}")
+        elif result.outcome is not None:
+            activity.decision(now, ev.uri, result.route_id, result.outcome.value)
+        self.counters.route(label)
         outcome = result.outcome
         if outcome is PushOutcome.COALESCED:
-            self.counters.coalesce(result.route_id)
+            self.counters.coalesce(label)
             self.telemetry.emit("route.coalesced", route=result.route_id, uri=ev.uri)
         elif result.reason is not None:
             # One vocabulary: the router's reason, and the URI that was lost
@@ -116,6 +127,10 @@ class Delivery:
                     self.telemetry.emit("route.deliver", route=d.route_id, uris=[d.event.uri])
                     agent = self.spawner.spawn(now, role="spawn", instruction=d.instruction, route=d.route_id)
                     agent.started_for([d.event])
+                    agent.woken(d.route_id, (d.event.uri,), now)
+                    self.counters.activity.decision(now, d.event.uri, d.route_id, "delivered", agent.id)
+                    self.counters.activity.wake(now, d.route_id)
+                    agent.record_delivery()
                 case ContinueDelivery():
                     self._continue(d, now)
                 case _:
@@ -140,10 +155,13 @@ class Delivery:
                     self.watches.on_route_changed(d.route_id, [(e.uri, e.server) for e in d.events])
             case "declared" | "self":
                 oldest = min(e.first_seen for e in d.events) if d.events else now
-                self.telemetry.observe("event_to_agent", now - oldest, route=d.route_id)
-                self.spawner.deliver_to_session(
+                self.telemetry.observe("event_to_agent", now - oldest, route=metric_route(d.route_id, d.kind))
+                agent = self.spawner.deliver_to_session(
                     now, d.session, render_delivery(d.events), route=d.route_id, origin=d.events
                 )
+                for e, route in zip(d.events, d.event_routes or (d.route_id,) * len(d.events), strict=False):
+                    self.counters.activity.decision(now, e.uri, route, "delivered", agent.id)
+                self.counters.activity.wake(now, d.route_id)
             case _:
                 assert_never(d.kind)
 

@@ -142,3 +142,4 @@ class Drain:
         else:
             status = agent.status or "completed"
         self.spawner.exit_event(agent, status, ev.returncode, **({"stopped": True} if stopped else {}))
+        self.agents.forget(agent, trio.current_time())

@@ -12,6 +12,11 @@ connections and run in the handler's task. Self-tools that touch supervisor
 state (subscribe/unsubscribe, watch routes) become a typed request
 (:data:`~agentd.events.SelfToolRequest`) for the reactor, which answers
 with its typed reply through a one-slot channel.
+
+A call that succeeded and may have changed state (any tool not annotated
+``readOnlyHint: true``, self-tools included) is told to the reactor as
+:class:`~agentd.events.ToolChangedState` before its result goes back to the
+child: the loop's idle rule reads it (rfcs/0280).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TypedDict, TypeVar
 
 import mcp_types as types
@@ -36,6 +42,7 @@ from agentd.events import (
     SelfSubscribe,
     SelfUnsubscribe,
     SessionOf,
+    ToolChangedState,
     Unsubscribed,
     WatchRouteAdd,
     WatchRouteRemove,
@@ -56,15 +63,20 @@ R = TypeVar("R")
 
 _OBJ: JSONObject = {"type": "object"}
 
+#: The annotation of the self-tools that only read (rfcs/0280): their calls leave a loop shift idle.
+_READ_ONLY = types.ToolAnnotations(read_only_hint=True)
 
-def _tool(name: str, description: str, arg: str | None = None) -> types.Tool:
+
+def _tool(
+    name: str, description: str, arg: str | None = None, annotations: types.ToolAnnotations | None = None
+) -> types.Tool:
     """A self-tool that takes one string argument, ``arg``, or none."""
     schema = (
         _OBJ
         if arg is None
         else {"type": "object", "properties": {arg: {"type": "string"}}, "required": [arg]}
     )
-    return types.Tool(name=name, description=description, input_schema=schema)
+    return types.Tool(name=name, description=description, input_schema=schema, annotations=annotations)
 
 
 class ToolSpec(TypedDict):
@@ -96,8 +108,13 @@ SELF_TOOLS: list[types.Tool] = [
         "read_resource",
         "Read an MCP resource by URI. Returns parsed JSON when the body is JSON, else text.",
         "uri",
+        _READ_ONLY,
     ),
-    _tool("list_resources", "List the resources and resource templates every connected MCP server offers."),
+    _tool(
+        "list_resources",
+        "List the resources and resource templates every connected MCP server offers.",
+        annotations=_READ_ONLY,
+    ),
     types.Tool(
         name="watch_start",
         description=(
@@ -131,11 +148,15 @@ SELF_TOOLS: list[types.Tool] = [
         "watch_list",
         'List this session\'s watches: [{"name", "uri", "shape", "events", "notices"}]; a watch that '
         "could not start again after a restart has restore_failed: true.",
+        annotations=_READ_ONLY,
     ),
 ]
 
 #: The self-tools that manage watches (answered by the WatchManager).
 WATCH_TOOLS = frozenset({"watch_start", "watch_stop", "watch_list"})
+
+#: Every self-tool's name (answered by agentd itself, not an upstream server).
+_SELF_TOOL_NAMES = frozenset({"subscribe", "unsubscribe", "read_resource", "list_resources", *WATCH_TOOLS})
 
 #: The self-tools whose only effect is a later wake-up of the calling session.
 #: A ``--mode once`` run ends with its root's answer: nothing can wake it
@@ -145,6 +166,16 @@ WAKEUP_TOOLS = frozenset({"subscribe", "unsubscribe", *WATCH_TOOLS})
 #: How long a self-MCP request may wait for the reactor's answer. The reactor
 #: answers in microseconds; only a wedged reactor runs this out.
 REACTOR_REPLY_TIMEOUT = 30.0
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ToolCallNow:
+    """A tool call in flight: what the status view shows an agent doing."""
+
+    name: str
+    arguments: dict[str, object]
+    started: float
+    """trio time the call started."""
 
 
 class SupervisorHub:
@@ -183,8 +214,16 @@ class SupervisorHub:
         """Agent -> its route, for agents whose route narrows the tools (see :meth:`bind`)."""
         self._all: list[tuple[types.Tool, str | None, str | None]] | None = None
         self._catalogs: dict[str | None, tuple[list[types.Tool], frozenset[str], list[ToolSpec] | None]] = {}
+        self._read_only: frozenset[str] = frozenset()
+        """Names (as the model calls them) of the tools annotated ``readOnlyHint: true``."""
         self._tools_key: tuple[int, ...] = ()
         self.watches = watches
+        self._running: dict[str, list[ToolCallNow]] = {}
+        """Agent -> the tool calls it has in flight (the status view's "doing now")."""
+
+    def running(self) -> dict[str, list[ToolCallNow]]:
+        """The tool calls in flight, by agent (a copy: the status view reads it between calls)."""
+        return {agent: list(calls) for agent, calls in self._running.items() if calls}
 
     # -- tools ----------------------------------------------------------------------
 
@@ -219,6 +258,12 @@ class SupervisorHub:
                     name = self.names.add(server, tool.name)
                     every.append((tool.model_copy(update={"name": name}), server, tool.name))
             self._all, self._tools_key, self._catalogs = every, key, {}
+            # A tool without the annotation may change state (MCP's default): conservative.
+            self._read_only = frozenset(
+                t.name
+                for t, _, _ in every
+                if t.annotations is not None and t.annotations.read_only_hint is True
+            )
         route = self._routes.get(agent)
         found = self._catalogs.get(route)
         if found is None:
@@ -239,6 +284,10 @@ class SupervisorHub:
     def tools_for(self, agent: str) -> list[types.Tool]:
         """The tools ``agent`` is offered (its route's policy applied)."""
         return self._catalog(agent)[0]
+
+    def read_only(self, name: str) -> bool:
+        """Whether the tool the model calls ``name`` says it only reads (``readOnlyHint: true``)."""
+        return name in self._read_only
 
     def offers(self, agent: str, name: str) -> bool:
         """Whether ``name`` is a tool ``agent`` may call (an upstream tool or a self-tool)."""
@@ -269,16 +318,30 @@ class SupervisorHub:
             return await recv.receive()
 
     async def call(self, agent: str, name: str, arguments: dict[str, object]) -> types.CallToolResult:
-        """Run one tool call for ``agent``; the step lines (stream-json) frame it."""
-        self._telemetry.step("tool_call", agent=agent, name=name, arguments=arguments)
+        """Run one tool call for ``agent``; the step lines (stream-json, the human log format) frame it."""
+        server, tool = self._display_name(name)
+        self._telemetry.step(
+            "tool_call", agent=agent, name=name, server=server, tool=tool, arguments=arguments
+        )
         started = time.monotonic()
         tracing = active_tracing()
-        if tracing is None:
-            result = await self._call(agent, name, arguments)
-        else:
-            with tracing.tool_span(agent, name, arguments) as span:
+        now = ToolCallNow(name, arguments, trio.current_time())
+        running = self._running.setdefault(agent, [])
+        running.append(now)
+        try:
+            if tracing is None:
                 result = await self._call(agent, name, arguments)
-                tracing.tool_result(span, is_error=bool(result.is_error), text=_text_of(result))
+            else:
+                with tracing.tool_span(agent, name, arguments) as span:
+                    result = await self._call(agent, name, arguments)
+                    tracing.tool_result(span, is_error=bool(result.is_error), text=_text_of(result))
+        finally:
+            running.remove(now)
+            if not running and self._running.get(agent) is running:
+                del self._running[agent]
+        if not result.is_error and not self.read_only(name):
+            # Before the result goes back: the child's turn end can only follow this fact.
+            await self._events.send(ToolChangedState(agent, name))
         self._telemetry.step(
             "tool_result",
             agent=agent,
@@ -288,6 +351,15 @@ class SupervisorHub:
             latency_ms=round((time.monotonic() - started) * 1000, 3),
         )
         return result
+
+    def _display_name(self, name: str) -> tuple[str | None, str]:
+        """The server and tool a person reads for ``name`` (``agentd`` for self-tools; None: unknown)."""
+        if name in _SELF_TOOL_NAMES:
+            return "agentd", name
+        try:
+            return self.names.resolve(name)
+        except KeyError:
+            return None, name
 
     async def _call(self, agent: str, name: str, arguments: dict[str, object]) -> types.CallToolResult:
         if not self.offers(agent, name):

@@ -159,6 +159,7 @@ class NoticeDesk:
                 now, role="spawn", instruction=f"{head}\n\n{body}" if head else body, route=route_id
             )
             agent.answering(list(pending))
+            agent.record_delivery()
 
     def resume_with_notices(self, agent: Agent, now: float) -> None:
         """The notices that reached ``agent`` mid-turn, as one follow-up turn."""

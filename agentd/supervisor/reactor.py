@@ -59,6 +59,7 @@ from agentd.events import (
     ServerStateChanged,
     SignalReceived,
     SubscriptionStateChanged,
+    ToolChangedState,
     TurnEnded,
     UsageReported,
     WatchNotice,
@@ -96,6 +97,7 @@ from agentd.supervisor.subscriptions import Subscriptions
 from agentd.supervisor.turns import Turns
 from agentd.supervisor.usage import Usage
 from agentd.telemetry import Telemetry
+from agentd.timeline import mark
 from agentd.triggers import mode as modes
 from agentd.triggers.router import Route, Router
 from agentd.watches.stage import StagedRoute
@@ -330,8 +332,10 @@ class Reactor:
                 return code
             deadline = self._next_deadline()
             event: ReactorEvent | None = None
+            mark("reactor.wait")  # a wake's reactor time: from reactor.wake to here (bench_soak)
             with trio.move_on_at(deadline):
                 event = await self._recv.receive()
+            mark("reactor.wake")
             now = trio.current_time()
             if event is not None:
                 self.handle(event, now)
@@ -401,6 +405,8 @@ class Reactor:
                 self.usage.report(event, now)
             case TurnEnded():
                 self.turns.turn_end(event, now)
+            case ToolChangedState():
+                self.turns.tool_changed_state(event)
             case SelfSubscribe() | SelfUnsubscribe() | WatchSession() | WatchRouteAdd() | WatchRouteRemove():
                 self.selftools.answer(event)
             case ChildExited():
@@ -414,12 +420,15 @@ class Reactor:
                 self._maybe_start(now)
             case SubscriptionStateChanged():
                 # The connection already wrote subscription.<state> telemetry.
-                self.readiness.on_subscription_state(event.server, event.uri, event.state)
+                for uri in event.uris:
+                    self.readiness.on_subscription_state(event.server, uri, event.state)
                 if self._watches is not None:
                     self._watches.on_subscription_state(event)
-                    owner = self.router.first_match(event.uri)
-                    if event.state == "established" and owner is not None and owner.kind == "stage":
-                        self._watches.on_route_subscribed(owner.id, event.server, event.uri)
+                    if event.state == "established":
+                        for uri in event.uris:
+                            owner = self.router.first_match(uri)
+                            if owner is not None and owner.kind == "stage":
+                                self._watches.on_route_subscribed(owner.id, event.server, uri)
             case WatchNotice() | RouteNotice():
                 self.notices.notice(event, now)
             case CatalogChanged():

@@ -10,6 +10,7 @@ and the telemetry when that answer flips (:meth:`Readiness.report`).
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -35,6 +36,11 @@ class Readiness:
     server_errors: dict[str, str | None] = field(default_factory=dict, init=False)
     """Why each server last failed or dropped (None once it connects): the exit summary names them."""
     subscription_states: dict[tuple[str, str], str] = field(default_factory=dict, init=False)
+    _unestablished: set[tuple[str, str]] = field(default_factory=set, init=False)
+    """The pairs of :attr:`subscription_states` not ``established`` (kept as states change)."""
+    _missing: set[tuple[str, str]] = field(default_factory=set, init=False)
+    """Declared pairs with no state at all, as of :attr:`_missing_version`."""
+    _missing_version: int = field(default=-1, init=False)
     zygote_problem: str | None = field(default=None, init=False)
     """Why the agent zygote is unusable (None: ready, or not used)."""
     started: bool = field(default=False, init=False)
@@ -56,12 +62,38 @@ class Readiness:
         self.server_errors[server] = None if state is ServerState.CONNECTED else error
 
     def on_subscription_state(self, server: str, uri: str, state: str) -> None:
-        self.subscription_states[(server, uri)] = state
+        pair = (server, uri)
+        self.subscription_states[pair] = state
+        if state == "established":
+            self._unestablished.discard(pair)
+        else:
+            self._unestablished.add(pair)
+        self._missing.discard(pair)
 
     def forget(self, pairs: Iterable[tuple[str, str]]) -> None:
         """These pairs are no longer declared: their states no longer count."""
         for pair in pairs:
             self.subscription_states.pop(pair, None)
+            self._unestablished.discard(pair)
+
+    def _declared_missing(self) -> set[tuple[str, str]]:
+        """Declared pairs with no state (recomputed only when the declared pairs changed)."""
+        if self._missing_version != self.subscriptions.version:
+            self._missing_version = self.subscriptions.version
+            states = self.subscription_states
+            self._missing = {pair for pair in self.subscriptions.pairs if pair not in states}
+        return self._missing
+
+    def _is_ready(self) -> bool:
+        """:meth:`ready`'s answer without its reason: O(servers), whatever the number of subscriptions."""
+        return (
+            self.status.running
+            and all(self.server_states.get(n) is ServerState.CONNECTED for n in self.required)
+            and not self._unestablished
+            and not self._declared_missing()
+            and not self.subscriptions.unresolved_required
+            and self.zygote_problem is None
+        )
 
     def on_zygote(self, problem: str | None) -> None:
         self.zygote_problem = problem
@@ -97,12 +129,13 @@ class Readiness:
                     False,
                     f"required server {name!r} is {self.server_states.get(name, ServerState.STARTING).value}",
                 )
-        bad = [f"{s}:{u}" for (s, u), st in self.subscription_states.items() if st != "established"]
         # A declared subscription with no state at all was released or never
         # made: the daemon would be deaf to it, so it is not ready either.
-        bad += [f"{s}:{u}" for (s, u) in self.subscriptions.pairs if (s, u) not in self.subscription_states]
+        bad = self._unestablished | self._declared_missing()
         if bad:
-            return False, f"subscriptions not established: {', '.join(sorted(bad)[:5])}"
+            named = ", ".join(f"{s}:{u}" for s, u in heapq.nsmallest(5, bad))
+            more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
+            return False, f"subscriptions not established: {named}{more}"
         if self.subscriptions.unresolved_required:
             pattern = sorted(self.subscriptions.unresolved_required)[0]
             return (
@@ -123,6 +156,8 @@ class Readiness:
         Written by the reactor after it applied the event, so whoever reads it
         (an operator, a test) knows the next ``/readyz`` gives that answer.
         """
+        if self._is_ready() == self._reported:
+            return  # the common case, in O(1): called after every event
         ready, reason = self.ready()
         if ready != self._reported:
             self._reported = ready

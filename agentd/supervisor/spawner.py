@@ -64,32 +64,36 @@ class Spawner:
                 instruction = text  # the journal holds the first instruction; the delivery follows it
             started = self.spawn(now, role="session", instruction=instruction, route=route, session=session)
             started.started_for(list(origin or ()))
+            started.woken(route, tuple(e.uri for e in origin or ()), now)
+            started.record_delivery()
             self.telemetry.emit("session.deliver", session=session, route=route, started=True)
             return started
         self.telemetry.emit("session.deliver", session=session, route=route, agent=agent.id)
         self.resume(agent, text, now)
+        agent.woken(route, tuple(e.uri for e in origin or ()), now)
         return agent
 
     def resume(self, agent: Agent, text: str, now: float) -> None:
-        """Answer an idle agent's held turn end with its next input (IDLE -> TURN).
+        """Answer an idle agent's held turn end with a delivery (IDLE -> TURN).
 
-        A delivery to the warm loop root is real work: it resets the loop's idle backoff.
+        A delivery to the warm loop root is real work: it resets the loop's
+        idle backoff, and the turn it starts is not idle (rfcs/0280).
         """
         if agent.role == "root" and isinstance(self.driver, modes.Loop):
             self.driver.on_delivery()
-        self._answer(agent, text, now)
+        self._answer(agent, text, now, delivery=True)
 
     def shift_root(self, root: Agent, now: float) -> None:
         """The loop's next shift for its idle warm root (not a delivery: the idle backoff stays)."""
-        self._answer(root, self.instruction, now)
+        self._answer(root, self.instruction, now, delivery=False)
 
     def end_session(self, session: str) -> None:
         """The session is over for good (its agent exited while agentd runs on): forget its journal."""
         if self.journals is not None:
             self.journals.end(session)
 
-    def _answer(self, agent: Agent, text: str, now: float) -> None:
-        held = agent.resume(now)
+    def _answer(self, agent: Agent, text: str, now: float, *, delivery: bool) -> None:
+        held = agent.resume(now, delivery=delivery)
         if held is not None:
             # The next turn's trace context (tracing on): the child's tool calls carry it.
             tracing = active_tracing()
@@ -106,6 +110,7 @@ class Spawner:
         agent = self.spawn(now, role="root", instruction=instruction, session=session)
         if folded:
             agent.answering(list(folded))
+            agent.record_delivery()
             self.telemetry.emit(
                 "session.deliver",
                 session=session,

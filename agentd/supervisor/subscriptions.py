@@ -58,6 +58,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -246,8 +247,8 @@ class ServerView:
 
     connected: bool
     """Its connection is up (a subscribe can be made)."""
-    subscribed: frozenset[str]
-    """The URIs it is subscribed to now."""
+    subscribed: AbstractSet[str]
+    """The URIs it is subscribed to now (may be a live view: read it during the refresh only)."""
     catalog: CatalogLike | None
     """What it offers; None if it never connected."""
 
@@ -287,6 +288,8 @@ class Subscriptions:
     keep: Callable[[Pair], bool] | None = None
     pairs: set[Pair] = field(default_factory=set, init=False)
     """(server, uri) of every declared subscription (globs expanded against the catalogs)."""
+    version: int = field(default=0, init=False)
+    """Bumped by every :meth:`refresh` (when :attr:`pairs` may have changed): readers cache on it."""
     unresolved: dict[str, str] = field(default_factory=dict, init=False)
     """Declared patterns that resolve to nothing now -> why (rfcs/0134)."""
     unresolved_required: frozenset[str] = field(default=frozenset(), init=False)
@@ -332,6 +335,7 @@ class Subscriptions:
             reason: why (a URI that appeared in a catalog is subscribed and
                 seeded too, but that is no start-up re-read).
         """
+        self.version += 1
         if not self.patterns:
             return Refreshed(self._restore(servers, reason, []), (), ())
         result = resolve(self.patterns, {name: view.catalog for name, view in servers.items()}, self.required)

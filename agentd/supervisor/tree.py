@@ -329,6 +329,7 @@ class Tree:
         self._zygote_env = dict(zygote_env or {})
         self._journal = journal
         self.children: dict[str, ChildProc] = {}
+        """The children whose channels are open (an exited child leaves: :meth:`_forget`)."""
         self._nursery: trio.Nursery | None = None
         self.zygote: Zygote | None = None
         """The zygote spawns fork from (None while it is being replaced)."""
@@ -569,7 +570,7 @@ class Tree:
         if self._nursery is None:
             raise RuntimeError("Tree.spawn before Tree.run started")
         if agent in self.children:
-            raise ValueError(f"agent id {agent!r} already used")
+            raise ValueError(f"agent id {agent!r} is running already")
         child = ChildProc(agent=agent, spawned_at=trio.current_time())
         self.children[agent] = child
         self._nursery.start_soon(self._spawn_and_serve, child, payload)
@@ -581,6 +582,7 @@ class Tree:
         except SpawnFailed as exc:
             child.state = ChildState.EXITED
             child.exited.set()
+            self._forget(child)
             self._telemetry.emit("subagent.spawn_failed", agent=child.agent, reason=str(exc))
             await self._events.send(
                 ChildExited(
@@ -591,6 +593,7 @@ class Tree:
         except BaseException:
             child.state = ChildState.EXITED
             child.exited.set()
+            self._forget(child)
             self._events.send_nowait(ChildExited(agent=child.agent, pid=-1, returncode=None, spawned=False))
             raise
         child.state = ChildState.RUNNING
@@ -828,6 +831,7 @@ class Tree:
                 child.returncode = child.proc.returncode
         child.state = ChildState.EXITED
         child.exited.set()
+        self._forget(child)
         if child.zygote is not None:
             child.zygote.children.discard(child.agent)
             self._reap_retired(child.zygote)
@@ -836,6 +840,15 @@ class Tree:
                 agent=child.agent, pid=child.pid or -1, returncode=child.returncode, reason=child.reason
             )
         )
+
+    def _forget(self, child: ChildProc) -> None:
+        """An exited child leaves :attr:`children` (agent ids are never reused).
+
+        A fresh interpreter whose exit status was never collected (an
+        unkillable process) stays, so the tree's last wait still reaps it.
+        """
+        if child.proc is None or child.proc.returncode is not None:
+            self.children.pop(child.agent, None)
 
     # -- the kill ladder -------------------------------------------------------
 

@@ -2,8 +2,11 @@
 
 A turn end is published, then held (the session stays warm) or answered with exit; the
 driver decides what a root's terminal status means (re-enter, restart,
-done); an exit releases the agent's session, routes and subscriptions and
-counts a crash against the restart intensity. The part owns no state of
+done), and whether the root's shift was idle: it changed nothing (no
+state-changing tool call succeeded, the hub's :class:`~agentd.events.ToolChangedState`)
+and carried no delivery (rfcs/0280). An exit releases the agent's session,
+routes and subscriptions, counts a crash against the restart intensity,
+and then the agent leaves the table (rfcs/0281). The part owns no state of
 its own: it moves agents through the agent table and records the run's
 facts (root status, fatal error, breaker, re-entry) in the run status.
 """
@@ -17,6 +20,7 @@ from typing import assert_never
 from agentd.counters import RunCounters
 from agentd.events import (
     ChildExited,
+    ToolChangedState,
     TurnEnded,
 )
 from agentd.exitcodes import TerminalStatus
@@ -82,9 +86,16 @@ class Turns:
         else:
             agent.exiting()  # TURN -> EXITING
             ev.reply.answer(NextTurn(id=end.id, action="exit"))
-        self._after_terminal(agent, status, idle, now)
+        # The driver's idle is the shift's, not the reply's: a shift that only talked changed nothing.
+        self._after_terminal(agent, status, agent.idle_turn, now)
         if agent.notices and agent.phase is AgentPhase.IDLE and agent.held is not None:
             self.notices.resume_with_notices(agent, now)
+
+    def tool_changed_state(self, ev: ToolChangedState) -> None:
+        """The hub saw a state-changing tool call of ``ev.agent`` succeed: its turn did work."""
+        agent = self.agents.get(ev.agent)
+        if agent is not None and agent.busy:
+            agent.record_state_change()
 
     def _should_hold(self, agent: Agent, status: TerminalStatus) -> bool:
         if not self.status.may_start_work() or self.status.fatal_infra:
@@ -98,7 +109,7 @@ class Turns:
         if agent.role == "root":
             self.status.record_root_terminal(status, agent.text)
             disposition = self.driver.on_root_terminal(self.status.view(now), status, idle=idle, now=now)
-            self._apply_disposition(agent, disposition, now)
+            self._apply_disposition(agent, disposition, now, idle)
         elif agent.role == "spawn" and agent.route is not None and agent.release_slot():
             # The event this agent was spawned for is handled once its first
             # turn ends, even if it stays warm for its own subscriptions or
@@ -107,11 +118,13 @@ class Turns:
         if agent.session is not None and agent.phase is AgentPhase.IDLE:
             self.router.on_session_idle(agent.session)
 
-    def _apply_disposition(self, agent: Agent, disposition: modes.RootDisposition, now: float) -> None:
+    def _apply_disposition(
+        self, agent: Agent, disposition: modes.RootDisposition, now: float, idle: bool
+    ) -> None:
         match disposition:
             case modes.ReEnterAfter():
                 self.status.schedule_reentry(now + disposition.delay)
-                self.telemetry.emit("loop.reenter", after_s=disposition.delay)
+                self.telemetry.emit("loop.reenter", after_s=disposition.delay, idle=idle)
             case modes.Restart():
                 if self.governor.record_restart(now):
                     self.counters.agent_restart()
@@ -184,6 +197,7 @@ class Turns:
             if agent.role != "root" and self.status.running and not self.governor.record_restart(now):
                 self.status.open_breaker()
                 self.telemetry.emit("governor.breaker_open", agent=agent.id, route=agent.route)
+        self.agents.forget(agent, now)  # its exit is reported: only a bounded record stays
 
     def _requeue(self, agent: Agent, now: float) -> None:
         """An agent whose process never started: queue what it was started for again (at-least-once)."""

@@ -76,6 +76,10 @@ class Usage:
             steps=report.steps,
             cost_usd=report.cost_usd,
         )
+        agent.charge(
+            tokens=report.input_tokens + report.output_tokens, steps=report.steps, cost_usd=report.cost_usd
+        )
+        self.counters.activity.model_call(now)
         self.counters.model_call(
             input_tokens=report.input_tokens,
             output_tokens=report.output_tokens,

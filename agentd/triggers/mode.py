@@ -131,7 +131,12 @@ class Driver(Protocol):
     def on_root_terminal(
         self, view: SupervisorView, status: TerminalStatus, *, idle: bool, now: float
     ) -> RootDisposition:
-        """A root ended with ``status``; ``idle`` = its reply was empty or NO_REPLY."""
+        """A root ended with ``status``; ``idle`` = its shift changed nothing (rfcs/0280).
+
+        A shift is idle when no tool call that may change state succeeded
+        (only reads: tools annotated ``readOnlyHint: true``) and it carried
+        no routed delivery; what it answered does not matter.
+        """
         ...
 
     def exit_predicate(self, view: SupervisorView) -> ExitCode | None:
@@ -242,12 +247,14 @@ class Once:
 class Loop:
     """Shift after shift; see RFC 0012 for how ``interval`` and idle backoff combine.
 
-    After a shift that did real work the next starts after ``interval``
-    (0 = at once) and the backoff resets. After an idle shift (empty/NO_REPLY
-    reply, ``stalled`` or ``refused``) the wait is ``max(interval,
-    backoff.next())``; the backoff caps at ``interval``, or 60 s when the
-    interval is 0, so with ``interval > 0`` idle shifts keep the configured
-    cadence and with ``interval == 0`` they back off 1, 2, 4 … 60 s.
+    After a shift that did real work (a state-changing tool call succeeded,
+    or it carried a routed delivery: rfcs/0280) the next starts after
+    ``interval`` (0 = at once) and the backoff resets. After an idle shift
+    (only reads and talk, ``stalled`` or ``refused``) the wait is
+    ``max(interval, backoff.next())``; the backoff caps at ``interval``, or
+    60 s when the interval is 0, so with ``interval > 0`` idle shifts keep
+    the configured cadence and with ``interval == 0`` they back off 1, 2, 4
+    … 60 s.
     """
 
     mode: Mode = "loop"
@@ -283,9 +290,9 @@ class Loop:
             view.budget_spent is not None or view.deadline_reached
         ):
             return Quiesce()  # the exit predicate fires
-        if status in ("stalled", "refused") or (status == "completed" and idle):
+        if status in ("stalled", "refused") or idle:  # a shift that ran out of steps reading is idle too
             return ReEnterAfter(max(self.interval, self.backoff.next()))
-        self.backoff.reset()  # real work (completed with a reply, or ran out of a per-shift limit)
+        self.backoff.reset()  # real work: state changed, or a delivery was handled
         return ReEnterAfter(self.interval)
 
     def exit_predicate(self, view: SupervisorView) -> ExitCode | None:

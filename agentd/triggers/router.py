@@ -418,6 +418,20 @@ class IngestResult:
     outcome: PushOutcome | None
     dropped_uri: str | None = None
     reason: DropReason | None = None
+    route_kind: RouteKind = "declared"
+    """The owning route's kind (for :func:`metric_route`)."""
+
+
+def metric_route(route_id: str, kind: RouteKind) -> str:
+    """The route label counters and histograms use for a route.
+
+    A declared (or staged) route is counted under its id; the routes
+    sessions make for themselves (``self``, ``watch``) come and go with their
+    sessions, so they are counted under their kind: the number of series
+    stays the number of configured routes (plus two), however many sessions
+    a long-running daemon sees.
+    """
+    return route_id if kind in ("declared", "stage") else kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -740,7 +754,7 @@ class Router:
             if max_wait is not None and route.first_armed + max_wait < deadline:
                 deadline = route.first_armed + max_wait
             route.deadline = deadline
-        return IngestResult(route.id, outcome, dropped_uri, reason)
+        return IngestResult(route.id, outcome, dropped_uri, reason, route.kind)
 
     def _drop(self, reason: DropReason, n: int) -> None:
         self._counters["dropped_events"] += n

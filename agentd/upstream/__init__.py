@@ -2,6 +2,9 @@
 
 The supervisor holds exactly one connection per server (stdio or Streamable
 HTTP) and every agent reaches the server's tools and resources through it.
+Its subscriptions ride on one listen stream per connection, replaced when the
+set changes (``subscriptions.py``: the shell; ``uriset.py``: what is wanted,
+carried and re-read, pure; rfcs/0260).
 
 Public surface:
 

@@ -1,9 +1,10 @@
 """One supervised connection per upstream MCP server.
 
 Size: over 600 lines because one connection's lifecycle (connect, both
-protocol eras, listen streams, reconnect and resubscribe, pause) is one state
-machine; transports (``stdio.py``, ``http.py``), backoff, naming and
-resolution live in their own modules.
+protocol eras, catalogs, calls, reconnect) is one state machine; transports
+(``stdio.py``, ``http.py``), the subscriptions (``subscriptions.py``, one
+listen stream per connection, rfcs/0260), backoff, naming and resolution live
+in their own modules.
 
 :class:`Upstream` owns the connection to one configured server (stdio or
 Streamable HTTP) for the life of the supervisor: it connects, keeps the tool
@@ -29,8 +30,10 @@ from __future__ import annotations
 import base64
 import contextlib
 import math
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol, TypeVar
 
 import anyio
@@ -38,7 +41,6 @@ import httpx2
 import mcp_types as types
 import trio
 from mcp import Client
-from mcp.client.subscriptions import ResourcesListChanged, ResourceUpdated, ToolsListChanged
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
@@ -51,21 +53,18 @@ from agentd.events import (
     ResourceChanged,
     ServerState,
     ServerStateChanged,
-    SubscriptionStateChanged,
 )
 from agentd.limits import DEFAULT_MAX_READ_BYTES, DEFAULT_STARTUP_TIMEOUT, DEFAULT_TOOL_TIMEOUT
 from agentd.prelaunch import EarlyProcess
 from agentd.telemetry import Telemetry
-from agentd.timeline import mark
 from agentd.upstream.backoff import (
     MAX_CONSECUTIVE_FAILURES,
     RECONNECT_BACKOFF,
     RESUBSCRIBE_BACKOFF,
     STABLE_SUBSCRIPTION,
-    GiveUp,
-    ResubscribePolicy,
     delay_before_attempt,
 )
+from agentd.upstream.describe import describe as _describe
 from agentd.upstream.handshake import client_mode, complete_handshake, offering
 from agentd.upstream.http import HttpTransport
 from agentd.upstream.negotiate import (
@@ -80,6 +79,7 @@ from agentd.upstream.negotiate import (
 )
 from agentd.upstream.resolve import Catalog
 from agentd.upstream.stdio import MAX_LINE_BYTES, StdioTransport
+from agentd.upstream.subscriptions import Subscriber
 from agentd.upstream.tooluse import TASK_ONLY_REASON, split_uncallable
 
 __all__ = [
@@ -194,22 +194,6 @@ class Negotiated:
 
 
 @dataclass(eq=False)
-class _Sub:
-    """A remembered subscription to one URI."""
-
-    uri: str
-    established_once: bool = False
-    """Set after the first establishment: every later one is followed by a synthetic change."""
-    waiter: trio.Event | None = None
-    """Set by :meth:`Upstream.subscribe` while it waits for the first outcome."""
-    first_error: str | None = None
-    scope: trio.CancelScope | None = None
-    failed: bool = False
-    """Re-opening gave up on this connection (see :class:`ResubscribePolicy`); the next
-    reconnect, or the next :meth:`Upstream.subscribe` of the URI, tries again."""
-
-
-@dataclass(eq=False)
 class _Conn:
     """One live connection (one process, or one HTTP session)."""
 
@@ -301,11 +285,17 @@ class Upstream:
         self._auth = auth
         self.max_read_bytes = max_read_bytes
         self._backoff = tuple(backoff)
-        self._resubscribe_backoff = tuple(resubscribe_backoff)
-        self._resubscribe_attempts = resubscribe_attempts
-        self._stable_subscription = stable_subscription
-        # Checked here, not at the first lost stream: a bad schedule is a configuration error.
-        self._resubscribe_policy()
+        self._subscriber = Subscriber(
+            spec.name,
+            self._post,
+            telemetry,
+            self._counters,
+            request_timeout=request_timeout,
+            resubscribe_backoff=tuple(resubscribe_backoff),
+            resubscribe_attempts=resubscribe_attempts,
+            stable_subscription=stable_subscription,
+        )
+        """The server's subscriptions: one listen stream (or session) for all of them (rfcs/0260)."""
         self._max_line_bytes = max(max_line_bytes, 2 * max_read_bytes)
         self._negotiator = Negotiator(
             protocol=spec.protocol, transport="stdio" if spec.command is not None else spec.transport
@@ -332,12 +322,6 @@ class Upstream:
         self.skipped_tools: tuple[str, ...] = ()
         """Listed tools agentd cannot call (task-only), kept out of :attr:`tools` (rfcs/0296)."""
         self._tools_changed = trio.Event()
-        self._subs: dict[str, _Sub] = {}
-        self._updates_open = trio.Event()
-        """Set while update streams are read; cleared by :meth:`pause_updates` (rfcs/0131)."""
-        self._updates_open.set()
-        self._missed: set[str] = set()
-        """Handshake-era URIs notified while paused (at most one entry per subscribed URI)."""
         self._catalog_cache: (
             tuple[list[types.Resource], list[types.ResourceTemplate], bool, Catalog] | None
         ) = None
@@ -346,9 +330,9 @@ class Upstream:
     # ------------------------------------------------------------------ views
 
     @property
-    def subscriptions(self) -> frozenset[str]:
-        """URIs currently remembered as subscribed (re-established after every reconnect)."""
-        return frozenset(self._subs)
+    def subscriptions(self) -> AbstractSet[str]:
+        """URIs currently remembered as subscribed (a live view; re-established after every reconnect)."""
+        return self._subscriber.wanted
 
     def catalog(self) -> Catalog:
         """The routing view of this server (for :func:`agentd.upstream.resolve_server_for_uri`).
@@ -454,16 +438,7 @@ class Upstream:
                     self._telemetry.emit(
                         "upstream.failed", server=self.name, attempts=failures, error=self.last_error
                     )
-                    for uri in self._subs:
-                        await self._post(
-                            SubscriptionStateChanged(
-                                self.name,
-                                uri,
-                                "failed",
-                                attempt=failures,
-                                error="the server connection failed",
-                            )
-                        )
+                    await self._subscriber.server_failed(failures)
                     await self._post(
                         ServerStateChanged(
                             self.name,
@@ -613,6 +588,7 @@ class Upstream:
             raise cancelled from None
         finally:
             self._conn = None
+            self._subscriber.detach()
         if up.connected:
             self.last_error = transport.lost_reason or self.last_error
             self._telemetry.emit("upstream.lost", server=self.name, reason=self.last_error)
@@ -674,9 +650,15 @@ class Upstream:
         refresh_send, refresh_recv = trio.open_memory_channel[str](16)
         async with trio.open_nursery() as nursery:
             conn = _Conn(client, transport, modern, nursery, refresh_send)
-            if modern:
-                # Listen before fetching, so a change between the fetch and the ack is not missed.
-                await nursery.start(self._catalog_listener, conn)
+            # Listen before fetching, so a change between the fetch and the ack is not missed
+            # (2026-07-28: list_changed arrives only on a listen stream; the one stream
+            # carries it and, once connected, every subscribed URI).
+            await nursery.start(
+                self._subscriber.serve,
+                conn,
+                self._catalog_flags(client),
+                partial(self._request_refresh, conn),
+            )
             await self._refresh_tools(client)
             await self._refresh_resources(client)
             init_scope.deadline = math.inf
@@ -712,13 +694,11 @@ class Upstream:
             if task_status is not None:
                 task_status.started()
             nursery.start_soon(self._refresher, conn, refresh_recv)
-            for sub in list(self._subs.values()):
-                nursery.start_soon(self._sub_task, conn, sub)
+            self._subscriber.connected()
             await transport.lost.wait()
             self._conn = None
             nursery.cancel_scope.cancel()
-        for uri in self._subs:
-            await self._post(SubscriptionStateChanged(self.name, uri, "lost", error=transport.lost_reason))
+        await self._subscriber.disconnected(transport.lost_reason)
 
     # ------------------------------------------------------------------ catalog
 
@@ -784,67 +764,20 @@ class Upstream:
                     "upstream.refresh_failed", server=self.name, kind=kind, error=_describe(exc)
                 )
 
+    @staticmethod
+    def _catalog_flags(client: Client) -> tuple[bool, bool]:
+        """Whether to listen for (tools, resources) list changes: the server announces them."""
+        caps = client.server_capabilities
+        if client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            return False, False  # handshake era: they arrive through the message handler
+        return bool(caps.tools and caps.tools.list_changed), bool(
+            caps.resources and caps.resources.list_changed
+        )
+
     def _request_refresh(self, conn: _Conn, kind: str) -> None:
         # WouldBlock: refreshes are already queued; the last one sees this change too.
         with contextlib.suppress(trio.WouldBlock):
             conn.refresh_send.send_nowait(kind)
-
-    async def _catalog_listener(
-        self, conn: _Conn, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-    ) -> None:
-        """2026-07-28: list_changed arrives only on a listen stream; keep one open.
-
-        ``started()`` once the first attempt settled (acknowledged or failed).
-        """
-        caps = conn.client.server_capabilities
-        want_tools = bool(caps.tools and caps.tools.list_changed)
-        want_resources = bool(caps.resources and caps.resources.list_changed)
-        if not (want_tools or want_resources):
-            task_status.started()
-            return
-        # Not a watch: list_changed streams keep the built-in attempt count, but a
-        # stream acknowledged and ended at once counts as a failure here too.
-        policy = ResubscribePolicy(
-            self._resubscribe_backoff, MAX_CONSECUTIVE_FAILURES, stable_after=self._stable_subscription
-        )
-        started = False
-        while True:
-            since: float | None = None
-            delivered = 0
-            try:
-                async with conn.client.listen(
-                    tools_list_changed=want_tools, resources_list_changed=want_resources
-                ) as stream:
-                    since = trio.current_time()
-                    if not started:
-                        started = True
-                        task_status.started()
-                    async for event in stream:
-                        if isinstance(event, ToolsListChanged):
-                            delivered += 1
-                            self._request_refresh(conn, "tools")
-                        elif isinstance(event, ResourcesListChanged):
-                            delivered += 1
-                            self._request_refresh(conn, "resources")
-            except Exception as exc:
-                self._telemetry.emit("upstream.catalog_stream_lost", server=self.name, error=_describe(exc))
-            if not started:
-                started = True
-                task_status.started()
-            if conn.lost.is_set():
-                return
-            # The stream ended on a live connection: anything may have changed meanwhile.
-            self._request_refresh(conn, "tools")
-            self._request_refresh(conn, "resources")
-            decision = policy.on_end(
-                lived=None if since is None else trio.current_time() - since, delivered=delivered
-            )
-            if isinstance(decision, GiveUp):
-                self._telemetry.emit(
-                    "upstream.catalog_stream_failed", server=self.name, attempts=decision.attempts
-                )
-                return
-            await trio.sleep(decision.delay)
 
     async def _on_message(self, message: object) -> None:
         """SDK message handler: handshake-era notifications (2026-07-28 ones come via listen)."""
@@ -855,67 +788,21 @@ class Upstream:
         if conn is None or conn.modern:
             return
         if isinstance(message, types.ResourceUpdatedNotification):
-            uri = str(message.params.uri)
-            if uri in self._subs and not self._updates_open.is_set():
-                self._missed.add(uri)  # posted as "possibly changed" on resume
-            elif uri in self._subs:
-                await self._post(ResourceChanged(self.name, uri, "updated"))
-            else:
-                # Nobody subscribed (or it was just unsubscribed): never routed, but counted.
-                self._counters.unroute()
-                self._telemetry.emit("upstream.unsubscribed_update", server=self.name, uri=uri)
+            self._subscriber.on_updated(str(message.params.uri))
         elif isinstance(message, types.ResourceListChangedNotification):
             self._request_refresh(conn, "resources")
         elif isinstance(message, types.ToolListChangedNotification):
             self._request_refresh(conn, "tools")
-
-    # ------------------------------------------------------------------ backpressure
-
-    @property
-    def updates_paused(self) -> bool:
-        """Whether :meth:`pause_updates` is in force."""
-        return not self._updates_open.is_set()
-
-    def pause_updates(self) -> None:
-        """Stop reading this server's update streams (a ``block`` route is full; rfcs/0131).
-
-        2026-07-28: the listen streams are not read any more; the client keeps
-        at most one pending change per URI (it drops repeats), so memory stays
-        flat and nothing is lost. Handshake era: updates share the connection
-        with replies, which agents need to drain the route, so the connection
-        keeps being read; an update for a subscribed URI is remembered (one
-        entry per URI) instead of posted. Either way nothing is posted while
-        paused. Tool calls and reads are unaffected. Idempotent; synchronous.
-        """
-        if self._updates_open.is_set():
-            self._updates_open = trio.Event()
-
-    def resume_updates(self) -> list[str]:
-        """Read update streams again; returns the URIs changed while paused (handshake era).
-
-        The caller posts one synthetic "possibly changed" per returned URI
-        (:meth:`post_possibly_changed`). Idempotent; synchronous.
-        """
-        self._updates_open.set()
-        missed = sorted(self._missed)
-        self._missed.clear()
-        return missed
-
-    async def post_possibly_changed(self, uris: Iterable[str]) -> None:
-        """Post one synthetic change per URI still subscribed (after a pause, rfcs/0131)."""
-        for uri in uris:
-            if uri in self._subs:
-                await self._post(ResourceChanged(self.name, uri, "synthetic"))
 
     # ------------------------------------------------------------------ subscriptions
 
     async def subscribe(self, uri: str) -> None:
         """Subscribe to changes of ``uri``; every change is posted as ``ResourceChanged``.
 
-        Idempotent. Returns once the subscription is live (listen stream
-        acknowledged, or ``resources/subscribe`` answered). While the server
-        is reconnecting the URI is remembered and subscribed on reconnect.
-        The subscription survives reconnects and stream ends; each
+        Idempotent. Returns once the subscription is live (the listen stream
+        carrying it acknowledged, or ``resources/subscribe`` answered). While
+        the server is reconnecting the URI is remembered and subscribed on
+        reconnect. The subscription survives reconnects and stream ends; each
         re-establishment is followed by a ``ResourceChanged(kind="synthetic")``.
 
         Raises:
@@ -923,205 +810,79 @@ class Upstream:
             ServerUnavailable: the server never connected.
             UpstreamError: the server refused or did not answer in time.
         """
-        self._gate_subscribe(uri, "subscribe to")
-        known = self._subs.get(uri)
-        if known is not None and not known.failed:
-            return
-        if known is not None:
-            # Re-opening gave up on this connection: a new subscriber asks, so try again now.
-            self._forget(known)
-        sub = _Sub(uri)
-        self._subs[uri] = sub
-        conn = self._conn
-        if conn is None:
-            sub.established_once = True  # established on reconnect, then a synthetic change
-            return
-        sub.waiter = waiter = trio.Event()
-        conn.nursery.start_soon(self._sub_task, conn, sub)
-        try:
-            with trio.fail_after(self.request_timeout):
-                await waiter.wait()
-        except trio.TooSlowError:
-            self._forget(sub)
-            raise UpstreamError(
-                f"server {self.name!r} did not confirm the subscription to {uri!r} within "
-                f"{self.request_timeout:g}s (request_timeout)"
-            ) from None
-        if sub.first_error is not None:
-            self._forget(sub)
-            raise UpstreamError(
-                f"server {self.name!r} refused the subscription to {uri!r}: {sub.first_error}"
-            )
+        failed = await self.subscribe_many([uri])
+        if uri in failed:
+            raise UpstreamError(f"server {self.name!r} could not subscribe to {uri!r}: {failed[uri]}")
+
+    async def subscribe_many(self, uris: Collection[str]) -> dict[str, str]:
+        """Subscribe every URI of ``uris`` at once (one establishment); returns URI -> why, for the failures.
+
+        As :meth:`subscribe`, for many URIs (a declared glob): a failure is
+        returned as a clause ("the server refused it: ..."), not
+        raised, and the failed URIs are not remembered.
+
+        Raises:
+            CapabilityMissing: the server does not advertise ``resources.subscribe``.
+            ServerUnavailable: the server never connected.
+        """
+        if not uris:
+            return {}
+        self._gate_subscribe(min(uris), "subscribe to", more=len(uris) - 1)
+        return await self._subscriber.subscribe(uris)
 
     async def unsubscribe(self, uri: str) -> None:
-        """Stop watching ``uri`` (idempotent).
+        """Stop watching ``uri`` (idempotent; the server stops carrying it at the next establishment).
 
         Raises:
             CapabilityMissing: the server does not advertise ``resources.subscribe``.
         """
         self._gate_subscribe(uri, "unsubscribe from")
-        sub = self._subs.get(uri)
-        if sub is None:
-            return
-        self._forget(sub)
-        conn = self._conn
-        if conn is not None and not conn.modern:
-            request = types.UnsubscribeRequest(params=types.UnsubscribeRequestParams(uri=uri))
-            try:
-                await self._bounded(
-                    f"resources/unsubscribe {uri!r}",
-                    conn,
-                    lambda c: c.session.send_request(request, types.EmptyResult),
-                )
-            except UpstreamError as exc:
-                # The server may keep notifying; those notices are dropped (URI no longer remembered).
-                self._telemetry.emit("upstream.unsubscribe_failed", server=self.name, uri=uri, error=str(exc))
+        self._subscriber.unsubscribe(uri)
 
-    def _forget(self, sub: _Sub) -> None:
-        if self._subs.get(sub.uri) is sub:
-            del self._subs[sub.uri]
-        if sub.scope is not None:
-            sub.scope.cancel()
-
-    def _gate_subscribe(self, uri: str, verb: str) -> None:
+    def _gate_subscribe(self, uri: str, verb: str, *, more: int = 0) -> None:
+        what = f"{uri!r}" + (f" and {more} more URIs" if more else "")
         if self.capabilities is None:
             raise ServerUnavailable(
-                f"server {self.name!r} has not connected yet ({self.state.value}); cannot {verb} {uri!r}"
+                f"server {self.name!r} has not connected yet ({self.state.value}); cannot {verb} {what}"
             )
         if not self._can_subscribe():
             raise CapabilityMissing(
-                f"server {self.name!r} cannot {verb} {uri!r}: it does not advertise the "
+                f"server {self.name!r} cannot {verb} {what}: it does not advertise the "
                 "resources.subscribe capability; watch this resource with a timer route instead"
             )
 
-    async def _establish(self, sub: _Sub, attempt: int) -> None:
-        # The line first: whatever the reactor does about it (ready.changed, a
-        # delivery) is then logged after it, never before.
-        self._telemetry.emit("subscription.established", server=self.name, uri=sub.uri, attempt=attempt)
-        await self._post(SubscriptionStateChanged(self.name, sub.uri, "established", attempt=attempt))
-        if sub.established_once:
-            # Read-after-subscribe: whatever changed while we were not listening is delivered now.
-            await self._post(ResourceChanged(self.name, sub.uri, "synthetic"))
-        sub.established_once = True
-        if sub.waiter is not None:
-            sub.waiter.set()
-            sub.waiter = None
+    # ------------------------------------------------------------------ backpressure
 
-    def _resubscribe_policy(self) -> ResubscribePolicy:
-        return ResubscribePolicy(
-            self._resubscribe_backoff, self._resubscribe_attempts, stable_after=self._stable_subscription
-        )
+    @property
+    def updates_paused(self) -> bool:
+        """Whether :meth:`pause_updates` is in force."""
+        return self._subscriber.paused
 
-    async def _sub_task(self, conn: _Conn, sub: _Sub) -> None:
-        """Keep ``sub`` established on ``conn`` (a reconnect starts a new task).
+    def pause_updates(self) -> None:
+        """Stop posting this server's changes (a ``block`` route is full; rfcs/0131).
 
-        A stream that ends on a live connection is reported ``lost`` and
-        re-opened after the resubscribe backoff. A stream that was acknowledged
-        and ended before :data:`STABLE_SUBSCRIPTION` without delivering an
-        update counts as a failed attempt, as does a refused one
-        (:class:`ResubscribePolicy`), so a server that ends every stream right
-        after acknowledging it is given up after the configured attempts
-        (reported ``failed`` and left alone until the next reconnect or
-        :meth:`subscribe`) instead of being re-read every second forever.
+        The listen stream (or, handshake era, the connection) keeps being
+        read: the changes read meanwhile are kept, one entry per URI, so
+        memory stays bounded by the subscribed set and the stream never
+        backs up; nothing is posted while paused. Tool calls and reads are
+        unaffected. Idempotent; synchronous.
         """
-        with trio.CancelScope() as scope:
-            sub.scope = scope
-            if self._subs.get(sub.uri) is not sub:
-                return  # unsubscribed before this task started
-            policy = self._resubscribe_policy()
-            attempt = 0
-            while True:
-                reason, lived, delivered = await self._hold(conn, sub, attempt)
-                if conn.lost.is_set():
-                    reason = f"the connection was lost ({conn.lost_reason})"
-                if sub.waiter is not None:
-                    # subscribe() is waiting on the first attempt: report, do not retry.
-                    sub.first_error = reason
-                    sub.waiter.set()
-                    sub.waiter = None
-                    return
-                if conn.lost.is_set():
-                    return  # the reconnect re-establishes every remembered subscription
-                decision = policy.on_end(lived=lived, delivered=delivered)
-                if lived is not None:
-                    healthy = policy.healthy(lived=lived, delivered=delivered)
-                    self._telemetry.emit(
-                        "subscription.lost",
-                        server=self.name,
-                        uri=sub.uri,
-                        error=reason,
-                        lived_s=round(lived, 3),
-                        updates=delivered,
-                        counted_as_failure=not healthy,
-                    )
-                    await self._post(SubscriptionStateChanged(self.name, sub.uri, "lost", error=reason))
-                if isinstance(decision, GiveUp):
-                    sub.failed = True
-                    self._telemetry.emit(
-                        "subscription.failed",
-                        server=self.name,
-                        uri=sub.uri,
-                        attempts=decision.attempts,
-                        error=reason,
-                    )
-                    await self._post(
-                        SubscriptionStateChanged(
-                            self.name, sub.uri, "failed", attempt=decision.attempts, error=reason
-                        )
-                    )
-                    return
-                attempt = decision.attempt
-                await self._post(
-                    SubscriptionStateChanged(self.name, sub.uri, "resubscribing", attempt=attempt)
-                )
-                await trio.sleep(decision.delay)
+        self._subscriber.pause()
 
-    async def _hold(self, conn: _Conn, sub: _Sub, attempt: int) -> tuple[str, float | None, int]:
-        """Establish ``sub`` and hold it until it ends.
+    def resume_updates(self) -> list[str]:
+        """Post this server's changes again, the ones kept while paused first.
 
-        Returns why it ended, how long it was established (``None``: it never
-        was) and how many updates it delivered.
+        Returns the URIs kept while no connection was up to post them: the
+        caller posts one synthetic "possibly changed" for each
+        (:meth:`post_possibly_changed`). Idempotent; synchronous.
         """
-        since: float | None = None
-        delivered = 0
+        return self._subscriber.resume()
 
-        def lived() -> float | None:
-            return None if since is None else trio.current_time() - since
-
-        try:
-            if conn.modern:
-                async with conn.client.listen(resource_subscriptions=[sub.uri]) as stream:
-                    since = trio.current_time()
-                    await self._establish(sub, attempt)
-                    while True:
-                        # Paused (rfcs/0131): the stream is not read; the client
-                        # keeps one pending change per URI meanwhile. (Checked
-                        # first, so an open gate adds no schedule point.)
-                        if not self._updates_open.is_set():
-                            await self._updates_open.wait()
-                        try:
-                            event = await anext(stream)
-                        except StopAsyncIteration:
-                            break
-                        # Paused while this read was waiting: hold the one change
-                        # it returned until resumed (nothing is posted while paused).
-                        if not self._updates_open.is_set():
-                            await self._updates_open.wait()
-                        if isinstance(event, ResourceUpdated):
-                            mark("upstream.updated", event.uri)
-                            delivered += 1
-                            await self._post(ResourceChanged(self.name, event.uri, "updated"))
-                return "the server closed the listen stream", lived(), delivered
-            request = types.SubscribeRequest(params=types.SubscribeRequestParams(uri=sub.uri))
-            with trio.fail_after(self.request_timeout):
-                await conn.client.session.send_request(request, types.EmptyResult)
-            since = trio.current_time()
-            await self._establish(sub, attempt)
-            # Handshake era: updates arrive through the message handler until the connection drops.
-            await trio.sleep_forever()
-        except Exception as exc:
-            return _describe(exc), lived(), delivered
-        raise AssertionError("unreachable")  # pragma: no cover
+    async def post_possibly_changed(self, uris: Iterable[str]) -> None:
+        """Post one synthetic change per URI still subscribed (after a pause, rfcs/0131)."""
+        for uri in uris:
+            if uri in self._subscriber.wanted:
+                await self._post(ResourceChanged(self.name, uri, "synthetic"))
 
     # ------------------------------------------------------------------ calls
 
@@ -1237,14 +998,6 @@ def body_size(contents: Iterable[types.TextResourceContents | types.BlobResource
             except ValueError:
                 total += len(item.blob)
     return total
-
-
-def _describe(exc: BaseException) -> str:
-    """One line for an exception, unwrapping single-member groups."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    text = str(exc) or type(exc).__name__
-    return text if isinstance(exc, MCPError | UpstreamError) else f"{type(exc).__name__}: {text}"
 
 
 async def connect_all(

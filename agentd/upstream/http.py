@@ -14,6 +14,12 @@ retry quietly:
   session lives on that one GET: when it ends, the session is gone).
 
 Either sets :attr:`HttpTransport.lost`; the connection owner then reconnects.
+A full connection pool (``httpx2.PoolTimeout``) is the client's own limit, not
+the server's failure: that request fails, the connection stays.
+
+Long-lived streams (a ``subscriptions/listen`` request, whose response is the
+stream, and the server-push GET) go through their own small pool, so they
+never hold the connections calls need (rfcs/0260).
 The read timeout is disabled because listen streams and the server-push GET
 stream legitimately stay quiet for hours; every request agentd makes is
 bounded by its own ``request_timeout`` instead.
@@ -27,27 +33,43 @@ from contextlib import asynccontextmanager
 import httpx2
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import MCP_SESSION_ID, streamable_http_client
+from mcp.shared.inbound import MCP_METHOD_HEADER
 
 from agentd.redact import redact
 from agentd.upstream.transport import Transport
 
-__all__ = ["CONNECT_TIMEOUT", "HttpTransport"]
+__all__ = ["CONNECT_TIMEOUT", "STREAM_CONNECTIONS", "HttpTransport"]
 
 CONNECT_TIMEOUT = 10.0
 """Seconds for TCP connect, request write and pool acquisition: a reachable server
 on a healthy network answers in milliseconds; ten seconds tolerates a slow proxy."""
 
+STREAM_CONNECTIONS = 4
+"""Connections the streams' pool may hold: one listen stream per server, two while it
+is being replaced (rfcs/0260), the handshake era's push GET, and one to spare."""
+
+
+def _long_lived(request: httpx2.Request) -> bool:
+    """A request whose response is a stream that stays open (listen, or the server-push GET)."""
+    return request.method == "GET" or request.headers.get(MCP_METHOD_HEADER) == "subscriptions/listen"
+
 
 class _Watch(httpx2.AsyncBaseTransport):
-    """An httpx2 transport that reports server loss to ``owner`` and passes everything through."""
+    """An httpx2 transport that reports server loss to ``owner``; streams and calls use separate pools."""
 
-    def __init__(self, owner: HttpTransport, inner: httpx2.AsyncBaseTransport) -> None:
+    def __init__(
+        self, owner: HttpTransport, calls: httpx2.AsyncBaseTransport, streams: httpx2.AsyncBaseTransport
+    ) -> None:
         self._owner = owner
-        self._inner = inner
+        self._calls = calls
+        self._streams = streams
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        inner = self._streams if _long_lived(request) else self._calls
         try:
-            response = await self._inner.handle_async_request(request)
+            response = await inner.handle_async_request(request)
+        except httpx2.PoolTimeout:
+            raise  # agentd's own pool is full: this request fails, the server is fine
         except httpx2.TransportError as exc:
             self._owner.mark_lost(
                 f"server {self._owner.server!r} is unreachable at {redact(self._owner.url)}: {exc!r}"
@@ -76,7 +98,10 @@ class _Watch(httpx2.AsyncBaseTransport):
         return response
 
     async def aclose(self) -> None:
-        await self._inner.aclose()
+        try:
+            await self._calls.aclose()
+        finally:
+            await self._streams.aclose()
 
 
 class _EventStream(httpx2.AsyncByteStream):
@@ -169,7 +194,13 @@ class HttpTransport(Transport):
             headers=self.headers,
             auth=self.auth,
             timeout=httpx2.Timeout(CONNECT_TIMEOUT, read=None),
-            transport=_Watch(self, httpx2.AsyncHTTPTransport()),
+            transport=_Watch(
+                self,
+                httpx2.AsyncHTTPTransport(),
+                httpx2.AsyncHTTPTransport(
+                    limits=httpx2.Limits(max_connections=STREAM_CONNECTIONS, max_keepalive_connections=0)
+                ),
+            ),
         )
 
     @asynccontextmanager

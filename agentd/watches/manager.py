@@ -483,7 +483,7 @@ class WatchManager:
         for w in self._watches.values():
             if (
                 w.server != ev.server
-                or w.uri != ev.uri
+                or w.uri not in ev.uris
                 or w.status not in (WatchStatus.RUNNING, WatchStatus.FAILED)
             ):
                 continue

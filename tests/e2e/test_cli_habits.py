@@ -5,6 +5,7 @@ that were wrong or mangled, and continuing a once run's conversation."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from agentd.exitcodes import ExitCode
-from tests.support.agentd_proc import run_cli, script
+from tests.support.agentd_proc import CLI_TIMEOUT, REPO, agentd_cmd, run_cli, script
 
 #: A turn that asks for a tool no server offers, for ever: only a step cap ends it.
 LOOPING = [{"text": "working", "tool_calls": [{"name": "nosuch__tool", "arguments": {}}]}]
@@ -26,6 +27,14 @@ def home(tmp_path: Path) -> dict[str, str]:
 
 def lines(text: str) -> list[str]:
     return [x for x in text.splitlines() if x.strip()]
+
+
+def config_error(problem: str, setting: str) -> str:
+    """The final line of a configuration error with one problem (rfcs/0321): the problem, whole, and where to fix it."""
+    return (
+        f"agentd: error: {problem} — fix: correct {setting} as it says; "
+        "`agentd check` validates the settings without running anything"
+    )
 
 
 def result_of(stdout: str) -> dict[str, object]:
@@ -70,7 +79,10 @@ def test_a_value_error_names_the_alias_the_user_wrote(tmp_path: Path) -> None:
     done = run_cli(["check", "--max-turns", "many"], cwd=tmp_path)
     assert done.returncode == ExitCode.CONFIG
     assert lines(done.stderr) == [
-        "agentd: --max-turns: 'many' is not valid: must be a whole number ≥ 0 (0 turns the per-turn cap off)"
+        config_error(
+            "--max-turns: 'many' is not valid: must be a whole number ≥ 0 (0 turns the per-turn cap off)",
+            "--max-turns",
+        )
     ]
 
 
@@ -157,7 +169,10 @@ def test_short_flags_and_claudes_print_flag(tmp_path: Path, home: dict[str, str]
 def test_a_missing_config_given_as_c_points_at_continue(tmp_path: Path) -> None:
     done = run_cli(["-c", "more please"], cwd=tmp_path)
     assert done.returncode == ExitCode.CONFIG
-    assert lines(done.stderr)[-1] == "agentd: (-c is --config; --continue continues the last conversation)"
+    # The hint just before the final line, which is the error and its fix (rfcs/0321).
+    *_, hint, last = lines(done.stderr)
+    assert hint == "agentd: (-c is --config; --continue continues the last conversation)"
+    assert last.startswith("agentd: error: --config: 'more please' is not valid")
 
 
 def test_help_lists_the_commands_and_groups_the_flags_a_screen_each(tmp_path: Path) -> None:
@@ -190,7 +205,7 @@ def test_serve_help_lists_the_servers_and_each_documents_itself(tmp_path: Path) 
     bare = run_cli(["serve"], cwd=tmp_path)
     assert bare.returncode == ExitCode.CONFIG
     assert lines(bare.stderr) == [
-        "agentd serve: which server? choose one of: memo, inbox, files, kube (agentd serve --help describes them)"
+        "agentd serve: which server? choose one of: memo, inbox, files, kube, webhook (agentd serve --help describes them)"
     ]
 
 
@@ -212,8 +227,11 @@ def test_piped_input_alone_is_the_instruction(tmp_path: Path, home: dict[str, st
     nothing = run_cli(["-m", model], cwd=tmp_path, env=home)  # stdin /dev/null: no instruction anywhere
     assert nothing.returncode == ExitCode.CONFIG
     assert lines(nothing.stderr) == [
-        "agentd: instruction: None is not valid: --mode once needs an instruction: pass it as the argument, "
-        "--instruction TEXT or --instruction @FILE"
+        config_error(
+            "instruction: None is not valid: --mode once needs an instruction: pass it as the argument, "
+            "--instruction TEXT or --instruction @FILE",
+            "instruction",
+        )
     ]
 
 
@@ -230,14 +248,20 @@ def test_stdin_past_the_cap_or_empty_is_refused_with_the_fix(tmp_path: Path, hom
     big = run_cli(["-m", model, "summarise"], cwd=tmp_path, env=home, input="x" * (1024 * 1024 + 1))
     assert big.returncode == ExitCode.CONFIG
     assert lines(big.stderr) == [
-        "agentd: stdin: '-' is not valid: more than 1048576 bytes arrived on stdin; pipe less (head -c, grep), "
-        "or save it to a file and let the agent read it with a tool (agentd serve files)"
+        config_error(
+            "stdin: '-' is not valid: more than 1048576 bytes arrived on stdin; pipe less (head -c, grep), "
+            "or save it to a file and let the agent read it with a tool (agentd serve files)",
+            "stdin",
+        )
     ]
     empty = run_cli(["-m", model, "-"], cwd=tmp_path, env=home, input="")
     assert empty.returncode == ExitCode.CONFIG
     assert lines(empty.stderr) == [
-        "agentd: INSTRUCTION: '-' is not valid: stdin was empty; pipe the instruction in "
-        "(echo 'the task' | agentd -), or give it as the argument"
+        config_error(
+            "INSTRUCTION: '-' is not valid: stdin was empty; pipe the instruction in "
+            "(echo 'the task' | agentd -), or give it as the argument",
+            "INSTRUCTION",
+        )
     ]
 
 
@@ -281,8 +305,11 @@ def test_the_working_directory_is_never_masked(tmp_path: Path) -> None:
     missing = run_cli(["check", "--config", str(tmp_path / "nosuch.toml")], cwd=tmp_path, env=env)
     assert missing.returncode == ExitCode.CONFIG
     assert lines(missing.stderr) == [
-        f"agentd: --config: '{tmp_path}/nosuch.toml' is not valid: cannot read the config file "
-        "(No such file or directory); check the path and permissions"
+        config_error(
+            f"--config: '{tmp_path}/nosuch.toml' is not valid: cannot read the config file "
+            "(No such file or directory); check the path and permissions",
+            "--config",
+        )
     ]
     (tmp_path / "s").mkdir()
     shown = run_cli(["check", "--state-dir", str(tmp_path / "s")], cwd=tmp_path, env=env)
@@ -351,8 +378,12 @@ def test_resume_an_unknown_id_exits_2_with_the_fix(tmp_path: Path, home: dict[st
     assert none_yet.returncode == ExitCode.CONFIG
     where = tmp_path / "state" / "agentd" / "conversations"
     assert lines(none_yet.stderr) == [
-        f"agentd: --continue: '{where}' is not valid: no conversation is saved there yet: run agentd once "
-        "without --continue first (each once run saves its conversation), or give the --state-dir it was saved in"
+        config_error(
+            f"--continue: '{where}' is not valid: no conversation is saved there yet: run agentd once "
+            "without --continue first (each once run saves its conversation), or give the --state-dir it was "
+            "saved in",
+            "--continue",
+        )
     ]
     first = run_cli(["-m", model, "-o", "json", "hello"], cwd=tmp_path, env=home)
     sid = result_of(first.stdout)["session_id"]
@@ -361,9 +392,11 @@ def test_resume_an_unknown_id_exits_2_with_the_fix(tmp_path: Path, home: dict[st
     assert unknown.stdout == ""
     (line,) = lines(unknown.stderr)
     assert re.fullmatch(
-        rf"agentd: --resume: '0123abcd' is not valid: no conversation with this id in '{re.escape(str(where))}' "
-        rf"\(the newest there: {sid} \(last saved [-0-9]+ [0-9:]+ UTC\); agentd --continue continues the newest\); "
-        r"check the id and --state-dir, or drop --resume to start a new conversation",
+        rf"agentd: error: --resume: '0123abcd' is not valid: no conversation with this id in "
+        rf"'{re.escape(str(where))}' \(the newest there: {sid} \(last saved [-0-9]+ [0-9:]+ UTC\); agentd "
+        r"--continue continues the newest\); check the id and --state-dir, or drop --resume to start a new "
+        r"conversation — fix: correct --resume as it says; `agentd check` validates the settings without "
+        r"running anything",
         line,
     )
     daemon = run_cli(["-m", model, "--mode", "loop", "--continue", "more"], cwd=tmp_path, env=home)
@@ -386,3 +419,58 @@ def test_ephemeral_saves_nothing_and_check_names_what_continue_picks(
     check = run_cli(["check", "-m", model, "--continue"], cwd=tmp_path, env=home)
     assert check.returncode == 0
     assert re.search(rf"^agentd: note: a run continues conversation {sid} \(last saved ", check.stderr, re.M)
+
+
+# ------------------------------------------------------------------ a reader that leaves early
+
+
+def run_into_closed_pipe(args: list[str], cwd: Path, *, closed: tuple[str, ...]) -> tuple[int, str]:
+    """``agentd ARGS`` with the named streams a pipe whose reader has already gone (``| head -1`` once
+    ``head`` has its line): every write to them fails with EPIPE. Returns the exit code and the other
+    stream's text (stderr, unless it is one of the closed)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    inherited = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("AGENTD_") and not k.endswith(("_API_KEY", "_BASE_URL"))
+    }
+    try:
+        done = subprocess.run(
+            agentd_cmd(*args),
+            cwd=cwd,
+            env={**inherited, "PYTHONPATH": str(REPO)},
+            stdin=subprocess.DEVNULL,
+            stdout=write_end if "stdout" in closed else subprocess.DEVNULL,
+            stderr=write_end if "stderr" in closed else subprocess.PIPE,
+            timeout=CLI_TIMEOUT,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    return done.returncode, (done.stderr or b"").decode()
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback(tmp_path: Path) -> None:
+    """`agentd check | head -1` (rfcs/0323): no BrokenPipeError traceback, and the exit code stays
+    the command's verdict, as with git or grep."""
+    model = script(tmp_path, [{"text": "hello"}])
+    # The configuration on stdout, the notes (what a run also needs) on stderr.
+    code, err = run_into_closed_pipe(["check"], tmp_path, closed=("stdout",))
+    assert (code, "Traceback" in err, "BrokenPipe" in err) == (0, False, False), err
+    assert err.startswith("agentd: note: a run also needs model"), err
+    # `agentd check 2>&1 | head -1`: the notes meet the closed pipe too; a traceback would be exit 1.
+    code, _ = run_into_closed_pipe(["check"], tmp_path, closed=("stdout", "stderr"))
+    assert code == 0
+    # A failed configuration keeps its exit 2 when nobody reads its error line.
+    code, _ = run_into_closed_pipe(["check", "--mode", "nosuch"], tmp_path, closed=("stdout", "stderr"))
+    assert code == ExitCode.CONFIG
+    code, err = run_into_closed_pipe(
+        ["check", "--connect", "--model", model, "hi"], tmp_path, closed=("stdout",)
+    )
+    assert (code, "Traceback" in err) == (0, False), err
+    code, err = run_into_closed_pipe(["--help"], tmp_path, closed=("stdout",))
+    assert (code, err) == (0, "")
+    # Anything else that meets the closed pipe ends quietly as an output failure, not a crash.
+    code, _ = run_into_closed_pipe(["serve", "nosuch"], tmp_path, closed=("stderr",))
+    assert code == ExitCode.OUTPUT_FAILED

@@ -116,6 +116,9 @@ async def test_a_route_filter_the_sandbox_refuses_exits_2_naming_the_route(tmp_p
     cfg.write_text(cfg.read_text().replace(FILTER, "memo__memo_set(key='x', value=1)"))
     async with run_agentd(["--config", str(cfg), "watch my notes"]) as a:
         assert await a.wait_exit() == 2
-    assert "agentd: routes[0].on_event: " in a.tail()
-    assert "calls 'memo__memo_set'" in a.tail()
+    # The run's final line (run.failed, stderr being NDJSON here) names the route's setting (rfcs/0321).
+    [failed] = a.find("run.failed")
+    assert failed["kind"] == "config"
+    assert failed["error"].startswith("routes[0].on_event: ")
+    assert "calls 'memo__memo_set'" in failed["error"]
     assert a.find("subagent.spawn") == []

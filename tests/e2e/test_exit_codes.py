@@ -11,7 +11,17 @@ import trio
 
 from agentd.exitcodes import ExitCode
 from tests.fakes.provider_server import openai_error, provider_server
-from tests.support.agentd_proc import notes_server, run_agentd, script
+from tests.support.agentd_proc import Agentd, notes_server, run_agentd, script
+
+
+def run_failed(a: Agentd, code: ExitCode, kind: str) -> dict[str, object]:
+    """The last stderr line of a failed run: ``run.failed``, whose message is the plain error line (rfcs/0321)."""
+    last = json.loads([line for line in a.raw_stderr if line][-1])
+    assert (last["event"], last["exit_code"], last["kind"]) == ("run.failed", int(code), kind), last
+    assert last["error"]
+    assert last["fix"]
+    assert last["message"] == f"agentd: error: {last['error']} — fix: {last['fix']}"
+    return last
 
 
 async def test_exit_0_once_completed_with_a_real_mcp_tool(tmp_path):
@@ -36,6 +46,7 @@ async def test_exit_0_once_completed_with_a_real_mcp_tool(tmp_path):
         ("agentd", "read_resource", None),
     ]
     assert a.find("supervisor.exit")[0]["exit_code"] == 0
+    assert not a.find("run.failed")  # a run that succeeded says no error
 
 
 async def test_exit_0_json_output_shape(tmp_path):
@@ -65,6 +76,7 @@ async def test_exit_1_once_root_crashed_and_is_never_restarted(tmp_path):
         assert await a.wait_exit() == ExitCode.CRASHED
     assert a.find("subagent.exit")[0]["status"] == "crashed"
     assert len(a.find("subagent.spawn")) == 1  # never restarted
+    assert "crashed" in str(run_failed(a, ExitCode.CRASHED, "crashed")["error"])
 
 
 async def test_exit_2_config_error_starts_nothing(tmp_path):
@@ -75,6 +87,12 @@ async def test_exit_2_config_error_starts_nothing(tmp_path):
         assert await a.wait_exit() == ExitCode.CONFIG
     assert not marker.exists()
     assert "nonexistent.json" in "\n".join(a.raw_stderr)
+    # Before the run: a plain line, whatever the format (the format may be what is wrong).
+    last = [line for line in a.raw_stderr if line][-1]
+    assert last.startswith("agentd: error: --model: 'script:/nonexistent.json' is not valid: ")
+    assert last.endswith(
+        " — fix: correct --model as it says; `agentd check` validates the settings without running anything"
+    )
 
 
 async def test_exit_3_budget_with_partial_result(tmp_path):
@@ -89,6 +107,7 @@ async def test_exit_3_budget_with_partial_result(tmp_path):
         assert await a.wait_exit() == ExitCode.BUDGET_PARTIAL
     assert a.out.strip() == "partial: step one done"
     assert a.find("budget.exhausted")[0]["kind"] == "steps"
+    assert "step" in str(run_failed(a, ExitCode.BUDGET_PARTIAL, "budget")["error"])
 
 
 async def test_exit_4_provider_auth_failure(tmp_path):
@@ -98,6 +117,9 @@ async def test_exit_4_provider_auth_failure(tmp_path):
             assert await a.wait_exit() == ExitCode.FATAL_INFRA
     assert len(srv.requests) == 1  # auth failures are not retried
     assert "sk-test-not-a-secret" not in "\n".join(a.raw_stderr)
+    failed = run_failed(a, ExitCode.FATAL_INFRA, "provider")
+    assert "invalid api key" in str(failed["error"])
+    assert "OPENAI_API_KEY" in str(failed["fix"])
 
 
 async def test_exit_5_refusal(tmp_path):
@@ -105,6 +127,7 @@ async def test_exit_5_refusal(tmp_path):
     async with run_agentd(["--model", model, "do harm"]) as a:
         assert await a.wait_exit() == ExitCode.REFUSED
     assert a.find("turn.end")[0]["status"] == "refused"
+    run_failed(a, ExitCode.REFUSED, "refused")
 
 
 async def test_exit_6_required_server_failed(tmp_path):
@@ -119,6 +142,7 @@ async def test_exit_6_required_server_failed(tmp_path):
     failed = a.find("server.state", lambda e: e["state"] == "failed")
     assert failed
     assert failed[0]["server"] == "broken"
+    assert "'broken'" in str(run_failed(a, ExitCode.REQUIRED_SERVER, "server")["error"])
 
 
 async def test_exit_7_token_budget_without_partial(tmp_path):
@@ -136,12 +160,14 @@ async def test_exit_7_token_budget_without_partial(tmp_path):
         assert await a.wait_exit() == ExitCode.BUDGET
     assert a.find("budget.exhausted")[0]["kind"] == "tokens"
     assert a.out == ""
+    assert "token" in str(run_failed(a, ExitCode.BUDGET, "budget")["error"])
 
 
 async def test_exit_124_deadline(tmp_path):
     model = script(tmp_path, [{"text": "slow", "latency_ms": 60000}])
     async with run_agentd(["--model", model, "--deadline", "1s", "work"]) as a:
         assert await a.wait_exit() == ExitCode.DEADLINE
+    assert "--deadline" in str(run_failed(a, ExitCode.DEADLINE, "deadline")["error"])
 
 
 async def test_sigterm_during_a_turn_lets_it_finish_then_exits_0(tmp_path):
@@ -162,6 +188,7 @@ async def test_exit_143_grace_runs_out_and_no_child_survives(tmp_path):
         with trio.fail_after(15):
             assert await a.wait_exit() == ExitCode.DRAIN_TIMEOUT
     assert not _alive(started["pid"])
+    run_failed(a, ExitCode.DRAIN_TIMEOUT, "drain_timeout")
 
 
 async def test_exit_143_second_signal_stops_at_once(tmp_path):
@@ -175,6 +202,7 @@ async def test_exit_143_second_signal_stops_at_once(tmp_path):
             assert await a.wait_exit() == ExitCode.DRAIN_TIMEOUT
     assert a.find("drain.abort")
     assert not _alive(started["pid"])
+    run_failed(a, ExitCode.DRAIN_TIMEOUT, "drain_timeout")
 
 
 def _alive(pid: int) -> bool:

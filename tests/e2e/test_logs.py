@@ -1,10 +1,11 @@
-"""Logs people can read: levels, --log-level, --log-format (auto under a real terminal), Python logging in the stream."""
+"""Logs people can read: levels, --log-level, --log-format (auto: human under a real terminal), Python logging in the stream."""
 
 from __future__ import annotations
 
 import json
 import os
 import pty
+import re
 import subprocess
 
 import trio
@@ -86,14 +87,21 @@ async def _run_on_a_terminal(args: list[str]) -> tuple[int, str, str]:
     return code, b"".join(chunks).decode(errors="replace").replace("\r\n", "\n"), out.decode()
 
 
-async def test_auto_format_is_readable_text_on_a_terminal(tmp_path):
+async def test_auto_format_is_human_on_a_terminal_and_text_shows_every_event(tmp_path):
     model = script(tmp_path, [{"text": "hello there"}])
     code, err, out = await _run_on_a_terminal(["--model", model, "go"])
     assert code == 0
     assert out.strip() == "hello there"
     lines = [x for x in err.splitlines() if x]
-    assert lines, err
     assert not any(x.startswith("{") for x in lines)  # no JSON for a person
+    # Progress for a person (rfcs/0320): the model call and a summary, no internal events.
+    tags = [re.sub(r"\x1b\[[0-9;]*m", "", x).split()[0] for x in lines]
+    assert tags == ["model", "done"], err
+    assert "supervisor.start" not in err
+
+    code, err, out = await _run_on_a_terminal(["--model", model, "--log-format", "text", "go"])
+    assert code == 0
+    lines = [x for x in err.splitlines() if x]
     start = next(x for x in lines if " supervisor.start " in x)
     clock, level, event, *fields = start.split()
     assert len(clock) == 12

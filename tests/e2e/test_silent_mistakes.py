@@ -186,8 +186,9 @@ async def test_check_warns_of_a_reactive_run_with_nothing_to_react_to(tmp_path: 
 async def test_check_connect_reports_the_servers_and_the_script_model(tmp_path: Path) -> None:
     model = hello(tmp_path)
     args = ["--connect", "--mcp-stdio", memo(tmp_path), "--model", model, "say hello"]
-    code, out, _err = await check(args, tmp_path)
+    code, out, err = await check(args, tmp_path)
     assert code == ExitCode.OK, out
+    assert "agentd: error:" not in err  # only a failed check ends with the error line
     lines = out.splitlines()
     assert re.match(
         r"^server memo: ok — stdio, MCP 2026-07-28 \(modern era, probe answered\), [\d.]+ ms$", lines[0]
@@ -217,7 +218,7 @@ async def test_check_connect_reports_the_servers_and_the_script_model(tmp_path: 
 
 async def test_check_connect_exits_6_when_a_server_does_not_start(tmp_path: Path) -> None:
     args = ["--connect", "--mcp-stdio", TYPO, "--model", hello(tmp_path), "--allowed-tools", "x__*", "hi"]
-    code, out, _err = await check(args, tmp_path)
+    code, out, err = await check(args, tmp_path)
     assert code == ExitCode.REQUIRED_SERVER == 6
     lines = out.splitlines()
     assert re.match(
@@ -230,6 +231,13 @@ async def test_check_connect_exits_6_when_a_server_does_not_start(tmp_path: Path
         re.MULTILINE,
     ), out
     assert lines[-1] == "check --connect: FAILED (server memo), 1 warning — exit 6"
+    # stderr ends with the final line every non-zero exit has (rfcs/0321), the server's error whole.
+    assert re.fullmatch(
+        r"agentd: error: check --connect: server memo failed: .*cannot start 'agentdd': No such file or "
+        r"directory.* — fix: check the server's command or URL and its environment, then run agentd check "
+        r"--connect again",
+        err.splitlines()[-1],
+    ), err
 
 
 async def test_check_connect_exits_4_when_the_provider_refuses_the_key(tmp_path: Path) -> None:
@@ -237,7 +245,7 @@ async def test_check_connect_exits_4_when_the_provider_refuses_the_key(tmp_path:
     async with provider_server([refused]) as provider:
         env = {"OPENAI_BASE_URL": provider.url("/v1"), "OPENAI_API_KEY": "sk-wrong"}
         args = ["--connect", "--mcp-stdio", memo(tmp_path), "--model", "openai:gpt-4o-mini", "hi"]
-        code, out, _err = await check(args, tmp_path, env)
+        code, out, err = await check(args, tmp_path, env)
     assert code == ExitCode.FATAL_INFRA == 4
     assert re.search(
         r"^model openai:gpt-4o-mini: FAILED — openai rejected the credentials \(HTTP 401 .*\): Incorrect API "
@@ -246,7 +254,13 @@ async def test_check_connect_exits_4_when_the_provider_refuses_the_key(tmp_path:
         re.MULTILINE,
     ), out
     assert out.splitlines()[-1] == "check --connect: FAILED (model openai:gpt-4o-mini) — exit 4"
-    assert "sk-wrong" not in out
+    # The final line gives the provider's own fix (which variable), not a general one.
+    assert re.fullmatch(
+        r"agentd: error: check --connect: model openai:gpt-4o-mini failed: openai rejected the credentials "
+        r"\(HTTP 401 .*\): Incorrect API key provided — fix: .*OPENAI_API_KEY.*",
+        err.splitlines()[-1],
+    ), err
+    assert "sk-wrong" not in out + err
     # One minimal request: one token asked for, no tools.
     [request] = provider.requests
     assert request.json["max_completion_tokens"] == 1

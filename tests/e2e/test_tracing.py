@@ -7,6 +7,8 @@ import os
 import signal
 from pathlib import Path
 
+import httpx2
+
 from agentd.exitcodes import ExitCode
 from tests.support.agentd_proc import PY, REPO, run_agentd, script
 from tests.support.files import edit
@@ -179,3 +181,48 @@ async def test_each_turn_of_a_warm_session_is_its_own_trace_across_the_child(tmp
         assert served.parent_id == turn.span_id
         (upstream,) = [s for s in rx.spans if s.service == "traced-server" and s.trace_id == turn.trace_id]
         assert upstream.name == "tools/call stamp"
+
+
+async def test_the_warm_up_rehearsals_leave_no_span_and_no_count(tmp_path: Path) -> None:
+    """The zygote's and the supervisor's rehearsed calls (rfcs/0187) are agentd's own warm-up, not the user's work.
+
+    A reactive daemon that starts (the supervisor rehearses a self-MCP exchange, the
+    zygote a model call) and then handles one change: its traces hold only that
+    change's spans and the upstream connection's, and /metrics counts one tool call.
+    """
+    model = script(
+        tmp_path,
+        [{"tool_calls": [{"name": "memo__memo_get", "arguments": {"key": "todo"}}]}, {"text": "done"}],
+    )
+    async with otlp_receiver() as rx:
+        toml, memo = memo_toml(tmp_path, model, settings='metrics_addr = "127.0.0.1:0"')
+        env = {"OTEL_EXPORTER_OTLP_ENDPOINT": rx.endpoint}
+        async with run_agentd(["--config", str(toml)], env=env) as a:
+            port = (await a.wait_event("metrics.listening"))["port"]
+            await a.wait_event("ready.changed", lambda e: e["ready"])
+            edit(memo, {"todo": "milk"})
+            await a.wait_event("subagent.exit")
+            async with httpx2.AsyncClient() as client:
+                metrics = (await client.get(f"http://127.0.0.1:{port}/metrics")).text
+            a.signal(signal.SIGTERM)
+            assert await a.wait_exit() == 0, a.tail()
+        await rx.wait_for(lambda s: s.name == "execute_tool memo__memo_get", timeout=5)
+    rehearsal = [
+        s
+        for s in rx.spans
+        if s.name.endswith(" rehearsal") or s.attributes.get("gen_ai.tool.name") == "rehearsal"
+    ]
+    assert not rehearsal, [s.name for s in rehearsal]
+    # Every self-MCP server span (the children's tool calls) is one of the run's turns.
+    (turn,) = [s for s in rx.spans if s.name.startswith("invoke_agent")]
+    served = [s for s in rx.spans if s.name.startswith("tools/call") or s.name == "initialize"]
+    assert served
+    assert all(s.trace_id == turn.trace_id or s.service != "agentd" for s in served), [
+        (s.name, s.trace_id == turn.trace_id) for s in served
+    ]
+    assert 'agentd_tool_call_duration_seconds_count{server="memo"} 1.0' in metrics, metrics
+    assert 'agentd_tool_call_duration_seconds_count{server="agentd"}' not in metrics
+    calls = [
+        line for line in metrics.splitlines() if line.startswith("agentd_model_call_duration_seconds_count")
+    ]
+    assert [line.rsplit(" ", 1)[1] for line in calls] == ["2.0"], calls

@@ -193,11 +193,16 @@ async def test_l2_sixty_subscribes_to_the_kube_server_start_at_most_32_kubectl_w
         "(one per subscribed URI), its limit (--max-watchers 32 of `agentd serve kube`); unsubscribe from a "
         "URI you no longer need and subscribe again, or start the server with a higher --max-watchers"
     )
-    assert results[32]["content"].startswith(
-        "subscribe 'kube-events://watch/r32' failed: server 'kube' refused"
+    assert results[32]["content"] == (
+        "subscribe 'kube-events://watch/r32' failed: server 'kube' could not subscribe to "
+        f"'kube-events://watch/r32': the server refused it: {refusal}"
     )
-    assert results[32]["content"].endswith(refusal)
-    assert replies(a.out)[0].endswith(refusal.replace("r32", "r59"))
+    # The calls share one listen stream: the server refuses it whole, naming the first URI
+    # past its cap; each refused call is told that refusal, with its fix (rfcs/0261).
+    cap = refusal.partition(" refused: ")[2]
+    assert all(r["content"].endswith(cap) for r in results[32:])
+    assert replies(a.out)[0].startswith("subscribed; the last one said: subscribe 'kube-events://watch/r59'")
+    assert replies(a.out)[0].endswith(cap)
     assert metrics[("agentd_subscribe_failures_total", (("server", "kube"),))] == 28
     # Ten lines per 10 s window, the rest folded into telemetry.suppressed (rfcs/0113): 28 in all.
     said = len(a.find("self.subscribe_failed"))

@@ -71,5 +71,6 @@ async def test_a_run_that_ends_before_its_root_starts_reaps_the_root(tmp_path: P
         # on initialize: rfcs/0285), each start an interpreter importing the SDK.
         assert await a.wait_exit(timeout=100) == ExitCode.REQUIRED_SERVER, a.tail()
     assert a.find("subagent.spawn") == []
-    assert a.events[-1]["event"] == "supervisor.exit"
+    # The exit summary, then the failed run's final line (rfcs/0321): nothing after them.
+    assert [e["event"] for e in a.events[-2:]] == ["supervisor.exit", "run.failed"]
     assert _same_command(marker) == []

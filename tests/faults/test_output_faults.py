@@ -231,6 +231,7 @@ async def test_once_with_stdout_closed_exits_8_and_says_why(tmp_path: Path, allo
     assert unwritten["error"] == "stdout was closed when agentd started"
     assert unwritten["status"] == "completed"
     assert [e["exit_code"] for e in log if e["event"] == "supervisor.exit"] == [8]
+    assert (log[-1]["event"], log[-1]["kind"], log[-1]["exit_code"]) == ("run.failed", "output", 8)
 
 
 async def test_once_with_a_stdout_pipe_whose_reader_left_exits_8(tmp_path: Path, allow_files: Any) -> None:

@@ -235,6 +235,11 @@ async def test_loop_agent_killed_is_restarted_until_the_breaker_opens_and_exits_
     assert len(a.find("governor.breaker_open")) == 1
     assert len(a.find("subagent.spawn")) == 3
     assert survivors(before) == []
+    # The last line says the breaker opened, and what to do (rfcs/0321).
+    (failed,) = a.find("run.failed")
+    assert a.events[-1] is failed
+    assert "the restart breaker opened" in failed["error"]
+    assert "--max-restarts" in failed["fix"]
 
 
 async def test_reactive_agent_killed_mid_turn_the_daemon_survives_and_the_next_change_spawns_afresh(

@@ -485,10 +485,10 @@ async def test_readyz_follows_the_reactor_and_ready_changed_is_written_once_per_
     )
     up = [
         ServerStateChanged("memo", ServerState.CONNECTED, required=True),
-        SubscriptionStateChanged("memo", "memo://notes", "established"),
+        SubscriptionStateChanged("memo", frozenset({"memo://notes"}), "established"),
     ]
     down = [
-        SubscriptionStateChanged("memo", "memo://notes", "lost", error="killed"),
+        SubscriptionStateChanged("memo", frozenset({"memo://notes"}), "lost", error="killed"),
         ServerStateChanged("memo", ServerState.RESTARTING, required=True, attempt=1),
     ]
 

@@ -52,7 +52,7 @@ async def test_connect_call_read_subscribe_and_change(tmp_path: Path, era: str, 
         assert read.contents[0].text == "first note"
 
         await up.subscribe("note://alpha")
-        await events.next(SubscriptionStateChanged, uri="note://alpha", state="established")
+        await events.next(SubscriptionStateChanged, uris=frozenset({"note://alpha"}), state="established")
         await up.call_tool("set_note", {"name": "alpha", "text": "changed"})
         changed = await events.next(ResourceChanged)
         assert changed == ResourceChanged("notes", "note://alpha", "updated")

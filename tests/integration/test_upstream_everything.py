@@ -40,7 +40,7 @@ async def test_everything_server_pushes_updates_for_subscribed_uris() -> None:
         assert read.contents
 
         await up.subscribe(uri)
-        await events.next(SubscriptionStateChanged, uri=uri, state="established")
+        await events.next(SubscriptionStateChanged, uris=frozenset({uri}), state="established")
         result = await up.call_tool("toggle-subscriber-updates", {})
         assert not result.is_error
         assert await events.next(ResourceChanged, within=15) == ResourceChanged("everything", uri, "updated")

@@ -102,7 +102,7 @@ async def test_sigkill_restarts_resubscribes_and_rereads(tmp_path: Path, era: st
         state.write_text(json.dumps(notes))
 
         await events.next(ServerStateChanged, state=ServerState.CONNECTED)
-        await events.next(SubscriptionStateChanged, uri="note://alpha", state="established")
+        await events.next(SubscriptionStateChanged, uris=frozenset({"note://alpha"}), state="established")
         synthetic = await events.next(ResourceChanged)
         assert synthetic == ResourceChanged("notes", "note://alpha", "synthetic")
         read = await up.read_resource("note://alpha")

@@ -162,7 +162,10 @@ async def test_url_only_sse_server_of_an_old_sdk_finds_sse_and_keeps_it_across_a
                 assert (again["transport"], again["probe"]) == ("sse", "skipped")
                 assert len(telemetry.find("upstream.fallback")) == len(tries)
                 await events.next(
-                    SubscriptionStateChanged, within=STARTUP, uri="note://alpha", state="established"
+                    SubscriptionStateChanged,
+                    within=STARTUP,
+                    uris=frozenset({"note://alpha"}),
+                    state="established",
                 )
                 assert await events.next(ResourceChanged, uri="note://alpha") == ResourceChanged(
                     "old", "note://alpha", "synthetic"

@@ -61,7 +61,7 @@ async def test_a_server_that_ends_every_subscription_at_once_is_given_up_after_t
         send.send_nowait("marker")
         assert await events.next(str, within=WAIT) == "marker"
         nursery.cancel_scope.cancel()
-    assert (failed.uri, failed.attempt) == ("state://doc", 3)
+    assert (failed.uris, failed.attempt) == (frozenset({"state://doc"}), 3)
     states = [(e.state, e.attempt) for e in events.of(SubscriptionStateChanged)]
     assert states == [
         ("established", 0),

@@ -42,6 +42,12 @@ def notes_server(tmp: Path, *extra: str, name: str = "notes") -> str:
 #: a start is well under a second idle, several seconds on a loaded 2-core machine;
 #: this only trips on a hang.
 CLI_TIMEOUT = 90.0
+EVENT_TIMEOUT = 60.0
+"""How long an awaited telemetry event may take: a guard against a hang, not a
+performance bound. A passing wait returns as the event arrives; on a busy 2-core CI
+machine a zygote start plus a model call took over 20 s, so the bound is generous."""
+EXIT_TIMEOUT = 60.0
+"""How long agentd may take to exit after it was told to (same reasoning)."""
 
 
 def run_cli(
@@ -133,7 +139,7 @@ class Agentd:
         name: str,
         pred: Callable[[dict[str, Any]], bool] = lambda e: True,
         *,
-        timeout: float = 20,
+        timeout: float = EVENT_TIMEOUT,
         count: int = 1,
     ) -> dict[str, Any]:
         """Wait until ``count`` events named ``name`` (matching ``pred``) have arrived; returns the last."""
@@ -148,7 +154,7 @@ class Agentd:
                     raise AssertionError(f"agentd exited ({code}) before {name!r}:\n{self.tail()}")
                 await self._changed.wait()
 
-    async def wait_exit(self, timeout: float = 30) -> int:
+    async def wait_exit(self, timeout: float = EXIT_TIMEOUT) -> int:
         """Wait for agentd to exit, then for its last telemetry lines to be read.
 
         The process can be reaped before this side has read what it wrote last

@@ -210,8 +210,8 @@ class Job:
 
 
 def is_run(argv: tuple[str, ...] | list[str]) -> bool:
-    """A command that would run agents (not ``check``/``serve``, not ``--help``/``--version``)."""
-    if argv and argv[0] in ("check", "serve"):
+    """A command that would run agents (not ``check``/``serve``/``status``, not ``--help``/``--version``)."""
+    if argv and argv[0] in ("check", "serve", "status"):
         return False
     return not any(word in ("--help", "-h", "--version") for word in argv)
 

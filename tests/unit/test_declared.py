@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,6 +113,11 @@ class FakeUpstream:
         self.calls.append(uri)
         await trio.lowlevel.checkpoint()
         self.subs.add(uri)
+
+    async def subscribe_many(self, uris: Collection[str]) -> dict[str, str]:
+        for uri in uris:
+            await self.subscribe(uri)
+        return {}
 
     async def unsubscribe(self, uri: str) -> None:
         self.subs.discard(uri)

@@ -182,3 +182,20 @@ def test_the_extractor_reads_shell_blocks_whole_and_text_blocks_by_prompt(tmp_pa
         ("docs/page.md:3", ("--mode", "reactive", "--config", "a.toml", "--subscribe", "memo://notes")),
         ("docs/page.md:8", ("--version",)),
     ]
+
+
+def test_install_hints_name_commands_that_work_before_a_release() -> None:
+    """agentd's own messages never send a reader to the package index, where it is not yet."""
+    from agentd.extras import install_hint
+
+    for extra in ("bedrock", "vertex", "otel"):
+        hint = install_hint(extra)
+        assert f"pipx install --force '.[{extra}]'" in hint, hint
+        assert " -m pip install '" in hint, f"the extra's requirements are read from the metadata: {hint}"
+    offenders = [
+        f"{path.relative_to(REPO)}:{number}"
+        for path in sorted((REPO / "agentd").rglob("*.py"))
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if re.search(r"install '?agentd-supervisor\[", line)
+    ]
+    assert not offenders, f"install the extra through agentd.extras.install_hint instead: {offenders}"

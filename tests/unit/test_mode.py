@@ -104,6 +104,31 @@ def test_loop_small_interval_backs_off_up_to_it() -> None:
     assert d.backoff.cap == 5.0
 
 
+def _shifts_within(d: Loop, window: float, *, idle: bool) -> list[float]:
+    """Start times of the shifts a loop runs in ``window`` seconds when every shift is instant."""
+    now, starts = 0.0, []
+    while now < window and len(starts) < 1000:
+        starts.append(now)
+        decision = d.on_root_terminal(V(), "completed", idle=idle, now=now)
+        assert isinstance(decision, ReEnterAfter)
+        now += decision.delay
+    return starts
+
+
+def test_an_idle_loop_makes_at_most_seven_shifts_in_35_seconds() -> None:
+    # "Nothing to do." every shift (no state-changing tool call): 1, 2, 4, 8, 16 s apart.
+    assert _shifts_within(Loop(0.0, "warm"), 35.0, idle=True) == [0.0, 1.0, 3.0, 7.0, 15.0, 31.0]
+    # A shift that changed state keeps the cadence: interval 0 re-enters at once, 5 s keeps 5 s.
+    assert len(_shifts_within(Loop(0.0, "warm"), 35.0, idle=False)) == 1000
+    assert _shifts_within(Loop(5.0, "fresh"), 35.0, idle=False) == [0.0, 5.0, 10.0, 15.0, 20.0, 25.0, 30.0]
+
+
+def test_a_shift_that_ran_out_of_steps_only_reading_is_idle_too() -> None:
+    d = Loop(0.0, "warm")
+    assert d.on_root_terminal(V(), "exhausted_steps", idle=True, now=0) == ReEnterAfter(1.0)
+    assert d.on_root_terminal(V(), "exhausted_steps", idle=False, now=0) == ReEnterAfter(0.0)
+
+
 def test_loop_exhausted_and_crash() -> None:
     d = Loop(0.0, "fresh")
     assert d.on_root_terminal(V(budget_spent="tokens"), "exhausted_tokens", idle=False, now=0) == Quiesce()

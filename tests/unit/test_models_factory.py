@@ -242,7 +242,8 @@ def test_a_cloud_provider_without_its_extra_says_how_to_install_it(monkeypatch: 
     )
     with pytest.raises(
         ConfigError,
-        match=r"bedrock: needs the optional SDK \(anthropic not installed\); install it with: "
-        r"pip install 'agentd-supervisor\[bedrock\]'",
+        match=r"bedrock: needs the optional SDK \(anthropic not installed\); install agentd's bedrock extra: "
+        r"\S+ -m pip install 'anthropic\[bedrock\][<>=0-9.,]+' 'boto3[<>=0-9.,]+' 'botocore[<>=0-9.,]+'; "
+        r"or from a clone, pipx install --force '\.\[bedrock\]' \(or pip install '\.\[bedrock\]'\)",
     ):
         validate_model_spec("bedrock:anthropic.claude-x", {"AWS_REGION": "us-east-1"})

@@ -37,6 +37,40 @@ def test_every_line_is_written_or_counted_exactly_once(times: list[float]) -> No
     assert passed + folded == len(times)
 
 
+@given(
+    lines=st.lists(
+        st.tuples(st.sampled_from("abcdefgh"), st.floats(min_value=0, max_value=5, allow_nan=False)),
+        max_size=200,
+    )
+)
+def test_summaries_come_in_closing_order_and_only_open_windows_are_held(
+    lines: list[tuple[str, float]],
+) -> None:
+    rl = RateLimiter(burst=1, window=10.0)
+    now = 0.0
+    for key, step in lines:
+        now += step
+        for s in rl.due(now):
+            assert isinstance(s.key, str)
+        rl.admit(key, now)
+        assert len(rl) <= len({k for k, _ in lines})
+        due = rl.next_due()
+        assert due is None or due > now
+    rl.due(now + 10.0)
+    assert len(rl) == 0
+
+
+def test_sources_that_come_and_go_do_not_accumulate() -> None:
+    # An agent id per source (model.retry, child.stderr): windows of sources gone quiet are released.
+    rl = RateLimiter(burst=10, window=10.0)
+    for n in range(100_000):
+        now = n * 0.01  # 100 sources a second, each seen once
+        rl.due(now)
+        rl.admit(f"a{n}", now)
+    assert len(rl) == 1000  # the last 10 s of sources, no more
+    assert rl.next_due() is None
+
+
 def test_a_pipe_nobody_reads_fills_the_buffer_and_put_never_blocks() -> None:
     r, w = os.pipe()
     fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, 4096)

@@ -33,6 +33,7 @@ from agentd.events import (
     ServerState,
     ServerStateChanged,
     SignalReceived,
+    ToolChangedState,
     Unsubscribed,
     WatchNotice,
 )
@@ -143,9 +144,15 @@ class Harness:
         *,
         status: TerminalStatus = "completed",
         idle: bool | None = None,
+        changed: bool = False,
     ) -> trio.MemoryReceiveChannel[Any]:
-        """One model call then the turn end; returns the channel the turn-end answer arrives on."""
+        """One model call then the turn end; returns the channel the turn-end answer arrives on.
+
+        ``changed``: a state-changing tool call succeeded in the turn (the hub's report, before the turn end).
+        """
         await self.usage(agent)
+        if changed:
+            await self.send(ToolChangedState(agent, "memo__memo_set"))
         if idle is None:
             idle = text.strip() == "NO_REPLY" or not text.strip()
         return await self.ask(agent, "turn_end", status=status, text=text, idle=idle)
@@ -275,11 +282,12 @@ async def test_loop_interval_0_reenters_at_once_after_work_and_backs_off_when_id
         # work, idle, idle, idle, work, idle: waits 0, 1, 2, 4, 0, 1
         for text in ["did A", "NO_REPLY", "NO_REPLY", "NO_REPLY", "did B", "NO_REPLY"]:
             ended_at = trio.current_time()
-            t, msg = await answer(await h.end_turn(root.id, text))
+            t, msg = await answer(await h.end_turn(root.id, text, changed=text.startswith("did")))
             assert msg == {"action": "continue", "input": "work"}
             times.append(t - ended_at)
         assert times == [0.0, 1.0, 2.0, 4.0, 0.0, 1.0]
-        assert [f["after_s"] for _, f in h.telemetry.timed("loop.reenter")] == [0.0, 1.0, 2.0, 4.0, 0.0, 1.0]
+        reentries = [(f["after_s"], f["idle"]) for _, f in h.telemetry.timed("loop.reenter")]
+        assert reentries == [(0.0, False), (1.0, True), (2.0, True), (4.0, True), (0.0, False), (1.0, True)]
         assert len(h.hooks.spawned) == 1  # warm: the same agent every shift
         # NO_REPLY turns publish nothing; real work does
         assert [p[2] for p in h.hooks.published] == ["did A", "did B"]
@@ -301,7 +309,7 @@ async def test_loop_interval_5_fresh_spawns_a_new_root_every_5s(autojump_clock):
         first = await h.hooks.next_spawn()
         assert first.warm is False
         await trio.sleep(1.5)  # the shift takes 1.5 s
-        t, msg = await answer(await h.end_turn(first.id, "did the work"))
+        t, msg = await answer(await h.end_turn(first.id, "did the work", changed=True))
         assert (t, msg) == (1.5, {"action": "exit"})
         await h.exited(first.id)
         second = await h.hooks.next_spawn()
@@ -444,7 +452,7 @@ async def test_budget_spent_stops_spawning_drains_warm_sessions_and_exits_7(auto
 async def test_loop_budget_spent_exits_7_after_the_root_exits(autojump_clock):
     async with running("loop", interval=0, max_steps=2) as h:
         root = await h.hooks.next_spawn()
-        _, msg = await answer(await h.end_turn(root.id))
+        _, msg = await answer(await h.end_turn(root.id, changed=True))
         assert msg["action"] == "continue"
         assert await h.usage(root.id) == {"continue": False, "reason": "steps"}
         _, msg = await answer(
@@ -873,9 +881,74 @@ async def test_a_delivery_into_the_warm_loop_root_resets_the_idle_backoff(autoju
         assert (t, "memo://notes" in msg["input"]) == (9.0, True)
         held = await h.end_turn(root.id, "NO_REPLY")  # the delivered turn answered nothing
         t, msg = await answer(held)
-        assert (t, msg["input"]) == (10.0, "work")  # the next shift came after the base wait
-    waits = [f["after_s"] for _, f in h.telemetry.timed("loop.reenter")]
-    assert waits == [1.0, 2.0, 4.0, 8.0, 1.0]
+        assert (t, msg["input"]) == (9.0, "work")  # a shift with a delivery is not idle: no wait
+        held = await h.end_turn(root.id, "NO_REPLY")  # an idle shift again: the backoff starts over
+        t, msg = await answer(held)
+        assert (t, msg["input"]) == (10.0, "work")
+    reentries = [(f["after_s"], f["idle"]) for _, f in h.telemetry.timed("loop.reenter")]
+    assert reentries == [(1.0, True), (2.0, True), (4.0, True), (8.0, True), (0.0, False), (1.0, True)]
+
+
+async def test_a_loop_that_only_talks_backs_off_and_one_that_changes_state_keeps_its_cadence(autojump_clock):
+    async with running("loop", interval=0) as h:
+        root = await h.hooks.next_spawn()
+        model_calls = 0
+        while trio.current_time() < 35.0 and model_calls < 100:
+            model_calls += 1  # end_turn makes one model call (its usage report), then ends the turn
+            await answer(await h.end_turn(root.id, "Nothing to do."))
+        # The hub only tells of state-changing calls: a read, or a report for no agent, changes nothing.
+        await h.send(ToolChangedState("a999", "memo__memo_set"))
+        assert model_calls == 6  # shifts at 0, 1, 3, 7, 15 and 31 s
+        reentries = [(f["after_s"], f["idle"]) for _, f in h.telemetry.timed("loop.reenter")]
+        assert reentries == [(1.0, True), (2.0, True), (4.0, True), (8.0, True), (16.0, True), (32.0, True)]
+        assert [p[2] for p in h.hooks.published] == [
+            "Nothing to do."
+        ] * 6  # talk is published, but is no work
+
+    async with running("loop", interval=0) as h:
+        root = await h.hooks.next_spawn()
+        started = trio.current_time()
+        for _ in range(5):
+            await answer(await h.end_turn(root.id, "saved a memo", changed=True))
+        assert trio.current_time() == started  # no backoff: every shift re-entered at once
+        assert [f["after_s"] for _, f in h.telemetry.timed("loop.reenter")] == [0.0] * 5
+
+
+# --------------------------------------------------------------------------- flat over time
+
+
+async def test_hundreds_of_exited_agents_leave_the_reactor_holding_a_bounded_record(autojump_clock):
+    routes = [RouteSpec(match="memo://x*", disposition=Spawn(max_inflight=1), debounce=0.0, route_id="x")]
+    async with running("reactive", routes=routes) as h:
+        for n in range(300):
+            await h.send(ResourceChanged(server="memo", uri=f"memo://x{n}"))
+            agent = await h.hooks.next_spawn()
+            if n == 150:  # a status view walks only what runs: the 150 before it are gone from the table
+                assert [a.id for a in h.reactor.agents.live()] == [agent.id] == ["a151"]
+                assert (len(h.reactor.agents), len(h.reactor.agents.recent())) == (1, 50)
+            if n % 3:
+                _, msg = await answer(await h.end_turn(agent.id))
+                assert msg == {"action": "exit"}
+            else:  # a third subscribe to a URI of their own and are woken by it once (a session, a self route)
+                assert await h.subscribe(agent.id, f"memo://s{n}") == Acknowledged()
+                await h.send(ResourceChanged(server="memo", uri=f"memo://s{n}"))
+                _, msg = await answer(await h.end_turn(agent.id))
+                assert "memo://s" in msg["input"]
+                await h.end_turn(agent.id, "NO_REPLY")  # held warm for its subscription
+                await h.exited(agent.id)
+                continue
+            await h.exited(agent.id)
+        await h.send(SignalReceived(signum=signal.SIGTERM))
+        assert (await h.exit_code())[1] == ExitCode.OK
+    agents = h.reactor.agents
+    assert (len(agents), agents.started, agents.forgotten) == (0, 300, 300)
+    assert [a.id for a in agents.recent()] == [f"a{n}" for n in range(251, 301)]
+    assert [r.id for r in h.reactor.router.routes()] == ["x"]  # every self route went with its agent
+    assert agents.session_agent("a1") is None
+    # Counters and histograms count the sessions' own routes under their kind, not one series each.
+    assert set(h.reactor.counters.routed) == {"x", "self"}
+    assert set(h.telemetry.histograms.snapshot()["event_to_agent"]) == {("x",), ("self",)}
+    assert len(h.hooks.unsubscribed) == 100
 
 
 # --------------------------------------------------------------------------- start-up re-read, drops, block

@@ -110,7 +110,7 @@ def test_escaped_json_is_the_same_value_and_holds_no_raw_controls(text: str) -> 
     assert UNSAFE.search(escaped.decode()) is None
 
 
-@pytest.mark.parametrize("line_format", ["json", "text"])
+@pytest.mark.parametrize("line_format", ["json", "text", "human"])
 def test_telemetry_writes_any_field_and_its_lines_hold_no_control(line_format: str) -> None:
     out = io.StringIO()
     telemetry = Telemetry(stream=out, line_format=line_format)  # type: ignore[arg-type]
@@ -118,7 +118,7 @@ def test_telemetry_writes_any_field_and_its_lines_hold_no_control(line_format: s
     text = out.getvalue()
     assert text.count("\n") == 1
     assert UNSAFE.search(text.rstrip("\n")) is None
-    assert ("\\x1b]52" if line_format == "text" else "\\u001b]52") in text
+    assert ("\\u001b]52" if line_format == "json" else "\\x1b]52") in text
 
 
 def _depth(value: object) -> int:

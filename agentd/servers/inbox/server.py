@@ -437,7 +437,9 @@ def build(args: argparse.Namespace) -> WatchableServer:
         description=(
             "Acknowledge a message you handled: ack(id) (or ack(id, seq) when several pending messages share "
             "the id), or ack(seqs=[...]) for several events at once. It then leaves inbox://AGENT."
-        )
+        ),
+        # It moves the inbox's cursor (state: rfcs/0280); the message stays in the log.
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True),
     )
     async def ack(
         id: str | None = None, seq: int | None = None, seqs: list[int] | None = None
@@ -445,7 +447,8 @@ def build(args: argparse.Namespace) -> WatchableServer:
         return await inbox.ack(id, seq, seqs)
 
     @server.mcp.tool(
-        description="Acknowledge every pending message up to and including `seq` (shown or not): an explicit cursor."
+        description="Acknowledge every pending message up to and including `seq` (shown or not): an explicit cursor.",
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True),
     )
     async def ack_through(seq: int) -> dict[str, object]:
         return await inbox.ack_through(seq)
@@ -458,7 +461,8 @@ def build(args: argparse.Namespace) -> WatchableServer:
         return await inbox.respond(id, text, seq)
 
     @server.mcp.tool(
-        description="Mark message `id` handled (this acknowledges it), with an optional note. Shown in inbox status."
+        description="Mark message `id` handled (this acknowledges it), with an optional note. Shown in inbox status.",
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False),
     )
     async def mark_handled(id: str, note: str | None = None, seq: int | None = None) -> dict[str, object]:
         return await inbox.mark_handled(id, note, seq)

@@ -20,6 +20,12 @@ break the protocol in the ways the fault catalog needs:
   subscribed last.
 * ``push_updated(uri)`` (handshake era): send ``notifications/resources/updated``
   for ``uri`` whether or not the client subscribed to it.
+* SIGUSR2: add the next ``item://{i}`` resource and announce
+  ``resources/list_changed`` (a client's declared glob now matches one more URI).
+* ``--hold-listen PORT``: while the file ``<state>.hold`` exists, a
+  ``subscriptions/listen`` request is never answered: the server writes
+  ``held <number of URIs>`` to ``127.0.0.1:PORT`` and keeps it (a server slow to
+  acknowledge the stream that would replace the one open).
 
 Resources added: ``item://{i}`` for ``i < --items`` (text ``"<i>:<version>"``)
 and the template ``big://{size}`` (a body of ``size`` bytes).
@@ -92,6 +98,7 @@ def extend(mcp: MCPServer[Any], args: argparse.Namespace) -> dict[str, Any]:
 
     for i in items:
         add_item(i)
+    ext["add_item"] = add_item
 
     @mcp.resource("big://{size}", mime_type="text/plain")
     def big(size: str) -> str:
@@ -170,7 +177,27 @@ def storm_on_signal(mcp: MCPServer[Any], args: argparse.Namespace, ext: dict[str
         else:
             await mcp._subscriptions.publish(ResourceUpdated(uri=uri))
 
+    async def grow() -> None:
+        with anyio.open_signal_receiver(signal.SIGUSR2) as signals:
+            async for _ in signals:
+                i = len(ext["items"])
+                ext["items"][i] = 0
+                ext["add_item"](i)
+                if args.era == "legacy":
+                    session = ext.get("session")
+                    if session is not None:
+                        await session.send_resource_list_changed()
+                else:
+                    from mcp.client.subscriptions import ResourcesListChanged
+
+                    await mcp._subscriptions.publish(ResourcesListChanged())
+
     async def run() -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(grow)
+            await storms()
+
+    async def storms() -> None:
         with anyio.open_signal_receiver(signal.SIGUSR1) as signals:
             async for _ in signals:
                 spec = json.loads(await anyio.Path(args.state + ".storm").read_text())
@@ -199,17 +226,37 @@ async def serve(mcp: MCPServer[Any], args: argparse.Namespace, ext: dict[str, An
         tg.cancel_scope.cancel()
 
 
+def hold_listen(mcp: MCPServer[Any], args: argparse.Namespace) -> None:
+    """``--hold-listen PORT`` (see the module docstring)."""
+    low = mcp._lowlevel_server
+    inner = low._request_handlers["subscriptions/listen"].handler
+    hold = Path(args.state + ".hold")
+
+    async def on_listen(ctx: Any, params: types.SubscriptionsListenRequestParams) -> Any:
+        if hold.exists():  # noqa: ASYNC240 (a test knob, checked once per request)
+            uris = params.notifications.resource_subscriptions or []
+            async with await anyio.connect_tcp("127.0.0.1", args.hold_listen) as receipt:
+                await receipt.send(f"held {len(uris)}\n".encode())
+            await anyio.sleep_forever()
+        return await inner(ctx, params)
+
+    low.add_request_handler("subscriptions/listen", types.SubscriptionsListenRequestParams, on_listen)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--era", choices=["modern", "legacy"], default="modern")
     parser.add_argument("--state", required=True)
     parser.add_argument("--items", type=int, default=0)
+    parser.add_argument("--hold-listen", type=int, default=0, metavar="PORT")
     args = parser.parse_args()
     for knob in ("exit_during_init", "no_subscribe", "grandchild"):
         setattr(args, knob, False)
     args.garbage_at_start = 0
     mcp = build(args)
     ext = extend(mcp, args)
+    if args.hold_listen:
+        hold_listen(mcp, args)
     anyio.run(serve, mcp, args, ext)
 
 

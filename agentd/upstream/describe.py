@@ -1,0 +1,17 @@
+"""One line for an exception from an upstream server or its transport (for messages and telemetry)."""
+
+from __future__ import annotations
+
+from mcp.shared.exceptions import MCPError
+
+from agentd.errors import UpstreamError
+
+__all__ = ["describe"]
+
+
+def describe(exc: BaseException) -> str:
+    """One line for an exception, unwrapping single-member groups."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    text = str(exc) or type(exc).__name__
+    return text if isinstance(exc, MCPError | UpstreamError) else f"{type(exc).__name__}: {text}"
