@@ -1,10 +1,10 @@
 """The inbox's delivery logic, pure and synchronous (no I/O, no trio).
 
-Size: over 600 lines because it is one pure state machine (positions,
-acknowledgements, torn tails) tested on its own, apart from the server's I/O.
+Size: one pure state machine (positions, acknowledgements, torn tails), tested apart from any I/O.
 
-``agentd serve inbox`` (``inbox.py``) is the shell: it reads bytes, persists the
-cursor, sends notifications. Everything it decides comes from :class:`InboxLog`.
+``agentd serve inbox`` (the ``servers/inbox/`` package) is the shell: it reads
+bytes, persists the cursor, sends notifications; the webhook server's store
+keeps its positions with it too. Everything they decide comes from :class:`InboxLog`.
 
 Sequence numbers
 ----------------

@@ -1,74 +1,49 @@
-"""The watch manager: one task per watch, from "changed" to a notice for the reactor.
-
-Size: over 600 lines because it owns every watch's lifecycle (start, stop,
-list, restore, the per-watch task and the declared-route stages that share
-it); the stage's pure steps live in ``stage.py``, ``extract.py``,
-``notices.py`` and ``sandbox.py``.
+"""The watch manager: every watch of the process, from ``watch_start`` to ``watch_stop``.
 
 A watch is a self-subscribe route with an extraction and filter stage
 (ARCHITECTURE decision 8). The reactor owns the route (``watch:<session>:<name>``,
 exact, debounce 0); when it is due, the reactor hands the URIs to
-:meth:`WatchManager.on_changed` without waiting. Each watch's own task then:
+:meth:`WatchManager.on_changed` without waiting, and the watch's own task
+(:mod:`agentd.watches.watch`) re-reads, filters and posts the notice.
 
-1. re-reads the resource (bounded by the upstream's request timeout; a failed
-   read becomes an ``ERROR`` line),
-2. runs :meth:`agentd.watches.stage.WatchStage.process_read` (extraction, the
-   sandboxed ``on_event`` filter in a worker thread, dedupe, debounce buffer),
-3. waits for the stage's debounce deadline (``trio.move_on_at``, armed only
-   by an event: an idle watch makes no wakeups),
-4. on flush posts a :class:`~agentd.events.WatchNotice` into the
-   reactor's channel, which turns it into one turn of the owning session.
-
-Lifecycle of one watch (:class:`WatchStatus`)::
+Lifecycle of one watch (:class:`~agentd.watches.watch.WatchStatus`)::
 
     STARTING --baseline read, route, subscribe--> RUNNING
     RUNNING  --upstream gave up resubscribing---> FAILED --re-established--> RUNNING
     (restore) --transient failure---------------> RESTORE_FAILED (listed, kept in the file)
     any      --watch_stop / owner exited---------> (removed)
 
-``--watch-state``: specs (name, URI, filter, owner, baseline) are written on
-every start and stop and after every notice, by one writer task, in a worker
-thread. The baseline written is the one as of the last notice handed to the
-reactor, so a restart reports again what no notice has carried yet (rfcs/0076).
-
-Declared routes with ``extract`` / ``on_event`` (rfcs/0078) get the same stage
-per (route id, concrete URI): :meth:`WatchManager.declare_routes` at startup,
-:meth:`WatchManager.on_route_subscribed` takes the baseline read when the
-subscription is established, :meth:`WatchManager.on_route_changed` wakes the
-stage, and its notices go to the reactor as
-:class:`~agentd.events.RouteNotice`. With ``--watch-state`` their
-baselines are saved as specs with no owner named ``route:<route id>:<uri>``.
+The manager holds the watches and their caps, reports each watch's hold on
+its upstream subscription (:class:`SubscriptionHolds`) and performs the
+answer, and hosts its parts' tasks: ``persist``, ``catalog``, ``staged``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import enum
-import html
 import re
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, NoReturn, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Final, NoReturn, Protocol
 
-import orjson
 import trio
 
 from agentd.counters import RunCounters
-from agentd.errors import AgentdError, ConfigError, FilterRejected, WatchError, WatchStateError
-from agentd.events import ReactorEvent, RouteNotice, SubscriptionStateChanged, WatchNotice
-from agentd.jsonvalue import JSONObject, JSONValue, loads
+from agentd.errors import AgentdError, FilterRejected, WatchError
+from agentd.events import ReactorEvent, SubscriptionStateChanged, WatchNotice
+from agentd.jsonvalue import JSONObject
 from agentd.limits import ModelLimit
 from agentd.telemetry import Telemetry
-from agentd.upstream.naming import namespaced
-from agentd.upstream.resolve import resource_listing
-from agentd.watches import state as state_file
-from agentd.watches.extract import Shape, shape_of
+from agentd.watches.catalog import FilterHost, read_text
+from agentd.watches.extract import shape_of
 from agentd.watches.limits import WatchLimits
 from agentd.watches.limits import watch_limits as watch_limits  # its old home: callers import it here too
 from agentd.watches.notices import error_line
+from agentd.watches.persist import ROUTE_SPEC_PREFIX, StateWriter, render_restore
 from agentd.watches.stage import StagedRoute, WatchStage
+from agentd.watches.staged import RouteStages
 from agentd.watches.state import WatchSpec
+from agentd.watches.watch import Watch, WatchRunner, WatchStatus
 
 if TYPE_CHECKING:  # the sandbox (pydantic-monty) is imported only when a watch filters
     from mcp import types
@@ -76,47 +51,9 @@ if TYPE_CHECKING:  # the sandbox (pydantic-monty) is imported only when a watch 
     from agentd.upstream.connection import Upstream
     from agentd.watches.sandbox import CatalogFunction, FilterPool, WatchFilter
 
-#: An async catalog function: called with the filter's own arguments (checked
-#: by the function), its result goes back into the sandbox.
-AsyncCatalogFunction: TypeAlias = "Callable[..., Awaitable[object]]"
-
 
 #: Watch names: short, safe in a route id, an XML attribute and a log line.
 WATCH_NAME_RE: Final = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-
-#: Bound on one catalog call a filter makes (``read_resource``, a read-only
-#: tool), on top of the filter run's own time limit (which usually ends it
-#: first, rfcs/0151): 5 s is far above a healthy call (~1 ms) and well below
-#: the upstream's own 30 s request timeout, so a hung server costs a filter
-#: an error line, not half a minute, even with a long ``filter_timeout``.
-CATALOG_CALL_TIMEOUT_SECS: Final = 5.0
-
-#: How long shutdown waits for the sandbox pool to stop its worker processes.
-#: Monty kills them itself; this only bounds a wedged worker.
-POOL_CLOSE_TIMEOUT_SECS: Final = 5.0
-
-#: ``--watch-state`` names of declared-route stages start with this (watch names cannot hold ``:``).
-ROUTE_SPEC_PREFIX: Final = "route:"
-
-#: The instruction after a restore notice.
-RESTORE_INSTRUCTION: Final = (
-    "agentd restarted and started again the watches you had set up (listed above). "
-    "Changes made while it was down follow as watch events. "
-    "If nothing here needs action, answer with exactly NO_REPLY and nothing else."
-)
-
-
-class WatchStatus(enum.Enum):
-    """Where one watch is in its lifecycle."""
-
-    STARTING = "starting"
-    """watch_start is validating, reading the baseline and subscribing."""
-    RUNNING = "running"
-    """Subscribed; every change is re-read and filtered."""
-    FAILED = "failed"
-    """The upstream gave up resubscribing; resumes if the subscription comes back."""
-    RESTORE_FAILED = "restore_failed"
-    """A spec from ``--watch-state`` that could not start (e.g. its server is down)."""
 
 
 class RouteTable(Protocol):
@@ -168,82 +105,6 @@ class _NoHolds:
         return False  # nobody to ask: keep
 
 
-@dataclass(eq=False)
-class Watch:
-    """One watch, as the manager tracks it."""
-
-    name: str
-    uri: str
-    session: str
-    on_event: str | None
-    status: WatchStatus = WatchStatus.STARTING
-    server: str | None = None
-    shape: Shape | None = None
-    stage: WatchStage | None = None
-    events: int = 0
-    """Events extracted so far (before the filter)."""
-    notices: int = 0
-    """Notices handed to the reactor."""
-    saved_baseline: JSONObject | None = None
-    """The baseline as of the last notice (what ``--watch-state`` stores)."""
-    error: str | None = None
-    """Why a restore failed (RESTORE_FAILED)."""
-    changed: bool = False
-    """A change arrived that the task has not read yet (coalesces bursts)."""
-    wake_send: trio.MemorySendChannel[None] | None = None
-    wake_recv: trio.MemoryReceiveChannel[None] | None = None
-    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
-    route: StagedRoute | None = None
-    """The declared route this stage serves (``name`` is then the route id, ``session`` empty)."""
-    subscribed: bool = False
-    """The upstream subscription is established as far as this watch reported (``watch.subscribed``
-    once per establishment, ``watch.resubscribing`` once per loss)."""
-
-    @property
-    def route_id(self) -> str:
-        if self.route is not None:
-            return self.route.route_id
-        return f"watch:{self.session}:{self.name}"
-
-    def spec(self) -> WatchSpec:
-        if self.route is not None:
-            return WatchSpec(
-                name=route_spec_name(self.route.route_id, self.uri),
-                uri=self.uri,
-                on_event=self.on_event,
-                owner=None,
-                baseline=self.saved_baseline,
-            )
-        return WatchSpec(
-            name=self.name,
-            uri=self.uri,
-            on_event=self.on_event,
-            owner=self.session,
-            baseline=self.saved_baseline,
-        )
-
-    def describe(self) -> JSONObject:
-        out: JSONObject = {
-            "name": self.name,
-            "uri": self.uri,
-            "shape": self.shape,
-            "events": self.events,
-            "notices": self.notices,
-        }
-        if self.status is WatchStatus.RESTORE_FAILED:
-            out["restore_failed"] = True
-            out["error"] = self.error
-        elif self.status is WatchStatus.FAILED:
-            out["failed"] = True
-        return out
-
-    def wake(self) -> None:
-        if self.wake_send is not None:
-            # A wake-up already pending is enough: the task reads the current state anyway.
-            with contextlib.suppress(trio.WouldBlock):
-                self.wake_send.send_nowait(None)
-
-
 class WatchManager:
     """Every watch of the process: start, stop, list, restore, and their tasks.
 
@@ -256,6 +117,10 @@ class WatchManager:
         state_path: ``--watch-state`` file, or ``None`` (watches in memory only).
         pool: The sandbox pool for filters; default: one opened on first use.
         routes: The staged declared routes (as :meth:`declare_routes`).
+        tool_allowed: The tool policy (server, tool) -> offered; a filter never
+            reaches a tool agents are denied.
+        holds: The subscriptions component, told of each watch's hold on its
+            upstream subscription (:class:`SubscriptionHolds`).
         counters: The run's counter set: refusals by a watch cap and subscriptions
             the server refused are counted there (rfcs/0265); a private one if not given.
 
@@ -279,35 +144,42 @@ class WatchManager:
         counters: RunCounters | None = None,
     ) -> None:
         self.upstreams = upstreams
+        self.limits = limits or WatchLimits()
+        self.state_path = state_path
+        self._telemetry = telemetry
+        self._server_for = server_for
         self._counters = counters if counters is not None else RunCounters()
-        self._refusing: set[tuple[ModelLimit, str]] = set()
-        """Watch caps refusing now, by (limit, session; "" for the total): told once per hit (rfcs/0265)."""
         self._holds: SubscriptionHolds = holds or _NoHolds()
         """The subscriptions component: each watch's hold on its upstream subscription."""
-        self._tool_allowed = tool_allowed
-        """The tool policy (server, tool) -> offered; a filter never reaches a tool agents are denied."""
-        self._events = events
-        self._telemetry = telemetry
-        self.limits = limits or WatchLimits()
-        self._server_for = server_for
-        self.state_path = state_path
-        self._pool = pool
-        self._own_pool = pool is None
-        self._pool_lock = trio.Lock()
         self._watches: dict[tuple[str, str], Watch] = {}
-        self._closing: set[WatchFilter] = set()
-        """Filters of released watches whose close is still to run (closed at shutdown if it never ran)."""
+        """Every watch by (session, name), in start order."""
+        self._refusing: set[tuple[ModelLimit, str]] = set()
+        """Watch caps refusing now, by (limit, session; "" for the total): told once per hit (rfcs/0265)."""
         self._kept: dict[tuple[str, str], WatchSpec] = {}
         """Specs whose owner exited: kept in ``--watch-state`` for the next start."""
         self._nursery: trio.Nursery | None = None
-        self._save_wanted = trio.Event()
-        self._state_problem: str | None = None
-        self._routes: dict[str, StagedRoute] = {r.route_id: r for r in routes}
-        """Staged declared routes by id (:meth:`declare_routes`)."""
-        self._declared: dict[tuple[str, str], Watch] = {}
-        """Declared-route stages by (route id, URI)."""
-        self._route_baselines: dict[tuple[str, str], WatchSpec] = {}
-        """Restored declared-route specs whose stage has not started yet."""
+        """Where the watch tasks run, while :meth:`run` runs."""
+        self._writer = StateWriter(state_path, telemetry, self.specs)
+        self._host = FilterHost(
+            upstreams=upstreams,
+            limits=self.limits,
+            server_for=server_for,
+            tool_allowed=tool_allowed,
+            pool=pool,
+        )
+        self._runner = WatchRunner(
+            upstreams=upstreams, events=events, telemetry=telemetry, writer=self._writer
+        )
+        self._staged = RouteStages(
+            routes=routes,
+            upstreams=upstreams,
+            server_for=server_for,
+            limits=self.limits,
+            telemetry=telemetry,
+            host=self._host,
+            runner=self._runner,
+            writer=self._writer,
+        )
 
     # ------------------------------------------------------------------ run
 
@@ -316,29 +188,14 @@ class WatchManager:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                nursery.start_soon(self._saver)
+                nursery.start_soon(self._writer.run)
                 task_status.started()
                 await trio.sleep_forever()
         finally:
             self._nursery = None
             with trio.CancelScope(shield=True):
-                await self._write_state()
-                # A filter whose close was scheduled but cancelled by the shutdown still holds a
-                # sandbox worker that the pool's close would not stop: close them all first.
-                filters = [*self._closing, *(w.stage.filter for w in self._watches.values() if w.stage)]
-                self._closing.clear()
-                pool = self._pool if self._own_pool else None
-                self._pool = None if self._own_pool else self._pool
-
-                def shut() -> None:
-                    for f in filters:
-                        if f is not None:
-                            f.close()
-                    if pool is not None:
-                        pool.close()
-
-                with trio.move_on_after(POOL_CLOSE_TIMEOUT_SECS):
-                    await trio.to_thread.run_sync(shut, abandon_on_cancel=True)
+                await self._writer.write()
+                await self._host.shut(w.stage.filter for w in self._watches.values() if w.stage)
 
     def _require_nursery(self) -> trio.Nursery:
         if self._nursery is None:
@@ -346,17 +203,6 @@ class WatchManager:
                 "the watch manager is not running; start it with `await nursery.start(manager.run)`"
             )
         return self._nursery
-
-    async def _filter_pool(self) -> FilterPool:
-        async with self._pool_lock:
-            if self._pool is None:
-                from agentd.watches.sandbox import FilterPool  # lazy: loads pydantic-monty
-
-                pool = FilterPool()
-                # Entering starts a sandbox worker process: keep it off the event loop.
-                await trio.to_thread.run_sync(pool.__enter__)
-                self._pool = pool
-            return self._pool
 
     # ------------------------------------------------------------------ views
 
@@ -474,7 +320,7 @@ class WatchManager:
             if source is not None:
                 from agentd.watches.sandbox import WatchFilter, sample_event  # loaded by check_source
 
-                pool = await self._filter_pool()
+                pool = await self._host.pool()
                 source = await pool.avalidate(
                     source,
                     limits=self.limits,
@@ -485,7 +331,7 @@ class WatchManager:
                 filt = WatchFilter(source, pool=pool, limits=self.limits, catalog=catalog, denied=denied)
             w.on_event = source
             try:
-                body, mime = await self._read(server, uri)
+                body, mime = await read_text(up, uri)
             except AgentdError as exc:
                 raise WatchError(
                     f"watch_start {name!r}: reading {uri!r} on server {server!r} failed, so nothing was "
@@ -503,7 +349,7 @@ class WatchManager:
             restored = baseline is not None and w.stage.baseline() is not None
             if restored:
                 # Diff against the persisted baseline: changes made while agentd was down.
-                await self._process_body(w, body)
+                await self._runner.process(w, body)
             else:
                 try:
                     w.stage.extractor.feed(body)
@@ -556,14 +402,14 @@ class WatchManager:
         # subscription is not lost (an unchanged resource yields no events).
         w.changed = True
         w.wake()
-        nursery.start_soon(self._run_watch, w)
-        fields = self._fields(w)
+        nursery.start_soon(self._runner.run, w)
+        fields = w.fields()
         self._telemetry.emit("watch.started", **fields, shape=w.shape, filter=w.on_event is not None)
         # The upstream's own "established" for this subscription may reach on_subscription_state
         # before or after this point; the flag makes it one watch.subscribed either way.
         w.subscribed = True
         self._telemetry.emit("watch.subscribed", **fields)
-        self._request_save()
+        self._writer.request()
         return {"name": name, "uri": uri, "shape": w.shape}
 
     def _refuse(
@@ -587,304 +433,30 @@ class WatchManager:
         self._refusing.discard(("watches.max_watches_total", ""))
 
     def filter_catalog(self) -> tuple[dict[str, CatalogFunction], set[str]]:
-        """The filter's read-only catalog and the names it is denied (mutating tools).
-
-        Catalog functions are called from a filter's worker thread; each runs
-        its call on the event loop, bounded by the run's time left
-        (:func:`agentd.watches.sandbox.call_on_loop`).
-        """
-        catalog: dict[str, CatalogFunction] = {
-            "read_resource": self._sync_call(self._catalog_read),
-            "list_resources": self._sync_call(self._catalog_list),
-        }
-        denied: set[str] = set()
-        for server, up in self.upstreams.items():
-            for tool in getattr(up, "tools", None) or []:
-                exposed = namespaced(server, tool.name)
-                annotations = getattr(tool, "annotations", None)
-                allowed = self._tool_allowed is None or self._tool_allowed(server, tool)
-                if allowed and annotations is not None and annotations.read_only_hint is True:
-                    catalog[exposed] = self._sync_call(self._tool_caller(server, tool.name))
-                else:
-                    denied.add(exposed)
-        return catalog, denied
-
-    def _sync_call(self, fn: AsyncCatalogFunction) -> CatalogFunction:
-        """A callable for the filter's worker thread that runs ``fn`` on the event loop.
-
-        Bounded by what is left of the filter run's time and by
-        :data:`CATALOG_CALL_TIMEOUT_SECS`, whichever ends first.
-        """
-
-        def call(*args: object, **kwargs: object) -> object:
-            from agentd.watches.sandbox import call_on_loop  # loaded: a filter is calling
-
-            return call_on_loop(lambda: fn(*args, **kwargs), cap=CATALOG_CALL_TIMEOUT_SECS)
-
-        return call
-
-    async def _catalog_read(self, uri: str) -> JSONValue:
-        server = self._server_for(uri)
-        if server is None:
-            raise KeyError(f"no connected server offers {uri!r}")
-        body, _ = await self._read(server, uri)
-        try:
-            return loads(body)
-        except orjson.JSONDecodeError:
-            return body
-
-    async def _catalog_list(self) -> Sequence[Mapping[str, object]]:
-        # The same entries as the list_resources self-tool.
-        return resource_listing(self.upstreams)
-
-    def _tool_caller(self, server: str, tool: str) -> AsyncCatalogFunction:
-        async def call(*args: object, **kwargs: object) -> object:
-            if args:
-                raise TypeError("call tools with keyword arguments, e.g. memo__memo_get(key='todo')")
-            result = await self.upstreams[server].call_tool(tool, kwargs)
-            text = "\n".join(getattr(c, "text", "") or "" for c in result.content)
-            if result.is_error:
-                raise RuntimeError(text or "the tool returned an error")
-            if result.structured_content is not None:
-                return result.structured_content
-            try:
-                return loads(text)
-            except orjson.JSONDecodeError:
-                return text
-
-        return call
-
-    async def _read(self, server: str, uri: str) -> tuple[str, str | None]:
-        """Read ``uri`` (bounded by the upstream's request timeout); return (body, mime type)."""
-        result = await self.upstreams[server].read_resource(uri)
-        parts: list[str] = []
-        mime: str | None = None
-        for c in result.contents:
-            mime = mime or getattr(c, "mime_type", None)
-            text = getattr(c, "text", None)
-            parts.append(text if text is not None else "")
-        return "\n".join(parts), mime
-
-    # ------------------------------------------------------------------ the watch task
-
-    async def _run_watch(self, w: Watch) -> None:
-        assert w.wake_recv is not None
-        assert w.stage is not None
-        with w.scope:
-            while True:
-                deadline = w.stage.deadline()
-                with trio.move_on_at(float("inf") if deadline is None else deadline):
-                    await w.wake_recv.receive()
-                if w.changed:
-                    w.changed = False
-                    await self._reread(w)
-                await self._flush(w)
-
-    async def _reread(self, w: Watch) -> None:
-        assert w.stage is not None
-        assert w.server is not None
-        try:
-            body, _ = await self._read(w.server, w.uri)
-        except AgentdError as exc:
-            message = f"re-reading {w.uri!r} failed: {exc}"
-            w.stage.buffer.add([error_line(w.name, message)], trio.current_time(), pinned=True)
-            self._telemetry.emit(
-                "watch.event", **self._fields(w), type="ERROR", outcome="error", error=message
-            )
-            return
-        await self._process_body(w, body)
-
-    async def _process_body(self, w: Watch, body: str) -> None:
-        assert w.stage is not None
-        report = await w.stage.process_read(body, trio.current_time())
-        w.events += len(report.events)
-        fields = self._fields(w)
-        for i, ev in enumerate(report.events):
-            outcome = report.outcomes[i].kind if report.outcomes else "lines"
-            self._telemetry.emit(
-                "watch.event",
-                **fields,
-                type=ev.get("type"),
-                outcome={"lines": "kept", "dropped": "dropped"}.get(outcome, "error"),
-                error=report.outcomes[i].error if report.outcomes else None,
-            )
-        if report.error is not None and not report.events:
-            self._telemetry.emit("watch.event", **fields, type="ERROR", outcome="error", error=report.error)
-
-    async def _flush(self, w: Watch) -> None:
-        assert w.stage is not None
-        due = w.stage.flush(trio.current_time())
-        if due is None:
-            return
-        notice, text = due
-        w.notices += 1
-        w.saved_baseline = w.stage.baseline()
-        self._telemetry.emit(
-            "watch.notice",
-            **self._fields(w),
-            lines=len(notice.lines),
-            total=notice.total,
-            waited_s=round(notice.flushed_at - notice.first_at, 3),
-        )
-        self._request_save()
-        if w.route is not None:
-            await self._post(RouteNotice(route=w.route.route_id, uri=w.uri, server=w.server, text=text))
-            return
-        await self._post(WatchNotice(session=w.session, watch=w.name, uri=w.uri, text=text))
-
-    async def _post(self, event: ReactorEvent) -> None:
-        # Broken/closed: the reactor is gone (shutdown); nobody is left to tell.
-        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-            await self._events.send(event)
+        """The filter's read-only catalog and the names it is denied (:meth:`FilterHost.catalog`)."""
+        return self._host.catalog()
 
     # ------------------------------------------------------------------ declared routes
 
     def declare_routes(self, routes: Iterable[StagedRoute]) -> None:
         """Register the staged declared routes (once, at startup, before :meth:`restore`)."""
-        self._routes = {r.route_id: r for r in routes}
+        self._staged.declare(routes)
 
     def declared(self) -> list[Watch]:
         """The declared-route stages started so far, in start order."""
-        return list(self._declared.values())
+        return self._staged.stages()
 
     async def check_routes(self) -> None:
-        """Dry-run every declared route's ``on_event`` once, as ``watch_start`` does (call at startup).
-
-        Raises:
-            ConfigError: a filter the sandbox refuses; the setting is
-                ``routes[i].on_event`` and the message says why and how to fix it.
-        """
-        with_filter = [r for r in self._routes.values() if r.on_event is not None]
-        if not with_filter:
-            return
-        from agentd.watches.sandbox import sample_event  # lazy: loads pydantic-monty
-
-        pool = await self._filter_pool()
-        catalog, denied = self.filter_catalog()
-        for r in with_filter:
-            try:
-                await pool.avalidate(
-                    r.on_event,
-                    limits=self.limits,
-                    catalog_names=catalog.keys(),
-                    denied=denied,
-                    sample=sample_event(
-                        watch=r.route_id,
-                        uri=r.match,
-                        shape="event-log" if r.extract == "event-log" else "state",
-                    ),
-                )
-            except FilterRejected as exc:
-                raise ConfigError(f"routes[{r.index}].on_event", r.on_event, str(exc)) from None
+        """Dry-run every declared route's ``on_event`` once (:meth:`RouteStages.check`; call at startup)."""
+        await self._staged.check()
 
     def on_route_subscribed(self, route_id: str, server: str, uri: str) -> None:
-        """``uri`` of staged route ``route_id`` is subscribed: start its stage (never blocks).
-
-        The stage's task takes the baseline read at once, so the first change
-        after the subscription is reported. A re-established subscription
-        keeps its stage (the synthetic change that follows re-reads it).
-        """
-        self._declared_stage(route_id, uri, server)
+        """``uri`` of staged route ``route_id`` is subscribed: start its stage (never blocks)."""
+        self._staged.on_subscribed(route_id, server, uri, self._nursery)
 
     def on_route_changed(self, route_id: str, changes: Iterable[tuple[str, str | None]]) -> None:
-        """Staged route ``route_id`` is due: wake the stage of every ``(uri, server)`` (never blocks).
-
-        A URI with no stage yet (no ``established`` was seen) gets one now; its
-        baseline is this read, so this one change is not reported.
-        """
-        for uri, server in changes:
-            w = self._declared_stage(route_id, uri, server)
-            if w is not None:
-                w.changed = True
-                w.wake()
-
-    def _declared_stage(self, route_id: str, uri: str, server: str | None) -> Watch | None:
-        w = self._declared.get((route_id, uri))
-        if w is not None:
-            return w
-        route = self._routes.get(route_id)
-        server = server or self._server_for(uri)
-        if route is None or server is None or server not in self.upstreams or self._nursery is None:
-            return None
-        w = Watch(name=route_id, uri=uri, session="", on_event=route.on_event, server=server, route=route)
-        w.wake_send, w.wake_recv = trio.open_memory_channel[None](1)
-        self._declared[(route_id, uri)] = w
-        self._nursery.start_soon(self._run_declared, w)
-        return w
-
-    async def _run_declared(self, w: Watch) -> None:
-        # Declared stages live as long as the manager (routes are configuration).
-        assert w.wake_recv is not None
-        while w.stage is None:
-            await self._start_declared(w)
-            if w.stage is None:
-                # The baseline read failed (reported); the next change tries again.
-                await w.wake_recv.receive()
-        w.status = WatchStatus.RUNNING  # STARTING -> RUNNING
-        # A change that arrived during the baseline read left a wake-up: it is re-read first.
-        await self._run_watch(w)
-
-    async def _start_declared(self, w: Watch) -> None:
-        """Baseline read and stage for a declared route's URI (diffed against a restored baseline)."""
-        assert w.route is not None
-        assert w.server is not None
-        route = w.route
-        w.changed = False  # a change during this read sets it again, and is re-read
-        try:
-            body, mime = await self._read(w.server, w.uri)
-        except AgentdError as exc:
-            self._telemetry.emit(
-                "watch.event",
-                **self._fields(w),
-                type="ERROR",
-                outcome="error",
-                error=f"reading {w.uri!r} for the baseline failed: {exc}",
-            )
-            return
-        filt: WatchFilter | None = None
-        if route.on_event is not None:
-            from agentd.watches.sandbox import WatchFilter  # lazy: loads pydantic-monty
-
-            catalog, denied = self.filter_catalog()
-            filt = WatchFilter(
-                route.on_event,
-                pool=await self._filter_pool(),
-                limits=self.limits,
-                catalog=catalog,
-                denied=denied,
-            )
-        w.shape = shape_of(mime) if route.extract == "auto" else route.extract
-        saved = self._route_baselines.pop((route.route_id, w.uri), None)
-        baseline = saved.baseline if saved is not None else None
-        try:
-            stage = WatchStage(
-                w.name, w.uri, shape=w.shape, limits=self.limits, filter=filt, baseline=baseline
-            )
-        except ValueError:
-            # A persisted baseline that does not parse: start fresh rather than not at all.
-            stage = WatchStage(w.name, w.uri, shape=w.shape, limits=self.limits, filter=filt)
-        restored = baseline is not None and stage.baseline() is not None
-        w.stage = stage
-        if restored:
-            # Diff against the persisted baseline: changes made while agentd was down.
-            w.saved_baseline = baseline
-            await self._process_body(w, body)
-        else:
-            try:
-                stage.extractor.feed(body)
-            except AgentdError as exc:
-                self._telemetry.emit(
-                    "watch.event", **self._fields(w), type="ERROR", outcome="error", error=str(exc)
-                )
-            w.saved_baseline = stage.baseline()
-        self._telemetry.emit(
-            "watch.started",
-            **self._fields(w),
-            shape=w.shape,
-            filter=w.on_event is not None,
-            restored=restored,
-        )
-        self._request_save()
+        """Staged route ``route_id`` is due: wake the stage of every ``(uri, server)`` (never blocks)."""
+        self._staged.on_changed(route_id, changes, self._nursery)
 
     # ------------------------------------------------------------------ reactor hooks (sync)
 
@@ -915,7 +487,7 @@ class WatchManager:
                 or w.status not in (WatchStatus.RUNNING, WatchStatus.FAILED)
             ):
                 continue
-            fields = self._fields(w)
+            fields = w.fields()
             if ev.state == "established":
                 if w.status is WatchStatus.FAILED:
                     w.status = WatchStatus.RUNNING  # FAILED -> RUNNING
@@ -955,10 +527,10 @@ class WatchManager:
             del self._watches[(w.session, w.name)]
             if self.state_path is not None:
                 self._kept[(w.session, w.name)] = w.spec()
-            self._telemetry.emit("watch.stopped", **self._fields(w), reason="owner exited")
+            self._telemetry.emit("watch.stopped", **w.fields(), reason="owner exited")
             self._retire(w)
         if gone:
-            self._request_save()
+            self._writer.request()
 
     def _retire(self, w: Watch) -> None:
         w.scope.cancel()
@@ -983,25 +555,20 @@ class WatchManager:
 
     async def _release(self, w: Watch, unsubscribe: bool) -> None:
         if w.stage is not None and w.stage.filter is not None:
-            self._closing.add(w.stage.filter)  # closed at shutdown if this task is cancelled first
+            self._host.retiring(w.stage.filter)  # closed at shutdown if this task is cancelled first
         if unsubscribe and w.server is not None:
             try:
                 await self.upstreams[w.server].unsubscribe(w.uri)
             except AgentdError as exc:
-                self._telemetry.emit("watch.unsubscribe_failed", **self._fields(w), error=str(exc))
+                self._telemetry.emit("watch.unsubscribe_failed", **w.fields(), error=str(exc))
         if w.stage is not None and w.stage.filter is not None:
-            await self._close_filter(w.stage.filter)
+            await self._host.close_filter(w.stage.filter)
 
     def _close_quietly(self, w: Watch) -> None:
         w.scope.cancel()
         if w.stage is not None and w.stage.filter is not None and self._nursery is not None:
-            self._closing.add(w.stage.filter)
-            self._nursery.start_soon(self._close_filter, w.stage.filter)
-
-    async def _close_filter(self, filt: WatchFilter) -> None:
-        self._closing.add(filt)
-        await filt.aclose()
-        self._closing.discard(filt)
+            self._host.retiring(w.stage.filter)
+            self._nursery.start_soon(self._host.close_filter, w.stage.filter)
 
     # ------------------------------------------------------------------ stop
 
@@ -1024,8 +591,8 @@ class WatchManager:
         w.scope.cancel()
         routed = w.status is not WatchStatus.RESTORE_FAILED and w.server is not None
         unsubscribe = await self._unhold(w, routed=routed, routes=routes)
-        self._telemetry.emit("watch.stopped", **self._fields(w), reason="watch_stop")
-        self._request_save()
+        self._telemetry.emit("watch.stopped", **w.fields(), reason="watch_stop")
+        self._writer.request()
         await self._release(w, unsubscribe)
         return True
 
@@ -1049,37 +616,15 @@ class WatchManager:
             its session when it starts that session itself (the loop root), so
             a restart costs no extra turn.
         """
-        if self.state_path is None:
+        specs = await self._writer.load()
+        if specs is None:
             return []
-        try:
-            loaded = await trio.to_thread.run_sync(state_file.load, self.state_path)
-        except WatchStateError as exc:
-            self._state_problem = str(exc)
-            self._telemetry.emit("watch.state_unavailable", path=str(self.state_path), error=str(exc))
-            return []
-        specs = loaded.specs
-        if loaded.moved_aside is not None:
-            self._telemetry.emit(
-                "state.moved_aside",
-                file="watch state",
-                path=str(loaded.moved_aside.path),
-                moved_to=str(loaded.moved_aside.moved_to),
-                problem=loaded.moved_aside.problem,
-                kept=len(specs),
-                fix="the watches it held whole are restored and the file is written anew; inspect or delete the moved file",
-            )
-        for warning in loaded.warnings:
-            self._telemetry.emit("watch.state_warning", path=str(self.state_path), warning=warning)
         restored: list[Watch] = []
         failed: list[Watch] = []
         dropped: list[tuple[WatchSpec, str]] = []
-        route_names = {route_spec_name(rid, ""): rid for rid in self._routes}
         for spec in specs:
             if spec.owner is None and spec.name.startswith(ROUTE_SPEC_PREFIX):
-                rid = route_names.get(spec.name[: len(spec.name) - len(spec.uri)])
-                if rid is not None and spec.name == route_spec_name(rid, spec.uri):
-                    self._route_baselines[(rid, spec.uri)] = spec
-                else:
+                if not self._staged.keep_baseline(spec):
                     dropped.append((spec, "no declared route with extract has that id any more"))
                 continue
             if spec.owner is None:
@@ -1125,9 +670,9 @@ class WatchManager:
             restored=[f"{w.session}:{w.name}" for w in restored],
             failed=[f"{w.session}:{w.name}" for w in failed],
             dropped=[f"{s.owner}:{s.name}" for s, _ in dropped],
-            routes=sorted(s.name for s in self._route_baselines.values()),
+            routes=self._staged.waiting(),
         )
-        self._request_save()
+        self._writer.request()
         sessions: dict[str, list[str]] = {}
         for w in [*restored, *failed]:
             sessions.setdefault(w.session, []).append(
@@ -1151,52 +696,4 @@ class WatchManager:
         out = {key: w.spec() for key, w in self._watches.items() if w.status is not WatchStatus.STARTING}
         for key, spec in self._kept.items():
             out.setdefault(key, spec)
-        declared = [w.spec() for w in self._declared.values() if w.stage is not None]
-        started = {(s.name, s.uri) for s in declared}
-        # Restored baselines whose stage has not started yet (no subscription so far) are kept.
-        waiting = [s for s in self._route_baselines.values() if (s.name, s.uri) not in started]
-        return [*out.values(), *declared, *waiting]
-
-    def _request_save(self) -> None:
-        if self.state_path is not None:
-            self._save_wanted.set()
-
-    async def _saver(self) -> None:
-        while True:
-            await self._save_wanted.wait()
-            self._save_wanted = trio.Event()
-            await self._write_state()
-
-    async def _write_state(self) -> None:
-        if self.state_path is None:
-            return
-        path, specs = self.state_path, self.specs()
-        try:
-            await trio.to_thread.run_sync(state_file.save, path, specs)
-        except WatchStateError as exc:
-            if self._state_problem != str(exc):
-                self._state_problem = str(exc)
-                self._telemetry.emit("watch.state_unavailable", path=str(path), error=str(exc))
-            return
-        if self._state_problem is not None:
-            self._state_problem = None
-            self._telemetry.emit("watch.state_recovered", path=str(path))
-
-    # ------------------------------------------------------------------ helpers
-
-    def _fields(self, w: Watch) -> dict[str, str | None]:
-        if w.route is not None:
-            session = w.route.session if w.route.disposition == "continue" else None
-            return {"watch": w.name, "uri": w.uri, "session": session, "route": w.route.route_id}
-        return {"watch": w.name, "uri": w.uri, "session": w.session, "route": w.route_id}
-
-
-def route_spec_name(route_id: str, uri: str) -> str:
-    """The ``--watch-state`` name of a declared route's stage for ``uri``."""
-    return f"{ROUTE_SPEC_PREFIX}{route_id}:{uri}"
-
-
-def render_restore(lines: Iterable[str]) -> str:
-    """The restore notice: a ``<watches-restored>`` block, one watch per line, then the instruction."""
-    body = "\n".join(html.escape(line, quote=False) for line in lines)
-    return f"<watches-restored>\n{body}\n</watches-restored>\n{RESTORE_INSTRUCTION}"
+        return [*out.values(), *self._staged.specs()]

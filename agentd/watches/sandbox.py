@@ -1,8 +1,6 @@
 """The ``on_event`` filter, run in the ``pydantic-monty`` sandbox.
 
-Size: over 600 lines because the sandbox boundary (source checks, limits,
-the read-only catalog, error spelling) is one security surface kept in one
-place.
+Size: one security surface (source checks, limits, read-only catalog, error spelling), kept in one place.
 
 A watch may carry ``on_event``: Python source the model wrote. It runs once per
 event in the watch's own sandbox session, with ``event`` bound to the event
