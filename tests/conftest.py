@@ -3,12 +3,18 @@
 * Hypothesis: no per-example deadline (the machine is shared and has 2 cores;
   a slow example is not a bug) and a bounded example budget, so fuzzing runs
   in CI in a predictable time. ``HYPOTHESIS_PROFILE=thorough`` digs deeper;
-  ``mutate`` (scripts/mutate) is derandomized, so a mutant's verdict does not
+  ``fast`` (scripts/test --fast) tries 20 examples a property; ``mutate`` (scripts/mutate) is derandomized, so a mutant's verdict does not
   change from one run to the next, and small: each mutant runs every test
   that calls the changed function, the stateful models included.
 * Once runs save their conversation in the per-user state directory
   (rfcs/0303): every agentd a test starts saves into a directory of the
   test session (``XDG_STATE_HOME``), never into the user's home.
+* Tiers: a test that starts a process (agentd, a server, a tool, a fork) is
+  marked ``process``; ``scripts/test --fast`` runs the rest (``-m "not process
+  and not slow"``). A module whose text starts one is marked here at
+  collection; a test that starts one through a helper says so itself
+  (``pytestmark = pytest.mark.process``). In the fast tier a process start
+  fails the test, naming the marker, so the tier cannot drift.
 * A guard: no test may reach a real model provider. Name resolution of their
   public hosts fails in this process, so a misconfigured test errors at once
   instead of sending a request.
@@ -17,7 +23,11 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -38,6 +48,12 @@ settings.register_profile(
     derandomize=True,
     database=None,
     suppress_health_check=list(HealthCheck),
+)
+settings.register_profile(
+    "fast",
+    deadline=None,
+    max_examples=20,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
@@ -72,3 +88,47 @@ def _private_state_home(tmp_path_factory: pytest.TempPathFactory):
         os.environ.pop("XDG_STATE_HOME", None)
     else:
         os.environ["XDG_STATE_HOME"] = before
+
+
+FAST_ENV = "AGENTD_TEST_FAST"
+"""Set by ``scripts/test --fast``: a process start fails the test (see :func:`_no_processes_in_the_fast_tier`)."""
+
+_STARTS_A_PROCESS = re.compile(
+    r"run_agentd|supervised\(|subprocess|run_cli|agentd_cmd|open_process|run_process|stdio_client|"
+    r"StdioServerParameters|Popen|sys\.executable|os\.fork|multiprocessing|chromium"
+)
+_module_starts: dict[Path, bool] = {}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``process`` every test of a module whose text starts a process."""
+    for item in items:
+        path = Path(str(item.fspath))
+        if path not in _module_starts:
+            _module_starts[path] = bool(_STARTS_A_PROCESS.search(path.read_text(encoding="utf-8")))
+        if _module_starts[path]:
+            item.add_marker(pytest.mark.process)
+
+
+@pytest.fixture(autouse=True)
+def _no_processes_in_the_fast_tier(request: pytest.FixtureRequest) -> Iterator[None]:
+    """In the fast tier, a process start is a mistake in the test's marks: say which mark to add."""
+    if not os.environ.get(FAST_ENV):
+        yield
+        return
+    where = request.node.nodeid
+
+    def refuse(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError(
+            f"{where} starts a process: mark it (or its module) with pytest.mark.process, "
+            "so that scripts/test --fast leaves it out"
+        )
+
+    popen_init, fork = subprocess.Popen.__init__, os.fork
+    subprocess.Popen.__init__ = refuse  # type: ignore[method-assign,assignment]
+    os.fork = refuse  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        subprocess.Popen.__init__ = popen_init  # type: ignore[method-assign]
+        os.fork = fork

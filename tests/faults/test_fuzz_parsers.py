@@ -33,6 +33,7 @@ from typing import Any
 
 import mcp_types as types
 import orjson
+import pytest
 import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -247,6 +248,7 @@ async def _pipe_through_transport(path: Path) -> tuple[list[Any], int, str | Non
     return delivered, telemetry.counters.get("upstream.stdout_garbage", 0), transport.lost_reason
 
 
+@pytest.mark.process  # the transport under test reads a child process
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(server_lines)
 def test_stdio_transport_delivers_every_message_and_counts_every_other_line(

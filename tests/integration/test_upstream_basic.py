@@ -24,6 +24,8 @@ from agentd.upstream import Upstream, connect_all, resolve_server_for_uri
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.servers.helpers import notes_spec, running_upstream
 
+pytestmark = pytest.mark.process  # its servers run as child processes (tests/support helpers)
+
 ERAS = [("modern", "2026-07-28"), ("legacy", "2025-11-25")]
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
 import trio
 
 from agentd.events import ResourceChanged, SubscriptionStateChanged
@@ -22,6 +23,8 @@ from agentd.upstream import Upstream
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.servers.helpers import Events, Spec
 from tests.support.thirdparty import everything_entry, node
+
+pytestmark = pytest.mark.process  # its servers run as child processes (tests/support helpers)
 
 
 async def test_everything_server_pushes_updates_for_subscribed_uris() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
 import trio
 
 from agentd.events import (
@@ -18,6 +19,8 @@ from agentd.events import (
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.servers.helpers import Spec, restarting_upstream
 from tests.support.processes import listening, notes_server
+
+pytestmark = pytest.mark.process  # its servers run as child processes (tests/support helpers)
 
 
 async def test_http_subscribe_and_survive_a_server_restart(tmp_path: Path) -> None:

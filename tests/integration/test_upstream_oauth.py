@@ -13,6 +13,7 @@ import stat
 import time
 from pathlib import Path
 
+import pytest
 import trio
 
 from agentd.config import OAuthSpec, ServerSpec
@@ -21,6 +22,8 @@ from agentd.telemetry import NullTelemetry
 from agentd.upstream import Upstream
 from agentd.upstream.auth import auth_for, refresh_margin
 from tests.support.oauth import CLIENT_ID, CLIENT_SECRET, Servers, oauth_servers
+
+pytestmark = pytest.mark.process  # its servers run as child processes (tests/support helpers)
 
 
 def spec_for(

@@ -16,6 +16,8 @@ from agentd.upstream import Upstream
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.servers.helpers import Events, notes_spec
 
+pytestmark = pytest.mark.process  # its servers run as child processes (tests/support helpers)
+
 
 def _posted(recv: trio.MemoryReceiveChannel[object]) -> list[object]:
     out = []

@@ -13,6 +13,7 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
 from agentd.events import ResourceChanged, SubscriptionStateChanged
@@ -22,6 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.servers.helpers import Events, running_upstream
 from tests.support.telemetry import RecordingTelemetry
 from tests.support.watch import watch_spec
+
+pytestmark = pytest.mark.process  # its servers run as child processes (tests/support helpers)
 
 #: Resubscribe waits for these tests (the schedule's shape is the pure policy's test).
 FAST = (0.01, 0.02, 0.04)

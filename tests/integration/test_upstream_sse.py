@@ -24,6 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.servers.helpers import notes_spec, restarting_upstream
 from tests.support.processes import listening, notes_server
 
+pytestmark = pytest.mark.process  # its servers run as child processes (tests/support helpers)
+
 
 async def test_sse_server_calls_subscribes_and_survives_a_restart(tmp_path: Path) -> None:
     state = tmp_path / "s.json"

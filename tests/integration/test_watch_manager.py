@@ -21,6 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.servers.helpers import notes_spec
 from tests.support.watch_rig import lines, memo_spec, rig
 
+pytestmark = pytest.mark.process  # its servers run as child processes (tests/support helpers)
+
 
 async def test_bad_uri_fails_the_call_and_leaves_nothing_subscribed(tmp_path: Path) -> None:
     async with rig([memo_spec(tmp_path / "notes.json")]) as r:

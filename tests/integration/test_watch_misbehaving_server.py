@@ -23,6 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.support.watch import Control, obj, watch_spec
 from tests.support.watch_rig import FAST, lines, rig
 
+pytestmark = pytest.mark.process  # its servers run as child processes (tests/support helpers)
+
 
 async def test_a_flapping_subscription_fails_the_watch_once_with_each_event_logged_once(
     tmp_path: Path,
