@@ -40,7 +40,7 @@ from tests.fakes.provider_server import (
 )
 
 try:
-    from agentd.timeline import TIMELINE_ENV, mark, reopen
+    from agentd.observe.timeline import TIMELINE_ENV, mark, reopen
 except ImportError:  # the previous code (--prev-ref) may predate the timeline
     TIMELINE_ENV = "AGENTD_TIMELINE"
 

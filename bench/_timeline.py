@@ -1,4 +1,4 @@
-"""The stages of one spawn or wake from an ``AGENTD_TIMELINE`` file (see :mod:`agentd.timeline`).
+"""The stages of one spawn or wake from an ``AGENTD_TIMELINE`` file (see :mod:`agentd.observe.timeline`).
 
 The benchmark marks the start of each sample (``bench.t0``) and the
 provider's receipt (``provider.received``) in the same file; every process

@@ -56,7 +56,7 @@ from _util import (
 
 sys.path.insert(1, str(REPO))
 
-from agentd.telemetry import RATE_WINDOW_S
+from agentd.observe.telemetry import RATE_WINDOW_S
 from tests.support.otlp import http_requests
 
 N_URIS = 100

@@ -1,6 +1,6 @@
 """What redaction costs a telemetry line (run: .venv/bin/python bench/bench_redact.py).
 
-Every telemetry field goes through :func:`agentd.redact.redact` before the
+Every telemetry field goes through :func:`agentd.core.redact.redact` before the
 line is encoded. This times ``redact`` on the fields of three typical events
 (a plain routed event, a tool call with an error, a connect failure that
 quotes a URL with credentials), both as telemetry sees them (the same server
@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import orjson
 
-from agentd import redact as redact_module
-from agentd.redact import redact
+from agentd.core import redact as redact_module
+from agentd.core.redact import redact
 
 REPEAT = 5
 NUMBER = 20_000

@@ -34,11 +34,11 @@ from _util import PY, REPO, fmt, machine_note, p50, pct, table
 
 sys.path.insert(1, str(REPO))
 
+from agentd.observe.telemetry import Telemetry
 from agentd.selfmcp.protocol import MessageFrame, ToolCallFrame
 from agentd.state import journal as jf
 from agentd.state.sessions import SessionJournals
 from agentd.state.shard import Shard, handles
-from agentd.telemetry import Telemetry
 from agentd.triggers.router import Continue, QueuedEvent, Router, RouteSpec, Spawn
 from tests.support.processes import listening, start_notes_server
 

@@ -2,7 +2,7 @@
 
 Run: ``/work/venv/bin/python bench/bench_spawn.py [--quick]`` (about 30-40 s; ``--quick`` ~15 s).
 
-The :class:`agentd.supervisor.tree.Tree` runs in this process with a minimal
+The :class:`agentd.supervisor.children.tree.Tree` runs in this process with a minimal
 hub (no upstream servers) and a loop standing in for the reactor that answers
 the children's usage reports and turn ends. The model is ``script:``.
 
@@ -65,11 +65,11 @@ from _util import (
 )
 
 from agentd.events import ChildExited, TurnEnded, UsageReported
+from agentd.observe.telemetry import NullTelemetry
 from agentd.selfmcp.protocol import NextTurn, SpawnPayload, ToolSpecFrame, UsageVerdict
 from agentd.selfmcp.server import serve_child
+from agentd.supervisor.children.tree import Tree
 from agentd.supervisor.hub import SupervisorHub
-from agentd.supervisor.tree import Tree
-from agentd.telemetry import NullTelemetry
 
 #: Spawns discarded before timing each path (first forks touch cold pages).
 WARMUP = 3

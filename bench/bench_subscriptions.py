@@ -77,7 +77,7 @@ from mcp import Client, StdioServerParameters
 
 sys.path.insert(1, str(REPO))
 
-from agentd.telemetry import RATE_WINDOW_S
+from agentd.observe.telemetry import RATE_WINDOW_S
 
 STORM = REPO / "bench" / "_storm_server.py"
 

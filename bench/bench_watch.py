@@ -198,7 +198,7 @@ def median_us(samples: list[float]) -> float:
 async def tool_call_figures(n: int = 1500) -> dict[str, float]:
     """Per-event cost of a filter that calls a read-only tool once, beside the bare call, one run."""
     sys.path.insert(0, str(REPO))
-    from agentd.telemetry import Telemetry
+    from agentd.observe.telemetry import Telemetry
     from agentd.upstream import Upstream, resolve_server_for_uri
     from agentd.watches.manager import WatchManager
     from tests.support.watch import watch_spec

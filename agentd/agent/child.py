@@ -35,8 +35,10 @@ from typing import TYPE_CHECKING, TypedDict, TypeGuard, get_args
 
 import trio
 
-from agentd.jsonvalue import as_object
-from agentd.safetext import valid_text
+from agentd.core.jsonvalue import as_object
+from agentd.core.safetext import valid_text
+from agentd.observe.telemetry import Telemetry
+from agentd.observe.timeline import mark
 from agentd.selfmcp.control import FrameStream, read_first_line
 from agentd.selfmcp.protocol import (
     MAX_CALL_COST_USD,
@@ -65,14 +67,12 @@ from agentd.selfmcp.protocol import (
     encode,
     parse_supervisor_frame,
 )
-from agentd.telemetry import Telemetry
-from agentd.timeline import mark
 
 if TYPE_CHECKING:
     from mcp import Client
 
     from agentd.agent.loop import ModelCall, ToolResult
-    from agentd.exitcodes import TerminalStatus
+    from agentd.core.exitcodes import TerminalStatus
     from agentd.models import Message, ModelSettings, ToolSpec
     from agentd.models.factory import Providers
 
@@ -130,7 +130,7 @@ class ControlLink:
                 return  # the reader sees the EOF and stops the child
 
     async def _reader(self) -> None:
-        from agentd.errors import ProtocolError
+        from agentd.core.errors import ProtocolError
 
         while True:
             line = await self._frames.receive_line()
@@ -147,7 +147,7 @@ class ControlLink:
     async def _request(
         self, frame: UsageReport | TurnEnd, *, timeout: float | None
     ) -> UsageVerdict | NextTurn:
-        from agentd.errors import ProtocolError
+        from agentd.core.errors import ProtocolError
 
         await self._out_send.send(frame)
         with trio.fail_after(math.inf if timeout is None else timeout):
@@ -212,7 +212,7 @@ class ControlLink:
 
     async def send_transcript(self, messages: Sequence[Message]) -> None:
         """Send a turn's new messages as transcript parts (queued before its turn end, never dropped)."""
-        from agentd.state.transcript import parts
+        from agentd.agent.transcript import parts
 
         for group in parts(messages):
             await self._out_send.send(TranscriptPart(messages=group))
@@ -335,7 +335,7 @@ class SelfMcpLink:
         if answer.traceparent:
             # The next turn's span: current from here on in this task (the loop's), so the
             # MCP SDK puts it in the _meta of that turn's tool calls.
-            from agentd.tracing import attach_traceparent
+            from agentd.observe.tracing import attach_traceparent
 
             attach_traceparent(answer.traceparent)
         return answer
@@ -367,11 +367,11 @@ async def amain(
     from mcp import Client
 
     from agentd.agent.loop import run_agent
-    from agentd.errors import FatalInfraError
+    from agentd.core.errors import FatalInfraError
     from agentd.models import make_model
     from agentd.models.base import takes_images
+    from agentd.observe.tracing import child_turn_context
     from agentd.selfmcp.transport import stream_transport
-    from agentd.tracing import child_turn_context
 
     control = ControlLink(
         FrameStream(
@@ -487,7 +487,7 @@ def _history(payload: SpawnPayload) -> list[Message]:
     """A restored session's conversation (empty for a new agent)."""
     if not payload.history:
         return []
-    from agentd.state.transcript import history
+    from agentd.agent.transcript import history
 
     return history(payload.history)
 
@@ -527,7 +527,7 @@ def run_child(
     try:
         return trio.run(amain, payload, mcp_sock, control_sock, release)
     except BaseException as exc:  # the supervisor sees the crash as the channels closing
-        from agentd.redact import redact
+        from agentd.core.redact import redact
 
         print(redact(f"agentd child {payload.agent}: {type(exc).__name__}: {exc}"), file=sys.stderr)
         return EXIT_CRASH
@@ -540,7 +540,7 @@ def read_spawn_payload(control_sock: socket.socket) -> SpawnPayload:
         EOFError: the supervisor closed the channel first.
         ProtocolError: the first frame is not a valid spawn payload.
     """
-    from agentd.errors import ProtocolError
+    from agentd.core.errors import ProtocolError
 
     frame = parse_supervisor_frame(read_first_line(control_sock, max_line=MAX_SUPERVISOR_FRAME_BYTES))
     if not isinstance(frame, SpawnPayload):

@@ -1,7 +1,7 @@
 """The inner agentic loop: model call → tool calls → results → … → final answer.
 
 One run of the loop is a *turn*. It ends in a terminal status
-(:data:`agentd.exitcodes.TerminalStatus`). A warm session runs many turns in
+(:data:`agentd.core.exitcodes.TerminalStatus`). A warm session runs many turns in
 one process; between turns it waits for its next delivery inside
 :meth:`SupervisorLink.turn_end`.
 
@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from agentd.agent.content import bound_images
-from agentd.exitcodes import TerminalStatus
+from agentd.core.exitcodes import TerminalStatus
+from agentd.core.safetext import json_bytes
 from agentd.models import Message, Model, ModelReply, Prompt, ToolCall, ToolSpec, valid_reply
 from agentd.models.base import ImagePart
-from agentd.safetext import json_bytes
 from agentd.selfmcp.protocol import NextTurn, StopReason, UsageVerdict, unknown_tool_text
 from agentd.watches.notices import is_no_reply
 

@@ -8,7 +8,7 @@ and before ``trio.run`` (while it is still single-threaded, so a fork is
 safe): the child shares the supervisor's pages copy-on-write and prepares its
 provider (imports, TLS context, prices) on the other core while the
 supervisor connects its servers. When the reactor spawns the root, the tree
-hands this process its spawn payload (:class:`agentd.supervisor.tree.Tree`,
+hands this process its spawn payload (:class:`agentd.supervisor.children.tree.Tree`,
 ``preforked``); from there it is an ordinary child.
 
 The child's plumbing is the zygote's (:mod:`agentd.agent.zygote`): the

@@ -54,7 +54,7 @@ import sys
 import orjson
 import trio
 
-from agentd.timeline import mark
+from agentd.observe.timeline import mark
 
 _PR_SET_PDEATHSIG = 1
 
@@ -84,10 +84,10 @@ def prewarm() -> None:
 
     import agentd.agent.child
     import agentd.agent.loop
+    import agentd.agent.transcript
     import agentd.models
+    import agentd.observe.tracing
     import agentd.selfmcp.transport
-    import agentd.state.transcript
-    import agentd.tracing
 
     # A cloud SDK (bedrock:/vertex:) takes seconds to import: before "ready",
     # where the supervisor's generous start-up bound applies, never in a spawn.

@@ -29,15 +29,15 @@ from agentd.config import (
     run_needs,
     server_secrets,
 )
-from agentd.errorline import config_error_lines, error_line
-from agentd.errors import ConfigError
-from agentd.exitcodes import ExitCode
-from agentd.output import claim_standard_fds, mute, print_line
-from agentd.redact import register_secrets, secret_values
-from agentd.safetext import escape_controls
+from agentd.core.errors import ConfigError
+from agentd.core.exitcodes import ExitCode
+from agentd.core.redact import register_secrets, secret_values
+from agentd.core.safetext import escape_controls
+from agentd.observe.errorline import config_error_lines, error_line
+from agentd.observe.output import claim_standard_fds, mute, print_line
 
 if TYPE_CHECKING:
-    from agentd.prelaunch import EarlyProcess
+    from agentd.core.prelaunch import EarlyProcess
     from agentd.state.conversations import Found
 
 __all__ = ["exit_process", "main"]
@@ -86,7 +86,7 @@ def _serve(argv: list[str]) -> int:
 
 
 def _launch_servers_early(settings: Settings) -> dict[str, EarlyProcess]:
-    """Start the stdio servers now, before the supervisor's imports (:mod:`agentd.prelaunch`).
+    """Start the stdio servers now, before the supervisor's imports (:mod:`agentd.core.prelaunch`).
 
     Only once nothing left to check can refuse the run: every setting was
     validated by the settings layers; the ``--watch-state`` lock is taken by
@@ -95,7 +95,7 @@ def _launch_servers_early(settings: Settings) -> dict[str, EarlyProcess]:
     """
     if settings.watch_state is not None:
         return {}
-    from agentd.prelaunch import launch
+    from agentd.core.prelaunch import launch
     from agentd.watches.limits import watch_limits
 
     try:  # the [watches] settings the supervisor turns into limits (a ConfigError there is exit 2)
@@ -174,7 +174,7 @@ def _main(argv: Sequence[str]) -> int:
     try:
         return _command(argv, closed_fds)
     except BrokenPipeError:
-        # A reader left while something not written through agentd.output.print_line was being
+        # A reader left while something not written through agentd.observe.output.print_line was being
         # written (what agentd writes itself keeps its exit code there; argparse's --help drops the
         # error itself): stop writing, quietly, as other commands do (rfcs/0323). The command was
         # cut short where it wrote, so it ends as an output failure; the final error line has
@@ -297,7 +297,7 @@ def _check(settings: Settings, found: Found | None, *, show_secrets: bool) -> in
     if problems:
         _print_config_error(problems[0] if len(problems) == 1 else ConfigErrors(problems))
         return int(ExitCode.CONFIG)
-    from agentd.supervisor.unmatched import before_start
+    from agentd.supervisor.routing.unmatched import before_start
 
     for finding in before_start(settings):  # what does nothing whatever the servers offer (rfcs/0315)
         _say(f"warning: {finding.message()}")

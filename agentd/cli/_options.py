@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, NoReturn, Protocol
 
 from agentd import __version__
-from agentd.errors import ConfigError
+from agentd.core.errors import ConfigError
 
 __all__ = [
     "ALIASES",

@@ -22,8 +22,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Final, TextIO
 
-from agentd.errorline import FIX_SEPARATOR, error_line
-from agentd.safetext import escape_controls
+from agentd.core.safetext import escape_controls
+from agentd.observe.errorline import FIX_SEPARATOR, error_line
 
 __all__ = ["main", "render"]
 

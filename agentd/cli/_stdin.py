@@ -22,7 +22,7 @@ import select
 import stat
 from typing import Final, Literal
 
-from agentd.errors import ConfigError
+from agentd.core.errors import ConfigError
 
 #: Largest instruction or context taken from stdin: the cap of an ``@FILE``
 #: instruction, far beyond a useful prompt, and it stops ``< /dev/zero``.

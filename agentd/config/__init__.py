@@ -14,7 +14,7 @@ twice is an error that names both sources (see ``rfcs/0031``).
 Everything is validated before anything happens: no process is started, no
 file written, no socket opened. Reading files the user named (the config
 file, ``@FILE`` instructions, ``mcpServers`` JSON) is the only I/O. Every
-problem becomes a :class:`~agentd.errors.ConfigError` whose ``setting`` is
+problem becomes a :class:`~agentd.core.errors.ConfigError` whose ``setting`` is
 spelled the way the user wrote it (``--max-steps``, ``AGENTD_MAX_STEPS`` or
 ``agentd.toml: max_steps``); several problems are raised together as
 :class:`ConfigErrors`, one line each.

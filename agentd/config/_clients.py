@@ -25,7 +25,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from agentd.errors import ConfigError
+from agentd.core.errors import ConfigError
 
 __all__ = ["ClientFormat", "Translated", "detect_json_format", "translate_codex", "translate_json"]
 

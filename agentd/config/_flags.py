@@ -13,7 +13,7 @@ from agentd.config._vocab import (
     ROUTE_FORMS,
     SERVER_NAME_RE,
 )
-from agentd.errors import ConfigError
+from agentd.core.errors import ConfigError
 
 
 def _disposition(text: str, match: str, disposition: str) -> dict[str, object]:

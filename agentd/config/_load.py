@@ -31,7 +31,7 @@ from agentd.config._sources import (
 )
 from agentd.config._values import _expand_user, not_a_file_fix
 from agentd.config._vocab import MAX_CONFIG_FILE_BYTES, MODEL_SETTING_FLAGS, SERVER_FLAG_KEYS
-from agentd.errors import ConfigError, NotAFile
+from agentd.core.errors import ConfigError, NotAFile
 from agentd.state.files import read_regular_file
 
 

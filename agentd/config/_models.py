@@ -37,8 +37,8 @@ from agentd.config._vocab import (
     ToolScope,
     TransportSetting,
 )
-from agentd.errors import ConfigError
-from agentd.limits import TokenAuthMethod
+from agentd.core.errors import ConfigError
+from agentd.core.limits import TokenAuthMethod
 from agentd.watches.limits import WatchLimits
 
 if TYPE_CHECKING:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from agentd.errors import ConfigError
+from agentd.core.errors import ConfigError
 
 
 class ConfigErrors(ConfigError):

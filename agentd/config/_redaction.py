@@ -6,8 +6,8 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from agentd.jsonvalue import JSONObject, as_object, get_object
-from agentd.redact import (
+from agentd.core.jsonvalue import JSONObject, as_object, get_object
+from agentd.core.redact import (
     REDACTED,
     is_secret_key,
     looks_like_token,
@@ -26,7 +26,7 @@ def server_secrets(settings: Settings, env: Mapping[str, str] | None = None) -> 
 
     Each ``headers`` and ``env`` value whose name looks like a credential
     (``Authorization``, ``X-Api-Key``, ``Cookie``, ``GITHUB_TOKEN``), a
-    header value that looks generated (:func:`agentd.redact.looks_like_token`:
+    header value that looks generated (:func:`agentd.core.redact.looks_like_token`:
     a key under a name that says nothing), the credentials inside every
     other value (``Bearer …``, ``DATABASE_URL=postgres://u:pw@…``), the
     values of credential flags in ``args`` (``-k VALUE``, ``--token=VALUE``),
@@ -36,7 +36,7 @@ def server_secrets(settings: Settings, env: Mapping[str, str] | None = None) -> 
     by default), whatever those variables are called. An ordinary header
     (``X-Client: cursor``) is not a secret: registered, it would mask the
     word wherever it appears (rfcs/0300).
-    The CLI registers them (:func:`agentd.redact.register_secrets`) so that
+    The CLI registers them (:func:`agentd.core.redact.register_secrets`) so that
     no error or event can print them; ``agentd check`` hides them too.
     """
     env = os.environ if env is None else env
@@ -77,7 +77,7 @@ def effective_config(
     """The settings as a JSON-ready dict, with every credential replaced by ``***``.
 
     Server ``env`` and ``headers`` show their keys only (every value is
-    ``***``); everything else goes through :func:`agentd.redact.redact`
+    ``***``); everything else goes through :func:`agentd.core.redact.redact`
     (credential flags in ``args``, URL userinfo, secret query parameters,
     token shapes), and any string containing the value of a credential-named
     variable in ``env`` (``OPENAI_API_KEY`` …) or a server credential has

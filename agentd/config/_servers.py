@@ -22,7 +22,7 @@ from agentd.config._problems import _join, _problems_of, _raise_all
 from agentd.config._sources import _translate
 from agentd.config._values import _expand_user, not_a_file_fix
 from agentd.config._vocab import _ENV_REF_RE, _OPTION_RE, MAX_CONFIG_FILE_BYTES, SERVER_FLAG_OPTIONS
-from agentd.errors import ConfigError, NotAFile
+from agentd.core.errors import ConfigError, NotAFile
 from agentd.state.files import read_regular_file
 
 if TYPE_CHECKING:

@@ -58,9 +58,9 @@ from agentd.config._vocab import (
     OutputFormat,
     SessionKind,
 )
-from agentd.durations import parse_duration, parse_size
-from agentd.errors import ConfigError
-from agentd.output import DEFAULT_TELEMETRY_BUFFER
+from agentd.core.durations import parse_duration, parse_size
+from agentd.core.errors import ConfigError
+from agentd.observe.output import DEFAULT_TELEMETRY_BUFFER
 
 MIN_STATUS_TOKEN_LENGTH = 16
 """Shortest bearer token accepted for the status (as for the bundled servers' ``--http``): shorter is guessable."""

@@ -25,7 +25,7 @@ from pydantic_settings.sources.utils import parse_env_vars
 from agentd.config._models import ServerSpec
 from agentd.config._problems import ConfigErrors, _join, _Problems, _raise_all
 from agentd.config._vocab import _FLAG_NAMES, DEPRECATED_SETTINGS, Layer
-from agentd.errors import ConfigError
+from agentd.core.errors import ConfigError
 
 
 @dataclass

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agentd.config._vocab import _ADDR_RE, MAX_TEXT_FILE_BYTES, MODEL_FORMS, MODEL_PREFIXES
-from agentd.durations import parse_duration
-from agentd.errors import ConfigError, NotAFile
+from agentd.core.durations import parse_duration
+from agentd.core.errors import ConfigError, NotAFile
 from agentd.state.files import read_regular_file
 
 if TYPE_CHECKING:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from agentd.limits import DEFAULT_MAX_READ_BYTES as DEFAULT_MAX_READ_BYTES
-from agentd.limits import DEFAULT_MAX_SELF_SUBSCRIPTIONS as DEFAULT_MAX_SELF_SUBSCRIPTIONS
-from agentd.limits import (
+from agentd.core.limits import DEFAULT_MAX_READ_BYTES as DEFAULT_MAX_READ_BYTES
+from agentd.core.limits import DEFAULT_MAX_SELF_SUBSCRIPTIONS as DEFAULT_MAX_SELF_SUBSCRIPTIONS
+from agentd.core.limits import (
     DEFAULT_MAX_SELF_SUBSCRIPTIONS_PER_SESSION as DEFAULT_MAX_SELF_SUBSCRIPTIONS_PER_SESSION,
 )
-from agentd.limits import DEFAULT_STARTUP_TIMEOUT as DEFAULT_STARTUP_TIMEOUT
-from agentd.limits import DEFAULT_TOOL_TIMEOUT as DEFAULT_TOOL_TIMEOUT
+from agentd.core.limits import DEFAULT_STARTUP_TIMEOUT as DEFAULT_STARTUP_TIMEOUT
+from agentd.core.limits import DEFAULT_TOOL_TIMEOUT as DEFAULT_TOOL_TIMEOUT
 
 # The router and the drivers own these; the settings name them, never redefine them.
 from agentd.triggers.mode import SessionMode

@@ -10,7 +10,7 @@ Completions, any compatible base URL), ``openai-responses:`` (Responses API),
 extras), ``NAME:`` (a ``[providers.NAME]`` endpoint) and ``script:`` (a JSON
 file of assistant turns, offline and deterministic).
 
-Errors (from :mod:`agentd.errors`)::
+Errors (from :mod:`agentd.core.errors`)::
 
     ConfigError              bad spec or script file (exit 2), before any I/O
     FatalInfraError          (exit 4)

@@ -9,12 +9,12 @@ Retry policy (see ``rfcs/0021-model-http-retries.md``):
   :data:`RETRY_AFTER_MAX_S`; otherwise full jitter,
   ``uniform(0, min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2**(n-1)))``.
 * At most :data:`MAX_ATTEMPTS` attempts, then
-  :class:`~agentd.errors.ModelUnavailableError`.
-* 401/403: :class:`~agentd.errors.ModelAuthError` at once (retrying cannot fix a key).
-* Every other non-2xx: :class:`~agentd.errors.ModelRequestError` at once, with
+  :class:`~agentd.core.errors.ModelUnavailableError`.
+* 401/403: :class:`~agentd.core.errors.ModelAuthError` at once (retrying cannot fix a key).
+* Every other non-2xx: :class:`~agentd.core.errors.ModelRequestError` at once, with
   the HTTP status and the provider's own message (a 404 "model not found", a
   400 "invalid request").
-* A 2xx whose body is not a JSON object: :class:`~agentd.errors.ModelResponseError`.
+* A 2xx whose body is not a JSON object: :class:`~agentd.core.errors.ModelResponseError`.
   A body orjson refuses only for its text (a JSON ``"\ud800"`` escape, which
   decodes to a lone surrogate; bytes that are not UTF-8) is read by the
   standard library instead, every string made valid (U+FFFD; rfcs/0270):
@@ -26,10 +26,10 @@ backoff included, ends at its deadline (``--model-timeout``, default
 body read must arrive within :data:`BODY_READ_TIMEOUT_S`; the body is
 streamed and the call fails as soon as it passes :data:`MAX_RESPONSE_BYTES`
 (a ``Content-Length`` above it fails before reading). Every failure is one of
-the :class:`~agentd.errors.FatalInfraError` family, so it ends the run with
+the :class:`~agentd.core.errors.FatalInfraError` family, so it ends the run with
 exit 4 and a message naming the status, the field or the bound.
 
-URLs in messages go through :func:`agentd.redact.redact`; a base URL's
+URLs in messages go through :func:`agentd.core.redact.redact`; a base URL's
 query string is kept on the request (:func:`join_url`).
 
 The pure parts (:func:`retry_after_seconds`, :func:`backoff_delay`) take the
@@ -55,12 +55,12 @@ import orjson
 import trio
 
 from agentd import __version__
-from agentd.errors import ModelAuthError, ModelRequestError, ModelResponseError, ModelUnavailableError
-from agentd.jsonvalue import JSONObject, JSONValue, as_object, loads
-from agentd.redact import redact
-from agentd.safetext import json_bytes, valid_json
-from agentd.telemetry import NullTelemetry, Telemetry
-from agentd.timeline import mark
+from agentd.core.errors import ModelAuthError, ModelRequestError, ModelResponseError, ModelUnavailableError
+from agentd.core.jsonvalue import JSONObject, JSONValue, as_object, loads
+from agentd.core.redact import redact
+from agentd.core.safetext import json_bytes, valid_json
+from agentd.observe.telemetry import NullTelemetry, Telemetry
+from agentd.observe.timeline import mark
 
 #: Attempts per model call, the first included. Five attempts with the
 #: default backoff span about 15 s of expected waiting (up to 31 s), long
@@ -273,7 +273,7 @@ def decode_answer(raw: bytes | bytearray) -> JSONValue:
     that are not UTF-8, and nesting past 1,024 levels; those answers are read
     by the standard library (invalid bytes replaced, values nested past
     :data:`DECODE_DEPTH` read as null) and every string made valid
-    (:func:`agentd.safetext.valid_json`: a lone surrogate becomes U+FFFD).
+    (:func:`agentd.core.safetext.valid_json`: a lone surrogate becomes U+FFFD).
 
     Raises:
         orjson.JSONDecodeError: the body is not JSON.

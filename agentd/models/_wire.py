@@ -21,14 +21,14 @@ from typing import ClassVar, Protocol, TypedDict, Unpack
 
 import httpx2
 
-from agentd.errors import ModelRequestError
-from agentd.jsonvalue import JSONObject, get_object, get_str
+from agentd.core.errors import ModelRequestError
+from agentd.core.jsonvalue import JSONObject, get_object, get_str
+from agentd.core.redact import redact
 from agentd.models._http import JsonPoster, Sleep, join_url
 from agentd.models.base import ModelReply, Prompt, ToolCall, Usage, estimate_input_tokens, estimate_tokens
 from agentd.models.pricing import price_call
 from agentd.models.settings import ModelSettings, WireApi, images_by_default
-from agentd.redact import redact
-from agentd.telemetry import Telemetry
+from agentd.observe.telemetry import Telemetry
 
 #: Longest model name kept from an answer (a hostile server cannot grow telemetry through it).
 _MAX_MODEL_NAME = 200

@@ -49,8 +49,8 @@ input (the API counts the three apart), ``output_tokens``.
 
 from __future__ import annotations
 
-from agentd.errors import ModelResponseError
-from agentd.jsonvalue import (
+from agentd.core.errors import ModelResponseError
+from agentd.core.jsonvalue import (
     JSONArray,
     JSONObject,
     JSONValue,

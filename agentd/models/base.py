@@ -26,8 +26,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol, get_args, runtime_checkable
 
-from agentd.jsonvalue import JSONObject, JSONValue, as_object
-from agentd.safetext import TooDeep, json_bytes, valid_json, valid_text
+from agentd.core.jsonvalue import JSONObject, JSONValue, as_object
+from agentd.core.safetext import TooDeep, json_bytes, valid_json, valid_text
 
 Role = Literal["user", "assistant", "tool"]
 """Who speaks a transcript message."""
@@ -198,7 +198,7 @@ class ToolCall:
         """This call as the rest of agentd may rely on it, whoever built it (:func:`valid_reply`).
 
         Its name and id are valid text of at most :data:`MAX_TOOL_NAME_CHARS`;
-        its arguments valid JSON (:func:`agentd.safetext.valid_json`: a lone
+        its arguments valid JSON (:func:`agentd.core.safetext.valid_json`: a lone
         surrogate becomes U+FFFD) within :data:`MAX_TOOL_ARGUMENT_DEPTH` and
         :data:`MAX_TOOL_ARGUMENT_CHARS`, else the call is an error. The one
         walk over the arguments: the constructors above only make sure
@@ -475,9 +475,9 @@ class Model(Protocol):
         """Return the next assistant turn for this prompt.
 
         Raises:
-            agentd.errors.ModelAuthError: the provider rejected the credentials.
-            agentd.errors.ModelUnavailableError: unreachable or overloaded after every retry.
-            agentd.errors.ModelError: the provider answered something unusable.
+            agentd.core.errors.ModelAuthError: the provider rejected the credentials.
+            agentd.core.errors.ModelUnavailableError: unreachable or overloaded after every retry.
+            agentd.core.errors.ModelError: the provider answered something unusable.
         """
         ...
 

@@ -35,10 +35,10 @@ Settings from the environment, as the SDK and the clouds define them:
   overrides the endpoint.
 
 Errors are translated at this boundary into agentd's model errors (exit 4):
-401/403 and unresolvable credentials → :class:`~agentd.errors.ModelAuthError`;
+401/403 and unresolvable credentials → :class:`~agentd.core.errors.ModelAuthError`;
 connection failures, 429 and 5xx after the SDK's retries, or the call's
-deadline → :class:`~agentd.errors.ModelUnavailableError`; any other status →
-:class:`~agentd.errors.ModelRequestError`.
+deadline → :class:`~agentd.core.errors.ModelUnavailableError`; any other status →
+:class:`~agentd.core.errors.ModelRequestError`.
 """
 
 from __future__ import annotations
@@ -50,21 +50,21 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import trio
 
-from agentd.errors import (
+from agentd.core.errors import (
     ConfigError,
     ModelAuthError,
     ModelRequestError,
     ModelResponseError,
     ModelUnavailableError,
 )
-from agentd.extras import install_hint
-from agentd.jsonvalue import JSONObject
+from agentd.core.extras import install_hint
+from agentd.core.jsonvalue import JSONObject
+from agentd.core.redact import redact
 from agentd.models._http import DEFAULT_MODEL_TIMEOUT_S, MAX_ATTEMPTS, new_client
 from agentd.models.anthropic import beta_headers, build_request, parse_response
 from agentd.models.base import ModelReply, Prompt
 from agentd.models.pricing import price_usd
 from agentd.models.settings import ModelSettings, images_by_default
-from agentd.redact import redact
 
 if TYPE_CHECKING:
     import anthropic

@@ -38,8 +38,8 @@ from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 
 import trio
 
-from agentd.errors import ConfigError
-from agentd.jsonvalue import JSONObject, get_str
+from agentd.core.errors import ConfigError
+from agentd.core.jsonvalue import JSONObject, get_str
 from agentd.models import anthropic as _anthropic
 from agentd.models import openai as _openai
 from agentd.models._http import DEFAULT_MODEL_TIMEOUT_S, MAX_ATTEMPTS, Sleep
@@ -47,7 +47,7 @@ from agentd.models._wire import HttpModel, PosterOptions
 from agentd.models.base import Model
 from agentd.models.script import ScriptModel, load_script
 from agentd.models.settings import ModelSettings, SettingError, WireApi, check_settings
-from agentd.telemetry import Telemetry
+from agentd.observe.telemetry import Telemetry
 
 Provider = Literal["openai", "openai-responses", "anthropic", "azure", "bedrock", "vertex", "script"]
 """The built-in provider prefixes a model spec may use (``[providers.NAME]`` adds more)."""

@@ -41,8 +41,8 @@ and every ``[providers.NAME]`` endpoint.
 
 from __future__ import annotations
 
-from agentd.errors import ModelResponseError
-from agentd.jsonvalue import (
+from agentd.core.errors import ModelResponseError
+from agentd.core.jsonvalue import (
     JSONArray,
     JSONObject,
     JSONValue,

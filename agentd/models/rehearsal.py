@@ -19,7 +19,7 @@ import contextlib
 import orjson
 import trio
 
-from agentd.jsonvalue import JSONObject
+from agentd.core.jsonvalue import JSONObject
 
 #: A minimal valid answer per wire API (text only, one token each way).
 _ANSWERS: dict[str, JSONObject] = {

@@ -41,8 +41,8 @@ joined (a ``refusal`` part → refusal), ``function_call`` → a tool call,
 
 from __future__ import annotations
 
-from agentd.errors import ModelResponseError
-from agentd.jsonvalue import (
+from agentd.core.errors import ModelResponseError
+from agentd.core.jsonvalue import (
     JSONArray,
     JSONObject,
     JSONValue,

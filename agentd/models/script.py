@@ -64,8 +64,8 @@ from typing import Literal, TypeGuard, get_args
 
 import trio
 
-from agentd.errors import ConfigError, NotAFile
-from agentd.jsonvalue import JSONObject, JSONValue, is_object
+from agentd.core.errors import ConfigError, NotAFile
+from agentd.core.jsonvalue import JSONObject, JSONValue, is_object
 from agentd.models._http import Sleep
 from agentd.models.base import (
     Message,

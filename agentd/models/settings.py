@@ -52,7 +52,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, get_args
 
-from agentd.jsonvalue import JSONObject, JSONValue
+from agentd.core.jsonvalue import JSONObject, JSONValue
 
 WireApi = Literal["chat", "responses", "messages", "script"]
 """The wire formats agentd speaks: Chat Completions, Responses, Anthropic Messages, and the script model."""

@@ -14,7 +14,7 @@ import socket
 
 import trio
 
-from agentd.errors import ProtocolError
+from agentd.core.errors import ProtocolError
 from agentd.selfmcp.protocol import Frame, encode
 
 #: Bytes asked of the socket per read.

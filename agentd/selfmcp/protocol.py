@@ -40,14 +40,14 @@ Rules a child must keep, or be killed (``subagent.exit`` names the broken rule):
 * ``id`` numbers the requests (``usage`` and ``turn_end``) 1, 2, 3, … in the
   order sent; the answer carries the same ``id``;
 * one turn's transcript parts stay within
-  :data:`agentd.supervisor.channel.MAX_TURN_TRANSCRIPT_BYTES`.
+  :data:`agentd.supervisor.children.channel.MAX_TURN_TRANSCRIPT_BYTES`.
 
 The supervisor serves requests one at a time, in order: it reads the next
 frame only after answering the previous request (a request sent before that
 answer waits, unread, in the socket). The child in turn refuses a second
 ``spawn`` and an answer it did not ask for or whose ``id`` does not match.
 
-Validation happens in the per-child reader task (:mod:`agentd.supervisor.channel`),
+Validation happens in the per-child reader task (:mod:`agentd.supervisor.children.channel`),
 outside the reactor: the reactor only ever sees frames that passed it.
 """
 
@@ -58,9 +58,9 @@ from typing import Annotated, Final, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
-from agentd.errors import ProtocolError
-from agentd.exitcodes import TerminalStatus
-from agentd.safetext import json_bytes
+from agentd.core.errors import ProtocolError
+from agentd.core.exitcodes import TerminalStatus
+from agentd.core.safetext import json_bytes
 
 #: Self-tools the model sees as ordinary tools (ARCHITECTURE.md decision 5).
 SELF_TOOL_NAMES: Final = (

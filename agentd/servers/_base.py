@@ -99,9 +99,9 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
 from agentd import __version__
-from agentd.errors import AgentdError, ConfigError
-from agentd.exitcodes import ExitCode
-from agentd.jsonvalue import JSONObject
+from agentd.core.errors import AgentdError, ConfigError
+from agentd.core.exitcodes import ExitCode
+from agentd.core.jsonvalue import JSONObject
 from agentd.servers import _sdk
 from agentd.servers._httpguard import MIN_TOKEN_LENGTH, HostOriginGuard, HttpPolicy, is_loopback, is_wildcard
 from agentd.servers._safefs import write_atomic

@@ -59,7 +59,7 @@ from typing import Final, Literal, Protocol, TypedDict, TypeVar
 
 import orjson
 
-from agentd.jsonvalue import JSONObject, JSONValue
+from agentd.core.jsonvalue import JSONObject, JSONValue
 from agentd.servers._intervals import IntervalSet
 
 __all__ = [

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from agentd.jsonvalue import JSONValue, loads
+from agentd.core.jsonvalue import JSONValue, loads
 
 __all__ = ["MAX_VALUE_BYTES", "JsonStreamParser", "Malformed"]
 

@@ -32,7 +32,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.models import InitializationOptions
 from pydantic import BaseModel
 
-from agentd.jsonvalue import JSONObject
+from agentd.core.jsonvalue import JSONObject
 
 __all__ = [
     "advertise",

@@ -53,7 +53,7 @@ from mcp.server.mcpserver.resources.templates import ResourceSecurity
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_REQUEST
 
-from agentd.errors import ConfigError
+from agentd.core.errors import ConfigError
 from agentd.servers import _sdk
 from agentd.servers._base import (
     EVENTS_MIME,

@@ -53,8 +53,8 @@ import orjson
 import trio
 from mcp.server.mcpserver import Context
 
-from agentd.errors import ConfigError
-from agentd.jsonvalue import JSONObject, JSONValue, as_object, get_array, get_object, get_str, loads
+from agentd.core.errors import ConfigError
+from agentd.core.jsonvalue import JSONObject, JSONValue, as_object, get_array, get_object, get_str, loads
 from agentd.servers._base import (
     EVENTS_MIME,
     EventRing,

@@ -7,9 +7,9 @@
                                   torn-tail detection, compaction (pure, no trio).
 * :mod:`agentd.state.sessions`   the journals of one agentd: commit after each turn,
                                   restore at the next delivery, end with the session.
-* :mod:`agentd.state.transcript` transcript messages as data (frames, journal records).
+* :mod:`agentd.agent.transcript` transcript messages as data (frames, journal records).
 * :mod:`agentd.state.shard`      ``--shard INDEX/COUNT``: rendezvous hashing of shard keys.
 
 This package's ``__init__`` imports nothing: agent children import
-:mod:`agentd.state.transcript` and must not pay for the rest.
+:mod:`agentd.agent.transcript` and must not pay for the rest.
 """

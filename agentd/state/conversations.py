@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from agentd.errors import ConfigError, NotAFile, StateFileError
+from agentd.core.errors import ConfigError, NotAFile, StateFileError
 from agentd.selfmcp.protocol import MessageFrame
 from agentd.state import files
 from agentd.state import journal as jf

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from agentd.errors import ConfigError, StateFileError
-from agentd.filelock import lock_exclusively as lock_exclusively  # re-exported
+from agentd.core.errors import ConfigError, StateFileError
 from agentd.state import files
+from agentd.state.filelock import lock_exclusively as lock_exclusively  # re-exported
 
 LOCK_NAME: Final = ".agentd.lock"
 WATCH_STATE_NAME: Final = "watches.json"

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from agentd.errors import NotAFile, NotOurs
+from agentd.core.errors import NotAFile, NotOurs
 
 #: Largest state file agentd reads (a journal, the watch state): a journal
 #: holds at most the session's token budget plus one turn (a record is at most

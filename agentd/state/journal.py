@@ -46,9 +46,9 @@ from typing import Annotated, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from agentd.filelock import fsync_dir
 from agentd.selfmcp.protocol import MessageFrame
 from agentd.state import files
+from agentd.state.filelock import fsync_dir
 
 MAGIC: Final = b"agentd-session-journal 1\n"
 _HEAD = struct.Struct("<II")

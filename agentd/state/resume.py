@@ -3,7 +3,7 @@
 A session that had subscribed itself gets its ``self:<session>:<uri>`` routes
 back at once (front, exact, owned by the session: what ``subscribe`` made),
 and each URI is handed to the subscriptions component
-(:class:`agentd.supervisor.subscriptions.Subscriptions`), which subscribes it
+(:class:`agentd.supervisor.routing.subscriptions.Subscriptions`), which subscribes it
 again upstream as soon as its server is connected (the declared shell
 performs it), followed by one synthetic "possibly changed" marked
 ``startup`` (the start-up re-read, rfcs/0130): a change made while agentd was
@@ -16,13 +16,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from agentd.errors import RouteError
+from agentd.core.errors import RouteError
+from agentd.observe.telemetry import Telemetry
 from agentd.state.sessions import SessionJournals
-from agentd.telemetry import Telemetry
 from agentd.triggers.router import Continue, RouteSpec
 
 if TYPE_CHECKING:
-    from agentd.supervisor.subscriptions import Subscriptions
+    from agentd.supervisor.routing.subscriptions import Subscriptions
     from agentd.triggers.router import Router
     from agentd.upstream import Upstream
 

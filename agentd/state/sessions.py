@@ -1,7 +1,7 @@
 """The session journals of one agentd: commit after each turn, restore at the next delivery.
 
 Who writes: the supervisor, in the child's own control-channel task
-(:func:`agentd.supervisor.channel.serve_control`), when a journaled child ends
+(:func:`agentd.supervisor.children.channel.serve_control`), when a journaled child ends
 a turn: the turn's messages (sent by the child as transcript parts) are
 appended and fsynced *before* the reactor hears of the turn end. The child
 never touches the state directory, and nothing it sends is interpreted: the
@@ -50,15 +50,15 @@ from typing import TYPE_CHECKING, Protocol
 
 import trio
 
-from agentd.errors import NotAFile, NotOurs, StateFileError
+from agentd.core.errors import NotAFile, NotOurs, StateFileError
+from agentd.observe.telemetry import Telemetry
 from agentd.selfmcp.protocol import MessageFrame, SpawnPayload
 from agentd.state import files
 from agentd.state import journal as jf
-from agentd.telemetry import Telemetry
 
 if TYPE_CHECKING:
     from agentd.config import Settings
-    from agentd.supervisor.tree import Tree
+    from agentd.supervisor.children.tree import Tree
 
 Subs = tuple[tuple[str, str | None], ...]
 """A session's self-subscriptions: ``(uri, server)`` pairs."""

@@ -8,10 +8,10 @@ Nothing here decides anything: decisions live in the reactor, the drivers
 and the router.
 
 Output never stops the supervisor: telemetry and published results go
-through bounded buffers written by threads (:mod:`agentd.output`). A daemon
+through bounded buffers written by threads (:mod:`agentd.observe.output`). A daemon
 whose stdout is closed or full keeps running and counts the lost results
 (``outputs_lost``); a once run whose one result cannot be written exits
-:attr:`~agentd.exitcodes.ExitCode.OUTPUT_FAILED` and says why.
+:attr:`~agentd.core.exitcodes.ExitCode.OUTPUT_FAILED` and says why.
 
 Signals: SIGTERM, SIGINT and SIGHUP drain (no new work; running turns
 finish; exit 0 within ``--grace``, else 143); a second one stops at once
@@ -45,36 +45,36 @@ import trio
 from agentd import __version__
 from agentd.agent.zygote import PREWARM_MODELS_ENV, _rehearse
 from agentd.config import ProviderSpec, Settings, deprecations, read_status_token
-from agentd.counters import RunCounters
-from agentd.errorline import config_error_lines, config_failure, failure_for, internal_failure
-from agentd.errors import AgentdError, ConfigError, StateFileError
+from agentd.core.errors import AgentdError, ConfigError, StateFileError
+from agentd.core.exitcodes import ExitCode, TerminalStatus, code_for_status
+from agentd.core.jsonvalue import JSONObject
+from agentd.core.limits import raise_open_files_limit
+from agentd.core.redact import redact
 from agentd.events import ReactorEvent, SignalReceived
-from agentd.exitcodes import ExitCode, TerminalStatus, code_for_status
-from agentd.humanlog import HumanView, colours_wanted, terminal_width
-from agentd.jsonvalue import JSONObject
-from agentd.limits import raise_open_files_limit
-from agentd.output import DEFAULT_OUTPUT_BUFFER, LineWriter
-from agentd.redact import redact
-from agentd.sdnotify import Notifier
+from agentd.observe.counters import RunCounters
+from agentd.observe.errorline import config_error_lines, config_failure, failure_for, internal_failure
+from agentd.observe.humanlog import HumanView, colours_wanted, terminal_width
+from agentd.observe.output import DEFAULT_OUTPUT_BUFFER, LineWriter
+from agentd.observe.sdnotify import Notifier
+from agentd.observe.telemetry import Telemetry
+from agentd.observe.timeline import mark
 from agentd.selfmcp.protocol import MessageFrame, ProviderFrame, SpawnPayload, ToolSpecFrame
 from agentd.selfmcp.server import serve_child
 from agentd.state.resume import restore_subscriptions
 from agentd.state.sessions import journals_for
 from agentd.state.shard import declared_filter, handles, shard_for
-from agentd.supervisor.budget import Budget
-from agentd.supervisor.declared import DeclaredSubscriptions
-from agentd.supervisor.governor import RestartGovernor
+from agentd.supervisor.children.tree import Tree
 from agentd.supervisor.hub import SELF_TOOLS, SupervisorHub, server_for
-from agentd.supervisor.reactor import Agent, Hooks, Reactor, open_channel
-from agentd.supervisor.routes import build_router, make_clock, model_profiles, staged_routes
-from agentd.supervisor.sessionroutes import SessionRoutes, SubscriptionCaps
+from agentd.supervisor.loop.budget import Budget
+from agentd.supervisor.loop.governor import RestartGovernor
+from agentd.supervisor.loop.reactor import Agent, Hooks, Reactor, open_channel
+from agentd.supervisor.routing.declared import DeclaredSubscriptions
+from agentd.supervisor.routing.routes import build_router, make_clock, model_profiles, staged_routes
+from agentd.supervisor.routing.sessionroutes import SessionRoutes, SubscriptionCaps
+from agentd.supervisor.routing.subscriptions import Subscriptions
+from agentd.supervisor.routing.unmatched import at_start, offers_of, unavailable
 from agentd.supervisor.statusview import RunFacts, status_document
-from agentd.supervisor.subscriptions import Subscriptions
-from agentd.supervisor.tree import Tree
-from agentd.supervisor.unmatched import at_start, offers_of, unavailable
-from agentd.telemetry import Telemetry
-from agentd.timeline import mark
-from agentd.toolpolicy import ToolPolicy
+from agentd.supervisor.toolpolicy import ToolPolicy
 from agentd.triggers import mode as modes
 from agentd.upstream import Upstream
 from agentd.upstream.backoff import RECONNECT_BACKOFF
@@ -89,13 +89,13 @@ if TYPE_CHECKING:
 
     from agentd.agent.prefork import PreforkedChild
     from agentd.config import LogFormat, ServerSpec
-    from agentd.metrics import MetricsSnapshot
-    from agentd.prelaunch import EarlyProcess
+    from agentd.core.prelaunch import EarlyProcess
+    from agentd.observe.metrics import MetricsSnapshot
+    from agentd.observe.streamjson import StreamJson
+    from agentd.observe.telemetry import LineFormat
+    from agentd.observe.tracing import Tracing
     from agentd.state.conversations import Conversation
-    from agentd.streamjson import StreamJson
-    from agentd.supervisor.channel import Journal
-    from agentd.telemetry import LineFormat
-    from agentd.tracing import Tracing
+    from agentd.supervisor.children.channel import Journal
 
 #: How long agentd waits at exit for stderr and stdout to take what is still
 #: buffered; a stream nobody reads is then given up on (the exit code stands).
@@ -113,9 +113,9 @@ def run(
     Args:
         settings: the validated settings.
         closed_fds: which of stdin/stdout/stderr were closed when agentd
-            started (:func:`agentd.output.claim_standard_fds`).
+            started (:func:`agentd.observe.output.claim_standard_fds`).
         early_servers: stdio servers already started, by name
-            (:mod:`agentd.prelaunch`); their connections adopt them, and any
+            (:mod:`agentd.core.prelaunch`); their connections adopt them, and any
             left over at exit is killed.
     """
     early_servers = early_servers or {}
@@ -168,7 +168,7 @@ def _run(settings: Settings, closed_fds: frozenset[int], early_servers: dict[str
             kept=0,
             fix="never read or written through; inspect or delete it",
         )
-    from agentd.tracing import setup as setup_tracing
+    from agentd.observe.tracing import setup as setup_tracing
 
     tracing = setup_tracing(os.environ, telemetry)
     stdout = LineWriter(
@@ -285,7 +285,7 @@ def _prefork_once_root(settings: Settings) -> PreforkedChild | None:
     if settings.mode != "once":
         return None
     from agentd.agent.prefork import prefork_root
-    from agentd.supervisor.routes import model_profiles
+    from agentd.supervisor.routing.routes import model_profiles
 
     default_profile, route_profiles = model_profiles(settings)
     return prefork_root(sorted({default_profile.model, *(p.model for p in route_profiles.values())}))
@@ -436,7 +436,7 @@ async def _main(
 
     json_out = settings.output == "json"
     once = settings.mode == "once"
-    from agentd.streamjson import Causes, StreamJson
+    from agentd.observe.streamjson import Causes, StreamJson
 
     # A once run's id names its conversation (a continued one keeps its id); others get a fresh one.
     session_id = conversation.session_id if conversation is not None else str(uuid.uuid4())
@@ -457,7 +457,7 @@ async def _main(
             stream.reply(agent=agent.id, route=agent.route, status=status, text=text)
             return
         if json_out:
-            from agentd.telemetry import _now_rfc3339
+            from agentd.observe.telemetry import _now_rfc3339
 
             line = orjson.dumps(
                 {
@@ -700,7 +700,7 @@ async def _main(
             await _start_health(settings, reactor, telemetry, nursery, snapshot, status)
 
         if notifier.watchdog_interval is not None:  # WatchdogSec= only: otherwise no timer at all
-            from agentd.health import reactor_probe
+            from agentd.observe.health import reactor_probe
 
             nursery.start_soon(notifier.watchdog, reactor_probe(events))
         # The first connection attempts settled: the reactor starts from what the servers are now.
@@ -732,7 +732,7 @@ async def _main(
             "supervisor.exit",
             exit_code=int(code),
             status=reactor.status.root_status if once else "stopped",
-            # The same counter set /metrics reads (agentd.counters).
+            # The same counter set /metrics reads (agentd.observe.counters).
             counters={**counters.totals(), "outputs_lost": stdout.dropped},
             cost_usd=budget.cost_usd(),
             router=router.counters(),
@@ -1051,7 +1051,7 @@ async def _rehearse_server() -> None:
     Untraced: the rehearsal is agentd's warm-up, not a user's tool call (its
     spans would be ``tools/call rehearsal`` traces of their own).
     """
-    from agentd.tracing import untraced
+    from agentd.observe.tracing import untraced
 
     with untraced():
         await _rehearse()
@@ -1080,7 +1080,7 @@ async def _start_health(
 ) -> None:
     """Serve /healthz and /readyz (and /metrics, /status and the page) without ever blocking the reactor."""
     # Imported only here: a run without probes never loads the HTTP and metrics stack (rfcs/0225).
-    from agentd.health import StatusAccess, reactor_probe, serve_health, serve_metrics
+    from agentd.observe.health import StatusAccess, reactor_probe, serve_health, serve_metrics
 
     token = read_status_token(settings.status_token_file) if settings.status_token_file else None
 

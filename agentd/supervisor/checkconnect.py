@@ -5,7 +5,7 @@ run does first, through the same code: each server is started and connected
 by :class:`agentd.upstream.Upstream` (one attempt, its own
 ``startup_timeout``; the era and transport it found are shown), its tools,
 resources and resource templates are listed, and the routes, subscriptions
-and tool rules are matched against them (:mod:`agentd.supervisor.unmatched`).
+and tool rules are matched against them (:mod:`agentd.supervisor.routing.unmatched`).
 Each model the run would use (``--model`` and every route's own) gets one
 minimal request through the provider clients of :mod:`agentd.models`: one
 user word, ``max_output_tokens = 1``, no tools; a ``script:`` model is only
@@ -32,16 +32,16 @@ from typing import Literal
 import trio
 
 from agentd.config import ServerSpec, Settings
-from agentd.errorline import Failure, split_fix
-from agentd.errors import AgentdError
+from agentd.core.errors import AgentdError
+from agentd.core.exitcodes import ExitCode
+from agentd.core.redact import redact
+from agentd.core.safetext import escape_controls, escape_json_controls, valid_json
 from agentd.events import ReactorEvent, ServerState
-from agentd.exitcodes import ExitCode
-from agentd.output import print_line
-from agentd.redact import redact
-from agentd.safetext import escape_controls, escape_json_controls, valid_json
+from agentd.observe.errorline import Failure, split_fix
+from agentd.observe.output import print_line
+from agentd.observe.telemetry import NullTelemetry
 from agentd.supervisor.hub import SELF_TOOLS
-from agentd.supervisor.unmatched import Finding, at_start, offers_of
-from agentd.telemetry import NullTelemetry
+from agentd.supervisor.routing.unmatched import Finding, at_start, offers_of
 from agentd.upstream import Upstream
 
 __all__ = [

@@ -5,7 +5,7 @@ whatever tool call its model made. Only the tools the supervisor offers
 (upstream tools namespaced ``server__tool``, and the self-tools) are
 answered; any other name is an "unknown tool" result, whatever it looks
 like: usage reports and turn ends are control frames on another channel
-(:mod:`agentd.supervisor.channel`), never tools a model could call.
+(:mod:`agentd.supervisor.children.channel`), never tools a model could call.
 
 Upstream tool calls and resource reads are plain I/O on the shared upstream
 connections and run in the handler's task. Self-tools that touch supervisor
@@ -31,8 +31,8 @@ import mcp_types as types
 import orjson
 import trio
 
-from agentd.counters import RunCounters
-from agentd.errors import AgentdError, RouteError
+from agentd.core.errors import AgentdError, RouteError
+from agentd.core.jsonvalue import JSONObject, JSONValue, loads
 from agentd.events import (
     Acknowledged,
     ReactorEvent,
@@ -48,12 +48,12 @@ from agentd.events import (
     WatchRouteRemove,
     WatchSession,
 )
-from agentd.jsonvalue import JSONObject, JSONValue, loads
+from agentd.observe.counters import RunCounters
+from agentd.observe.telemetry import Telemetry
+from agentd.observe.tracing import active as active_tracing
 from agentd.selfmcp.protocol import unknown_tool_text
 from agentd.selfmcp.server import text_result
-from agentd.telemetry import Telemetry
-from agentd.toolpolicy import ToolPolicy
-from agentd.tracing import active as active_tracing
+from agentd.supervisor.toolpolicy import ToolPolicy
 from agentd.upstream.connection import Upstream
 from agentd.upstream.naming import ToolNameMap
 from agentd.upstream.resolve import resolve_server_for_uri, resource_listing

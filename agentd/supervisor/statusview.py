@@ -2,14 +2,14 @@
 
 :func:`status_document` is a pure function over the reactor's own state (the
 agent table, the router's routes and queues, readiness, the budget, the
-run's counters and their bounded :class:`~agentd.activity.Activity`), the
+run's counters and their bounded :class:`~agentd.observe.activity.Activity`), the
 upstream connections, the hub's tool calls in flight and the watches. It
 keeps nothing of its own (ARCHITECTURE decision 19); the schema is in
 ``docs/status.md`` (``"schema": "agentd.status/1"``).
 
 What a person may see (rfcs/0336): instruction texts and tool arguments
 only when the daemon runs with ``--status-show-content``; credentials never
-(the whole document goes through :func:`agentd.redact.redact`); text from
+(the whole document goes through :func:`agentd.core.redact.redact`); text from
 outside (URIs, errors) stays data, escaped where it is shown.
 """
 
@@ -20,11 +20,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from agentd.jsonvalue import JSONObject, JSONValue
-from agentd.redact import redact
-from agentd.supervisor.agents import Agent, AgentPhase
+from agentd.core.jsonvalue import JSONObject, JSONValue
+from agentd.core.redact import redact
 from agentd.supervisor.hub import ToolCallNow
-from agentd.supervisor.reactor import Reactor
+from agentd.supervisor.loop.agents import Agent, AgentPhase
+from agentd.supervisor.loop.reactor import Reactor
 from agentd.triggers.router import Continue, Route, Spawn
 from agentd.upstream.connection import Upstream
 
@@ -34,7 +34,7 @@ SCHEMA = "agentd.status/1"
 """The document's schema name; a change that removes or renames a field bumps it."""
 
 RECENT_SHOWN = 50
-"""Routing decisions in the document (all that :class:`~agentd.activity.Activity` keeps)."""
+"""Routing decisions in the document (all that :class:`~agentd.observe.activity.Activity` keeps)."""
 
 
 class WatchView(Protocol):

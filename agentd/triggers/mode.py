@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Final, Literal, Protocol, TypeAlias
 
-from agentd.exitcodes import ExitCode, TerminalStatus, code_for_status
+from agentd.core.exitcodes import ExitCode, TerminalStatus, code_for_status
 from agentd.triggers.router import Mode
 from agentd.triggers.timer import CronSource, IntervalSource, validate_cron
 

@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal, TypeAlias, get_args
 
-from agentd.errors import RouteError
+from agentd.core.errors import RouteError
 from agentd.triggers.glob import Glob, GlobIndex, compile_glob
 
 ChangeKind = Literal["updated", "synthetic", "list_changed", "timer"]
@@ -512,7 +512,7 @@ class Router:
 
     Args:
         on_drop: told ``(reason, n)`` whenever queued changes are lost (the
-            run's counter set, :class:`agentd.counters.RunCounters`).
+            run's counter set, :class:`agentd.observe.counters.RunCounters`).
     """
 
     def __init__(self, *, on_drop: Callable[[DropReason, int], None] | None = None) -> None:

@@ -50,11 +50,11 @@ from mcp.client.auth import OAuthTokenError
 from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 
-from agentd.errors import NotAFile, NotOurs
-from agentd.limits import TokenAuthMethod
+from agentd.core.errors import NotAFile, NotOurs
+from agentd.core.limits import TokenAuthMethod
+from agentd.observe.telemetry import Telemetry
 from agentd.state import files
 from agentd.state.dir import OAUTH_NAME
-from agentd.telemetry import Telemetry
 
 __all__ = ["TokenCache", "auth_for", "refresh_margin"]
 

@@ -19,7 +19,7 @@ Lifecycle (``ServerState``)::
         +--first attempt failed--> RESTARTING       +--5 failed attempts in a row--> FAILED
     any --cancelled--> STOPPED
 
-Errors raised to callers (all :class:`agentd.errors.UpstreamError`):
+Errors raised to callers (all :class:`agentd.core.errors.UpstreamError`):
 ``ServerUnavailable`` (not connected, or the connection died mid-call),
 ``CapabilityMissing`` (no ``resources.subscribe``), plain ``UpstreamError``
 (timeout, refusal, oversized body). Every message names the server.
@@ -45,8 +45,9 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from agentd import __version__
-from agentd.counters import RunCounters
-from agentd.errors import CapabilityMissing, ServerUnavailable, UpstreamError
+from agentd.core.errors import CapabilityMissing, ServerUnavailable, UpstreamError
+from agentd.core.limits import DEFAULT_MAX_READ_BYTES, DEFAULT_STARTUP_TIMEOUT, DEFAULT_TOOL_TIMEOUT
+from agentd.core.prelaunch import EarlyProcess
 from agentd.events import (
     CatalogChanged,
     ReactorEvent,
@@ -54,9 +55,8 @@ from agentd.events import (
     ServerState,
     ServerStateChanged,
 )
-from agentd.limits import DEFAULT_MAX_READ_BYTES, DEFAULT_STARTUP_TIMEOUT, DEFAULT_TOOL_TIMEOUT
-from agentd.prelaunch import EarlyProcess
-from agentd.telemetry import Telemetry
+from agentd.observe.counters import RunCounters
+from agentd.observe.telemetry import Telemetry
 from agentd.upstream.backoff import (
     MAX_CONSECUTIVE_FAILURES,
     RECONNECT_BACKOFF,
@@ -242,7 +242,7 @@ class Upstream:
             to count as healthy (see :class:`agentd.upstream.backoff.ResubscribePolicy`).
         max_line_bytes: cap on one stdout message from a stdio server.
         early: a stdio server's process started before agentd's imports
-            (:mod:`agentd.prelaunch`); its first connection adopts it.
+            (:mod:`agentd.core.prelaunch`); its first connection adopts it.
         counters: the run's counter set (updates of URIs nobody subscribed to count as unrouted).
     """
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mcp.shared.exceptions import MCPError
 
-from agentd.errors import UpstreamError
+from agentd.core.errors import UpstreamError
 
 __all__ = ["describe"]
 

@@ -35,7 +35,7 @@ from mcp.client.sse import sse_client
 from mcp.client.streamable_http import MCP_SESSION_ID, streamable_http_client
 from mcp.shared.inbound import MCP_METHOD_HEADER
 
-from agentd.redact import redact
+from agentd.core.redact import redact
 from agentd.upstream.transport import Transport
 
 __all__ = ["CONNECT_TIMEOUT", "STREAM_CONNECTIONS", "HttpTransport"]

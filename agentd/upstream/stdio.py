@@ -44,8 +44,8 @@ from mcp.shared.dispatcher import coerce_request_id
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
-from agentd.prelaunch import PASSED_ENV, ChildProcess, EarlyProcess, server_environment
-from agentd.telemetry import Telemetry
+from agentd.core.prelaunch import PASSED_ENV, ChildProcess, EarlyProcess, server_environment
+from agentd.observe.telemetry import Telemetry
 from agentd.upstream.transport import Transport
 
 __all__ = [
@@ -119,7 +119,7 @@ class StdioTransport(Transport):
         cwd: working directory, or ``None`` for the supervisor's.
         telemetry: where skipped stdout lines are reported.
         max_line_bytes: cap on one stdout line.
-        early: the server's process, already started (:mod:`agentd.prelaunch`):
+        early: the server's process, already started (:mod:`agentd.core.prelaunch`):
             adopted instead of starting one.
     """
 

@@ -53,10 +53,10 @@ from mcp import Client
 from mcp.client.subscriptions import ResourcesListChanged, ResourceUpdated, ServerEvent, ToolsListChanged
 from mcp.shared.exceptions import MCPError
 
-from agentd.counters import RunCounters
 from agentd.events import ReactorEvent, ResourceChanged, SubscriptionStateChanged
-from agentd.telemetry import Telemetry
-from agentd.timeline import mark
+from agentd.observe.counters import RunCounters
+from agentd.observe.telemetry import Telemetry
+from agentd.observe.timeline import mark
 from agentd.triggers.router import ChangeKind
 from agentd.upstream.backoff import MAX_CONSECUTIVE_FAILURES, GiveUp, ResubscribePolicy
 from agentd.upstream.describe import describe

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Final, TypeAlias
 import orjson
 import trio
 
-from agentd.jsonvalue import JSONValue, loads
+from agentd.core.jsonvalue import JSONValue, loads
 from agentd.upstream.naming import namespaced
 from agentd.upstream.resolve import resource_listing
 from agentd.watches.limits import WatchLimits

@@ -49,8 +49,17 @@ from typing import Final, Literal, TypeAlias
 
 import orjson
 
-from agentd.errors import MalformedReadError as MalformedReadError  # re-exported
-from agentd.jsonvalue import JSONArray, JSONObject, JSONValue, as_object, get_array, get_int, get_str, loads
+from agentd.core.errors import MalformedReadError as MalformedReadError  # re-exported
+from agentd.core.jsonvalue import (
+    JSONArray,
+    JSONObject,
+    JSONValue,
+    as_object,
+    get_array,
+    get_int,
+    get_str,
+    loads,
+)
 
 Shape: TypeAlias = Literal["event-log", "state"]
 """How a watched resource's reads are interpreted."""

@@ -2,7 +2,7 @@
 
 The defaults are the ones the design fixed (seed ADR 0005, "Limits"); each is
 configurable so operators can tune a busy deployment and tests can use short
-time limits. Invalid values raise :class:`agentd.errors.ConfigError` naming the
+time limits. Invalid values raise :class:`agentd.core.errors.ConfigError` naming the
 field, the value and the fix.
 """
 
@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Protocol
 
-from agentd.errors import ConfigError
+from agentd.core.errors import ConfigError
 
 #: 64 MiB: generous for a filter that formats one event and keeps a few
 #: counters, small enough that five watches cannot starve the supervisor.

@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING, Final, NoReturn, Protocol
 
 import trio
 
-from agentd.counters import RunCounters
-from agentd.errors import AgentdError, FilterRejected, WatchError
+from agentd.core.errors import AgentdError, FilterRejected, WatchError
+from agentd.core.jsonvalue import JSONObject
+from agentd.core.limits import ModelLimit
 from agentd.events import ReactorEvent, SubscriptionStateChanged, WatchNotice
-from agentd.jsonvalue import JSONObject
-from agentd.limits import ModelLimit
-from agentd.telemetry import Telemetry
+from agentd.observe.counters import RunCounters
+from agentd.observe.telemetry import Telemetry
 from agentd.watches.catalog import FilterHost, read_text
 from agentd.watches.extract import shape_of
 from agentd.watches.limits import WatchLimits
@@ -75,7 +75,7 @@ class RouteTable(Protocol):
 class SubscriptionHolds(Protocol):
     """Where a watch reports that it holds an upstream subscription, and asks whether to release it.
 
-    :class:`agentd.supervisor.subscriptions.Subscriptions`, the one place that
+    :class:`agentd.supervisor.routing.subscriptions.Subscriptions`, the one place that
     decides whether a subscription may be released (rfcs/0253, rfcs/0258):
     the manager reports each watch's hold and performs the answer it gets
     back when the hold ends, never deciding itself.

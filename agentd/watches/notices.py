@@ -27,7 +27,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from agentd.jsonvalue import JSONValue
+from agentd.core.jsonvalue import JSONValue
 from agentd.watches.extract import WHOLE_VALUE, Event, compact_json, identity_key
 
 #: ``MODIFIED`` lines name at most this many changed paths (then ``+N more``).

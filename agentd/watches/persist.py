@@ -18,8 +18,8 @@ from typing import Final
 
 import trio
 
-from agentd.errors import WatchStateError
-from agentd.telemetry import Telemetry
+from agentd.core.errors import WatchStateError
+from agentd.observe.telemetry import Telemetry
 from agentd.watches import state as state_file
 from agentd.watches.state import WatchSpec
 

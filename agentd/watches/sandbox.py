@@ -81,9 +81,9 @@ from pydantic_monty import (
     ResourceLimits,
 )
 
-from agentd.errors import FilterRejected as FilterRejected  # re-exported
-from agentd.errors import SandboxError
-from agentd.jsonvalue import JSONObject
+from agentd.core.errors import FilterRejected as FilterRejected  # re-exported
+from agentd.core.errors import SandboxError
+from agentd.core.jsonvalue import JSONObject
 from agentd.watches.extract import Event, Shape, compact_json
 from agentd.watches.limits import WatchLimits
 

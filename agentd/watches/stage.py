@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Literal
 
-from agentd.jsonvalue import JSONObject, JSONValue
+from agentd.core.jsonvalue import JSONObject, JSONValue
 from agentd.watches.extract import Event, Extractor, MalformedReadError, Shape, extractor_from_baseline
 from agentd.watches.limits import WatchLimits
 from agentd.watches.notices import (

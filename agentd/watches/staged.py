@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from agentd.errors import AgentdError, ConfigError, FilterRejected
-from agentd.telemetry import Telemetry
+from agentd.core.errors import AgentdError, ConfigError, FilterRejected
+from agentd.observe.telemetry import Telemetry
 from agentd.watches.catalog import FilterHost
 from agentd.watches.extract import shape_of
 from agentd.watches.limits import WatchLimits

@@ -56,11 +56,11 @@ from typing import Final, Literal, TypeAlias
 
 import orjson
 
-from agentd.errors import ConfigError, NotAFile, NotOurs
-from agentd.errors import WatchStateError as WatchStateError  # re-exported
-from agentd.filelock import fsync_dir, lock_exclusively
-from agentd.jsonvalue import JSONObject
+from agentd.core.errors import ConfigError, NotAFile, NotOurs
+from agentd.core.errors import WatchStateError as WatchStateError  # re-exported
+from agentd.core.jsonvalue import JSONObject
 from agentd.state import files
+from agentd.state.filelock import fsync_dir, lock_exclusively
 
 #: The file format written (and the newest one read).
 STATE_FORMAT_VERSION: Final = 1

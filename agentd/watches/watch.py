@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from agentd.errors import AgentdError
+from agentd.core.errors import AgentdError
+from agentd.core.jsonvalue import JSONObject
 from agentd.events import ReactorEvent, RouteNotice, WatchNotice
-from agentd.jsonvalue import JSONObject
-from agentd.telemetry import Telemetry
+from agentd.observe.telemetry import Telemetry
 from agentd.watches.catalog import read_text
 from agentd.watches.extract import Shape
 from agentd.watches.notices import error_line

@@ -34,7 +34,7 @@ import trio
 from mcp import Client
 
 from agentd.config import load_settings
-from agentd.supervisor.routes import build_router
+from agentd.supervisor.routing.routes import build_router
 from tests.support.agentd_proc import PY, REPO, Agentd, run_agentd, script
 from tests.support.kube import Cluster
 from tests.support.routing import wait_gone

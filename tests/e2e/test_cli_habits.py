@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agentd.exitcodes import ExitCode
+from agentd.core.exitcodes import ExitCode
 from tests.support.agentd_proc import CLI_TIMEOUT, REPO, agentd_cmd, run_cli, script
 
 #: A turn that asks for a tool no server offers, for ever: only a step cap ends it.

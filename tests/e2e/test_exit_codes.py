@@ -9,7 +9,7 @@ import signal
 import psutil
 import trio
 
-from agentd.exitcodes import ExitCode
+from agentd.core.exitcodes import ExitCode
 from tests.fakes.provider_server import openai_error, provider_server
 from tests.support.agentd_proc import Agentd, notes_server, run_agentd, script
 

@@ -31,7 +31,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentd import __version__
-from agentd.exitcodes import ExitCode
+from agentd.core.exitcodes import ExitCode
 from tests.support.agentd_proc import PY, REPO, Agentd, agentd_cmd, run_agentd, script
 from tests.support.files import edit
 from tests.support.memo import NOTES, memo_toml

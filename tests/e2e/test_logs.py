@@ -10,7 +10,7 @@ import subprocess
 
 import trio
 
-from agentd.vocabulary import EVENTS
+from agentd.observe.vocabulary import EVENTS
 from tests.support.agentd_proc import REPO, agentd_cmd, run_agentd, script
 
 

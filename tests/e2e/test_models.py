@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from agentd.exitcodes import ExitCode
+from agentd.core.exitcodes import ExitCode
 from tests.fakes.provider_server import (
     AnthropicCacheSim,
     GoogleTokenEndpoint,

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from agentd.exitcodes import ExitCode
+from agentd.core.exitcodes import ExitCode
 from tests.support.agentd_proc import PY, Agentd, script
 from tests.support.supervised import RUN_TIMEOUT, supervised
 

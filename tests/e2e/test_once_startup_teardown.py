@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from agentd.exitcodes import ExitCode
+from agentd.core.exitcodes import ExitCode
 from agentd.supervisor.hub import WAKEUP_TOOLS
 from tests.fakes.provider_server import openai_reply, provider_server
 from tests.support.agentd_proc import notes_server, run_agentd

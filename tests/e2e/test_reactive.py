@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agentd.exitcodes import ExitCode
+from agentd.core.exitcodes import ExitCode
 from tests.support.agentd_proc import PY, Agentd, notes_server, script
 from tests.support.files import edit
 from tests.support.routing import server_process

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from agentd.exitcodes import ExitCode
+from agentd.core.exitcodes import ExitCode
 from tests.support.agentd_proc import PY, agentd_cmd
 from tests.support.files import edit
 from tests.support.routing import (

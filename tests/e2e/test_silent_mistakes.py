@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from agentd.exitcodes import ExitCode
+from agentd.core.exitcodes import ExitCode
 from tests.fakes.provider_server import Reply, openai_reply, provider_server
 from tests.support.agentd_proc import PY, Agentd, notes_server, run_agentd, script
 from tests.support.routing import drain

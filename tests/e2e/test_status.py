@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import trio
 
-from agentd.exitcodes import ExitCode
+from agentd.core.exitcodes import ExitCode
 from tests.support.agentd_proc import PY, REPO, Agentd, agentd_cmd
 from tests.support.files import edit
 from tests.support.routing import (

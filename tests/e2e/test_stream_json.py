@@ -10,7 +10,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from agentd.exitcodes import ExitCode
+from agentd.core.exitcodes import ExitCode
 from tests.fakes.provider_server import openai_error, provider_server
 from tests.support.agentd_proc import REPO, notes_server, run_agentd, script
 from tests.support.files import edit

@@ -15,7 +15,7 @@ import re
 import signal
 from pathlib import Path
 
-from agentd.exitcodes import ExitCode
+from agentd.core.exitcodes import ExitCode
 from tests.fakes.provider_server import openai_error, provider_server
 from tests.support.agentd_proc import PY, run_agentd, script
 from tests.support.files import edit

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from agentd.exitcodes import ExitCode
+from agentd.core.exitcodes import ExitCode
 from tests.fakes.provider_server import RecordedRequest, Reply, openai_reply, provider_server
 from tests.support import thirdparty
 from tests.support.agentd_proc import Agentd

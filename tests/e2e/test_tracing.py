@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx2
 
-from agentd.exitcodes import ExitCode
+from agentd.core.exitcodes import ExitCode
 from tests.support.agentd_proc import PY, REPO, run_agentd, script
 from tests.support.files import edit
 from tests.support.memo import NOTES, memo_toml

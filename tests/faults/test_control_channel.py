@@ -36,6 +36,7 @@ import trio
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from agentd.core.exitcodes import ExitCode
 from agentd.events import (
     ChildExited,
     Reply,
@@ -45,7 +46,6 @@ from agentd.events import (
     SignalReceived,
     WatchRouteAdd,
 )
-from agentd.exitcodes import ExitCode
 from agentd.selfmcp.protocol import (
     MAX_CHILD_FRAME_BYTES,
     ChildEvent,
@@ -55,11 +55,11 @@ from agentd.selfmcp.protocol import (
     UsageReport,
 )
 from agentd.selfmcp.server import serve_child
-from agentd.supervisor.budget import Budget
-from agentd.supervisor.governor import RestartGovernor
+from agentd.supervisor.children.tree import Tree
 from agentd.supervisor.hub import SupervisorHub
-from agentd.supervisor.reactor import Agent, Reactor
-from agentd.supervisor.tree import Tree
+from agentd.supervisor.loop.budget import Budget
+from agentd.supervisor.loop.governor import RestartGovernor
+from agentd.supervisor.loop.reactor import Agent, Reactor
 from agentd.triggers import mode as modes
 from agentd.triggers.router import QueuedEvent, Router, RouteSpec, Spawn
 from tests.support.agentd_proc import PY, run_agentd, script

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from agentd.exitcodes import ExitCode
+from agentd.core.exitcodes import ExitCode
 from agentd.state import journal as jf
 from tests.support.agentd_proc import run_agentd, run_cli, script
 from tests.support.leftovers import AllowedFiles, tagged_env

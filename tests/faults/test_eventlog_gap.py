@@ -17,7 +17,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from agentd.exitcodes import ExitCode
+from agentd.core.exitcodes import ExitCode
 from tests.support.agentd_proc import PY, run_agentd, script
 from tests.support.leftovers import tagged_env
 

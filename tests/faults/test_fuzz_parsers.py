@@ -13,7 +13,7 @@ its documented error type — never anything else:
 =========================  ==============================================  ==============
 parser                     entry point                                     documented error
 =========================  ==============================================  ==============
-sizes                      ``agentd.durations.parse_size``                 ``ValueError``
+sizes                      ``agentd.core.durations.parse_size``                 ``ValueError``
 script files               ``agentd.models.script.parse_script``           ``ConfigError``
 inbox lines                ``agentd.servers._inboxlog.InboxLog.feed``      none (ERROR events in band)
 kubectl stream chunks      ``agentd.servers._jsonstream.JsonStreamParser``  none (``Malformed`` items)
@@ -38,12 +38,12 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentd.durations import parse_size
-from agentd.errors import ConfigError
+from agentd.core.durations import parse_size
+from agentd.core.errors import ConfigError
 from agentd.models.script import Script, parse_script
+from agentd.observe.telemetry import NullTelemetry
 from agentd.servers._inboxlog import InboxLog, cursor_from_json
 from agentd.servers._jsonstream import JsonStreamParser, Malformed
-from agentd.telemetry import NullTelemetry
 from agentd.triggers.glob import Glob, compile_glob
 from agentd.triggers.timer import validate_cron
 from agentd.upstream.stdio import StdioTransport

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from agentd import health
+from agentd.observe import health
 from tests.support.agentd_proc import PY, Agentd, run_agentd, script
 from tests.support.leftovers import tagged_env
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agentd.exitcodes import ExitCode
+from agentd.core.exitcodes import ExitCode
 from tests.support.agentd_proc import REPO, agentd_cmd, script
 from tests.support.leftovers import tagged_env
 

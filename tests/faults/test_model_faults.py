@@ -18,7 +18,7 @@ import psutil
 import pytest
 import trio
 
-from agentd.exitcodes import ExitCode
+from agentd.core.exitcodes import ExitCode
 from agentd.selfmcp.protocol import MAX_TOKENS_PER_CALL
 from tests.fakes import provider_server as fake
 from tests.support.agentd_proc import run_agentd

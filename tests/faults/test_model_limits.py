@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from agentd.exitcodes import ExitCode
+from agentd.core.exitcodes import ExitCode
 from tests.support.agentd_proc import PY, REPO
 from tests.support.files import edit
 from tests.support.kube import Cluster

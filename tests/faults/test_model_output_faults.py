@@ -44,9 +44,10 @@ from mcp import Client
 
 from agentd.agent.child import ControlLink, SelfMcpLink
 from agentd.agent.loop import run_agent
+from agentd.core.exitcodes import ExitCode
 from agentd.events import TurnEnded, UsageReported
-from agentd.exitcodes import ExitCode
 from agentd.models import ToolSpec, make_model
+from agentd.observe.telemetry import NullTelemetry
 from agentd.selfmcp.control import FrameStream
 from agentd.selfmcp.protocol import (
     MAX_CHILD_FRAME_BYTES,
@@ -58,9 +59,8 @@ from agentd.selfmcp.protocol import (
 )
 from agentd.selfmcp.server import serve_child
 from agentd.selfmcp.transport import stream_transport
-from agentd.supervisor.channel import serve_control
+from agentd.supervisor.children.channel import serve_control
 from agentd.supervisor.hub import SupervisorHub
-from agentd.telemetry import NullTelemetry
 from agentd.upstream import Upstream
 from tests.fakes.provider_server import ProviderServer, RecordedRequest, Reply, provider_server
 from tests.support.agentd_proc import PY, run_agentd, script

@@ -10,7 +10,7 @@ from pathlib import Path
 import psutil
 import trio
 
-from agentd.exitcodes import ExitCode
+from agentd.core.exitcodes import ExitCode
 from tests.support.agentd_proc import run_agentd, script
 from tests.support.otlp import otlp_receiver
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import trio
 
-from agentd.exitcodes import ExitCode
+from agentd.core.exitcodes import ExitCode
 from tests.support.agentd_proc import PY, notes_server, run_agentd, script
 
 

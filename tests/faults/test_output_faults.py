@@ -31,9 +31,9 @@ import httpx2
 import pytest
 import trio
 
-from agentd.exitcodes import ExitCode
+from agentd.core.exitcodes import ExitCode
+from agentd.observe.telemetry import RATE_BURST
 from agentd.supervisor.app import EXIT_FLUSH_TIMEOUT
-from agentd.telemetry import RATE_BURST
 from tests.support.agentd_proc import PY, REPO, agentd_cmd, run_agentd, script
 from tests.support.leftovers import tagged_env
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import trio
 
-from agentd.exitcodes import ExitCode
+from agentd.core.exitcodes import ExitCode
 from agentd.models._http import MAX_RESPONSE_BYTES
 from agentd.models.base import MAX_TOOL_ARGUMENT_CHARS
 from tests.fakes.provider_server import (

@@ -11,7 +11,7 @@ import json
 import signal
 from pathlib import Path
 
-from agentd.exitcodes import ExitCode
+from agentd.core.exitcodes import ExitCode
 from tests.fakes.provider_server import openai_reply, provider_server
 from tests.support.agentd_proc import run_agentd
 from tests.support.oauth import CLIENT_ID, CLIENT_SECRET, oauth_servers

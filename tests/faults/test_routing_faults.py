@@ -18,7 +18,7 @@ from typing import Any
 import psutil
 import pytest
 
-from agentd.exitcodes import ExitCode
+from agentd.core.exitcodes import ExitCode
 from tests.support.agentd_proc import Agentd
 from tests.support.leftovers import tagged_env
 from tests.support.routing import (

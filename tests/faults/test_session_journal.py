@@ -205,7 +205,7 @@ _JOURNAL_WRITER = textwrap.dedent(
     from pathlib import Path
     from agentd.selfmcp.protocol import MessageFrame
     from agentd.state.sessions import SessionJournals
-    from agentd.telemetry import NullTelemetry
+    from agentd.observe.telemetry import NullTelemetry
 
     async def main():
         store = SessionJournals(Path(sys.argv[1]), NullTelemetry(), max_tokens=200_000, lookup=lambda a: ("ops", ()))

@@ -24,7 +24,7 @@ import psutil
 import pytest
 import trio
 
-from agentd.exitcodes import ExitCode
+from agentd.core.exitcodes import ExitCode
 from tests.support.agentd_proc import PY, Agentd, run_agentd, script
 from tests.support.leftovers import EXIT_BOUND, tagged_env, wait_gone
 

@@ -22,7 +22,7 @@ import psutil
 import pytest
 import trio
 
-from agentd.exitcodes import ExitCode
+from agentd.core.exitcodes import ExitCode
 from tests.support.agentd_proc import PY, Agentd, run_agentd, script
 from tests.support.cgroups import pids_cgroup
 from tests.support.files import edit

@@ -23,7 +23,7 @@ import httpx2
 import pytest
 import trio
 
-from agentd.exitcodes import ExitCode
+from agentd.core.exitcodes import ExitCode
 from agentd.selfmcp.protocol import MessageFrame
 from agentd.state import journal as jf
 from tests.support.agentd_proc import PY, REPO, Agentd, agentd_cmd, run_agentd, script

@@ -24,7 +24,7 @@ import pytest
 import trio
 from mcp import Client
 
-from agentd.exitcodes import ExitCode
+from agentd.core.exitcodes import ExitCode
 from tests.support.agentd_proc import PY, REPO, Agentd, run_agentd, script
 from tests.support.leftovers import tagged_env
 from tests.support.processes import listening, start_notes_server, stop

@@ -25,11 +25,11 @@ import pytest
 import trio
 import trio.testing
 
+from agentd.core.exitcodes import ExitCode
 from agentd.events import ResourceChanged
-from agentd.exitcodes import ExitCode
-from agentd.supervisor.budget import Budget
-from agentd.supervisor.governor import RestartGovernor
-from agentd.supervisor.reactor import Agent, Reactor
+from agentd.supervisor.loop.budget import Budget
+from agentd.supervisor.loop.governor import RestartGovernor
+from agentd.supervisor.loop.reactor import Agent, Reactor
 from agentd.triggers import mode as modes
 from agentd.triggers.router import Router, RouteSpec, Spawn
 from agentd.triggers.timer import CronSource

@@ -18,7 +18,7 @@ from typing import Any
 import psutil
 import pytest
 
-from agentd.exitcodes import ExitCode
+from agentd.core.exitcodes import ExitCode
 from tests.support.agentd_proc import PY, REPO, Agentd, run_agentd, script
 from tests.support.leftovers import AllowedFiles, tagged_env
 

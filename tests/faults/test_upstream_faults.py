@@ -21,8 +21,8 @@ import psutil
 import pytest
 import trio
 
-from agentd.exitcodes import ExitCode
-from agentd.telemetry import RATE_BURST
+from agentd.core.exitcodes import ExitCode
+from agentd.observe.telemetry import RATE_BURST
 from tests.support.agentd_proc import PY, REPO, Agentd, run_agentd, script
 from tests.support.files import edit
 from tests.support.leftovers import tagged_env

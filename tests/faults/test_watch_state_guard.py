@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import trio
 
-from agentd.exitcodes import ExitCode
+from agentd.core.exitcodes import ExitCode
 from agentd.watches.state import claim, leftover_temps, load, lock_path
 from tests.support.agentd_proc import PY, REPO, agentd_cmd, run_agentd, script
 from tests.support.files import edit

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from agentd.exitcodes import ExitCode
+from agentd.core.exitcodes import ExitCode
 from tests.support.agentd_proc import run_agentd, script
 from tests.support.leftovers import AllowedFiles, tagged_env
 

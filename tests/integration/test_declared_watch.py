@@ -20,12 +20,12 @@ import pytest
 import trio
 
 from agentd.config import RouteConfig
-from agentd.errors import ConfigError
+from agentd.core.errors import ConfigError
 from agentd.events import ChildExited, SignalReceived
-from agentd.supervisor.budget import Budget
-from agentd.supervisor.governor import RestartGovernor
-from agentd.supervisor.reactor import Agent, Reactor, open_channel
-from agentd.supervisor.routes import build_router, staged_routes
+from agentd.supervisor.loop.budget import Budget
+from agentd.supervisor.loop.governor import RestartGovernor
+from agentd.supervisor.loop.reactor import Agent, Reactor, open_channel
+from agentd.supervisor.routing.routes import build_router, staged_routes
 from agentd.triggers import mode as modes
 from agentd.upstream import Upstream
 from agentd.watches.limits import WatchLimits

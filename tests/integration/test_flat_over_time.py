@@ -16,18 +16,18 @@ from pathlib import Path
 import pytest
 import trio
 
+from agentd.core.exitcodes import ExitCode
 from agentd.events import ResourceChanged, SignalReceived
-from agentd.exitcodes import ExitCode
+from agentd.observe.streamjson import Causes
 from agentd.selfmcp.protocol import SpawnPayload, ToolSpecFrame
 from agentd.selfmcp.server import serve_child
-from agentd.streamjson import Causes
-from agentd.supervisor.agents import RECENT_EXITED
-from agentd.supervisor.budget import Budget
-from agentd.supervisor.governor import RestartGovernor
+from agentd.supervisor.children.tree import Tree
 from agentd.supervisor.hub import SupervisorHub
-from agentd.supervisor.reactor import Agent, Reactor
-from agentd.supervisor.tree import Tree
-from agentd.toolpolicy import ToolPolicy, ToolRules
+from agentd.supervisor.loop.agents import RECENT_EXITED
+from agentd.supervisor.loop.budget import Budget
+from agentd.supervisor.loop.governor import RestartGovernor
+from agentd.supervisor.loop.reactor import Agent, Reactor
+from agentd.supervisor.toolpolicy import ToolPolicy, ToolRules
 from agentd.triggers import mode as modes
 from agentd.triggers.router import Router, RouteSpec, Spawn
 

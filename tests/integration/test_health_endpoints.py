@@ -12,15 +12,15 @@ import pytest
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
-from agentd import health
-from agentd.errors import ConfigError
+from agentd.core.errors import ConfigError
 from agentd.events import HealthProbe, ServerState, ServerStateChanged, SubscriptionStateChanged
-from agentd.health import parse_addr, reactor_probe, serve_health, serve_metrics
-from agentd.metrics import MetricsSnapshot
-from agentd.supervisor.budget import Budget
-from agentd.supervisor.governor import RestartGovernor
-from agentd.supervisor.reactor import Hooks, Reactor
-from agentd.telemetry import Telemetry
+from agentd.observe import health
+from agentd.observe.health import parse_addr, reactor_probe, serve_health, serve_metrics
+from agentd.observe.metrics import MetricsSnapshot
+from agentd.observe.telemetry import Telemetry
+from agentd.supervisor.loop.budget import Budget
+from agentd.supervisor.loop.governor import RestartGovernor
+from agentd.supervisor.loop.reactor import Hooks, Reactor
 from agentd.triggers import mode as modes
 from agentd.triggers.router import Router
 from tests.support.telemetry import RecordingTelemetry

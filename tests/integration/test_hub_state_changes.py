@@ -17,8 +17,8 @@ import pytest
 import trio
 
 from agentd.events import ToolChangedState
+from agentd.observe.telemetry import NullTelemetry
 from agentd.supervisor.hub import SupervisorHub
-from agentd.telemetry import NullTelemetry
 from agentd.upstream import Upstream
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentd.errors import ModelAuthError, ModelError, ModelUnavailableError
+from agentd.core.errors import ModelAuthError, ModelError, ModelUnavailableError
 from agentd.models import Message, Prompt, ToolSpec, make_model
 from agentd.models._http import MAX_ATTEMPTS
 from agentd.models.anthropic import API_VERSION, AnthropicModel

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from agentd.errors import ModelAuthError, ModelRequestError
+from agentd.core.errors import ModelAuthError, ModelRequestError
 from agentd.models import Message, ModelSettings, Prompt, ToolSpec, make_model, validate_model_spec
 from agentd.models.cloud import CloudAnthropicModel
 from tests.fakes.provider_server import (
@@ -133,7 +133,7 @@ async def test_bedrock_unknown_model_is_a_request_error(
 
 
 def test_bedrock_needs_a_region() -> None:
-    from agentd.errors import ConfigError
+    from agentd.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"bedrock: no AWS region: export AWS_REGION="):
         validate_model_spec(f"bedrock:{BEDROCK_MODEL}", {})

@@ -7,11 +7,11 @@ import email.utils
 import pytest
 import trio
 
-from agentd.errors import FatalInfraError, ModelAuthError, ModelError, ModelUnavailableError
+from agentd.core.errors import FatalInfraError, ModelAuthError, ModelError, ModelUnavailableError
 from agentd.models import Message, Prompt, ToolSpec, make_model
 from agentd.models._http import MAX_ATTEMPTS, RETRY_AFTER_MAX_S
 from agentd.models.openai import TOOL_ERROR_PREFIX, OpenAIModel
-from agentd.telemetry import NullTelemetry
+from agentd.observe.telemetry import NullTelemetry
 from tests.fakes.provider_server import (
     FixedRandom,
     RecordingSleep,

@@ -270,7 +270,7 @@ async def test_no_channel_notification_for_a_client_that_reads_the_log(tmp_path:
 
 
 def test_identity_from_env_and_file_and_errors(tmp_path: Path) -> None:
-    from agentd.errors import ConfigError
+    from agentd.core.errors import ConfigError
     from agentd.servers.inbox.files import resolve_agent
 
     (tmp_path / ".agentd").mkdir()

@@ -9,7 +9,7 @@ import mcp_types as types
 import pytest
 import trio
 
-from agentd.errors import CapabilityMissing, ServerUnavailable, UpstreamError
+from agentd.core.errors import CapabilityMissing, ServerUnavailable, UpstreamError
 from agentd.events import (
     CatalogChanged,
     ResourceChanged,
@@ -17,7 +17,7 @@ from agentd.events import (
     ServerStateChanged,
     SubscriptionStateChanged,
 )
-from agentd.telemetry import NullTelemetry
+from agentd.observe.telemetry import NullTelemetry
 from agentd.upstream import Upstream, connect_all, resolve_server_for_uri
 
 # tests/integration has no __init__.py, so the repository root is not on sys.path by itself.

@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from agentd.events import ResourceChanged, SubscriptionStateChanged
-from agentd.telemetry import NullTelemetry
+from agentd.observe.telemetry import NullTelemetry
 from agentd.upstream import Upstream
 
 # tests/integration has no __init__.py, so the repository root is not on sys.path by itself.

@@ -12,14 +12,14 @@ import psutil
 import pytest
 import trio
 
-from agentd.errors import ServerUnavailable, UpstreamError
+from agentd.core.errors import ServerUnavailable, UpstreamError
 from agentd.events import (
     ResourceChanged,
     ServerState,
     ServerStateChanged,
     SubscriptionStateChanged,
 )
-from agentd.telemetry import NullTelemetry
+from agentd.observe.telemetry import NullTelemetry
 from agentd.upstream import Upstream
 from agentd.upstream.backoff import RECONNECT_BACKOFF, delay_before_attempt
 

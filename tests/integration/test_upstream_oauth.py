@@ -18,7 +18,7 @@ import trio
 
 from agentd.config import OAuthSpec, ServerSpec
 from agentd.events import ServerState
-from agentd.telemetry import NullTelemetry
+from agentd.observe.telemetry import NullTelemetry
 from agentd.upstream import Upstream
 from agentd.upstream.auth import auth_for, refresh_margin
 from tests.support.oauth import CLIENT_ID, CLIENT_SECRET, Servers, oauth_servers

@@ -15,9 +15,9 @@ import pytest
 import trio
 
 from agentd.config import ServerSpec
-from agentd.errors import UpstreamError
+from agentd.core.errors import UpstreamError
 from agentd.events import ResourceChanged, ServerState, ServerStateChanged
-from agentd.telemetry import NullTelemetry
+from agentd.observe.telemetry import NullTelemetry
 from agentd.upstream import Upstream
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))

@@ -20,8 +20,8 @@ from mcp import Client
 from mcp.server.mcpserver import MCPServer
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourceUpdated
 
-from agentd.counters import RunCounters
 from agentd.events import ReactorEvent, ResourceChanged, SubscriptionStateChanged
+from agentd.observe.counters import RunCounters
 from agentd.upstream.subscriptions import Subscriber
 from tests.support.telemetry import RecordingTelemetry
 

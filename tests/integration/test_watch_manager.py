@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from agentd.errors import FilterRejected, WatchError
-from agentd.supervisor.sessionroutes import SessionRoutes
+from agentd.core.errors import FilterRejected, WatchError
+from agentd.supervisor.routing.sessionroutes import SessionRoutes
 from agentd.watches.limits import WatchLimits
 from agentd.watches.state import load
 

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 import trio
 
-from agentd.errors import RouteError
+from agentd.core.errors import RouteError
 from agentd.events import ChildExited, SubscriptionStateChanged, WatchNotice
-from agentd.supervisor.budget import Budget
-from agentd.supervisor.governor import RestartGovernor
-from agentd.supervisor.reactor import Agent, AgentPhase, Reactor
+from agentd.supervisor.loop.budget import Budget
+from agentd.supervisor.loop.governor import RestartGovernor
+from agentd.supervisor.loop.reactor import Agent, AgentPhase, Reactor
 from agentd.triggers import mode as modes
 from agentd.triggers.router import Continue, Router, RouteSpec
 from tests.support.reactor import spawn_hooks

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from agentd.errors import FilterRejected
+from agentd.core.errors import FilterRejected
+from agentd.observe.telemetry import Telemetry
 from agentd.supervisor.hub import SupervisorHub
-from agentd.telemetry import Telemetry
 from agentd.watches.limits import WatchLimits
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import trio
 
-from agentd.telemetry import NullTelemetry, Telemetry
+from agentd.observe.telemetry import NullTelemetry, Telemetry
 from agentd.upstream import Upstream
 from tests.support.watch import Spec
 

@@ -230,7 +230,7 @@ class run_agentd:
             await proc.wait()
         result = await self._nursery_cm.__aexit__(*exc)  # type: ignore[arg-type]
         if exc[0] is None:
-            # Every event agentd wrote is declared in agentd/vocabulary.py.
+            # Every event agentd wrote is declared in agentd/observe/vocabulary.py.
             undeclared = [e for e in self.a.events if e.get("event") == "telemetry.undeclared"]
             assert not undeclared, f"undeclared telemetry: {undeclared}"
         return result

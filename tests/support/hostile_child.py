@@ -1,6 +1,6 @@
 """A child process that misbehaves on its private channels, on purpose (fuzz and fault tests).
 
-The real :class:`agentd.supervisor.tree.Tree` starts it in place of
+The real :class:`agentd.supervisor.children.tree.Tree` starts it in place of
 ``agentd.agent.child`` (``child_command``), with the same arguments:
 ``MCP_FD CONTROL_FD``. It reads its real spawn payload from the control
 channel; the payload's instruction ends with the path of a JSON *plan*:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from agentd.supervisor.reactor import Agent, Hooks
+from agentd.supervisor.loop.reactor import Agent, Hooks
 
 
 def spawn_hooks(spawn: Callable[[Agent], None]) -> Hooks:

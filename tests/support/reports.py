@@ -16,8 +16,8 @@ from typing import Any
 
 import trio
 
+from agentd.core.exitcodes import TerminalStatus
 from agentd.events import Reply, TurnEnded, UsageReported
-from agentd.exitcodes import TerminalStatus
 from agentd.selfmcp.protocol import NextTurn, TurnEnd, UsageReport, UsageVerdict
 
 _ids = itertools.count(1)

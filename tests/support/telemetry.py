@@ -12,7 +12,7 @@ from typing import Any
 
 import trio
 
-from agentd.telemetry import Telemetry
+from agentd.observe.telemetry import Telemetry
 
 Pred = Callable[[dict[str, Any]], bool]
 

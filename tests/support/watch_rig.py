@@ -19,9 +19,9 @@ from typing import Any
 
 import trio
 
-from agentd.counters import RunCounters
 from agentd.events import ResourceChanged, SubscriptionStateChanged, WatchNotice
-from agentd.supervisor.subscriptions import Subscriptions
+from agentd.observe.counters import RunCounters
+from agentd.supervisor.routing.subscriptions import Subscriptions
 from agentd.triggers.router import Continue, ContinueDelivery, QueuedEvent, Router, RouteSpec
 from agentd.upstream import Upstream, resolve_server_for_uri
 from agentd.watches.limits import WatchLimits

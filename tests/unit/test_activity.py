@@ -1,8 +1,8 @@
-"""The status view's bounded memory of what the run did lately (agentd/activity.py, rfcs/0335)."""
+"""The status view's bounded memory of what the run did lately (agentd/observe/activity.py, rfcs/0335)."""
 
 from __future__ import annotations
 
-from agentd.activity import DECISIONS, MINUTES, ROUTES_REMEMBERED, Activity
+from agentd.observe.activity import DECISIONS, MINUTES, ROUTES_REMEMBERED, Activity
 
 
 def test_decisions_keep_only_the_latest() -> None:

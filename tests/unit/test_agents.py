@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentd.supervisor.agents import AgentPhase, AgentTable, IllegalTransition
+from agentd.supervisor.loop.agents import AgentPhase, AgentTable, IllegalTransition
 from tests.support.reports import turn_ended
 
 

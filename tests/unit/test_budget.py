@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentd.supervisor.budget import Budget
+from agentd.supervisor.loop.budget import Budget
 
 
 def test_tokens_spent_across_charges() -> None:

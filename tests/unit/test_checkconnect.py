@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from agentd.exitcodes import ExitCode
+from agentd.core.exitcodes import ExitCode
 from agentd.supervisor.checkconnect import JSON_NAMES, TEXT_NAMES, ModelCheck, Report, ServerCheck
 
 HOSTILE = "evil\x1b]52;c;aGk=\x07\u009b2J"

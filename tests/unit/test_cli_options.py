@@ -11,7 +11,7 @@ import pytest
 from agentd.cli import _stdin, build_parser, flags_from_args
 from agentd.cli._options import ALIASES, GROUPS, OPTIONS, alias_spellings, usage_error
 from agentd.config import load_settings
-from agentd.errors import ConfigError
+from agentd.core.errors import ConfigError
 
 
 def test_every_alias_names_a_flag_of_the_table_and_sets_the_same_setting(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from agentd.config import (
     parse_mcp_servers_json,
     server_secrets,
 )
-from agentd.errors import ConfigError
+from agentd.core.errors import ConfigError
 from agentd.upstream.stdio import server_environment
 from tests.support.settings import load
 

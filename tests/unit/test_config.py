@@ -18,7 +18,7 @@ from agentd.config import (
     parse_route_spec,
     parse_subscription,
 )
-from agentd.errors import ConfigError
+from agentd.core.errors import ConfigError
 from tests.support.settings import SCRIPT, load, script_model
 
 
@@ -656,7 +656,7 @@ def test_messages_name_setting_value_and_fix(tmp_path: Path) -> None:
 
 def test_timer_route_refuses_a_watch_stage(tmp_path):
     from agentd.config import load_settings
-    from agentd.errors import ConfigError
+    from agentd.core.errors import ConfigError
 
     script = tmp_path / "s.json"
     script.write_text('{"turns": [{"text": "x"}]}')
@@ -992,7 +992,7 @@ KEYS = {"OPENAI_API_KEY": "sk", "ANTHROPIC_API_KEY": "ak"}
 
 
 def test_route_profiles_merge_over_the_supervisors(tmp_path: Path) -> None:
-    from agentd.supervisor.routes import model_profiles
+    from agentd.supervisor.routing.routes import model_profiles
 
     (tmp_path / "sys.txt").write_text("from a file")
     toml = (

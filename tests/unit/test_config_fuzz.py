@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from agentd import cli
 from agentd.config import Settings, WatchesConfig, load_settings, parse_route_spec, parse_subscription
-from agentd.errors import ConfigError
+from agentd.core.errors import ConfigError
 
 FIELDS = sorted(Settings.model_fields)
 ROUTE_KEYS = [

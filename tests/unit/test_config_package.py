@@ -8,8 +8,8 @@ import pytest
 
 import agentd.config
 from agentd.config import WatchesConfig
-from agentd.errors import ConfigError
-from agentd.output import DEFAULT_TELEMETRY_BUFFER
+from agentd.core.errors import ConfigError
+from agentd.observe.output import DEFAULT_TELEMETRY_BUFFER
 from agentd.triggers import mode, router
 from agentd.upstream import MAX_READ_BYTES
 from agentd.watches.limits import WatchLimits

@@ -11,7 +11,7 @@ from mcp_types.version import KNOWN_PROTOCOL_VERSIONS
 
 from agentd.config import ProtocolSetting, ServerSpec
 from agentd.config._servers import parse_mcp_servers_json
-from agentd.errors import ConfigError
+from agentd.core.errors import ConfigError
 from tests.support.settings import load
 
 ALLOWED = "choose one of auto, 2026-07-28, 2025-11-25, 2025-06-18, 2025-03-26, 2024-11-05"

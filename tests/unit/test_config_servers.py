@@ -9,7 +9,7 @@ import pytest
 
 from agentd import cli
 from agentd.config import ConfigErrors, ServerSpec, effective_config, load_settings, parse_mcp_servers_json
-from agentd.errors import ConfigError
+from agentd.core.errors import ConfigError
 from tests.support.settings import load, script_model
 
 MCP_JSON = {

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agentd.errors import ConfigError
+from agentd.core.errors import ConfigError
 from agentd.selfmcp.protocol import MessageFrame
 from agentd.state import journal as jf
 from agentd.state.conversations import Conversation, default_state_dir, find, folder, recent
@@ -176,7 +176,7 @@ def test_two_runs_continuing_one_conversation_keep_both_turns(tmp_path: Path) ->
 def test_another_users_file_is_refused_and_left_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from agentd.errors import NotOurs
+    from agentd.core.errors import NotOurs
 
     conv = saved(tmp_path, "c1", "one")
     before = conv.path.read_bytes()

@@ -9,8 +9,8 @@ from typing import Any
 import trio
 
 from agentd.events import ResourceChanged, ServerState, SubscriptionStateChanged
-from agentd.supervisor.declared import DeclaredSubscriptions, pattern_label, resolve
-from agentd.supervisor.subscriptions import Subscriptions
+from agentd.supervisor.routing.declared import DeclaredSubscriptions, pattern_label, resolve
+from agentd.supervisor.routing.subscriptions import Subscriptions
 from agentd.triggers.router import Router, RouteSpec
 from agentd.upstream.resolve import Catalog
 from tests.support.telemetry import RecordingTelemetry
@@ -226,7 +226,7 @@ async def test_a_uri_that_left_the_catalog_is_released_and_one_that_appeared_is_
 
 
 async def test_a_refused_subscription_is_reported_failed() -> None:
-    from agentd.errors import CapabilityMissing
+    from agentd.core.errors import CapabilityMissing
 
     class Refusing(FakeUpstream):
         async def subscribe(self, uri: str) -> None:

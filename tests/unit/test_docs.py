@@ -186,7 +186,7 @@ def test_the_extractor_reads_shell_blocks_whole_and_text_blocks_by_prompt(tmp_pa
 
 def test_install_hints_name_commands_that_work_before_a_release() -> None:
     """agentd's own messages never send a reader to the package index, where it is not yet."""
-    from agentd.extras import install_hint
+    from agentd.core.extras import install_hint
 
     for extra in ("bedrock", "vertex", "otel"):
         hint = install_hint(extra)
@@ -198,4 +198,4 @@ def test_install_hints_name_commands_that_work_before_a_release() -> None:
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
         if re.search(r"install '?agentd-supervisor\[", line)
     ]
-    assert not offenders, f"install the extra through agentd.extras.install_hint instead: {offenders}"
+    assert not offenders, f"install the extra through agentd.core.extras.install_hint instead: {offenders}"

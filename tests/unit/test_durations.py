@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentd.durations import (
+from agentd.core.durations import (
     MAX_DURATION,
     format_duration,
     format_size,

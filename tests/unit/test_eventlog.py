@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentd.errors import ConfigError
+from agentd.core.errors import ConfigError
 from agentd.servers._base import RING_CAPACITY, EventRing, describe, parse_http
 
 

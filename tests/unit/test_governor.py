@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentd.supervisor.governor import RESTART_DELAY_CAP, RestartGovernor, add_restart
+from agentd.supervisor.loop.governor import RESTART_DELAY_CAP, RestartGovernor, add_restart
 
 
 def test_intensity_within_period() -> None:

@@ -6,7 +6,7 @@ Through the table's public methods only: the table's storage is being reworked.
 from __future__ import annotations
 
 from agentd.events import WatchNotice
-from agentd.supervisor.agents import AgentPhase, AgentTable
+from agentd.supervisor.loop.agents import AgentPhase, AgentTable
 from agentd.triggers.router import QueuedEvent
 from tests.support.reports import turn_ended
 

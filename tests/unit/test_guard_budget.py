@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from agentd.supervisor.budget import Budget
+from agentd.supervisor.loop.budget import Budget
 
 
 def test_each_ceiling_is_reached_at_exactly_its_value() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentd.supervisor.governor import RestartGovernor, add_restart
+from agentd.supervisor.loop.governor import RestartGovernor, add_restart
 
 
 def test_a_restart_exactly_one_period_ago_has_left_the_window() -> None:

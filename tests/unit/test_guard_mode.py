@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentd.exitcodes import ExitCode
+from agentd.core.exitcodes import ExitCode
 from agentd.triggers.mode import (
     FireCoalesced,
     IdleBackoff,

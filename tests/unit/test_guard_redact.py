@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from agentd import redact as redact_module
-from agentd.redact import (
+from agentd.core import redact as redact_module
+from agentd.core.redact import (
     MIN_REGISTERED_CHARS,
     REDACTED,
     is_secret_flag,

@@ -10,7 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentd.errorline import (
+from agentd.core.errors import ConfigError
+from agentd.core.exitcodes import ExitCode
+from agentd.observe.errorline import (
     FALLBACK,
     config_error_lines,
     error_line,
@@ -18,10 +20,8 @@ from agentd.errorline import (
     internal_failure,
     split_fix,
 )
-from agentd.errors import ConfigError
-from agentd.exitcodes import ExitCode
-from agentd.humanlog import INTERIM_LINES, HumanView, colours_wanted, terminal_width, text_line
-from agentd.telemetry import Telemetry
+from agentd.observe.humanlog import INTERIM_LINES, HumanView, colours_wanted, terminal_width, text_line
+from agentd.observe.telemetry import Telemetry
 
 
 def view(width: int = 80, *, verbose: bool = False, colour: bool = False) -> HumanView:

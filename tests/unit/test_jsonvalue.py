@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentd import jsonvalue as jv
+from agentd.core import jsonvalue as jv
 
 
 def test_accessors_return_the_value_only_when_it_has_the_shape_asked_for() -> None:

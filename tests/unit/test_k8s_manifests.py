@@ -1,7 +1,7 @@
 """deploy/k8s: every overlay renders, validates offline, and keeps agentd's contracts.
 
 The contracts checked here are the ones that drift silently: the exit codes
-in ``podFailurePolicy`` (derived from :class:`agentd.exitcodes.ExitCode`), the
+in ``podFailurePolicy`` (derived from :class:`agentd.core.exitcodes.ExitCode`), the
 Job deadlines against ``--deadline``/``--grace``, the probes against the
 health server's real paths and bound, the termination grace against
 ``--grace``, and the pod security rules for every container.
@@ -25,9 +25,9 @@ import pytest
 import yaml
 from croniter import croniter
 
-from agentd import health
-from agentd.durations import parse_duration
-from agentd.exitcodes import ExitCode
+from agentd.core.durations import parse_duration
+from agentd.core.exitcodes import ExitCode
+from agentd.observe import health
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
@@ -216,8 +216,8 @@ def test_the_grafana_dashboard_queries_only_metrics_agentd_exposes():
 
     from prometheus_client.parser import text_string_to_metric_families
 
-    from agentd.histograms import Histograms
-    from agentd.metrics import MetricsSnapshot, render_with_process
+    from agentd.observe.histograms import Histograms
+    from agentd.observe.metrics import MetricsSnapshot, render_with_process
 
     h = Histograms()
     for name in ("model_call", "tool_call", "spawn", "event_to_agent", "turn"):

@@ -1,4 +1,4 @@
-"""agentd.metrics.render, checked with Prometheus' own text-format parser."""
+"""agentd.observe.metrics.render, checked with Prometheus' own text-format parser."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentd.events import ServerState, SubscriptionStateChanged
-from agentd.metrics import (
+from agentd.observe.metrics import (
     SUBSCRIPTION_STATES,
     MetricsSnapshot,
     escape_help,
@@ -181,7 +181,7 @@ def test_build_info_names_the_version_and_python():
 
 
 def test_histograms_render_cumulative_buckets_sum_and_count():
-    from agentd.histograms import LATENCY_BUCKETS, Histograms
+    from agentd.observe.histograms import LATENCY_BUCKETS, Histograms
 
     h = Histograms()
     for seconds in (0.0005, 0.2, 0.2, 7.0, 10_000.0, -1.0):
@@ -211,7 +211,7 @@ def test_histograms_render_cumulative_buckets_sum_and_count():
 
 
 def test_process_metrics_come_with_the_endpoint_rendering():
-    from agentd.metrics import render_with_process
+    from agentd.observe.metrics import render_with_process
 
     f = _parse(render_with_process(MetricsSnapshot()))
     assert _value(f["process_resident_memory_bytes"][1]) > 0

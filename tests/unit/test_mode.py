@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from agentd.exitcodes import ExitCode
+from agentd.core.exitcodes import ExitCode
 from agentd.triggers.mode import (
     ContinueRoot,
     Done,

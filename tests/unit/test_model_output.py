@@ -8,12 +8,12 @@ import json
 import orjson
 import pytest
 
+from agentd.core.safetext import REPLACEMENT
 from agentd.models import ModelReply, ToolCall, valid_reply
 from agentd.models import anthropic as anth
 from agentd.models import openai as oai
 from agentd.models._http import DECODE_DEPTH, _flattened, decode_answer
 from agentd.models.base import MAX_TOOL_ARGUMENT_DEPTH, MAX_TOOL_NAME_CHARS, Usage
-from agentd.safetext import REPLACEMENT
 
 U = REPLACEMENT
 
@@ -143,8 +143,8 @@ def test_valid_reply_makes_any_model_built_reply_valid() -> None:
 
 
 def test_the_request_after_a_hostile_reply_is_valid_json() -> None:
+    from agentd.core.safetext import json_bytes
     from agentd.models import Message, Prompt
-    from agentd.safetext import json_bytes
 
     reply = valid_reply(
         anth.parse_response(

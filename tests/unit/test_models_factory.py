@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import agentd.models
-from agentd.errors import ConfigError
+from agentd.core.errors import ConfigError
 from agentd.models import Model, ScriptModel, make_model, parse_model_spec, validate_model_spec
 from agentd.models.anthropic import AnthropicModel
 from agentd.models.openai import OpenAIModel

@@ -12,7 +12,7 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentd.errors import ConfigError
+from agentd.core.errors import ConfigError
 from agentd.models import (
     NO_REPLY,
     Message,

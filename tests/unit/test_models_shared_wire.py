@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentd.jsonvalue import JSONObject, JSONValue
+from agentd.core.jsonvalue import JSONObject, JSONValue
 from agentd.models import ToolCall, Usage
 from agentd.models import anthropic as anth
 from agentd.models import openai as oai

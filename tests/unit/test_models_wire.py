@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentd.errors import ModelError
+from agentd.core.errors import ModelError
 from agentd.models import Message, ModelSettings, Prompt, ToolCall, ToolSpec, Usage
 from agentd.models import anthropic as anth
 from agentd.models import openai as oai

@@ -9,7 +9,7 @@ import sys
 from agentd.agent.prefork import SHARED_LAZY_IMPORTS
 
 #: Loaded only by the runs that use them: probes and /metrics, url servers with authentication.
-NOT_AT_START = ("agentd.health", "prometheus_client", "agentd.upstream.auth", "jwt")
+NOT_AT_START = ("agentd.observe.health", "prometheus_client", "agentd.upstream.auth", "jwt")
 
 
 def test_the_supervisor_does_not_import_what_a_run_without_probes_or_url_servers_never_uses():

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentd.output import LineWriter, RateLimiter, Suppressed
+from agentd.observe.output import LineWriter, RateLimiter, Suppressed
 
 
 def test_a_window_passes_the_burst_and_folds_the_rest_into_one_count() -> None:

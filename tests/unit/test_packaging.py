@@ -31,7 +31,7 @@ OPTIONAL_IMPORTERS = {
     "bedrock": {"agentd/models/cloud.py"},
     "vertex": {"agentd/models/cloud.py"},
     # The OTLP exporter and SDK: imported only by the tracing module, only when OTEL_* asks.
-    "otel": {"agentd/tracing.py"},
+    "otel": {"agentd/observe/tracing.py"},
 }
 EXTRAS = {
     extra: {canonicalize_name(Requirement(r).name) for r in reqs}

@@ -1,4 +1,4 @@
-"""Servers started before agentd's imports (agentd.prelaunch), and the command's fast exit."""
+"""Servers started before agentd's imports (agentd.core.prelaunch), and the command's fast exit."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 import trio
 from mcp.client import stdio as sdk_stdio
 
-from agentd.prelaunch import INHERITED_ENV_VARS, PASSED_ENV, launch, server_environment
+from agentd.core.prelaunch import INHERITED_ENV_VARS, PASSED_ENV, launch, server_environment
 
 
 def test_a_prelaunched_server_gets_the_environment_the_sdk_would_give_it() -> None:

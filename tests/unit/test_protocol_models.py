@@ -7,7 +7,7 @@ import math
 import orjson
 import pytest
 
-from agentd.errors import ProtocolError
+from agentd.core.errors import ProtocolError
 from agentd.selfmcp.protocol import (
     MAX_CALL_COST_USD,
     ProviderFrame,

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import trio
 
-from agentd.counters import RunCounters
+from agentd.core.exitcodes import ExitCode, TerminalStatus
 from agentd.events import (
     Acknowledged,
     ChildExited,
@@ -37,12 +37,12 @@ from agentd.events import (
     Unsubscribed,
     WatchNotice,
 )
-from agentd.exitcodes import ExitCode, TerminalStatus
-from agentd.supervisor.budget import Budget
-from agentd.supervisor.governor import RestartGovernor
-from agentd.supervisor.reactor import Agent, AgentPhase, Hooks, Reactor
-from agentd.supervisor.sessionroutes import SubscriptionCaps
-from agentd.supervisor.subscriptions import ServerView, Subscriptions
+from agentd.observe.counters import RunCounters
+from agentd.supervisor.loop.budget import Budget
+from agentd.supervisor.loop.governor import RestartGovernor
+from agentd.supervisor.loop.reactor import Agent, AgentPhase, Hooks, Reactor
+from agentd.supervisor.routing.sessionroutes import SubscriptionCaps
+from agentd.supervisor.routing.subscriptions import ServerView, Subscriptions
 from agentd.triggers import mode as modes
 from agentd.triggers.router import Continue, Router, RouteSpec, Spawn
 from agentd.triggers.timer import IntervalSource
@@ -852,7 +852,7 @@ async def test_reap_writes_the_once_roots_subagent_exit(autojump_clock):
 
 
 async def test_reap_kills_agents_still_running_and_reports_unseen_exits(autojump_clock):
-    from agentd.supervisor.reactor import REAP_KILL_WAIT
+    from agentd.supervisor.loop.reactor import REAP_KILL_WAIT
 
     async with running("once", deadline=3) as h:
         root = await h.hooks.next_spawn()

@@ -12,15 +12,15 @@ import dataclasses
 
 import pytest
 
+from agentd.core.exitcodes import ExitCode
 from agentd.events import ServerState
-from agentd.exitcodes import ExitCode
-from agentd.supervisor.agents import AgentTable, IllegalTransition
-from agentd.supervisor.budget import Budget
-from agentd.supervisor.governor import RestartGovernor
-from agentd.supervisor.reactor import Phase, Reactor
-from agentd.supervisor.readiness import Readiness
-from agentd.supervisor.runstatus import RunStatus
-from agentd.supervisor.subscriptions import Subscriptions
+from agentd.supervisor.loop.agents import AgentTable, IllegalTransition
+from agentd.supervisor.loop.budget import Budget
+from agentd.supervisor.loop.governor import RestartGovernor
+from agentd.supervisor.loop.reactor import Phase, Reactor
+from agentd.supervisor.loop.readiness import Readiness
+from agentd.supervisor.loop.runstatus import RunStatus
+from agentd.supervisor.routing.subscriptions import Subscriptions
 from agentd.triggers import mode as modes
 from agentd.triggers.router import Router
 from tests.support.reactor import spawn_hooks

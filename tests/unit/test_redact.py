@@ -1,4 +1,4 @@
-"""agentd.redact: the one redaction function, fuzzed with generated secrets in every shape it must hide."""
+"""agentd.core.redact: the one redaction function, fuzzed with generated secrets in every shape it must hide."""
 
 from __future__ import annotations
 
@@ -10,11 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentd.errors import ConfigError, ModelRequestError
-from agentd.events import ServerState
-from agentd.metrics import MetricsSnapshot, render
-from agentd.models._http import join_url
-from agentd.redact import (
+from agentd.core.errors import ConfigError, ModelRequestError
+from agentd.core.redact import (
     REDACTED,
     is_secret_flag,
     is_secret_key,
@@ -25,7 +22,10 @@ from agentd.redact import (
     secret_values,
     secrets_in,
 )
-from agentd.telemetry import Telemetry
+from agentd.events import ServerState
+from agentd.models._http import join_url
+from agentd.observe.metrics import MetricsSnapshot, render
+from agentd.observe.telemetry import Telemetry
 
 SECRET_CHARS = string.ascii_letters + string.digits
 # A letter and a digit in each: a generated secret must not be a word the output holds anyway.

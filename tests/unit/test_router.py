@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentd.errors import RouteError
+from agentd.core.errors import RouteError
 from agentd.triggers.router import (
     DEFAULT_TEMPLATE,
     TIMER_URI,

@@ -19,7 +19,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from agentd.errors import RouteError
+from agentd.core.errors import RouteError
 from agentd.triggers.router import (
     Continue,
     ContinueDelivery,

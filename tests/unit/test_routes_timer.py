@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from agentd.config import load_settings
-from agentd.supervisor.routes import build_router, spawn_template
+from agentd.supervisor.routing.routes import build_router, spawn_template
 from agentd.triggers.router import DEFAULT_TIMER_TEMPLATE, Continue, Spawn
 
 

@@ -1,4 +1,4 @@
-"""agentd.safetext: any string made valid to encode, and safe to show on a terminal."""
+"""agentd.core.safetext: any string made valid to encode, and safe to show on a terminal."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentd.safetext import (
+from agentd.core.safetext import (
     REPLACEMENT,
     TooDeep,
     escape_controls,
@@ -21,7 +21,7 @@ from agentd.safetext import (
     valid_json,
     valid_text,
 )
-from agentd.telemetry import Telemetry
+from agentd.observe.telemetry import Telemetry
 
 #: Any code point, lone surrogates and terminal controls included (hypothesis leaves surrogates out by default).
 any_char = (

@@ -13,7 +13,7 @@ import pytest
 import trio
 import trio.lowlevel
 
-from agentd.errors import SandboxError
+from agentd.core.errors import SandboxError
 from agentd.watches.limits import WatchLimits
 from agentd.watches.sandbox import (
     MAX_LINE_CHARS,

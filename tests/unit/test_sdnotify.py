@@ -1,4 +1,4 @@
-"""agentd.sdnotify: addresses, the environment, the messages in order, and the watchdog's timer in virtual time.
+"""agentd.observe.sdnotify: addresses, the environment, the messages in order, and the watchdog's timer in virtual time.
 
 The protocol end to end (the real command, a socket the test listens on) is
 in ``tests/e2e/test_systemd.py``.
@@ -14,7 +14,7 @@ import pytest
 import trio
 import trio.testing
 
-from agentd.sdnotify import STATUS_MAX, Notifier, parse_address
+from agentd.observe.sdnotify import STATUS_MAX, Notifier, parse_address
 
 
 class Recorded:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentd.errors import ConfigError, LimitReached, RouteError
-from agentd.supervisor.sessionroutes import SessionRoutes, SubscriptionCaps
+from agentd.core.errors import ConfigError, LimitReached, RouteError
+from agentd.supervisor.routing.sessionroutes import SessionRoutes, SubscriptionCaps
 from agentd.triggers.router import Continue, Router, RouteSpec
 
 

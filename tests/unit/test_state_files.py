@@ -17,7 +17,7 @@ import pytest
 import trio
 from mcp.shared.auth import OAuthToken
 
-from agentd.errors import ConfigError, NotAFile, NotOurs
+from agentd.core.errors import ConfigError, NotAFile, NotOurs
 from agentd.state import dir as state_dir
 from agentd.state import files
 from agentd.upstream.auth import TokenCache

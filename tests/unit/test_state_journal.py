@@ -176,7 +176,7 @@ def _settings(flags: dict[str, object], env: dict[str, str] | None = None):
 
 
 def test_shard_is_validated_and_auto_is_resolved_from_the_pod() -> None:
-    from agentd.errors import ConfigError
+    from agentd.core.errors import ConfigError
 
     assert (
         _settings({"shard": "auto"}, {"HOSTNAME": "agentd-sharded-2", "AGENTD_SHARD_COUNT": "3"}).shard
@@ -189,7 +189,7 @@ def test_shard_is_validated_and_auto_is_resolved_from_the_pod() -> None:
 
 
 def test_state_dir_must_be_a_directory_or_creatable(tmp_path) -> None:
-    from agentd.errors import ConfigError
+    from agentd.core.errors import ConfigError
 
     assert _settings({"state_dir": str(tmp_path / "new")}).state_dir == tmp_path / "new"
     (tmp_path / "file").write_text("x")
@@ -202,7 +202,7 @@ def test_state_dir_must_be_a_directory_or_creatable(tmp_path) -> None:
 
 
 def test_one_agentd_per_state_directory(tmp_path) -> None:
-    from agentd.errors import ConfigError
+    from agentd.core.errors import ConfigError
     from agentd.state.dir import claim
 
     first = claim(tmp_path / "state")

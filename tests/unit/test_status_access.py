@@ -9,8 +9,8 @@ from functools import partial
 import httpx2
 import trio
 
-from agentd.health import serve_health
-from agentd.jsonvalue import JSONObject
+from agentd.core.jsonvalue import JSONObject
+from agentd.observe.health import serve_health
 
 TOKEN = "0123456789abcdef0123"
 

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from agentd.errors import RouteError
-from agentd.supervisor.sessionroutes import SessionRoutes
-from agentd.supervisor.subscriptions import (
+from agentd.core.errors import RouteError
+from agentd.supervisor.routing.sessionroutes import SessionRoutes
+from agentd.supervisor.routing.subscriptions import (
     ServerView,
     Subscribe,
     Subscriptions,

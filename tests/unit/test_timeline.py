@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agentd import timeline
+from agentd.observe import timeline
 
 
 @pytest.fixture(autouse=True)

@@ -22,6 +22,7 @@ from agentd.agent.content import (
     bound_images,
     convert,
 )
+from agentd.agent.transcript import from_frame, to_frame
 from agentd.models import Message, ModelSettings, Prompt, ToolCall, make_model
 from agentd.models import anthropic as anth
 from agentd.models import openai as oai
@@ -29,7 +30,6 @@ from agentd.models import responses as resp
 from agentd.models.base import ImagePart, estimate_input_tokens, takes_images
 from agentd.models.factory import ProviderConfig
 from agentd.models.settings import images_by_default
-from agentd.state.transcript import from_frame, to_frame
 from tests.support.strategies import json_values
 
 JSON = json_values(ints=2**40, text=40, keys=10, leaves=10)

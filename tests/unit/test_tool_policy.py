@@ -9,9 +9,9 @@ import mcp_types as types
 import trio
 
 from agentd.config import load_settings
+from agentd.observe.telemetry import NullTelemetry
 from agentd.supervisor.hub import SupervisorHub
-from agentd.telemetry import NullTelemetry
-from agentd.toolpolicy import ToolPolicy, ToolRules
+from agentd.supervisor.toolpolicy import ToolPolicy, ToolRules
 
 
 def test_levels_and_globs() -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from agentd.tracing import MAX_PENDING_UPDATES, QuietBatchProcessor, Tracing
+from agentd.observe.tracing import MAX_PENDING_UPDATES, QuietBatchProcessor, Tracing
 
 
 def tracing() -> Tracing:

@@ -1,4 +1,4 @@
-"""Settings that do nothing (agentd/supervisor/unmatched.py, rfcs/0315): the pure checks, without servers."""
+"""Settings that do nothing (agentd/supervisor/routing/unmatched.py, rfcs/0315): the pure checks, without servers."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from agentd.events import ServerState
-from agentd.supervisor.unmatched import (
+from agentd.supervisor.routing.unmatched import (
     Down,
     Finding,
     Offer,
@@ -19,7 +19,7 @@ from agentd.supervisor.unmatched import (
     overlaps,
     unavailable,
 )
-from agentd.supervisor.unmatched import _template_atoms as template_atoms
+from agentd.supervisor.routing.unmatched import _template_atoms as template_atoms
 from agentd.triggers.glob import compile_glob
 from agentd.upstream.resolve import Catalog
 from tests.support.settings import load

@@ -10,9 +10,9 @@ from typing import get_args
 
 import pytest
 
+from agentd.observe.telemetry import Telemetry
+from agentd.observe.vocabulary import COMMON_FIELDS, EVENTS, LEVELS, render_markdown
 from agentd.selfmcp.protocol import RESERVED_EVENT_FIELDS, ChildEventName
-from agentd.telemetry import Telemetry
-from agentd.vocabulary import COMMON_FIELDS, EVENTS, LEVELS, render_markdown
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -41,7 +41,7 @@ def test_every_emitted_event_and_field_is_declared() -> None:
         name = call.args[0].value
         spec = EVENTS.get(name)
         if spec is None:
-            problems.append(f"{where}:{line}: event {name!r} is not declared in agentd/vocabulary.py")
+            problems.append(f"{where}:{line}: event {name!r} is not declared in agentd/observe/vocabulary.py")
             continue
         for kw in call.keywords:
             if kw.arg is not None and kw.arg != "level" and kw.arg not in spec.fields:
@@ -55,7 +55,7 @@ def test_the_only_computed_event_name_is_a_childs_and_those_are_declared() -> No
         for where, _line, call in _emit_calls()
         if call.args and not isinstance(call.args[0], ast.Constant)
     ]
-    assert computed == [("agentd/supervisor/channel.py", "frame.event")]
+    assert computed == [("agentd/supervisor/children/channel.py", "frame.event")]
     for name in get_args(ChildEventName):
         assert name in EVENTS
         assert "agent" in EVENTS[name].fields  # the supervisor adds it
@@ -74,7 +74,7 @@ def test_declarations_are_well_formed() -> None:
 def test_docs_reference_is_generated_from_the_vocabulary() -> None:
     doc = (REPO / "docs/telemetry.md").read_text()
     assert doc == render_markdown(), (
-        "docs/telemetry.md is stale: run python -m agentd.vocabulary > docs/telemetry.md"
+        "docs/telemetry.md is stale: run python -m agentd.observe.vocabulary > docs/telemetry.md"
     )
     for name in EVENTS:
         assert f"`{name}`" in doc

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentd.errors import ConfigError
+from agentd.core.errors import ConfigError
 from agentd.watches.limits import WatchLimits
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from agentd.errors import ConfigError
+from agentd.core.errors import ConfigError
 from agentd.state import files
 from agentd.watches.extract import EventLogExtractor, StateExtractor, extractor_from_baseline
 from agentd.watches.state import (

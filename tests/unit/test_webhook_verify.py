@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentd.errors import ConfigError
+from agentd.core.errors import ConfigError
 from agentd.servers._inboxlog import InboxLog
 from agentd.servers.webhook.delivery import (
     INLINE_BODY,

@@ -36,7 +36,7 @@ from urllib.parse import parse_qsl
 
 import orjson
 
-from agentd.jsonvalue import JSONObject, JSONValue
+from agentd.core.jsonvalue import JSONObject, JSONValue
 from agentd.servers._inboxlog import Entry, LineParser
 from agentd.servers.webhook.sources import SourceSpec
 from agentd.servers.webhook.verify import Refusal

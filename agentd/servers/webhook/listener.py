@@ -48,7 +48,7 @@ import h11
 import orjson
 import trio
 
-from agentd.jsonvalue import JSONObject
+from agentd.core.jsonvalue import JSONObject
 from agentd.servers.webhook.delivery import Accepted, Reply, interpret
 from agentd.servers.webhook.sources import SourceSpec
 from agentd.servers.webhook.store import DeliveryStore, Duplicate, StoreUnavailable

@@ -34,8 +34,8 @@ import trio
 from mcp.server.context import HandlerResult, ServerRequestContext
 from mcp_types import ListResourcesResult, PaginatedRequestParams, Resource
 
-from agentd.durations import parse_duration, parse_size
-from agentd.redact import redact, register_secrets
+from agentd.core.durations import parse_duration, parse_size
+from agentd.core.redact import redact, register_secrets
 from agentd.servers import _sdk
 from agentd.servers._base import (
     EVENTS_MIME,
@@ -236,7 +236,7 @@ def _size(name: str, value: object) -> int:
 
 
 class _RedactingFilter(logging.Filter):
-    """Every log line of the webhook server through :func:`agentd.redact.redact` (secrets hidden)."""
+    """Every log line of the webhook server through :func:`agentd.core.redact.redact` (secrets hidden)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         record.msg, record.args = redact(record.getMessage()), None

@@ -4,7 +4,7 @@ Pure apart from reading the secrets it is pointed at (an environment variable
 or a file; never a value on the command line). Sources come from the TOML file
 (``--config``, tables ``[sources.NAME]``) and from ``--source
 NAME=KIND,key=value,...`` flags (a flag replaces a file's source of the same
-name). Every problem is a :class:`~agentd.errors.ConfigError` that names the
+name). Every problem is a :class:`~agentd.core.errors.ConfigError` that names the
 setting, the value and the fix; a secret's value is never part of a message or
 a ``repr``.
 
@@ -37,8 +37,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal, get_args
 
-from agentd.durations import parse_duration, parse_size
-from agentd.errors import ConfigError
+from agentd.core.durations import parse_duration, parse_size
+from agentd.core.errors import ConfigError
 
 __all__ = [
     "ALERTMANAGER_DEDUPE_WINDOW",

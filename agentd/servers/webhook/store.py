@@ -63,8 +63,8 @@ from typing import Final, Literal
 import orjson
 import trio
 
-from agentd.durations import format_duration
-from agentd.jsonvalue import JSONObject
+from agentd.core.durations import format_duration
+from agentd.core.jsonvalue import JSONObject
 from agentd.servers._base import ServerStartError
 from agentd.servers._inboxlog import NOTES_CAP, WINDOW, AckError, Cursor, Entry, InboxLog, cursor_from_json
 from agentd.servers._safefs import open_regular, read_regular, write_atomic

@@ -1,0 +1,1 @@
+"""What agentd records and shows about a run."""

@@ -1,0 +1,1 @@
+"""The reactor loop and its parts."""
