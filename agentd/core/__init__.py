@@ -1,1 +1,17 @@
-"""The shared vocabulary of agentd."""
+"""The shared vocabulary of agentd: what every other package may import (the bottom layer).
+
+In layer order (a module imports only those below it; docs/architecture.md):
+
+* :mod:`agentd.core.errors`     the exception tree; each error knows its exit code.
+* :mod:`agentd.core.exitcodes`  the one exit-code table and terminal statuses.
+* :mod:`agentd.core.limits`     defaults a setting configures and a lower layer applies.
+* :mod:`agentd.core.redact`     redaction: every error, event and label goes through it.
+* :mod:`agentd.core.jsonvalue`  JSON values typed at the wire, narrowed before use.
+* :mod:`agentd.core.safetext`   outside text made safe to encode and to show.
+* :mod:`agentd.core.durations`  durations and sizes as people write them.
+* :mod:`agentd.core.extras`     how to install an optional extra, for this installation.
+* :mod:`agentd.core.prelaunch`  stdio servers started before the heavy imports.
+
+This ``__init__`` imports nothing: ``agentd`` starts servers early through
+:mod:`agentd.core.prelaunch` and must not pay for the rest.
+"""

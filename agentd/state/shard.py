@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
-    from agentd.config import Settings
     from agentd.triggers.router import Router
 
 #: Most replicas a shard count may name (far above any sane StatefulSet).
@@ -122,13 +121,17 @@ def handles(shard: Shard | None, route: object, uri: str) -> bool:
     return key is None or shard.owns(key)
 
 
-def shard_for(settings: Settings) -> Shard | None:
-    """This replica's shard from validated settings (None: it handles everything)."""
-    if settings.shard is None:
+def shard_for(spec: str | None) -> Shard | None:
+    """This replica's shard from the validated ``shard`` setting (None: it handles everything).
+
+    It takes the setting's value, not the settings: config/ validates the
+    setting with :func:`parse_shard`, so state/ must not know config/.
+    """
+    if spec is None:
         return None
     import os
 
-    shard = parse_shard(settings.shard, os.environ)
+    shard = parse_shard(spec, os.environ)
     return None if shard.count == 1 else shard
 
 

@@ -483,7 +483,7 @@ async def _main(
     async with trio.open_nursery() as nursery:
         journals = journals_for(settings, telemetry, lambda agent_id: reactor.agents.get(agent_id))
         warm_root = settings.mode == "loop" and settings.session == "warm"
-        shard = shard_for(settings)
+        shard = shard_for(settings.shard)
         if journals is not None:
             await trio.to_thread.run_sync(journals.scan)
         # The reactor's channel first: every part below sends into it.
