@@ -1,4 +1,4 @@
-"""Model providers behind one small interface (ARCHITECTURE.md decision 7).
+"""Model providers behind one small interface (rfcs/0020).
 
 ``make_model("openai:gpt-4o-mini", env=os.environ, settings=ModelSettings(...))``
 returns a :class:`Model`; ``await model.complete(Prompt(system=..., messages=[...],

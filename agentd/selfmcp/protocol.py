@@ -62,7 +62,7 @@ from agentd.core.errors import ProtocolError
 from agentd.core.exitcodes import TerminalStatus
 from agentd.core.safetext import json_bytes
 
-#: Self-tools the model sees as ordinary tools (ARCHITECTURE.md decision 5).
+#: Self-tools the model sees as ordinary tools (rfcs/0001: the self-MCP server is the one way a child asks the supervisor).
 SELF_TOOL_NAMES: Final = (
     "subscribe",
     "unsubscribe",

@@ -1,7 +1,7 @@
 """The four drivers: once, loop, reactive, schedule, as exit predicates.
 
-One reactor, one inner loop; a driver only decides (ARCHITECTURE.md
-decision 3, RFC 0008 §3.1):
+One reactor, one inner loop; a driver only decides (rfcs/0013,
+rfcs/0032):
 
 * what to do at start (:meth:`Driver.on_start` → actions),
 * what to do when a root ends (:meth:`Driver.on_root_terminal` →

@@ -8,7 +8,7 @@ reactor passes ``now`` (monotonic seconds) into every call that depends on
 time and turns the returned decisions (:class:`SpawnDelivery`,
 :class:`ContinueDelivery`) into process spawns and session turns.
 
-The flow for one change (RFC 0008 §3.7, RFCs 0010 and 0011):
+The flow for one change (rfcs/0010 and rfcs/0011):
 
 1. :meth:`Router.ingest` finds the single owning route (:meth:`Router.first_match`:
    exact beats glob, then the longest literal prefix, then declaration order;
@@ -68,7 +68,7 @@ declared route with a watch stage) hand their changes to the watch manager,
 whose notices come back to the reactor."""
 
 Mode = Literal["once", "loop", "reactive", "schedule"]
-"""The four execution modes (RFC 0008 §3.1)."""
+"""The four execution modes (rfcs/0032)."""
 
 DropReason = Literal["coalesce_cap", "drop_oldest", "drop_newest", "route_removed"]
 """Why an event was dropped; each reason has its own counter."""
@@ -253,8 +253,9 @@ class RouteQueue:
     cell ``[arrival order, event]``; coalescing replaces the event inside it,
     so the URI keeps its place. :meth:`discard` deletes lazily: a deque entry
     whose slot is no longer the URI's live one (checked by identity) is
-    skipped. Nothing ever pops the front of a plain dict (quadratic, see
-    FACTS.md).
+    skipped. Nothing ever pops the front of a plain dict (quadratic: a dict
+    leaves a hole at its front on each delete, and finding the first live
+    key walks the holes).
     """
 
     __slots__ = ("_n", "_order", "_slots", "cap")

@@ -4,7 +4,7 @@ A source only answers "when is the next fire?" in monotonic seconds
 (:meth:`next_fire`) and advances when told it fired (:meth:`fire`). The
 reactor folds ``next_fire()`` into its receive deadline and, when it passes,
 calls :meth:`fire` and hands a clock event to the router's timer route
-(RFC 0008 §3.6). Nothing here sleeps or reads a clock.
+(rfcs/0032). Nothing here sleeps or reads a clock.
 
 Cron is evaluated against wall time (UTC) but scheduled in monotonic time:
 after each fire the next wall fire is recomputed from the *current* wall time

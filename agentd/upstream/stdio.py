@@ -269,7 +269,7 @@ class StdioTransport(Transport):
             try:
                 message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
             except (ValidationError, ValueError):
-                # Hazard #924: a stray print() must not break the connection.
+                # A server that prints a stray non-JSON line to stdout must not break the connection.
                 self.telemetry.incr("upstream.stdout_garbage")
                 self.telemetry.emit(
                     "upstream.stdout_garbage",
@@ -314,7 +314,7 @@ class StdioTransport(Transport):
         async def exit_watcher() -> None:
             self.returncode = await process.wait()
             exited.set()
-            # Hazard #850: the leader is gone; its helpers are orphans. Kill the group now,
+            # The leader is gone and its helpers are orphans (they would keep the pipes open). Kill the group now,
             # which also releases a stdout pipe a grandchild may still hold.
             _killpg(process.pid, signal.SIGKILL)
             with trio.move_on_after(STDOUT_EOF_AFTER_EXIT):

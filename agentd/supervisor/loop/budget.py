@@ -2,7 +2,7 @@
 
 One :class:`Budget` covers the whole process lifetime: every model call of
 every subagent (roots, children, warm sessions) is charged to it, and it is
-never reset between loop shifts or reactive events (RFC 0008 §3.1: the cap is
+never reset between loop shifts or reactive events (rfcs/0167: the cap is
 cumulative). When it is spent the drivers stop starting work and the process
 exits 7 (or 3 with a partial result in ``once``); the USD ceiling behaves
 exactly like the token ceiling. Tokens are counted as the providers bill
