@@ -14,6 +14,10 @@ In layer order (a module imports only those below it; docs/architecture.md):
 * :mod:`agentd.observe.histograms`  latency histograms (pure).
 * :mod:`agentd.observe.output`      bounded output buffers off the reactor's path.
 * :mod:`agentd.observe.timeline`    an opt-in cross-process timeline for the benchmarks.
+* :mod:`agentd.observe.humanlog`    telemetry for a person: the ``human`` and ``text`` formats.
+* :mod:`agentd.observe.errorline`   the last line of a failed run (``agentd: error: WHAT — fix: HOW``).
+* :mod:`agentd.observe.activity`    the recent routing decisions and per-minute counts.
+* :mod:`agentd.observe.statuspage`  the status page served at ``GET /`` on the health address.
 
 Above :mod:`agentd.events` (metrics and health read the event types) and below
 everything that reports (upstream, models, watches, the supervisor).
