@@ -40,6 +40,9 @@ WATCH_INTERVAL: Final = 2.0
 RECENT_SHOWN: Final = 8
 """Routing decisions shown by the human view (the document has up to 50)."""
 
+FINISHED_SHOWN: Final = 8
+"""Finished agents shown in the human view, newest first (the document has up to 50)."""
+
 #: Terminal control for ``--watch``: the alternate screen, cursor home + clear, cursor hidden/shown.
 _ENTER, _LEAVE, _HOME = "\x1b[?1049h\x1b[?25l", "\x1b[?25h\x1b[?1049l", "\x1b[H\x1b[2J"
 
@@ -363,6 +366,26 @@ def render(doc: dict[str, Any], width: int = 120) -> str:
                 _usd(a.get("cost_usd")),
             ]
             for a in agents
+        ],
+        width,
+    )
+    finished = list(reversed(doc.get("finished") or []))[:FINISHED_SHOWN]
+    lines += _table(
+        "finished agents",
+        ["agent", "route", "woken by", "status", "ended", "took", "steps", "tokens", "cost"],
+        [
+            [
+                a.get("id"),
+                a.get("route") or a.get("role"),
+                " ".join(a.get("woken_by") or []) or "-",
+                a.get("status") or "-",
+                _ago(a.get("exited_at"), now),
+                _dur(a.get("duration_s")),
+                a.get("steps"),
+                a.get("tokens"),
+                _usd(a.get("cost_usd")),
+            ]
+            for a in finished
         ],
         width,
     )

@@ -47,6 +47,7 @@ svg{width:100%;max-width:720px;height:120px;display:block}
 <div class="legend"><span><i class="sw" style="background:var(--acc)"></i>wakes/min</span><span><i class="sw" style="background:var(--acc2)"></i>model calls/min</span></div>
 <svg id="chart" viewBox="0 0 720 120" preserveAspectRatio="none" role="img" aria-label="wakes and model calls per minute"></svg>
 <h2>Agents</h2><div class="wrap"><table id="agents"></table></div>
+<h2>Finished agents</h2><div class="wrap"><table id="finished"></table></div>
 <h2>Routes</h2><div class="wrap"><table id="routes"></table></div>
 <h2>Servers</h2><div class="wrap"><table id="servers"></table></div>
 <h2>Budget</h2><div id="budget"></div>
@@ -89,6 +90,8 @@ function render(s) {
   head.append(ready, " · ", s.phase, " · up ", dur(s.uptime_s), " · pid ", String(s.pid), " · ", String(s.agents.length), " running · cost ", usd(s.budget.cost_usd), " · ", String(s.budget.tokens), " tokens", " · updated ", new Date(s.now).toLocaleTimeString());
   table("agents", ["agent", "route", "woken by", "doing", "phase", "age", "steps", "tokens", "cost"],
     s.agents.map((a) => [a.id, [a.id, a.route || a.role, (a.woken_by.join(" ") || "-"), doing(a.doing), a.phase, dur(a.age_s), a.steps, a.tokens, usd(a.cost_usd)], 2]), ["agent"]);
+  table("finished", ["agent", "route", "woken by", "status", "ended", "took", "steps", "tokens", "cost"],
+    (s.finished || []).slice().reverse().map((a) => [a.id, [a.id, a.route || a.role, (a.woken_by.join(" ") || "-"), a.status || "-", ago(a.exited_at, s.now), dur(a.duration_s), a.steps, a.tokens, usd(a.cost_usd)], 2]), ["agent"]);
   table("routes", ["route", "kind", "match", "to", "queued", "in flight", "routed", "coalesced", "dropped", "last wake"],
     s.routes.map((r) => [r.id, [r.id, r.kind, r.match, r.disposition === "continue" ? "session " + r.session : "spawn", r.queued + (r.held ? " +" + r.held + " held" : ""), r.in_flight + "/" + r.max_in_flight, r.routed, r.coalesced, r.dropped, ago(r.last_wake, s.now)], 2]), ["route"]);
   table("servers", ["server", "state", "transport", "protocol", "subscriptions", "last error"],

@@ -23,7 +23,7 @@ from typing import Protocol
 from agentd.core.jsonvalue import JSONObject, JSONValue
 from agentd.core.redact import redact
 from agentd.supervisor.hub import ToolCallNow
-from agentd.supervisor.loop.agents import Agent, AgentPhase
+from agentd.supervisor.loop.agents import Agent, AgentPhase, ExitedAgent
 from agentd.supervisor.loop.reactor import Reactor
 from agentd.triggers.router import Continue, Route, Spawn
 from agentd.upstream.connection import Upstream
@@ -105,6 +105,7 @@ def status_document(
         "agents": [
             _agent(a, tools_running.get(a.id, ()), facts.show_content, now, at) for a in reactor.agents.live()
         ],
+        "finished": [_finished(a, at) for a in reactor.agents.recent()],
         "budget": {
             "steps": budget.steps,
             "max_steps": budget.max_steps,
@@ -215,6 +216,26 @@ def _agent(
     if show_content:
         out["instruction"] = agent.instruction
     return out
+
+
+def _finished(agent: ExitedAgent, at: object) -> JSONObject:
+    assert callable(at)
+    return {
+        "id": agent.id,
+        "role": agent.role,
+        "route": agent.route,
+        "session": agent.session,
+        "status": agent.status,
+        "started_at": at(agent.started_at),
+        "exited_at": at(agent.exited_at),
+        "duration_s": round(max(0.0, agent.exited_at - agent.started_at), 3),
+        "woken_by": list(agent.woken_by),
+        "woken_route": agent.woken_route,
+        "turns": agent.turns,
+        "steps": agent.steps,
+        "tokens": agent.tokens,
+        "cost_usd": "unknown" if agent.cost_usd is None else round(agent.cost_usd, 8),
+    }
 
 
 def _watch(w: WatchView) -> JSONObject:

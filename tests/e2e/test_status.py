@@ -127,8 +127,10 @@ async def test_status_shows_the_wake_the_agent_doing_a_tool_call_and_its_cost(tm
             page = await get(base + "/")
             await until_agent_gone(a)
             after = json.loads((await status_cli("--addr", addr, "--json")).stdout)
+            after_human = (await status_cli("--addr", addr)).stdout.decode()
             assert await drain(a) == ExitCode.OK
     assert before["agents"] == []
+    assert before["finished"] == []
     assert before["ready"] is True
     assert running.returncode == 0, running.stderr
     doc: dict[str, Any] = json.loads(running.stdout)
@@ -175,8 +177,20 @@ async def test_status_shows_the_wake_the_agent_doing_a_tool_call_and_its_cost(tm
     assert page.headers["content-type"].startswith("text/html")
     assert "<script src" not in page.text
     assert "http://" not in page.text.replace("http://www.w3.org/2000/svg", "")
-    # Finished: the agent left the table, its cost stayed in the budget.
+    # Finished: the agent left the table, its cost stayed in the budget, and it is listed as finished.
     assert after["agents"] == []
+    [done] = after["finished"]
+    assert (done["id"], done["route"], done["woken_by"], done["status"]) == (
+        "a1",
+        "r0",
+        ["memo://notes"],
+        "completed",
+    )
+    assert (done["steps"], done["cost_usd"]) == (2, 0.002)
+    assert done["tokens"] == after["budget"]["tokens"]  # the only agent of the run
+    [row] = [line for line in after_human.splitlines() if line.startswith("a1 ")]
+    assert "completed" in row
+    assert "$0.002" in row
     assert (after["budget"]["steps"], after["budget"]["cost_usd"]) == (2, 0.002)
     assert after["totals"]["model_calls"] == 2
     assert sum(m["wakes"] for m in after["per_minute"]) == 1

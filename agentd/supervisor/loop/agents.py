@@ -279,6 +279,12 @@ class ExitedAgent:
     turns: int
     started_at: float
     exited_at: float
+    steps: int = 0
+    tokens: int = 0
+    cost_usd: float | None = 0.0
+    """US dollars of its calls (None: a call had no known price)."""
+    woken_by: tuple[str, ...] = ()
+    woken_route: str | None = None
 
 
 class AgentTable:
@@ -349,6 +355,11 @@ class AgentTable:
                 turns=agent.turns,
                 started_at=agent.started_at,
                 exited_at=now,
+                steps=agent.steps,
+                tokens=agent.tokens,
+                cost_usd=None if agent.unpriced_calls else agent.cost_usd,
+                woken_by=agent.woken_by,
+                woken_route=agent.woken_route,
             )
         )
 
