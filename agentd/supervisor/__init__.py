@@ -11,6 +11,6 @@ In layer order (a module imports only those below it; docs/architecture.md):
 * :mod:`agentd.supervisor.hub`           the supervisor's answers to its children's self-MCP requests.
 * :mod:`agentd.supervisor.toolpolicy`    which tools an agent is offered.
 * :mod:`agentd.supervisor.loop`          the reactor loop and its parts (one trio task).
-* :mod:`agentd.supervisor.children`      the child processes: zygote client, tree, control channel.
+* :mod:`agentd.supervisor.children`      the child processes: tree, control channel, zygote client.
 * :mod:`agentd.supervisor.routing`       subscriptions and routes: what agentd wants from whom.
 """
