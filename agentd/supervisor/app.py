@@ -17,10 +17,9 @@ Signals: SIGTERM, SIGINT and SIGHUP drain (no new work; running turns
 finish; exit 0 within ``--grace``, else 143); a second one stops at once
 (143). SIGHUP does not reload anything.
 
-Size: over 600 lines because ``_main`` builds every part in construction
-order inside one nursery (its closures ``spawn``, ``publish`` and ``pause``
-share its locals), and the end of a run (the once result, the JSON summary,
-``supervisor.exit``) is written beside it from the same locals.
+The end of a run is :mod:`agentd.supervisor.report`, the run's telemetry
+and logging :mod:`agentd.supervisor.runlog`, a once run's conversation
+:mod:`agentd.supervisor.conversation`.
 """
 
 from __future__ import annotations
@@ -35,7 +34,6 @@ import sys
 import time
 import traceback
 import uuid
-from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -44,7 +42,7 @@ import trio
 
 from agentd import __version__
 from agentd.agent.zygote import PREWARM_MODELS_ENV, _rehearse
-from agentd.config import ProviderSpec, Settings, deprecations, read_status_token
+from agentd.config import ProviderSpec, Settings
 from agentd.core.errors import AgentdError, ConfigError
 from agentd.core.exitcodes import ExitCode, TerminalStatus
 from agentd.core.jsonvalue import JSONObject
@@ -63,7 +61,7 @@ from agentd.state.sessions import journals_for
 from agentd.state.shard import declared_filter, handles, shard_for
 from agentd.supervisor.children.tree import Tree
 from agentd.supervisor.conversation import OnceConversation, conversation_telemetry, once_conversation, saver
-from agentd.supervisor.hub import SELF_TOOLS, SupervisorHub, server_for
+from agentd.supervisor.hub import SELF_TOOLS, SupervisorHub, policy_allows, server_for
 from agentd.supervisor.loop.budget import Budget
 from agentd.supervisor.loop.governor import RestartGovernor
 from agentd.supervisor.loop.reactor import Agent, Hooks, Reactor, open_channel
@@ -73,12 +71,13 @@ from agentd.supervisor.routing.routes import build_router, make_clock, model_pro
 from agentd.supervisor.routing.sessionroutes import SessionRoutes, SubscriptionCaps
 from agentd.supervisor.routing.subscriptions import Subscriptions
 from agentd.supervisor.routing.unmatched import at_start, offers_of, unavailable
-from agentd.supervisor.runlog import make_telemetry, route_logging
-from agentd.supervisor.statusview import RunFacts, status_document
+from agentd.supervisor.runlog import make_telemetry, model_warnings, route_logging
+from agentd.supervisor.statusview import RunFacts, start_health, status_document
 from agentd.supervisor.toolpolicy import ToolPolicy
 from agentd.triggers import mode as modes
 from agentd.upstream import Upstream
 from agentd.upstream.backoff import RECONNECT_BACKOFF
+from agentd.upstream.naming import ToolNameMap
 from agentd.watches.limits import WatchLimits
 from agentd.watches.manager import WatchManager, watch_limits
 from agentd.watches.state import claim
@@ -291,7 +290,7 @@ async def _main(
         deadline_at=(now + settings.deadline) if settings.deadline else None,
         max_usd=settings.budget_usd,
     )
-    _model_telemetry(settings, telemetry)
+    model_warnings(settings, telemetry)
     governor = RestartGovernor(intensity=settings.max_restarts, period=settings.restart_period)
     clock = driver.source if isinstance(driver, modes.Schedule) else make_clock(settings, now=now)
 
@@ -375,6 +374,9 @@ async def _main(
             required=required,
             keep=None if shard is None else declared_filter(router, shard),
         )
+        # The tool policy and the tool names, before the watches and the hub that both use them.
+        policy = ToolPolicy.from_settings(settings)
+        names = ToolNameMap()
         watches = WatchManager(
             upstreams=upstreams,
             events=events,
@@ -383,8 +385,8 @@ async def _main(
             server_for=partial(server_for, upstreams),
             state_path=settings.watch_state,
             routes=staged,
-            # Filters follow the global and per-server tool policy (the hub holds the tool names).
-            tool_allowed=lambda server, tool: hub.policy_allows(server, tool),
+            # Filters follow the global and per-server tool policy, under the names agents see.
+            tool_allowed=partial(policy_allows, policy, names),
             holds=subscriptions,
             counters=counters,
         )
@@ -398,7 +400,8 @@ async def _main(
             upstreams=upstreams,
             telemetry=telemetry,
             watches=watches,
-            policy=ToolPolicy.from_settings(settings),
+            policy=policy,
+            names=names,
             offer_wakeups=not once,
             counters=counters,
         )
@@ -558,7 +561,7 @@ async def _main(
             )
 
         if settings.health_addr or settings.metrics_addr:
-            await _start_health(settings, reactor, telemetry, nursery, snapshot, status)
+            await start_health(settings, reactor, telemetry, nursery, snapshot, status)
 
         if notifier.watchdog_interval is not None:  # WatchdogSec= only: otherwise no timer at all
             from agentd.observe.health import reactor_probe
@@ -624,27 +627,6 @@ async def _serve_bound_child(hub: SupervisorHub, agent: str, stream: trio.Socket
         hub.release(agent)
 
 
-def _model_telemetry(settings: Settings, telemetry: Telemetry) -> None:
-    """Warnings about the model configuration: deprecated names, a USD budget that cannot see a price."""
-    for old in deprecations(settings):
-        telemetry.emit("config.deprecated", setting=old.old, use=old.new)
-    if settings.budget_usd is None or settings.model is None:
-        return
-    # Lazy: the price database is loaded only when a USD budget needs it.
-    from agentd.models.pricing import has_price, price_provider_for
-
-    for spec in sorted({settings.model, *(r.model for r in settings.routes if r.model)}):
-        provider, _, name = spec.partition(":")  # validated: PROVIDER:NAME
-        if not has_price(price_provider_for(provider, settings.providers.get(provider)), name):
-            # Not an error: the provider may answer with a priced model name (an Azure
-            # deployment's model), or the model may be free (a local server).
-            telemetry.emit(
-                "budget.unpriced_model",
-                model=spec,
-                reason="genai-prices has no price for it: its calls count 0 USD toward --budget-usd",
-            )
-
-
 class _StartupRoutes:
     """The route table for restoring ``--watch-state`` before the reactor runs (direct calls).
 
@@ -684,42 +666,3 @@ async def _watch_signals(events: trio.MemorySendChannel[ReactorEvent]) -> None:
 async def _unsubscribe(upstream: Upstream, uri: str) -> None:
     with contextlib.suppress(AgentdError):
         await upstream.unsubscribe(uri)
-
-
-async def _start_health(
-    settings: Settings,
-    reactor: Reactor,
-    telemetry: Telemetry,
-    nursery: trio.Nursery,
-    snapshot: Callable[[], MetricsSnapshot],
-    status: Callable[[], JSONObject],
-) -> None:
-    """Serve /healthz and /readyz (and /metrics, /status and the page) without ever blocking the reactor."""
-    # Imported only here: a run without probes never loads the HTTP and metrics stack (rfcs/0225).
-    from agentd.observe.health import StatusAccess, reactor_probe, serve_health, serve_metrics
-
-    token = read_status_token(settings.status_token_file) if settings.status_token_file else None
-
-    same = settings.metrics_addr is None or settings.metrics_addr == settings.health_addr
-    if settings.health_addr:
-        port = await nursery.start(
-            partial(
-                serve_health,
-                settings.health_addr,
-                probe=reactor_probe(reactor.send),
-                ready=reactor.ready,
-                snapshot=snapshot if same and settings.metrics_addr else None,
-                status=status,
-                status_token=token,
-            )
-        )
-        access = StatusAccess.for_bind(settings.health_addr, token)
-        telemetry.emit(
-            "health.listening",
-            addr=settings.health_addr,
-            port=port,
-            status="on" if access.enabled else "off: not loopback and no --status-token-file",
-        )
-    if settings.metrics_addr and not (same and settings.health_addr):
-        port = await nursery.start(partial(serve_metrics, settings.metrics_addr, snapshot=snapshot))
-        telemetry.emit("metrics.listening", addr=settings.metrics_addr, port=port)

@@ -1,4 +1,4 @@
-"""The run's telemetry, and Python ``logging`` routed into it."""
+"""The run's telemetry, Python ``logging`` routed into it, and the model settings' warnings."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import logging
 import os
 from typing import TYPE_CHECKING
 
-from agentd.config import Settings
+from agentd.config import Settings, deprecations
 from agentd.observe.humanlog import HumanView, colours_wanted, terminal_width
 from agentd.observe.telemetry import Telemetry
 
@@ -94,3 +94,24 @@ class _LogToTelemetry(logging.Handler):
             fields["error"] = f"{type(record.exc_info[1]).__name__}: {record.exc_info[1]}"[:2000]
             fields["traceback"] = "".join(traceback.format_exception(*record.exc_info))[-8000:]
         self._telemetry.emit("log", logger=record.name, level=level, message=message[:2000], **fields)
+
+
+def model_warnings(settings: Settings, telemetry: Telemetry) -> None:
+    """Warnings about the model configuration: deprecated names, a USD budget that cannot see a price."""
+    for old in deprecations(settings):
+        telemetry.emit("config.deprecated", setting=old.old, use=old.new)
+    if settings.budget_usd is None or settings.model is None:
+        return
+    # Lazy: the price database is loaded only when a USD budget needs it.
+    from agentd.models.pricing import has_price, price_provider_for
+
+    for spec in sorted({settings.model, *(r.model for r in settings.routes if r.model)}):
+        provider, _, name = spec.partition(":")  # validated: PROVIDER:NAME
+        if not has_price(price_provider_for(provider, settings.providers.get(provider)), name):
+            # Not an error: the provider may answer with a priced model name (an Azure
+            # deployment's model), or the model may be free (a local server).
+            telemetry.emit(
+                "budget.unpriced_model",
+                model=spec,
+                reason="genai-prices has no price for it: its calls count 0 USD toward --budget-usd",
+            )

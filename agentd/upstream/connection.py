@@ -1,10 +1,10 @@
 """One supervised connection per upstream MCP server.
 
-Size: over 600 lines because one connection's lifecycle (connect, both
-protocol eras, catalogs, calls, reconnect) is one state machine; transports
-(``stdio.py``, ``http.py``), the subscriptions (``subscriptions.py``, one
-listen stream per connection, rfcs/0260), backoff, naming and resolution live
-in their own modules.
+Over 700 lines, one idea: one connection's lifecycle (both eras, fallbacks, reconnect) and the calls on it.
+
+Transports (``stdio.py``, ``http.py``), the catalogs (``catalog.py``), the
+subscriptions (``subscriptions.py``, one listen stream per connection,
+rfcs/0260), backoff, naming and resolution live in their own modules.
 
 :class:`Upstream` owns the connection to one configured server (stdio or
 Streamable HTTP) for the life of the supervisor: it connects, keeps the tool

@@ -1,8 +1,8 @@
 """Child processes: the spawn chokepoint, the zygote client, the kill ladder.
 
-Size: over 600 lines because the spawn chokepoint, the zygote client and
-the kill ladder share each child's record and must stay together to keep
-every exit path bounded; the child's control channel is ``channel.py``.
+Over 700 lines, one idea: every path of one child's record (spawn, serve, exit, the kill ladder) is bounded here.
+
+The zygote client is ``zygote.py``; the child's control channel is ``channel.py``.
 
 Every agent child starts through :meth:`Tree.spawn` (the one chokepoint).
 The supervisor keeps one end of two socketpairs per child: its MCP channel
