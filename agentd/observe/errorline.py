@@ -13,7 +13,7 @@ configuration) are plain lines in every format: the format is itself a
 setting that may be what is wrong.
 
 What each exit code says when nothing more precise is known is
-:data:`FALLBACK`; the run's own account (:func:`agentd.supervisor.app.run_error`)
+:data:`FALLBACK`; the run's own account (:func:`agentd.supervisor.report.run_error`)
 comes first.
 """
 

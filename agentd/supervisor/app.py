@@ -17,10 +17,9 @@ Signals: SIGTERM, SIGINT and SIGHUP drain (no new work; running turns
 finish; exit 0 within ``--grace``, else 143); a second one stops at once
 (143). SIGHUP does not reload anything.
 
-Size: over 600 lines because ``_main`` builds every part in construction
-order inside one nursery (its closures ``spawn``, ``publish`` and ``pause``
-share its locals), and the end of a run (the once result, the JSON summary,
-``supervisor.exit``) is written beside it from the same locals.
+The end of a run is :mod:`agentd.supervisor.report`, the run's telemetry
+and logging :mod:`agentd.supervisor.runlog`, a once run's conversation
+:mod:`agentd.supervisor.conversation`.
 """
 
 from __future__ import annotations
@@ -35,7 +34,6 @@ import sys
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -44,40 +42,42 @@ import trio
 
 from agentd import __version__
 from agentd.agent.zygote import PREWARM_MODELS_ENV, _rehearse
-from agentd.config import ProviderSpec, Settings, deprecations, read_status_token
-from agentd.core.errors import AgentdError, ConfigError, StateFileError
-from agentd.core.exitcodes import ExitCode, TerminalStatus, code_for_status
+from agentd.config import ProviderSpec, Settings
+from agentd.core.errors import AgentdError, ConfigError
+from agentd.core.exitcodes import ExitCode, TerminalStatus
 from agentd.core.jsonvalue import JSONObject
 from agentd.core.limits import raise_open_files_limit
-from agentd.core.redact import redact
 from agentd.events import ReactorEvent, SignalReceived
 from agentd.observe.counters import RunCounters
 from agentd.observe.errorline import config_error_lines, config_failure, failure_for, internal_failure
-from agentd.observe.humanlog import HumanView, colours_wanted, terminal_width
 from agentd.observe.output import DEFAULT_OUTPUT_BUFFER, LineWriter
 from agentd.observe.sdnotify import Notifier
 from agentd.observe.telemetry import Telemetry
 from agentd.observe.timeline import mark
-from agentd.selfmcp.protocol import MessageFrame, ProviderFrame, SpawnPayload, ToolSpecFrame
+from agentd.selfmcp.protocol import ProviderFrame, SpawnPayload, ToolSpecFrame
 from agentd.selfmcp.server import serve_child
 from agentd.state.resume import restore_subscriptions
 from agentd.state.sessions import journals_for
 from agentd.state.shard import declared_filter, handles, shard_for
 from agentd.supervisor.children.tree import Tree
-from agentd.supervisor.hub import SELF_TOOLS, SupervisorHub, server_for
+from agentd.supervisor.conversation import OnceConversation, conversation_telemetry, once_conversation, saver
+from agentd.supervisor.hub import SELF_TOOLS, SupervisorHub, policy_allows, server_for
 from agentd.supervisor.loop.budget import Budget
 from agentd.supervisor.loop.governor import RestartGovernor
 from agentd.supervisor.loop.reactor import Agent, Hooks, Reactor, open_channel
+from agentd.supervisor.report import print_once, run_error, run_summary
 from agentd.supervisor.routing.declared import DeclaredSubscriptions
 from agentd.supervisor.routing.routes import build_router, make_clock, model_profiles, staged_routes
 from agentd.supervisor.routing.sessionroutes import SessionRoutes, SubscriptionCaps
 from agentd.supervisor.routing.subscriptions import Subscriptions
 from agentd.supervisor.routing.unmatched import at_start, offers_of, unavailable
-from agentd.supervisor.statusview import RunFacts, status_document
+from agentd.supervisor.runlog import make_telemetry, model_warnings, route_logging
+from agentd.supervisor.statusview import RunFacts, start_health, status_document
 from agentd.supervisor.toolpolicy import ToolPolicy
 from agentd.triggers import mode as modes
 from agentd.upstream import Upstream
 from agentd.upstream.backoff import RECONNECT_BACKOFF
+from agentd.upstream.naming import ToolNameMap
 from agentd.watches.limits import WatchLimits
 from agentd.watches.manager import WatchManager, watch_limits
 from agentd.watches.state import claim
@@ -88,13 +88,10 @@ if TYPE_CHECKING:
     import httpx2
 
     from agentd.agent.prefork import PreforkedChild
-    from agentd.config import LogFormat, ServerSpec
+    from agentd.config import ServerSpec
     from agentd.core.prelaunch import EarlyProcess
     from agentd.observe.metrics import MetricsSnapshot
-    from agentd.observe.streamjson import StreamJson
-    from agentd.observe.telemetry import LineFormat
     from agentd.observe.tracing import Tracing
-    from agentd.state.conversations import Conversation
     from agentd.supervisor.children.channel import Journal
 
 #: How long agentd waits at exit for stderr and stdout to take what is still
@@ -144,7 +141,7 @@ def _run(settings: Settings, closed_fds: frozenset[int], early_servers: dict[str
         state_lock = (
             claim(settings.watch_state, own_dir=own_watch_state) if settings.watch_state is not None else None
         )
-        conversation = _once_conversation(settings)
+        conversation = once_conversation(settings)
     except ConfigError as exc:
         # Before telemetry starts: plain lines, the last one the error and its fix (rfcs/0321).
         for line in config_error_lines((exc,)):
@@ -224,62 +221,6 @@ def _run(settings: Settings, closed_fds: frozenset[int], early_servers: dict[str
     return code
 
 
-@dataclasses.dataclass(frozen=True)
-class OnceConversation:
-    """A once run's conversation (rfcs/0303): its id, what it continues, and where it is saved.
-
-    Attributes:
-        session_id: the conversation's id (the run's ``session_id``).
-        history: the saved turns the root continues (empty for a new conversation).
-        turns: how many turns were saved before (0: new).
-        dropped_turns: turns the history left out to fit ``--session-max-tokens``.
-        saving: where this run's turn is saved (None: ``--ephemeral``, or no state directory).
-        unsaved: why it is not saved although it could be (told once the run starts), or "".
-    """
-
-    session_id: str
-    history: tuple[MessageFrame, ...] = ()
-    turns: int = 0
-    dropped_turns: int = 0
-    saving: Conversation | None = None
-    unsaved: str = ""
-
-
-def _once_conversation(settings: Settings) -> OnceConversation | None:
-    """The conversation a once run continues and saves (None in other modes).
-
-    Raises:
-        ConfigError: ``--continue`` / ``--resume`` name no readable conversation (exit 2).
-    """
-    if settings.mode != "once":
-        return None
-    from agentd.state import conversations as conv
-
-    root = conv.state_root(settings.state_dir, os.environ)
-    unsaved = ""
-    if root is None:
-        unsaved = "there is no home directory for the per-user state directory"
-    elif settings.state_dir is None and root.exists():
-        from agentd.state.dir import refusal
-
-        why = refusal(root)
-        unsaved = f"the per-user state directory {str(root)!r}: {why}" if why is not None else ""
-    found = conv.find(root, resume=settings.resume, latest=settings.continue_conversation)
-    session_id = found.id if found is not None else str(uuid.uuid4())
-    saving = (
-        conv.Conversation(conv.folder(root), session_id, max_tokens=settings.session_max_tokens)
-        if root is not None
-        else None
-    )
-    history: tuple[MessageFrame, ...] = ()
-    turns = dropped = 0
-    if found is not None and saving is not None:
-        history, turns, dropped = saving.history()
-    if settings.ephemeral or unsaved:
-        saving = None
-    return OnceConversation(session_id, history, turns, dropped, saving, unsaved)
-
-
 def _prefork_once_root(settings: Settings) -> PreforkedChild | None:
     """A once run's root, forked from this process before trio starts (rfcs/0185); None otherwise."""
     if settings.mode != "once":
@@ -302,87 +243,6 @@ def _server_auth(spec: ServerSpec, state_dir: Path | None, telemetry: Telemetry)
     from agentd.upstream.auth import auth_for
 
     return auth_for(spec, state_dir=state_dir, telemetry=telemetry)
-
-
-def line_format(log_format: LogFormat, fd: int) -> LineFormat:
-    """``--log-format``: ``auto`` is human when ``fd`` is a terminal (a person reads it), else JSON."""
-    if log_format == "auto":
-        try:
-            return "human" if os.isatty(fd) else "json"
-        except OSError:
-            return "json"
-    return log_format
-
-
-def make_telemetry(settings: Settings, *, fd: int, closed: bool) -> Telemetry:
-    """The run's telemetry on ``fd``, in the settings' format, level and verbosity (rfcs/0320).
-
-    ``--quiet`` is the level ``error`` (only errors and a failed run's final
-    line; the answer is on stdout); ``--verbose`` is ``debug``, and the
-    human format then shows every event besides its progress lines.
-    """
-    level = settings.log_level or ("error" if settings.quiet else None)
-    verbose = bool(settings.verbose) or level == "debug"
-    view = HumanView(
-        colour=colours_wanted(os.environ, fd), width=terminal_width(fd, os.environ), verbose=verbose
-    )
-    return Telemetry(
-        verbose=bool(settings.verbose),
-        fd=fd,
-        buffer_bytes=settings.telemetry_buffer,
-        fd_closed=closed,
-        level=level,
-        line_format=line_format(settings.log_format, fd),
-        view=view,
-    )
-
-
-#: Python logging levels as telemetry levels (CRITICAL is an error too).
-_LOG_LEVELS = {logging.DEBUG: "debug", logging.INFO: "info", logging.WARNING: "warning"}
-
-
-def route_logging(telemetry: Telemetry) -> logging.Handler:
-    """Send Python ``logging`` (and ``warnings``) into telemetry.
-
-    Libraries log through ``logging`` (the MCP SDK on a peer's bad message);
-    unconfigured, that writes plain text to stderr synchronously, from the
-    reactor's thread, between the NDJSON lines. Routed here it becomes
-    ``log`` events: same format, buffered, rate-limited, never blocking.
-    Records below WARNING are taken only at ``--log-level debug``: libraries'
-    INFO records (an HTTP client's line per request) are debugging detail.
-    Returns the handler (removed at exit).
-    """
-    level = {"debug": logging.DEBUG, "info": logging.WARNING, "warning": logging.WARNING}.get(
-        telemetry.level, logging.ERROR
-    )
-    handler = _LogToTelemetry(telemetry, level)
-    root = logging.getLogger()
-    root.addHandler(handler)
-    root.setLevel(level)
-    logging.captureWarnings(True)
-    return handler
-
-
-class _LogToTelemetry(logging.Handler):
-    """Python log records as ``log`` telemetry events, at their logger's level."""
-
-    def __init__(self, telemetry: Telemetry, level: int) -> None:
-        super().__init__(level=level)
-        self._telemetry = telemetry
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            message = record.getMessage()
-        except Exception:  # a library's bad format string must not break anything
-            message = str(record.msg)
-        level = _LOG_LEVELS.get(record.levelno, "error" if record.levelno > logging.WARNING else "debug")
-        fields: dict[str, object] = {}
-        if record.exc_info and record.exc_info[1] is not None:
-            import traceback
-
-            fields["error"] = f"{type(record.exc_info[1]).__name__}: {record.exc_info[1]}"[:2000]
-            fields["traceback"] = "".join(traceback.format_exception(*record.exc_info))[-8000:]
-        self._telemetry.emit("log", logger=record.name, level=level, message=message[:2000], **fields)
 
 
 async def _main(
@@ -409,7 +269,7 @@ async def _main(
         open_files=nofile,
     )
     if conversation is not None:
-        _conversation_telemetry(conversation, telemetry)
+        conversation_telemetry(conversation, telemetry)
     # Under systemd (Type=notify): read and drop NOTIFY_SOCKET before any child starts.
     notifier = Notifier.from_environ(os.environ, telemetry=telemetry)
 
@@ -430,7 +290,7 @@ async def _main(
         deadline_at=(now + settings.deadline) if settings.deadline else None,
         max_usd=settings.budget_usd,
     )
-    _model_telemetry(settings, telemetry)
+    model_warnings(settings, telemetry)
     governor = RestartGovernor(intensity=settings.max_restarts, period=settings.restart_period)
     clock = driver.source if isinstance(driver, modes.Schedule) else make_clock(settings, now=now)
 
@@ -514,6 +374,9 @@ async def _main(
             required=required,
             keep=None if shard is None else declared_filter(router, shard),
         )
+        # The tool policy and the tool names, before the watches and the hub that both use them.
+        policy = ToolPolicy.from_settings(settings)
+        names = ToolNameMap()
         watches = WatchManager(
             upstreams=upstreams,
             events=events,
@@ -522,22 +385,23 @@ async def _main(
             server_for=partial(server_for, upstreams),
             state_path=settings.watch_state,
             routes=staged,
-            # Filters follow the global and per-server tool policy (the hub holds the tool names).
-            tool_allowed=lambda server, tool: hub.policy_allows(server, tool),
+            # Filters follow the global and per-server tool policy, under the names agents see.
+            tool_allowed=partial(policy_allows, policy, names),
             holds=subscriptions,
             counters=counters,
         )
         # Turns that are kept: warm sessions' in their journals, a once root's in its conversation.
         journal: Journal | None = journals.commit if journals is not None else None
         if conversation is not None and conversation.saving is not None:
-            journal = _saver(conversation.saving, session_id, telemetry)
+            journal = saver(conversation.saving, session_id, telemetry)
         # A once root cannot be woken later: no subscribe / watch_* tools for it.
         hub = SupervisorHub(
             events=events,
             upstreams=upstreams,
             telemetry=telemetry,
             watches=watches,
-            policy=ToolPolicy.from_settings(settings),
+            policy=policy,
+            names=names,
             offer_wakeups=not once,
             counters=counters,
         )
@@ -697,7 +561,7 @@ async def _main(
             )
 
         if settings.health_addr or settings.metrics_addr:
-            await _start_health(settings, reactor, telemetry, nursery, snapshot, status)
+            await start_health(settings, reactor, telemetry, nursery, snapshot, status)
 
         if notifier.watchdog_interval is not None:  # WatchdogSec= only: otherwise no timer at all
             from agentd.observe.health import reactor_probe
@@ -714,7 +578,7 @@ async def _main(
                 error=reactor.status.required_failed_error,
             )
         if once:
-            code = await _print_once(
+            code = await print_once(
                 reactor,
                 code,
                 json_out,
@@ -750,64 +614,6 @@ async def _main(
     return int(code)
 
 
-def _conversation_telemetry(conversation: OnceConversation, telemetry: Telemetry) -> None:
-    """What a once run says about its conversation at start: continued, or not saved and why."""
-    if conversation.turns:
-        telemetry.emit(
-            "conversation.resumed",
-            session=conversation.session_id,
-            turns=conversation.turns,
-            messages=len(conversation.history),
-            dropped_turns=conversation.dropped_turns,
-        )
-    if conversation.unsaved:
-        telemetry.emit(
-            "conversation.unsaved",
-            session=conversation.session_id,
-            error=conversation.unsaved,
-            fix="give --state-dir DIR (a directory of agentd's user), or --ephemeral to save nothing",
-        )
-
-
-def _saver(saving: Conversation, session_id: str, telemetry: Telemetry) -> Journal:
-    """The once root's journal: its turn is added to the conversation file (in a worker thread)."""
-
-    async def save(agent: str, messages: Sequence[MessageFrame]) -> None:
-        try:
-            saved = await trio.to_thread.run_sync(saving.save, messages)
-        except (OSError, StateFileError) as exc:
-            # Never fails the run: the answer is still printed, only continuing it is lost.
-            telemetry.emit(
-                "conversation.unsaved",
-                session=session_id,
-                path=str(saving.path),
-                error=str(exc),
-                fix="give --state-dir DIR (a writable directory of agentd's user), or --ephemeral to save nothing",
-            )
-            return
-        if saved.moved_aside is not None:
-            telemetry.emit(
-                "state.moved_aside",
-                file="conversation",
-                session=session_id,
-                path=str(saved.path),
-                moved_to=str(saved.moved_aside),
-                problem=saved.damage,
-                kept=saved.turns - 1,
-                fix="the file was moved aside untouched; inspect or delete it",
-            )
-        telemetry.emit(
-            "conversation.saved",
-            session=session_id,
-            agent=agent,
-            path=str(saved.path),
-            turns=saved.turns,
-            dropped_turns=saved.dropped_turns,
-        )
-
-    return save
-
-
 def _provider_payload(name: str, spec: ProviderSpec) -> ProviderFrame:
     """A ``[providers.NAME]`` table as the spawn payload carries it."""
     return ProviderFrame.model_validate(spec.config(name).to_payload())
@@ -819,27 +625,6 @@ async def _serve_bound_child(hub: SupervisorHub, agent: str, stream: trio.Socket
         await serve_child(hub, agent, stream)
     finally:
         hub.release(agent)
-
-
-def _model_telemetry(settings: Settings, telemetry: Telemetry) -> None:
-    """Warnings about the model configuration: deprecated names, a USD budget that cannot see a price."""
-    for old in deprecations(settings):
-        telemetry.emit("config.deprecated", setting=old.old, use=old.new)
-    if settings.budget_usd is None or settings.model is None:
-        return
-    # Lazy: the price database is loaded only when a USD budget needs it.
-    from agentd.models.pricing import has_price, price_provider_for
-
-    for spec in sorted({settings.model, *(r.model for r in settings.routes if r.model)}):
-        provider, _, name = spec.partition(":")  # validated: PROVIDER:NAME
-        if not has_price(price_provider_for(provider, settings.providers.get(provider)), name):
-            # Not an error: the provider may answer with a priced model name (an Azure
-            # deployment's model), or the model may be free (a local server).
-            telemetry.emit(
-                "budget.unpriced_model",
-                model=spec,
-                reason="genai-prices has no price for it: its calls count 0 USD toward --budget-usd",
-            )
 
 
 class _StartupRoutes:
@@ -856,193 +641,6 @@ class _StartupRoutes:
 
     async def remove(self, *, session: str, name: str) -> None:
         self._routes.remove_watch(session, name)
-
-
-#: How long a once run waits for stdout to take its result before it gives up
-#: (exit OUTPUT_FAILED): a reader that is slow is waited for, one that never
-#: reads does not hold the process forever.
-RESULT_WRITE_TIMEOUT = 30.0
-
-
-def run_error(reactor: Reactor, code: ExitCode, settings: Settings | None = None) -> dict[str, str] | None:
-    """The ``error`` object of a JSON result: ``kind``, ``message`` and ``fix`` (None when the run succeeded).
-
-    A budget exit names the limit actually reached (rfcs/0302): a tree-wide
-    ceiling (tokens, US dollars, steps) with its value and what was used, or
-    the per-turn ``--max-turn-steps`` cap of the root's turn; a deadline
-    names ``--deadline`` and its value (``settings`` gives the values).
-    """
-    budget = reactor.budget.spent()
-    error: tuple[str, str, str] | None = None
-    if reactor.status.fatal_infra is not None:
-        # Why the provider could not be used (HTTP status and its message), as in model.fatal.
-        message = reactor.status.fatal_infra
-        if any(marker in message for marker in ("HTTP 401", "HTTP 403", "credentials", "auth")):
-            fix = (
-                "check the model's API key (OPENAI_API_KEY, ANTHROPIC_API_KEY, or the endpoint's api_key_env)"
-            )
-        else:
-            fix = "check the model name and the provider's base URL, and that it is reachable from here"
-        error = ("provider", message, fix)
-    elif code is ExitCode.REQUIRED_SERVER:
-        error = (
-            "server",
-            reactor.status.required_failed_error
-            or f"required server {reactor.status.required_failed!r} failed",
-            "check the server's command or URL and its stderr (server.state and upstream.* lines on stderr)",
-        )
-    elif code in (ExitCode.BUDGET, ExitCode.BUDGET_PARTIAL):
-        error = _budget_error(reactor, budget, settings)
-    elif code is ExitCode.DEADLINE:
-        limit = f" {_seconds(settings.deadline)}" if settings is not None and settings.deadline else ""
-        error = (
-            "deadline",
-            f"the --deadline{limit} was reached",
-            "raise --deadline or give the agent less to do",
-        )
-    elif code is ExitCode.REFUSED:
-        error = ("refused", "the model refused the task", "rephrase the instruction or use another model")
-    elif code is ExitCode.DRAIN_TIMEOUT:
-        error = (
-            "drain_timeout",
-            "running turns did not finish within the drain grace",
-            "raise --grace (and terminationGracePeriodSeconds on Kubernetes)",
-        )
-    elif code is ExitCode.CRASHED and reactor.status.breaker_open:
-        error = (
-            "crashed",
-            "the agent kept crashing: more restarts than --max-restarts within --restart-period "
-            "(the restart breaker opened)",
-            "read the crashes' subagent.exit and child.stderr lines above; raise --max-restarts only "
-            "once the cause is known",
-        )
-    elif code is ExitCode.CRASHED:
-        status = reactor.status.root_status or "crashed"
-        error = (
-            "crashed",
-            f"the agent ended {status}",
-            "see subagent.exit and child.stderr on stderr; --log-level debug shows more",
-        )
-    if error is None:
-        return None
-    kind, message, fix = error
-    return {"kind": kind, "message": redact(message), "fix": fix}
-
-
-def _seconds(value: float) -> str:
-    return f"{value:g}s"
-
-
-def _budget_error(reactor: Reactor, spent: str | None, settings: Settings | None) -> tuple[str, str, str]:
-    """What a budget exit (3 or 7) says: the limit that was reached, its value, and the flag to raise."""
-    b = reactor.budget
-    if spent == "tokens":
-        return (
-            "budget",
-            f"the tree-wide token budget is spent: {b.tokens} tokens used of --budget-tokens {b.max_tokens}",
-            "raise --budget-tokens, or give the agent less to do",
-        )
-    if spent == "usd":
-        return (
-            "budget",
-            f"the tree-wide cost budget is spent: {b.usd:.4f} USD used of --budget-usd {b.max_usd:g}",
-            "raise --budget-usd, or use a cheaper model",
-        )
-    if spent == "steps":
-        return (
-            "budget",
-            f"the tree-wide step budget is spent: {b.steps} model calls of --budget-steps {b.max_steps}",
-            "raise --budget-steps, or give the agent less to do",
-        )
-    status = reactor.status.root_status
-    if status == "exhausted_steps":
-        cap = settings.max_turn_steps if settings is not None else None
-        limit = f" {cap}" if cap is not None else ""
-        return (
-            "budget",
-            f"the agent's turn reached --max-turn-steps{limit} (model calls in one turn) while it was still "
-            "calling tools",
-            "raise --max-turn-steps (0 turns the cap off), or give the agent a smaller task",
-        )
-    return (
-        "budget",
-        f"the agent stopped with status {status or 'unknown'!r} before a budget was spent",
-        "raise --budget-tokens, --budget-steps, --budget-usd or --max-turn-steps",
-    )
-
-
-def run_summary(
-    reactor: Reactor, code: ExitCode, duration: float, session_id: str, settings: Settings | None = None
-) -> dict[str, object]:
-    """What every JSON result carries: exit code, session id, turns, steps, usage, cost, duration, error."""
-    counters = reactor.counters
-    return {
-        "exit_code": int(code),
-        "session_id": session_id,
-        "turns": counters.turns,
-        "steps": counters.model_calls,
-        "usage": {
-            "input_tokens": counters.input_tokens,
-            "output_tokens": counters.output_tokens,
-            "cached_input_tokens": counters.cached_input_tokens,
-            "cache_creation_input_tokens": counters.cache_creation_input_tokens,
-            "model_calls": counters.model_calls,
-        },
-        "cost_usd": reactor.budget.cost_usd(),
-        "duration_s": round(duration, 3),
-        "error": run_error(reactor, code, settings),
-    }
-
-
-async def _print_once(
-    reactor: Reactor,
-    code: ExitCode,
-    json_out: bool,
-    duration: float,
-    telemetry: Telemetry,
-    stdout: LineWriter,
-    stream: StreamJson | None = None,
-    session_id: str = "",
-    settings: Settings | None = None,
-) -> ExitCode:
-    """Write the once run's result; the exit code, OUTPUT_FAILED if the result could not be written."""
-    text = reactor.status.root_text
-    status = reactor.status.root_status
-    line: bytes | None = None
-    if json_out or stream is not None:
-        summary = run_summary(reactor, code, duration, session_id, settings)
-        result: dict[str, object] = {"status": status, "exit_code": int(code), "result": text, **summary}
-        if stream is not None:
-            lost_before = stdout.dropped
-            stream.result(result)
-            return await _flushed(stdout, lost_before, code, status, telemetry)
-        line = orjson.dumps(result)
-    elif (
-        text and status is not None and code in (ExitCode.OK, ExitCode.BUDGET_PARTIAL, ExitCode.REFUSED)
-    ) or (text and status is not None and code == code_for_status(status, partial=True)):
-        line = text.encode(errors="replace")
-    if line is None:
-        return code
-    lost_before = stdout.dropped
-    stdout.put(line + b"\n")
-    return await _flushed(stdout, lost_before, code, status, telemetry)
-
-
-async def _flushed(
-    stdout: LineWriter, lost_before: int, code: ExitCode, status: TerminalStatus | None, telemetry: Telemetry
-) -> ExitCode:
-    """Wait (bounded) until stdout took the result; the exit code, OUTPUT_FAILED if it did not."""
-    flushed = await trio.to_thread.run_sync(stdout.flush, RESULT_WRITE_TIMEOUT, abandon_on_cancel=True)
-    if flushed and stdout.dropped == lost_before:
-        return code
-    if stdout.closed_at_start:
-        why = "stdout was closed when agentd started"
-    elif not flushed:
-        why = f"stdout did not take it within {RESULT_WRITE_TIMEOUT:g}s (a pipe nobody reads?)"
-    else:
-        why = f"writing to stdout failed: {stdout.last_error}"
-    telemetry.emit("result.unwritten", status=status, exit_code=int(ExitCode.OUTPUT_FAILED), error=why)
-    return ExitCode.OUTPUT_FAILED
 
 
 async def _rehearse_server() -> None:
@@ -1068,42 +666,3 @@ async def _watch_signals(events: trio.MemorySendChannel[ReactorEvent]) -> None:
 async def _unsubscribe(upstream: Upstream, uri: str) -> None:
     with contextlib.suppress(AgentdError):
         await upstream.unsubscribe(uri)
-
-
-async def _start_health(
-    settings: Settings,
-    reactor: Reactor,
-    telemetry: Telemetry,
-    nursery: trio.Nursery,
-    snapshot: Callable[[], MetricsSnapshot],
-    status: Callable[[], JSONObject],
-) -> None:
-    """Serve /healthz and /readyz (and /metrics, /status and the page) without ever blocking the reactor."""
-    # Imported only here: a run without probes never loads the HTTP and metrics stack (rfcs/0225).
-    from agentd.observe.health import StatusAccess, reactor_probe, serve_health, serve_metrics
-
-    token = read_status_token(settings.status_token_file) if settings.status_token_file else None
-
-    same = settings.metrics_addr is None or settings.metrics_addr == settings.health_addr
-    if settings.health_addr:
-        port = await nursery.start(
-            partial(
-                serve_health,
-                settings.health_addr,
-                probe=reactor_probe(reactor.send),
-                ready=reactor.ready,
-                snapshot=snapshot if same and settings.metrics_addr else None,
-                status=status,
-                status_token=token,
-            )
-        )
-        access = StatusAccess.for_bind(settings.health_addr, token)
-        telemetry.emit(
-            "health.listening",
-            addr=settings.health_addr,
-            port=port,
-            status="on" if access.enabled else "off: not loopback and no --status-token-file",
-        )
-    if settings.metrics_addr and not (same and settings.health_addr):
-        port = await nursery.start(partial(serve_metrics, settings.metrics_addr, snapshot=snapshot))
-        telemetry.emit("metrics.listening", addr=settings.metrics_addr, port=port)

@@ -178,6 +178,14 @@ class ToolCallNow:
     """trio time the call started."""
 
 
+def policy_allows(policy: ToolPolicy, names: ToolNameMap, server: str, tool: types.Tool) -> bool:
+    """Whether the global and per-server tool policy lets ``server``'s ``tool`` be used (watch filters)."""
+    hint = tool.annotations.read_only_hint if tool.annotations is not None else None
+    return policy.allows(
+        None, names.add(server, tool.name), server=server, tool=tool.name, read_only_hint=hint
+    )
+
+
 class SupervisorHub:
     """Implements :class:`agentd.selfmcp.server.Hub` over the upstreams and the reactor channel.
 
@@ -190,6 +198,8 @@ class SupervisorHub:
             whose root nothing can wake later).
         counters: the run's counter set (a ``subscribe`` the server refused is
             counted there); a private one if not given.
+        names: the provider-safe tool names agents see (a private map if not
+            given); shared with the watch filters' :func:`policy_allows`.
     """
 
     def __init__(
@@ -202,13 +212,14 @@ class SupervisorHub:
         policy: ToolPolicy | None = None,
         offer_wakeups: bool = True,
         counters: RunCounters | None = None,
+        names: ToolNameMap | None = None,
     ) -> None:
         self._events = events
         self._counters = counters if counters is not None else RunCounters()
         self._self_tools = [t for t in SELF_TOOLS if offer_wakeups or t.name not in WAKEUP_TOOLS]
         self.upstreams = upstreams
         self._telemetry = telemetry
-        self.names = ToolNameMap()
+        self.names = names if names is not None else ToolNameMap()
         self._policy = policy or ToolPolicy()
         self._routes: dict[str, str] = {}
         """Agent -> its route, for agents whose route narrows the tools (see :meth:`bind`)."""
@@ -235,10 +246,7 @@ class SupervisorHub:
 
     def policy_allows(self, server: str, tool: types.Tool) -> bool:
         """Whether the global and per-server tool policy lets ``server``'s ``tool`` be used (watch filters)."""
-        hint = tool.annotations.read_only_hint if tool.annotations is not None else None
-        return self._policy.allows(
-            None, self.names.add(server, tool.name), server=server, tool=tool.name, read_only_hint=hint
-        )
+        return policy_allows(self._policy, self.names, server, tool)
 
     def release(self, agent: str) -> None:
         """Forget ``agent`` (its channel closed)."""

@@ -11,24 +11,34 @@ What a person may see (rfcs/0336): instruction texts and tool arguments
 only when the daemon runs with ``--status-show-content``; credentials never
 (the whole document goes through :func:`agentd.core.redact.redact`); text from
 outside (URIs, errors) stays data, escaped where it is shown.
+
+:func:`start_health` serves it, with ``/healthz``, ``/readyz`` and ``/metrics``.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from functools import partial
+from typing import TYPE_CHECKING, Protocol
 
+import trio
+
+from agentd.config import Settings, read_status_token
 from agentd.core.jsonvalue import JSONObject, JSONValue
 from agentd.core.redact import redact
+from agentd.observe.telemetry import Telemetry
 from agentd.supervisor.hub import ToolCallNow
 from agentd.supervisor.loop.agents import Agent, AgentPhase, ExitedAgent
 from agentd.supervisor.loop.reactor import Reactor
 from agentd.triggers.router import Continue, Route, Spawn
 from agentd.upstream.connection import Upstream
 
-__all__ = ["SCHEMA", "RunFacts", "WatchView", "status_document"]
+if TYPE_CHECKING:
+    from agentd.observe.metrics import MetricsSnapshot
+
+__all__ = ["SCHEMA", "RunFacts", "WatchView", "start_health", "status_document"]
 
 SCHEMA = "agentd.status/1"
 """The document's schema name; a change that removes or renames a field bumps it."""
@@ -252,3 +262,42 @@ def _json(value: object) -> JSONValue:
     if isinstance(value, list | tuple):
         return [_json(v) for v in value]
     return repr(value)
+
+
+async def start_health(
+    settings: Settings,
+    reactor: Reactor,
+    telemetry: Telemetry,
+    nursery: trio.Nursery,
+    snapshot: Callable[[], MetricsSnapshot],
+    status: Callable[[], JSONObject],
+) -> None:
+    """Serve /healthz and /readyz (and /metrics, /status and the page) without ever blocking the reactor."""
+    # Imported only here: a run without probes never loads the HTTP and metrics stack (rfcs/0225).
+    from agentd.observe.health import StatusAccess, reactor_probe, serve_health, serve_metrics
+
+    token = read_status_token(settings.status_token_file) if settings.status_token_file else None
+
+    same = settings.metrics_addr is None or settings.metrics_addr == settings.health_addr
+    if settings.health_addr:
+        port = await nursery.start(
+            partial(
+                serve_health,
+                settings.health_addr,
+                probe=reactor_probe(reactor.send),
+                ready=reactor.ready,
+                snapshot=snapshot if same and settings.metrics_addr else None,
+                status=status,
+                status_token=token,
+            )
+        )
+        access = StatusAccess.for_bind(settings.health_addr, token)
+        telemetry.emit(
+            "health.listening",
+            addr=settings.health_addr,
+            port=port,
+            status="on" if access.enabled else "off: not loopback and no --status-token-file",
+        )
+    if settings.metrics_addr and not (same and settings.health_addr):
+        port = await nursery.start(partial(serve_metrics, settings.metrics_addr, snapshot=snapshot))
+        telemetry.emit("metrics.listening", addr=settings.metrics_addr, port=port)

@@ -5,6 +5,8 @@ HTTP) and every agent reaches the server's tools and resources through it.
 Its subscriptions ride on one listen stream per connection, replaced when the
 set changes (``subscriptions.py``: the shell; ``uriset.py``: what is wanted,
 carried and re-read, pure; rfcs/0260).
+Its tools, resources and templates are kept by ``catalog.py``, refreshed on
+connect and on list_changed.
 
 Public surface:
 

@@ -1,10 +1,10 @@
 """One supervised connection per upstream MCP server.
 
-Size: over 600 lines because one connection's lifecycle (connect, both
-protocol eras, catalogs, calls, reconnect) is one state machine; transports
-(``stdio.py``, ``http.py``), the subscriptions (``subscriptions.py``, one
-listen stream per connection, rfcs/0260), backoff, naming and resolution live
-in their own modules.
+Over 700 lines, one idea: one connection's lifecycle (both eras, fallbacks, reconnect) and the calls on it.
+
+Transports (``stdio.py``, ``http.py``), the catalogs (``catalog.py``), the
+subscriptions (``subscriptions.py``, one listen stream per connection,
+rfcs/0260), backoff, naming and resolution live in their own modules.
 
 :class:`Upstream` owns the connection to one configured server (stdio or
 Streamable HTTP) for the life of the supervisor: it connects, keeps the tool
@@ -49,7 +49,6 @@ from agentd.core.errors import CapabilityMissing, ServerUnavailable, UpstreamErr
 from agentd.core.limits import DEFAULT_MAX_READ_BYTES, DEFAULT_STARTUP_TIMEOUT, DEFAULT_TOOL_TIMEOUT
 from agentd.core.prelaunch import EarlyProcess
 from agentd.events import (
-    CatalogChanged,
     ReactorEvent,
     ResourceChanged,
     ServerState,
@@ -64,6 +63,7 @@ from agentd.upstream.backoff import (
     STABLE_SUBSCRIPTION,
     delay_before_attempt,
 )
+from agentd.upstream.catalog import Catalogs, listen_flags
 from agentd.upstream.describe import describe as _describe
 from agentd.upstream.handshake import client_mode, complete_handshake, offering
 from agentd.upstream.http import HttpTransport
@@ -80,7 +80,6 @@ from agentd.upstream.negotiate import (
 from agentd.upstream.resolve import Catalog
 from agentd.upstream.stdio import MAX_LINE_BYTES, StdioTransport
 from agentd.upstream.subscriptions import Subscriber
-from agentd.upstream.tooluse import TASK_ONLY_REASON, split_uncallable
 
 __all__ = [
     "INIT_TIMEOUT",
@@ -108,20 +107,7 @@ MAX_READ_BYTES = DEFAULT_MAX_READ_BYTES
 STDERR_SETTLE = 0.5
 """Seconds to wait for a dead server's stderr to reach EOF before quoting its tail."""
 
-_PAGE_CAP = 100
-"""Most pages fetched for one list: a server whose cursor never ends cannot hang a refresh."""
-
 _T = TypeVar("_T")
-
-
-class _PageLike(Protocol):
-    """One page of a paginated MCP listing."""
-
-    @property
-    def next_cursor(self) -> str | None: ...
-
-
-_Page = TypeVar("_Page", bound=_PageLike)
 
 
 class ServerSpecLike(Protocol):
@@ -309,22 +295,10 @@ class Upstream:
         """Negotiated protocol version of the current (or last) connection."""
         self.capabilities: types.ServerCapabilities | None = None
         """Capabilities of the current (or last) connection."""
-        self.tools: list[types.Tool] = []
-        """The server's tools, refreshed on connect and on ``tools/list_changed``."""
-        self.resources: list[types.Resource] = []
-        """Concrete resources, refreshed on connect and on ``resources/list_changed``."""
-        self.templates: list[types.ResourceTemplate] = []
-        """Resource templates, refreshed with :attr:`resources`."""
         self.last_error: str | None = None
         """Why the last attempt failed or the last connection dropped."""
-        self.tools_version = 0
-        """Bumped every time :attr:`tools` is replaced (see :meth:`wait_tools_changed`)."""
-        self.skipped_tools: tuple[str, ...] = ()
-        """Listed tools agentd cannot call (task-only), kept out of :attr:`tools` (rfcs/0296)."""
-        self._tools_changed = trio.Event()
-        self._catalog_cache: (
-            tuple[list[types.Resource], list[types.ResourceTemplate], bool, Catalog] | None
-        ) = None
+        self._catalogs = Catalogs(spec.name, telemetry, self._post, request_timeout=request_timeout)
+        """The server's tools, resources and templates (refreshed on connect and on list_changed)."""
         self._conn: _Conn | None = None
 
     # ------------------------------------------------------------------ views
@@ -334,29 +308,38 @@ class Upstream:
         """URIs currently remembered as subscribed (a live view; re-established after every reconnect)."""
         return self._subscriber.wanted
 
-    def catalog(self) -> Catalog:
-        """The routing view of this server (for :func:`agentd.upstream.resolve_server_for_uri`).
+    @property
+    def tools(self) -> list[types.Tool]:
+        """The server's tools, refreshed on connect and on ``tools/list_changed``."""
+        return self._catalogs.tools
 
-        Built once per catalog refresh (the lists are replaced, never mutated,
-        on refresh), not per call: every resource read and watch resolves a
-        URI through it, and building it parses the URI templates.
-        """
-        can = self._can_subscribe()
-        cached = self._catalog_cache
-        if (
-            cached is not None
-            and cached[0] is self.resources
-            and cached[1] is self.templates
-            and cached[2] == can
-        ):
-            return cached[3]
-        catalog = Catalog(
-            uris=frozenset(str(r.uri) for r in self.resources),
-            templates=tuple(t.uri_template for t in self.templates),
-            can_subscribe=can,
-        )
-        self._catalog_cache = (self.resources, self.templates, can, catalog)
-        return catalog
+    @property
+    def resources(self) -> list[types.Resource]:
+        """Concrete resources, refreshed on connect and on ``resources/list_changed``."""
+        return self._catalogs.resources
+
+    @property
+    def templates(self) -> list[types.ResourceTemplate]:
+        """Resource templates, refreshed with :attr:`resources`."""
+        return self._catalogs.templates
+
+    @property
+    def tools_version(self) -> int:
+        """Bumped every time :attr:`tools` is replaced (see :meth:`wait_tools_changed`)."""
+        return self._catalogs.tools_version
+
+    @property
+    def skipped_tools(self) -> tuple[str, ...]:
+        """Listed tools agentd cannot call (task-only), kept out of :attr:`tools` (rfcs/0296)."""
+        return self._catalogs.skipped_tools
+
+    def catalog(self) -> Catalog:
+        """The routing view of this server (for :func:`agentd.upstream.resolve_server_for_uri`)."""
+        return self._catalogs.routing(self._can_subscribe())
+
+    async def wait_tools_changed(self, seen_version: int) -> int:
+        """Wait until :attr:`tools_version` differs from ``seen_version``; return the new version."""
+        return await self._catalogs.wait_tools_changed(seen_version)
 
     @property
     def server_pid(self) -> int | None:
@@ -365,22 +348,6 @@ class Upstream:
         if conn is None or not isinstance(conn.transport, StdioTransport):
             return None
         return conn.transport.pid
-
-    async def wait_tools_changed(self, seen_version: int) -> int:
-        """Wait until :attr:`tools_version` differs from ``seen_version``; return the new version.
-
-        The reactor has no event for tool-list changes (tools are not routed),
-        so whoever serves the tool catalog to agents waits here.
-        """
-        while self.tools_version == seen_version:
-            await self._tools_changed.wait()
-        return self.tools_version
-
-    def _set_tools(self, tools: list[types.Tool]) -> None:
-        self.tools = tools
-        self.tools_version += 1
-        self._tools_changed.set()
-        self._tools_changed = trio.Event()
 
     def _can_subscribe(self) -> bool:
         caps = self.capabilities
@@ -656,11 +623,11 @@ class Upstream:
             await nursery.start(
                 self._subscriber.serve,
                 conn,
-                self._catalog_flags(client),
+                listen_flags(client),
                 partial(self._request_refresh, conn),
             )
-            await self._refresh_tools(client)
-            await self._refresh_resources(client)
+            await self._catalogs.refresh_tools(client)
+            await self._catalogs.refresh_resources(client)
             init_scope.deadline = math.inf
             up.connected = True
             self._conn = conn
@@ -693,86 +660,12 @@ class Upstream:
             )
             if task_status is not None:
                 task_status.started()
-            nursery.start_soon(self._refresher, conn, refresh_recv)
+            nursery.start_soon(self._catalogs.refresher, conn.client, refresh_recv)
             self._subscriber.connected()
             await transport.lost.wait()
             self._conn = None
             nursery.cancel_scope.cancel()
         await self._subscriber.disconnected(transport.lost_reason)
-
-    # ------------------------------------------------------------------ catalog
-
-    async def _refresh_tools(self, client: Client) -> None:
-        caps = client.server_capabilities
-        if caps.tools is None:
-            self._set_tools([])
-            return
-        tools: list[types.Tool] = []
-        cursor: str | None = None
-        for _ in range(_PAGE_CAP):
-            with trio.fail_after(self.request_timeout):
-                page = await client.list_tools(cursor=cursor)
-            tools.extend(page.tools)
-            cursor = page.next_cursor
-            if cursor is None:
-                break
-        usable, skipped = split_uncallable(tools)
-        if skipped and tuple(skipped) != self.skipped_tools:
-            # Said once per change of the set, not on every reconnect's refresh.
-            self._telemetry.emit(
-                "upstream.tools_skipped", server=self.name, tools=skipped, reason=TASK_ONLY_REASON
-            )
-        self.skipped_tools = tuple(skipped)
-        self._set_tools(usable)
-
-    async def _refresh_resources(self, client: Client) -> None:
-        caps = client.server_capabilities
-        if caps.resources is None:
-            self.resources, self.templates = [], []
-            return
-        self.resources = await self._paginate(client.list_resources, lambda p: p.resources)
-        self.templates = await self._paginate(client.list_resource_templates, lambda p: p.resource_templates)
-
-    async def _paginate(
-        self, fetch: Callable[..., Awaitable[_Page]], items: Callable[[_Page], list[_T]]
-    ) -> list[_T]:
-        out: list[_T] = []
-        cursor: str | None = None
-        for _ in range(_PAGE_CAP):
-            with trio.fail_after(self.request_timeout):
-                page = await fetch(cursor=cursor)
-            out.extend(items(page))
-            cursor = page.next_cursor
-            if cursor is None:
-                break
-        return out
-
-    async def _refresher(self, conn: _Conn, refresh_recv: trio.MemoryReceiveChannel[str]) -> None:
-        """Apply list_changed notices one at a time (a burst coalesces in the channel)."""
-        async for kind in refresh_recv:
-            try:
-                if kind == "tools":
-                    await self._refresh_tools(conn.client)
-                    self._telemetry.emit("upstream.tools_changed", server=self.name, tools=len(self.tools))
-                else:
-                    await self._refresh_resources(conn.client)
-                    await self._post(
-                        CatalogChanged(self.name, uris=frozenset(str(r.uri) for r in self.resources))
-                    )
-            except (Exception, trio.TooSlowError) as exc:
-                self._telemetry.emit(
-                    "upstream.refresh_failed", server=self.name, kind=kind, error=_describe(exc)
-                )
-
-    @staticmethod
-    def _catalog_flags(client: Client) -> tuple[bool, bool]:
-        """Whether to listen for (tools, resources) list changes: the server announces them."""
-        caps = client.server_capabilities
-        if client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
-            return False, False  # handshake era: they arrive through the message handler
-        return bool(caps.tools and caps.tools.list_changed), bool(
-            caps.resources and caps.resources.list_changed
-        )
 
     def _request_refresh(self, conn: _Conn, kind: str) -> None:
         # WouldBlock: refreshes are already queued; the last one sees this change too.
@@ -959,18 +852,18 @@ class Upstream:
     async def list_resources(self) -> list[types.Resource]:
         """Fetch the concrete resources (and update :attr:`resources`)."""
         conn = self._require("resources/list")
-        self.resources = await self._bounded(
-            "resources/list", conn, lambda c: self._paginate(c.list_resources, lambda p: p.resources)
+        self._catalogs.resources = await self._bounded(
+            "resources/list", conn, lambda c: self._catalogs.paginate(c.list_resources, lambda p: p.resources)
         )
         return list(self.resources)
 
     async def list_resource_templates(self) -> list[types.ResourceTemplate]:
         """Fetch the resource templates (and update :attr:`templates`)."""
         conn = self._require("resources/templates/list")
-        self.templates = await self._bounded(
+        self._catalogs.templates = await self._bounded(
             "resources/templates/list",
             conn,
-            lambda c: self._paginate(c.list_resource_templates, lambda p: p.resource_templates),
+            lambda c: self._catalogs.paginate(c.list_resource_templates, lambda p: p.resource_templates),
         )
         return list(self.templates)
 

@@ -1,8 +1,8 @@
 """Child processes: the spawn chokepoint, the zygote client, the kill ladder.
 
-Size: over 600 lines because the spawn chokepoint, the zygote client and
-the kill ladder share each child's record and must stay together to keep
-every exit path bounded; the child's control channel is ``channel.py``.
+Over 700 lines, one idea: every path of one child's record (spawn, serve, exit, the kill ladder) is bounded here.
+
+The zygote client is ``zygote.py``; the child's control channel is ``channel.py``.
 
 Every agent child starts through :meth:`Tree.spawn` (the one chokepoint).
 The supervisor keeps one end of two socketpairs per child: its MCP channel
@@ -43,7 +43,6 @@ supervisor still leaves no child behind.
 
 from __future__ import annotations
 
-import array
 import contextlib
 import enum
 import itertools
@@ -67,27 +66,27 @@ from agentd.observe.timeline import mark
 from agentd.selfmcp.control import FrameStream
 from agentd.selfmcp.protocol import MAX_CHILD_FRAME_BYTES, SpawnPayload
 from agentd.supervisor.children.channel import Journal, serve_control
-
-#: Time for the zygote to import trio, mcp and the agent code (~0.5 s here); generous for slow disks.
-ZYGOTE_READY_TIMEOUT = 30.0
+from agentd.supervisor.children.zygote import (
+    KILL_TIMEOUT,
+    ZYGOTE_COMMAND,
+    ZYGOTE_RESTART_BACKOFF,
+    SpawnFailed,
+    Zygote,
+    ZygoteState,
+    ZygoteUnusable,
+    parent_of,
+    start_zygote,
+    wait_exited,
+)
 
 #: Default bound on one spawn attempt (the zygote's fork, or a fresh
 #: interpreter's start, plus handing over the spawn payload). A fork answers
 #: in milliseconds; the bound only trips on a stopped or wedged zygote.
 DEFAULT_SPAWN_TIMEOUT = 5.0
 
-#: Seconds between failed starts of a replacement zygote (the last repeats):
-#: a zygote that cannot start (out of memory, out of pids) is retried without
-#: burning the CPU the fallback children need.
-ZYGOTE_RESTART_BACKOFF = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
-
 #: Time a child gets to exit after SIGTERM before SIGKILL. Children hold no
 #: state worth saving, so this only lets them close sockets cleanly.
 TERM_TIMEOUT = 2.0
-
-#: Time for the kernel to deliver SIGKILL and the zygote to reap; only an
-#: unkillable (D-state) process runs this out.
-KILL_TIMEOUT = 2.0
 
 #: After a child's channels close, how long to wait for its exit status (from
 #: the zygote, or our own wait) before reporting it unknown and SIGKILLing
@@ -100,24 +99,6 @@ STDERR_LINE_CHARS = 2000
 #: How a fresh-interpreter child starts; the two channel fds are appended.
 #: ``-P``: the working directory never shadows the installed package.
 CHILD_COMMAND: tuple[str, ...] = (sys.executable, "-P", "-m", "agentd.agent.child")
-#: How the zygote starts; its control socket's fd and the supervisor's pid are appended.
-ZYGOTE_COMMAND: tuple[str, ...] = (sys.executable, "-P", "-m", "agentd.agent.zygote")
-
-
-def _parent_of(pid: int) -> int | None:
-    """The parent pid of ``pid`` from ``/proc`` (None when it is gone or unreadable).
-
-    Read after ``pidfd_open``: the open pidfd pins the process, so a parent that
-    matches proves the pidfd is the process the zygote named.
-    """
-    try:
-        with open(f"/proc/{pid}/status", "rb") as status:
-            for line in status:
-                if line.startswith(b"PPid:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
 
 
 class ChildState(enum.Enum):
@@ -133,73 +114,6 @@ class ChildState(enum.Enum):
     """The channels closed; the process is gone (or going), or never started."""
 
 
-class ZygoteState(enum.Enum):
-    """Lifecycle of one zygote process."""
-
-    READY = "ready"
-    """Warm and answering: spawns fork here."""
-    RETIRED = "retired"
-    """Stopped answering, failed a fork or exited: asked for nothing more; killed
-    once the last child it forked is gone."""
-    STOPPED = "stopped"
-    """Killed (or exited) and its control socket closed."""
-
-
-class SpawnFailed(Exception):
-    """A spawn attempt did not produce a running child within its bound."""
-
-
-class _ZygoteUnusable(SpawnFailed):
-    """The zygote could not fork this child: retire it and start a fresh interpreter instead."""
-
-
-class _ZygoteProcess:
-    """The zygote's process, started from the supervisor's main thread.
-
-    Not a ``trio.Process``: trio forks from a worker thread, and a death
-    signal (``PR_SET_PDEATHSIG``) fires when the *thread* that forked exits;
-    forked from the main thread, the zygote's death signal fires only when
-    the supervisor is gone. The fork and exec block the reactor for a few
-    milliseconds, once per zygote.
-    """
-
-    def __init__(self, popen: subprocess.Popen[bytes], nursery: trio.Nursery) -> None:
-        self._popen = popen
-        self.pid = popen.pid
-        self._exited = trio.Event()
-        nursery.start_soon(self._watch)
-
-    async def _watch(self) -> None:
-        await _wait_exited(self.pid)
-        self._popen.wait()  # it exited: this reaps at once
-        self._exited.set()
-
-    @property
-    def returncode(self) -> int | None:
-        return self._popen.returncode
-
-    def kill(self) -> None:
-        if self._popen.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, signal.SIGKILL)
-
-    async def wait(self) -> None:
-        await self._exited.wait()
-
-
-async def _wait_exited(pid: int) -> None:
-    """Wait until process ``pid`` (a child of this process) exits, without reaping it.
-
-    Shielded: a process the tree started must be reaped, even at shutdown.
-    """
-    pidfd = os.pidfd_open(pid)
-    try:
-        with trio.CancelScope(shield=True):
-            await trio.lowlevel.wait_readable(pidfd)
-    finally:
-        os.close(pidfd)
-
-
 class _ForkedProcess:
     """A child this process forked itself (a pre-forked root): the surface of ``trio.Process`` the tree uses."""
 
@@ -210,7 +124,7 @@ class _ForkedProcess:
         nursery.start_soon(self._watch)
 
     async def _watch(self) -> None:
-        await _wait_exited(self.pid)
+        await wait_exited(self.pid)
         _, status = os.waitpid(self.pid, 0)  # noqa: ASYNC222 (it exited: this reaps at once)
         self.returncode = os.waitstatus_to_exitcode(status)
         self._exited.set()
@@ -218,43 +132,6 @@ class _ForkedProcess:
     async def wait(self) -> int | None:
         await self._exited.wait()
         return self.returncode
-
-
-@dataclass(eq=False)
-class Zygote:
-    """One zygote process and its control socket."""
-
-    proc: _ZygoteProcess
-    ctl: trio.socket.SocketType
-    pid: int
-    state: ZygoteState = ZygoteState.READY
-    pending: dict[str, trio.MemorySendChannel[tuple[str, int | str]]] = field(default_factory=dict)
-    """Spawn requests waiting for the zygote's answer, by agent id."""
-    children: set[str] = field(default_factory=set)
-    """Agents it forked whose channels are still open."""
-    spare: tuple[int, int] | None = None
-    """Its spare child, not an agent yet (rfcs/0230): (pid, pidfd). It dies with the
-    zygote (its death signal); the tree waits for that when it stops."""
-
-    def forget_spare(self, pid: int | None = None) -> None:
-        """The spare became an agent (``pid``), or another replaced it (None): stop watching it."""
-        if self.spare is not None and (pid is None or self.spare[0] == pid):
-            os.close(self.spare[1])
-            self.spare = None
-
-    async def kill_spare(self) -> None:
-        """SIGKILL the spare (by its pidfd: never another process) and wait until it is gone (bounded)."""
-        if self.spare is None:
-            return
-        _pid, fd = self.spare
-        self.spare = None  # this call owns the pidfd now: a message read meanwhile cannot close it
-        try:
-            with contextlib.suppress(OSError):
-                signal.pidfd_send_signal(fd, signal.SIGKILL)
-            with trio.move_on_after(KILL_TIMEOUT):
-                await trio.lowlevel.wait_readable(fd)
-        finally:
-            os.close(fd)
 
 
 @dataclass
@@ -368,45 +245,7 @@ class Tree:
     async def _start_zygote(self) -> Zygote:
         """Start a zygote and wait for its ``ready``; raises SpawnFailed when it does not come."""
         assert self._nursery is not None
-        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        try:
-            # From this (the main) thread, so the zygote's death signal is tied
-            # to the supervisor's life; in a session of its own, so a signal to
-            # the supervisor's process group does not reach it.
-            popen = subprocess.Popen(  # noqa: ASYNC220 (see above: a few ms, once per zygote)
-                [*ZYGOTE_COMMAND, str(child.fileno()), str(os.getpid())],
-                pass_fds=(child.fileno(),),
-                start_new_session=True,
-                stderr=subprocess.PIPE,
-                env={**os.environ, **self._zygote_env} if self._zygote_env else None,
-            )
-        except OSError as exc:  # EAGAIN under a pids limit, ENOMEM
-            parent.close()
-            raise SpawnFailed(f"could not start the zygote: {exc}") from None
-        finally:
-            child.close()
-        assert popen.stderr is not None
-        stderr = trio.lowlevel.FdStream(os.dup(popen.stderr.fileno()))
-        popen.stderr.close()
-        self._nursery.start_soon(self._forward_stderr, stderr, "zygote")
-        proc = _ZygoteProcess(popen, self._nursery)
-        ctl = trio.socket.from_stdlib_socket(parent)
-        first = b""
-        with trio.move_on_after(ZYGOTE_READY_TIMEOUT):
-            with contextlib.suppress(OSError):
-                first = await ctl.recv(4096)
-        try:
-            pid = int(orjson.loads(first)["ready"])
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
-            ctl.close()
-            proc.kill()
-            with trio.CancelScope(shield=True), trio.move_on_after(KILL_TIMEOUT):
-                await proc.wait()
-            why = "exited during start-up (see its stderr above)" if first == b"" else f"said {first[:200]!r}"
-            raise SpawnFailed(
-                f"the zygote {why}, or was not ready within {ZYGOTE_READY_TIMEOUT:g}s"
-            ) from None
-        z = Zygote(proc=proc, ctl=ctl, pid=pid)
+        z = await start_zygote(self._nursery, self._zygote_env, self._forward_stderr)
         self._zygotes.append(z)
         self._nursery.start_soon(self._read_zygote, z)
         return z
@@ -440,7 +279,7 @@ class Tree:
             if spare is not None:
                 with contextlib.suppress(OSError):  # it is gone already: nothing to wait for
                     fd = os.pidfd_open(spare)
-                    if _parent_of(spare) == z.pid:
+                    if parent_of(spare) == z.pid:
                         z.spare = (spare, fd)
                     else:  # it died and its pid was reused before we looked: not ours to kill
                         os.close(fd)
@@ -630,7 +469,7 @@ class Tree:
         if self.use_zygote and z is not None and z.state is ZygoteState.READY:
             try:
                 return await self._attempt(child, payload, z)
-            except _ZygoteUnusable as exc:
+            except ZygoteUnusable as exc:
                 self._retire(z, str(exc))
                 self._telemetry.emit("subagent.spawn_fallback", agent=child.agent, reason=str(exc))
         return await self._attempt(child, payload, None)
@@ -646,7 +485,7 @@ class Tree:
         try:
             with trio.move_on_after(self.spawn_timeout):
                 if z is not None:
-                    pid = await self._fork_via(z, child.agent, theirs)
+                    pid = await z.fork(child.agent, theirs)
                     z.children.add(child.agent)
                 else:
                     proc = await self._start_fresh(theirs)
@@ -671,7 +510,7 @@ class Tree:
                 done = True
             if not done:
                 if z is not None and pid is None:
-                    raise _ZygoteUnusable(
+                    raise ZygoteUnusable(
                         f"the zygote (pid {z.pid}) did not answer a spawn request within "
                         f"{self.spawn_timeout:g}s (stopped or overloaded)"
                     )
@@ -723,27 +562,6 @@ class Tree:
         child.pid, child.zygote, child.proc = pre.pid, None, proc
         child.pid_known.set()
         return _Channels(mcp=mcp, control=control)
-
-    async def _fork_via(self, z: Zygote, agent: str, fds: tuple[socket.socket, socket.socket]) -> int:
-        """Ask ``z`` to fork ``agent``; its pid, or _ZygoteUnusable (fork failed, zygote gone)."""
-        send, recv = trio.open_memory_channel[tuple[str, int | str]](1)
-        z.pending[agent] = send
-        try:
-            try:
-                mark("tree.fork_request", agent)
-                await z.ctl.sendmsg(
-                    [orjson.dumps({"agent": agent})],
-                    [(socket.SOL_SOCKET, socket.SCM_RIGHTS, _fds(*(s.fileno() for s in fds)))],
-                )
-            except OSError as exc:
-                raise _ZygoteUnusable(f"the zygote (pid {z.pid}) is gone: {exc}") from None
-            kind, value = await recv.receive()
-        finally:
-            z.pending.pop(agent, None)
-        if kind == "spawned":
-            mark("tree.forked", agent)
-            return int(value)
-        raise _ZygoteUnusable(f"the zygote (pid {z.pid}) could not fork: {value}")
 
     async def _start_fresh(self, fds: tuple[socket.socket, socket.socket]) -> trio.Process:
         try:
@@ -882,10 +700,6 @@ class Tree:
     def live_count(self) -> int:
         """Children whose channel is still open."""
         return sum(1 for c in self.children.values() if c.state is not ChildState.EXITED)
-
-
-def _fds(*fds: int) -> bytes:
-    return array.array("i", fds).tobytes()
 
 
 def _signal_group(pid: int, sig: int) -> None:
