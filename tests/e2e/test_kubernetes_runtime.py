@@ -509,6 +509,7 @@ async def test_memory_of_the_tree_with_4_running_agents_fits_the_deployment(tmp_
     async with run_agentd(reactive_args(toml), env=FAST_RECONNECT) as a:
         await a.wait_event("ready.changed", lambda e: e["ready"])
         idle = tree_memory(a.proc.pid)
+        idle_pids = {p.pid for p in tree(a.proc.pid)}
         peak = idle
         cpu = sum(sum(p.cpu_times()[:2]) for p in [psutil.Process(a.proc.pid), *tree(a.proc.pid)])
         for n in range(1, 5):
@@ -516,6 +517,7 @@ async def test_memory_of_the_tree_with_4_running_agents_fits_the_deployment(tmp_
             await a.wait_event("subagent.started", count=n)
             now = tree_memory(a.proc.pid)
             peak = max(peak, now, key=lambda m: m[2])
+        running_pids = {p.pid for p in tree(a.proc.pid)}
         by_role = [
             (role(p, a.proc.pid), round(p.memory_full_info().pss / MiB, 1))
             for p in [psutil.Process(a.proc.pid), *tree(a.proc.pid)]
@@ -529,6 +531,15 @@ async def test_memory_of_the_tree_with_4_running_agents_fits_the_deployment(tmp_
         f"\nper agent (PSS): {(peak[2] - idle[2]) / 4 / MiB:.1f} MiB"
         f"\nCPU to ready: {cpu:.2f} s; PSS by process with 4 agents: {by_role}"
     )
-    assert peak[0] == idle[0] + 4
+    # Four agents add four processes. The zygote keeps one spare forked ahead of need
+    # (rfcs/0230): whether it was already there at ready, and whether its successor is
+    # there yet, is timing, so it is counted apart.
+    agents = {e["pid"] for e in a.find("subagent.started")}
+    assert len(agents) == 4
+    assert agents <= running_pids, (agents, running_pids)
+    assert len(running_pids - agents - idle_pids) <= 1, (
+        "more than one new process beside the agents (a spare)"
+    )
+    assert peak[0] - idle[0] in (3, 4, 5), (idle[0], peak[0])
     assert peak[2] < request, "the measured footprint outgrew the memory request: re-measure and raise it"
     assert peak[1] < limit
