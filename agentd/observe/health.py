@@ -54,7 +54,6 @@ keeps serving.
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import math
 import resource
 from collections.abc import Awaitable, Callable
@@ -66,6 +65,7 @@ import orjson
 import trio
 
 from agentd.core.errors import ConfigError
+from agentd.core.hosts import host_of, is_loopback
 from agentd.core.jsonvalue import JSONObject
 from agentd.core.limits import raise_open_files_limit
 from agentd.core.redact import redact
@@ -139,26 +139,6 @@ Status = Callable[[], JSONObject]
 """Status source (sync, never blocks): the status document (:mod:`agentd.supervisor.statusview`)."""
 
 
-def _is_loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _host_of(value: str) -> str:
-    """The host of a ``Host`` header value (``[::1]:80`` -> ``::1``, ``a.b:80`` -> ``a.b``), lowercased."""
-    value = value.strip().lower()
-    if value.startswith("["):
-        end = value.find("]")
-        return value[1:end] if end > 0 else value
-    if value.count(":") == 1:
-        return value.split(":", 1)[0]
-    return value
-
-
 @dataclass(frozen=True, slots=True)
 class StatusAccess:
     """Who may read ``GET /status`` and the page at ``GET /`` (rfcs/0336).
@@ -177,7 +157,7 @@ class StatusAccess:
     @classmethod
     def for_bind(cls, addr: str, token: str | None) -> StatusAccess:
         host, _port = parse_addr(addr)
-        return cls(token=token, loopback=host is not None and _is_loopback(host), addr=addr)
+        return cls(token=token, loopback=host is not None and is_loopback(host), addr=addr)
 
     @property
     def enabled(self) -> bool:
@@ -193,8 +173,8 @@ class StatusAccess:
                 "bind --health-addr to 127.0.0.1\n",
             )
         if self.token is None:
-            host = _host_of(headers.get("host", ""))
-            if not _is_loopback(host):
+            host = host_of(headers.get("host", ""))
+            if not is_loopback(host):
                 return _Response(
                     HTTPStatus.MISDIRECTED_REQUEST,
                     f"Host {redact(host)!r} is not a loopback host: the status page answers only "

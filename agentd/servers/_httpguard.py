@@ -19,11 +19,12 @@ Refusals: 421 (Host), 403 (Origin), 401 (token), each with a one-line reason.
 from __future__ import annotations
 
 import hmac
-import ipaddress
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import urlsplit
+
+from agentd.core.hosts import host_of, is_loopback, is_wildcard
 
 __all__ = [
     "LOOPBACK_NAMES",
@@ -44,33 +45,6 @@ Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 App = Callable[[Scope, Receive, Send], Awaitable[None]]
-
-
-def is_loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def is_wildcard(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_unspecified
-    except ValueError:
-        return False
-
-
-def host_of(value: str) -> str:
-    """The host name of a ``Host`` header value (``[::1]:80`` -> ``::1``, ``a.b:80`` -> ``a.b``), lowercased."""
-    value = value.strip().lower()
-    if value.startswith("["):
-        end = value.find("]")
-        return value[1:end] if end > 0 else value
-    if value.count(":") == 1:
-        return value.split(":", 1)[0]
-    return value
 
 
 @dataclass(frozen=True, slots=True)
