@@ -810,17 +810,7 @@ class Subscriber:
         if not uris:
             self._telemetry.emit("upstream.catalog_stream_failed", server=self._server, attempts=attempts)
             return
-        self._telemetry.emit(
-            "subscription.failed",
-            server=self._server,
-            uris=len(uris),
-            sample=sample(uris),
-            attempts=attempts,
-            error=reason,
-        )
-        await self._post(
-            SubscriptionStateChanged(self._server, uris, "failed", attempt=attempts, error=reason)
-        )
+        await self._report_failed(uris, attempts, reason)
 
     async def _refuse(self, batch: _Batch, uris: Iterable[str], why: str, attempt: int) -> None:
         """The server refused ``uris``: a subscriber waiting for one hears why; the others are given up."""
@@ -833,16 +823,20 @@ class Subscriber:
         if not given_up:
             return
         self._set.fail(given_up)
+        await self._report_failed(frozenset(given_up), attempt, why)
+
+    async def _report_failed(self, uris: frozenset[str], attempts: int, error: str) -> None:
+        """Tell the user (``subscription.failed``) and the supervisor that ``uris`` are given up."""
         self._telemetry.emit(
             "subscription.failed",
             server=self._server,
-            uris=len(given_up),
-            sample=sample(given_up),
-            attempts=attempt,
-            error=why,
+            uris=len(uris),
+            sample=sample(uris),
+            attempts=attempts,
+            error=error,
         )
         await self._post(
-            SubscriptionStateChanged(self._server, frozenset(given_up), "failed", attempt=attempt, error=why)
+            SubscriptionStateChanged(self._server, uris, "failed", attempt=attempts, error=error)
         )
 
     # ------------------------------------------------------------------ changes out
