@@ -108,13 +108,15 @@ async def test_block_pauses_the_server_and_nothing_is_lost_with_flat_memory(
         paused = await a.wait_event("upstream.paused", timeout=START)
         # Every item's last bump reaches an agent, which reads the final version.
         await _wait_all_seen(a, ROUNDS)
-        # ... and once the queue has room for good, the server is read again.
+        # ... and once the queue has room, the server is read again. Counted here, not
+        # at exit: the changes kept while paused are delivered on resume and their
+        # agents may fill the queue once more (a pause the drain then ends).
         await wait_until(a, lambda: _balanced(a), timeout=DRAIN_STORM)
+        pauses = len(a.find("upstream.paused"))
         rss_after = psutil.Process(a.proc.pid).memory_info().rss
         assert await drain(a) == ExitCode.OK
     assert (paused["server"], paused["route"]) == ("many", "r0")
-    pauses, resumes = a.find("upstream.paused"), a.find("upstream.resumed")
-    assert len(resumes) == len(pauses) >= 1
+    assert pauses >= 1
     # Both eras: what was read while paused was kept one change per URI (rfcs/0260), so
     # far fewer changes reached the reactor than were written.
     routed = a.find("resource.updated", lambda e: e["route"] == "r0")
