@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -67,8 +67,8 @@ Subs = tuple[tuple[str, str | None], ...]
 #: below the context window of the models agents use, so a restored session fits.
 DEFAULT_MAX_TOKENS = 100_000
 
-Lookup = Callable[[str], tuple[str, Subs] | None]
-"""Agent id -> (its session, its self-subscriptions), or None when it is no session (yet)."""
+TurnJournal = Callable[[Sequence[MessageFrame]], Awaitable[None]]
+"""Records one agent's finished turn; returns once it is durable (:meth:`SessionJournals.journal_for`)."""
 
 
 @dataclass
@@ -92,14 +92,12 @@ class SessionJournals:
         directory: ``<state-dir>/sessions`` (created if missing).
         telemetry: ``journal.*`` events.
         max_tokens: token budget of one conversation (compaction beyond it).
-        lookup: which session an agent serves, and its self-subscriptions (the reactor's view).
     """
 
-    def __init__(self, directory: Path, telemetry: Telemetry, *, max_tokens: int, lookup: Lookup) -> None:
+    def __init__(self, directory: Path, telemetry: Telemetry, *, max_tokens: int) -> None:
         self.directory = directory
         self._telemetry = telemetry
         self.max_tokens = max_tokens
-        self._lookup = lookup
         self._journals: dict[str, _Journal] = {}
         self._resumable: dict[str, Subs] = {}
         """Sessions found at start whose conversation waits on disk -> their self-subscriptions."""
@@ -308,16 +306,27 @@ class SessionJournals:
 
     # -- the write path --------------------------------------------------------------------------
 
-    async def commit(self, agent: str, messages: Sequence[MessageFrame]) -> None:
-        """Append ``agent``'s finished turn to its session's journal (durable when this returns).
+    def journal_for(self, agent: SessionAgent) -> TurnJournal:
+        """What records ``agent``'s turns: bound to the reactor's own record of it when it is spawned.
 
-        A no-op for an agent that is no session. Errors are reported
-        (``journal.failed``), never raised: the turn goes on.
+        Each turn is recorded under the session the agent serves at that
+        turn's end (an agent becomes a session when it first subscribes
+        itself), with the self-subscriptions it then holds; a turn of an
+        agent that serves no session is not recorded.
         """
-        found = self._lookup(agent)
-        if found is None:
-            return
-        session, subs = found
+
+        async def record(messages: Sequence[MessageFrame]) -> None:
+            if agent.session is not None:
+                await self.commit(agent.id, messages, session=agent.session, subs=session_subs(agent))
+
+        return record
+
+    async def commit(self, agent: str, messages: Sequence[MessageFrame], *, session: str, subs: Subs) -> None:
+        """Append ``agent``'s finished turn to ``session``'s journal (durable when this returns).
+
+        ``subs`` are the session's self-subscriptions at this turn's end.
+        Errors are reported (``journal.failed``), never raised: the turn goes on.
+        """
         j = self._journals.get(session)
         if j is None:
             j = self._journals[session] = _Journal(session, self.directory / jf.file_name(session))
@@ -389,11 +398,17 @@ class SessionJournals:
         j.turn_tokens = [jf.turn_tokens(t) for t in turns]
         return dropped
 
-    async def spawn_resumed(self, tree: Tree, agent: str, session: str, payload: SpawnPayload) -> None:
+    async def spawn_resumed(
+        self, tree: Tree, agent: str, session: str, payload: SpawnPayload, journal: TurnJournal | None
+    ) -> None:
         """Spawn ``session``'s agent with the conversation its journal holds (read in a worker thread)."""
         history = await self.history(agent, session)
         with contextlib.suppress(RuntimeError):  # the tree stopped meanwhile (agentd is exiting)
-            tree.spawn(agent, payload.model_copy(update={"history": history}) if history else payload)
+            tree.spawn(
+                agent,
+                payload.model_copy(update={"history": history}) if history else payload,
+                journal=journal,
+            )
 
     def close(self) -> None:
         for j in self._journals.values():
@@ -404,8 +419,10 @@ class SessionJournals:
 
 
 class SessionAgent(Protocol):
-    """The reactor's view of an agent that a journal records (its session and self-subscriptions)."""
+    """The reactor's record of an agent that a journal records (its session and self-subscriptions)."""
 
+    @property
+    def id(self) -> str: ...
     @property
     def session(self) -> str | None: ...
     @property
@@ -414,28 +431,28 @@ class SessionAgent(Protocol):
     def subscription_servers(self) -> Mapping[str, str]: ...
 
 
-def journals_for(
-    settings: Settings, telemetry: Telemetry, agent_of: Callable[[str], SessionAgent | None]
-) -> SessionJournals | None:
-    """The session journals under ``--state-dir`` (None without one, and in once mode: nothing resumes).
+def session_subs(agent: SessionAgent) -> Subs:
+    """``agent``'s self-subscriptions as a journal records them: ``(uri, server)``, sorted by URI."""
+    return tuple((uri, agent.subscription_servers.get(uri)) for uri in sorted(agent.subscriptions))
 
-    ``agent_of`` is the reactor's view of an agent id (its ``session``,
-    ``subscriptions`` and ``subscription_servers``), or None.
-    """
+
+def journals_for(settings: Settings, telemetry: Telemetry) -> SessionJournals | None:
+    """The session journals under ``--state-dir`` (None without one, and in once mode: nothing resumes)."""
     if settings.state_dir is None or settings.mode == "once":
         return None
     from agentd.state.dir import SESSIONS_NAME
 
-    def lookup(agent_id: str) -> tuple[str, Subs] | None:
-        agent = agent_of(agent_id)
-        if agent is None or agent.session is None:
-            return None
-        subs = tuple((uri, agent.subscription_servers.get(uri)) for uri in sorted(agent.subscriptions))
-        return agent.session, subs
-
     return SessionJournals(
-        settings.state_dir / SESSIONS_NAME, telemetry, max_tokens=settings.session_max_tokens, lookup=lookup
+        settings.state_dir / SESSIONS_NAME, telemetry, max_tokens=settings.session_max_tokens
     )
 
 
-__all__ = ["DEFAULT_MAX_TOKENS", "SessionJournals", "Subs", "journals_for"]
+__all__ = [
+    "DEFAULT_MAX_TOKENS",
+    "SessionAgent",
+    "SessionJournals",
+    "Subs",
+    "TurnJournal",
+    "journals_for",
+    "session_subs",
+]

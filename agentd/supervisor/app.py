@@ -341,7 +341,7 @@ async def _main(
     models = sorted({default_profile.model, *(p.model for p in route_profiles.values())})
 
     async with trio.open_nursery() as nursery:
-        journals = journals_for(settings, telemetry, lambda agent_id: reactor.agents.get(agent_id))
+        journals = journals_for(settings, telemetry)
         warm_root = settings.mode == "loop" and settings.session == "warm"
         shard = shard_for(settings.shard)
         if journals is not None:
@@ -390,10 +390,6 @@ async def _main(
             holds=subscriptions,
             counters=counters,
         )
-        # Turns that are kept: warm sessions' in their journals, a once root's in its conversation.
-        journal: Journal | None = journals.commit if journals is not None else None
-        if conversation is not None and conversation.saving is not None:
-            journal = saver(conversation.saving, session_id, telemetry)
         # A once root cannot be woken later: no subscribe / watch_* tools for it.
         hub = SupervisorHub(
             events=events,
@@ -415,7 +411,6 @@ async def _main(
             # A once run's root is already forked and warming up: no zygote to wait for.
             use_zygote=preforked is None,
             preforked=preforked,
-            journal=journal,
         )
         declared = DeclaredSubscriptions(
             subscriptions, upstreams, events=events, telemetry=telemetry, nursery=nursery
@@ -447,14 +442,20 @@ async def _main(
                 history=conversation.history if once_root and conversation is not None else (),
                 traceparent=tracing.traceparent(agent.id) if tracing is not None else None,
             )
+            # Turns that are kept: warm sessions' in their journals, a once root's in its conversation.
+            journal: Journal | None = None
+            if once_root and conversation is not None and conversation.saving is not None:
+                journal = saver(conversation.saving, session_id, telemetry, agent.id)
+            elif payload.journal and journals is not None:
+                journal = journals.journal_for(agent)
             if (
                 journals is not None
                 and agent.session is not None
                 and journals.resumable(agent.session) is not None
             ):
-                nursery.start_soon(journals.spawn_resumed, tree, agent.id, agent.session, payload)
+                nursery.start_soon(journals.spawn_resumed, tree, agent.id, agent.session, payload, journal)
                 return
-            tree.spawn(agent.id, payload)
+            tree.spawn(agent.id, payload, journal=journal)
 
         def unsubscribe(server: str, uri: str) -> None:
             nursery.start_soon(_unsubscribe, upstreams[server], uri)

@@ -95,10 +95,10 @@ def conversation_telemetry(conversation: OnceConversation, telemetry: Telemetry)
         )
 
 
-def saver(saving: Conversation, session_id: str, telemetry: Telemetry) -> Journal:
-    """The once root's journal: its turn is added to the conversation file (in a worker thread)."""
+def saver(saving: Conversation, session_id: str, telemetry: Telemetry, agent: str) -> Journal:
+    """The once root ``agent``'s journal: its turn is added to the conversation file (in a worker thread)."""
 
-    async def save(agent: str, messages: Sequence[MessageFrame]) -> None:
+    async def save(messages: Sequence[MessageFrame]) -> None:
         try:
             saved = await trio.to_thread.run_sync(saving.save, messages)
         except (OSError, StateFileError) as exc:

@@ -463,7 +463,7 @@ async def run_child(the: Rig, model: Any) -> tuple[TurnEnd, list[MessageFrame]]:
     ctl_child, ctl_sup = trio.socket.socketpair()
     journal: list[MessageFrame] = []
 
-    async def record(_agent: str, frames: Any) -> None:
+    async def record(frames: Any) -> None:
         journal.extend(frames)
 
     ends = len(the.ends)

@@ -208,12 +208,12 @@ _JOURNAL_WRITER = textwrap.dedent(
     from agentd.observe.telemetry import NullTelemetry
 
     async def main():
-        store = SessionJournals(Path(sys.argv[1]), NullTelemetry(), max_tokens=200_000, lookup=lambda a: ("ops", ()))
+        store = SessionJournals(Path(sys.argv[1]), NullTelemetry(), max_tokens=200_000)
         store.scan()
         for i in range(1_000_000):
             turn = (MessageFrame(role="user", content=f"turn {i} " + "x" * 150_000),
                     MessageFrame(role="assistant", content=f"ok {i}"))
-            await store.commit("a1", turn)
+            await store.commit("a1", turn, session="ops", subs=())
             os.write(1, f"{i}\\n".encode())  # acknowledged: commit returned, the turn is durable
 
     trio.run(main)
@@ -231,7 +231,7 @@ async def test_sigkill_during_journal_writes_loses_no_acknowledged_turn(tmp_path
     )
     acked = await _acks_then_kill(proc, after)
     telemetry = RecordingTelemetry()
-    store = SessionJournals(sessions, telemetry, max_tokens=200_000, lookup=lambda _a: None)
+    store = SessionJournals(sessions, telemetry, max_tokens=200_000)
     store.scan()
     assert telemetry.find("state.moved_aside") == []  # a crash is never damage
     history = await store.history("a2", "ops")

@@ -21,16 +21,17 @@ def _turn(i: int) -> tuple[MessageFrame, ...]:
 
 
 async def test_a_session_compacted_past_its_budget_is_restored_subscribed(tmp_path: Path) -> None:
-    view: dict[str, tuple[str, Subs]] = {"a1": ("ops", SUBS)}
     telemetry = RecordingTelemetry()
-    store = SessionJournals(tmp_path, telemetry, max_tokens=1000, lookup=view.get)
+    store = SessionJournals(tmp_path, telemetry, max_tokens=1000)
     store.scan()
     for i in range(8):
-        await store.commit("a1", _turn(i))  # ~250 tokens a turn: compacted several times
+        await store.commit(
+            "a1", _turn(i), session="ops", subs=SUBS
+        )  # ~250 tokens a turn: compacted several times
     store.close()
     assert telemetry.find("journal.compacted")
     assert len(jf.read(tmp_path / jf.file_name("ops")).turns) < 8
-    again = SessionJournals(tmp_path, RecordingTelemetry(), max_tokens=1000, lookup={}.get)
+    again = SessionJournals(tmp_path, RecordingTelemetry(), max_tokens=1000)
     again.scan()
     # The next run re-subscribes the session at once: it is not deaf to its resources.
     assert again.resumable("ops") == SUBS

@@ -43,8 +43,8 @@ USAGE_REPLY_TIMEOUT = 30.0
 #: the per-turn step cap and the tool-result cut allow an honest child.
 MAX_TURN_TRANSCRIPT_BYTES = 256 * 1024 * 1024
 
-Journal = Callable[[str, Sequence[MessageFrame]], Awaitable[None]]
-"""Records a turn's messages for ``agent`` (the session journal); returns once they are durable."""
+Journal = Callable[[Sequence[MessageFrame]], Awaitable[None]]
+"""Records one child's finished turn (its session journal, or a once root's conversation); returns once durable."""
 
 
 async def serve_control(
@@ -95,7 +95,7 @@ async def serve_control(
             answer = await _ask(events, agent, frame, timeout=USAGE_REPLY_TIMEOUT)
         else:
             if transcript and journal is not None:
-                await journal(agent, transcript)
+                await journal(transcript)
             transcript, transcript_bytes = [], 0
             answer = await _ask(events, agent, frame, timeout=None)
         try:

@@ -152,6 +152,8 @@ class ChildProc:
     """Its process handle when it is our own child (a fresh interpreter, or pre-forked)."""
     reason: str | None = None
     """Why the supervisor ended it (a broken protocol rule), if it did."""
+    journal: Journal | None = None
+    """Records its finished turns (a session journal, a once root's conversation), if any."""
 
 
 ServeChild = Callable[[str, trio.SocketStream], Awaitable[None]]
@@ -181,7 +183,6 @@ class Tree:
         preforked: a child already forked and waiting for its payload
             (:mod:`agentd.agent.prefork`, a once run's root): the first spawn
             takes it instead of forking a new one.
-        journal: records a journaled child's turns (the session journal), if any.
     """
 
     def __init__(
@@ -195,7 +196,6 @@ class Tree:
         child_command: Sequence[str] = CHILD_COMMAND,
         zygote_env: Mapping[str, str] | None = None,
         preforked: PreforkedChild | None = None,
-        journal: Journal | None = None,
     ) -> None:
         self._events = events
         self._serve_child = serve_child
@@ -204,7 +204,6 @@ class Tree:
         self.spawn_timeout = spawn_timeout
         self._child_command = tuple(child_command)
         self._zygote_env = dict(zygote_env or {})
-        self._journal = journal
         self.children: dict[str, ChildProc] = {}
         """The children whose channels are open (an exited child leaves: :meth:`_forget`)."""
         self._nursery: trio.Nursery | None = None
@@ -404,13 +403,16 @@ class Tree:
 
     # -- the spawn chokepoint --------------------------------------------------
 
-    def spawn(self, agent: str, payload: SpawnPayload) -> ChildProc:
-        """Start agent child ``agent`` with ``payload`` (never blocks; the I/O runs in a task)."""
+    def spawn(self, agent: str, payload: SpawnPayload, *, journal: Journal | None = None) -> ChildProc:
+        """Start agent child ``agent`` with ``payload`` (never blocks; the I/O runs in a task).
+
+        ``journal`` records its finished turns (when ``payload.journal`` asks the child to send them).
+        """
         if self._nursery is None:
             raise RuntimeError("Tree.spawn before Tree.run started")
         if agent in self.children:
             raise ValueError(f"agent id {agent!r} is running already")
-        child = ChildProc(agent=agent, spawned_at=trio.current_time())
+        child = ChildProc(agent=agent, spawned_at=trio.current_time(), journal=journal)
         self.children[agent] = child
         self._nursery.start_soon(self._spawn_and_serve, child, payload)
         return child
@@ -619,7 +621,7 @@ class Tree:
                         channels.control,
                         events=self._events,
                         telemetry=self._telemetry,
-                        journal=self._journal,
+                        journal=child.journal,
                     )
                 except ProtocolError as exc:
                     child.reason = f"broke the control protocol: {exc}"
