@@ -95,7 +95,7 @@ template = "{{uri}}"
 command = "{py}"
 args = ["-m", "agentd", "serve", "webhook", "--listen", "127.0.0.1:{port}", "--dir", "{dir}",
         "--source", "github=github,secret_env=GITHUB_WEBHOOK_SECRET"]
-env = {{ GITHUB_WEBHOOK_SECRET = "${{GITHUB_WEBHOOK_SECRET}}", PYTHONPATH = "{repo}" }}
+env = {{ GITHUB_WEBHOOK_SECRET = "${{GITHUB_WEBHOOK_SECRET}}", PYTHONPATH = "{repo}"{timeline} }}
 required = true
 """
 
@@ -122,9 +122,14 @@ async def floor_latency(tmp: Path, n: int) -> list[float]:
         await proc.wait()
 
 
-async def wake_latency(tmp: Path, n: int) -> tuple[list[float], list[float]]:
-    """(POST → 200, POST → the spawned agent's request at the provider) per sample."""
-    from _providers import fake_provider, provider_env
+async def wake_latency(tmp: Path, n: int, timeline: Path | None = None) -> tuple[list[float], list[float]]:
+    """(POST → 200, POST → the spawned agent's request at the provider) per sample.
+
+    ``timeline``: agentd's and the server's marks (rfcs/0231) go to this file, with the
+    sample's start (``bench.t0``) and the provider's receipt (``provider.received``).
+    """
+    from _providers import TIMELINE_ENV, fake_provider, provider_env
+    from _providers import mark as timeline_mark
 
     from tests.fakes.provider_server import openai_reply
 
@@ -133,23 +138,29 @@ async def wake_latency(tmp: Path, n: int) -> tuple[list[float], list[float]]:
 
     def answer(request: Any) -> Any:
         stamps.append(time.perf_counter())
+        timeline_mark("provider.received")
         arrived.set()
         return openai_reply("NO_REPLY")
 
     port = free_port()
     cfg = tmp / "wake.toml"
-    cfg.write_text(WAKE_CONFIG.format(py=PY, port=port, dir=tmp / "deliveries", repo=REPO))
+    # A stdio server gets only the variables its env table names: the timeline's too.
+    marks = f', AGENTD_TIMELINE = "{timeline}"' if timeline is not None else ""
+    cfg.write_text(WAKE_CONFIG.format(py=PY, port=port, dir=tmp / "deliveries", repo=REPO, timeline=marks))
     answered: list[float] = []
     requested: list[float] = []
     async with fake_provider("openai", None) as (_fake, server):
         server._handler = answer
         env = {**provider_env("openai", server.base_url, tmp), **SECRET_ENV}
+        if timeline is not None:
+            env[TIMELINE_ENV] = str(timeline)
         async with run_agentd(["--config", str(cfg)], env=env) as a:
             await a.wait_for("reactor.start")
             for i in range(WARMUP + n):
                 arrived = trio.Event()
                 before = len(stamps)
                 mark = len(a.lines)
+                timeline_mark("bench.t0")
                 t0 = time.perf_counter()
                 with trio.fail_after(STEP_TIMEOUT):
                     reply = await post(port, "/hooks/github", BODY, github_headers(BODY, f"bench-{i}"))
@@ -254,7 +265,17 @@ async def main(args: argparse.Namespace) -> None:
         tmp = Path(raw)
         if args.latency:
             floor = await floor_latency(tmp, args.n)
-            answered, requested = await wake_latency(tmp, args.n)
+            path = None
+            if args.timeline:
+                from _providers import reopen_timeline
+
+                path = Path(args.timeline)
+                reopen_timeline(path)
+            answered, requested = await wake_latency(tmp, args.n, path)
+            if path is not None:
+                from _timeline import report
+
+                report(path, "POST → the spawned agent's request", skip=WARMUP)
             ms = 1000.0
             rows = [
                 ["bare http.server + fdatasync: POST → 200 (floor)", fmt(p50(floor) * ms), fmt(pct(floor, 95) * ms), "1.00"],
@@ -295,6 +316,11 @@ if __name__ == "__main__":
     ap.add_argument("--seconds", type=float, default=10.0, help="throughput: seconds per run (default 10)")
     ap.add_argument("--latency", action="store_true", help="only the latency part")
     ap.add_argument("--throughput", action="store_true", help="only the throughput part")
+    ap.add_argument(
+        "--timeline",
+        metavar="FILE",
+        help="latency: write the marks of agentd and the server (AGENTD_TIMELINE) to FILE and print the stages",
+    )
     parsed = ap.parse_args()
     if not parsed.latency and not parsed.throughput:
         parsed.latency = parsed.throughput = True

@@ -49,6 +49,7 @@ import orjson
 import trio
 
 from agentd.core.jsonvalue import JSONObject
+from agentd.observe.timeline import mark
 from agentd.servers.webhook.delivery import Accepted, Reply, interpret
 from agentd.servers.webhook.sources import SourceSpec
 from agentd.servers.webhook.store import DeliveryStore, Duplicate, StoreUnavailable
@@ -227,6 +228,7 @@ class Listener:
             if response is None:
                 return
             await self._send(stream, conn, response)
+            mark("webhook.answered")
             if self._hook is not None and response.status == 200 and "duplicate" in response.body:
                 self._hook("answered")
             if response.close or conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:

@@ -65,6 +65,7 @@ import trio
 
 from agentd.core.durations import format_duration
 from agentd.core.jsonvalue import JSONObject
+from agentd.observe.timeline import mark
 from agentd.servers._base import ServerStartError
 from agentd.servers._inboxlog import NOTES_CAP, WINDOW, AckError, Cursor, Entry, InboxLog, cursor_from_json
 from agentd.servers._safefs import open_regular, read_regular, write_atomic
@@ -700,6 +701,7 @@ class DeliveryStore:
                 self._break(f"fdatasync of the delivery log failed ({exc.strerror}); the server stops")
                 return
             self.counters.syncs += 1
+            mark("webhook.synced")
             self._step("synced")
             was_empty = not (self._order and self._order[0].durable)  # durable in order: the oldest tells
             new: list[str] = []
