@@ -255,9 +255,11 @@ async def test_a_created_uri_is_held_until_its_subscribe_ends_even_when_it_fails
         await trio.testing.wait_all_tasks_blocked()
         assert not hold.released.is_set()  # the subscribe is on its way: reads wait
         release.set()
-    assert hold.released.is_set() and up.holds == {}
+    assert hold.released.is_set()
+    assert up.holds == {}
     [failed] = rig.drain()
-    assert isinstance(failed, SubscriptionStateChanged) and failed.state == "failed"
+    assert isinstance(failed, SubscriptionStateChanged)
+    assert failed.state == "failed"
     # Made again by a later refresh: declared before, so re-read after the subscribe as ever.
     up2 = FakeUpstream("notes", up.cat)
     d._upstreams = {"notes": up2}
