@@ -20,7 +20,17 @@ connections for ``--seconds``; deliveries answered 200 per second, and how
 many ``fdatasync`` calls they took (the group commit lets concurrent
 deliveries share one). The floor: a bare loop in this process that appends a
 line of the same size and ``fdatasync``s, once per delivery. Goal: ≥ 0.5× the
-floor.
+floor. Every delivery is durable (its line ``fdatasync``ed) before its 200;
+concurrent ones share a sync (group commit), so the table says how many
+``fdatasync`` calls a delivery took ("fdatasyncs per delivery": 1.00 with one
+sender, less with eight).
+
+The printout ends with the two goals, each with its figure, its floor and the
+load average.
+
+``--timeline FILE`` (latency): the marks of agentd, the server and the child
+(rfcs/0231) in FILE, and each stage's median: where the time between the POST
+and the agent's request goes.
 """
 
 from __future__ import annotations
@@ -261,6 +271,7 @@ async def http_floor_throughput(tmp: Path, seconds: float, senders: int) -> tupl
 
 async def main(args: argparse.Namespace) -> None:
     print(f"bench_webhooks: {machine_note()}")
+    goals: list[str] = []
     with tempfile.TemporaryDirectory() as raw:
         tmp = Path(raw)
         if args.latency:
@@ -285,12 +296,16 @@ async def main(args: argparse.Namespace) -> None:
                  fmt(pct(requested, 95) * ms), fmt(p50(requested) / p50(floor))],
             ]  # fmt: skip
             table(f"latency, n={args.n} (+{WARMUP} warm-up), ms", ["path", "p50", "p95", "p50 ÷ floor"], rows)
-            print(
-                f"goal: POST → request p50 ≤ 20 ms at load ≤ 2: {fmt(p50(requested) * ms)} ms; {machine_note()}"
+            goals.append(
+                f"goal 1: POST → the spawned agent's request at the provider, p50 ≤ 20 ms at load ≤ 2: "
+                f"{fmt(p50(requested) * ms)} ms (the 200 itself {fmt(p50(answered) * ms)} ms; floor, a bare "
+                f"http.server + fdatasync POST → 200: {fmt(p50(floor) * ms)} ms); "
+                f"{'met' if p50(requested) * ms <= 20 else 'not met'} at {machine_note()}"
             )
         if args.throughput:
             floor_rate = floor_throughput(tmp, args.seconds)
             rows = [["append + fdatasync loop (floor)", fmt(floor_rate, 0), "1.00", "1.00", ""]]
+            ratios: dict[int, tuple[float, float, float]] = {}
             for senders in (1, 8):
                 http_rate, http_cpu = await http_floor_throughput(tmp, args.seconds, senders)
                 rows.append(
@@ -298,16 +313,30 @@ async def main(args: argparse.Namespace) -> None:
                      fmt(http_rate / floor_rate), "1.00", fmt(http_cpu)]
                 )  # fmt: skip
                 rate, done, syncs, cpu = await server_throughput(tmp, args.seconds, senders)
+                per_delivery = syncs / max(done + WARMUP, 1)
+                ratios[senders] = (rate, rate / floor_rate, per_delivery)
                 rows.append(
                     [f"agentd serve webhook, {senders} sender(s)", fmt(rate, 0), fmt(rate / floor_rate),
-                     fmt((done + WARMUP) / max(syncs, 1)), fmt(cpu)]
+                     fmt(per_delivery), fmt(cpu)]
                 )  # fmt: skip
             table(
                 f"deliveries per second, {args.seconds:g} s each (senders in this process)",
-                ["what", "per s", "÷ floor", "deliveries per fdatasync", "server CPU ms per delivery"],
+                ["what", "per s", "÷ floor", "fdatasyncs per delivery", "server CPU ms per delivery"],
                 rows,
             )
-            print(f"goal: ≥ 0.5× the floor; {machine_note()}")
+            best = max(r for _, r, _ in ratios.values())
+            goals.append(
+                f"goal 2: deliveries answered 200 per second, each fdatasync'd before its 200, ≥ 0.5× the "
+                f"append + fdatasync loop (floor {fmt(floor_rate, 0)}/s): "
+                + "; ".join(
+                    f"{n} sender{'s' if n > 1 else ''} {fmt(rate, 0)}/s = {fmt(r)}× ({fmt(per)} fdatasyncs per delivery)"
+                    for n, (rate, r, per) in sorted(ratios.items())
+                )
+                + f"; {'met' if best >= 0.5 else 'not met'} at {machine_note()}"
+            )
+        print()
+        for line in goals:
+            print(line)
 
 
 if __name__ == "__main__":
