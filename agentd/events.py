@@ -103,7 +103,8 @@ class ServerState(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class ResourceChanged:
-    """A server says ``uri`` changed (or may have: ``kind == "synthetic"``).
+    """A server says ``uri`` changed (or may have: ``kind == "synthetic"``; or it appeared
+    under a declared glob: ``kind == "list_changed"``, rfcs/0350).
 
     ``startup`` marks the one synthetic event that follows a declared
     subscription's first establishment (rfcs/0130): the owning route may

@@ -53,7 +53,8 @@ from agentd.triggers.glob import Glob, GlobIndex, compile_glob
 
 ChangeKind = Literal["updated", "synthetic", "list_changed", "timer"]
 """Why a URI is delivered: a pushed update, a synthetic "possibly changed"
-after a (re)subscribe, a catalog change, or a clock fire."""
+after a (re)subscribe, a catalog change (the URI appeared under a declared
+glob; rfcs/0350), or a clock fire."""
 
 Overflow = Literal["coalesce", "drop_oldest", "drop_newest", "block"]
 """What a full route queue does with a new distinct URI (see the module docstring)."""

@@ -16,6 +16,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from agentd.events import CatalogChanged, ReactorEvent
 from agentd.observe.telemetry import Telemetry
+from agentd.observe.timeline import mark
 from agentd.upstream.describe import describe as _describe
 from agentd.upstream.resolve import Catalog
 from agentd.upstream.tooluse import TASK_ONLY_REASON, split_uncallable
@@ -140,8 +141,32 @@ class Catalogs:
         if caps.resources is None:
             self.resources, self.templates = [], []
             return
-        self.resources = await self.paginate(client.list_resources, lambda p: p.resources)
-        self.templates = await self.paginate(client.list_resource_templates, lambda p: p.resource_templates)
+        # Both lists at once: a new resource (a glob's next URI) is routed one round trip sooner.
+        # The first failure is raised as itself (callers tell a refusal from a timeout), not in a group.
+        resources: list[types.Resource] = []
+        templates: list[types.ResourceTemplate] = []
+        errors: list[Exception] = []
+
+        async def fetch_resources() -> None:
+            try:
+                resources.extend(await self.paginate(client.list_resources, lambda p: p.resources))
+            except Exception as exc:
+                errors.append(exc)
+
+        async def fetch_templates() -> None:
+            try:
+                templates.extend(
+                    await self.paginate(client.list_resource_templates, lambda p: p.resource_templates)
+                )
+            except Exception as exc:
+                errors.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(fetch_resources)
+            nursery.start_soon(fetch_templates)
+        if errors:
+            raise errors[0]
+        self.resources, self.templates = resources, templates
 
     async def paginate(
         self, fetch: Callable[..., Awaitable[_Page]], items: Callable[[_Page], list[_T]]
@@ -166,6 +191,7 @@ class Catalogs:
                     self._telemetry.emit("upstream.tools_changed", server=self.name, tools=len(self.tools))
                 else:
                     await self.refresh_resources(client)
+                    mark("upstream.listed")
                     await self._post(
                         CatalogChanged(self.name, uris=frozenset(str(r.uri) for r in self.resources))
                     )

@@ -79,7 +79,7 @@ from agentd.upstream.negotiate import (
 )
 from agentd.upstream.resolve import Catalog
 from agentd.upstream.stdio import MAX_LINE_BYTES, StdioTransport
-from agentd.upstream.subscriptions import Subscriber
+from agentd.upstream.subscriptions import ReadHold, Subscriber
 
 __all__ = [
     "INIT_TIMEOUT",
@@ -723,6 +723,10 @@ class Upstream:
         self._gate_subscribe(min(uris), "subscribe to", more=len(uris) - 1)
         return await self._subscriber.subscribe(uris)
 
+    def hold_reads(self, uris: Collection[str]) -> ReadHold:
+        """Reads of ``uris`` wait until the returned hold is released (a subscribe on its way; rfcs/0350)."""
+        return self._subscriber.hold_reads(uris)
+
     async def unsubscribe(self, uri: str) -> None:
         """Stop watching ``uri`` (idempotent; the server stops carrying it at the next establishment).
 
@@ -839,6 +843,7 @@ class Upstream:
             UpstreamError: the body is larger than ``max_read_bytes``, or the read failed.
         """
         what = f"resources/read {uri!r}"
+        await self._subscriber.wait_readable(uri)
         conn = self._require(what)
         result = await self._bounded(what, conn, lambda c: c.read_resource(uri))
         size = body_size(result.contents)

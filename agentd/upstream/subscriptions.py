@@ -62,7 +62,7 @@ from agentd.upstream.backoff import MAX_CONSECUTIVE_FAILURES, GiveUp, Resubscrib
 from agentd.upstream.describe import describe
 from agentd.upstream.uriset import Narrowing, NarrowingPhase, Switch, UriSet
 
-__all__ = ["HANDSHAKE_CONCURRENCY", "SAMPLE", "ConnectionLike", "StreamState", "Subscriber"]
+__all__ = ["HANDSHAKE_CONCURRENCY", "SAMPLE", "ConnectionLike", "ReadHold", "StreamState", "Subscriber"]
 
 HANDSHAKE_CONCURRENCY = 16
 """``resources/subscribe`` requests in flight at once on a handshake-era session: enough
@@ -110,6 +110,33 @@ class _Batch:
             if uri not in carried and uri not in self.errors:
                 self.errors[uri] = error or "the server did not acknowledge it"
         self.done.set()
+
+
+class ReadHold:
+    """Reads of some URIs wait until :meth:`release` (their subscribe is on its way; rfcs/0350).
+
+    A URI whose change was routed before its subscription was made (it
+    appeared under a declared glob) must not be read before the subscription
+    is live: a change between that read and the subscription would reach
+    nobody. Holding its reads until the subscribe ended (made or failed)
+    closes that window without a second delivery.
+    """
+
+    __slots__ = ("_holds", "_uris", "released")
+
+    def __init__(self, holds: dict[str, ReadHold], uris: Collection[str]) -> None:
+        self._holds = holds
+        self._uris = tuple(uris)
+        self.released = trio.Event()
+        for uri in self._uris:
+            holds[uri] = self
+
+    def release(self) -> None:
+        """The subscribe ended: reads go ahead (idempotent)."""
+        self.released.set()
+        for uri in self._uris:
+            if self._holds.get(uri) is self:
+                del self._holds[uri]
 
 
 class StreamState(enum.Enum):
@@ -297,6 +324,8 @@ class Subscriber:
         self._outbox_wake = trio.Event()
         self._poster_running = False
         self._paused = False
+        self._holds: dict[str, ReadHold] = {}
+        """URI -> the hold its reads wait for (:meth:`hold_reads`)."""
 
     # ------------------------------------------------------------------ views
 
@@ -343,6 +372,21 @@ class Subscriber:
             failed[uri] = why
             self._set.drop(uri)
         return failed
+
+    def hold_reads(self, uris: Collection[str]) -> ReadHold:
+        """Reads of ``uris`` wait (:meth:`wait_readable`) until the returned hold is released."""
+        return ReadHold(self._holds, uris)
+
+    async def wait_readable(self, uri: str) -> None:
+        """Return once no hold is on ``uri`` (at once, nearly always), or after ``request_timeout``.
+
+        The bound is the subscribe's own: its requests are bounded by it, so a
+        hold that outlives it belongs to a subscribe that is failing anyway.
+        """
+        hold = self._holds.get(uri)
+        if hold is not None:
+            with trio.move_on_after(self._request_timeout):
+                await hold.released.wait()
 
     def unsubscribe(self, uri: str) -> bool:
         """Stop carrying ``uri`` (the next establishment leaves it out); True if it was subscribed."""
@@ -650,6 +694,7 @@ class Subscriber:
                 ) as sub:
                     honored = sub.honored.resource_subscriptions
                     stream.acknowledged(stream.asked.intersection(honored) if honored else frozenset())
+                    mark("upstream.listen_acknowledged")
                     task_status.started()
                     async for event in sub:
                         self._on_event(stream, event, on_catalog)
@@ -676,6 +721,7 @@ class Subscriber:
         elif isinstance(event, ToolsListChanged):
             on_catalog("tools")
         elif isinstance(event, ResourcesListChanged):
+            mark("upstream.list_changed")
             on_catalog("resources")
 
     async def _serve_handshake(self, conn: ConnectionLike) -> None:

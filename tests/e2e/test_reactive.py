@@ -226,8 +226,9 @@ async def test_a_dead_self_subscribers_upstream_subscription_is_released(tmp_pat
 async def test_list_changed_subscribes_a_new_uri_matching_a_glob_and_seeds_it(tmp_path):
     # A declared glob subscription expands against the server's catalog. The
     # root shift adds a note (the server announces resources/list_changed):
-    # agentd subscribes the new concrete URI and seeds it with one "possibly
-    # changed" event, which the glob route hands to a fresh agent.
+    # agentd routes the new concrete URI at once (kind list_changed, rfcs/0350)
+    # and subscribes it; the glob route hands it to one fresh agent, and no
+    # re-read after the subscribe starts a second one.
     model = script(
         tmp_path,
         [
@@ -250,7 +251,12 @@ async def test_list_changed_subscribes_a_new_uri_matching_a_glob_and_seeds_it(tm
             "subagent.spawn", lambda e: e.get("route") is not None, timeout=STEP_TIMEOUT
         )
         await a.wait_event("turn.end", lambda e: e["agent"] == spawned["agent"], timeout=STEP_TIMEOUT)
+        await a.wait_event(
+            "subscription.established", lambda e: e["uri"] == "note://gamma", timeout=STEP_TIMEOUT
+        )
         await drain(a)
-    assert seeded["kind"] == "synthetic"
+    assert seeded["kind"] == "list_changed"
     assert seeded["route"] is not None
     assert "catalog.changed" in {e["event"] for e in a.events}
+    assert [e["kind"] for e in a.find("resource.updated") if e["uri"] == "note://gamma"] == ["list_changed"]
+    assert len([e for e in a.find("subagent.spawn") if e.get("route") is not None]) == 1

@@ -161,6 +161,88 @@ async def test_w2_killed_right_after_answering_200_the_delivery_survives_the_res
     assert '"pending":false' in a.out  # the agent acknowledged it
 
 
+SENDERS = 8
+PER_SENDER = 12
+KILL_AT_SYNC = 6
+"""WH9: the server SIGKILLs itself right after its 6th group commit (synced, nobody in it answered)."""
+
+#: ``python -c`` wrapper: ``agentd serve webhook`` that SIGKILLs itself right after its Nth fdatasync.
+_KILL_AT_SYNC = textwrap.dedent(
+    """
+    import os, signal, sys
+    from agentd.servers.webhook import store
+    at, count = int(sys.argv[1]), [0]
+    def hook(step):
+        if step == "synced":
+            count[0] += 1
+            if count[0] == at:
+                os.kill(os.getpid(), signal.SIGKILL)  # the batch is on disk; none of it is answered
+    class Store(store.DeliveryStore):
+        def __init__(self, *a, **k):
+            super().__init__(*a, step_hook=hook, **k)
+    store.DeliveryStore = Store
+    from agentd.servers import main
+    raise SystemExit(main(sys.argv[2:]))
+    """
+)
+
+
+async def test_w9_killed_with_concurrent_senders_in_flight_every_200_is_kept_once(tmp_path: Path) -> None:
+    """W9: eight senders POST back to back (concurrent deliveries share one fdatasync); the server is
+    SIGKILLed right after a group commit, before anyone in it was answered, with the other senders'
+    requests in flight. The senders retry what went unanswered against a restarted server: the synced
+    ones are answered ``duplicate``, every delivery answered 200 by either server is in the log, and
+    every delivery is in it exactly once."""
+    port = free_port()
+    argv = webhook_argv(str(tmp_path / "deliveries"), listen=f"127.0.0.1:{port}")
+    killer = [sys.executable, "-c", _KILL_AT_SYNC, str(KILL_AT_SYNC), *argv[4:]]
+    answered: dict[str, bool] = {}  # delivery id -> "duplicate" in its 200
+    interrupted = 0  # attempts that got no answer (the kill, or no server yet): retried
+    done = trio.Event()
+    finished = 0
+
+    async def sender(k: int) -> None:
+        nonlocal interrupted, finished
+        for j in range(PER_SENDER):
+            body = dumps(github_issue_labeled(number=1000 * k + j))
+            delivery = f"c{k}-{j}"
+            with trio.fail_after(START_BOUND * 2):
+                while True:
+                    try:
+                        reply = await post(port, "/hooks/github", body, github_headers(body, delivery))
+                        break
+                    except (OSError, ConnectionError, trio.BrokenResourceError):
+                        interrupted += 1
+                        await trio.sleep(0.1)  # a sender's retry interval
+            assert reply.status == 200, reply
+            answered[delivery] = reply.json()["duplicate"]
+        finished += 1
+        if finished == SENDERS:
+            done.set()
+
+    async with trio.open_nursery() as senders:
+        async with webhook_server(killer) as first:
+            for k in range(SENDERS):
+                senders.start_soon(sender, k)
+            with trio.fail_after(START_BOUND * 2):
+                assert await first.proc.wait() == -signal.SIGKILL
+        async with webhook_server(argv) as second:
+            with trio.fail_after(START_BOUND * 4):
+                await done.wait()
+            assert "Traceback" not in second.text
+    assert interrupted >= 1  # requests in flight at the kill got no answer and were retried
+    # The killed batch was on disk, unanswered: its retries were recognised, not stored again.
+    assert any(answered.values())
+    stored = [
+        json.loads(line)["id"]
+        for seg in sorted((tmp_path / "deliveries" / "github").glob("seg-*.jsonl"))
+        for line in seg.read_bytes().splitlines()
+    ]
+    everything = {f"c{k}-{j}" for k in range(SENDERS) for j in range(PER_SENDER)}
+    assert set(answered) == everything
+    assert sorted(stored) == sorted(everything)  # every 2xx kept, none stored twice (no "-2" twin)
+
+
 # --------------------------------------------------------------------------- hostile requests
 
 

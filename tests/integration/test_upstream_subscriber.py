@@ -252,3 +252,55 @@ async def test_unsubscribed_uris_leave_the_stream_and_their_changes_are_not_post
         await r.server.publish("item://1", "item://2")
         assert await r.changes(1) == [ResourceChanged("many", "item://2", "updated")]
         assert [e["removed"] for e in r.telemetry.find("subscription.synced")] == [0, 1]
+
+
+async def test_a_held_uri_is_read_only_once_its_subscribe_ended_and_its_changes_are_pushed() -> None:
+    """rfcs/0350: a URI routed before its subscription was made is not read before the subscribe ends."""
+    async with rig() as r:
+        hold = r.sub.hold_reads(["item://new"])
+        gate = trio.Event()
+        r.server.hold = gate
+        read_at: list[str] = []
+
+        async def subscribe_then_release() -> None:
+            assert await r.sub.subscribe(["item://new"]) == {}
+            read_at.append("subscribed")
+            hold.release()
+
+        async def reader() -> None:
+            await r.sub.wait_readable("item://new")
+            read_at.append("read")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(subscribe_then_release)
+            nursery.start_soon(reader)
+            with trio.fail_after(WAIT):
+                await r.server.held.wait()
+            await trio.testing.wait_all_tasks_blocked()
+            assert read_at == []  # the listen stream is not acknowledged: the read waits
+            with trio.fail_after(WAIT):
+                await r.sub.wait_readable("item://other")  # reads of other URIs never wait
+            gate.set()
+        assert read_at == ["subscribed", "read"]
+        await r.server.publish("item://new")
+        assert await r.changes(1) == [ResourceChanged("many", "item://new", "updated")]
+
+
+async def test_a_hold_never_released_delays_a_read_by_request_timeout_at_most(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    send, _recv = trio.open_memory_channel[ReactorEvent](1)
+    sub = Subscriber(
+        "s",
+        send.send,
+        RecordingTelemetry(),
+        RunCounters(),
+        request_timeout=7.0,
+        resubscribe_backoff=FAST,
+        resubscribe_attempts=3,
+        stable_subscription=10.0,
+    )
+    sub.hold_reads(["u://a"])
+    began = trio.current_time()
+    await sub.wait_readable("u://a")
+    assert trio.current_time() - began == 7.0

@@ -7,12 +7,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import trio
+import trio.testing
 
 from agentd.events import ResourceChanged, ServerState, SubscriptionStateChanged
 from agentd.supervisor.routing.declared import DeclaredSubscriptions, pattern_label, resolve
 from agentd.supervisor.routing.subscriptions import Subscriptions
 from agentd.triggers.router import Router, RouteSpec
 from agentd.upstream.resolve import Catalog
+from agentd.upstream.subscriptions import ReadHold
 from tests.support.telemetry import RecordingTelemetry
 
 NOTES = Catalog(
@@ -96,6 +98,7 @@ class FakeUpstream:
     subs: set[str] = field(default_factory=set)
     calls: list[str] = field(default_factory=list)
     spec: Any = None
+    holds: dict[str, ReadHold] = field(default_factory=dict)
 
     @property
     def subscriptions(self) -> frozenset[str]:
@@ -108,6 +111,9 @@ class FakeUpstream:
     def catalog(self) -> Catalog:
         assert self.cat is not None
         return self.cat
+
+    def hold_reads(self, uris: Collection[str]) -> ReadHold:
+        return ReadHold(self.holds, uris)
 
     async def subscribe(self, uri: str) -> None:
         self.calls.append(uri)
@@ -207,7 +213,7 @@ async def test_a_server_not_connected_at_start_is_subscribed_when_it_connects() 
     assert seed.startup is True  # its first establishment since agentd started
 
 
-async def test_a_uri_that_left_the_catalog_is_released_and_one_that_appeared_is_seeded() -> None:
+async def test_a_uri_that_left_the_catalog_is_released_and_one_that_appeared_is_routed_at_once() -> None:
     rig = _rig([])
     cat = Catalog(uris=frozenset({"note://alpha"}), can_subscribe=True)
     up = FakeUpstream("notes", cat)
@@ -218,11 +224,50 @@ async def test_a_uri_that_left_the_catalog_is_released_and_one_that_appeared_is_
     up.cat = Catalog(uris=frozenset({"note://gamma"}), can_subscribe=True)
     async with trio.open_nursery() as nursery:
         d._nursery = nursery
-        assert d.refresh("catalog") == [("notes", "note://alpha")]
+        refreshed = d.refresh("catalog")
+        assert refreshed.forgotten == [("notes", "note://alpha")]
+        # The reactor routes it now (rfcs/0350); its reads wait for the subscribe.
+        assert refreshed.created == [("notes", "note://gamma")]
+        assert "note://gamma" in up.holds
     assert up.subs == {"note://gamma"}
     assert d.pairs == {("notes", "note://gamma")}
-    [seed] = rig.drain()
-    assert (seed.uri, seed.startup) == ("note://gamma", False)
+    assert up.holds == {}  # released once the subscribe ended
+    assert rig.drain() == []  # no re-read after it: it was routed when it appeared
+
+
+async def test_a_created_uri_is_held_until_its_subscribe_ends_even_when_it_fails() -> None:
+    release = trio.Event()
+
+    class Slow(FakeUpstream):
+        async def subscribe_many(self, uris: Collection[str]) -> dict[str, str]:
+            await release.wait()
+            return dict.fromkeys(uris, "the server refused it: no")
+
+    rig = _rig([])
+    up = Slow("notes", Catalog(uris=frozenset(), can_subscribe=True))
+    tel = RecordingTelemetry()
+    async with trio.open_nursery() as nursery:
+        d = rig.declared([Sub("note://*", "notes")], {"notes": up}, tel, nursery)
+        d.refresh("start")
+        up.cat = Catalog(uris=frozenset({"note://gamma"}), can_subscribe=True)
+        assert d.refresh("catalog").created == [("notes", "note://gamma")]
+        hold = up.holds["note://gamma"]
+        await trio.testing.wait_all_tasks_blocked()
+        assert not hold.released.is_set()  # the subscribe is on its way: reads wait
+        release.set()
+    assert hold.released.is_set()
+    assert up.holds == {}
+    [failed] = rig.drain()
+    assert isinstance(failed, SubscriptionStateChanged)
+    assert failed.state == "failed"
+    # Made again by a later refresh: declared before, so re-read after the subscribe as ever.
+    up2 = FakeUpstream("notes", up.cat)
+    d._upstreams = {"notes": up2}
+    async with trio.open_nursery() as nursery:
+        d._nursery = nursery
+        assert d.refresh("catalog").created == []
+    [reread] = rig.drain()
+    assert (reread.uri, reread.kind, reread.startup) == ("note://gamma", "synthetic", False)
 
 
 async def test_a_refused_subscription_is_reported_failed() -> None:

@@ -129,21 +129,19 @@ def _malformed(reason: str) -> Refusal:
 
 def depth_of(value: object, limit: int = MAX_DEPTH) -> int:
     """Nesting depth of a JSON value (scalars 0), counting no further than ``limit + 1``. Iterative."""
+    if not isinstance(value, dict | list):
+        return 0
     deepest = 0
-    stack: list[tuple[object, int]] = [(value, 0)]
+    stack: list[tuple[dict[object, object] | list[object], int]] = [(value, 1)]
     while stack:
         node, depth = stack.pop()
-        if isinstance(node, dict):
-            children: list[object] = list(node.values())
-        elif isinstance(node, list):
-            children = list(node)
-        else:
-            continue
-        depth += 1
-        deepest = max(deepest, depth)
-        if deepest > limit:
-            return deepest
-        stack.extend((child, depth) for child in children if isinstance(child, dict | list))
+        if depth > deepest:
+            deepest = depth
+            if deepest > limit:
+                return deepest
+        for child in node.values() if isinstance(node, dict) else node:
+            if isinstance(child, dict | list):
+                stack.append((child, depth + 1))
     return deepest
 
 

@@ -36,6 +36,7 @@ from mcp_types import ListResourcesResult, PaginatedRequestParams, Resource
 
 from agentd.core.durations import parse_duration, parse_size
 from agentd.core.redact import redact, register_secrets
+from agentd.observe.timeline import mark
 from agentd.servers import _sdk
 from agentd.servers._base import (
     EVENTS_MIME,
@@ -282,6 +283,7 @@ class Notifier:
             dirty, self._dirty = self._dirty, set()
             listing, self._listing = self._listing, False
             if listing:
+                mark("webhook.list_changed")
                 await self._server.notify_list_changed()
             for source in sorted(dirty):
                 await self._server.notify_changed(f"webhook://{source}/events")

@@ -416,7 +416,7 @@ class Reactor:
             case ServerStateChanged():
                 self._server_state(event)
                 if event.state is ServerState.CONNECTED:
-                    self._refresh_declared("connected")
+                    self._refresh_declared("connected", now)
                 self._maybe_start(now)
             case SubscriptionStateChanged():
                 # The connection already wrote subscription.<state> telemetry.
@@ -432,8 +432,9 @@ class Reactor:
             case WatchNotice() | RouteNotice():
                 self.notices.notice(event, now)
             case CatalogChanged():
+                mark("reactor.catalog")
                 self.telemetry.emit("catalog.changed", server=event.server, uris=len(event.uris))
-                self._refresh_declared("catalog")
+                self._refresh_declared("catalog", now)
             case HealthProbe():
                 event.reply.set()
             case ZygoteStateChanged():
@@ -443,9 +444,16 @@ class Reactor:
             case _:
                 assert_never(event)
 
-    def _refresh_declared(self, reason: Literal["connected", "catalog"]) -> None:
-        """Re-expand the declared subscriptions; forget the states of pairs no longer declared."""
-        self.readiness.forget(self._declared.refresh(reason))
+    def _refresh_declared(self, reason: Literal["connected", "catalog"], now: float) -> None:
+        """Re-expand the declared subscriptions; forget the states of pairs no longer declared.
+
+        A URI that appeared under a declared glob is routed now, as a change
+        of kind ``list_changed``, while its subscribe is made (rfcs/0350).
+        """
+        refreshed = self._declared.refresh(reason)
+        self.readiness.forget(refreshed.forgotten)
+        for server, uri in refreshed.created:
+            self.delivery.resource_changed(ResourceChanged(server, uri, "list_changed"), now)
 
     def _server_state(self, ev: ServerStateChanged) -> None:
         self.readiness.on_server_state(ev.server, ev.state, ev.error)

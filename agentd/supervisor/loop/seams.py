@@ -23,6 +23,7 @@ from agentd.events import (
     SubscriptionStateChanged,
 )
 from agentd.supervisor.loop.agents import Agent
+from agentd.supervisor.routing.subscriptions import DeclaredRefresh
 from agentd.triggers.timer import CronSource, IntervalSource
 
 #: Capacity of the reactor's channel. Producers block when it is full, which
@@ -109,16 +110,16 @@ class Declared(Protocol):
     the pure :class:`~agentd.supervisor.routing.subscriptions.Subscriptions` it is given.
     """
 
-    def refresh(self, reason: Literal["start", "connected", "catalog"]) -> list[tuple[str, str]]:
-        """Re-resolve and (re)subscribe; returns the pairs no longer declared."""
+    def refresh(self, reason: Literal["start", "connected", "catalog"]) -> DeclaredRefresh:
+        """Re-resolve and (re)subscribe; returns the pairs no longer declared and those to route now."""
         ...
 
 
 class NoDeclared:
     """No declared subscriptions."""
 
-    def refresh(self, reason: Literal["start", "connected", "catalog"]) -> list[tuple[str, str]]:
-        return []
+    def refresh(self, reason: Literal["start", "connected", "catalog"]) -> DeclaredRefresh:
+        return DeclaredRefresh([], [])
 
 
 Clock = IntervalSource | CronSource

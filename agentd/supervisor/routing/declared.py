@@ -26,7 +26,9 @@ import trio
 from agentd.core.errors import AgentdError
 from agentd.events import ReactorEvent, ResourceChanged, ServerState, SubscriptionStateChanged
 from agentd.observe.telemetry import Telemetry
+from agentd.observe.timeline import mark
 from agentd.supervisor.routing.subscriptions import (
+    DeclaredRefresh,
     Pair,
     RefreshReason,
     Resolution,
@@ -40,10 +42,11 @@ from agentd.supervisor.routing.subscriptions import (
 )
 from agentd.supervisor.routing.unmatched import subscription_fix
 from agentd.upstream.resolve import Catalog
-from agentd.upstream.subscriptions import sample
+from agentd.upstream.subscriptions import ReadHold, sample
 
 # The pure part (resolution, what is wanted) lives in agentd.supervisor.routing.subscriptions.
 __all__ = [
+    "DeclaredRefresh",
     "DeclaredSubscriptions",
     "RefreshReason",
     "Resolution",
@@ -61,6 +64,7 @@ class _UpstreamLike(Protocol):
     @property
     def capabilities(self) -> object | None: ...
     def catalog(self) -> Catalog: ...
+    def hold_reads(self, uris: Collection[str]) -> ReadHold: ...
     async def subscribe_many(self, uris: Collection[str]) -> dict[str, str]: ...
     async def unsubscribe(self, uri: str) -> None: ...
 
@@ -114,11 +118,11 @@ class DeclaredSubscriptions:
         """The patterns of :attr:`unresolved` that name a required server: readiness fails."""
         return self.subscriptions.unresolved_required
 
-    def refresh(self, reason: RefreshReason) -> list[Pair]:
+    def refresh(self, reason: RefreshReason) -> DeclaredRefresh:
         """Re-resolve every pattern; subscribe what is missing, drop what left a catalog, report the rest.
 
         Returns:
-            the pairs that are no longer declared (their subscription states are stale).
+            the pairs no longer declared, and those to route at once (see :class:`DeclaredRefresh`).
         """
         views = {
             name: ServerView(
@@ -139,8 +143,13 @@ class DeclaredSubscriptions:
                     self._nursery.start_soon(self._unsubscribe, self._upstreams[action.server], action.uri)
                 case _:
                     assert_never(action)
+        created: list[Pair] = []
         for server, actions in by_server.items():
-            self._nursery.start_soon(self._subscribe, server, actions)
+            fresh = [a.uri for a in actions if a.created]
+            # Held now, before the reactor routes them: no read of a created URI can come first.
+            hold = self._upstreams[server].hold_reads(fresh) if fresh else None
+            created += [(server, uri) for uri in fresh]
+            self._nursery.start_soon(self._subscribe, server, actions, hold)
         patterns = {pattern_label(p): p.uri for p in self.subscriptions.patterns}
         for label, why, required in refreshed.unresolved:
             self._telemetry.emit(
@@ -152,10 +161,20 @@ class DeclaredSubscriptions:
             )
         for route_id, count in self.subscriptions.queue_caps().items():
             self.subscriptions.router.set_watched(route_id, count)
-        return list(refreshed.forgotten)
+        return DeclaredRefresh(list(refreshed.forgotten), created)
 
-    async def _subscribe(self, server: str, actions: list[Subscribe]) -> None:
-        """Subscribe ``actions``' URIs on ``server`` at once; report failures per reason; then the re-reads."""
+    async def _subscribe(self, server: str, actions: list[Subscribe], hold: ReadHold | None) -> None:
+        """Subscribe ``actions``' URIs on ``server`` at once; report failures per reason; then the re-reads.
+
+        ``hold``: the held reads of the created URIs, released once the subscribe ended.
+        """
+        try:
+            await self._subscribe_held(server, actions)
+        finally:
+            if hold is not None:
+                hold.release()
+
+    async def _subscribe_held(self, server: str, actions: list[Subscribe]) -> None:
         up = self._upstreams[server]
         uris = [a.uri for a in actions if not a.restored or a.uri not in up.subscriptions]
         whole: str | None = None
@@ -196,6 +215,9 @@ class DeclaredSubscriptions:
         # live (while agentd was down, while it started, or while this URI was
         # not subscribed) is delivered now, as one "possibly changed".
         for action in ok:
+            if action.created:
+                continue  # routed when it appeared; reads waited for this subscribe (rfcs/0350)
+            mark("declared.reread", action.uri)
             await self._send(
                 ResourceChanged(server=server, uri=action.uri, kind="synthetic", startup=action.startup)
             )

@@ -68,6 +68,7 @@ from agentd.triggers.router import Router
 __all__ = [
     "Action",
     "CatalogLike",
+    "DeclaredRefresh",
     "Pair",
     "Reason",
     "RefreshReason",
@@ -221,12 +222,18 @@ class Subscribe:
 
     ``restored``: for a session restored from its journal (its failure is a
     ``journal.subscription_failed``; no :meth:`Subscriptions.finished` follows).
+
+    ``created``: the URI newly appeared under a declared glob in a catalog
+    change (rfcs/0350): its change (``kind="list_changed"``) is routed at
+    once, by the caller, instead of after the subscribe; reads of it wait for
+    the subscribe to end, and no re-read follows it.
     """
 
     server: str
     uri: str
     startup: bool
     restored: bool = False
+    created: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,6 +270,18 @@ class Refreshed:
     """Pairs no longer declared (their subscription states are stale)."""
     unresolved: tuple[tuple[str, str, bool], ...]
     """Patterns that newly resolve to nothing: ``(pattern, why, required)``."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeclaredRefresh:
+    """What one :meth:`DeclaredSubscriptions.refresh` leaves to the reactor."""
+
+    forgotten: list[Pair]
+    """Pairs no longer declared (their subscription states are stale)."""
+    created: list[Pair]
+    """Pairs that appeared under a declared glob in a catalog change: the reactor routes each
+    at once as a change (``kind="list_changed"``); their subscribes are on their way, with
+    reads held until they end, and no re-read follows them (rfcs/0350)."""
 
 
 WatchKey = tuple[str, str]
@@ -348,13 +367,21 @@ class Subscriptions:
             if server in servers and not self.needed(server, uri):
                 actions.append(Unsubscribe(server, uri))
         for pair in wanted:
+            first = pair not in self.pairs
             self.pairs.add(pair)
             view = servers.get(pair[0])
             if view is None or pair in self._inflight or not view.connected or pair[1] in view.subscribed:
                 continue  # subscribed, on its way, or made when the server connects
             self._inflight.add(pair)
             actions.append(
-                Subscribe(pair[0], pair[1], startup=reason != "catalog" and pair not in self._seeded)
+                Subscribe(
+                    pair[0],
+                    pair[1],
+                    startup=reason != "catalog" and pair not in self._seeded,
+                    # Appeared in a catalog change while its server is up: routed at once (rfcs/0350).
+                    # A pair declared before (a subscribe that failed, made again) is re-read as ever.
+                    created=reason == "catalog" and first,
+                )
             )
         new = tuple(
             (label, why, label in result.required)
