@@ -16,6 +16,7 @@ arrives. Forked children (the zygote's, if any) turn tracing off at once.
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import os
 import signal
@@ -23,6 +24,43 @@ import sys
 import tracemalloc
 from pathlib import Path
 from types import FrameType
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _glibc() -> str:
+    """``in_use free rss rss_after_trim`` (bytes), after the trim; zeros where glibc is not the allocator."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallinfo2.restype = _MallInfo2
+        info = libc.mallinfo2()
+        before = _rss()
+        libc.malloc_trim(0)
+        return f"{info.uordblks + info.hblkhd} {info.fordblks} {before} {_rss()}"
+    except (OSError, AttributeError):
+        return f"0 0 {_rss()} {_rss()}"
+
 
 #: Frames kept per allocation: enough to see past trio's and the SDK's own frames to agentd's.
 FRAMES = 25
@@ -44,7 +82,7 @@ def main() -> int:
         snap.dump(str(out / f"heap-{count}.pickle"))
         traced, _peak = tracemalloc.get_traced_memory()
         with (out / "heap.txt").open("a") as f:
-            f.write(f"{count} {traced}\n")
+            f.write(f"{count} {traced} {_glibc()}\n")
         count += 1
 
     os.register_at_fork(after_in_child=tracemalloc.stop)

@@ -387,8 +387,12 @@ def report_heap(run: Run, heap: Path) -> None:
     """The Python heap (tracemalloc, after a full collection) beside RSS at each 10 %, and the top growers."""
     import tracemalloc
 
-    lines = (heap / "heap.txt").read_text().split() if (heap / "heap.txt").exists() else []
-    traced = [int(x) for x in lines[1::2]]
+    rows = (
+        [line.split() for line in (heap / "heap.txt").read_text().splitlines()]
+        if (heap / "heap.txt").exists()
+        else []
+    )
+    traced = [int(r[1]) for r in rows]
     tenth = max(1, run.agents // 10)
     at = [s for s in run.samples if s.spawned and s.spawned % tenth == 0][1:][: len(traced)]
     print(
@@ -396,6 +400,15 @@ def report_heap(run: Run, heap: Path) -> None:
         + ", ".join(
             f"{s.spawned:,}: {fmt(t / MiB, 2)} / {fmt(s.rss / MiB, 1)}"
             for s, t in zip(at, traced, strict=False)
+        ),
+        flush=True,
+    )
+    print(
+        "glibc in use / free in its arenas / RSS -> RSS after malloc_trim(0), MiB: "
+        + ", ".join(
+            f"{s.spawned:,}: {fmt(int(r[2]) / MiB, 1)} / {fmt(int(r[3]) / MiB, 1)} / "
+            f"{fmt(int(r[4]) / MiB, 1)} -> {fmt(int(r[5]) / MiB, 1)}"
+            for s, r in zip(at, rows, strict=False)
         ),
         flush=True,
     )
