@@ -146,6 +146,15 @@ def sample(pid: int, spawned: int) -> Sample:
         )
 
 
+def progress(label: str, s: Sample, started: float) -> None:
+    """One line at each 10 %: a run cut short (a long soak on a shared machine) still says how it went."""
+    print(
+        f"  {label}: {s.spawned:,} agents after {fmt(s.t - started, 0)} s: RSS {fmt(s.rss / MiB, 2)} MiB, "
+        f"{s.fds} fds, {s.procs} processes",
+        flush=True,
+    )
+
+
 def read_wakes(path: Path, pid: int) -> list[Wake]:
     """The reactor's wakes from the timeline file (lines of the supervisor's pid only)."""
     wakes: list[Wake] = []
@@ -214,8 +223,10 @@ async def soak(
                             run.samples.append(sample(proc.pid, 0))
                         if spawned >= next_sample:
                             run.samples.append(sample(proc.pid, spawned))
-                            if heap is not None and spawned % (10 * step) == 0:
-                                proc.send_signal(signal.SIGUSR2)  # a heap snapshot at each 10 %
+                            if spawned % (10 * step) == 0:
+                                progress(label, run.samples[-1], started)
+                                if heap is not None:
+                                    proc.send_signal(signal.SIGUSR2)  # a heap snapshot at each 10 %
                             next_sample += step
                         if spawned == agents:
                             proc.send_signal(signal.SIGTERM)
