@@ -146,6 +146,15 @@ def sample(pid: int, spawned: int) -> Sample:
         )
 
 
+def progress(label: str, s: Sample, started: float) -> None:
+    """One line at each 10 %: a run cut short (a long soak on a shared machine) still says how it went."""
+    print(
+        f"  {label}: {s.spawned:,} agents after {fmt(s.t - started, 0)} s: RSS {fmt(s.rss / MiB, 2)} MiB, "
+        f"{s.fds} fds, {s.procs} processes",
+        flush=True,
+    )
+
+
 def read_wakes(path: Path, pid: int) -> list[Wake]:
     """The reactor's wakes from the timeline file (lines of the supervisor's pid only)."""
     wakes: list[Wake] = []
@@ -168,7 +177,9 @@ def read_wakes(path: Path, pid: int) -> list[Wake]:
     return wakes
 
 
-async def soak(label: str, agents: int, inflight: int, root: Path, tmp: Path, *, timeline: bool) -> Run:
+async def soak(
+    label: str, agents: int, inflight: int, root: Path, tmp: Path, *, timeline: bool, heap: Path | None = None
+) -> Run:
     """Run agentd (the package under ``root``) until it spawned ``agents`` agents; drain; measure."""
     run = Run(label, agents)
     notes = tmp / f"{label}-notes.json"
@@ -183,8 +194,12 @@ async def soak(label: str, agents: int, inflight: int, root: Path, tmp: Path, *,
     if timeline:
         env["AGENTD_TIMELINE"] = str(timeline_path)
     step = max(1, agents // 100)
+    command = [PY, "-m", "agentd"]
+    if heap is not None:
+        await trio.Path(heap).mkdir(parents=True, exist_ok=True)
+        command = [PY, str(Path(__file__).with_name("_traced_agentd.py")), str(heap)]
     proc = await trio.lowlevel.open_process(
-        [PY, "-m", "agentd", "--config", str(config)],
+        [*command, "--config", str(config)],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -208,6 +223,10 @@ async def soak(label: str, agents: int, inflight: int, root: Path, tmp: Path, *,
                             run.samples.append(sample(proc.pid, 0))
                         if spawned >= next_sample:
                             run.samples.append(sample(proc.pid, spawned))
+                            if spawned % (10 * step) == 0:
+                                progress(label, run.samples[-1], started)
+                                if heap is not None:
+                                    proc.send_signal(signal.SIGUSR2)  # a heap snapshot at each 10 %
                             next_sample += step
                         if spawned == agents:
                             proc.send_signal(signal.SIGTERM)
@@ -375,6 +394,54 @@ def report(run: Run) -> list[str]:
     return out
 
 
+def report_heap(run: Run, heap: Path) -> None:
+    """The Python heap (tracemalloc, after a full collection) beside RSS at each 10 %, and the top growers."""
+    import tracemalloc
+
+    rows = (
+        [line.split() for line in (heap / "heap.txt").read_text().splitlines()]
+        if (heap / "heap.txt").exists()
+        else []
+    )
+    traced = [int(r[1]) for r in rows]
+    tenth = max(1, run.agents // 10)
+    at = [s for s in run.samples if s.spawned and s.spawned % tenth == 0][1:][: len(traced)]
+    print(
+        "traced Python heap / RSS MiB at each 10 %: "
+        + ", ".join(
+            f"{s.spawned:,}: {fmt(t / MiB, 2)} / {fmt(s.rss / MiB, 1)}"
+            for s, t in zip(at, traced, strict=False)
+        ),
+        flush=True,
+    )
+    print(
+        "glibc in use / free in its arenas / RSS -> RSS after malloc_trim(0), MiB: "
+        + ", ".join(
+            f"{s.spawned:,}: {fmt(int(r[2]) / MiB, 1)} / {fmt(int(r[3]) / MiB, 1)} / "
+            f"{fmt(int(r[4]) / MiB, 1)} -> {fmt(int(r[5]) / MiB, 1)}"
+            for s, r in zip(at, rows, strict=False)
+        ),
+        flush=True,
+    )
+    if len(traced) < 2:
+        return
+    first = tracemalloc.Snapshot.load(str(heap / "heap-0.pickle"))
+    last = tracemalloc.Snapshot.load(str(heap / f"heap-{len(traced) - 1}.pickle"))
+    agents_between = at[-1].spawned - at[0].spawned
+    print(
+        f"heap growth {at[0].spawned:,} -> {at[-1].spawned:,} agents: top 15 by line, then by traceback",
+        flush=True,
+    )
+    for stat in last.compare_to(first, "lineno")[:15]:
+        print(
+            f"  {stat.size_diff / max(1, agents_between):8.1f} B/agent {stat.count_diff:+7d} blocks  {stat.traceback[0]}"
+        )
+    for stat in last.compare_to(first, "traceback")[:8]:
+        print(f"  {stat.size_diff / max(1, agents_between):8.1f} B/agent {stat.count_diff:+7d} blocks")
+        for frame in stat.traceback.format(limit=12):
+            print("     " + frame)
+
+
 @contextlib.contextmanager
 def code_root(ref: str | None) -> Iterator[Path]:
     if ref is None:
@@ -385,7 +452,13 @@ def code_root(ref: str | None) -> Iterator[Path]:
 
 
 async def main(
-    agents: int, inflight: int, prev_ref: str | None, prev_agents: int, timeline: bool, save: Path | None
+    agents: int,
+    inflight: int,
+    prev_ref: str | None,
+    prev_agents: int,
+    timeline: bool,
+    save: Path | None,
+    heap: Path | None,
 ) -> None:
     print(f"bench_soak: {agents:,} agents, max_inflight {inflight}; {machine_note()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="agentd-soak-") as tmp_s:
@@ -394,8 +467,10 @@ async def main(
             with code_root(prev_ref) as root:
                 prev = await soak("previous", prev_agents, inflight, root, tmp, timeline=False)
             report(prev)
-        this = await soak("this", agents, inflight, REPO, tmp, timeline=timeline)
+        this = await soak("this", agents, inflight, REPO, tmp, timeline=timeline, heap=heap)
         report(this)
+        if heap is not None:
+            report_heap(this, heap)
     if save is not None:
         await trio.Path(save).write_text(json.dumps([vars(x) for x in this.samples]))
     per_agent = this.wall_s / max(1, agents)
@@ -420,12 +495,25 @@ if __name__ == "__main__":
     )
     parser.add_argument("--no-timeline", action="store_true", help="no AGENTD_TIMELINE (no wake times)")
     parser.add_argument("--save", type=Path, help="write this run's samples (JSON) here")
+    parser.add_argument(
+        "--heap",
+        type=Path,
+        help="trace the supervisor's heap (bench/_traced_agentd.py) from 10 %% of the run on and write "
+        "a snapshot into this directory at each further 10 %% (slow: a diagnosis, not a measurement)",
+    )
     args = parser.parse_args()
     if args.agents < 100:
         parser.error("--agents: give at least 100 (the windows are 10 % each)")
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     sys.exit(
         trio.run(
-            main, args.agents, args.inflight, args.prev_ref, args.prev_agents, not args.no_timeline, args.save
+            main,
+            args.agents,
+            args.inflight,
+            args.prev_ref,
+            args.prev_agents,
+            not args.no_timeline,
+            args.save,
+            args.heap,
         )
     )

@@ -391,11 +391,33 @@ def _cached_text(text: str) -> str:
     return _text(text, ())
 
 
+#: Longest run of letters and digits alone that can hold nothing but a registered value:
+#: every other pattern needs a separator (``@``, ``=``, ``:``, ``-``, ``_``, a space, a
+#: dot), and the shortest token shape of letters and digits alone (``AKIA`` and 8 more)
+#: is 12 characters long.
+_PLAIN_CHARS = 11
+
+
+def _registered(text: str) -> str:
+    """``text`` with every registered value in it replaced (longest first)."""
+    out = text
+    for secret in _known_sorted:
+        if secret in out:
+            out = out.replace(secret, REDACTED)
+    return out
+
+
 def _string(text: str, extra: Collection[str]) -> str:
     if len(text) < _SHORTEST:
         return text
     if extra or len(text) > _CACHED_CHARS:
         return _text(text, extra)
+    if len(text) <= _PLAIN_CHARS and text.isalnum():
+        # An agent id (``a10000``), a number, a word: only a registered value can be in
+        # it. A daemon makes such strings by the hundred thousand, one id per agent,
+        # each shown in a handful of lines and never again: remembered, they would
+        # fill the cache with strings no line shows again (rfcs/0355).
+        return _registered(text)
     return _cached_text(text)
 
 

@@ -45,6 +45,7 @@ from agentd.agent.zygote import PREWARM_MODELS_ENV, _rehearse
 from agentd.config import ProviderSpec, Settings
 from agentd.core.errors import AgentdError, ConfigError
 from agentd.core.exitcodes import ExitCode, TerminalStatus
+from agentd.core.heap import fix_mmap_threshold
 from agentd.core.jsonvalue import JSONObject
 from agentd.core.limits import raise_open_files_limit
 from agentd.events import ReactorEvent, SignalReceived
@@ -149,6 +150,9 @@ def _run(settings: Settings, closed_fds: frozenset[int], early_servers: dict[str
         return int(ExitCode.CONFIG)
     # Before any thread starts: a fork copies only the calling thread.
     preforked = _prefork_once_root(settings)
+    # A supervisor lives for months: large read buffers are mapped and unmapped whole
+    # instead of fragmenting the heap (rfcs/0355; after the fork: the root keeps glibc's default).
+    fix_mmap_threshold()
     telemetry = make_telemetry(settings, fd=2, closed=2 in closed_fds)
     log_handler = route_logging(telemetry)
     # What claiming the state directory moved out of the way (rfcs/0275), now that it can be told.

@@ -255,3 +255,43 @@ def test_server_headers_register_credentials_not_client_names(tmp_path: Path) ->
     found = server_secrets(settings.model_copy(update={"servers": {"web": spec}}))
     assert "cursor-editor" not in found
     assert {"k-1234567", "hcX9e2b1Qm4Rt7Zp0aLs", "Bearer tok-abcdef12", "tok-abcdef12"} <= set(found)
+
+
+def test_agent_ids_are_redacted_without_filling_the_cache() -> None:
+    """A daemon's agent ids (``a10000`` on: 6 characters, one per agent) leave the cache as it was (rfcs/0355).
+
+    Each id is in every line of its agent and never again: remembered, 4,096 of
+    them (about 0.65 MiB) would be kept from agent 10,000 on, inside a long
+    soak's measured window.
+    """
+    import tracemalloc
+
+    from agentd.core import redact as redact_module
+
+    ids = [f"a{n}" for n in range(10_000, 18_192)]
+    redact("warm-up: the first call allocates what every call reuses")
+    before = redact_module._cached_text.cache_info().currsize
+    tracemalloc.start()
+    try:
+        start = tracemalloc.get_traced_memory()[0]
+        for agent in ids:
+            assert redact({"agent": agent, "session": agent, "n": 1}) == {
+                "agent": agent,
+                "session": agent,
+                "n": 1,
+            }
+        grown = tracemalloc.get_traced_memory()[0] - start
+    finally:
+        tracemalloc.stop()
+    assert redact_module._cached_text.cache_info().currsize == before
+    assert grown < 64 * 1024, f"{grown} bytes kept after {len(ids)} agent ids"
+
+
+@given(st.text(alphabet=SECRET_CHARS, min_size=6, max_size=11), secrets)
+def test_short_plain_strings_still_hide_registered_values(word: str, secret: str) -> None:
+    """The short path for letters and digits alone hides what the full scan hides."""
+    from agentd.core import redact as redact_module
+
+    register_secrets([secret[:8]])
+    for text in (word, secret[:8], word[:3] + secret[:8], "AKIA" + word[:8]):
+        assert redact(text) == redact_module._text(text, ())
