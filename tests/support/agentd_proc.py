@@ -35,7 +35,7 @@ def script(tmp: Path, turns: list[dict[str, Any]], then: str = "no_reply", name:
 
 def notes_server(tmp: Path, *extra: str, name: str = "notes") -> str:
     """An ``--mcp-stdio`` value for the SDK-written test server."""
-    return f"{name}={PY} {REPO / 'tests/servers/notes_server.py'} --state {tmp / (name + '.json')} {' '.join(extra)}".strip()
+    return f"{name}={PY} {REPO / 'tests/mcpservers/notes_server.py'} --state {tmp / (name + '.json')} {' '.join(extra)}".strip()
 
 
 #: Bound on one short ``agentd`` command (check, a usage error, a scripted once run):

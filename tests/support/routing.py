@@ -33,8 +33,8 @@ STEP = 20.0
 #: Bound on one HTTP request to agentd's endpoints.
 HTTP = 10.0
 
-NOTES_SERVER = REPO / "tests/servers/notes_server.py"
-FAULT_SERVER = REPO / "tests/faults/servers/fault_server.py"
+NOTES_SERVER = REPO / "tests/mcpservers/notes_server.py"
+FAULT_SERVER = REPO / "tests/mcpservers/fault_server.py"
 
 #: ``AGENTD_RECONNECT_BACKOFF`` for tests: restarts are real, only the waits are short.
 FAST_BACKOFF = {"AGENTD_RECONNECT_BACKOFF": "0.2,0.2,0.2,0.2,0.2"}
