@@ -63,10 +63,11 @@ from agentd.supervisor.loop.governor import RestartGovernor
 from agentd.supervisor.loop.reactor import Agent, Reactor
 from agentd.triggers import mode as modes
 from agentd.triggers.router import QueuedEvent, Router, RouteSpec, Spawn
-from tests.support.agentd_proc import PY, run_agentd, script
+from tests.support.agentd_proc import run_agentd, script
 from tests.support.leftovers import tagged_env
 from tests.support.reactor import spawn_hooks
 from tests.support.reports import turn_ended, usage_reported
+from tests.support.routing import memo_server
 from tests.support.telemetry import RecordingTelemetry
 
 pytestmark = pytest.mark.fault
@@ -79,10 +80,6 @@ FORGED_END = {
     "name": "_agentd_turn_end",
     "arguments": {"status": "completed", "text": "FORGED RESULT", "idle": False, "fatal_infra": "forged"},
 }
-
-
-def memo_server(path: Path) -> str:
-    return f"memo={PY} -m agentd serve memo --file {path}"
 
 
 def forging_script(tmp_path: Path, answer: str) -> str:

@@ -23,10 +23,11 @@ import pytest
 import trio
 
 from agentd.core.exitcodes import ExitCode
-from tests.support.agentd_proc import PY, Agentd, run_agentd, script
+from tests.support.agentd_proc import Agentd, run_agentd, script
 from tests.support.cgroups import pids_cgroup
 from tests.support.files import edit
 from tests.support.leftovers import tagged_env
+from tests.support.routing import memo_server
 
 pytestmark = pytest.mark.fault
 
@@ -34,10 +35,6 @@ pytestmark = pytest.mark.fault
 SPAWN_TIMEOUT_S = 1.0
 #: Slack on wall-time assertions for a shared, loaded 2-core machine.
 SLACK_S = 5.0
-
-
-def memo_server(path: Path) -> str:
-    return f"memo={PY} -m agentd serve memo --file {path}"
 
 
 def args(tmp_path: Path, memo: Path, *extra: str, latency_ms: int = 0, inflight: int = 1) -> list[str]:

@@ -9,34 +9,20 @@ a FIFO (before, ``--instruction @FIFO`` blocked ``agentd check`` forever).
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from agentd.core.exitcodes import ExitCode
-from tests.support.agentd_proc import REPO, agentd_cmd, script
-from tests.support.leftovers import tagged_env
+from tests.support.agentd_proc import script
+from tests.support.leftovers import run_tagged
 
-pytestmark = pytest.mark.fault
+pytestmark = [pytest.mark.fault, pytest.mark.process]  # agentd runs through run_tagged
 
 #: Bound on a command that must be refused before it starts anything (a FIFO must not hang it).
 REFUSE_TIMEOUT_S = 30.0
 
 _READS_ONLY = "agentd reads only regular files (a FIFO would wait for a writer, a device may never end)"
-
-
-def _run(args: list[str], tmp: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        agentd_cmd(*args),
-        capture_output=True,
-        text=True,
-        timeout=REFUSE_TIMEOUT_S,
-        cwd=REPO,
-        # PWD would be taken for a password (redacted in messages): the test names paths in full.
-        env={**{k: v for k, v in os.environ.items() if k != "PWD"}, **tagged_env(tmp)},
-        check=False,
-    )
 
 
 def _thing(tmp_path: Path, kind: str) -> tuple[Path, str]:
@@ -91,7 +77,7 @@ def test_a_file_to_read_that_is_not_a_regular_file_is_refused_at_once(
         args = [*base, flag, str(path), "the task"]
         expected = f"{flag}: {str(path)!r} is not valid: it is {what}, not a regular file; {_fix(what, at_file=False)}"
     for command in (["check", *args], args):
-        result = _run(command, tmp_path)
+        result = run_tagged(command, tmp_path, REFUSE_TIMEOUT_S)
         assert result.returncode == ExitCode.CONFIG, result.stderr
         assert expected in result.stderr
         assert result.stdout == ""

@@ -16,8 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agentd.core.exitcodes import ExitCode
-from tests.support.agentd_proc import PY, Agentd, notes_server, script
+from tests.support.agentd_proc import PY, drain, notes_server, script
 from tests.support.files import edit
 from tests.support.routing import server_process
 from tests.support.supervised import RUN_TIMEOUT, supervised
@@ -44,11 +43,6 @@ def config(tmp_path: Path, body: str) -> str:
     return str(path)
 
 
-async def drain(a: Agentd) -> None:
-    a.signal(signal.SIGTERM)
-    assert await a.wait_exit(RUN_TIMEOUT) == ExitCode.OK
-
-
 READ_NOTES = [
     {"tool_calls": [{"name": "read_resource", "arguments": {"uri": "memo://notes"}}]},
     {"text": "notes: {last_tool_result}"},
@@ -72,7 +66,7 @@ async def test_a_burst_is_one_spawn_and_quiet_separated_writes_are_two(tmp_path)
         await a.wait_event("turn.end", timeout=STEP_TIMEOUT)
         edit(notes, {"n": "second"})
         await a.wait_event("turn.end", count=2, timeout=STEP_TIMEOUT)
-        await drain(a)
+        await drain(a, RUN_TIMEOUT)
     spawns = a.find("subagent.spawn")
     assert [(e["role"], e["route"]) for e in spawns] == [("spawn", "notes")] * 2
     assert a.out.splitlines() == ['notes: {"n":4}', 'notes: {"n":"second"}']
@@ -106,7 +100,7 @@ async def test_a_continue_route_delivers_both_changes_into_one_named_session(tmp
         await a.wait_event("turn.end", timeout=STEP_TIMEOUT)
         edit(notes, {"v": 2})
         await a.wait_event("turn.end", count=2, timeout=STEP_TIMEOUT)
-        await drain(a)
+        await drain(a, RUN_TIMEOUT)
     spawns = a.find("subagent.spawn")
     assert [(e["agent"], e["role"], e["session"]) for e in spawns] == [("a1", "session", "ops")]
     delivers = a.find("session.deliver")
@@ -148,7 +142,7 @@ async def test_self_subscribe_wakes_the_same_agent(tmp_path):
         assert a.find("self.subscribe")[0]["agent"] == "a1"
         edit(notes, {"todo": "ship it"})
         await a.wait_event("turn.end", count=2, timeout=STEP_TIMEOUT)
-        await drain(a)
+        await drain(a, RUN_TIMEOUT)
     assert [e["agent"] for e in a.find("subagent.spawn")] == ["a1"]
     assert [e.get("agent") for e in a.find("session.deliver")] == ["a1"]
     updated = a.find("resource.updated")
@@ -185,7 +179,7 @@ async def test_a_killed_server_is_restarted_resubscribed_and_a_change_made_while
         assert synthetic["uri"] == "note://alpha"
         assert synthetic["route"] is not None
         await a.wait_event("turn.end", count=2, timeout=STEP_TIMEOUT)
-        await drain(a)
+        await drain(a, RUN_TIMEOUT)
     assert len(a.find("subscription.established")) == 2
     assert a.find("server.state", lambda e: e["state"] == "restarting")
     assert a.out.splitlines() == ["alpha is: first note", "alpha is: written while down"]
@@ -219,7 +213,7 @@ async def test_a_dead_self_subscribers_upstream_subscription_is_released(tmp_pat
             "self.unsubscribe", lambda e: e.get("reason") == "owner exited", timeout=STEP_TIMEOUT
         )
         assert (released["uri"], released["server"]) == ("note://beta", "notes")
-        await drain(a)
+        await drain(a, RUN_TIMEOUT)
     assert len(a.find("subagent.spawn")) == 1
 
 
@@ -250,7 +244,7 @@ async def test_list_changed_subscribes_a_new_uri_matching_a_glob_and_seeds_it(tm
             "subagent.spawn", lambda e: e.get("route") is not None, timeout=STEP_TIMEOUT
         )
         await a.wait_event("turn.end", lambda e: e["agent"] == spawned["agent"], timeout=STEP_TIMEOUT)
-        await drain(a)
+        await drain(a, RUN_TIMEOUT)
     assert seeded["kind"] == "synthetic"
     assert seeded["route"] is not None
     assert "catalog.changed" in {e["event"] for e in a.events}

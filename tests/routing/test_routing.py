@@ -27,14 +27,13 @@ import pytest
 import trio
 
 from agentd.core.exitcodes import ExitCode
-from tests.support.agentd_proc import PY, agentd_cmd
+from tests.support.agentd_proc import PY, agentd_cmd, drain
 from tests.support.files import edit
 from tests.support.routing import (
     FAST_BACKOFF,
     FAULT_SERVER,
     START,
     STEP,
-    drain,
     get,
     health_base,
     memo_server,
@@ -83,7 +82,7 @@ async def test_a_change_made_while_agentd_was_down_is_handled_when_it_starts(tmp
 
     async with supervised(args) as b:
         await b.wait_event("turn.end", timeout=START)
-        assert await drain(b) == ExitCode.OK
+        await drain(b)
     [startup] = b.find("resource.updated")
     assert (startup["uri"], startup["kind"], startup["startup"]) == ("memo://notes", "synthetic", True)
     # The subscription was live before the re-read was routed: nothing in between is lost.
@@ -101,7 +100,7 @@ async def test_a_route_can_switch_the_start_up_re_read_off(tmp_path: Path) -> No
         assert (skipped["uri"], skipped["route"]) == ("memo://notes", "r0")
         edit(notes, {"v": 1})
         await a.wait_event("turn.end", timeout=STEP)
-        assert await drain(a) == ExitCode.OK
+        await drain(a)
     assert [e["kind"] for e in a.find("resource.updated")] == ["updated"]
     assert len(a.find("subagent.spawn")) == 1
     assert a.out.splitlines() == ['notes: {"v":1}']
@@ -141,7 +140,7 @@ async def test_an_agent_unsubscribing_a_declared_uri_leaves_the_daemon_listening
         await a.wait_event("turn.end", count=4, timeout=STEP)
         ready = await get(base + "/readyz")
         assert ready.status_code == 200, ready.text
-        assert await drain(a) == ExitCode.OK
+        await drain(a)
     assert a.out.splitlines() == ["notes: {}", 'notes: {"v":1}', 'notes: {"v":1}', 'notes: {"v":2}']
     assert all(e["route"] == "r0" for e in a.find("resource.updated"))
 
@@ -343,7 +342,7 @@ async def test_a_declared_timer_route_is_honoured_in_schedule_mode(tmp_path: Pat
     args = ["--mode", "schedule", "--interval", "1s", "--route", "@timer=continue:ticks,debounce=0"]
     async with supervised([*args, "--verbose", "--model", model, "keep time"]) as a:
         await a.wait_event("turn.end", count=2, timeout=START)
-        assert await drain(a) == ExitCode.OK
+        await drain(a)
     assert [(e["agent"], e["role"], e["session"]) for e in a.find("subagent.spawn")] == [
         ("a1", "session", "ticks")
     ]
@@ -369,7 +368,7 @@ async def test_a_declared_glob_matching_nothing_is_reported_counted_and_fails_re
         await a.wait_event("ready.changed", timeout=STEP)
         ready = await get(base + "/readyz")
         metrics = await scrape(base)
-        assert await drain(a) == ExitCode.OK
+        await drain(a)
     assert warning["pattern"] == "notes:file:///*"
     assert warning["required"] is True
     assert "server 'notes' offers resources config://server, note://alpha, note://beta" in warning["error"]
@@ -390,7 +389,7 @@ async def test_an_exact_uri_without_a_server_among_several_is_reported(tmp_path:
         warning = await a.wait_event("subscription.unresolved", timeout=START)
         # note://alpha resolves (the notes server lists it) and is subscribed.
         established = await a.wait_event("subscription.established", timeout=STEP)
-        assert await drain(a) == ExitCode.OK
+        await drain(a)
     assert warning["pattern"] == "todo://today"
     assert "prefix it with the server's name" in warning["error"]
     assert warning["required"] is False
@@ -421,7 +420,7 @@ async def test_drops_name_the_lost_uri_and_the_routers_reason_everywhere(
         # Quiet: the first change's agent and the queued change's ended their turns.
         await a.wait_event("turn.end", count=2, timeout=STEP)
         metrics = await scrape(base)
-        assert await drain(a) == ExitCode.OK
+        await drain(a)
     reason = "coalesce_cap" if overflow == "coalesce" else "drop_oldest"
     # The 1st change started the one agent, the 2nd waits in the queue, the 3rd overflows.
     first, queued = (e["uri"] for e in a.find("route.enqueued"))
@@ -480,7 +479,7 @@ async def test_a_push_delivered_into_a_warm_loop_session_resets_its_idle_backoff
         after = await a.wait_event(
             "loop.reenter", lambda e: a.events.index(e) > a.events.index(deliver), timeout=STEP
         )
-        assert await drain(a) == ExitCode.OK
+        await drain(a)
     assert deliver["agent"] == "a1"
     # A shift with a delivery is not idle (rfcs/0280): the next one comes at once, not after 4 or 8 s.
     assert (after["after_s"], after["idle"]) == (0.0, False)

@@ -18,14 +18,12 @@ from typing import Any
 import psutil
 import pytest
 
-from agentd.core.exitcodes import ExitCode
-from tests.support.agentd_proc import Agentd
+from tests.support.agentd_proc import Agentd, drain
 from tests.support.leftovers import tagged_env
 from tests.support.routing import (
     FAST_BACKOFF,
     FAULT_SERVER,
     START,
-    drain,
     run_storm,
     script,
     sdk_server,
@@ -116,7 +114,7 @@ async def test_block_pauses_the_server_and_nothing_is_lost_with_flat_memory(
         await wait_until(a, lambda: _balanced(a), timeout=DRAIN_STORM)
         pauses = len(a.find("upstream.paused"))
         rss_after = psutil.Process(a.proc.pid).memory_info().rss
-        assert await drain(a) == ExitCode.OK
+        await drain(a)
     assert (paused["server"], paused["route"]) == ("many", "r0")
     assert pauses >= 1
     # Both eras: what was read while paused was kept one change per URI (rfcs/0260), so
@@ -145,5 +143,5 @@ async def test_a_server_killed_while_paused_comes_back_and_every_item_is_read_ag
         # The new process starts every item at version 0; its re-read reaches every item.
         await _wait_all_seen(a, 0, after=lines_at_restart)
         await wait_until(a, lambda: _balanced(a), timeout=DRAIN_STORM)
-        assert await drain(a) == ExitCode.OK
+        await drain(a)
     assert len(a.find("subscription.established")) == 2 * ITEMS

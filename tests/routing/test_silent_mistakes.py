@@ -18,8 +18,7 @@ from typing import Any
 
 from agentd.core.exitcodes import ExitCode
 from tests.fakes.provider_server import Reply, openai_reply, provider_server
-from tests.support.agentd_proc import PY, Agentd, notes_server, run_agentd, script
-from tests.support.routing import drain
+from tests.support.agentd_proc import PY, Agentd, drain, notes_server, run_agentd, script
 from tests.support.supervised import RUN_TIMEOUT, supervised
 
 #: A typo of the memo server's command: nothing called ``agentdd`` exists.
@@ -96,7 +95,7 @@ async def test_an_exact_subscribe_uri_the_server_does_not_have_is_warned(tmp_pat
     ]  # fmt: skip
     async with supervised(args, tmp_path) as a:
         [sub] = [await a.wait_event("config.warning", lambda e: e["kind"] == "subscription")]
-        assert await drain(a) == ExitCode.OK
+        await drain(a)
     says(
         sub,
         r"^--subscribe \(subscribe\[0\]\): 'memo:memo://nosuch' is listed by no server and matches none of "
@@ -109,7 +108,7 @@ async def test_a_reactive_run_with_nothing_to_react_to_is_warned(tmp_path: Path)
     args = ["--mode", "reactive", "--mcp-stdio", memo(tmp_path), "--model", hello(tmp_path), "react"]
     async with supervised(args, tmp_path) as a:
         reactive = await a.wait_event("config.warning", lambda e: e["kind"] == "reactive")
-        assert await drain(a) == ExitCode.OK
+        await drain(a)
     says(
         reactive,
         r"^--mode: 'reactive' has no subscription and no timer: nothing will ever wake an agent — fix: "
@@ -125,7 +124,7 @@ async def test_a_route_no_subscription_feeds_is_warned(tmp_path: Path) -> None:
     ]  # fmt: skip
     async with supervised(args, tmp_path) as a:
         route = await a.wait_event("config.warning", lambda e: e["kind"] == "route")
-        assert await drain(a) == ExitCode.OK
+        await drain(a)
     says(route, r"^--route \(routes\[0\]\.match\): 'memo://todo/\*' matches no declared subscription")
     assert len(warnings(a, "route")) == 1
 
@@ -152,7 +151,7 @@ async def test_a_route_glob_that_matches_nothing_offered_is_warned_once_not_on_e
         route = await a.wait_event("config.warning", lambda e: e["kind"] == "route")
         await a.wait_event("catalog.changed", timeout=RUN_TIMEOUT)
         await a.wait_event("turn.end", timeout=RUN_TIMEOUT)
-        assert await drain(a) == ExitCode.OK
+        await drain(a)
     says(
         route,
         r"^--route \(routes\[0\]\.match\): 'note://\*/x' matches nothing the servers offer now \('notes' "

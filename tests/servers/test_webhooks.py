@@ -10,14 +10,13 @@ or a response, bounded; nothing sleeps.
 
 from __future__ import annotations
 
-import signal
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import trio
 
-from tests.support.agentd_proc import REPO, Agentd, run_agentd
+from tests.support.agentd_proc import REPO, Agentd, drain, run_agentd
 from tests.support.webhooks import (
     alertmanager_firing,
     alertmanager_headers,
@@ -101,11 +100,6 @@ async def primed(a: Agentd, send_primer: Callable[[int], Awaitable[None]]) -> No
         except trio.TooSlowError:
             continue
     raise AssertionError(f"no primer came out of the watch:\n{a.tail()}")
-
-
-async def drain(a: Agentd) -> None:
-    a.signal(signal.SIGTERM)
-    assert await a.wait_exit() == 0, a.tail()
 
 
 async def test_each_kind_spawns_exactly_one_agent_per_delivery_and_none_for_a_redelivery(

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import stat
-import subprocess
 from pathlib import Path
 
 import httpx2
@@ -26,9 +24,9 @@ import trio
 from agentd.core.exitcodes import ExitCode
 from agentd.selfmcp.protocol import MessageFrame
 from agentd.state import journal as jf
-from tests.support.agentd_proc import PY, REPO, Agentd, agentd_cmd, run_agentd, script
+from tests.support.agentd_proc import PY, drain, run_agentd, script
 from tests.support.files import edit
-from tests.support.leftovers import tagged_env
+from tests.support.leftovers import run_tagged, tagged_env
 from tests.support.memo import memo_toml
 
 pytestmark = pytest.mark.fault
@@ -51,23 +49,6 @@ async def _healthz(port: int) -> int:
     with trio.fail_after(STEP):
         async with httpx2.AsyncClient() as client:
             return (await client.get(f"http://127.0.0.1:{port}/healthz")).status_code
-
-
-async def _drain(a: Agentd) -> None:
-    a.signal(signal.SIGTERM)
-    assert await a.wait_exit(STEP) == 0, a.tail()
-
-
-def _run(args: list[str], tmp: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        agentd_cmd(*args),
-        capture_output=True,
-        text=True,
-        timeout=REFUSE_TIMEOUT_S,
-        cwd=REPO,
-        env={**os.environ, **tagged_env(tmp)},
-        check=False,
-    )
 
 
 def _plant_journal(sessions: Path, session: str, text: str) -> Path:
@@ -96,7 +77,10 @@ async def test_a_state_dir_others_can_write_is_refused_with_the_chmod_fix(
     bad.mkdir(exist_ok=True)
     bad.chmod(mode)
     args = _daemon_args(tmp_path, state)
-    for result in (_run(["check", *args], tmp_path), _run(args, tmp_path)):
+    for result in (
+        run_tagged(["check", *args], tmp_path, REFUSE_TIMEOUT_S),
+        run_tagged(args, tmp_path, REFUSE_TIMEOUT_S),
+    ):
         assert result.returncode == ExitCode.CONFIG, result.stderr
         assert f"--state-dir: {str(state)!r} is not valid: " in result.stderr
         assert f"(mode {mode:04o}, owner uid {os.geteuid()}" in result.stderr
@@ -115,7 +99,7 @@ async def test_a_state_dir_agentd_creates_is_its_users_alone(tmp_path: Path, all
             _daemon_args(tmp_path, state, "--health-addr", "127.0.0.1:0"), env=tagged_env(tmp_path)
         ) as a:
             await a.wait_event("health.listening", timeout=STEP)
-            await _drain(a)
+            await drain(a, STEP)
     finally:
         os.umask(old)
     for d in (state, state / "sessions", state / "oauth"):
@@ -128,7 +112,7 @@ async def test_a_state_dir_another_user_owns_is_refused(tmp_path: Path) -> None:
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
     os.chown(state, STRANGER, STRANGER)
-    result = _run(["check", *_daemon_args(tmp_path, state)], tmp_path)
+    result = run_tagged(["check", *_daemon_args(tmp_path, state)], tmp_path, REFUSE_TIMEOUT_S)
     assert result.returncode == ExitCode.CONFIG, result.stderr
     assert f"is owned by uid {STRANGER}, not by agentd's user (uid 0" in result.stderr
     assert f"`chown 0 {state} && chmod 700 {state}`" in result.stderr
@@ -157,7 +141,7 @@ async def test_a_fifo_and_a_link_to_dev_zero_among_the_journals_are_moved_aside_
         assert await _healthz(port) == 200
         moved = {e["path"]: e for e in a.find("state.moved_aside")}
         found = a.find("journal.found")
-        await _drain(a)
+        await drain(a, STEP)
     assert set(moved) == {str(fifo), str(zero)}
     assert moved[str(fifo)]["problem"] == "is a FIFO (named pipe), not a regular file"
     assert moved[str(zero)]["problem"] == "is a symbolic link, not a regular file"
@@ -194,7 +178,7 @@ async def test_a_lock_file_planted_as_a_link_never_has_its_target_truncated(
         (moved,) = a.find("state.moved_aside")
         pid = a.proc.pid
         held = lock.read_text()
-        await _drain(a)
+        await drain(a, STEP)
     assert precious.read_text() == "the operator's file\n"
     assert (moved["file"], moved["path"]) == ("lock", str(lock))
     assert moved["problem"] == "is a symbolic link, not a regular file"
@@ -219,7 +203,7 @@ async def test_a_journal_another_user_owns_is_never_restored(tmp_path: Path, all
         edit(tmp_path / "notes.json", {"v": 1})  # a delivery to the session "ops"
         await a.wait_event("turn.end", timeout=STEP)
         failed = await a.wait_event("journal.failed", timeout=STEP)
-        await _drain(a)
+        await drain(a, STEP)
     assert (refused["file"], refused["path"]) == ("session journal", str(planted))
     assert f"is owned by uid {STRANGER}" in refused["problem"]
     assert a.find("journal.found") == []
@@ -248,14 +232,14 @@ async def test_agentds_own_watch_state_cut_short_is_moved_aside_and_the_run_goes
         "--mcp-stdio", f"memo={PY} -m agentd serve memo --file {memo}", "--state-dir", str(state),
         "watch my notes",
     ]  # fmt: skip
-    check = _run(["check", *args], tmp_path)
+    check = run_tagged(["check", *args], tmp_path, REFUSE_TIMEOUT_S)
     assert check.returncode == 0, check.stderr
     env = tagged_env(tmp_path, AGENTD_WATCHES__DEBOUNCE="0.1", AGENTD_WATCHES__MAX_WAIT="1")
     async with run_agentd(args, env=env) as a:
         moved = await a.wait_event("state.moved_aside", timeout=STEP)
         restored = await a.wait_event("watch.restored", timeout=STEP)
         await a.wait_event("watch.started", timeout=STEP)
-        await _drain(a)
+        await drain(a, STEP)
     assert (moved["file"], moved["path"], moved["kept"]) == ("watch state", str(state / "watches.json"), 1)
     assert "is not valid watch state" in moved["problem"]
     assert await trio.Path(moved["moved_to"]).read_text() == cut

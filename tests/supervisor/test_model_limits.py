@@ -18,15 +18,13 @@ from typing import Any
 
 import pytest
 
-from agentd.core.exitcodes import ExitCode
-from tests.support.agentd_proc import PY, REPO
+from tests.support.agentd_proc import PY, REPO, drain
 from tests.support.files import edit
 from tests.support.kube import Cluster
 from tests.support.leftovers import AllowedFiles, tagged_env
 from tests.support.routing import (
     START,
     STEP,
-    drain,
     health_base,
     memo_server,
     scrape,
@@ -103,7 +101,7 @@ async def test_l1_a_hundred_subscribes_in_one_reply_stop_at_the_cap_and_the_daem
         # The daemon keeps working: a change to a URI the session holds wakes it.
         edit(memo_file, {"todo": "ship it"})
         await a.wait_event("turn.end", count=2, timeout=STEP)
-        assert await drain(a) == ExitCode.OK
+        await drain(a)
     results = tool_results(a.out)
     assert len(results) == 100
     assert [r["is_error"] for r in results] == [False] * allowed + [True] * (100 - allowed)
@@ -182,7 +180,7 @@ async def test_l2_sixty_subscribes_to_the_kube_server_start_at_most_32_kubectl_w
         metrics = await scrape(base)
         # The daemon keeps working: those changes wake the session.
         await a.wait_event("turn.end", count=2, timeout=STEP)
-        assert await drain(a) == ExitCode.OK
+        await drain(a)
     # The cap held: 32 kubectl watchers, for the first 32 URIs; none ever for the other 28.
     assert len(running) == 32
     assert sorted(run["argv"][1] for run in watching) == sorted(resources[:32])
@@ -250,7 +248,7 @@ async def test_l3_a_session_restored_after_sigkill_still_holds_its_count(
     async with supervised(args, env=env) as b:
         # The restored session is woken by the start-up re-read and its new child asks for all five again.
         await b.wait_event("turn.end", timeout=START)
-        assert await drain(b) == ExitCode.OK
+        await drain(b)
     first, second = ([r["is_error"] for r in tool_results(run.out)] for run in (a, b))
     assert first == second == [False, False, False, True, True]
     [restored] = b.find("journal.restored")

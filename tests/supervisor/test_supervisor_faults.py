@@ -45,6 +45,7 @@ from tests.support.agentd_proc import PY, Agentd, run_agentd, script
 from tests.support.files import edit
 from tests.support.leftovers import tagged_env
 from tests.support.reactor import spawn_hooks
+from tests.support.routing import memo_server
 from tests.support.supervised import survivors, tree_of
 from tests.support.telemetry import RecordingTelemetry
 
@@ -61,10 +62,6 @@ VIRTUAL_STEP = 10_000.0
 
 
 # ------------------------------------------------------------------ helpers
-
-
-def memo_server(path: Path) -> str:
-    return f"memo={PY} -m agentd serve memo --file {path}"
 
 
 def reactive_args(model: str, memo: Path, *extra: str, inflight: int = 1) -> list[str]:

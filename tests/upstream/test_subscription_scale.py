@@ -19,15 +19,14 @@ import signal
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 import trio
 from mcp import Client
 
-from agentd.core.exitcodes import ExitCode
-from tests.support.agentd_proc import PY, REPO, Agentd, run_agentd, script
+from tests.support.agentd_proc import PY, REPO, Agentd, drain, of, run_agentd, script, server_pid
 from tests.support.leftovers import tagged_env
 from tests.support.processes import listening, start_notes_server, stop
+from tests.support.routing import reader_script, routes_config
 
 pytestmark = pytest.mark.fault
 
@@ -41,30 +40,6 @@ STARTUP = 60.0
 
 STEP = 30.0
 """Seconds for one change to reach an agent and its turn to end."""
-
-
-def reader(tmp: Path) -> str:
-    """A model that reads the resource its instruction names and answers with the body."""
-    return script(
-        tmp,
-        [
-            {"tool_calls": [{"name": "read_resource", "arguments": {"uri": "{instruction}"}}]},
-            {"text": "saw {instruction}: {last_tool_result}"},
-        ],
-        then="stop",
-        name="reader.json",
-    )
-
-
-def config(tmp: Path, routes: list[dict[str, Any]]) -> str:
-    """``agentd.toml`` with these ``[[routes]]`` (values are simple: JSON is valid TOML for them)."""
-    lines = []
-    for route in routes:
-        lines.append("[[routes]]")
-        lines += [f"{key} = {json.dumps(value)}" for key, value in route.items()]
-    path = tmp / "agentd.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return str(path)
 
 
 def spawn_route(name: str, match: str, **extra: Any) -> dict[str, Any]:
@@ -90,32 +65,10 @@ def env(tmp: Path) -> dict[str, str]:
     return tagged_env(tmp, AGENTD_RECONNECT_BACKOFF="0.05,0.05,0.05,0.05,0.05")
 
 
-def server_pid(a: Agentd, tmp: Path, name: str) -> int:
-    """The pid of server ``name`` (its command line names ``tmp/<name>.json``) under agentd."""
-    marker = str(tmp / f"{name}.json")
-    for child in psutil.Process(a.proc.pid).children(recursive=True):
-        try:
-            if marker in child.cmdline() and child.status() != psutil.STATUS_ZOMBIE:
-                return child.pid
-        except psutil.NoSuchProcess:
-            continue
-    raise AssertionError(f"no live server {name!r} under agentd")
-
-
 def storm(a: Agentd, tmp: Path, name: str, spec: dict[str, Any]) -> None:
     """Start a storm in fault server ``name`` (SIGUSR1 + ``<state>.storm``; ends with a ``note://beta`` update)."""
     (tmp / f"{name}.json.storm").write_text(json.dumps(spec))
     os.kill(server_pid(a, tmp, name), signal.SIGUSR1)
-
-
-def of(a: Agentd, name: str, **fields: Any) -> list[dict[str, Any]]:
-    return a.find(name, lambda e: all(e.get(k) == v for k, v in fields.items()))
-
-
-async def drain(a: Agentd) -> dict[str, Any]:
-    a.signal(signal.SIGTERM)
-    assert await a.wait_exit() == ExitCode.OK, a.tail()
-    return of(a, "supervisor.exit")[0]
 
 
 def notes_file(path: Path, n: int) -> None:
@@ -143,9 +96,9 @@ async def test_sc1_1200_uris_behind_one_glob_over_stdio_are_all_carried_and_one_
     tmp_path: Path, allow_files: Any
 ) -> None:
     allow_files("*.storm")
-    cfg = config(tmp_path, [spawn_route("items", "item://*")])
+    cfg = routes_config(tmp_path, [spawn_route("items", "item://*")])
     args = [
-        "--mode", "reactive", "--verbose", "--config", cfg, "--model", reader(tmp_path),
+        "--mode", "reactive", "--verbose", "--config", cfg, "--model", reader_script(tmp_path),
         "--mcp-stdio", fault_server(tmp_path, "many", "--items", str(MANY)),
         "--subscribe", "many:item://*", "react",
     ]  # fmt: skip
@@ -178,9 +131,9 @@ async def test_sc2_1200_uris_over_streamable_http_need_no_reconnect_and_one_chan
     notes_file(state, MANY)
     listener, port = listening()
     url = f"http://127.0.0.1:{port}/mcp"
-    cfg = config(tmp_path, [spawn_route("notes", "note://*")])
+    cfg = routes_config(tmp_path, [spawn_route("notes", "note://*")])
     args = [
-        "--mode", "reactive", "--verbose", "--config", cfg, "--model", reader(tmp_path),
+        "--mode", "reactive", "--verbose", "--config", cfg, "--model", reader_script(tmp_path),
         "--mcp-http", f"web={url}", "--subscribe", "web:note://*", "react",
     ]  # fmt: skip
     server = await start_notes_server(listener, state, quiet=True)
@@ -237,7 +190,7 @@ async def test_sc3_a_model_subscribing_120_uris_in_one_reply_keeps_declared_rout
         spawn_route("alpha", "note://alpha"),
     ]
     args = [
-        "--mode", "reactive", "--verbose", "--config", config(tmp_path, routes), "--model", reader(tmp_path),
+        "--mode", "reactive", "--verbose", "--config", routes_config(tmp_path, routes), "--model", reader_script(tmp_path),
         "--mcp-http", f"web={url}", "--subscribe", "web:note://beta", "--subscribe", "web:note://alpha", "react",
     ]  # fmt: skip
     server = await start_notes_server(listener, state, quiet=True)
@@ -285,7 +238,7 @@ async def test_sc4_a_set_change_during_a_burst_then_sigkill_mid_switch_loses_not
              "debounce": "50ms", "reread_on_start": False}  # fmt: skip
     model = script(tmp_path, [{"text": "NO_REPLY"}], name="quiet.json")
     args = [
-        "--mode", "reactive", "--verbose", "--config", config(tmp_path, [route]), "--model", model,
+        "--mode", "reactive", "--verbose", "--config", routes_config(tmp_path, [route]), "--model", model,
         "--mcp-stdio", fault_server(tmp_path, "many", "--items", str(items), "--hold-listen", str(port)),
         "--subscribe", "many:item://*", "react",
     ]  # fmt: skip
@@ -379,11 +332,11 @@ async def test_sc6_a_server_cap_refuses_part_of_the_set_and_the_rest_stays_subsc
     names = ["a", "b", "c", "d", "e"]
     for name in names:
         (root / f"{name}.txt").write_text(f"{name} 0\n")
-    cfg = config(tmp_path, [spawn_route("files", "file:///*")])
+    cfg = routes_config(tmp_path, [spawn_route("files", "file:///*")])
     server = f"files={PY} -m agentd serve files --root {root} --max-watchers 2"
     subscribes = [arg for name in names for arg in ("--subscribe", f"files:file:///{name}.txt")]
     args = [
-        "--mode", "reactive", "--verbose", "--config", cfg, "--model", reader(tmp_path),
+        "--mode", "reactive", "--verbose", "--config", cfg, "--model", reader_script(tmp_path),
         "--mcp-stdio", server, *subscribes, "react",
     ]  # fmt: skip
     async with run_agentd(args, env=env(tmp_path)) as a:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import re
-import signal
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ import pytest
 from agentd.core.exitcodes import ExitCode
 from tests.fakes.provider_server import RecordedRequest, Reply, openai_reply, provider_server
 from tests.support import thirdparty
-from tests.support.agentd_proc import Agentd
+from tests.support.agentd_proc import Agentd, drain
 from tests.support.routing import server_process
 from tests.support.supervised import RUN_TIMEOUT, supervised
 from tests.support.thirdparty import (
@@ -110,11 +109,6 @@ def _result(requests: list[RecordedRequest], call_id: str) -> str:
 
 def _call(call_id: str, name: str, arguments: dict[str, Any]) -> tuple[str, str, str]:
     return (call_id, name, json.dumps(arguments))
-
-
-async def _drain(a: Agentd) -> None:
-    a.signal(signal.SIGTERM)
-    assert await a.wait_exit(RUN_TIMEOUT) == ExitCode.OK, a.tail()
 
 
 # --- server-everything: every transport, woken by its own resource updates ---------------------
@@ -263,7 +257,7 @@ async def _everything_run(
         # A second agent, spawned on the doc route after the real update, ends its turn.
         await a.wait_event("turn.end", lambda e: e["route"] == "doc", count=2, timeout=STEP_TIMEOUT)
         assert [e["route"] for e in a.find("subagent.spawn")][:2] == ["doc", "doc"]
-        await _drain(a)
+        await drain(a, RUN_TIMEOUT)
     assert len(a.find("resource.updated", lambda e: e["kind"] == "synthetic")) == 1
     second_spawn = a.find("subagent.spawn")[1]
     assert a.events.index(second_spawn) > a.events.index(real), "the second agent was not woken by the update"

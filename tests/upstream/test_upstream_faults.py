@@ -23,10 +23,11 @@ import trio
 
 from agentd.core.exitcodes import ExitCode
 from agentd.observe.telemetry import RATE_BURST
-from tests.support.agentd_proc import PY, REPO, Agentd, run_agentd, script
+from tests.support.agentd_proc import PY, REPO, Agentd, drain, of, run_agentd, script, server_pid
 from tests.support.files import edit
 from tests.support.leftovers import tagged_env
 from tests.support.processes import listening, start_notes_server, stop
+from tests.support.routing import reader_script, routes_config
 
 pytestmark = pytest.mark.fault
 
@@ -58,31 +59,6 @@ def memo(tmp: Path, name: str = "memo") -> str:
     return f"{name}={PY} -m agentd serve memo --file {tmp / (name + '.json')}"
 
 
-def reader_script(tmp: Path) -> str:
-    """A model that reads the resource its instruction names and answers with the body."""
-    return script(
-        tmp,
-        [
-            {"tool_calls": [{"name": "read_resource", "arguments": {"uri": "{instruction}"}}]},
-            {"text": "saw {instruction}: {last_tool_result}"},
-        ],
-        then="stop",
-        name="reader.json",
-    )
-
-
-def config(tmp: Path, routes: list[dict[str, Any]], servers: str = "") -> str:
-    """Write ``agentd.toml`` with these routes (TOML written by hand: values are simple)."""
-    lines = []
-    for route in routes:
-        lines.append("[[routes]]")
-        for key, value in route.items():
-            lines.append(f"{key} = {json.dumps(value)}")
-    path = tmp / "agentd.toml"
-    path.write_text(servers + "\n".join(lines) + "\n")
-    return str(path)
-
-
 def spawn_route(match: str, **extra: Any) -> dict[str, Any]:
     """A spawn route whose agent is told just the changed URI (so ``reader_script`` reads it).
 
@@ -110,30 +86,13 @@ def reactive(tmp: Path, cfg: str, *servers: str, extra: tuple[str, ...] = ()) ->
 def on_alpha_and_beta(tmp: Path, server: str, **route: Any) -> list[str]:
     """``reactive`` with stdio server ``server`` subscribed at note://alpha and note://beta,
     and a spawn route for note://* (``route``: its other settings)."""
-    cfg = config(tmp, [spawn_route("note://*", **route)])
+    cfg = routes_config(tmp, [spawn_route("note://*", **route)])
     subs = ("--subscribe", f"{server}:note://alpha", "--subscribe", f"{server}:note://beta")
     return reactive(tmp, cfg, stdio(tmp, server), extra=subs)
 
 
 def env(tmp: Path, **extra: str) -> dict[str, str]:
     return tagged_env(tmp, AGENTD_RECONNECT_BACKOFF=FAST_BACKOFF, **extra)
-
-
-def server_pid(a: Agentd, tmp: Path, name: str) -> int:
-    """The pid of server ``name`` (its command line names ``tmp/<name>.json``) under agentd."""
-    marker = str(tmp / f"{name}.json")
-    for child in psutil.Process(a.proc.pid).children(recursive=True):
-        try:
-            if marker in child.cmdline() and child.status() != psutil.STATUS_ZOMBIE:
-                return child.pid
-        except psutil.NoSuchProcess:
-            continue
-    raise AssertionError(f"no live server {name!r} under agentd")
-
-
-def of(a: Agentd, name: str, **fields: Any) -> list[dict[str, Any]]:
-    """Telemetry events named ``name`` whose fields equal ``fields``."""
-    return a.find(name, lambda e: all(e.get(k) == v for k, v in fields.items()))
 
 
 def folded(a: Agentd, name: str) -> int:
@@ -143,13 +102,6 @@ def folded(a: Agentd, name: str) -> int:
 
 def when(**fields: Any) -> Any:
     return lambda e: all(e.get(k) == v for k, v in fields.items())
-
-
-async def drain(a: Agentd) -> dict[str, Any]:
-    """SIGTERM, expect a clean exit (0); returns ``supervisor.exit``."""
-    a.signal(signal.SIGTERM)
-    assert await a.wait_exit() == ExitCode.OK, a.tail()
-    return of(a, "supervisor.exit")[0]
 
 
 def rss(pid: int) -> int:
@@ -271,7 +223,7 @@ INIT_TIMEOUT = 15.0
 
 
 async def test_03_server_exiting_during_initialize_fails_fast_with_its_stderr(tmp_path: Path) -> None:
-    cfg = config(tmp_path, [spawn_route("memo://*")])
+    cfg = routes_config(tmp_path, [spawn_route("memo://*")])
     broken = stdio(tmp_path, "broken", "--exit-during-init", server=NOTES_SERVER)
     async with run_agentd(
         reactive(tmp_path, cfg, broken, memo(tmp_path), extra=("--subscribe", "memo:memo://notes")),
@@ -329,7 +281,7 @@ async def test_04_required_server_that_keeps_crashing_fails_after_5_attempts_exi
 async def test_04_optional_server_that_keeps_crashing_is_reported_and_the_rest_keep_running(
     tmp_path: Path,
 ) -> None:
-    cfg = config(tmp_path, [spawn_route("memo://*")])
+    cfg = routes_config(tmp_path, [spawn_route("memo://*")])
     flaky = stdio(tmp_path, "flaky", "--exit-during-init", server=NOTES_SERVER)
     edit(tmp_path / "memo.json", {"todo": "before"})
     args = reactive(tmp_path, cfg, flaky, memo(tmp_path), extra=("--subscribe", "memo:memo://notes"))
@@ -345,7 +297,7 @@ async def test_04_optional_server_that_keeps_crashing_is_reported_and_the_rest_k
 
 async def test_04_server_that_crashes_right_after_each_connect_backs_off_and_fails(tmp_path: Path) -> None:
     flaky = stdio(tmp_path, "flaky", "--crash-after", "0.2", server=NOTES_SERVER)
-    cfg = config(tmp_path, [spawn_route("note://*")])
+    cfg = routes_config(tmp_path, [spawn_route("note://*")])
     async with run_agentd(reactive(tmp_path, cfg, flaky), env=env(tmp_path)) as a:
         # A crash during the probe costs a second start (rfcs/0285): two attempts, up to four starts.
         await a.wait_event("server.state", when(state="restarting"), count=2, timeout=2 * STARTUP)
@@ -549,7 +501,7 @@ async def test_09_storm_over_many_distinct_uris_is_bounded_counted_and_latest_st
         "reread_on_start": False,
     }
     marker = {"name": "marker", "match": "note://beta", "disposition": "spawn", "reread_on_start": False}
-    cfg = config(tmp_path, [route, marker])
+    cfg = routes_config(tmp_path, [route, marker])
     args = [
         "--mode", "reactive", "--verbose", "--config", cfg, "--model", model,
         "--mcp-stdio", stdio(tmp_path, "many", "--items", str(ITEMS), era="legacy"),
@@ -631,7 +583,7 @@ async def test_11_update_for_a_uri_nobody_subscribed_is_dropped_and_counted(
     tmp_path: Path, allow_files: Any
 ) -> None:
     allow_files("*.storm")
-    cfg = config(tmp_path, [spawn_route("note://*")])
+    cfg = routes_config(tmp_path, [spawn_route("note://*")])
     server = stdio(tmp_path, "pushy", era="legacy")
     async with run_agentd(
         reactive(tmp_path, cfg, server, extra=("--subscribe", "pushy:note://beta")), env=env(tmp_path)
@@ -676,7 +628,7 @@ async def test_12_listen_stream_ended_by_a_full_backlog_is_reopened_and_reread(
 async def test_13_http_server_restart_resubscribes_and_rereads(tmp_path: Path) -> None:
     state = tmp_path / "web.json"
     listener, port = listening()
-    cfg = config(tmp_path, [spawn_route("note://*")])
+    cfg = routes_config(tmp_path, [spawn_route("note://*")])
     args = reactive(
         tmp_path,
         cfg,

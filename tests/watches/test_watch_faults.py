@@ -30,7 +30,7 @@ import trio
 
 from agentd.watches.sandbox import MAX_LINE_CHARS
 from agentd.watches.state import WatchSpec, encode, leftover_temps, save
-from tests.support.agentd_proc import PY, REPO, Agentd, run_agentd, script
+from tests.support.agentd_proc import REPO, Agentd, run_agentd, script
 from tests.support.files import edit
 from tests.support.leftovers import tagged_env
 from tests.support.supervised import survivors, tree_of
@@ -88,10 +88,6 @@ FAULTY_FILTER = textwrap.dedent(
     ('y' * 100000) if k == 'huge' else f"{{k}} n={{n}}"
     """
 )
-
-
-def memo_server(path: Path) -> str:
-    return f"memo={PY} -m agentd serve memo --file {path}"
 
 
 def watch_start(name: str, on_event: str | None) -> dict[str, Any]:

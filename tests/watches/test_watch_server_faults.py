@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.agentd_proc import PY, Agentd, run_agentd, script
+from tests.support.agentd_proc import PY, Agentd, drain, run_agentd, script
 from tests.support.leftovers import tagged_env
 from tests.support.watch import Control, loop_args, mcp_stdio, notice_lines, obj, server_args, watch_start
 
@@ -45,11 +45,6 @@ def echo_turns(first: list[dict[str, Any]], n: int = 10) -> list[dict[str, Any]]
     return [{"tool_calls": first}, {"text": "watching: {last_tool_result}"}] + [
         {"text": "got: {input}"} for _ in range(n)
     ]
-
-
-async def drain(a: Agentd) -> None:
-    a.signal(signal.SIGTERM)
-    assert await a.wait_exit() == 0, a.tail()
 
 
 # ------------------------------------------------------------------------ flapping

@@ -11,13 +11,12 @@ timeout; nothing sleeps.
 from __future__ import annotations
 
 import json
-import signal
 from pathlib import Path
 from typing import Any
 
 import trio
 
-from tests.support.agentd_proc import PY, Agentd, run_agentd, script
+from tests.support.agentd_proc import PY, drain, run_agentd, script
 from tests.support.watch import Control, loop_args, mcp_stdio, notice_lines, obj, server_args, watch_start
 
 #: The default quiet time: a notice sooner than this shows the setting was applied.
@@ -28,11 +27,6 @@ def echo_turns(first: list[dict[str, Any]], n: int = 10) -> list[dict[str, Any]]
     return [{"tool_calls": first}, {"text": "started: {last_tool_result}"}] + [
         {"text": "got: {input}"} for _ in range(n)
     ]
-
-
-async def drain(a: Agentd) -> None:
-    a.signal(signal.SIGTERM)
-    assert await a.wait_exit() == 0, a.tail()
 
 
 THREE_CALLS = "[watchy__get_key(key=k) for k in ('a', 'b', 'c')]"

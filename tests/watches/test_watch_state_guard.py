@@ -25,7 +25,7 @@ from agentd.core.exitcodes import ExitCode
 from agentd.watches.state import claim, leftover_temps, load, lock_path
 from tests.support.agentd_proc import PY, REPO, agentd_cmd, run_agentd, script
 from tests.support.files import edit
-from tests.support.leftovers import tagged_env
+from tests.support.leftovers import run_tagged, tagged_env
 
 pytestmark = pytest.mark.fault
 
@@ -45,18 +45,6 @@ def _loop_args(model: str, memo: Path, state: Path) -> list[str]:
 
 def _watch_start(name: str) -> dict[str, Any]:
     return {"name": "watch_start", "arguments": {"name": name, "uri": "memo://notes"}}
-
-
-def _run(args: list[str], tmp: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        agentd_cmd(*args),
-        capture_output=True,
-        text=True,
-        timeout=REFUSE_TIMEOUT_S,
-        cwd=REPO,
-        env={**os.environ, **tagged_env(tmp)},
-        check=False,
-    )
 
 
 # ------------------------------------------------------------------ two agentd, one file
@@ -159,7 +147,7 @@ def _check_and_start(tmp_path: Path, state: Path) -> list[subprocess.CompletedPr
     memo = tmp_path / "notes.json"
     edit(memo, {})
     results = [
-        _run(args, tmp_path)
+        run_tagged(args, tmp_path, REFUSE_TIMEOUT_S)
         for args in (["check", *_loop_args(model, memo, state)], _loop_args(model, memo, state))
     ]
     for result in results:

@@ -12,7 +12,7 @@ import json
 import signal
 from pathlib import Path
 
-from tests.support.agentd_proc import PY, run_agentd, script
+from tests.support.agentd_proc import run_agentd, script
 from tests.support.files import edit
 from tests.support.watch import Control, mcp_stdio, memo_loop_args, watch_start
 from tests.support.watch import loop_args as watch_loop_args
@@ -29,10 +29,6 @@ WATCH_TODO = {
     ]
 }
 """A model step that starts the watch ``todo`` on the memo's notes, through :data:`FILTER`."""
-
-
-def memo_server(path: Path) -> str:
-    return f"memo={PY} -m agentd serve memo --file {path}"
 
 
 async def test_a_watch_wakes_the_same_agent_and_no_reply_publishes_nothing(tmp_path: Path) -> None:
