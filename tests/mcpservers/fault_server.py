@@ -38,7 +38,6 @@ import json
 import os
 import random
 import signal
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +46,6 @@ import mcp_types as types
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.resources.types import FunctionResource
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.mcpservers.notes_server import _RawStdout, build, serve_stdio
 
 

@@ -1,7 +1,7 @@
 """The fault catalog, routing cases: ``block`` overflow under a server writing faster than agents consume.
 
 Each test runs the real ``agentd`` command against the fault server
-(``servers/fault_server.py``: a storm on SIGUSR1 bumps ``item://0..N-1`` and
+(``tests/mcpservers/fault_server.py``: a storm on SIGUSR1 bumps ``item://0..N-1`` and
 publishes every bump) with one spawn route that admits one agent at a time,
 a queue of two and ``overflow = "block"``. Agents read the item they were
 started for (``template = "{uri}"``) and print what they saw. Waits are on

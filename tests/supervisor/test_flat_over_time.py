@@ -10,7 +10,6 @@ causes hold no exited agent.
 from __future__ import annotations
 
 import signal
-import sys
 from pathlib import Path
 
 import pytest
@@ -30,8 +29,6 @@ from agentd.supervisor.loop.reactor import Agent, Reactor
 from agentd.supervisor.toolpolicy import ToolPolicy, ToolRules
 from agentd.triggers import mode as modes
 from agentd.triggers.router import Router, RouteSpec, Spawn
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.support.agentd_proc import script
 from tests.support.reactor import spawn_hooks
 from tests.support.telemetry import RecordingTelemetry

@@ -20,8 +20,6 @@ from agentd.events import ToolChangedState
 from agentd.observe.telemetry import NullTelemetry
 from agentd.supervisor.hub import SupervisorHub
 from agentd.upstream import Upstream
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.mcpservers.helpers import running_upstream
 from tests.support.watch import Spec
 

@@ -1,7 +1,7 @@
 """The fault catalog, subscriptions at scale (cases SC1-SC5, rfcs/0260).
 
 Each case runs the real ``agentd`` command against real MCP servers written
-with the SDK: the fault server over stdio (``servers/fault_server.py``: many
+with the SDK: the fault server over stdio (``tests/mcpservers/fault_server.py``: many
 ``item://`` resources, storms on SIGUSR1, a new item on SIGUSR2, listen
 requests held on demand) and the notes server over Streamable HTTP. A server
 carries every subscribed URI of agentd on one listen stream; before, each URI

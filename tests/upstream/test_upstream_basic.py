@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import mcp_types as types
@@ -19,9 +18,6 @@ from agentd.events import (
 )
 from agentd.observe.telemetry import NullTelemetry
 from agentd.upstream import Upstream, connect_all, resolve_server_for_uri
-
-# tests/integration has no __init__.py, so the repository root is not on sys.path by itself.
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.mcpservers.helpers import notes_spec, running_upstream
 
 pytestmark = pytest.mark.process  # its servers run as child processes (tests/support helpers)

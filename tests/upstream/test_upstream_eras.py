@@ -1,7 +1,7 @@
 """Fault catalog V1–V3: servers that break on the ``server/discover`` probe (rfcs/0285).
 
 Each test runs the real ``agentd`` command against
-``servers/probe_exit_server.py``, a stdio server that exits with status 1 on
+``tests/mcpservers/probe_exit_server.py``, a stdio server that exits with status 1 on
 any request it does not know, as Python SDK ≤ 1.8 servers do on the probe.
 Every wait is on telemetry or the exit; the fault conftest fails a test that
 leaves a process behind.

@@ -9,18 +9,12 @@ of the same version.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 import trio
 
 from agentd.events import ResourceChanged, SubscriptionStateChanged
 from agentd.observe.telemetry import NullTelemetry
 from agentd.upstream import Upstream
-
-# tests/integration has no __init__.py, so the repository root is not on sys.path by itself.
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.mcpservers.helpers import Events, Spec
 from tests.support.thirdparty import everything_entry, node
 

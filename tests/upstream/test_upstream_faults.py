@@ -1,7 +1,7 @@
 """The fault catalog, upstream MCP server cases (``tests/faults/README.md``).
 
 Each test runs the real ``agentd`` command (``python -m agentd``) against real
-MCP server processes (the SDK-written notes server, or ``servers/fault_server.py``
+MCP server processes (the SDK-written notes server, or ``tests/mcpservers/fault_server.py``
 which adds misbehaviour on demand), breaks something, and asserts what agentd
 does through its NDJSON telemetry and stdout. Agents run the ``script:`` model.
 Nothing sleeps to wait for a condition: every wait is on a telemetry event, a
@@ -431,7 +431,7 @@ per URI, so anything near this is a leak (agentd itself is ~60 MiB RSS here)."""
 
 
 async def storm(a: Agentd, tmp: Path, server: str, spec: dict[str, Any]) -> None:
-    """Start a storm in ``server`` (servers/fault_server.py: SIGUSR1 + ``<state>.storm``)."""
+    """Start a storm in ``server`` (tests/mcpservers/fault_server.py: SIGUSR1 + ``<state>.storm``)."""
     (tmp / f"{server}.json.storm").write_text(json.dumps(spec))
     os.kill(server_pid(a, tmp, server), signal.SIGUSR1)
 

@@ -22,9 +22,6 @@ from agentd.events import (
 from agentd.observe.telemetry import NullTelemetry
 from agentd.upstream import Upstream
 from agentd.upstream.backoff import RECONNECT_BACKOFF, delay_before_attempt
-
-# tests/integration has no __init__.py, so the repository root is not on sys.path by itself.
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.mcpservers.helpers import Events, Spec, notes_spec
 
 FAST = (0.05, 0.05, 0.05, 0.05, 0.05)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,9 +13,6 @@ from agentd.events import (
     ServerStateChanged,
     SubscriptionStateChanged,
 )
-
-# tests/integration has no __init__.py, so the repository root is not on sys.path by itself.
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.mcpservers.helpers import Spec, restarting_upstream
 from tests.support.processes import listening, notes_server
 

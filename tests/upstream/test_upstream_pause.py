@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,9 +10,6 @@ import trio
 from agentd.events import ResourceChanged, SubscriptionStateChanged
 from agentd.observe.telemetry import NullTelemetry
 from agentd.upstream import Upstream
-
-# tests/integration has no __init__.py, so the repository root is not on sys.path by itself.
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.mcpservers.helpers import Events, notes_spec
 
 pytestmark = pytest.mark.process  # its servers run as child processes (tests/support helpers)

@@ -8,7 +8,6 @@ a real one over stdio. Nothing sleeps: tests await the upstream's events.
 
 from __future__ import annotations
 
-import sys
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
@@ -18,8 +17,6 @@ import trio
 
 from agentd.events import ResourceChanged, SubscriptionStateChanged
 from agentd.upstream import Upstream
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.mcpservers.helpers import Events, running_upstream
 from tests.support.telemetry import RecordingTelemetry
 from tests.support.watch import watch_spec

@@ -8,7 +8,6 @@ re-reads what it subscribed to.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,8 +18,6 @@ from agentd.core.errors import UpstreamError
 from agentd.events import ResourceChanged, ServerState, ServerStateChanged
 from agentd.observe.telemetry import NullTelemetry
 from agentd.upstream import Upstream
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.mcpservers.helpers import notes_spec, restarting_upstream
 from tests.support.processes import listening, notes_server
 

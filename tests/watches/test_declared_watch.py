@@ -31,8 +31,6 @@ from agentd.upstream import Upstream
 from agentd.watches.limits import WatchLimits
 from agentd.watches.manager import WatchManager
 from agentd.watches.state import load
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.mcpservers.helpers import Spec
 from tests.support.reactor import spawn_hooks
 from tests.support.reports import turn_ended

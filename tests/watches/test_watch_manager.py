@@ -7,7 +7,6 @@ sleeps: every wait is on a channel or an event, bounded by ``trio.fail_after``.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,8 +15,6 @@ from agentd.core.errors import FilterRejected, WatchError
 from agentd.supervisor.routing.sessionroutes import SessionRoutes
 from agentd.watches.limits import WatchLimits
 from agentd.watches.state import load
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.mcpservers.helpers import notes_spec
 from tests.support.watch_rig import lines, memo_spec, rig
 

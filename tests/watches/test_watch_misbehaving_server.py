@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,8 +17,6 @@ from agentd.core.errors import FilterRejected
 from agentd.observe.telemetry import Telemetry
 from agentd.supervisor.hub import SupervisorHub
 from agentd.watches.limits import WatchLimits
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.support.watch import Control, obj, watch_spec
 from tests.support.watch_rig import FAST, lines, rig
 
