@@ -38,6 +38,7 @@ import json
 import os
 import random
 import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,10 @@ import mcp_types as types
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.resources.types import FunctionResource
 
+# agentd starts this file as a script (``python .../fault_server.py``) and the
+# SDK gives a stdio server only its default environment (no PYTHONPATH): the
+# repository root goes on sys.path here, the one place a test file needs it.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.mcpservers.notes_server import _RawStdout, build, serve_stdio
 
 

@@ -201,9 +201,7 @@ class run_agentd:
     ) -> None:
         self.stdout = stdout
         self.args = list(args)
-        # The repository on PYTHONPATH, as for run_cli: the MCP servers written for the
-        # tests (tests/mcpservers/, started by agentd as scripts) import ``tests.``.
-        self.env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+        self.env = {**os.environ, **(env or {})}
         self.cwd = cwd or REPO
         self.argv = [*prefix, *(command if command is not None else agentd_cmd()), *self.args]
         self.preexec_fn = preexec_fn
