@@ -13,7 +13,7 @@ Figures (median of repeated batches, microseconds per event):
 * throughput        events/s through one watch: 100-event reads, filter on every event,
                     one ``run_batch`` thread hop per read
 
-Then, side by side against a real MCP server over stdio (``tests/servers/watch_server.py``),
+Then, side by side against a real MCP server over stdio (``tests/mcpservers/watch_server.py``),
 in the same run (microseconds per event or call, median of single timings taken round robin):
 
 * bare tool call    ``Upstream.call_tool`` of a read-only tool from trio (the floor)

@@ -15,6 +15,17 @@
   collection; a test that starts one through a helper says so itself
   (``pytestmark = pytest.mark.process``). In the fast tier a process start
   fails the test, naming the marker, so the tier cannot drift.
+* The fault catalog (tests/faults/README.md indexes it): every test marked
+  ``fault`` is checked, after it ran, for leftovers, since the catalog's point
+  is that faults leave nothing behind. **Processes**: nothing may still run
+  whose command line mentions the test's ``tmp_path`` (upstream servers take
+  their state files there), nor any process carrying the test's tag in its
+  environment (``agentd`` started with ``tagged_env``, and what it forks: the
+  zygote and every agent child). Processes on their way out get
+  ``EXIT_BOUND`` seconds, awaited on pidfds (no polling); survivors are
+  SIGKILLed and the test fails. **Files**: nothing may be left in ``tmp_path``
+  except what the test made or declared with the ``allow_files`` fixture
+  (half-written temporaries, stray sockets, ``*.tmp`` files fail the test).
 * A guard: no test may reach a real model provider. Name resolution of their
   public hosts fails in this process, so a misconfigured test errors at once
   instead of sending a request.
@@ -22,15 +33,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 from hypothesis import HealthCheck, settings
+
+from tests.support.leftovers import EXIT_BOUND, AllowedFiles, leftover_processes, wait_gone
 
 settings.register_profile(
     "ci",
@@ -132,3 +148,37 @@ def _no_processes_in_the_fast_tier(request: pytest.FixtureRequest) -> Iterator[N
     finally:
         subprocess.Popen.__init__ = popen_init  # type: ignore[method-assign]
         os.fork = fork
+
+
+@pytest.fixture
+def allow_files() -> AllowedFiles:
+    """Declare extra files (globs) a ``fault`` test may leave in ``tmp_path``."""
+    return AllowedFiles()
+
+
+@pytest.fixture(autouse=True)
+def _no_leftovers(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After a ``fault`` test: no process of its tree, no unexpected file in its ``tmp_path``."""
+    if request.node.get_closest_marker("fault") is None:
+        yield
+        return
+    tmp_path: Path = request.getfixturevalue("tmp_path")
+    allow: AllowedFiles = request.getfixturevalue("allow_files")
+    yield
+    marker = str(tmp_path)
+    procs = leftover_processes(marker)
+    survivors = wait_gone([p.pid for p in procs], EXIT_BOUND) if procs else []
+    described = []
+    for pid in survivors:
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            described.append(f"{pid}: {' '.join(psutil.Process(pid).cmdline())[:200]}")
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    stray = allow.unexpected(tmp_path)
+    problems = []
+    if described:
+        problems.append("processes outlived the test:\n  " + "\n  ".join(described))
+    if stray:
+        problems.append(f"unexpected files left in {tmp_path}: {stray}")
+    if problems:
+        pytest.fail("\n".join(problems))

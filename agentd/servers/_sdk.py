@@ -16,7 +16,7 @@ SDK (2.3) has no public hook for are done here, and only here:
   (handshake-era clients learn ``listChanged`` only from these options;
   2026-07-28 ones from the listen handler, which the SDK derives itself).
 
-``tests/unit/test_sdk_adapter.py`` exercises each of these against the
+``tests/servers/test_sdk_adapter.py`` exercises each of these against the
 installed SDK: an SDK release that moves one of them fails that test, not a
 bundled server in production.
 """

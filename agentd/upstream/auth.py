@@ -28,7 +28,7 @@ agentd adds two things the SDK leaves to its caller:
 The SDK hooks used here (``_initialize``, ``_handle_token_response``,
 ``_auth_flow``, ``_exchange_token_client_credentials`` and the ``context``
 fields) are not public API; they are used only in this module, and
-``tests/integration/test_upstream_oauth.py`` exercises every one of them
+``tests/upstream/test_upstream_oauth.py`` exercises every one of them
 against a real authorization server, so an SDK release that changes them
 fails that test.
 """

@@ -13,7 +13,7 @@ it with *empty* capabilities, no wire traffic). agentd also needs
   ``protocolVersion`` of the one outgoing ``initialize`` request on the wire.
 
 This module is the only place that leans on how the SDK does these;
-``tests/unit/test_upstream_handshake_sdk.py`` fails if the SDK changes under it.
+``tests/upstream/test_upstream_handshake_sdk.py`` fails if the SDK changes under it.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
 import trio
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,7 +36,7 @@ def script(tmp: Path, turns: list[dict[str, Any]], then: str = "no_reply", name:
 
 def notes_server(tmp: Path, *extra: str, name: str = "notes") -> str:
     """An ``--mcp-stdio`` value for the SDK-written test server."""
-    return f"{name}={PY} {REPO / 'tests/servers/notes_server.py'} --state {tmp / (name + '.json')} {' '.join(extra)}".strip()
+    return f"{name}={PY} {REPO / 'tests/mcpservers/notes_server.py'} --state {tmp / (name + '.json')} {' '.join(extra)}".strip()
 
 
 #: Bound on one short ``agentd`` command (check, a usage error, a scripted once run):
@@ -234,3 +235,31 @@ class run_agentd:
             undeclared = [e for e in self.a.events if e.get("event") == "telemetry.undeclared"]
             assert not undeclared, f"undeclared telemetry: {undeclared}"
         return result
+
+
+def of(a: Agentd, name: str, **fields: Any) -> list[dict[str, Any]]:
+    """Telemetry events named ``name`` whose fields equal ``fields``."""
+    return a.find(name, lambda e: all(e.get(k) == v for k, v in fields.items()))
+
+
+async def drain(a: Agentd, timeout: float = EXIT_TIMEOUT) -> dict[str, Any]:
+    """SIGTERM, then a clean exit (0) asserted, with the run's last lines if not.
+
+    Returns the ``supervisor.exit`` event (``{}`` if agentd wrote none).
+    """
+    a.signal(signal.SIGTERM)
+    assert await a.wait_exit(timeout) == 0, a.tail()
+    exits = a.find("supervisor.exit")
+    return exits[0] if exits else {}
+
+
+def server_pid(a: Agentd, tmp: Path, name: str) -> int:
+    """The pid of server ``name`` (its command line names ``tmp/<name>.json``) under agentd."""
+    marker = str(tmp / f"{name}.json")
+    for child in psutil.Process(a.proc.pid).children(recursive=True):
+        try:
+            if marker in child.cmdline() and child.status() != psutil.STATUS_ZOMBIE:
+                return child.pid
+        except psutil.NoSuchProcess:
+            continue
+    raise AssertionError(f"no live server {name!r} under agentd")

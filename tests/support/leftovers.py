@@ -11,6 +11,7 @@ import contextlib
 import fnmatch
 import os
 import select
+import subprocess
 import time
 from pathlib import Path
 
@@ -105,3 +106,22 @@ class AllowedFiles:
             if not any(fnmatch.fnmatch(rel, p) or fnmatch.fnmatch(path.name, p) for p in self.patterns):
                 out.append(rel)
         return out
+
+
+def run_tagged(args: list[str], tmp: Path, timeout: float) -> subprocess.CompletedProcess[str]:
+    """``agentd ARGS`` run to its end from the repository, tagged with ``tmp`` (:func:`tagged_env`).
+
+    ``PWD`` is left out of its environment: agentd would take it for a password
+    and redact its value in messages, and the tests name paths in full.
+    """
+    from tests.support.agentd_proc import REPO, agentd_cmd
+
+    return subprocess.run(
+        agentd_cmd(*args),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env={**{k: v for k, v in os.environ.items() if k != "PWD"}, **tagged_env(tmp)},
+        check=False,
+    )

@@ -1,4 +1,4 @@
-"""A loopback OAuth 2.1 authorization server + protected MCP resource server for tests (``tests/servers/oauth_server.py``)."""
+"""A loopback OAuth 2.1 authorization server + protected MCP resource server for tests (``tests/mcpservers/oauth_server.py``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import trio
 
 from tests.support.processes import stop
 
-SERVER = str(Path(__file__).resolve().parents[1] / "servers" / "oauth_server.py")
+SERVER = str(Path(__file__).resolve().parents[1] / "mcpservers" / "oauth_server.py")
 CLIENT_ID = "agentd-test"
 CLIENT_SECRET = "s3cret-client-value"
 

@@ -1,6 +1,6 @@
 """Older Python ``mcp`` SDKs, each in a virtual environment of its own, for servers of earlier eras.
 
-Many published MCP servers pin an SDK of the 1.x line. ``tests/servers/oldsdk_server.py``
+Many published MCP servers pin an SDK of the 1.x line. ``tests/mcpservers/oldsdk_server.py``
 runs under such an SDK, never under agentd's interpreter. The environments are
 made on first use from the package index and kept under the repository's
 ``.venv/oldmcp/VERSION`` (``scripts/setup`` makes them ahead of the tests, so
@@ -28,7 +28,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 
-OLD_SERVER = REPO / "tests" / "servers" / "oldsdk_server.py"
+OLD_SERVER = REPO / "tests" / "mcpservers" / "oldsdk_server.py"
 """The FastMCP test server these environments run."""
 
 CACHE = Path(os.environ.get("AGENTD_OLD_MCP_CACHE", REPO / ".venv" / "oldmcp"))

@@ -12,7 +12,7 @@ from typing import Literal
 
 import trio
 
-NOTES_SERVER = str(Path(__file__).resolve().parents[1] / "servers" / "notes_server.py")
+NOTES_SERVER = str(Path(__file__).resolve().parents[1] / "mcpservers" / "notes_server.py")
 
 STOP_GRACE = 5.0
 """Seconds a test server gets to exit after SIGTERM before SIGKILL."""

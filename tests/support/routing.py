@@ -20,7 +20,7 @@ import psutil
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.agentd_proc import PY, REPO, Agentd
+from tests.support.agentd_proc import PY, REPO, Agentd, script
 from tests.support.supervised import alive, tracking
 
 #: A whole agentd start on this shared 2-core machine (interpreter, zygote,
@@ -33,11 +33,38 @@ STEP = 20.0
 #: Bound on one HTTP request to agentd's endpoints.
 HTTP = 10.0
 
-NOTES_SERVER = REPO / "tests/servers/notes_server.py"
-FAULT_SERVER = REPO / "tests/faults/servers/fault_server.py"
+NOTES_SERVER = REPO / "tests/mcpservers/notes_server.py"
+FAULT_SERVER = REPO / "tests/mcpservers/fault_server.py"
 
 #: ``AGENTD_RECONNECT_BACKOFF`` for tests: restarts are real, only the waits are short.
 FAST_BACKOFF = {"AGENTD_RECONNECT_BACKOFF": "0.2,0.2,0.2,0.2,0.2"}
+
+
+def routes_config(tmp: Path, routes: list[dict[str, Any]], servers: str = "") -> str:
+    """Write ``agentd.toml`` with ``servers`` (TOML text) and these ``[[routes]]``; returns its path.
+
+    Values are simple: JSON is valid TOML for them.
+    """
+    lines = []
+    for route in routes:
+        lines.append("[[routes]]")
+        lines += [f"{key} = {json.dumps(value)}" for key, value in route.items()]
+    path = tmp / "agentd.toml"
+    path.write_text(servers + "\n".join(lines) + "\n")
+    return str(path)
+
+
+def reader_script(tmp: Path) -> str:
+    """A model that reads the resource its instruction names and answers with the body."""
+    return script(
+        tmp,
+        [
+            {"tool_calls": [{"name": "read_resource", "arguments": {"uri": "{instruction}"}}]},
+            {"text": "saw {instruction}: {last_tool_result}"},
+        ],
+        then="stop",
+        name="reader.json",
+    )
 
 
 def memo_server(path: Path, name: str = "memo") -> str:
@@ -50,13 +77,6 @@ def memo_server(path: Path, name: str = "memo") -> str:
 def sdk_server(tmp: Path, name: str, *extra: str, server: Path = NOTES_SERVER, era: str = "modern") -> str:
     """An ``--mcp-stdio`` value for an SDK-written test server with its state in ``tmp/<name>.json``."""
     return f"{name}={PY} {server} --era {era} --state {tmp / (name + '.json')} {' '.join(extra)}".strip()
-
-
-def script(tmp: Path, turns: list[dict[str, Any]], then: str = "no_reply", name: str = "script.json") -> str:
-    """Write a ``script:`` model file; returns the model spec."""
-    path = tmp / name
-    path.write_text(json.dumps({"turns": turns, "then": then}))
-    return f"script:{path}"
 
 
 def write(tmp: Path, name: str, text: str) -> str:
@@ -100,12 +120,6 @@ async def wait_gone(pid: int) -> None:
         await trio.lowlevel.wait_readable(fd)
     finally:
         os.close(fd)
-
-
-async def drain(a: Agentd) -> int:
-    """SIGTERM, then the exit code."""
-    a.signal(signal.SIGTERM)
-    return await a.wait_exit(START)
 
 
 async def get(url: str) -> httpx2.Response:

@@ -1,4 +1,4 @@
-"""Driving ``tests/servers/watch_server.py`` from tests: server specs, the control FIFO, telemetry.
+"""Driving ``tests/mcpservers/watch_server.py`` from tests: server specs, the control FIFO, telemetry.
 
 The watch server is a real MCP server (``mcp`` SDK, stdio) whose resources
 change, and whose subscriptions flap or are refused, on command. Commands go
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
-WATCH_SERVER = REPO / "tests" / "servers" / "watch_server.py"
+WATCH_SERVER = REPO / "tests" / "mcpservers" / "watch_server.py"
 
 #: ``resources/read`` mime type of the server's event-log resource.
 EVENT_LOG_MIME = "application/vnd.agentd.events+json"
