@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agentd.supervisor.routing.sessionroutes import SessionRoutes
-from agentd.supervisor.routing.subscriptions import ServerView, Subscriptions, Unsubscribe, resolve
+from agentd.supervisor.routing.subscriptions import ServerView, Subscribe, Subscriptions, Unsubscribe, resolve
 from agentd.triggers.router import Router, RouteSpec
 from agentd.upstream.resolve import Catalog
 
@@ -79,3 +79,46 @@ def test_a_restored_pair_released_before_its_server_came_up_is_not_subscribed_la
     # journal's subscribe is not made a second time when the server connects.
     routes.subscribe("s1", "memo://notes")
     assert subs.refresh({"memo": _view(frozenset({"memo://notes"}))}, "connected").actions == ()
+
+
+def test_every_refresh_changes_the_version_readiness_watches() -> None:
+    subs = Subscriptions([Sub("memo://x", "memo")], Router())
+    seen = {subs.version}
+    for reason in ("start", "catalog", "connected"):
+        subs.refresh({"memo": _view(frozenset())}, reason)  # type: ignore[arg-type]
+        seen.add(subs.version)
+    assert len(seen) == 4
+
+
+def test_a_refresh_with_nothing_declared_forgets_and_reports_nothing() -> None:
+    refreshed = Subscriptions([], Router()).refresh({"memo": _view(frozenset())}, "start")
+    assert (refreshed.actions, refreshed.forgotten, refreshed.unresolved) == ((), (), ())
+
+
+def test_a_declared_pair_already_subscribed_does_not_hold_back_the_next() -> None:
+    subs = Subscriptions([Sub("memo://a", "memo"), Sub("memo://b", "memo")], Router())
+    view = ServerView(connected=True, subscribed=frozenset({"memo://a"}), catalog=Catalog())
+    assert subs.refresh({"memo": view}, "start").actions == (Subscribe("memo", "memo://b", startup=True),)
+
+
+def test_a_restored_pair_waits_for_a_start_or_a_connect_not_a_catalog_change() -> None:
+    router = Router()
+    SessionRoutes(router).subscribe("s1", "memo://notes")
+    subs = Subscriptions([Sub("memo://declared", "memo")], router)
+    subs.restored("memo", "memo://notes")
+    up = {"memo": _view(frozenset({"memo://declared", "memo://notes"}))}
+    assert subs.refresh(up, "catalog").actions == (Subscribe("memo", "memo://declared", startup=False),)
+    assert subs.refresh(up, "connected").actions == (
+        Subscribe("memo", "memo://notes", startup=True, restored=True),
+    )
+
+
+def test_a_restored_pair_whose_server_is_down_does_not_hold_back_another_servers() -> None:
+    router = Router()
+    routes = SessionRoutes(router)
+    subs = Subscriptions([], router)
+    for server, uri in (("a", "a://1"), ("b", "b://1")):
+        routes.subscribe("s1", uri)
+        subs.restored(server, uri)
+    servers = {"a": _view(frozenset(), connected=False), "b": _view(frozenset())}
+    assert subs.refresh(servers, "start").actions == (Subscribe("b", "b://1", startup=True, restored=True),)
