@@ -132,7 +132,10 @@ def test_every_credential_in_one_text_is_found_in_order() -> None:
     assert secrets_in("OPENAI_API_KEY=Kx9abc123 --token Tz8def456") == ["Kx9abc123", "Tz8def456"]
     assert secrets_in("--token Tz8def456 PGPASSWORD=Pw7ghi890") == ["Tz8def456", "Pw7ghi890"]
     # A plain name whose value holds a credential, after another credential.
-    assert secrets_in("GITHUB_TOKEN=Gh12345678 endpoint=https://h/?sig=Sg12345678") == ["Gh12345678", "Sg12345678"]
+    assert secrets_in("GITHUB_TOKEN=Gh12345678 endpoint=https://h/?sig=Sg12345678") == [
+        "Gh12345678",
+        "Sg12345678",
+    ]
 
 
 def test_the_value_of_a_plain_flag_is_no_credential_unless_it_holds_one() -> None:

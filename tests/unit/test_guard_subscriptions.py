@@ -21,8 +21,15 @@ class Sub:
 
 
 def test_a_glob_without_a_server_expands_on_every_server_in_order() -> None:
-    catalogs = {"a": Catalog(uris=frozenset({"note://1"})), "b": Catalog(uris=frozenset({"note://2", "note://3"}))}
-    assert resolve([Sub("note://*")], catalogs).pairs == (("a", "note://1"), ("b", "note://2"), ("b", "note://3"))
+    catalogs = {
+        "a": Catalog(uris=frozenset({"note://1"})),
+        "b": Catalog(uris=frozenset({"note://2", "note://3"})),
+    }
+    assert resolve([Sub("note://*")], catalogs).pairs == (
+        ("a", "note://1"),
+        ("b", "note://2"),
+        ("b", "note://3"),
+    )
 
 
 def test_a_glob_with_a_server_prefix_expands_on_that_server_only() -> None:
@@ -62,7 +69,12 @@ def test_an_exited_agent_releases_what_nothing_needs_after_a_pair_still_needed()
     router.add_route(RouteSpec(match="memo://routed"))
     subs = Subscriptions([Sub("memo://declared", "memo")], router)
     subs.refresh({"memo": _view(frozenset())}, "start")
-    held = [("memo", "memo://declared"), ("memo", "memo://routed"), ("memo", "memo://a"), ("memo", "memo://b")]
+    held = [
+        ("memo", "memo://declared"),
+        ("memo", "memo://routed"),
+        ("memo", "memo://a"),
+        ("memo", "memo://b"),
+    ]
     assert subs.released(held) == [Unsubscribe("memo", "memo://a"), Unsubscribe("memo", "memo://b")]
 
 
