@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from agentd.triggers.glob import compile_glob
@@ -30,3 +32,83 @@ from agentd.triggers.glob import compile_glob
 )
 def test_question_mark_is_one_character_other_than_slash(pattern: str, uri: str, expected: bool) -> None:
     assert compile_glob(pattern).match(uri) is expected
+
+
+# -- several wildcards, "**/" among them: the backtracking matcher against the syntax's meaning ----------
+
+
+def _meaning(pattern: str) -> re.Pattern[str]:
+    """The module docstring's syntax as a regular expression (patterns without escapes)."""
+    out = []
+    i = 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i) and (i == 0 or pattern[i - 1] == "/"):
+            out.append("(?:.*/)?")  # a whole "**" segment: zero or more whole segments
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return re.compile("".join(out))
+
+
+PATTERNS = [
+    "f:///**/docs/*.md",
+    "f:///a/**/b/**/c",
+    "f:///a/**/**/b",
+    "f:///**/x?",
+    "f:///*/**/z",
+    "f:///**/*",
+    "f:///**/a*b/**",
+    "f:///a**b*c",
+    "f:///*a*",
+    "f:///*/*/*.md",
+]
+URIS = [
+    "f:///docs/r.md",
+    "f:///x/docs/r.md",
+    "f:///x/y/docs/r.md",
+    "f:///x/docs/s/r.md",
+    "f:///xdocs/r.md",
+    "f:///docs/r.mdx",
+    "f:///a/b/c",
+    "f:///a/c",
+    "f:///a/b/b/c",
+    "f:///a/x/b/y/c",
+    "f:///a/x/b/y/c/d",
+    "f:///a/b",
+    "f:///a/x/y/b",
+    "f:///a/xb",
+    "f:///xy",
+    "f:///q/xy",
+    "f:///q/x/y",
+    "f:///q/x",
+    "f:///z",
+    "f:///q/z",
+    "f:///q/r/z",
+    "f:///ab/c",
+    "f:///q/ab/",
+    "f:///q/axxb/r/s",
+    "f:///q/a/b",
+    "f:///abc",
+    "f:///a/b/c/bc",
+    "f:///xax",
+    "f:///x/ax",
+    "f:///p/q/r.md",
+    "f:///p/q/r/s.md",
+    "f:///",
+]
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_patterns_with_several_wildcards_match_as_the_syntax_says(pattern: str) -> None:
+    glob, meaning = compile_glob(pattern), _meaning(pattern)
+    assert [u for u in URIS if glob.match(u)] == [u for u in URIS if meaning.fullmatch(u)]
