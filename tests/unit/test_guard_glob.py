@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from agentd.triggers.glob import compile_glob
+from agentd.triggers.glob import GlobIndex, compile_glob
 
 
 @pytest.mark.parametrize(
@@ -112,3 +112,38 @@ URIS = [
 def test_patterns_with_several_wildcards_match_as_the_syntax_says(pattern: str) -> None:
     glob, meaning = compile_glob(pattern), _meaning(pattern)
     assert [u for u in URIS if glob.match(u)] == [u for u in URIS if meaning.fullmatch(u)]
+
+
+# -- the index: removing a route leaves every other route findable -------------------------------------
+
+
+def _index(*patterns: str) -> GlobIndex[str]:
+    index: GlobIndex[str] = GlobIndex()
+    for n, p in enumerate(patterns):
+        index.add(compile_glob(p), (n, 0), p)
+    return index
+
+
+def test_removing_a_route_keeps_another_whose_prefix_has_the_same_length() -> None:
+    index = _index("a://x/*", "b://y/*", "c://z/*")  # three buckets, keys of one length
+    assert index.remove("a://x/*")
+    assert index.first("b://y/1") == "b://y/*"
+    assert index.remove("b://y/*")
+    assert index.first("c://z/1") == "c://z/*"
+    assert index.first("a://x/1") is None
+    index.add(compile_glob("d://w/*"), (9, 0), "d://w/*")
+    assert index.first("d://w/1") == "d://w/*"
+    assert index.first("c://z/1") == "c://z/*"
+    pair = _index("a://x/*", "b://y/*")
+    assert pair.remove("a://x/*")
+    assert pair.first("b://y/1") == "b://y/*"
+
+
+def test_an_index_emptied_and_filled_again_finds_its_routes() -> None:
+    index = _index("a://x/deep/*", "b://*")
+    assert index.remove("a://x/deep/*")
+    assert index.remove("b://*")
+    assert len(index) == 0
+    assert index.first("b://1") is None
+    index.add(compile_glob("c://x/*"), (0, 0), "c://x/*")
+    assert index.first("c://x/1") == "c://x/*"
