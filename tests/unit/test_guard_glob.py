@@ -147,3 +147,8 @@ def test_an_index_emptied_and_filled_again_finds_its_routes() -> None:
     assert index.first("b://1") is None
     index.add(compile_glob("c://x/*"), (0, 0), "c://x/*")
     assert index.first("c://x/1") == "c://x/*"
+
+
+def test_a_uri_starting_with_a_slash_finds_routes_keyed_at_its_start_and_before_it() -> None:
+    assert _index("/*.json").first("/a.json") == "/*.json"
+    assert _index("/in/*", "**").first("/x") == "**"
