@@ -152,3 +152,21 @@ def test_an_index_emptied_and_filled_again_finds_its_routes() -> None:
 def test_a_uri_starting_with_a_slash_finds_routes_keyed_at_its_start_and_before_it() -> None:
     assert _index("/*.json").first("/a.json") == "/*.json"
     assert _index("/in/*", "**").first("/x") == "**"
+
+
+def test_a_uri_too_short_for_both_the_prefix_and_the_suffix_does_not_match() -> None:
+    # "f://aba" starts with "f://ab" and ends with "ba", but the two would overlap.
+    assert not compile_glob("f://ab*ba").match("f://aba")
+    assert compile_glob("f://ab*ba").match("f://abba")
+
+
+def test_an_exact_pattern_keeps_its_text() -> None:
+    assert compile_glob("memo://a?b", exact=True).pattern == "memo://a?b"
+
+
+def test_an_empty_pattern_is_refused_with_an_example() -> None:
+    with pytest.raises(
+        ValueError,
+        match=r"^route match: '' is not valid: give an exact URI or a glob such as 'file:///in/\*\.json'$",
+    ):
+        compile_glob("")
