@@ -39,6 +39,7 @@ def test_question_mark_is_one_character_other_than_slash(pattern: str, uri: str,
 
 def _meaning(pattern: str) -> re.Pattern[str]:
     """The module docstring's syntax as a regular expression (patterns without escapes)."""
+    pattern = re.sub(r"\*{3,}", "**", pattern)  # "***" is "**"
     out = []
     i = 0
     while i < len(pattern):
@@ -71,6 +72,15 @@ PATTERNS = [
     "f:///a**b*c",
     "f:///*a*",
     "f:///*/*/*.md",
+    "f:///***/x?",
+    "f:///a***b*c",
+    "f:///**/**/z",
+    "f:///a?**/b",
+    "f:///a/?*?**/z",
+    "f:///a/b*/**/c",
+    "f:///a/?**/b",
+    "f:///a?/**/**/b",
+    "**/**/z",
 ]
 URIS = [
     "f:///docs/r.md",
@@ -105,6 +115,8 @@ URIS = [
     "f:///p/q/r.md",
     "f:///p/q/r/s.md",
     "f:///",
+    "f:///a/x/b",
+    "f:///ax/b",
 ]
 
 
@@ -152,6 +164,7 @@ def test_an_index_emptied_and_filled_again_finds_its_routes() -> None:
 def test_a_uri_starting_with_a_slash_finds_routes_keyed_at_its_start_and_before_it() -> None:
     assert _index("/*.json").first("/a.json") == "/*.json"
     assert _index("/in/*", "**").first("/x") == "**"
+    assert _index("/in/deep/*", "/**.json").first("/x/a.json") == "/**.json"
 
 
 def test_a_uri_too_short_for_both_the_prefix_and_the_suffix_does_not_match() -> None:
