@@ -134,3 +134,11 @@ def test_a_restored_pair_whose_server_is_down_does_not_hold_back_another_servers
         subs.restored(server, uri)
     servers = {"a": _view(frozenset(), connected=False), "b": _view(frozenset())}
     assert subs.refresh(servers, "start").actions == (Subscribe("b", "b://1", startup=True, restored=True),)
+
+
+def test_a_restored_pair_never_made_does_not_hold_back_the_release_of_the_next() -> None:
+    router = Router()
+    subs = Subscriptions([], router)
+    subs.restored("memo", "memo://a")  # its server never came up: never made
+    held = [("memo", "memo://a"), ("memo", "memo://b")]
+    assert subs.released(held) == [Unsubscribe("memo", "memo://b")]
