@@ -81,6 +81,8 @@ PATTERNS = [
     "f:///a/?**/b",
     "f:///a?/**/**/b",
     "**/**/z",
+    "f:///*a*a*b",
+    "f:///a/**/a/b*",
 ]
 URIS = [
     "f:///docs/r.md",
@@ -117,6 +119,11 @@ URIS = [
     "f:///",
     "f:///a/x/b",
     "f:///ax/b",
+    "f:///aaaaaaaa",
+    "f:///aaaab",
+    "f:///a//x1",
+    "f:///a/a/b",
+    "f:///a/q/a/bz",
 ]
 
 
@@ -173,8 +180,10 @@ def test_a_uri_too_short_for_both_the_prefix_and_the_suffix_does_not_match() -> 
     assert compile_glob("f://ab*ba").match("f://abba")
 
 
-def test_an_exact_pattern_keeps_its_text() -> None:
+def test_a_pattern_keeps_its_text() -> None:
     assert compile_glob("memo://a?b", exact=True).pattern == "memo://a?b"
+    assert compile_glob("memo://a").pattern == "memo://a"
+    assert compile_glob("memo://*").pattern == "memo://*"
 
 
 def test_an_empty_pattern_is_refused_with_an_example() -> None:
