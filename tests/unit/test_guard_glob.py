@@ -121,6 +121,7 @@ URIS = [
     "f:///ax/b",
     "f:///aaaaaaaa",
     "f:///aaaab",
+    "f:///aaa/b",
     "f:///a//x1",
     "f:///a/a/b",
     "f:///a/q/a/bz",
