@@ -118,3 +118,66 @@ def test_long_flags_are_judged_by_name_and_single_dash_ones_by_length() -> None:
     assert not is_secret_flag("-K")
     assert not is_secret_flag("-x")
     assert not is_secret_flag("token")
+
+
+def test_a_jvm_style_option_that_only_ends_in_a_credential_word_takes_no_credential() -> None:
+    # "-Xpass" is not "-pass": only dashes are stripped to read a flag's name.
+    assert not is_secret_flag("-Xpass")
+    assert not is_secret_flag("--XXauth")
+    assert redact(["-Xpass", "build.gradle"]) == ["-Xpass", "build.gradle"]
+
+
+def test_every_credential_in_one_text_is_found_in_order() -> None:
+    # A secret flag after a named value, a named value after a secret flag: neither hides the other.
+    assert secrets_in("OPENAI_API_KEY=Kx9abc123 --token Tz8def456") == ["Kx9abc123", "Tz8def456"]
+    assert secrets_in("--token Tz8def456 PGPASSWORD=Pw7ghi890") == ["Tz8def456", "Pw7ghi890"]
+    # A plain name whose value holds a credential, after another credential.
+    assert secrets_in("GITHUB_TOKEN=Gh12345678 endpoint=https://h/?sig=Sg12345678") == [
+        "Gh12345678",
+        "Sg12345678",
+    ]
+
+
+def test_the_value_of_a_plain_flag_is_no_credential_unless_it_holds_one() -> None:
+    assert secrets_in("run --config Cfg12345") == []
+    assert secrets_in("run --url https://h/x?token=Tk12345678") == ["Tk12345678"]
+    assert redact("run --url https://h/x?token=Tk12345678") == f"run --url https://h/x?token={REDACTED}"
+
+
+def test_a_named_credential_is_found_as_its_value() -> None:
+    assert secrets_in("PGPASSWORD=pw12345x") == ["pw12345x"]
+
+
+def test_only_the_credential_query_parameter_of_a_url_is_hidden() -> None:
+    assert redact("GET /x?page=2&sig=Sg12345678") == f"GET /x?page=2&sig={REDACTED}"
+    assert redact("GET https://h/x?page=2&sig=Sg12345678") == f"GET https://h/x?page=2&sig={REDACTED}"
+
+
+def test_in_an_argument_list_only_a_secret_flag_hides_the_next_argument_as_redact_sees_it() -> None:
+    assert redact(["-v", "report.txt"]) == ["-v", "report.txt"]
+    assert redact(["--output", "Val123456"]) == ["--output", "Val123456"]
+    assert redact(["--token", "Val123456", "next"]) == ["--token", REDACTED, "next"]
+
+
+def test_a_passphrase_with_spaces_in_one_flag_argument_is_hidden_whole() -> None:
+    assert redact(["--password=pass phrase=with equals"]) == [f"--password={REDACTED}"]
+    assert redact(["--token=two words"]) == [f"--token={REDACTED}"]
+
+
+def test_a_value_after_a_secret_flag_that_is_no_string_keeps_its_shape_and_is_redacted() -> None:
+    # Redaction keeps the structure it is given: a number stays a number, a list a list.
+    assert redact(["-k", 42]) == ["-k", 42]
+    nested = ["run", "Xy12345678abc"]
+    assert redact(["--token", nested], extra=["Xy12345678abc"]) == ["--token", ["run", REDACTED]]
+
+
+def test_a_plain_flag_with_its_value_after_an_equals_sign_is_shown() -> None:
+    assert redact(["--output=report.txt", "-o=x.json"]) == ["--output=report.txt", "-o=x.json"]
+
+
+def test_a_usage_text_naming_every_credential_word_still_hides_the_credential_in_it() -> None:
+    usage = (
+        "flags: --api-key, --token, --secret, --password, --pwd, --auth, --credential, --cookie, --sig,"
+        " --pat, -k, bearer, basic; example: api_key=Kx9abc12345"
+    )
+    assert redact(usage) == usage.replace("Kx9abc12345", REDACTED)
