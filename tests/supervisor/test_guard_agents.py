@@ -5,8 +5,10 @@ Through the table's public methods only: the table's storage is being reworked.
 
 from __future__ import annotations
 
+import pytest
+
 from agentd.events import WatchNotice
-from agentd.supervisor.loop.agents import AgentPhase, AgentTable
+from agentd.supervisor.loop.agents import AgentPhase, AgentTable, IllegalTransition
 from agentd.triggers.router import QueuedEvent
 from tests.support.reports import turn_ended
 
@@ -140,3 +142,77 @@ def test_self_subscriptions_remember_their_server_until_unsubscribed() -> None:
     assert agent.unsubscribe("memo://never") is None
     assert agent.subscriptions == set()
     assert agent.subscription_servers == {}
+
+
+def test_an_agents_charges_add_up_and_one_unpriced_call_makes_its_cost_unknown() -> None:
+    table = AgentTable()
+    agent = table.new(role="spawn", instruction="x", route="r1", session=None, warm=False, now=0.0)
+    agent.charge(tokens=100, steps=1, cost_usd=0.25)
+    agent.charge(tokens=50, steps=2, cost_usd=0.5)
+    assert (agent.tokens, agent.steps, agent.cost_usd, agent.unpriced_calls) == (150, 3, 0.75, 0)
+    agent.charge(tokens=7, steps=1, cost_usd=None)
+    assert (agent.tokens, agent.steps, agent.cost_usd, agent.unpriced_calls) == (157, 4, 0.75, 1)
+    agent.charge(tokens=0, steps=1, cost_usd=None)
+    assert (agent.steps, agent.unpriced_calls) == (5, 2)
+    agent.exiting()
+    agent.exited()
+    table.forget(agent, 9.0)
+    (record,) = table.recent()
+    assert (record.tokens, record.steps, record.cost_usd) == (157, 5, None)
+
+
+def test_a_delivery_makes_a_turn_not_idle() -> None:
+    table = AgentTable()
+    agent = table.new(role="spawn", instruction="x", route="r1", session=None, warm=False, now=0.0)
+    assert agent.idle_turn
+    agent.record_delivery()
+    assert agent.delivered
+    assert not agent.idle_turn
+
+
+def test_an_exited_agent_leaves_the_table_once_with_its_whole_record_kept() -> None:
+    table = AgentTable()
+    agent = table.new(role="session", instruction="x", route="r1", session="ops", warm=True, now=2.0)
+    other = table.new(role="spawn", instruction="y", route="r2", session=None, warm=False, now=3.0)
+    agent.woken("r1", ("memo://a",), 4.0)
+    agent.charge(tokens=10, steps=1, cost_usd=0.125)
+    agent.end_turn("completed", "done")
+    agent.exiting()
+    agent.exited()
+    table.forget(agent, 8.0)
+    assert table.get("a1") is None
+    assert table.get("a2") is other
+    assert len(table) == 1
+    assert table.session_agent("ops") is None  # its session is free for the next agent
+    assert table.forgotten == 1
+    table.forget(agent, 9.0)  # forgotten already: nothing changes
+    assert table.forgotten == 1
+    (record,) = table.recent()
+    assert (record.id, record.role, record.route, record.session) == ("a1", "session", "r1", "ops")
+    assert (record.status, record.turns) == ("completed", 1)
+    assert (record.started_at, record.exited_at) == (2.0, 8.0)
+    assert (record.steps, record.tokens, record.cost_usd) == (1, 10, 0.125)
+    assert (record.woken_by, record.woken_route) == (("memo://a",), "r1")
+
+
+def test_a_live_agent_cannot_leave_the_table() -> None:
+    table = AgentTable()
+    agent = table.new(role="spawn", instruction="x", route="r1", session=None, warm=False, now=0.0)
+    with pytest.raises(
+        IllegalTransition, match=r"agent 'a1' cannot leave the table while .*only once exited"
+    ):
+        table.forget(agent, 1.0)
+    assert table.get("a1") is agent
+    assert table.forgotten == 0
+    assert table.recent() == ()
+
+
+def test_the_table_keeps_only_its_last_exited_agents() -> None:
+    table = AgentTable(recent=3)
+    for i in range(5):
+        agent = table.new(role="spawn", instruction="x", route="r1", session=None, warm=False, now=float(i))
+        agent.exiting()
+        agent.exited()
+        table.forget(agent, float(i) + 0.5)
+    assert [r.id for r in table.recent()] == ["a3", "a4", "a5"]
+    assert (len(table), table.started, table.forgotten) == (0, 5, 5)
