@@ -383,3 +383,18 @@ def test_a_standalone_queue_numbers_its_arrivals_from_one() -> None:
     q.push(ev("n://d"), "coalesce", 10)
     q.push(ev("n://e"), "coalesce")
     assert [order for order, _ in q.drain_with_order()] == [10, 4]
+
+
+def test_an_exact_match_is_not_read_as_a_glob_even_where_a_glob_could_not_be_read() -> None:
+    spec = RouteSpec("n://a\\", exact=True)  # a lone backslash: no glob, but a fine URI
+    router = Router()
+    router.add_route(spec)
+    assert router.first_match("n://a\\") is not None
+    with pytest.raises(ValueError, match="ends in a lone backslash"):
+        RouteSpec("n://a\\")
+
+
+def test_a_template_is_checked_past_its_literal_braces() -> None:
+    with pytest.raises(ValueError, match=r"unknown placeholder \{bad\}"):
+        Spawn(template="a }} b {bad}")
+    assert Spawn(template="{{literal}} {uri}").template == "{{literal}} {uri}"
