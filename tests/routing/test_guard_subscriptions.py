@@ -119,7 +119,10 @@ def test_a_restored_pair_waits_for_a_start_or_a_connect_not_a_catalog_change() -
     subs = Subscriptions([Sub("memo://declared", "memo")], router)
     subs.restored("memo", "memo://notes")
     up = {"memo": _view(frozenset({"memo://declared", "memo://notes"}))}
-    assert subs.refresh(up, "catalog").actions == (Subscribe("memo", "memo://declared", startup=False),)
+    # The declared pair first appears in a catalog change: routed at once when made (rfcs/0350).
+    assert subs.refresh(up, "catalog").actions == (
+        Subscribe("memo", "memo://declared", startup=False, created=True),
+    )
     assert subs.refresh(up, "connected").actions == (
         Subscribe("memo", "memo://notes", startup=True, restored=True),
     )
