@@ -43,6 +43,9 @@ RECENT_SHOWN: Final = 8
 FINISHED_SHOWN: Final = 8
 """Finished agents shown in the human view, newest first (the document has up to 50)."""
 
+UNCUT: Final = 1_000_000
+"""The width of a view written to a pipe or a file: its lines are not cut."""
+
 #: Terminal control for ``--watch``: the alternate screen, cursor home + clear, cursor hidden/shown.
 _ENTER, _LEAVE, _HOME = "\x1b[?1049h\x1b[?25l", "\x1b[?25h\x1b[?1049l", "\x1b[H\x1b[2J"
 
@@ -122,7 +125,7 @@ def main(argv: Sequence[str]) -> int:
     if args.json:
         print(json.dumps(doc, indent=2))
     else:
-        sys.stdout.write(render(doc, shutil.get_terminal_size((120, 40)).columns))
+        sys.stdout.write(render(doc, _width()))
     return 0
 
 
@@ -218,11 +221,7 @@ def _watch(fetch: Callable[[], dict[str, Any]], interval: float, *, as_json: boo
         while True:
             try:
                 doc = fetch()
-                frame = (
-                    json.dumps(doc, indent=2) + "\n"
-                    if as_json
-                    else render(doc, shutil.get_terminal_size((120, 40)).columns)
-                )
+                frame = json.dumps(doc, indent=2) + "\n" if as_json else render(doc, _width())
             except StatusUnavailable as exc:
                 frame = f"agentd status: {escape_controls(str(exc))}\n(retrying every {interval:g} s; Ctrl-C ends)\n"
             out.write((_HOME if tty else "\n") + frame)
@@ -277,6 +276,13 @@ def _doing(d: object) -> str:
     if kind == "model":
         return f"model call {_dur(d.get('since_s'))}"
     return str(kind)
+
+
+def _width() -> int:
+    """The terminal's width; no limit when the output is a pipe or a file (a script reads whole lines)."""
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size((120, 40)).columns
+    return UNCUT
 
 
 def _table(title: str, heads: list[str], rows: list[list[object]], width: int) -> list[str]:
