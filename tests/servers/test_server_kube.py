@@ -242,7 +242,7 @@ async def test_a_subscription_past_max_watchers_is_refused_naming_the_flag(clust
             await client.subscribe_resource(uris[0])  # held already: no new watcher, no refusal
             await client.unsubscribe_resource(uris[0])
             with trio.fail_after(PUSH_TIMEOUT):
-                await wait_gone(cluster.watch_pids()[0])
+                await wait_gone(cluster.watch_pid("r0"))
             await client.subscribe_resource(uris[2])
             await live(client, pushes, 2, "2")
         else:

@@ -43,6 +43,11 @@ class Cluster:
     def watch_pids(self) -> list[int]:
         return [run["pid"] for run in self.runs() if "--watch" in run["argv"]]
 
+    def watch_pid(self, resource: str) -> int:
+        """The pid of the one ``kubectl get --watch`` run for ``resource`` (watchers start in any order)."""
+        [pid] = [run["pid"] for run in self.runs() if "--watch" in run["argv"] and resource in run["argv"]]
+        return pid
+
     def close(self) -> None:
         for fd in self.fds.values():
             os.close(fd)
