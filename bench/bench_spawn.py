@@ -65,11 +65,16 @@ from _util import (
 )
 
 from agentd.events import ChildExited, TurnEnded, UsageReported
-from agentd.observe.telemetry import NullTelemetry
 from agentd.selfmcp.protocol import NextTurn, SpawnPayload, ToolSpecFrame, UsageVerdict
 from agentd.selfmcp.server import serve_child
-from agentd.supervisor.children.tree import Tree
 from agentd.supervisor.hub import SupervisorHub
+
+try:
+    from agentd.observe.telemetry import NullTelemetry
+    from agentd.supervisor.children.tree import Tree
+except ModuleNotFoundError:  # --prev-ref older than the layout of issue 28 (rfcs/0340)
+    from agentd.supervisor.tree import Tree  # type: ignore[no-redef]
+    from agentd.telemetry import NullTelemetry  # type: ignore[no-redef]
 
 #: Spawns discarded before timing each path (first forks touch cold pages).
 WARMUP = 3
