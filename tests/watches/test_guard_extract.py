@@ -116,6 +116,14 @@ def test_a_field_that_was_null_and_is_now_gone_is_a_change():
     assert changed_paths({"owner": None}, {}) == ["owner"]
 
 
+def test_a_change_after_an_unchanged_field_is_reported():
+    # Fields are compared in order; one that did not change must not end the comparison.
+    assert changed_paths({"name": "a", "size": 1}, {"name": "a", "size": 2}) == ["size"]
+    x = primed_state([{"name": "a", "size": 1}])
+    (event,) = x.feed(orjson.dumps([{"name": "a", "size": 2}]))
+    assert (event["type"], event["key"], event["changed"]) == ("MODIFIED", "a", ["size"])
+
+
 def test_a_change_beside_an_ignored_bookkeeping_field_is_still_reported():
     old = {"metadata": {"resourceVersion": "1", "labels": {"app": "a"}}}
     new = {"metadata": {"resourceVersion": "2", "labels": {"app": "b"}}}
