@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from agentd.servers import _inboxlog
 from agentd.servers._inboxlog import (
     LEDGER_CAP,
     InboxLog,
@@ -154,6 +155,10 @@ def test_a_note_without_a_message_or_type_is_an_error_with_empty_text(tmp_path: 
         ({"offset": "12"}, "offset must be an integer >= 0, got '12'"),
         ({"offset": True}, "offset must be an integer >= 0, got True"),
         ({"seq": 0}, "seq must be an integer >= 1, got 0"),
+        ({"acked": [[-1, 2]]}, "acked start must be an integer >= 0, got -1"),
+        ({"acked": [[1, -2]]}, "acked end must be an integer >= 0, got -2"),
+        ({"notes": [5]}, "notes must be objects, got 5"),
+        ({"notes": [{"at": 0}]}, "note seq must be an integer >= 1, got None"),
         ({"top": -1}, "top must be an integer >= 0, got -1"),
         ({"top": None}, "top must be an integer >= 0, got None"),
         ({"notes": [{"seq": 1}]}, "note at must be an integer >= 0, got None"),
@@ -243,8 +248,10 @@ def test_channel_meta_names_the_message_and_shows_fields_as_strings() -> None:
     }
 
 
-def test_channel_meta_keys_become_identifiers() -> None:
-    tag = uuid.uuid4().hex  # a name no other test has cleaned yet
+def test_channel_meta_keys_become_identifiers(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Cleaned names are remembered process-wide: start from none remembered, so the cleaning runs.
+    monkeypatch.setattr(_inboxlog, "_META_KEYS", {})
+    tag = uuid.uuid4().hex
     fields = {f"reply-to.{tag}": "r", f"x{tag}": "y", "": "empty"}
     meta = channel_params(event(id="m1", text="hi", **fields), agent="bob")["meta"]
     assert meta[f"reply_to_{tag}"] == "r"
