@@ -433,6 +433,7 @@ def test_default_image_stays_slim():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(5 * BUILD_TIMEOUT_S)  # a venv, two image layers and two servers: 100 s at load 5
 def test_runtimes_image_runs_npx_and_uvx_servers_read_only(tmp_path):
     """An mcpServers file with an ``npx`` and a ``uvx`` server, run by the entrypoint as in the pod.
 

@@ -25,11 +25,17 @@ import agentd
 from tests.fakes.provider_server import openai_reply, provider_server_thread
 from tests.support.tools import copy_source, fresh_env, install_tools, uv_version
 
-pytestmark = pytest.mark.slow
-
 INSTALL_TIMEOUT_S = 600
 """A cold install downloads every dependency (a few seconds here); the bound
 only stops a hung download."""
+
+pytestmark = [
+    pytest.mark.slow,
+    # A test's fixture installs pipx and uv, the test installs agentd: two
+    # installs, minutes on a busy machine (setup 51 s + call 69 s at load 5
+    # overran the suite's 120 s). A hang is still caught, by this bound.
+    pytest.mark.timeout(2 * INSTALL_TIMEOUT_S),
+]
 RUN_TIMEOUT_S = 60
 """One run of the installed command; the bound only stops a hang."""
 

@@ -40,7 +40,11 @@ import trio
 
 from tests.support.rawmcp import RawClient, ServerGone, raw_server
 
-pytestmark = [pytest.mark.fault, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.fault,
+    pytest.mark.slow,
+    pytest.mark.timeout(600),
+]  # 68 s at load 5; 600 s catches a hang
 
 RATES = (20, 100, 400)
 WRITE_S = 12.0
