@@ -267,13 +267,15 @@ def test_walk_names_lines_without_id_by_agent_and_offset(tmp_path: Path, chunk: 
     assert entries[1].text == capped("b" * (TEXT_CAP + 1), f"bob@{second}")
 
 
-@pytest.mark.parametrize("chunk", [3, 1 << 20])
+@pytest.mark.parametrize("chunk", [3, 20, 1 << 20])
 def test_walk_reads_no_further_than_the_consumed_region(tmp_path: Path, chunk: int) -> None:
-    # The first line was consumed at end of file without its newline; the writer then appended
-    # the next message to it. The walk must find the first message as it was consumed.
+    # The second line was consumed at end of file without its newline; the writer then appended
+    # the next message to it. The walk must find that message as it was consumed.
+    first = line(id="x")
     consumed = b'{"id": "a"}'
-    path = inbox(tmp_path, consumed + line(id="b"))
-    assert walked(path, stop=len(consumed), chunk=chunk) == [(1, "a", 0, len(consumed))]
+    path = inbox(tmp_path, first + consumed + line(id="b"))
+    stop = len(first + consumed)
+    assert walked(path, stop=stop, chunk=chunk) == [(1, "x", 0, len(first)), (2, "a", len(first), stop)]
 
 
 @pytest.mark.parametrize("chunk", [4, 1 << 20])
