@@ -214,9 +214,11 @@ async def test_sc3_a_model_subscribing_120_uris_in_one_reply_keeps_declared_rout
     assert of(a, "upstream.lost") == []
     assert of(a, "server.state", state="restarting") == []
     # The calls run one after the other: each added its URI to the one stream (a
-    # replacement each, none lost, none refused).
+    # replacement each, none lost, none refused). The drain may release the
+    # session's 120 afterwards (a last sync of the 2 declared URIs), or end first.
     synced = of(a, "subscription.synced", server="web")
-    assert synced[-1]["uris"] == 122
+    assert max(e["uris"] for e in synced) == 122
+    assert synced[-1]["uris"] in (122, 2)
     assert sum(e["added"] for e in synced) == 122
     assert of(a, "subscription.failed") == []
     assert "saw note://alpha: declared still works" in a.out.splitlines()
