@@ -2,15 +2,8 @@
 
 from __future__ import annotations
 
-import json
-
 from agentd.servers._inboxlog import InboxLog
-
-URI = "inbox://bob"
-
-
-def line(**fields: object) -> bytes:
-    return json.dumps(fields).encode() + b"\n"
+from tests.support.inboxlog import URI, line
 
 
 def test_ack_through_past_the_newest_event_leaves_later_messages_pending() -> None:

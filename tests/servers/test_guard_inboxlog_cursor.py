@@ -19,18 +19,7 @@ from agentd.servers._inboxlog import (
     cursor_from_json,
     parse_line,
 )
-
-URI = "inbox://bob"
-
-
-def line(**fields: object) -> bytes:
-    return json.dumps(fields).encode() + b"\n"
-
-
-def drain(log: InboxLog, data: bytes) -> list[Any]:
-    """Feed everything after the log's head, as the server does on one wake-up."""
-    fed = log.feed(data[log.head :], at_eof=True)
-    return [*fed.entries, *log.finish_drain()]
+from tests.support.inboxlog import URI, drain, line
 
 
 def persist(doc: object, tmp_path: Path) -> dict[str, Any]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -21,12 +20,7 @@ from agentd.servers._inboxlog import (
     parse_line,
     walk,
 )
-
-URI = "inbox://bob"
-
-
-def line(**fields: object) -> bytes:
-    return json.dumps(fields).encode() + b"\n"
+from tests.support.inboxlog import URI, line
 
 
 def reader(path: Path):  # type: ignore[no-untyped-def]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -11,18 +10,7 @@ import pytest
 
 from agentd.servers import _inboxlog
 from agentd.servers._inboxlog import INLINE_LINE_BYTES, SEQ_RESERVE, InboxLog, cursor_from_json, walk
-
-URI = "inbox://bob"
-
-
-def line(**fields: object) -> bytes:
-    return json.dumps(fields).encode() + b"\n"
-
-
-def drain(log: InboxLog, data: bytes) -> list[Any]:
-    """Feed everything after the log's head, as the server does on one wake-up."""
-    fed = log.feed(data[log.head :], at_eof=True)
-    return [*fed.entries, *log.finish_drain()]
+from tests.support.inboxlog import URI, drain, line
 
 
 def reloaded(log: InboxLog, data: bytes) -> InboxLog:

@@ -22,18 +22,7 @@ from agentd.servers._inboxlog import (
     walk,
 )
 from agentd.servers._intervals import IntervalSet
-
-URI = "inbox://bob"
-
-
-def line(**fields: object) -> bytes:
-    return json.dumps(fields).encode() + b"\n"
-
-
-def drain(log: InboxLog, data: bytes) -> list[Any]:
-    """Feed everything after the log's head, as the server does on one wake-up."""
-    fed = log.feed(data[log.head :], at_eof=True)
-    return [*fed.entries, *log.finish_drain()]
+from tests.support.inboxlog import URI, drain, line
 
 
 def restarted(log: InboxLog, data: bytes, **kw: Any) -> InboxLog:
