@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import json
 import os
 import signal
 import socket
@@ -37,6 +38,9 @@ _MAX_FD = 1 << 20
 #: How the prefork is switched off (tests of the zygote path in once mode; "0").
 PREFORK_ENV = "AGENTD_ONCE_PREFORK"
 
+#: How the zygote's prefork is switched off (tests of a zygote started as a fresh interpreter; "0").
+ZYGOTE_PREFORK_ENV = "AGENTD_ZYGOTE_PREFORK"
+
 
 @dataclass(frozen=True)
 class PreforkedChild:
@@ -47,6 +51,119 @@ class PreforkedChild:
     control: socket.socket
     stderr_fd: int
     """Read end of the pipe the child's stderr goes to."""
+
+
+@dataclass(frozen=True)
+class PreforkedZygote:
+    """The supervisor's ends of a zygote forked from it (rfcs/0365)."""
+
+    pid: int
+    control: socket.socket
+    """The supervisor's end of the zygote's ``SOCK_SEQPACKET`` control socket."""
+    stderr_fd: int
+    """Read end of the pipe the zygote's stderr goes to."""
+
+
+def prefork_zygote(model_specs: list[str]) -> PreforkedZygote | None:
+    """Fork the first zygote from this process; None when forking here is not safe or is switched off.
+
+    The same rule as :func:`prefork_root`: before any thread starts. The
+    zygote inherits every module the supervisor imported (trio, the MCP SDK,
+    agentd), so it skips a fresh interpreter's start and imports; it then
+    warms up and serves exactly as a zygote started with
+    ``python -P -m agentd.agent.zygote`` does (:func:`agentd.agent.zygote.run`).
+    A replacement zygote is always a fresh interpreter.
+    """
+    if threading.active_count() != 1 or os.environ.get(ZYGOTE_PREFORK_ENV) == "0":
+        return None
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    err_read, err_write = os.pipe2(os.O_CLOEXEC)
+    parent = os.getpid()
+    _import_shared()
+    for stream in (
+        sys.stdout,
+        sys.stderr,
+    ):  # nothing buffered here is written twice (the zygote flushes at exit)
+        with contextlib.suppress(Exception):
+            stream.flush()
+    gc.freeze()
+    try:
+        pid = os.fork()
+    except OSError:
+        gc.unfreeze()
+        ours.close()
+        theirs.close()
+        os.close(err_read)
+        os.close(err_write)
+        return None
+    if pid == 0:  # pragma: no cover - runs in the forked zygote, which never returns
+        _zygote(parent, theirs.detach(), err_write, model_specs)
+    gc.unfreeze()
+    theirs.close()
+    os.close(err_write)
+    return PreforkedZygote(pid=pid, control=ours, stderr_fd=err_read)
+
+
+def _zygote(parent: int, control_fd: int, stderr_fd: int, model_specs: list[str]) -> None:  # pragma: no cover
+    """In the forked zygote: what ``python -P -m agentd.agent.zygote`` would have, then serve."""
+    rc = 0
+    try:
+        # The descriptors a zygote started by Popen has: stdin and stdout inherited,
+        # stderr on the pipe the supervisor forwards, its control socket; no other.
+        os.dup2(stderr_fd, 2)
+        os.closerange(3, control_fd)
+        os.closerange(control_fd + 1, _MAX_FD)
+        # A fresh interpreter's dispositions (the supervisor has set none before trio runs).
+        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+        from agentd.agent.zygote import PREWARM_MODELS_ENV, run, set_pdeathsig
+
+        set_pdeathsig()
+        if os.getppid() != parent:
+            os._exit(0)  # the supervisor died before the death signal was set
+        os.setsid()  # a session of its own, as the supervisor starts a fresh zygote (start_new_session)
+        if not sys.flags.safe_path and sys.path:
+            del sys.path[0]  # what -P leaves out: the script's folder or the working directory (rfcs/0114)
+        os.environ[PREWARM_MODELS_ENV] = json.dumps(model_specs)
+        # Not the supervisor's command line (its servers' commands, which `pkill -f` matches).
+        retitle(f"agentd.agent.zygote (forked from agentd pid {parent})")
+        run(socket.socket(fileno=control_fd))
+    except BaseException as exc:
+        print(f"agentd zygote (forked): {type(exc).__name__}: {exc}", file=sys.stderr)
+        rc = 1
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(rc)
+
+
+def retitle(title: str) -> bool:
+    """Show ``title`` as this process's command line (``ps``, ``/proc/PID/cmdline``) and name; Linux.
+
+    The kernel reads the command line from the memory that held ``argv`` at
+    exec (``arg_start``-``arg_end`` in ``/proc/self/stat``); Python keeps its
+    own copies, so that memory is overwritten in place, the title cut to fit
+    and the rest zeroed. The environment, which follows it, is never touched
+    (``/proc/PID/environ`` stays readable). False when it could not be done.
+    """
+    import ctypes
+
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        start, end = int(fields[45]), int(fields[46])  # fields 48 and 49 (man 5 proc)
+    except (OSError, ValueError, IndexError):
+        return False
+    if end - start < 2:
+        return False
+    data = title.encode(errors="replace")[: end - start - 1]
+    ctypes.memmove(start, data + b"\0" * (end - start - len(data)), end - start)
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(15, ctypes.c_char_p(b"agentd-zygote"), 0, 0, 0)  # PR_SET_NAME
+    return True
 
 
 def prefork_root(model_specs: list[str]) -> PreforkedChild | None:
@@ -164,4 +281,11 @@ def _prepare(model_specs: list[str]) -> None:  # pragma: no cover - runs in the 
     trio.run(rehearse, model_specs)
 
 
-__all__ = ["PREFORK_ENV", "PreforkedChild", "prefork_root"]
+__all__ = [
+    "PREFORK_ENV",
+    "ZYGOTE_PREFORK_ENV",
+    "PreforkedChild",
+    "PreforkedZygote",
+    "prefork_root",
+    "prefork_zygote",
+]

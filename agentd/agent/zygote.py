@@ -451,13 +451,17 @@ def main(argv: list[str] | None = None) -> int:
     set_pdeathsig()
     if len(args) > 1 and os.getppid() != int(args[1]):
         os._exit(0)  # the supervisor died before the death signal was set
-    ctl = socket.socket(fileno=int(args[0]))
-    prewarm()
-    serve(ctl)
+    run(socket.socket(fileno=int(args[0])))
     # Skip interpreter teardown (~0.2 s of module finalisation): nothing to flush.
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def run(ctl: socket.socket) -> None:
+    """Warm up and serve ``ctl`` until the supervisor closes it (a fresh zygote, or one forked from the supervisor)."""
+    prewarm()
+    serve(ctl)
 
 
 if __name__ == "__main__":

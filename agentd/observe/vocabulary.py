@@ -159,7 +159,13 @@ EVENTS: Mapping[str, EventSpec] = {
         _e("tool.refused", "warning", "The model called a tool it was not offered: answered 'unknown tool'.", "agent tool reason"),
         _e("tool.content_omitted", "info", "Part of a tool result reached the model as a placeholder (audio, a binary resource, an image it cannot take).", "agent tool kind mime_type bytes reason fix", level_by=("reason", {"model_takes_no_images": "warning", "invalid_base64": "warning"})),
         _e("child.stderr", "warning", "A line an agent's child wrote on its stderr.", "source line"),
-        _e("zygote.ready", "info", "The zygote (warm template process) is ready to fork agents.", "pid replaced"),
+        _e(
+            "zygote.ready",
+            "info",
+            "The zygote (warm template process) is ready to fork agents; `forked`: forked from the "
+            "supervisor at start (rfcs/0365), else a fresh interpreter (a replacement, or the fork was off).",
+            "pid replaced forked",
+        ),
         _e("zygote.degraded", "warning", "The zygote is unusable: agents start from a fresh interpreter.", "pid reason fallback"),
         _e("zygote.start_failed", "warning", "The zygote could not start; retried after a backoff.", "attempt error retry_in_s"),
         _e("self.subscribe", "info", "An agent subscribed to a URI (the subscribe self-tool).", "agent server uri"),

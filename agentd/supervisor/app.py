@@ -41,6 +41,7 @@ import orjson
 import trio
 
 from agentd import __version__
+from agentd.agent.prefork import PreforkedChild, PreforkedZygote
 from agentd.agent.zygote import PREWARM_MODELS_ENV, _rehearse
 from agentd.config import ProviderSpec, Settings
 from agentd.core.errors import AgentdError, ConfigError
@@ -88,7 +89,6 @@ if TYPE_CHECKING:
 
     import httpx2
 
-    from agentd.agent.prefork import PreforkedChild
     from agentd.config import ServerSpec
     from agentd.core.prelaunch import EarlyProcess
     from agentd.observe.metrics import MetricsSnapshot
@@ -148,8 +148,10 @@ def _run(settings: Settings, closed_fds: frozenset[int], early_servers: dict[str
         for line in config_error_lines((exc,)):
             print(line, file=sys.stderr)
         return int(ExitCode.CONFIG)
+    # The children (and the zygote forked next) inherit the raised limit (_main asks again: a no-op then).
+    raise_open_files_limit()
     # Before any thread starts: a fork copies only the calling thread.
-    preforked = _prefork_once_root(settings)
+    preforked = _prefork(settings)
     # A supervisor lives for months: large read buffers are mapped and unmapped whole
     # instead of fragmenting the heap (rfcs/0355; after the fork: the root keeps glibc's default).
     fix_mmap_threshold()
@@ -225,15 +227,16 @@ def _run(settings: Settings, closed_fds: frozenset[int], early_servers: dict[str
     return code
 
 
-def _prefork_once_root(settings: Settings) -> PreforkedChild | None:
-    """A once run's root, forked from this process before trio starts (rfcs/0185); None otherwise."""
-    if settings.mode != "once":
-        return None
-    from agentd.agent.prefork import prefork_root
+def _prefork(settings: Settings) -> PreforkedChild | PreforkedZygote | None:
+    """Forked from this process before trio starts: a once run's root (rfcs/0185), else the
+    first zygote (rfcs/0365); None when neither could be (a fresh zygote is started then)."""
+    from agentd.agent.prefork import prefork_root, prefork_zygote
     from agentd.supervisor.routing.routes import model_profiles
 
     default_profile, route_profiles = model_profiles(settings)
-    return prefork_root(sorted({default_profile.model, *(p.model for p in route_profiles.values())}))
+    models = sorted({default_profile.model, *(p.model for p in route_profiles.values())})
+    root = prefork_root(models) if settings.mode == "once" else None
+    return root if root is not None else prefork_zygote(models)
 
 
 def _server_auth(spec: ServerSpec, state_dir: Path | None, telemetry: Telemetry) -> httpx2.Auth | None:
@@ -255,7 +258,7 @@ async def _main(
     stdout: LineWriter,
     backoff: tuple[float, ...] | None,
     limits: WatchLimits,
-    preforked: PreforkedChild | None = None,
+    preforked: PreforkedChild | PreforkedZygote | None = None,
     early_servers: dict[str, EarlyProcess] | None = None,
     tracing: Tracing | None = None,
     conversation: OnceConversation | None = None,
@@ -413,8 +416,9 @@ async def _main(
             # The zygote prepares these models' providers (TLS, prices, a cloud SDK) before forking.
             zygote_env={PREWARM_MODELS_ENV: orjson.dumps(models).decode()},
             # A once run's root is already forked and warming up: no zygote to wait for.
-            use_zygote=preforked is None,
-            preforked=preforked,
+            use_zygote=not isinstance(preforked, PreforkedChild),
+            preforked=preforked if isinstance(preforked, PreforkedChild) else None,
+            forked_zygote=preforked if isinstance(preforked, PreforkedZygote) else None,
         )
         declared = DeclaredSubscriptions(
             subscriptions, upstreams, events=events, telemetry=telemetry, nursery=nursery

@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 import orjson
 import trio
 
-from agentd.agent.prefork import PreforkedChild
+from agentd.agent.prefork import PreforkedChild, PreforkedZygote
 from agentd.core.errors import ProtocolError
 from agentd.core.jsonvalue import JSONValue, as_object, get_int, loads
 from agentd.events import ChildExited, ReactorEvent, ZygoteStateChanged
@@ -74,6 +74,7 @@ from agentd.supervisor.children.zygote import (
     Zygote,
     ZygoteState,
     ZygoteUnusable,
+    adopt_zygote,
     parent_of,
     start_zygote,
     wait_exited,
@@ -183,6 +184,8 @@ class Tree:
         preforked: a child already forked and waiting for its payload
             (:mod:`agentd.agent.prefork`, a once run's root): the first spawn
             takes it instead of forking a new one.
+        forked_zygote: the first zygote, forked from the supervisor before
+            trio started (rfcs/0365); a replacement is a fresh interpreter.
     """
 
     def __init__(
@@ -196,6 +199,7 @@ class Tree:
         child_command: Sequence[str] = CHILD_COMMAND,
         zygote_env: Mapping[str, str] | None = None,
         preforked: PreforkedChild | None = None,
+        forked_zygote: PreforkedZygote | None = None,
     ) -> None:
         self._events = events
         self._serve_child = serve_child
@@ -213,6 +217,7 @@ class Tree:
         """Every zygote process still alive (the current one and retired ones)."""
         self._replacing = False
         self._preforked = preforked
+        self._forked_zygote = forked_zygote
 
     @property
     def zygote_pid(self) -> int | None:
@@ -231,8 +236,11 @@ class Tree:
             try:
                 if self.use_zygote:
                     try:
+                        forked = self._forked_zygote is not None
                         self.zygote = await self._start_zygote()
-                        self._telemetry.emit("zygote.ready", pid=self.zygote.pid, replaced=False)
+                        self._telemetry.emit(
+                            "zygote.ready", pid=self.zygote.pid, replaced=False, forked=forked
+                        )
                     except SpawnFailed as exc:
                         self._degrade(str(exc))
                 task_status.started()
@@ -244,7 +252,11 @@ class Tree:
     async def _start_zygote(self) -> Zygote:
         """Start a zygote and wait for its ``ready``; raises SpawnFailed when it does not come."""
         assert self._nursery is not None
-        z = await start_zygote(self._nursery, self._zygote_env, self._forward_stderr)
+        forked, self._forked_zygote = self._forked_zygote, None
+        if forked is not None:
+            z = await adopt_zygote(self._nursery, forked, self._forward_stderr)
+        else:
+            z = await start_zygote(self._nursery, self._zygote_env, self._forward_stderr)
         self._zygotes.append(z)
         self._nursery.start_soon(self._read_zygote, z)
         return z
@@ -343,7 +355,7 @@ class Tree:
                     await trio.sleep(delay)
                     continue
                 self.zygote = z
-                self._telemetry.emit("zygote.ready", pid=z.pid, replaced=True)
+                self._telemetry.emit("zygote.ready", pid=z.pid, replaced=True, forked=False)
                 await self._events.send(ZygoteStateChanged(state="ready"))
                 return
         finally:

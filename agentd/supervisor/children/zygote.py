@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import orjson
 import trio
 
+from agentd.agent.prefork import PreforkedZygote
 from agentd.observe.timeline import mark
 
 #: Time for the zygote to import trio, mcp and the agent code (~0.5 s here); generous for slow disks.
@@ -85,28 +86,40 @@ class ZygoteProcess:
     milliseconds, once per zygote.
     """
 
-    def __init__(self, popen: subprocess.Popen[bytes], nursery: trio.Nursery) -> None:
-        self._popen = popen
-        self.pid = popen.pid
+    def __init__(self, popen: subprocess.Popen[bytes] | int, nursery: trio.Nursery) -> None:
+        """``popen``: the started interpreter, or the pid of a zygote forked from this process (rfcs/0365)."""
+        self._popen = popen if isinstance(popen, subprocess.Popen) else None
+        self.pid = popen.pid if isinstance(popen, subprocess.Popen) else popen
+        self._returncode: int | None = None
         self._exited = trio.Event()
         nursery.start_soon(self._watch)
 
     async def _watch(self) -> None:
         await wait_exited(self.pid)
-        self._popen.wait()  # it exited: this reaps at once
+        # It exited: this reaps at once.
+        if self._popen is not None:
+            self._returncode = self._popen.wait()
+        else:
+            self._returncode = _reap(self.pid)
         self._exited.set()
 
     @property
     def returncode(self) -> int | None:
-        return self._popen.returncode
+        return self._returncode
 
     def kill(self) -> None:
-        if self._popen.returncode is None:
+        if self._returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signal.SIGKILL)
 
     async def wait(self) -> None:
         await self._exited.wait()
+
+
+def _reap(pid: int) -> int:
+    """Reap ``pid``, a child of this process that has exited (its pidfd said so: never blocks)."""
+    _pid, status = os.waitpid(pid, os.WNOHANG)
+    return os.waitstatus_to_exitcode(status)
 
 
 async def wait_exited(pid: int) -> None:
@@ -204,10 +217,31 @@ async def start_zygote(
     finally:
         child.close()
     assert popen.stderr is not None
-    stderr = trio.lowlevel.FdStream(os.dup(popen.stderr.fileno()))
+    stderr_fd = os.dup(popen.stderr.fileno())
     popen.stderr.close()
-    nursery.start_soon(forward_stderr, stderr, "zygote")
-    proc = ZygoteProcess(popen, nursery)
+    return await _ready(nursery, ZygoteProcess(popen, nursery), parent, stderr_fd, forward_stderr)
+
+
+async def adopt_zygote(
+    nursery: trio.Nursery,
+    forked: PreforkedZygote,
+    forward_stderr: Callable[[trio.abc.ReceiveStream, str], Awaitable[None]],
+) -> Zygote:
+    """The zygote forked from this process before trio started (rfcs/0365): wait for its ``ready``."""
+    return await _ready(
+        nursery, ZygoteProcess(forked.pid, nursery), forked.control, forked.stderr_fd, forward_stderr
+    )
+
+
+async def _ready(
+    nursery: trio.Nursery,
+    proc: ZygoteProcess,
+    parent: socket.socket,
+    stderr_fd: int,
+    forward_stderr: Callable[[trio.abc.ReceiveStream, str], Awaitable[None]],
+) -> Zygote:
+    """Forward the zygote's stderr and wait for its ``ready``; raises SpawnFailed when it does not come."""
+    nursery.start_soon(forward_stderr, trio.lowlevel.FdStream(stderr_fd), "zygote")
     ctl = trio.socket.from_stdlib_socket(parent)
     first = b""
     with trio.move_on_after(ZYGOTE_READY_TIMEOUT):
