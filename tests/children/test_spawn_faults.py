@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import signal
 from pathlib import Path
-from typing import Any
 
 import psutil
 import pytest
@@ -27,7 +26,7 @@ from tests.support.agentd_proc import Agentd, run_agentd, script
 from tests.support.cgroups import pids_cgroup
 from tests.support.files import edit
 from tests.support.leftovers import tagged_env
-from tests.support.routing import memo_server
+from tests.support.routing import memo_change_handled, memo_server
 
 pytestmark = pytest.mark.fault
 
@@ -44,16 +43,6 @@ def args(tmp_path: Path, memo: Path, *extra: str, latency_ms: int = 0, inflight:
         "--subscribe", "memo:memo://notes", "--route", f"memo://notes=spawn:{inflight}",
         "--spawn-timeout", f"{SPAWN_TIMEOUT_S}s", "--health-addr", "127.0.0.1:0", *extra, "react",
     ]  # fmt: skip
-
-
-async def started(a: Agentd, memo: Path, value: str) -> dict[str, Any]:
-    """Edit the memo; returns the ``subagent.started`` of the agent that handled it (after its turn)."""
-    spawns = len(a.find("subagent.spawn"))
-    edit(memo, {"todo": value})
-    spawned = await a.wait_event("subagent.spawn", count=spawns + 1)
-    turn = await a.wait_event("turn.end", lambda e: e["agent"] == spawned["agent"])
-    assert turn["status"] == "completed"
-    return a.find("subagent.started", lambda e: e["agent"] == spawned["agent"])[0]
 
 
 def gone(pid: int) -> bool:
@@ -105,7 +94,7 @@ async def test_a_stopped_zygote_is_detected_replaced_and_the_change_still_runs(
         a_started = await a.wait_event("subagent.started")
         assert a_started["zygote"] is True
         os.kill(old, signal.SIGSTOP)
-        b_started = await started(a, memo, "while stopped")
+        b_started = await memo_change_handled(a, memo, "while stopped")
         # B's spawn waited the bound for the stopped zygote, then a fresh interpreter ran it.
         assert b_started["zygote"] is False
         assert SPAWN_TIMEOUT_S * 1000 <= b_started["spawn_ms"] < (2 * SPAWN_TIMEOUT_S + SLACK_S) * 1000
@@ -119,7 +108,7 @@ async def test_a_stopped_zygote_is_detected_replaced_and_the_change_still_runs(
         assert a_exit["status"] == "completed"
         assert a.find("turn.end", lambda e: e["agent"] == a_started["agent"])[0]["status"] == "completed"
         # The next change forks from the replacement; the stopped zygote was killed.
-        again = await started(a, memo, "after")
+        again = await memo_change_handled(a, memo, "after")
         assert again["zygote"] is True
         assert gone(old)
         await stops_cleanly(a)
@@ -135,7 +124,7 @@ async def test_a_killed_zygote_is_replaced_and_the_next_change_forks_from_the_re
         degraded = await a.wait_event("zygote.degraded")
         assert degraded["reason"] == f"the zygote (pid {old}) exited"
         await readiness_flips(a, reason="exited")
-        assert (await started(a, memo, "after"))["zygote"] is True
+        assert (await memo_change_handled(a, memo, "after"))["zygote"] is True
         await stops_cleanly(a)
 
 
@@ -147,16 +136,16 @@ async def test_a_zygote_whose_fork_fails_with_eagain_is_replaced_and_the_change_
             old = await zygote_when_ready(a)
             cgroup.add(old)
             cgroup.limit(0)  # the zygote may not create one more task: fork() -> EAGAIN
-            first = await started(a, memo, "under the limit")
+            first = await memo_change_handled(a, memo, "under the limit")
             if first["zygote"]:
                 # A spare the zygote forked before the limit ran it; its next fork fails.
-                first = await started(a, memo, "under the limit, again")
+                first = await memo_change_handled(a, memo, "under the limit, again")
             assert first["zygote"] is False
             degraded = a.find("zygote.degraded")[0]
             assert degraded["pid"] == old
             assert "could not fork: fork failed: [Errno 11]" in degraded["reason"]
             await readiness_flips(a, reason="could not fork")
-            assert (await started(a, memo, "after"))["zygote"] is True
+            assert (await memo_change_handled(a, memo, "after"))["zygote"] is True
             assert gone(old)  # retired with no child left: killed
             await stops_cleanly(a)
 

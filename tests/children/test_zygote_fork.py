@@ -22,10 +22,10 @@ import psutil
 import pytest
 
 from agentd.core.exitcodes import ExitCode
-from tests.support.agentd_proc import Agentd, run_agentd, script
+from tests.support.agentd_proc import run_agentd, script
 from tests.support.files import edit
 from tests.support.leftovers import EXIT_BOUND, TAG, leftover_processes, tagged_env, wait_gone
-from tests.support.routing import memo_server
+from tests.support.routing import memo_change_handled, memo_server
 
 pytestmark = pytest.mark.process
 
@@ -45,16 +45,6 @@ def memo(tmp_path: Path) -> Path:
     edit(path, {"todo": "milk"})
     (tmp_path / "state").mkdir(mode=0o700)
     return path
-
-
-async def handled(a: Agentd, memo: Path, value: str) -> dict[str, object]:
-    """Edit the memo; the ``subagent.started`` of the agent that handled it."""
-    spawns = len(a.find("subagent.spawn"))
-    edit(memo, {"todo": value})
-    spawned = await a.wait_event("subagent.spawn", count=spawns + 1)
-    turn = await a.wait_event("turn.end", lambda e: e["agent"] == spawned["agent"])
-    assert turn["status"] == "completed"
-    return a.find("subagent.started", lambda e: e["agent"] == spawned["agent"])[0]
 
 
 def descriptors(pid: int) -> dict[int, str]:
@@ -102,7 +92,7 @@ async def test_the_first_zygote_is_forked_named_and_holds_nothing_of_the_supervi
         assert stat.S_ISFIFO(os.stat(f"/proc/{zygote.pid}/fd/2").st_mode)
         assert fds[2] in supervisor_pipes
         # Agents fork from it.
-        first = await handled(a, memo, "first")
+        first = await memo_change_handled(a, memo, "first")
         assert first["zygote"] is True
         a.signal(signal.SIGTERM)
         assert await a.wait_exit() == ExitCode.OK, a.tail()
@@ -119,7 +109,7 @@ async def test_with_the_fork_switched_off_the_zygote_is_a_fresh_interpreter(
         assert ready["forked"] is False
         cmdline = psutil.Process(ready["pid"]).cmdline()
         assert cmdline[1:4] == ["-P", "-m", "agentd.agent.zygote"]
-        assert (await handled(a, memo, "first"))["zygote"] is True
+        assert (await memo_change_handled(a, memo, "first"))["zygote"] is True
         a.signal(signal.SIGTERM)
         assert await a.wait_exit() == ExitCode.OK, a.tail()
 

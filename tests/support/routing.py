@@ -21,6 +21,7 @@ import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.agentd_proc import PY, REPO, Agentd, script
+from tests.support.files import edit
 from tests.support.supervised import alive, tracking
 
 #: A whole agentd start on this shared 2-core machine (interpreter, zygote,
@@ -186,3 +187,13 @@ async def run_storm(a: Agentd, state: Path, spec: dict[str, Any]) -> None:
     """Start a storm in the fault server whose state file is ``state`` (``<state>.storm`` + SIGUSR1)."""
     await trio.Path(str(state) + ".storm").write_text(json.dumps(spec))
     server_process(a, str(state)).send_signal(signal.SIGUSR1)
+
+
+async def memo_change_handled(a: Agentd, memo: Path, value: str) -> dict[str, Any]:
+    """Edit the memo's ``todo``; the ``subagent.started`` of the agent that handled it (after its turn)."""
+    spawns = len(a.find("subagent.spawn"))
+    edit(memo, {"todo": value})
+    spawned = await a.wait_event("subagent.spawn", count=spawns + 1)
+    turn = await a.wait_event("turn.end", lambda e: e["agent"] == spawned["agent"])
+    assert turn["status"] == "completed"
+    return a.find("subagent.started", lambda e: e["agent"] == spawned["agent"])[0]
