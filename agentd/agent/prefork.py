@@ -119,6 +119,7 @@ def _zygote(parent: int, control_fd: int, stderr_fd: int, model_specs: list[str]
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGPIPE, signal.SIG_IGN)
         from agentd.agent.zygote import PREWARM_MODELS_ENV, run, set_pdeathsig
+        from agentd.core.prelaunch import retitle
 
         set_pdeathsig()
         if os.getppid() != parent:
@@ -128,7 +129,7 @@ def _zygote(parent: int, control_fd: int, stderr_fd: int, model_specs: list[str]
             del sys.path[0]  # what -P leaves out: the script's folder or the working directory (rfcs/0114)
         os.environ[PREWARM_MODELS_ENV] = json.dumps(model_specs)
         # Not the supervisor's command line (its servers' commands, which `pkill -f` matches).
-        retitle(f"agentd.agent.zygote (forked from agentd pid {parent})")
+        retitle(f"agentd.agent.zygote (forked from agentd pid {parent})", name=b"agentd-zygote")
         run(socket.socket(fileno=control_fd))
     except BaseException as exc:
         print(f"agentd zygote (forked): {type(exc).__name__}: {exc}", file=sys.stderr)
@@ -138,32 +139,6 @@ def _zygote(parent: int, control_fd: int, stderr_fd: int, model_specs: list[str]
             with contextlib.suppress(Exception):
                 stream.flush()
         os._exit(rc)
-
-
-def retitle(title: str) -> bool:
-    """Show ``title`` as this process's command line (``ps``, ``/proc/PID/cmdline``) and name; Linux.
-
-    The kernel reads the command line from the memory that held ``argv`` at
-    exec (``arg_start``-``arg_end`` in ``/proc/self/stat``); Python keeps its
-    own copies, so that memory is overwritten in place, the title cut to fit
-    and the rest zeroed. The environment, which follows it, is never touched
-    (``/proc/PID/environ`` stays readable). False when it could not be done.
-    """
-    import ctypes
-
-    try:
-        with open("/proc/self/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-        start, end = int(fields[45]), int(fields[46])  # fields 48 and 49 (man 5 proc)
-    except (OSError, ValueError, IndexError):
-        return False
-    if end - start < 2:
-        return False
-    data = title.encode(errors="replace")[: end - start - 1]
-    ctypes.memmove(start, data + b"\0" * (end - start - len(data)), end - start)
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(15, ctypes.c_char_p(b"agentd-zygote"), 0, 0, 0)  # PR_SET_NAME
-    return True
 
 
 def prefork_root(model_specs: list[str]) -> PreforkedChild | None:

@@ -95,7 +95,7 @@ def _launch_servers_early(settings: Settings) -> dict[str, EarlyProcess]:
     """
     if settings.watch_state is not None:
         return {}
-    from agentd.core.prelaunch import launch
+    from agentd.core.prelaunch import forkable, launch
     from agentd.watches.limits import watch_limits
 
     try:  # the [watches] settings the supervisor turns into limits (a ConfigError there is exit 2)
@@ -104,7 +104,8 @@ def _launch_servers_early(settings: Settings) -> dict[str, EarlyProcess]:
         return {}
     early: dict[str, EarlyProcess] = {}
     for name, spec in settings.servers.items():
-        if spec.command is not None:
+        # agentd's own servers are forked by the supervisor once its imports are done (rfcs/0366).
+        if spec.command is not None and not forkable(spec.command, spec.args, spec.env, spec.cwd):
             proc = launch(spec.command, spec.args, env=spec.env, cwd=spec.cwd)
             if proc is not None:
                 early[name] = proc

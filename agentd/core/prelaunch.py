@@ -15,18 +15,37 @@ Reconnects start their processes as before.
 A launch that fails (a missing command) is forgotten: the connection's own
 start then fails with its usual message. A process that is never adopted
 (the run ended first) is killed by :meth:`EarlyProcess.discard`.
+
+**agentd's own servers are forked, not launched** (rfcs/0366). A server
+whose command is this interpreter running ``-m agentd serve NAME`` or
+``-m agentd.servers NAME`` (what ``command = "agentd"`` becomes) would spend
+~0.7-1.2 s of CPU importing the MCP SDK that the supervisor has just
+imported. So the ``agentd`` command leaves those out of the early launch,
+and the supervisor forks them from itself after its imports and before
+trio starts (:func:`fork_server`, while it is single-threaded): the child
+takes the pipes, session, working directory, environment and signal
+dispositions an exec'd server would have, shows the same command line, and
+runs the module as ``python -m`` would. Its connection adopts it like any
+early process. Reconnects start their processes as before (exec).
+``AGENTD_SERVER_PREFORK=0`` switches the fork off, and a server whose ``env``
+sets a ``PYTHON*`` variable is always exec'd (those act when an interpreter
+starts, which a fork does not).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NoReturn, Protocol
 
 if TYPE_CHECKING:
+    from typing import IO
+
     import trio
     from trio.abc import ReceiveStream, SendStream
 
@@ -86,11 +105,29 @@ class ChildProcess(Protocol):
     async def wait(self) -> int: ...
 
 
+class _Popen(Protocol):
+    """What :class:`EarlyProcess` uses of ``subprocess.Popen`` (a forked server has it too)."""
+
+    @property
+    def pid(self) -> int: ...
+    @property
+    def stdin(self) -> IO[bytes] | None: ...
+    @property
+    def stdout(self) -> IO[bytes] | None: ...
+    @property
+    def stderr(self) -> IO[bytes] | None: ...
+    @property
+    def returncode(self) -> int | None: ...
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
 class EarlyProcess:
     """A server process started before trio (a ``subprocess.Popen``), until its connection adopts it."""
 
-    def __init__(self, popen: subprocess.Popen[bytes], command: str, args: Sequence[str]) -> None:
+    def __init__(self, popen: _Popen, command: str, args: Sequence[str], *, forked: bool = False) -> None:
         self._popen = popen
+        self.forked = forked
+        """Forked from the supervisor (:func:`fork_server`), not launched by exec (:func:`launch`)."""
         self.pid = popen.pid
         self.command = command
         self.args = list(args)
@@ -142,7 +179,7 @@ def launch(
 class _Adopted:
     """A ``subprocess.Popen`` with the parts of ``trio.Process`` the stdio transport uses."""
 
-    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+    def __init__(self, popen: _Popen) -> None:
         import trio
 
         self._popen = popen
@@ -181,4 +218,224 @@ class _Adopted:
         return self._popen.returncode
 
 
-__all__ = ["INHERITED_ENV_VARS", "PASSED_ENV", "EarlyProcess", "launch", "server_environment"]
+#: How forking agentd's own servers is switched off ("0": they are exec'd like any server).
+SERVER_PREFORK_ENV = "AGENTD_SERVER_PREFORK"
+
+#: The modules whose ``python -m`` run is one of agentd's own servers, with the argument
+#: that must follow (``agentd serve NAME``; ``agentd.servers NAME`` needs none).
+_OWN_SERVER_MODULES = {"agentd": "serve", "agentd.servers": None}
+
+#: Above any descriptor number in use (``closerange`` closes only open ones, in one system call).
+_MAX_FD = 1 << 20
+
+
+def forkable(command: str, args: Sequence[str], env: Mapping[str, str] | None, cwd: str | None) -> bool:
+    """Whether this stdio server is agentd's own and may be forked from the supervisor (rfcs/0366).
+
+    Its command must be this very interpreter (what ``command = "agentd"``
+    becomes), running ``-m agentd serve NAME`` or ``-m agentd.servers NAME``;
+    its ``env`` must set no ``PYTHON*`` variable (they act at an
+    interpreter's start) and its ``cwd``, if any, must be a directory (else
+    the exec'd start reports the error as usual).
+    """
+    if os.environ.get(SERVER_PREFORK_ENV) == "0" or command != sys.executable or len(args) < 3:
+        return False
+    if args[0] != "-m" or args[1] not in _OWN_SERVER_MODULES:
+        return False
+    needed = _OWN_SERVER_MODULES[args[1]]
+    if needed is not None and args[2] != needed:
+        return False
+    if any(key.startswith("PYTHON") for key in env or {}):
+        return False
+    return cwd is None or os.path.isdir(cwd)
+
+
+class _Forked:
+    """A server forked from this process, with the parts of ``subprocess.Popen`` :class:`EarlyProcess` uses."""
+
+    def __init__(self, pid: int, stdin: int, stdout: int, stderr: int) -> None:
+        self.pid = pid
+        self.stdin: IO[bytes] | None = os.fdopen(stdin, "wb", buffering=0)
+        self.stdout: IO[bytes] | None = os.fdopen(stdout, "rb", buffering=0)
+        self.stderr: IO[bytes] | None = os.fdopen(stderr, "rb", buffering=0)
+        self.returncode: int | None = None
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Reap it (our own child); ``timeout`` bounds the wait (``subprocess.TimeoutExpired``)."""
+        if self.returncode is None:
+            if timeout is not None:
+                pidfd = os.pidfd_open(self.pid)
+                try:
+                    if not select.select([pidfd], [], [], timeout)[0]:
+                        raise subprocess.TimeoutExpired(str(self.pid), timeout)
+                finally:
+                    os.close(pidfd)
+            _, status = os.waitpid(self.pid, 0)
+            self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+
+def fork_server(
+    command: str, args: Sequence[str], *, env: Mapping[str, str] | None, cwd: str | None
+) -> EarlyProcess | None:
+    """Fork one of agentd's own servers (:func:`forkable`) from this process; None if it could not be.
+
+    Call only while this process has one thread (a fork copies only the
+    calling thread) and after its imports (the child inherits them). The
+    child is what ``Popen([command, *args], stdin/stdout/stderr=PIPE,
+    env=server_environment(env), cwd=cwd, start_new_session=True)`` would
+    start, minus the interpreter's start and imports.
+    """
+    import threading
+
+    if threading.active_count() != 1:
+        return None
+    environment = server_environment(env)
+    pipes = [os.pipe2(os.O_CLOEXEC) for _ in range(3)]
+    for stream in (sys.stdout, sys.stderr):  # nothing buffered here is written twice
+        with contextlib.suppress(Exception):
+            stream.flush()
+    try:
+        pid = os.fork()
+    except OSError:
+        for read, write in pipes:
+            os.close(read)
+            os.close(write)
+        return None
+    if pid == 0:  # pragma: no cover - runs in the forked server, which never returns
+        _serve_forked(pipes[0][0], pipes[1][1], pipes[2][1], [command, *args], environment, cwd)
+    (in_read, in_write), (out_read, out_write), (err_read, err_write) = pipes
+    for fd in (in_read, out_write, err_write):
+        os.close(fd)
+    return EarlyProcess(_Forked(pid, in_write, out_read, err_read), command, args, forked=True)
+
+
+def _serve_forked(  # pragma: no cover - runs in the forked server
+    stdin: int, stdout: int, stderr: int, argv: list[str], env: dict[str, str], cwd: str | None
+) -> NoReturn:
+    """In the forked server: become what the exec'd command would be, then run its module."""
+    import atexit
+    import io
+    import runpy
+    import traceback
+
+    code = 1
+    try:
+        for fd, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
+            os.dup2(fd, target)  # dup2 clears close-on-exec on the copy
+        os.closerange(3, _MAX_FD)
+        # A fresh interpreter's dispositions (the supervisor has set none before trio runs).
+        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+        os.setsid()
+        if cwd is not None:
+            os.chdir(cwd)
+        atexit._clear()  # the supervisor's handlers are not the server's
+        _replace_environment(env)
+        retitle(argv, spill=True)  # after the environment: a long command line may take its block
+        # Python's standard streams over the new descriptors, as a fresh interpreter makes them.
+        sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)))
+        sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)))
+        sys.stderr = io.TextIOWrapper(
+            io.BufferedWriter(io.FileIO(2, "w", closefd=False)),
+            errors="backslashreplace",
+            line_buffering=True,
+        )
+        module = argv[2]
+        sys.argv = [module, *argv[3:]]  # run_module puts the module's file first, as -m does
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            code = exc.code or 0
+        else:
+            print(exc.code, file=sys.stderr)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+
+
+def _replace_environment(env: Mapping[str, str]) -> None:  # pragma: no cover - in a forked server
+    """Make ``env`` this process's whole environment, as the kernel shows it too.
+
+    ``os.environ`` is replaced; the block the kernel shows as
+    ``/proc/PID/environ`` (the supervisor's, with its credentials) is
+    overwritten with ``env`` where it fits and zeroed past it.
+    """
+    os.environ.clear()
+    os.environ.update(env)
+    bounds = _stat_range(50)  # env_start, env_end (fields 50 and 51 of /proc/self/stat)
+    if bounds is not None:
+        block = b"".join(f"{k}={v}".encode(errors="replace") + b"\0" for k, v in env.items())
+        _overwrite(*bounds, block)
+
+
+def _stat_range(index: int) -> tuple[int, int] | None:
+    """Two adjacent addresses from ``/proc/self/stat`` (index of the first after the command name)."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return int(fields[index - 3]), int(fields[index - 2])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _overwrite(start: int, end: int, data: bytes) -> bool:
+    """Write ``data`` at ``start`` (cut to fit, NUL-terminated) and zero the rest up to ``end``."""
+    import ctypes
+
+    if end - start < 2:
+        return False
+    data = data[: end - start - 1]
+    ctypes.memmove(start, data + b"\0" * (end - start - len(data)), end - start)
+    return True
+
+
+def retitle(title: str | Sequence[str], name: bytes | None = None, *, spill: bool = False) -> bool:
+    """Show ``title`` as this process's command line (``ps``, ``/proc/PID/cmdline``); Linux.
+
+    A string is shown as one argument; a sequence as its arguments. The
+    kernel reads the command line from the memory that held ``argv`` at exec
+    (``arg_start``-``arg_end`` in ``/proc/self/stat``); Python keeps its own
+    copies, so that memory is overwritten in place and the rest zeroed. A
+    title too long for it is cut, or with ``spill`` written on over the
+    environment block that follows (as ``setproctitle(3)`` does: the kernel
+    then shows one string, the arguments joined by spaces, and
+    ``/proc/PID/environ`` shows what is left of the block). ``name`` also
+    sets the process name (``comm``). False when it could not be done.
+    """
+    import ctypes
+
+    args = _stat_range(48)  # arg_start, arg_end (fields 48 and 49)
+    parts = [title] if isinstance(title, str) else list(title)
+    data = b"\0".join(part.encode(errors="replace") for part in parts)
+    if args is None:
+        return False
+    env = _stat_range(50) if spill and len(data) >= args[1] - args[0] else None
+    if env is not None and env[0] == args[1]:
+        done = _overwrite(args[0], env[1], b" ".join(part.encode(errors="replace") for part in parts))
+    else:
+        done = _overwrite(*args, data)
+    if done and name is not None:
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(15, ctypes.c_char_p(name), 0, 0, 0)  # PR_SET_NAME
+    return done
+
+
+__all__ = [
+    "INHERITED_ENV_VARS",
+    "PASSED_ENV",
+    "SERVER_PREFORK_ENV",
+    "EarlyProcess",
+    "fork_server",
+    "forkable",
+    "launch",
+    "retitle",
+    "server_environment",
+]

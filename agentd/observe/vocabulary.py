@@ -174,7 +174,7 @@ EVENTS: Mapping[str, EventSpec] = {
         _e("limit.reached", "warning", "A cap on what a model may create refused a subscribe or watch_start; said once per hit, until one of that scope goes (rfcs/0265).", "limit value agent session uri watch"),
         # -- upstream MCP servers ----------------------------------------------------
         _e("server.state", "info", "An upstream MCP server changed state.", "server state attempt error", level_by=("state", {"failed": "error", "restarting": "warning"})),
-        _e("upstream.connected", "info", "Connected to an upstream MCP server: the transport actually used, the negotiated version, its era, what became of the server/discover probe and the protocol setting.", "server transport protocol_version era probe protocol ms"),
+        _e("upstream.connected", "info", "Connected to an upstream MCP server: the transport actually used, the negotiated version, its era, what became of the server/discover probe and the protocol setting; `process` (stdio): `forked` (agentd's own server, forked from the supervisor, rfcs/0366), `early` (launched before agentd's imports) or `exec` (started for this connection).", "server transport protocol_version era probe protocol process ms"),
         _e("upstream.fallback", "info", "A connection try failed in a way that points to another era or transport; the next try follows at once.", "server tried next error"),
         _e("upstream.protocol_counteroffer", "warning", "A server answered the pinned protocol version with another one (the connection uses the server's).", "server protocol protocol_version fix"),
         _e("upstream.connect_failed", "warning", "A connection attempt to an MCP server failed.", "server attempt error"),

@@ -151,6 +151,7 @@ def _run(settings: Settings, closed_fds: frozenset[int], early_servers: dict[str
     # The children (and the zygote forked next) inherit the raised limit (_main asks again: a no-op then).
     raise_open_files_limit()
     # Before any thread starts: a fork copies only the calling thread.
+    early_servers.update(_fork_own_servers(settings, early_servers))  # run() discards what is not adopted
     preforked = _prefork(settings)
     # A supervisor lives for months: large read buffers are mapped and unmapped whole
     # instead of fragmenting the heap (rfcs/0355; after the fork: the root keeps glibc's default).
@@ -225,6 +226,24 @@ def _run(settings: Settings, closed_fds: frozenset[int], early_servers: dict[str
     stdout.close(EXIT_FLUSH_TIMEOUT)
     telemetry.close(EXIT_FLUSH_TIMEOUT)
     return code
+
+
+def _fork_own_servers(settings: Settings, started: dict[str, EarlyProcess]) -> dict[str, EarlyProcess]:
+    """agentd's own stdio servers, forked from this process (rfcs/0366); their connections adopt them."""
+    from agentd.core.prelaunch import fork_server, forkable
+
+    forked: dict[str, EarlyProcess] = {}
+    for name, spec in settings.servers.items():
+        if (
+            name in started
+            or spec.command is None
+            or not forkable(spec.command, spec.args, spec.env, spec.cwd)
+        ):
+            continue
+        proc = fork_server(spec.command, spec.args, env=spec.env, cwd=spec.cwd)
+        if proc is not None:
+            forked[name] = proc
+    return forked
 
 
 def _prefork(settings: Settings) -> PreforkedChild | PreforkedZygote | None:

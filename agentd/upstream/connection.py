@@ -642,6 +642,7 @@ class Upstream:
                 era=negotiated.era,
                 probe=negotiated.probe,
                 protocol=self._negotiator.protocol,
+                process=transport.started if isinstance(transport, StdioTransport) else None,
                 ms=round((trio.current_time() - t0) * 1000, 1),
             )
             if self._negotiator.counteroffered(negotiated.protocol_version):

@@ -35,6 +35,7 @@ import subprocess
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
+from typing import Literal
 
 import anyio
 import mcp_types as types
@@ -144,6 +145,9 @@ class StdioTransport(Transport):
         self.telemetry = telemetry
         self.max_line_bytes = max_line_bytes
         self.pid: int | None = None
+        self.started: Literal["forked", "early", "exec"] | None = None
+        """How the process came to be: forked from the supervisor or launched before its imports
+        (an early process adopted, :mod:`agentd.core.prelaunch`), or started here by exec."""
         self.returncode: int | None = None
         self._stderr = _Ring(STDERR_TAIL_BYTES)
         self._stderr_done = trio.Event()
@@ -182,6 +186,7 @@ class StdioTransport(Transport):
                 "check the server's command and PATH"
             ) from exc
         self.pid = process.pid
+        self.started = "exec" if early is None else "forked" if early.forked else "early"
         self.reached = True
         assert process.stdin is not None
         assert process.stdout is not None

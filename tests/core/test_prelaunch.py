@@ -5,11 +5,20 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
+import pytest
 import trio
 from mcp.client import stdio as sdk_stdio
 
-from agentd.core.prelaunch import INHERITED_ENV_VARS, PASSED_ENV, launch, server_environment
+from agentd.core.prelaunch import (
+    INHERITED_ENV_VARS,
+    PASSED_ENV,
+    SERVER_PREFORK_ENV,
+    forkable,
+    launch,
+    server_environment,
+)
 
 
 def test_a_prelaunched_server_gets_the_environment_the_sdk_would_give_it() -> None:
@@ -82,3 +91,39 @@ def test_the_command_exits_with_its_code() -> None:
     )
     assert done.returncode == 2
     assert "AGENTD_MODE" in done.stderr or "mode" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "env", "expected"),
+    [
+        (sys.executable, ["-m", "agentd", "serve", "memo", "--file", "x.json"], None, True),
+        (sys.executable, ["-m", "agentd.servers", "inbox", "--agent", "a"], {"TOKEN": "t"}, True),
+        # Another interpreter (another venv, another version) is not this one.
+        ("python3", ["-m", "agentd", "serve", "memo"], None, False),
+        ("agentd", ["serve", "memo"], None, False),  # the settings turn this into the first row
+        # agentd itself, not one of its servers.
+        (sys.executable, ["-m", "agentd", "--mode", "once"], None, False),
+        (sys.executable, ["-m", "agentd"], None, False),
+        (sys.executable, ["-m", "agentd.serversx", "memo"], None, False),
+        (sys.executable, ["-c", "import agentd", "serve"], None, False),
+        # PYTHON* variables act when an interpreter starts: only an exec honours them.
+        (sys.executable, ["-m", "agentd", "serve", "memo"], {"PYTHONPATH": "/x"}, False),
+    ],
+)
+def test_only_agentds_own_servers_on_this_interpreter_are_forked(
+    command: str, args: list[str], env: dict[str, str] | None, expected: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(SERVER_PREFORK_ENV, raising=False)
+    assert forkable(command, args, env, None) is expected
+
+
+def test_a_missing_working_directory_or_the_switch_leaves_the_server_to_exec(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    args = ["-m", "agentd", "serve", "memo"]
+    monkeypatch.delenv(SERVER_PREFORK_ENV, raising=False)
+    assert forkable(sys.executable, args, None, str(tmp_path))
+    # The exec'd start reports a missing folder with its usual message.
+    assert not forkable(sys.executable, args, None, str(tmp_path / "missing"))
+    monkeypatch.setenv(SERVER_PREFORK_ENV, "0")
+    assert not forkable(sys.executable, args, None, None)
