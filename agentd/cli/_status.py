@@ -214,6 +214,9 @@ def _watch(fetch: Callable[[], dict[str, Any]], interval: float, *, as_json: boo
     """Redraw every ``interval`` seconds until Ctrl-C (SIGINT) or SIGTERM; exit 0 either way."""
     out: TextIO = sys.stdout
     tty = out.isatty()
+    # Ctrl-C ends the view even when it was started with SIGINT ignored (a background job of a
+    # script, nohup): the view says so, and the terminal is restored on the way out.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         if tty:

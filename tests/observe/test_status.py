@@ -236,6 +236,36 @@ async def test_an_unreachable_address_is_one_line_with_the_fix() -> None:
     assert done.stdout == b""
 
 
+async def test_watch_ends_on_ctrl_c_even_when_started_with_sigint_ignored() -> None:
+    """A script's background job (or nohup) starts its children with SIGINT ignored: the view
+    still ends on Ctrl-C, as it says it does."""
+    port = _closed_port()
+
+    def ignore_sigint() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    with trio.fail_after(COMMAND):
+        proc = await trio.lowlevel.open_process(
+            agentd_cmd("status", "--watch", "--interval", "0.2", "--addr", f"127.0.0.1:{port}"),
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            env=_env(), preexec_fn=ignore_sigint,
+        )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        seen = b""
+        with trio.fail_after(COMMAND):
+            while b"Ctrl-C ends" not in seen:  # it is in its loop, retrying
+                chunk = await proc.stdout.receive_some(65536)
+                assert chunk, seen
+                seen += chunk
+        proc.send_signal(signal.SIGINT)
+        with trio.fail_after(COMMAND):
+            assert await proc.wait() == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+
+
 async def test_no_address_is_a_usage_error_naming_the_setting() -> None:
     done = await status_cli()
     assert done.returncode == 2
@@ -280,11 +310,27 @@ async def test_watch_redraws_in_place_and_ends_cleanly_on_ctrl_c(tmp_path: Path)
             mark = len(screen)
             await until(lambda s: b"delivered \xe2\x86\x92 a1" in s[mark:] and b"(none)" in s[mark:])
             proc.send_signal(signal.SIGINT)  # Ctrl-C
-            with trio.fail_after(COMMAND):
-                code = await proc.wait()
-            with trio.move_on_after(STEP):
+
+            read_all = trio.Event()
+
+            async def keep_reading() -> None:
+                # A terminal reads all the time: a full pty would block the last redraw
+                # (and the screen's restore) of a command that is on its way out.
                 while chunk := await read():
                     screen.extend(chunk)
+                read_all.set()
+
+            try:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(keep_reading)
+                    with trio.fail_after(COMMAND):
+                        code = await proc.wait()
+                    with trio.move_on_after(STEP):  # the rest of what it wrote, up to the pty's end of file
+                        await read_all.wait()
+                    nursery.cancel_scope.cancel()
+            finally:
+                if proc.returncode is None:  # it did not end: not left running into the next test
+                    proc.kill()
             await stream.aclose()
             await drain(a)
     assert code == 0
