@@ -90,7 +90,6 @@ def prefork_zygote(model_specs: list[str]) -> PreforkedZygote | None:
     try:
         pid = os.fork()
     except OSError:
-        gc.unfreeze()
         ours.close()
         theirs.close()
         os.close(err_read)
@@ -98,7 +97,6 @@ def prefork_zygote(model_specs: list[str]) -> PreforkedZygote | None:
         return None
     if pid == 0:  # pragma: no cover - runs in the forked zygote, which never returns
         _zygote(parent, theirs.detach(), err_write, model_specs)
-    gc.unfreeze()
     theirs.close()
     os.close(err_write)
     return PreforkedZygote(pid=pid, control=ours, stderr_fd=err_read)
@@ -157,11 +155,11 @@ def prefork_root(model_specs: list[str]) -> PreforkedChild | None:
     _import_shared()
     # Objects that exist now are never traversed by the child's collector, so the
     # pages holding them stay shared instead of being copied on the first collection.
+    # They stay frozen here too: start-up state, alive for the process's life (rfcs/0367).
     gc.freeze()
     try:
         pid = os.fork()
     except OSError:
-        gc.unfreeze()
         for s in (mcp_parent, mcp_child, ctl_parent, ctl_child):
             s.close()
         os.close(err_read)
@@ -169,7 +167,6 @@ def prefork_root(model_specs: list[str]) -> PreforkedChild | None:
         return None
     if pid == 0:  # pragma: no cover - runs in the forked child, which never returns
         _child(parent, mcp_child.detach(), ctl_child.detach(), err_write, model_specs)
-    gc.unfreeze()
     mcp_child.close()
     ctl_child.close()
     os.close(err_write)

@@ -141,6 +141,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     its exit code (:func:`exit_process`), never returning.
     """
     if argv is None:
+        # Owning the process: no collector passes over what the imports build (rfcs/0367).
+        from agentd.core.heap import pause_collector
+
+        pause_collector()
         exit_process(_main(sys.argv[1:]))
     return _main(argv)
 

@@ -212,6 +212,9 @@ def read_status(host: str, port: int, addr: str, token: str | None) -> dict[str,
 
 def _watch(fetch: Callable[[], dict[str, Any]], interval: float, *, as_json: bool) -> int:
     """Redraw every ``interval`` seconds until Ctrl-C (SIGINT) or SIGTERM; exit 0 either way."""
+    from agentd.core.heap import start_collector
+
+    start_collector()  # a view that runs for hours (the command paused the collector for its imports)
     out: TextIO = sys.stdout
     tty = out.isatty()
     # Ctrl-C ends the view even when it was started with SIGINT ignored (a background job of a

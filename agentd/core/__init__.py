@@ -12,7 +12,7 @@ In layer order (a module imports only those below it; docs/architecture.md):
 * :mod:`agentd.core.extras`     how to install an optional extra, for this installation.
 * :mod:`agentd.core.prelaunch`  stdio servers started before the heavy imports, agentd's own forked after them.
 * :mod:`agentd.core.hosts`      loopback, wildcard and the host of a ``Host`` header (the HTTP listeners).
-* :mod:`agentd.core.heap`       glibc's mmap threshold fixed for a long-lived supervisor.
+* :mod:`agentd.core.heap`       glibc's mmap threshold fixed for a long run; start-up objects frozen.
 
 This ``__init__`` imports nothing: ``agentd`` starts servers early through
 :mod:`agentd.core.prelaunch` and must not pay for the rest.

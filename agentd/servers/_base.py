@@ -101,6 +101,7 @@ from pydantic import BaseModel
 from agentd import __version__
 from agentd.core.errors import AgentdError, ConfigError
 from agentd.core.exitcodes import ExitCode
+from agentd.core.heap import start_collector
 from agentd.core.jsonvalue import JSONObject
 from agentd.servers import _sdk
 from agentd.servers._httpguard import MIN_TOKEN_LENGTH, HostOriginGuard, HttpPolicy, is_loopback, is_wildcard
@@ -873,6 +874,7 @@ def main(argv: list[str]) -> int:
         print(f"agentd serve {name}: {exc}", file=sys.stderr)
         return int(exc.exit_code)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s: %(message)s")
+    start_collector()  # start-up objects frozen; the agentd command paused the collector (rfcs/0367)
     try:
         trio.run(server.run, transport)
     finally:

@@ -46,7 +46,7 @@ from agentd.agent.zygote import PREWARM_MODELS_ENV, _rehearse
 from agentd.config import ProviderSpec, Settings
 from agentd.core.errors import AgentdError, ConfigError
 from agentd.core.exitcodes import ExitCode, TerminalStatus
-from agentd.core.heap import fix_mmap_threshold
+from agentd.core.heap import fix_mmap_threshold, start_collector
 from agentd.core.jsonvalue import JSONObject
 from agentd.core.limits import raise_open_files_limit
 from agentd.events import ReactorEvent, SignalReceived
@@ -148,6 +148,8 @@ def _run(settings: Settings, closed_fds: frozenset[int], early_servers: dict[str
         for line in config_error_lines((exc,)):
             print(line, file=sys.stderr)
         return int(ExitCode.CONFIG)
+    # The imports are done: start-up objects frozen, the collector on, before anything is forked (rfcs/0367).
+    start_collector()
     # The children (and the zygote forked next) inherit the raised limit (_main asks again: a no-op then).
     raise_open_files_limit()
     # Before any thread starts: a fork copies only the calling thread.
