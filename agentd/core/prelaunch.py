@@ -413,13 +413,13 @@ def retitle(title: str | Sequence[str], name: bytes | None = None, *, spill: boo
     import ctypes
 
     args = _stat_range(48)  # arg_start, arg_end (fields 48 and 49)
-    parts = [title] if isinstance(title, str) else list(title)
-    data = b"\0".join(part.encode(errors="replace") for part in parts)
     if args is None:
         return False
+    parts = [part.encode(errors="replace") for part in ([title] if isinstance(title, str) else title)]
+    data = b"\0".join(parts)
     env = _stat_range(50) if spill and len(data) >= args[1] - args[0] else None
     if env is not None and env[0] == args[1]:
-        done = _overwrite(args[0], env[1], b" ".join(part.encode(errors="replace") for part in parts))
+        done = _overwrite(args[0], env[1], b" ".join(parts))
     else:
         done = _overwrite(*args, data)
     if done and name is not None:
