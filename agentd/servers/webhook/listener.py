@@ -34,6 +34,7 @@ retry is recognised by its delivery id. Errors go back as a one-line JSON
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import math
@@ -43,6 +44,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Final
 
 import h11
@@ -51,9 +53,10 @@ import trio
 
 from agentd.core.jsonvalue import JSONObject
 from agentd.observe.timeline import mark
+from agentd.servers.webhook import wire
 from agentd.servers.webhook.delivery import Accepted, Reply, interpret
 from agentd.servers.webhook.sources import SourceSpec
-from agentd.servers.webhook.store import DeliveryStore, Duplicate, StoreUnavailable
+from agentd.servers.webhook.store import DeliveryStore, Duplicate, Staged, Stored, StoreUnavailable
 from agentd.servers.webhook.verify import Refusal, RefusalCode, check_body, check_headers
 
 __all__ = [
@@ -79,8 +82,6 @@ MAX_HEADER_BYTES: Final = 32 * 1024
 """Request line plus headers: GitHub's and Slack's are under 2 KiB; nginx's default buffer is 8 KiB x 4."""
 SEND_TIMEOUT: Final = 5.0
 """Seconds to write a response: a client that does not read it is dropped (the delivery is durable)."""
-OVERLOAD_SEND_TIMEOUT: Final = 1.0
-"""Seconds to write the 503 to a connection beyond the limit: it must not hold a slot of its own."""
 MAX_REQUESTS_PER_CONNECTION: Final = 100
 """Requests on one kept-alive connection before it is closed (bounds a connection's life)."""
 RECEIVE_CHUNK: Final = 64 * 1024
@@ -90,6 +91,16 @@ RETRY_AFTER: Final = "5"
 ACCEPT_RETRY: Final = 0.1
 """Seconds before accepting again after the system ran out of descriptors or memory (trio's own pause)."""
 _ACCEPT_CAPACITY_ERRNOS: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+_IGNORABLE_ACCEPT_NAMES: Final = (
+    "EPERM ECONNABORTED EPROTO ENETDOWN ENOPROTOOPT EHOSTDOWN ENONET EHOSTUNREACH EOPNOTSUPP "
+    "ENETUNREACH ENOSR ESOCKTNOSUPPORT EPROTONOSUPPORT ETIMEDOUT ECONNRESET"
+)
+_ACCEPT_IGNORABLE_ERRNOS: Final = frozenset(
+    getattr(errno, name) for name in _IGNORABLE_ACCEPT_NAMES.split() if hasattr(errno, name)
+)
+"""A connection that failed between the client's connect and the accept (trio's list): skipped."""
+ACCEPT_BATCH: Final = 64
+"""Connections accepted in a row before other tasks run (each is handled on the spot or given a task)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,8 +137,34 @@ def _error(status: int, reason: str, *headers: tuple[str, str]) -> _Response:
     return _Response(status, {"error": reason}, headers, close=True)
 
 
+@dataclass(frozen=True, slots=True)
+class _Target:
+    """A POST for a source whose headers passed: what its body is checked against."""
+
+    spec: SourceSpec
+    store: DeliveryStore
+    headers: dict[str, str]
+    cap: int
+
+
+@dataclass(slots=True)
+class _Waiting:
+    """A connection whose delivery is written and is answered when it is durable."""
+
+    sock: socket.socket
+    post: wire.Post
+    staged: Staged
+
+
 class Listener:
     """Serves ``/hooks/NAME`` for the given sources on an already bound socket.
+
+    A request that has arrived whole when its connection is accepted (a webhook
+    sender writes its request at once) is handled on the spot: read, verified,
+    written, and answered when the group commit has made it durable, with no
+    task of its own. Anything else (a request still arriving, a ``100-continue``,
+    a kept-alive connection's next request, an answer the socket cannot take at
+    once) continues in a task per connection, under the time bounds above.
 
     Args:
         sock: from :func:`bind`.
@@ -151,7 +188,7 @@ class Listener:
         self.limits = limits
         self._clock = clock
         self.active = 0
-        """Connections being served now."""
+        """Connections open now (being read, waiting for their delivery to be durable, or answered)."""
         self.overloaded = 0
         """Connections turned away with 503 because ``max_connections`` were busy."""
         self.unrouted = 0
@@ -160,6 +197,8 @@ class Listener:
         """Requests cut off at ``request_timeout`` (slow or idle clients)."""
         self._logged: dict[tuple[str, str], float] = {}
         self._hook = step_hook
+        self._waiting: dict[str, list[_Waiting]] = {name: [] for name in self.sources}
+        self._nursery: trio.Nursery | None = None
 
     @property
     def address(self) -> str:
@@ -170,56 +209,202 @@ class Listener:
 
     async def run(self) -> None:
         """Accept connections for the server's life (a server source)."""
-        listener = trio.SocketListener(trio.socket.from_stdlib_socket(self._sock))
         names = ",".join(self.sources)
         paths = f"/hooks/{names}" if len(self.sources) == 1 else f"/hooks/{{{names}}}"
+        hooks = [
+            (store, partial(self._answer_durable, name)) for name, (_spec, store) in self.sources.items()
+        ]
+        for store, hook in hooks:
+            store.round_hooks.append(hook)
         # Printed once accepting, so a launcher (or a person) knows where to point senders.
         print(
             f"agentd serve webhook: receiving webhooks on {self.address}{paths}", file=sys.stderr, flush=True
         )
-        # trio.serve_listeners, without its aclose_forcefully per connection (_connection closes it).
-        async with listener, trio.open_nursery() as nursery:
-            while True:
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                await self._accept_forever()
+        finally:
+            self._nursery = None
+            for store, hook in hooks:
+                store.round_hooks.remove(hook)
+            for waiting in self._waiting.values():
+                for w in waiting:
+                    self._close(w.sock)  # not answered: the sender retries
+                waiting.clear()
+            trio.lowlevel.notify_closing(self._sock)
+            self._sock.close()
+
+    async def _accept_forever(self) -> None:
+        while True:
+            await trio.lowlevel.wait_readable(self._sock)
+            for _ in range(ACCEPT_BATCH):
                 try:
-                    stream = await listener.accept()
+                    sock, _peer = self._sock.accept()
+                except BlockingIOError:
+                    break
                 except OSError as exc:
+                    if exc.errno in _ACCEPT_IGNORABLE_ERRNOS:
+                        continue  # that connection was gone before it was accepted
                     if exc.errno not in _ACCEPT_CAPACITY_ERRNOS:
                         raise
                     log.error("accept failed (%s); retrying in %g s", os.strerror(exc.errno), ACCEPT_RETRY)
                     await trio.sleep(ACCEPT_RETRY)
-                    continue
-                nursery.start_soon(self._connection, stream)
+                    break
+                self._accepted(sock)
 
     # ---------------------------------------------------------------- connections
 
-    async def _connection(self, stream: trio.SocketStream) -> None:
-        """Serve one connection and close it (whatever happens: a handler's error never escapes)."""
+    def _accepted(self, sock: socket.socket) -> None:
+        """Take a new connection: turned away (overload), handled on the spot, or given a task."""
+        sock.setblocking(False)
+        if self.active >= self.limits.max_connections:
+            self.overloaded += 1
+            self._log_refusal(
+                "*", "overloaded", f"{self.limits.max_connections} connections busy (--max-connections)"
+            )
+            with contextlib.suppress(OSError):  # a fresh socket takes a short answer at once
+                sock.send(_raw_response(503, "too many connections; retry later"))
+            sock.close()
+            return
+        self.active += 1
         try:
-            if self.active >= self.limits.max_connections:
-                self.overloaded += 1
-                self._log_refusal(
-                    "*", "overloaded", f"{self.limits.max_connections} connections busy (--max-connections)"
-                )
-                with trio.move_on_after(OVERLOAD_SEND_TIMEOUT):
-                    await stream.send_all(_raw_response(503, "too many connections; retry later"))
-                return
-            self.active += 1
+            self._first_request(sock)
+        except Exception:  # one connection's failure must never stop the intake
+            log.exception("webhook connection failed")
+            self._close(sock)
+
+    def _close(self, sock: socket.socket) -> None:
+        """Close a connection this code holds (not one a task holds) and count it gone."""
+        sock.close()
+        self.active -= 1
+
+    def _first_request(self, sock: socket.socket) -> None:
+        """The connection's first request, handled here if it is a whole simple POST (:mod:`.wire`);
+        else the connection goes to a task, which reads it with h11 from its first byte."""
+        try:
+            data = sock.recv(RECEIVE_CHUNK)
+        except BlockingIOError:
+            data = b""
+        except OSError:
+            self._close(sock)
+            return
+        post = wire.parse_post(data, self.limits.max_header_bytes) if data else None
+        if post is None:
+            self._spawn(sock, data)
+            return
+        target = self._head("POST", post.target, post.headers)
+        if isinstance(target, _Response):
+            self._answer(sock, post, target)
+            return
+        decided = self._judge(target, post.body)
+        if isinstance(decided, _Response):
+            self._answer(sock, post, decided)
+            return
+        spec, store = target.spec, target.store
+        try:
+            staged = store.stage(decided)
+        except StoreUnavailable as exc:
+            self._answer(sock, post, self._unavailable(spec, exc))
+            return
+        if staged is None:
+            # The log is being rolled to a new segment: the task waits its turn (and verifies again).
+            self._spawn(sock, data)
+            return
+        if staged.item.durable:  # a retry of a delivery that is on disk
+            self._answer(sock, post, self._settled(spec, store, staged))
+            return
+        self._waiting[spec.name].append(_Waiting(sock, post, staged))
+
+    def _answer_durable(self, name: str) -> None:
+        """A round of ``name``'s group commit ended: answer the connections whose delivery it made
+        durable (or all of them with 503 if the log broke)."""
+        waiting = self._waiting[name]
+        if not waiting:
+            return
+        spec, store = self.sources[name]
+        still: list[_Waiting] = []
+        for w in waiting:
+            if not w.staged.item.durable and store.broken is None:
+                still.append(w)
+                continue
             try:
-                await self._serve(stream)
-            finally:
-                self.active -= 1
+                self._answer(w.sock, w.post, self._settled(spec, store, w.staged))
+            except Exception:  # called from the store's commit loop: nothing may escape into it
+                log.exception("webhook connection failed")
+                self._close(w.sock)
+        self._waiting[name] = still
+
+    def _answer(self, sock: socket.socket, post: wire.Post, response: _Response) -> None:
+        """Answer a request read by :func:`.wire.parse_post` on a connection this code holds; then
+        close it, or give it to a task (to read the next request, or to finish sending)."""
+        close = response.close or post.close
+        data = wire.render(
+            response.status, orjson.dumps(response.body) + b"\n", response.headers, close=close
+        )
+        try:
+            sent = sock.send(data)
+        except BlockingIOError:
+            sent = 0
+        except OSError:
+            self._close(sock)  # the client went away
+            return
+        if sent < len(data):
+            self._spawn(sock, b"", unsent=(data[sent:], response))
+        elif close:
+            self._answered(response)
+            self._close(sock)
+        else:
+            self._answered(response)
+            self._spawn(sock, post.rest, served=1)
+
+    def _answered(self, response: _Response) -> None:
+        mark("webhook.answered")
+        if self._hook is not None and response.status == 200 and "duplicate" in response.body:
+            self._hook("answered")
+
+    def _spawn(
+        self,
+        sock: socket.socket,
+        data: bytes,
+        *,
+        served: int = 0,
+        unsent: tuple[bytes, _Response] | None = None,
+    ) -> None:
+        """Continue the connection in a task of its own: h11 reads from ``data`` (received already) on;
+        ``unsent``: first finish sending this answer, then close."""
+        assert self._nursery is not None
+        self._nursery.start_soon(self._connection, sock, data, served, unsent)
+
+    async def _connection(
+        self, sock: socket.socket, data: bytes, served: int, unsent: tuple[bytes, _Response] | None
+    ) -> None:
+        """Serve one connection and close it (whatever happens: a handler's error never escapes)."""
+        stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
+        try:
+            if unsent is not None:
+                rest, response = unsent
+                with trio.move_on_after(SEND_TIMEOUT) as scope:
+                    await stream.send_all(rest)
+                if not scope.cancelled_caught:
+                    self._answered(response)
+                return
+            conn = h11.Connection(h11.SERVER, max_incomplete_event_size=self.limits.max_header_bytes)
+            if data:
+                conn.receive_data(data)  # (b"" would tell h11 the client closed)
+            await self._serve(stream, conn, served)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass  # the client went away; nothing was acknowledged to it
         except Exception:  # one connection's failure must never stop the intake
             log.exception("webhook connection failed")
         finally:
             # Closed at once, without a checkpoint: what aclose_forcefully does, minus a cancel
-            # scope and a raised Cancelled per connection (a tenth of a delivery's CPU).
+            # scope and a raised Cancelled per connection.
             stream.socket.close()
+            self.active -= 1
 
-    async def _serve(self, stream: trio.SocketStream) -> None:
-        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=self.limits.max_header_bytes)
-        for _ in range(MAX_REQUESTS_PER_CONNECTION):
+    async def _serve(self, stream: trio.SocketStream, conn: h11.Connection, served: int) -> None:
+        for _ in range(served, MAX_REQUESTS_PER_CONNECTION):
             response: _Response | None = None
             with trio.move_on_after(self.limits.request_timeout) as scope:
                 try:
@@ -228,13 +413,7 @@ class Listener:
                         return  # closed before a request (ConnectionClosed)
                     response = await self._request(stream, conn, request, scope)
                 except h11.RemoteProtocolError as exc:
-                    status = exc.error_status_hint
-                    reason = (
-                        f"request headers over {self.limits.max_header_bytes} bytes"
-                        if status == 431
-                        else f"malformed HTTP request ({exc})"
-                    )
-                    response = _error(status, reason)
+                    response = self._protocol_error(exc)
             if scope.cancelled_caught:
                 if conn.their_state is h11.IDLE and not conn.trailing_data[0]:
                     return  # an idle kept-alive connection: close quietly
@@ -245,16 +424,25 @@ class Listener:
                 response = _error(408, f"the request did not arrive within {self.limits.request_timeout:g} s")
             if response is None:
                 return
-            await self._send(stream, conn, response)
-            mark("webhook.answered")
-            if self._hook is not None and response.status == 200 and "duplicate" in response.body:
-                self._hook("answered")
-            if response.close or conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+            if not await self._send(stream, conn, response) or not _keeps_alive(conn, response):
                 return
             conn.start_next_cycle()
 
+    def _protocol_error(self, exc: h11.RemoteProtocolError) -> _Response:
+        status = exc.error_status_hint
+        reason = (
+            f"request headers over {self.limits.max_header_bytes} bytes"
+            if status == 431
+            else f"malformed HTTP request ({exc})"
+        )
+        return _error(status, reason)
+
     async def _request(
-        self, stream: trio.SocketStream, conn: h11.Connection, request: h11.Request, arrival: trio.CancelScope
+        self,
+        stream: trio.SocketStream,
+        conn: h11.Connection,
+        request: h11.Request,
+        arrival: trio.CancelScope,
     ) -> _Response | None:
         """Read the body (within ``arrival``'s deadline), then verify, store and answer (no deadline:
         a sender cut off while its delivery is being made durable would only retry it)."""
@@ -262,11 +450,36 @@ class Listener:
         if size > self.limits.max_header_bytes:
             # h11 bounds what it buffers of an incomplete head; a complete one read in one go is checked here.
             return _error(431, f"request headers over {self.limits.max_header_bytes} bytes")
-        method = request.method.decode("ascii", "replace")
-        path = request.target.split(b"?", 1)[0].decode("latin-1")
         headers: dict[str, str] = {}
         for raw_name, raw_value in request.headers:
-            headers.setdefault(raw_name.decode("latin-1").lower(), raw_value.decode("latin-1"))
+            headers.setdefault(raw_name.decode("latin-1"), raw_value.decode("latin-1"))
+        target = self._head(request.method.decode("ascii", "replace"), request.target, headers)
+        if isinstance(target, _Response):
+            return target
+        if conn.they_are_waiting_for_100_continue:
+            await stream.send_all(conn.send(h11.InformationalResponse(status_code=100, headers=[])))
+        body = bytearray()
+        while True:
+            event = await _next_event(stream, conn)
+            if isinstance(event, h11.Data):
+                body += event.data
+                if len(body) > target.cap:
+                    return self._refuse(target.spec, target.store, _too_large(target.cap))
+            elif isinstance(event, h11.EndOfMessage):
+                arrival.deadline = math.inf  # the request is in: the bound was on its arrival
+                break
+            else:
+                return None  # the client closed mid-body: nothing to answer, nothing stored
+        decided = self._judge(target, bytes(body))
+        if isinstance(decided, _Response):
+            return decided
+        return await self._store(target.spec, target.store, decided)
+
+    def _head(self, method: str, raw_target: bytes, headers: dict[str, str]) -> _Response | _Target:
+        """Route a request by its head (``headers``: each field's first value by its lower-cased
+        name): an answer already (404, 405, 401, 413, /healthz), or the source whose checks its body
+        goes through."""
+        path = raw_target.split(b"?", 1)[0].decode("latin-1")
         if path == "/healthz":
             if method not in ("GET", "HEAD"):
                 return _error(405, "use GET /healthz", ("allow", "GET, HEAD"))
@@ -291,41 +504,40 @@ class Listener:
         length = headers.get("content-length", "")
         if length.isdigit() and int(length) > cap:
             return self._refuse(spec, store, _too_large(cap))
-        if conn.they_are_waiting_for_100_continue:
-            await stream.send_all(conn.send(h11.InformationalResponse(status_code=100, headers=[])))
-        body = bytearray()
-        while True:
-            event = await _next_event(stream, conn)
-            if isinstance(event, h11.Data):
-                body += event.data
-                if len(body) > cap:
-                    return self._refuse(spec, store, _too_large(cap))
-            elif isinstance(event, h11.EndOfMessage):
-                arrival.deadline = math.inf  # the request is in: the bound was on its arrival
-                break
-            else:
-                return None  # the client closed mid-body: nothing to answer, nothing stored
-        data = bytes(body)
-        refusal = check_body(spec, headers, data, now=self._clock())
+        return _Target(spec, store, headers, cap)
+
+    def _judge(self, target: _Target, body: bytes) -> _Response | Accepted:
+        """Check a whole body: an answer (a refusal, a ping's reply), or the delivery to store."""
+        spec, store, headers = target.spec, target.store, target.headers
+        if len(body) > target.cap:
+            return self._refuse(spec, store, _too_large(target.cap))
+        refusal = check_body(spec, headers, body, now=self._clock())
         if refusal is not None:
             return self._refuse(spec, store, refusal)
-        outcome = interpret(spec, headers, data, now=self._clock(), nonce=os.urandom(16).hex())
+        outcome = interpret(spec, headers, body, now=self._clock(), nonce=os.urandom(16).hex())
         if isinstance(outcome, Refusal):
             return self._refuse(spec, store, outcome)
         if isinstance(outcome, Reply):
             store.counters.answered += 1
             return _Response(outcome.status, outcome.body)
-        return await self._store(spec, store, outcome)
+        return outcome
 
     async def _store(self, spec: SourceSpec, store: DeliveryStore, accepted: Accepted) -> _Response:
         try:
             result = await store.append(accepted)
         except StoreUnavailable as exc:
-            self._log_refusal(spec.name, "unavailable", str(exc))
-            return _error(
-                503, f"the delivery could not be stored ({exc}); retry", ("retry-after", RETRY_AFTER)
-            )
-        return _Response(200, {"ok": True, "id": result.id, "duplicate": isinstance(result, Duplicate)})
+            return self._unavailable(spec, exc)
+        return _stored(result)
+
+    def _settled(self, spec: SourceSpec, store: DeliveryStore, staged: Staged) -> _Response:
+        try:
+            return _stored(store.settle(staged))
+        except StoreUnavailable as exc:
+            return self._unavailable(spec, exc)
+
+    def _unavailable(self, spec: SourceSpec, exc: StoreUnavailable) -> _Response:
+        self._log_refusal(spec.name, "unavailable", str(exc))
+        return _error(503, f"the delivery could not be stored ({exc}); retry", ("retry-after", RETRY_AFTER))
 
     def _refuse(self, spec: SourceSpec, store: DeliveryStore, refusal: Refusal) -> _Response:
         code: RefusalCode = refusal.code
@@ -348,25 +560,42 @@ class Listener:
         self._logged[key] = now
         log.warning("refused a request for source %r (%s): %s", source, code, reason)
 
-    async def _send(self, stream: trio.SocketStream, conn: h11.Connection, response: _Response) -> None:
-        body = orjson.dumps(response.body) + b"\n"
-        headers = [
-            ("content-type", "application/json"),
-            ("content-length", str(len(body))),
-            *response.headers,
-        ]
-        if response.close:
-            headers.append(("connection", "close"))
-        with trio.move_on_after(SEND_TIMEOUT):
-            try:
-                data = conn.send(h11.Response(status_code=response.status, headers=headers))
-                data += conn.send(h11.Data(data=body))
-                data += conn.send(h11.EndOfMessage())
-            except h11.LocalProtocolError:
-                # h11 cannot answer in this state (e.g. the request line never parsed): write it raw;
-                # the caller closes the connection (h11's state is not DONE).
-                data = _raw_response(response.status, str(response.body.get("error", "")))
+    async def _send(self, stream: trio.SocketStream, conn: h11.Connection, response: _Response) -> bool:
+        """Send ``response``; False if the client did not take it within SEND_TIMEOUT."""
+        data = _render(conn, response)
+        with trio.move_on_after(SEND_TIMEOUT) as scope:
             await stream.send_all(data)
+        if scope.cancelled_caught:
+            return False
+        self._answered(response)
+        return True
+
+
+def _stored(result: Stored | Duplicate) -> _Response:
+    return _Response(200, {"ok": True, "id": result.id, "duplicate": isinstance(result, Duplicate)})
+
+
+def _render(conn: h11.Connection, response: _Response) -> bytes:
+    """``response`` as bytes on the wire (h11 moves the connection's state on)."""
+    body = orjson.dumps(response.body) + b"\n"
+    headers = [("content-type", "application/json"), ("content-length", str(len(body))), *response.headers]
+    if response.close:
+        headers.append(("connection", "close"))
+    try:
+        data = conn.send(h11.Response(status_code=response.status, headers=headers))
+        assert data is not None
+        data += conn.send(h11.Data(data=body)) or b""
+        data += conn.send(h11.EndOfMessage()) or b""
+    except h11.LocalProtocolError:
+        # h11 cannot answer in this state (e.g. the request line never parsed): write it raw; the
+        # connection is closed after (h11's state is not DONE).
+        data = _raw_response(response.status, str(response.body.get("error", "")))
+    return data
+
+
+def _keeps_alive(conn: h11.Connection, response: _Response) -> bool:
+    """Whether the connection reads another request after ``response`` was sent."""
+    return not response.close and conn.our_state is h11.DONE and conn.their_state is h11.DONE
 
 
 def _too_large(cap: int) -> Refusal:

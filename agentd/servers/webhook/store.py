@@ -157,6 +157,19 @@ class Duplicate:
     id: str
 
 
+@dataclass(frozen=True, slots=True)
+class Staged:
+    """A delivery written (or found: ``duplicate``) by :meth:`DeliveryStore.stage`; durable once
+    ``item.durable``."""
+
+    item: _Item
+    duplicate: bool
+
+
+class _RollFirst(Exception):
+    """The delivery does not fit the active segment: roll it, then stage again."""
+
+
 @dataclass(slots=True)
 class _Segment:
     start: int
@@ -261,6 +274,9 @@ class DeliveryStore:
         self._inline_sync = True
         """Whether the next fdatasync is made on the event loop (the last one was fast: INLINE_SYNC_BELOW)."""
         self._round = trio.Event()
+        self.round_hooks: list[Callable[[], None]] = []
+        """Called after each round of the group commit (and when the log breaks): staged deliveries
+        may have become durable (or never will)."""
         self._armed = trio.Event()
         self._persist_wanted = trio.Event()
         self._evicted_version = 0
@@ -599,6 +615,46 @@ class DeliveryStore:
                 return candidate
             n += 1
 
+    def stage(self, accepted: Accepted) -> Staged | None:
+        """Write one delivery (not yet durable), or find the delivery it retries, without waiting.
+
+        The intake's path for a request that arrived whole: it answers the sender once
+        ``staged.item.durable`` (a round of the group commit; :attr:`round_hooks` are called
+        after each). None when the delivery must wait its turn (a segment is being rolled):
+        :meth:`append` then.
+
+        Raises:
+            StoreUnavailable: as :meth:`append`.
+        """
+        if self._append_lock.locked():
+            return None
+        return self._stage(accepted, roll_ok=False)
+
+    def _stage(self, accepted: Accepted, *, roll_ok: bool) -> Staged | None:
+        self._check_usable()
+        now = self._clock()
+        dup = self._duplicate(accepted.dedupe_key, now)
+        if dup is not None:
+            return Staged(dup, duplicate=True)
+        delivery_id = self._unique(accepted.delivery_id)
+        record = stored_record(self.spec, accepted, delivery_id, received_at=now)
+        line = encode(record)
+        if self._segments[-1].size > 0 and self._segments[-1].size + len(line) > self._segment_bytes:
+            if not roll_ok:
+                return None
+            raise _RollFirst
+        offset = self._end
+        self._write(line)
+        self._prepared[offset] = replace(record, size=len(line))
+        item = _Item(
+            delivery_id, accepted.dedupe_key, now, offset, offset + len(line), accepted.event, record.received
+        )
+        self._index(item)
+        self._unsynced.append((item, line))
+        self._dirty.set()
+        self._step("written")
+        return Staged(item, duplicate=False)
+
     async def append(self, accepted: Accepted) -> Stored | Duplicate:
         """Store one delivery durably, or recognise a retry; return once it is on disk.
 
@@ -606,39 +662,38 @@ class DeliveryStore:
             StoreUnavailable: the write failed (e.g. disk full) or the log is broken; nothing is
                 acknowledged to the sender, who retries.
         """
-        now = self._clock()
-        async with self._append_lock:
-            self._check_usable()
-            dup = self._duplicate(accepted.dedupe_key, now)
-            if dup is None:
-                delivery_id = self._unique(accepted.delivery_id)
-                record = stored_record(self.spec, accepted, delivery_id, received_at=now)
-                line = encode(record)
-                if self._segments[-1].size > 0 and self._segments[-1].size + len(line) > self._segment_bytes:
+        staged = self.stage(accepted)
+        if staged is None:
+            async with self._append_lock:
+                try:
+                    staged = self._stage(accepted, roll_ok=True)
+                except _RollFirst:
                     await self._roll()
-                offset = self._end
-                self._write(line)
-                self._prepared[offset] = replace(record, size=len(line))
-                item = _Item(
-                    delivery_id,
-                    accepted.dedupe_key,
-                    now,
-                    offset,
-                    offset + len(line),
-                    accepted.event,
-                    record.received,
-                )
-                self._index(item)
-                self._unsynced.append((item, line))
-                self._dirty.set()
-        if dup is not None:
-            await self._wait_durable(dup)
+                    staged = self._stage(accepted, roll_ok=True)
+        assert staged is not None
+        await self._wait_durable(staged.item)
+        return self.settle(staged)
+
+    def settle(self, staged: Staged) -> Stored | Duplicate:
+        """What a staged delivery became, once ``staged.item.durable``.
+
+        Raises:
+            StoreUnavailable: the log broke before the delivery was durable.
+        """
+        item = staged.item
+        if not item.durable:
+            self._check_usable()
+            raise AssertionError(f"{item.id} settled before it was durable")
+        if staged.duplicate:
             self.counters.duplicates += 1
-            return Duplicate(dup.id)
-        self._step("written")
-        await self._wait_durable(item)
+            return Duplicate(item.id)
         assert item.seq is not None
         return Stored(item.id, item.seq)
+
+    @property
+    def broken(self) -> str | None:
+        """Why the log cannot be written any more (a failed fsync), or None."""
+        return self._broken
 
     def _step(self, step: Step) -> None:
         if self._hook is not None:
@@ -696,8 +751,13 @@ class DeliveryStore:
             self._broken = message
             log.error("%s: %s", self.name, message)
             self._on_broken(message)
+        self._end_round()
+
+    def _end_round(self) -> None:
         round_, self._round = self._round, trio.Event()
         round_.set()
+        for hook in self.round_hooks:
+            hook()
 
     async def run(self) -> None:
         """The group commit (a server source, for the server's life): sync, then show and wake."""
@@ -738,8 +798,7 @@ class DeliveryStore:
                 self._persist_wanted.set()
             if was_empty:
                 self._armed.set()  # the age timer had nothing to wait for
-            round_, self._round = self._round, trio.Event()
-            round_.set()
+            self._end_round()
             self._on_change(new, True)
 
     # ---------------------------------------------------------------- retention
