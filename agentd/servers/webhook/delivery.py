@@ -27,6 +27,7 @@ model never reads them.
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -150,7 +151,8 @@ def _json(data: bytes, what: str) -> JSONValue | Refusal:
         value: JSONValue = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         return _malformed(f"{what} is not valid JSON in UTF-8 ({str(exc)[:120]})")
-    if depth_of(value) > MAX_DEPTH:
+    # Each level opens with a bracket: fewer brackets than the limit need no walk.
+    if data.count(b"{") + data.count(b"[") > MAX_DEPTH and depth_of(value) > MAX_DEPTH:
         return _malformed(f"{what} nests deeper than {MAX_DEPTH} levels")
     return value
 
@@ -290,44 +292,85 @@ def interpret(
 # --------------------------------------------------------------------------- stored form
 
 
+_second: list[tuple[int, str]] = [(-1, "")]
+"""The last whole second :func:`_iso` formatted (deliveries come many a second)."""
+
+
 def _iso(at: float) -> str:
-    return datetime.fromtimestamp(at, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    """``at`` (Unix seconds) as UTC ISO 8601 to the millisecond, e.g. ``2026-12-02T13:04:05.123Z``:
+    what ``datetime.fromtimestamp(at, UTC).isoformat(timespec="milliseconds")`` writes (its
+    microseconds rounded half to even, then cut to milliseconds), the date part formatted once a second."""
+    whole = math.floor(at)
+    micros = round((at - whole) * 1e6)
+    if micros >= 1_000_000:
+        whole, micros = whole + 1, micros - 1_000_000
+    last, text = _second[0]
+    if whole != last:
+        text = datetime.fromtimestamp(whole, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        _second[0] = (whole, text)
+    return f"{text}.{micros // 1000:03d}Z"
 
 
 def encode_record(spec: SourceSpec, accepted: Accepted, delivery_id: str, *, received_at: float) -> bytes:
     """The stored line of one delivery (``\\n``-terminated; orjson escapes every newline inside)."""
-    return encode(stored_record(spec, accepted, delivery_id, received_at=received_at))
+    return stored_record(spec, accepted, delivery_id, received_at=received_at)[1]
 
 
-def stored_record(spec: SourceSpec, accepted: Accepted, delivery_id: str, *, received_at: float) -> Record:
-    """The :class:`Record` that :func:`encode_record` writes (``size`` 0 until encoded; see :func:`encode`)."""
-    return Record(
+def stored_record(
+    spec: SourceSpec, accepted: Accepted, delivery_id: str, *, received_at: float
+) -> tuple[Record, bytes]:
+    """The :class:`Record` of one delivery and its stored line (:func:`encode`)."""
+    received = _iso(received_at)
+    headers = {**accepted.headers}
+    line = _line(
+        delivery_id, accepted.dedupe_key, spec.name, spec.kind, accepted.event, received, received_at,
+        headers, accepted.body,
+    )  # fmt: skip
+    record = Record(
         delivery_id,
         accepted.dedupe_key,
         spec.name,
         spec.kind,
         accepted.event,
-        _iso(received_at),
+        received,
         received_at,
-        {**accepted.headers},
+        headers,
         accepted.body,
-        0,
+        len(line),
     )
+    return record, line
 
 
 def encode(record: Record) -> bytes:
     """A record as its stored line."""
+    return _line(
+        record.id, record.key, record.source, record.kind, record.event, record.received, record.at,
+        record.headers, record.body,
+    )  # fmt: skip
+
+
+def _line(
+    delivery_id: str,
+    key: str | None,
+    source: str,
+    kind: str,
+    event: str,
+    received: str,
+    at: float,
+    headers: dict[str, str],
+    body: JSONValue,
+) -> bytes:
     doc: JSONObject = {
         "v": 1,
-        "id": record.id,
-        "key": record.key,
-        "source": record.source,
-        "kind": record.kind,
-        "event": record.event,
-        "received": record.received,
-        "at": record.at,
-        "headers": {**record.headers},
-        "body": record.body,
+        "id": delivery_id,
+        "key": key,
+        "source": source,
+        "kind": kind,
+        "event": event,
+        "received": received,
+        "at": at,
+        "headers": {**headers},
+        "body": body,
     }
     return orjson.dumps(doc) + b"\n"
 

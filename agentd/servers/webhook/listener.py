@@ -137,7 +137,7 @@ def _error(status: int, reason: str, *headers: tuple[str, str]) -> _Response:
     return _Response(status, {"error": reason}, headers, close=True)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Target:
     """A POST for a source whose headers passed: what its body is checked against."""
 
@@ -195,6 +195,11 @@ class Listener:
         """Requests for no source (404) or with the wrong method (405)."""
         self.timeouts = 0
         """Requests cut off at ``request_timeout`` (slow or idle clients)."""
+        self.whole_on_arrival = 0
+        """Connections whose first request had arrived whole (a simple POST) and was handled at once."""
+        self.streamed = 0
+        """Connections read by a task of their own: the request still arriving, not a simple POST, or
+        the next request of a kept-alive connection."""
         self._logged: dict[tuple[str, str], float] = {}
         self._hook = step_hook
         self._waiting: dict[str, list[_Waiting]] = {name: [] for name in self.sources}
@@ -251,11 +256,11 @@ class Listener:
                     log.error("accept failed (%s); retrying in %g s", os.strerror(exc.errno), ACCEPT_RETRY)
                     await trio.sleep(ACCEPT_RETRY)
                     break
-                self._accepted(sock)
+                self.take(sock)
 
     # ---------------------------------------------------------------- connections
 
-    def _accepted(self, sock: socket.socket) -> None:
+    def take(self, sock: socket.socket) -> None:
         """Take a new connection: turned away (overload), handled on the spot, or given a task."""
         sock.setblocking(False)
         if self.active >= self.limits.max_connections:
@@ -293,6 +298,7 @@ class Listener:
         if post is None:
             self._spawn(sock, data)
             return
+        self.whole_on_arrival += 1
         target = self._head("POST", post.target, post.headers)
         if isinstance(target, _Response):
             self._answer(sock, post, target)
@@ -374,6 +380,8 @@ class Listener:
         """Continue the connection in a task of its own: h11 reads from ``data`` (received already) on;
         ``unsent``: first finish sending this answer, then close."""
         assert self._nursery is not None
+        if unsent is None:
+            self.streamed += 1
         self._nursery.start_soon(self._connection, sock, data, served, unsent)
 
     async def _connection(

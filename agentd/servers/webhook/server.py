@@ -492,6 +492,8 @@ def _register(
                     "timeouts": listener.timeouts,
                     "unrouted": listener.unrouted,
                     "max": listener.limits.max_connections,
+                    "whole_on_arrival": listener.whole_on_arrival,
+                    "streamed": listener.streamed,
                 },
             }
         ).decode()

@@ -56,7 +56,7 @@ import stat
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Final, Literal
 
@@ -73,7 +73,6 @@ from agentd.servers.webhook.delivery import (
     Accepted,
     Record,
     decode_record,
-    encode,
     make_parser,
     stored_record,
     valid_id,
@@ -637,15 +636,14 @@ class DeliveryStore:
         if dup is not None:
             return Staged(dup, duplicate=True)
         delivery_id = self._unique(accepted.delivery_id)
-        record = stored_record(self.spec, accepted, delivery_id, received_at=now)
-        line = encode(record)
+        record, line = stored_record(self.spec, accepted, delivery_id, received_at=now)
         if self._segments[-1].size > 0 and self._segments[-1].size + len(line) > self._segment_bytes:
             if not roll_ok:
                 return None
             raise _RollFirst
         offset = self._end
         self._write(line)
-        self._prepared[offset] = replace(record, size=len(line))
+        self._prepared[offset] = record
         item = _Item(
             delivery_id, accepted.dedupe_key, now, offset, offset + len(line), accepted.event, record.received
         )

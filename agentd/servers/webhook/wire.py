@@ -25,22 +25,24 @@ from typing import Final
 
 __all__ = ["Post", "parse_post", "render"]
 
-_TOKEN: Final = rb"[-!#$%&'*+.^_`|~0-9a-zA-Z]+"
-_FIELD_VALUE: Final = rb"(?:[^\x00\s]+(?:[ \t]+[^\x00\s]+)*)?"
+_TOKEN: Final = rb"[-!#$%&'*+.^_`|~0-9a-zA-Z]++"
+_FIELD_VALUE: Final = rb"(?:[^\x00\s]++(?:[ \t]++[^\x00\s]++)*+)?+"
 _HEAD: Final = re.compile(
     rb"POST ([\x21-\x7e]+) HTTP/1\.([01])\r\n((?:"
     + _TOKEN
-    + rb":[ \t]*"
+    + rb":[ \t]*+"
     + _FIELD_VALUE
-    + rb"[ \t]*\r\n)*)\r\n"
+    + rb"[ \t]*+\r\n)*+)\r\n"
 )
 """The request line and header fields of h11's grammar (``h11._abnf``), for POST and HTTP/1.1 or 1.0;
-the first empty line ends it (no field can be empty or hold a CR or LF)."""
+the first empty line ends it (no field can be empty or hold a CR or LF). Possessive quantifiers:
+a head that fails to match fails in linear time (whitespace between a name and an empty value
+could otherwise be split in as many ways as there are lines, tried in turn)."""
 _SINGLE: Final = frozenset({"content-length", "host"})
 _DEFER: Final = frozenset({"transfer-encoding", "expect"})
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Post:
     """A whole ``POST`` request, as h11 would have read it."""
 
@@ -69,7 +71,8 @@ def parse_post(data: bytes, max_head: int) -> Post | None:
         name = raw_name.lower()
         value = raw_value.strip(" \t")
         if name == "connection":
-            close = close or "close" in (token.strip(" \t") for token in value.lower().split(","))
+            lowered = value.lower()
+            close = close or ("close" in lowered and "close" in (t.strip(" \t") for t in lowered.split(",")))
         elif name in _DEFER:
             return None
         if name not in headers:
