@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -66,12 +65,12 @@ class Refusal:
 
 def github_signature(secret: bytes, body: bytes) -> str:
     """``X-Hub-Signature-256`` for ``body``: ``sha256=`` + hex HMAC-SHA256."""
-    return "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
+    return "sha256=" + hmac.digest(secret, body, "sha256").hex()
 
 
 def slack_signature(secret: bytes, timestamp: str, body: bytes) -> str:
     """``X-Slack-Signature`` for ``body`` sent at ``timestamp``: ``v0=`` + hex HMAC-SHA256 of ``v0:TS:BODY``."""
-    return "v0=" + hmac.new(secret, b"v0:" + timestamp.encode() + b":" + body, hashlib.sha256).hexdigest()
+    return "v0=" + hmac.digest(secret, b"v0:" + timestamp.encode() + b":" + body, "sha256").hex()
 
 
 def _any_matches(given: bytes, expected: list[bytes]) -> bool:
@@ -192,7 +191,7 @@ def check_body(spec: SourceSpec, headers: Mapping[str, str], body: bytes, *, now
         if not given_text.startswith(spec.signature_prefix):
             return Refusal(401, "bad_signature", f"{name} must start with {spec.signature_prefix!r}")
         given_text = given_text[len(spec.signature_prefix) :]
-    digests = [hmac.new(k, body, hashlib.sha256).digest() for k in keys]
+    digests = [hmac.digest(k, body, "sha256") for k in keys]
     if spec.signature_encoding == "hex":
         expected = [d.hex().encode() for d in digests]
         return None if _any_matches(given_text.lower().encode("latin-1"), expected) else _bad_signature(name)

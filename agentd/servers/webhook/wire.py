@@ -106,8 +106,8 @@ def render(status: int, body: bytes, headers: tuple[tuple[str, str], ...], *, cl
     return ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
 
 
+_PHRASES: Final = {status.value: status.phrase for status in HTTPStatus}
+
+
 def _phrase(status: int) -> str:
-    try:
-        return HTTPStatus(status).phrase
-    except ValueError:
-        return ""
+    return _PHRASES.get(status, "")
