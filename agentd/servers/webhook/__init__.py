@@ -8,20 +8,24 @@ below it, checked by ``lint-imports``)::
                   ack / ack_through, the pending deliveries in resources/list,
                   notifications (both eras)
     listener.py   the HTTP intake on --listen: POST /hooks/NAME, bounded in
-                  connections, time and size (h11 on trio)
+                  connections, time and size; a request that arrived whole is
+                  handled at once, any other connection read by a task (h11 on trio)
     store.py      one source's durable log: append + group-committed fdatasync before
                   2xx, dedupe by delivery id, retention with GAP, acknowledgements
                   (the inbox's pure log, ``servers/_inboxlog.py``, keeps the positions)
+    wire.py       the common webhook request read in one step (h11's grammar, every
+                  doubt left to h11) and answers written (pure)
     delivery.py   what an authentic request means (ids, event names, JSON body) and
                   how a delivery is stored and shown (pure)
     verify.py     each kind's signature / credential check (pure)
     sources.py    sources as configuration; secrets from env vars or files (pure)
 
-One delivery's path: ``listener`` reads the request within its bounds →
-``verify.check_headers`` / ``check_body`` → ``delivery.interpret`` →
-``store.append`` (written, synced, then shown) → 200 → the ``server``'s
+One delivery's path: ``listener`` reads the request (``wire.parse_post`` if it
+arrived whole, else h11 within its bounds) → ``verify.check_headers`` /
+``check_body`` → ``delivery.interpret`` → ``store.stage`` / ``append`` (written,
+synced, then shown) → 200 → the ``server``'s
 notifier tells subscribers of ``webhook://NAME/events`` and announces the new
-``webhook://NAME/event/{id}`` in the resource list. Design: rfcs/0310.
+``webhook://NAME/event/{id}`` in the resource list. Design: rfcs/0310, rfcs/0368.
 """
 
 from agentd.servers.webhook.server import HELP, SUMMARY, add_arguments, build
