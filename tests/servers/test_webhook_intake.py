@@ -255,6 +255,19 @@ async def test_refusals_are_the_same_either_way_and_store_nothing(
 
 
 @pytest.mark.parametrize("way", WAYS)
+async def test_a_head_over_the_limit_by_the_listener_s_count_is_431_either_way(
+    tmp_path: Path, way: Way
+) -> None:
+    """7,000 fields ``a:`` are 28 KiB on the wire, over 32 KiB as the limit counts them (name, value
+    and 4 a field): the same 431 whichever way the request is read, and nothing stored."""
+    async with intake(tmp_path) as it:
+        client = await it.connect(way, request("big", extra=("a:",) * 7000))
+        answer = await read_answer(client)
+        assert (answer.status, answer.body["error"]) == (431, "request headers over 32768 bytes")
+        assert it.store.counters.accepted == 0
+
+
+@pytest.mark.parametrize("way", WAYS)
 async def test_a_kept_alive_connection_is_read_on_after_its_first_answer(tmp_path: Path, way: Way) -> None:
     async with intake(tmp_path) as it:
         # Two requests in one write (pipelined), then a third after the answers.
@@ -326,6 +339,8 @@ async def test_many_deliveries_across_segment_rolls_are_each_stored_and_answered
         assert it.store.counters.accepted == n
         assert len(list((tmp_path / "github").glob("seg-*.jsonl"))) > 3
         assert it.listener.active == 0
+        # Each connection counted once, the way it was served.
+        assert it.listener.whole_on_arrival + it.listener.streamed == n
 
 
 @pytest.mark.parametrize("way", WAYS)

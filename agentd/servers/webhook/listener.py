@@ -299,6 +299,9 @@ class Listener:
             self._spawn(sock, data)
             return
         self.whole_on_arrival += 1
+        if post.size > self.limits.max_header_bytes:
+            self._answer(sock, post, self._head_too_large())
+            return
         target = self._head("POST", post.target, post.headers)
         if isinstance(target, _Response):
             self._answer(sock, post, target)
@@ -315,6 +318,7 @@ class Listener:
             return
         if staged is None:
             # The log is being rolled to a new segment: the task waits its turn (and verifies again).
+            self.whole_on_arrival -= 1
             self._spawn(sock, data)
             return
         if staged.item.durable:  # a retry of a delivery that is on disk
@@ -356,7 +360,10 @@ class Listener:
             self._close(sock)  # the client went away
             return
         if sent < len(data):
-            self._spawn(sock, b"", unsent=(data[sent:], response))
+            # The rest is sent by a task, which then reads on if the connection stays open.
+            self._spawn(
+                sock, b"" if close else post.rest, served=1, unsent=(data[sent:], response, not close)
+            )
         elif close:
             self._answered(response)
             self._close(sock)
@@ -375,28 +382,36 @@ class Listener:
         data: bytes,
         *,
         served: int = 0,
-        unsent: tuple[bytes, _Response] | None = None,
+        unsent: tuple[bytes, _Response, bool] | None = None,
     ) -> None:
         """Continue the connection in a task of its own: h11 reads from ``data`` (received already) on;
-        ``unsent``: first finish sending this answer, then close."""
+        ``unsent``: first finish sending this answer (the rest of its bytes), then read on only if
+        its flag says the connection stays open."""
         assert self._nursery is not None
-        if unsent is None:
+        if unsent is None or unsent[2]:
             self.streamed += 1
         self._nursery.start_soon(self._connection, sock, data, served, unsent)
 
     async def _connection(
-        self, sock: socket.socket, data: bytes, served: int, unsent: tuple[bytes, _Response] | None
+        self, sock: socket.socket, data: bytes, served: int, unsent: tuple[bytes, _Response, bool] | None
     ) -> None:
         """Serve one connection and close it (whatever happens: a handler's error never escapes)."""
-        stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
+        try:
+            stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
+        except Exception:
+            log.exception("webhook connection failed")
+            self._close(sock)
+            return
         try:
             if unsent is not None:
-                rest, response = unsent
+                rest, response, keep_alive = unsent
                 with trio.move_on_after(SEND_TIMEOUT) as scope:
                     await stream.send_all(rest)
-                if not scope.cancelled_caught:
-                    self._answered(response)
-                return
+                if scope.cancelled_caught:
+                    return
+                self._answered(response)
+                if not keep_alive:
+                    return
             conn = h11.Connection(h11.SERVER, max_incomplete_event_size=self.limits.max_header_bytes)
             if data:
                 conn.receive_data(data)  # (b"" would tell h11 the client closed)
@@ -457,7 +472,7 @@ class Listener:
         size = len(request.target) + sum(len(k) + len(v) + 4 for k, v in request.headers)
         if size > self.limits.max_header_bytes:
             # h11 bounds what it buffers of an incomplete head; a complete one read in one go is checked here.
-            return _error(431, f"request headers over {self.limits.max_header_bytes} bytes")
+            return self._head_too_large()
         headers: dict[str, str] = {}
         for raw_name, raw_value in request.headers:
             headers.setdefault(raw_name.decode("latin-1"), raw_value.decode("latin-1"))
@@ -482,6 +497,10 @@ class Listener:
         if isinstance(decided, _Response):
             return decided
         return await self._store(target.spec, target.store, decided)
+
+    def _head_too_large(self) -> _Response:
+        """431 for a head over ``max_header_bytes``, counted as :attr:`.wire.Post.size` counts it."""
+        return _error(431, f"request headers over {self.limits.max_header_bytes} bytes")
 
     def _head(self, method: str, raw_target: bytes, headers: dict[str, str]) -> _Response | _Target:
         """Route a request by its head (``headers``: each field's first value by its lower-cased

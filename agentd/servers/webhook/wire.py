@@ -54,6 +54,8 @@ class Post:
     """The client asked to close the connection after the answer (``Connection: close``)."""
     rest: bytes
     """Bytes after the body: the start of the next request on the connection."""
+    size: int
+    """The head's size as the listener bounds it: the target, and each field's name and value plus 4."""
 
 
 def parse_post(data: bytes, max_head: int) -> Post | None:
@@ -65,11 +67,13 @@ def parse_post(data: bytes, max_head: int) -> Post | None:
     if head is None:
         return None
     headers: dict[str, str] = {}
+    size = len(head[1])
     close = head[2] == b"0"  # HTTP/1.0: h11 closes after the answer whatever the request says
     for line in head[3].decode("latin-1").split("\r\n")[:-1]:
         raw_name, _, raw_value = line.partition(":")
         name = raw_name.lower()
         value = raw_value.strip(" \t")
+        size += len(name) + len(value) + 4
         if name == "connection":
             lowered = value.lower()
             close = close or ("close" in lowered and "close" in (t.strip(" \t") for t in lowered.split(",")))
@@ -90,7 +94,7 @@ def parse_post(data: bytes, max_head: int) -> Post | None:
     stop = start + int(length)
     if len(data) < stop:
         return None
-    return Post(head[1], headers, data[start:stop], close, data[stop:])
+    return Post(head[1], headers, data[start:stop], close, data[stop:], size)
 
 
 def render(status: int, body: bytes, headers: tuple[tuple[str, str], ...], *, close: bool) -> bytes:
