@@ -32,7 +32,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentd.servers.webhook.listener import MAX_HEADER_BYTES
-from agentd.servers.webhook.wire import Post, parse_post
+from agentd.servers.webhook.wire import Post, parse_post, render
 
 MAX_HEAD = MAX_HEADER_BYTES
 """The listener's limit, and the one h11 is given in the comparison."""
@@ -47,10 +47,12 @@ class Reading:
     body: bytes
     close: bool
     rest: bytes
+    size: int
+    """The head as the listener bounds it: the target, and each field's name and value plus 4."""
 
 
 def reading_of(post: Post) -> Reading:
-    return Reading(post.target, post.headers, post.body, post.close, post.rest)
+    return Reading(post.target, post.headers, post.body, post.close, post.rest, post.size)
 
 
 def h11_reading(data: bytes, max_head: int = MAX_HEAD) -> Reading:
@@ -82,7 +84,8 @@ def h11_reading(data: bytes, max_head: int = MAX_HEAD) -> Reading:
     if not close:
         conn.start_next_cycle()  # the next request starts from the bytes h11 kept
         assert bytes(conn.trailing_data[0]) == rest
-    return Reading(request.target, headers, bytes(body), close, rest)
+    size = len(request.target) + sum(len(k) + len(v) + 4 for k, v in request.headers)
+    return Reading(request.target, headers, bytes(body), close, rest, size)
 
 
 def read_both(data: bytes, max_head: int = MAX_HEAD) -> Post | None:
@@ -647,3 +650,77 @@ HOSTILE = [
 @pytest.mark.parametrize("data", HOSTILE)
 def test_a_hostile_head_is_declined_without_runaway_backtracking(data: bytes) -> None:
     assert parse_post(data, MAX_HEAD) is None
+
+
+# ------------------------------------------------------------------------------ edges and answers
+
+
+def test_a_value_keeps_obs_text_whitespace_at_its_edges_as_h11_does() -> None:
+    """Only spaces and tabs are optional whitespace: NBSP (0xA0) and NEL (0x85) are obs-text, part
+    of the value, and ``Connection: close`` followed by one is not ``close``."""
+    data = post_request(
+        b"{}", [("X-Trail", "value\xa0"), ("X-Lead", "\x85value"), ("Connection", "close\xa0")]
+    )
+    post = read_both(data)
+    assert post is not None
+    assert (post.headers["x-trail"], post.headers["x-lead"]) == ("value\xa0", "\x85value")
+    assert post.close is False
+
+
+@pytest.mark.parametrize(("digits", "read"), [("0" * 17 + "2", True), ("0" * 18 + "2", False)])
+def test_a_content_length_of_up_to_18_digits_is_read(digits: str, read: bool) -> None:
+    data = head("POST / HTTP/1.1", "Host: h", f"Content-Length: {digits}") + b"{}"
+    post = read_both(data)
+    assert (post is not None) is read
+    if post is not None:
+        assert post.body == b"{}"
+
+
+def test_the_head_size_is_counted_as_the_listener_bounds_it() -> None:
+    post = read_both(head("POST /abc HTTP/1.1", "Host: h", "a:b", "Content-Length:  0 "))
+    assert post is not None
+    assert post.size == len("/abc") + (4 + 1 + 4) + (1 + 1 + 4) + (14 + 1 + 4)
+
+
+def h11_answer(data: bytes) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    """An answer as an HTTP client reads it (h11): status, headers, body."""
+    client = h11.Connection(h11.CLIENT)
+    client.send(h11.Request(method="POST", target="/", headers=[("host", "h"), ("content-length", "0")]))
+    client.send(h11.EndOfMessage())
+    client.receive_data(data)
+    response = client.next_event()
+    assert isinstance(response, h11.Response)
+    body = b""
+    while not isinstance(event := client.next_event(), h11.EndOfMessage):
+        assert isinstance(event, h11.Data)
+        body += event.data
+    return response.status_code, list(response.headers), body
+
+
+@pytest.mark.parametrize("close", [False, True])
+def test_an_answer_is_what_an_http_client_reads(close: bool) -> None:
+    data = render(401, b'{"error":"no"}\n', (("www-authenticate", 'Bearer realm="x"'),), close=close)
+    assert data.startswith(b"HTTP/1.1 401 Unauthorized\r\n")
+    status, headers, body = h11_answer(data)
+    expected = [
+        (b"content-type", b"application/json"),
+        (b"content-length", b"15"),
+        (b"www-authenticate", b'Bearer realm="x"'),
+    ]
+    assert (status, headers, body) == (
+        401,
+        expected + [(b"connection", b"close")] * close,
+        b'{"error":"no"}\n',
+    )
+
+
+@pytest.mark.parametrize(
+    ("status", "line"),
+    [
+        (200, b"HTTP/1.1 200 OK\r\n"),
+        (431, b"HTTP/1.1 431 Request Header Fields Too Large\r\n"),
+        (599, b"HTTP/1.1 599 \r\n"),
+    ],
+)
+def test_an_answer_names_its_status(status: int, line: bytes) -> None:
+    assert render(status, b"{}", (), close=False).startswith(line)
