@@ -13,6 +13,7 @@ real files, its group commit running.
 
 from __future__ import annotations
 
+import errno
 import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -24,6 +25,7 @@ import pytest
 import trio
 import trio.testing
 
+from agentd.servers.webhook import store as store_module
 from agentd.servers.webhook.listener import Limits, Listener, bind
 from agentd.servers.webhook.sources import Credential, SourceSpec
 from agentd.servers.webhook.store import DeliveryStore, Step
@@ -372,3 +374,26 @@ async def test_a_client_gone_before_its_answer_loses_nothing(tmp_path: Path, way
         assert it.store.read("g-1") is not None  # stored: a retry is answered as a duplicate
         retry = await it.connect(way, request("g-1"))
         assert (await read_answer(retry)).body == {"ok": True, "id": "g-1", "duplicate": True}
+
+
+@pytest.mark.parametrize("way", WAYS)
+async def test_a_failed_sync_answers_503_and_no_200_leaves(
+    tmp_path: Path, way: Way, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The disk fails the group commit's fdatasync (EIO): the waiting sender hears 503 with
+    Retry-After, never 200, and the next sender too (the log is broken until a restart re-reads it)."""
+
+    def failing_sync(fd: int) -> float:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(store_module, "_timed_sync", failing_sync)
+    async with intake(tmp_path) as it:
+        client = await it.connect(way, request("e-1"))
+        answer = await read_answer(client)
+        assert (answer.status, answer.headers["retry-after"]) == (503, "5")
+        assert "fdatasync of the delivery log failed" in str(answer.body["error"])
+        assert await closed(client)
+        later = await it.connect(way, request("e-2"))
+        assert (await read_answer(later)).status == 503
+        assert await closed(later)
+        assert it.listener.active == 0

@@ -38,25 +38,9 @@ MAX_HEAD = MAX_HEADER_BYTES
 """The listener's limit, and the one h11 is given in the comparison."""
 
 
-@dataclass(frozen=True, slots=True)
-class Reading:
-    """A request as a reader saw it, in :class:`Post`'s terms."""
-
-    target: bytes
-    headers: dict[str, str]
-    body: bytes
-    close: bool
-    rest: bytes
-    size: int
-    """The head as the listener bounds it: the target, and each field's name and value plus 4."""
-
-
-def reading_of(post: Post) -> Reading:
-    return Reading(post.target, post.headers, post.body, post.close, post.rest, post.size)
-
-
-def h11_reading(data: bytes, max_head: int = MAX_HEAD) -> Reading:
-    """How h11 reads ``data`` as one request and answers it with an empty 200.
+def h11_reading(data: bytes, max_head: int = MAX_HEAD) -> Post:
+    """How h11 reads ``data`` as one request and answers it with an empty 200, as a :class:`Post`
+    (``size``: the listener's count of the head h11 read).
 
     Raises:
         AssertionError: h11 read something other than one whole POST (it wants more bytes).
@@ -85,14 +69,14 @@ def h11_reading(data: bytes, max_head: int = MAX_HEAD) -> Reading:
         conn.start_next_cycle()  # the next request starts from the bytes h11 kept
         assert bytes(conn.trailing_data[0]) == rest
     size = len(request.target) + sum(len(k) + len(v) + 4 for k, v in request.headers)
-    return Reading(request.target, headers, bytes(body), close, rest, size)
+    return Post(request.target, headers, bytes(body), close, rest, size)
 
 
 def read_both(data: bytes, max_head: int = MAX_HEAD) -> Post | None:
     """``parse_post``'s answer, checked against h11's reading whenever it is a request."""
     post = parse_post(data, max_head)
     if post is not None:
-        assert h11_reading(data, max_head) == reading_of(post), data
+        assert h11_reading(data, max_head) == post, data
     return post
 
 

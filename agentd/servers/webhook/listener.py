@@ -640,17 +640,5 @@ async def _next_event(stream: trio.SocketStream, conn: h11.Connection) -> object
 
 
 def _raw_response(status: int, reason: str) -> bytes:
-    body = orjson.dumps({"error": reason}) + b"\n"
-    return (
-        f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\ncontent-type: application/json\r\n"
-        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
-    ).encode() + body
-
-
-_REASONS: Final = {
-    400: "Bad Request",
-    408: "Request Timeout",
-    413: "Content Too Large",
-    431: "Request Header Fields Too Large",
-    503: "Service Unavailable",
-}
+    """An error answer written without h11's state (it cannot answer, or the connection holds no slot)."""
+    return wire.render(status, orjson.dumps({"error": reason}) + b"\n", (), close=True)

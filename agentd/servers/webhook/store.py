@@ -165,10 +165,6 @@ class Staged:
     duplicate: bool
 
 
-class _RollFirst(Exception):
-    """The delivery does not fit the active segment: roll it, then stage again."""
-
-
 @dataclass(slots=True)
 class _Segment:
     start: int
@@ -627,9 +623,10 @@ class DeliveryStore:
         """
         if self._append_lock.locked():
             return None
-        return self._stage(accepted, roll_ok=False)
+        return self._stage(accepted)
 
-    def _stage(self, accepted: Accepted, *, roll_ok: bool) -> Staged | None:
+    def _stage(self, accepted: Accepted) -> Staged | None:
+        """:meth:`stage` itself; None when the delivery does not fit the active segment (roll first)."""
         self._check_usable()
         now = self._clock()
         dup = self._duplicate(accepted.dedupe_key, now)
@@ -638,9 +635,7 @@ class DeliveryStore:
         delivery_id = self._unique(accepted.delivery_id)
         record, line = stored_record(self.spec, accepted, delivery_id, received_at=now)
         if self._segments[-1].size > 0 and self._segments[-1].size + len(line) > self._segment_bytes:
-            if not roll_ok:
-                return None
-            raise _RollFirst
+            return None
         offset = self._end
         self._write(line)
         self._prepared[offset] = record
@@ -663,11 +658,10 @@ class DeliveryStore:
         staged = self.stage(accepted)
         if staged is None:
             async with self._append_lock:
-                try:
-                    staged = self._stage(accepted, roll_ok=True)
-                except _RollFirst:
+                staged = self._stage(accepted)
+                if staged is None:
                     await self._roll()
-                    staged = self._stage(accepted, roll_ok=True)
+                    staged = self._stage(accepted)
         assert staged is not None
         await self._wait_durable(staged.item)
         return self.settle(staged)
