@@ -18,6 +18,8 @@ break the protocol in the ways the fault catalog needs:
   update of ``note://beta`` as an end marker. No agent has to ask: the test
   starts storms from outside. Handshake-era storms go to the session that
   subscribed last.
+* ``await_storm()``: return once a signalled storm has made its last change (a
+  session that calls it stays busy, its route's queue filling, until then).
 * ``push_updated(uri)`` (handshake era): send ``notifications/resources/updated``
   for ``uri`` whether or not the client subscribed to it.
 * SIGUSR2: add the next ``item://{i}`` resource and announce
@@ -150,6 +152,12 @@ def extend(mcp: MCPServer[Any], args: argparse.Namespace) -> dict[str, Any]:
         return count * rounds
 
     @mcp.tool()
+    async def await_storm() -> str:
+        """Return once a signalled storm has made its last change (at once if one has)."""
+        await storm_ended(ext).wait()
+        return "the storm is over"
+
+    @mcp.tool()
     async def push_updated(uri: str, ctx: Context) -> str:
         """Send ``notifications/resources/updated`` for ``uri``, subscribed or not (handshake era)."""
         await ctx.session.send_resource_updated(uri)
@@ -166,6 +174,14 @@ def extend(mcp: MCPServer[Any], args: argparse.Namespace) -> dict[str, Any]:
 
         low.add_request_handler("resources/subscribe", types.SubscribeRequestParams, on_subscribe)
     return ext
+
+
+def storm_ended(ext: dict[str, Any]) -> anyio.Event:
+    """Set once a signalled storm has made its last change (``await_storm`` waits on it)."""
+    if ext.get("storm_ended") is None:
+        ext["storm_ended"] = anyio.Event()
+    event: anyio.Event = ext["storm_ended"]
+    return event
 
 
 def storm_on_signal(mcp: MCPServer[Any], args: argparse.Namespace, ext: dict[str, Any]) -> Any:
@@ -217,6 +233,7 @@ def storm_on_signal(mcp: MCPServer[Any], args: argparse.Namespace, ext: dict[str
                             await publish(spec["uri"])
                         if rate:
                             await anyio.sleep(batch / rate)
+                storm_ended(ext).set()
                 await publish("note://beta")
 
     return run
