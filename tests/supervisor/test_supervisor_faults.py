@@ -338,8 +338,8 @@ async def test_401_is_fatal_at_once_with_exit_4(tmp_path: Path, provider: str) -
     async with provider_server([p["error"](401, "invalid x-api-key", type_="authentication_error")]) as srv:
         env = tagged_env(tmp_path, **p["env"](srv.base_url))
         async with run_agentd(["--model", p["model"], "question"], env=env) as a:
-            assert await a.wait_exit(timeout=15) == ExitCode.FATAL_INFRA, a.tail()
-    assert len(srv.requests) == 1  # never retried
+            assert await a.wait_exit() == ExitCode.FATAL_INFRA, a.tail()
+    assert len(srv.requests) == 1  # never retried: fatal at the first answer, whatever the machine's speed
     fatal = a.find("model.fatal")
     assert fatal
     assert "rejected the credentials (HTTP 401" in fatal[0]["error"]

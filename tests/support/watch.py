@@ -38,7 +38,9 @@ class Spec:
     required: bool = False
     transport: str | None = None
     timeout: float | None = None
-    startup_timeout: float = 15.0
+    startup_timeout: float = 60.0
+    """A guard against a hang, not agentd's default (15 s): a server's start (``import mcp``,
+    4 s of CPU idle) on a 2-core machine running the suite beside other work took longer."""
     protocol: str = "auto"
 
 

@@ -32,6 +32,7 @@ def spec_for(
     return ServerSpec(
         name="secure",
         url=servers.url,
+        startup_timeout=60,  # a guard against a hang: the servers start slowly on a busy machine
         oauth=OAuthSpec(
             client_id=CLIENT_ID,
             client_secret=secret,
