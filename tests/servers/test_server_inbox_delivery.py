@@ -220,12 +220,9 @@ def remove_while_written(box: Path) -> None:
             return
         try:
             shutil.rmtree(box)
-        except FileNotFoundError:
-            continue
         except OSError as error:
-            if error.errno != errno.ENOTEMPTY:
+            if error.errno not in (errno.ENOENT, errno.ENOTEMPTY):
                 raise
-            continue
     if os.path.lexists(box):
         raise AssertionError(f"{box} could not be deleted in 100 passes")
 

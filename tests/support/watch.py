@@ -24,6 +24,12 @@ WATCH_SERVER = REPO / "tests" / "mcpservers" / "watch_server.py"
 EVENT_LOG_MIME = "application/vnd.agentd.events+json"
 
 
+STARTUP_GUARD = 60.0
+"""``startup_timeout`` of the servers tests connect to: a guard against a hang, not agentd's
+default (15 s); a server's start (``import mcp``, 4 s of CPU idle) on a 2-core machine running
+the suite beside other work took longer."""
+
+
 @dataclass
 class Spec:
     """Quacks like ``agentd.config.ServerSpec`` (for :class:`agentd.upstream.Upstream`)."""
@@ -38,9 +44,7 @@ class Spec:
     required: bool = False
     transport: str | None = None
     timeout: float | None = None
-    startup_timeout: float = 60.0
-    """A guard against a hang, not agentd's default (15 s): a server's start (``import mcp``,
-    4 s of CPU idle) on a 2-core machine running the suite beside other work took longer."""
+    startup_timeout: float = STARTUP_GUARD
     protocol: str = "auto"
 
 

@@ -22,6 +22,7 @@ from agentd.observe.telemetry import NullTelemetry
 from agentd.upstream import Upstream
 from agentd.upstream.auth import auth_for, refresh_margin
 from tests.support.oauth import CLIENT_ID, CLIENT_SECRET, Servers, oauth_servers
+from tests.support.watch import STARTUP_GUARD
 
 pytestmark = pytest.mark.process  # its servers run as child processes (tests/support helpers)
 
@@ -32,7 +33,7 @@ def spec_for(
     return ServerSpec(
         name="secure",
         url=servers.url,
-        startup_timeout=60,  # a guard against a hang: the servers start slowly on a busy machine
+        startup_timeout=STARTUP_GUARD,
         oauth=OAuthSpec(
             client_id=CLIENT_ID,
             client_secret=secret,
