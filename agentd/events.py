@@ -22,6 +22,9 @@ Requests and their typed answers (each request carries a :class:`Reply`)::
     hub, for the watch manager (a start-up restore adds routes directly, before the loop runs)
       WatchRouteAdd     -> RouteAdded | Refused
       WatchRouteRemove  -> Acknowledged
+    hub (a child's agent tools and its reads of agent:// resources; rfcs/0370)
+      AgentStart        -> AgentRecords | Refused
+      AgentLookup       -> AgentRecords | Refused  (read, wait, cancel, list)
     hub (a fact, no answer)
       ToolChangedState  (a child's tool call that is not read-only succeeded)
     health endpoint / watchdog
@@ -275,7 +278,94 @@ class ToolChangedState:
     """The name the model called (``server__tool`` or a self-tool)."""
 
 
-SelfToolRequest: TypeAlias = SelfSubscribe | SelfUnsubscribe | WatchSession | WatchRouteAdd | WatchRouteRemove
+# -- the agent tools (rfcs/0370) ------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StartSpec:
+    """What a model's ``agent_start`` asks for, already checked for shape by the hub.
+
+    Everything here came from the model: the reactor checks it against what the
+    caller holds (its depth, tools, limits, the caps) before anything starts.
+
+    Attributes:
+        instruction: the child's task (its first user message).
+        type: a defined agent (``[agents.NAME]``, ``--agents``, ``.claude/agents``), if named.
+        scope: the tool names (as models see them) the child is offered: the
+            hub narrowed them to a subset of the caller's.
+        model: the model spec, if the call named one (one the operator named).
+        system: the child's system prompt (its definition's), None: the caller's.
+        max_steps: model calls the child may make, if limited.
+        max_tokens: tokens the child may spend, if limited.
+        max_usd: US dollars the child may spend, if limited.
+        deadline_s: seconds the child may run, if limited.
+        notify: subscribe the caller to the child's completion.
+        asked: the limits the model set itself (refused above what the caller has
+            left); the others came from the definition (cut to what is left).
+    """
+
+    instruction: str
+    type: str | None
+    scope: frozenset[str]
+    model: str | None
+    system: str | None
+    max_steps: int | None = None
+    max_tokens: int | None = None
+    max_usd: float | None = None
+    deadline_s: float | None = None
+    notify: bool = True
+    asked: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class AgentRecords:
+    """The records of the agents a request named, as the model reads them (JSON objects), in its order.
+
+    ``running``: the ids among them that had not ended when the reactor answered.
+    """
+
+    records: tuple[dict[str, object], ...]
+    running: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class AgentStart:
+    """A child's model called ``agent_start``: start a child of ``agent`` (its record, or why not)."""
+
+    agent: str
+    spec: StartSpec
+    reply: Reply[AgentRecords | Refused]
+
+
+AgentLookupKind = Literal["read", "wait", "cancel", "list", "subscribe"]
+"""What an :class:`AgentLookup` does: read records, register a wake-up, cancel, list the caller's
+children, or subscribe the caller's session to their completion."""
+
+
+@dataclass(frozen=True, slots=True)
+class AgentLookup:
+    """``read_resource(agent://ID)``, ``agent_wait``, ``agent_cancel``, ``agent_list`` or ``subscribe(agent://ID)``.
+
+    Only the caller's own children may be named. ``wake`` (``wait``): set when
+    one of the named children that is still running ends (the hub then asks again).
+    """
+
+    agent: str
+    kind: AgentLookupKind
+    ids: tuple[str, ...]
+    reply: Reply[AgentRecords | Refused]
+    wake: ProbeEvent | None = None
+
+
+SelfToolRequest: TypeAlias = (
+    SelfSubscribe
+    | SelfUnsubscribe
+    | WatchSession
+    | WatchRouteAdd
+    | WatchRouteRemove
+    | AgentStart
+    | AgentLookup
+)
 """Every request the hub makes of the reactor on behalf of a child's self-tool call."""
 
 
@@ -405,6 +495,8 @@ ReactorEvent: TypeAlias = (
     | WatchSession
     | WatchRouteAdd
     | WatchRouteRemove
+    | AgentStart
+    | AgentLookup
     | UsageReported
     | TurnEnded
     | ToolChangedState

@@ -305,12 +305,15 @@ class SelfMcpLink:
 
     async def call_tool(self, name: str, arguments: dict[str, object]) -> ToolResult:
         from agentd.agent.loop import ToolResult
+        from agentd.selfmcp.protocol import WAITING_TOOL_TIMEOUT, WAITING_TOOLS
 
+        # A self-tool that waits for other agents is bounded by the supervisor (rfcs/0370).
+        bound = WAITING_TOOL_TIMEOUT if name in WAITING_TOOLS else LINK_TIMEOUT
         try:
-            with trio.fail_after(LINK_TIMEOUT):
+            with trio.fail_after(bound):
                 result = await self._client.call_tool(name, dict(arguments))
         except trio.TooSlowError:
-            return ToolResult(f"tool {name!r} did not answer within {LINK_TIMEOUT:g}s", True)
+            return ToolResult(f"tool {name!r} did not answer within {bound:g}s", True)
         except Exception as exc:  # an MCPError from the supervisor: the model sees it
             return ToolResult(f"tool {name!r} failed: {exc}", True)
         from agentd.agent.content import convert

@@ -17,12 +17,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import trio
+
 from agentd.agent.content import bound_images
 from agentd.core.exitcodes import TerminalStatus
 from agentd.core.safetext import json_bytes
 from agentd.models import Message, Model, ModelReply, Prompt, ToolCall, ToolSpec, valid_reply
 from agentd.models.base import ImagePart
-from agentd.selfmcp.protocol import NextTurn, StopReason, UsageVerdict, unknown_tool_text
+from agentd.selfmcp.protocol import WAITING_TOOLS, NextTurn, StopReason, UsageVerdict, unknown_tool_text
 from agentd.watches.notices import is_no_reply
 
 #: The same tool call with the same arguments this many times in a row is a stall.
@@ -176,26 +178,63 @@ async def run_turn(
             return _status_for(verdict.reason)
         if max_turn_steps is not None and state.turn_steps >= max_turn_steps:
             return "exhausted_steps"
-        for call in reply.tool_calls:
-            fp = _fingerprint(call)
-            state.recent_calls.append(fp)
-            del state.recent_calls[:-STALL_REPEATS]
-            if call.error is not None:
-                result = ToolResult(call.error, True)
-            elif call.name not in offered_set:
-                link.tool_refused(call.name)
-                result = ToolResult(unknown_tool_text(call.name, offered), True)
-            else:
-                result = await link.call_tool(call.name, dict(call.arguments or {}))
-            state.messages.append(
-                Message.tool_result(
-                    call.id, _cap(result.text), is_error=result.is_error, images=result.images
+        calls = reply.tool_calls
+        i = 0
+        while i < len(calls):
+            # A run of agent_start / agent_wait calls runs together (rfcs/0370); anything else in order.
+            j = i + 1
+            if _together(calls[i], offered_set):
+                while j < len(calls) and _together(calls[j], offered_set):
+                    j += 1
+            batch = calls[i:j]
+            i = j
+            results = await _call_batch(link, batch, offered, offered_set)
+            for call, result in zip(batch, results, strict=True):
+                fp = _fingerprint(call)
+                state.recent_calls.append(fp)
+                del state.recent_calls[:-STALL_REPEATS]
+                state.messages.append(
+                    Message.tool_result(
+                        call.id, _cap(result.text), is_error=result.is_error, images=result.images
+                    )
                 )
-            )
-            if result.images:
-                bound_images(state.messages)
-            if len(state.recent_calls) == STALL_REPEATS and len(set(state.recent_calls)) == 1:
-                return "stalled"
+                if result.images:
+                    bound_images(state.messages)
+                if len(state.recent_calls) == STALL_REPEATS and len(set(state.recent_calls)) == 1:
+                    return "stalled"
+
+
+def _together(call: ToolCall, offered: frozenset[str]) -> bool:
+    """A call that may run beside the reply's neighbouring ones: a valid, offered waiting self-tool."""
+    return call.error is None and call.name in offered and call.name in WAITING_TOOLS
+
+
+async def _call_batch(
+    link: SupervisorLink, batch: Sequence[ToolCall], offered: list[str], offered_set: frozenset[str]
+) -> list[ToolResult]:
+    """Run ``batch``'s calls (together when there are several); their results in the batch's order."""
+    if len(batch) == 1:
+        return [await _call_one(link, batch[0], offered, offered_set)]
+    results: list[ToolResult | None] = [None] * len(batch)
+
+    async def one(k: int, call: ToolCall) -> None:
+        results[k] = await _call_one(link, call, offered, offered_set)
+
+    async with trio.open_nursery() as nursery:
+        for k, call in enumerate(batch):
+            nursery.start_soon(one, k, call)
+    return [r if r is not None else ToolResult("the call did not run", True) for r in results]
+
+
+async def _call_one(
+    link: SupervisorLink, call: ToolCall, offered: list[str], offered_set: frozenset[str]
+) -> ToolResult:
+    if call.error is not None:
+        return ToolResult(call.error, True)
+    if call.name not in offered_set:
+        link.tool_refused(call.name)
+        return ToolResult(unknown_tool_text(call.name, offered), True)
+    return await link.call_tool(call.name, dict(call.arguments or {}))
 
 
 def _status_for(reason: StopReason | None) -> TerminalStatus:

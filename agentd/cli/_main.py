@@ -21,6 +21,8 @@ from agentd.cli._options import UsageError, alias_spellings, build_parser, flags
 from agentd.config import (
     ConfigErrors,
     Settings,
+    agent_notes,
+    agent_warnings,
     deprecations,
     effective_config,
     ignored_keys,
@@ -231,6 +233,11 @@ def _command(argv: Sequence[str], closed_fds: frozenset[int]) -> int:
         _say(old_name.message())
     for key in ignored_keys(settings):
         _say(f"warning: {key}: not used by agentd; ignored")
+    for line in agent_warnings(settings):
+        _say(f"warning: {line}")
+    if check or _says_info(settings):
+        for line in agent_notes(settings):
+            _say(f"note: {line}")
     if check:
         if getattr(ns, "connect", None):
             return _check_connect(settings)
@@ -249,6 +256,12 @@ def _command(argv: Sequence[str], closed_fds: frozenset[int]) -> int:
         _print_config_error(ConfigErrors(needs), spelled)
         return int(ExitCode.CONFIG)
     return _run(settings, closed_fds)
+
+
+def _says_info(settings: Settings) -> bool:
+    """Whether the run's telemetry level lets info lines through (``-q`` and ``--log-level warning`` do not)."""
+    level = settings.log_level or ("debug" if settings.verbose else "error" if settings.quiet else "info")
+    return level in ("debug", "info")
 
 
 def _with_piped_input(settings: Settings) -> Settings:

@@ -13,11 +13,19 @@ twice is an error that names both sources (see ``rfcs/0031``).
 
 Everything is validated before anything happens: no process is started, no
 file written, no socket opened. Reading files the user named (the config
-file, ``@FILE`` instructions, ``mcpServers`` JSON) is the only I/O. Every
+file, ``@FILE`` instructions, ``mcpServers`` JSON) and Claude Code's agent
+files (``.claude/agents``, unless ``claude_agents = false``) is the only I/O. Every
 problem becomes a :class:`~agentd.core.errors.ConfigError` whose ``setting`` is
 spelled the way the user wrote it (``--max-steps``, ``AGENTD_MAX_STEPS`` or
 ``agentd.toml: max_steps``); several problems are raised together as
 :class:`ConfigErrors`, one line each.
+
+Agent definitions (:class:`AgentDefinition`, ``Settings.agents``; rfcs/0370)
+are merged by name from ``--agents`` / ``AGENTD_AGENTS``, ``[agents.NAME]``
+and Claude Code's ``.claude/agents/*.md`` files (the working directory's over
+the user's); a Claude Code file agentd cannot use is skipped with a warning,
+never an error (:func:`agent_warnings`), and a definition that replaces
+another is a note (:func:`agent_notes`).
 
 Entry points: :func:`load_settings` (used by the CLI and by tests) and
 :func:`effective_config` (the redacted view ``agentd check`` prints).
@@ -26,7 +34,8 @@ The package's private modules, from the bottom up: ``_vocab`` (the closed
 value sets and defaults, each defined once), ``_problems`` (collected
 problems), ``_values`` (value parsers), ``_models`` (servers, routes,
 providers, watches), ``_sources`` (the layers and how a setting is spelled in
-a message), ``_rules`` (the rules between settings, per mode),
+a message), ``_agents`` (agent definitions and Claude Code's agent files),
+``_rules`` (the rules between settings, per mode),
 ``_settings`` (:class:`Settings`), ``_clients`` and ``_servers`` (the server
 files other MCP clients write, and the union of every server source),
 ``_flags`` (``--route`` / ``--subscribe``), ``_load`` and ``_redaction``.
@@ -35,8 +44,16 @@ This module only re-exports.
 
 from __future__ import annotations
 
+from agentd.config._agents import AGENT_NAME_RE, AgentDefinition
 from agentd.config._flags import parse_route_spec, parse_subscription
-from agentd.config._load import deprecations, ignored_keys, load_settings, run_needs
+from agentd.config._load import (
+    agent_notes,
+    agent_warnings,
+    deprecations,
+    ignored_keys,
+    load_settings,
+    run_needs,
+)
 from agentd.config._models import (
     ModelSettingsConfig,
     OAuthSpec,
@@ -58,6 +75,9 @@ from agentd.config._servers import (
 from agentd.config._settings import Settings, read_status_token
 from agentd.config._sources import Deprecation
 from agentd.config._vocab import (
+    DEFAULT_MAX_AGENTS,
+    DEFAULT_MAX_CHILDREN,
+    DEFAULT_MAX_DEPTH,
     DEFAULT_MAX_READ_BYTES,
     DEFAULT_STARTUP_TIMEOUT,
     DEFAULT_TOOL_TIMEOUT,
@@ -77,10 +97,15 @@ from agentd.config._vocab import (
 )
 
 __all__ = [
+    "AGENT_NAME_RE",
+    "DEFAULT_MAX_AGENTS",
+    "DEFAULT_MAX_CHILDREN",
+    "DEFAULT_MAX_DEPTH",
     "DEFAULT_MAX_READ_BYTES",
     "DEFAULT_STARTUP_TIMEOUT",
     "DEFAULT_TOOL_TIMEOUT",
     "SERVER_NAME_RE",
+    "AgentDefinition",
     "ConfigErrors",
     "Deprecation",
     "Disposition",
@@ -103,6 +128,8 @@ __all__ = [
     "Transport",
     "TransportSetting",
     "WatchesConfig",
+    "agent_notes",
+    "agent_warnings",
     "deprecations",
     "effective_config",
     "ignored_keys",

@@ -16,6 +16,7 @@ from pydantic_settings import (
     SettingsError,
 )
 
+from agentd.config._agents import claude_definitions, merged, own_definitions
 from agentd.config._flags import parse_route_spec
 from agentd.config._problems import _problems_of, _raise_all
 from agentd.config._servers import _as_path_list, _collect_servers
@@ -67,14 +68,29 @@ def _file_relative(data: dict[str, object], folder: Path) -> dict[str, object]:
         expanded = _expand_user(Path(path))
         return str(expanded if expanded.is_absolute() else folder / expanded)
 
-    out = dict(data)
-    model = out.get("model")
-    if isinstance(model, str) and model.startswith("script:") and model[len("script:") :].strip():
-        out["model"] = "script:" + anchor(model[len("script:") :])
-    for key in ("instruction", "system"):
-        value = out.get(key)
-        if isinstance(value, str) and value.startswith("@") and not value.startswith("@@") and len(value) > 1:
-            out[key] = "@" + anchor(value[1:])
+    def anchored(table: dict[str, object], keys: tuple[str, ...]) -> dict[str, object]:
+        out = dict(table)
+        model = out.get("model")
+        if isinstance(model, str) and model.startswith("script:") and model[len("script:") :].strip():
+            out["model"] = "script:" + anchor(model[len("script:") :])
+        for key in keys:
+            value = out.get(key)
+            if (
+                isinstance(value, str)
+                and value.startswith("@")
+                and not value.startswith("@@")
+                and len(value) > 1
+            ):
+                out[key] = "@" + anchor(value[1:])
+        return out
+
+    out = anchored(data, ("instruction", "system"))
+    agents = out.get("agents")
+    if isinstance(agents, dict):  # [agents.NAME] model and system read files too
+        out["agents"] = {
+            name: anchored(table, ("system",)) if isinstance(table, dict) else table
+            for name, table in agents.items()
+        }
     mcp = out.get("mcp_config")
     if isinstance(mcp, str):
         out["mcp_config"] = anchor(mcp)
@@ -150,6 +166,11 @@ def load_settings(
             except ConfigError as exc:
                 problems.append(exc)
     file_servers = file_data.pop("servers", None)
+    # Definitions are merged by name from several sources, like servers (rfcs/0370).
+    agents = own_definitions(
+        flag=flags.get("agents"), env=env, file=file_data.pop("agents", None), file_label=file_label
+    )
+    problems.extend(agents.problems)
 
     ignored: list[str] = []
     try:
@@ -158,7 +179,7 @@ def load_settings(
         problems.extend(_problems_of(exc))
         servers = {}
 
-    settings_flags = {k: v for k, v in flags.items() if k not in (*SERVER_FLAG_KEYS, "servers")}
+    settings_flags = {k: v for k, v in flags.items() if k not in (*SERVER_FLAG_KEYS, "servers", "agents")}
     routes = settings_flags.get("routes")
     if isinstance(routes, list):
         parsed: list[object] = []
@@ -194,8 +215,15 @@ def load_settings(
                 raw,
                 'list and table settings in the environment are JSON, e.g. \'["a", "b"]\'',
             ) from None
+    if settings.claude_agents:
+        claude_definitions(agents)
+    definitions = merged(agents, env, settings.providers)
+    _raise_all(agents.problems)
+    settings = settings.model_copy(update={"agents": definitions})
     settings._deprecations = tuple(deprecations)
     settings._ignored = tuple(ignored)
+    settings._agent_warnings = tuple(agents.warnings)
+    settings._agent_notes = tuple(agents.notes)
     return settings
 
 
@@ -212,6 +240,20 @@ def run_needs(settings: Settings) -> list[ConfigError]:
 def ignored_keys(settings: Settings) -> tuple[str, ...]:
     """Keys of other clients' MCP server files that agentd did not use (to warn about, by name)."""
     return settings._ignored
+
+
+def agent_warnings(settings: Settings) -> tuple[str, ...]:
+    """What agentd did not use of the agent definitions it read, and why (to warn about, each a line).
+
+    Claude Code's built-in tools, fields and model aliases; files it skipped
+    (unreadable, too large, no valid front matter). See ``rfcs/0370``.
+    """
+    return settings._agent_warnings
+
+
+def agent_notes(settings: Settings) -> tuple[str, ...]:
+    """Agent definitions replaced by a higher source's of the same name (info: one line each)."""
+    return settings._agent_notes
 
 
 def deprecations(settings: Settings) -> tuple[Deprecation, ...]:

@@ -18,6 +18,7 @@ from agentd.core.redact import (
 )
 
 if TYPE_CHECKING:
+    from agentd.config._agents import AgentDefinition
     from agentd.config._settings import Settings
 
 
@@ -76,6 +77,8 @@ def effective_config(
 ) -> JSONObject:
     """The settings as a JSON-ready dict, with every credential replaced by ``***``.
 
+    Agent definitions are summed up (source, description, model, tools), not
+    printed whole: a system prompt can be pages long.
     Server ``env`` and ``headers`` show their keys only (every value is
     ``***``); everything else goes through :func:`agentd.core.redact.redact`
     (credential flags in ``args``, URL userinfo, secret query parameters,
@@ -89,7 +92,8 @@ def effective_config(
         show_secrets: show everything as configured (``agentd check --show-secrets``).
     """
     env = os.environ if env is None else env
-    data: JSONObject = settings.model_dump(mode="json")
+    data: JSONObject = settings.model_dump(mode="json", exclude={"agents"})
+    data["agents"] = {name: _agent_summary(d) for name, d in settings.agents.items()}
     if show_secrets:
         return data
     known = [v for v in secret_values(env) + server_secrets(settings, env) if registrable(v)]
@@ -99,6 +103,24 @@ def effective_config(
             for table in tables:
                 table_of[table] = _keys_only(get_object(table_of, table) or {})
     return redact(data, extra=sorted(set(known), key=len, reverse=True))
+
+
+#: Characters of an agent's description ``agentd check`` shows (Claude Code's run to pages of examples).
+SHOWN_DESCRIPTION = 200
+
+
+def _agent_summary(definition: AgentDefinition) -> JSONObject:
+    """An agent definition as ``agentd check`` shows it: where it is from, what it is for, what it runs with."""
+    description = definition.description
+    if len(description) > SHOWN_DESCRIPTION:
+        description = description[: SHOWN_DESCRIPTION - 1] + "…"
+    return {
+        "source": definition.source,
+        "description": description,
+        "model": definition.model,
+        "tools": list(definition.tools) if definition.tools is not None else None,
+        "disallowed_tools": list(definition.disallowed_tools),
+    }
 
 
 def _keys_only(table: JSONObject) -> JSONObject:

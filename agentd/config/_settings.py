@@ -22,6 +22,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from agentd.config._agents import AgentDefinition
 from agentd.config._flags import parse_route_spec, parse_subscription
 from agentd.config._models import (
     ModelSettingsConfig,
@@ -39,12 +40,16 @@ from agentd.config._values import (
     _check_addr,
     _check_tool_globs,
     _cron_error,
+    _dollars,
     _duration,
     _expand_user,
     _integer,
     _read_at_file,
 )
 from agentd.config._vocab import (
+    DEFAULT_MAX_AGENTS,
+    DEFAULT_MAX_CHILDREN,
+    DEFAULT_MAX_DEPTH,
     DEFAULT_MAX_READ_BYTES,
     DEFAULT_MAX_SELF_SUBSCRIPTIONS,
     DEFAULT_MAX_SELF_SUBSCRIPTIONS_PER_SESSION,
@@ -176,6 +181,19 @@ class Settings(BaseSettings):
     """Subscriptions one session's model may hold at once (its own ``subscribe``; rfcs/0265)."""
     max_self_subscriptions: int = DEFAULT_MAX_SELF_SUBSCRIPTIONS
     """Subscriptions the models of every session may hold together (rfcs/0265)."""
+    agents: Annotated[dict[str, AgentDefinition], NoDecode] = Field(default_factory=dict)
+    """The agents an agent may start, by name (``agent_start``'s ``type``): ``--agents`` over
+    ``AGENTD_AGENTS`` over ``[agents.NAME]`` over ``.claude/agents/*.md`` over
+    ``~/.claude/agents/*.md`` (rfcs/0370). Filled by :func:`load_settings`."""
+    max_depth: int = DEFAULT_MAX_DEPTH
+    """How deep agents may start agents: roots are 0; an agent at this depth is not offered
+    the agent tools (0: no agent starts agents; rfcs/0370)."""
+    max_children: int = DEFAULT_MAX_CHILDREN
+    """Children one agent may have running at once; past it ``agent_start`` is a tool error."""
+    max_agents: int = DEFAULT_MAX_AGENTS
+    """Agents started by agents that may run at once, in all; past it ``agent_start`` is a tool error."""
+    claude_agents: bool = True
+    """Read Claude Code's agent files (``.claude/agents``, ``~/.claude/agents``) as definitions."""
     watches: WatchesConfig = Field(default_factory=WatchesConfig)
     tool_timeout: float = DEFAULT_TOOL_TIMEOUT
     """Seconds one upstream tool call may take (a server's ``timeout`` overrides it)."""
@@ -205,6 +223,8 @@ class Settings(BaseSettings):
 
     _deprecations: tuple[Deprecation, ...] = PrivateAttr(default=())
     _ignored: tuple[str, ...] = PrivateAttr(default=())
+    _agent_warnings: tuple[str, ...] = PrivateAttr(default=())
+    _agent_notes: tuple[str, ...] = PrivateAttr(default=())
 
     @classmethod
     def settings_customise_sources(
@@ -365,16 +385,7 @@ class Settings(BaseSettings):
     @field_validator("budget_usd", mode="before")
     @classmethod
     def _usd(cls, v: object) -> float | None:
-        if v is None:
-            return None
-        text = v.strip().removeprefix("$") if isinstance(v, str) else v
-        try:
-            amount = float(text)  # type: ignore[arg-type]
-        except (TypeError, ValueError):
-            amount = float("nan")
-        if isinstance(v, bool) or not (amount > 0 and amount != float("inf")):
-            raise ValueError("must be an amount in US dollars above 0, e.g. 2.50")
-        return amount
+        return None if v is None else _dollars(v)
 
     @field_validator("providers", mode="before")
     @classmethod
@@ -462,6 +473,30 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"give a whole number of subscriptions, 1 or more (default {default}); past it a model's "
                 "subscribe is refused with a tool error"
+            ) from None
+
+    @field_validator("max_depth", mode="before")
+    @classmethod
+    def _depth(cls, v: object) -> int:
+        try:
+            return _integer(v, minimum=0)
+        except ValueError:
+            raise ValueError(
+                f"give a whole number ≥ 0 (default {DEFAULT_MAX_DEPTH}; 0: no agent starts agents)"
+            ) from None
+
+    @field_validator("max_children", "max_agents", mode="before")
+    @classmethod
+    def _agent_caps(cls, v: object, info: ValidationInfo) -> int:
+        children = info.field_name == "max_children"
+        default = DEFAULT_MAX_CHILDREN if children else DEFAULT_MAX_AGENTS
+        what = "children one agent may have running" if children else "agents started by agents, in all"
+        try:
+            return _integer(v, minimum=1)
+        except ValueError:
+            raise ValueError(
+                f"give a whole number of {what}, 1 or more (default {default}); past it a model's "
+                "agent_start is refused with a tool error"
             ) from None
 
     @field_validator("cron")

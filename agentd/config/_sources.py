@@ -53,8 +53,9 @@ _CONTEXT: contextvars.ContextVar[_LoadContext | None] = contextvars.ContextVar(
 class _MappingEnvSource(EnvSettingsSource):
     """``AGENTD_…`` variables from a given mapping instead of ``os.environ``.
 
-    ``servers`` is dropped: servers are a union of sources, assembled by
-    :func:`load_settings` (``AGENTD_SERVERS`` is read there).
+    ``servers`` and ``agents`` are dropped: each is assembled from several
+    sources by :func:`load_settings` (``AGENTD_SERVERS`` and ``AGENTD_AGENTS``
+    are read there).
     """
 
     def __init__(self, settings_cls: type[BaseSettings], env: Mapping[str, str]) -> None:
@@ -67,6 +68,7 @@ class _MappingEnvSource(EnvSettingsSource):
     def __call__(self) -> dict[str, object]:
         data: dict[str, object] = super().__call__()
         data.pop("servers", None)
+        data.pop("agents", None)
         return data
 
 

@@ -38,6 +38,18 @@ def _integer(value: object, *, minimum: int) -> int:
     return value
 
 
+def _dollars(value: object) -> float:
+    """An amount in US dollars above 0 (``2.5``, ``"$2.50"``); ValueError with the fix otherwise."""
+    text = value.strip().removeprefix("$") if isinstance(value, str) else value
+    try:
+        amount = float(text)  # type: ignore[arg-type]  # other types are refused below
+    except (TypeError, ValueError):
+        amount = float("nan")
+    if isinstance(value, bool) or not (amount > 0 and amount != float("inf")):
+        raise ValueError("must be an amount in US dollars above 0, e.g. 2.50")
+    return amount
+
+
 def _expand_user(path: Path) -> Path:
     """``~`` and ``~user`` expanded; a path naming an unknown user stays as written."""
     try:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import re
 from typing import Literal
 
+from agentd.core.limits import DEFAULT_MAX_AGENTS as DEFAULT_MAX_AGENTS
+from agentd.core.limits import DEFAULT_MAX_CHILDREN as DEFAULT_MAX_CHILDREN
+from agentd.core.limits import DEFAULT_MAX_DEPTH as DEFAULT_MAX_DEPTH
 from agentd.core.limits import DEFAULT_MAX_READ_BYTES as DEFAULT_MAX_READ_BYTES
 from agentd.core.limits import DEFAULT_MAX_SELF_SUBSCRIPTIONS as DEFAULT_MAX_SELF_SUBSCRIPTIONS
 from agentd.core.limits import (

@@ -32,13 +32,31 @@ DEFAULT_MAX_SELF_SUBSCRIPTIONS_PER_SESSION = 64
 #: the Python SDK accepts as listen streams on one connection (rfcs/0265).
 DEFAULT_MAX_SELF_SUBSCRIPTIONS = 1024
 
+#: How deep agents may start agents (``max_depth``; roots are depth 0, rfcs/0370): a root
+#: that delegates to workers which may delegate once more covers the plans seen in
+#: practice (planner, worker, helper); each level multiplies the processes and the
+#: spend a single reply can set going, so deeper trees are the operator's choice.
+DEFAULT_MAX_DEPTH = 2
+
+#: Children one agent may have running at once (``max_children``, rfcs/0370): enough
+#: for a fan-out over a handful of parts; every child is a process, so a reply that
+#: asks for fifty gets a tool error instead of fifty processes.
+DEFAULT_MAX_CHILDREN = 8
+
+#: Agents started by agents that may run at once in all (``max_agents``, rfcs/0370):
+#: the default depth and fan-out allow 8 + 8 x 8 = 72; 64 keeps the process count of
+#: one agentd well inside a container's pid and memory limits.
+DEFAULT_MAX_AGENTS = 64
+
 ModelLimit = Literal[
     "max_self_subscriptions_per_session",
     "max_self_subscriptions",
     "watches.max_watches",
     "watches.max_watches_total",
+    "max_children",
+    "max_agents",
 ]
-"""A cap on what a model may create, named as its setting (rfcs/0265): the label of
+"""A cap on what a model may create, named as its setting (rfcs/0265, rfcs/0370): the label of
 ``agentd_limit_refusals_total`` and the ``limit`` of ``limit.reached``."""
 
 MODEL_LIMITS: tuple[ModelLimit, ...] = get_args(ModelLimit)

@@ -71,7 +71,19 @@ SELF_TOOL_NAMES: Final = (
     "watch_start",
     "watch_stop",
     "watch_list",
+    "agent_start",
+    "agent_wait",
+    "agent_cancel",
+    "agent_list",
 )
+
+#: Self-tools that may hold a turn while other agents run (rfcs/0370): a reply's calls of
+#: them run together, and the child bounds them by the supervisor's own wait, not its link's.
+WAITING_TOOLS: Final = frozenset({"agent_start", "agent_wait"})
+
+#: Longest a waiting self-tool holds the turn on the child's side: the supervisor's own
+#: bound on a wait (an hour) and slack. Only a supervisor that stopped answering reaches it.
+WAITING_TOOL_TIMEOUT: Final = 3600.0 + 120.0
 
 
 def unknown_tool_text(name: str, offered: Iterable[str]) -> str:
@@ -387,6 +399,8 @@ __all__ = [
     "MAX_SUPERVISOR_FRAME_BYTES",
     "MAX_TEXT_CHARS",
     "SELF_TOOL_NAMES",
+    "WAITING_TOOLS",
+    "WAITING_TOOL_TIMEOUT",
     "ChildEvent",
     "ChildEventName",
     "ChildFrame",

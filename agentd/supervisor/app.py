@@ -63,10 +63,18 @@ from agentd.state.sessions import journals_for
 from agentd.state.shard import declared_filter, handles, shard_for
 from agentd.supervisor.children.tree import Tree
 from agentd.supervisor.conversation import OnceConversation, conversation_telemetry, once_conversation, saver
-from agentd.supervisor.hub import SELF_TOOLS, SupervisorHub, policy_allows, server_for
+from agentd.supervisor.hub import (
+    AGENT_TOOLS,
+    SELF_TOOLS,
+    AgentToolsConfig,
+    SupervisorHub,
+    policy_allows,
+    server_for,
+)
 from agentd.supervisor.loop.budget import Budget
 from agentd.supervisor.loop.governor import RestartGovernor
 from agentd.supervisor.loop.reactor import Agent, Hooks, Reactor, open_channel
+from agentd.supervisor.loop.subagents import ChildCaps
 from agentd.supervisor.report import print_once, run_error, run_summary
 from agentd.supervisor.routing.declared import DeclaredSubscriptions
 from agentd.supervisor.routing.routes import build_router, make_clock, model_profiles, staged_routes
@@ -255,7 +263,12 @@ def _prefork(settings: Settings) -> PreforkedChild | PreforkedZygote | None:
     from agentd.supervisor.routing.routes import model_profiles
 
     default_profile, route_profiles = model_profiles(settings)
-    models = sorted({default_profile.model, *(p.model for p in route_profiles.values())})
+    # The models a started agent may be given (rfcs/0370): those the operator named, and no other.
+    child_models = frozenset(
+        {default_profile.model, *(p.model for p in route_profiles.values())}
+        | {d.model for d in settings.agents.values() if d.model is not None}
+    )
+    models = sorted(child_models)
     root = prefork_root(models) if settings.mode == "once" else None
     return root if root is not None else prefork_zygote(models)
 
@@ -366,7 +379,12 @@ async def _main(
     # The supervisor's model, system prompt and settings, and those of routes that name their own.
     default_profile, route_profiles = model_profiles(settings)
     providers = {name: _provider_payload(name, p) for name, p in settings.providers.items()}
-    models = sorted({default_profile.model, *(p.model for p in route_profiles.values())})
+    # The models a started agent may be given (rfcs/0370): those the operator named, and no other.
+    child_models = frozenset(
+        {default_profile.model, *(p.model for p in route_profiles.values())}
+        | {d.model for d in settings.agents.values() if d.model is not None}
+    )
+    models = sorted(child_models)
 
     async with trio.open_nursery() as nursery:
         journals = journals_for(settings, telemetry)
@@ -428,6 +446,9 @@ async def _main(
             names=names,
             offer_wakeups=not once,
             counters=counters,
+            agents=AgentToolsConfig(
+                definitions=settings.agents, models=child_models, max_depth=settings.max_depth
+            ),
         )
         tree = Tree(
             events=events,
@@ -439,6 +460,8 @@ async def _main(
             # A once run's root is already forked and warming up: no zygote to wait for.
             use_zygote=not isinstance(preforked, PreforkedChild),
             preforked=preforked if isinstance(preforked, PreforkedChild) else None,
+            # ... and the agents that root starts fork from a zygote started then (rfcs/0370).
+            lazy_zygote=isinstance(preforked, PreforkedChild),
             forked_zygote=preforked if isinstance(preforked, PreforkedZygote) else None,
         )
         declared = DeclaredSubscriptions(
@@ -451,22 +474,27 @@ async def _main(
         def spawn(agent: Agent) -> None:
             mark("supervisor.spawn", agent.id)
             profile = route_profiles.get(agent.route or "", default_profile)
-            hub.bind(agent.id, agent.route)  # the route's tool policy (allowed/disallowed, read-only)
+            # The route's tool policy (allowed/disallowed, read-only); a started agent's scope and depth.
+            hub.bind(agent.id, agent.route, scope=agent.scope, depth=agent.depth)
             # A once root continues its conversation's history, and its turn is saved (rfcs/0303).
             once_root = conversation is not None and agent.role == "root"
+            model = agent.model or profile.model
             payload = SpawnPayload(
                 agent=agent.id,
-                model=profile.model,
-                system=profile.system,
+                model=model,
+                system=agent.system if agent.system is not None else profile.system,
                 instruction=agent.instruction,
                 tools=tuple(ToolSpecFrame.model_construct(**spec) for spec in hub.tool_specs(agent.id)),
                 model_timeout=settings.model_timeout,
                 max_turn_steps=settings.max_turn_steps,
                 model_settings=profile.model_settings,
                 # Only the endpoint its model names: no child holds another endpoint's headers.
-                providers={k: v for k, v in providers.items() if profile.model.startswith(k + ":")},
-                # Warm sessions' turns go to their journal; a once root's to its conversation.
-                journal=(journals is not None and (agent.role != "root" or warm_root))
+                providers={k: v for k, v in providers.items() if model.startswith(k + ":")},
+                # Warm sessions' turns go to their journal; a once root's to its conversation; a
+                # started agent's nowhere (it does not outlive agentd: a restart completes it `lost`).
+                journal=(
+                    journals is not None and agent.role != "child" and (agent.role != "root" or warm_root)
+                )
                 or (once_root and conversation is not None and conversation.saving is not None),
                 history=conversation.history if once_root and conversation is not None else (),
                 traceparent=tracing.traceparent(agent.id) if tracing is not None else None,
@@ -500,8 +528,14 @@ async def _main(
             if missed:
                 nursery.start_soon(up.post_possibly_changed, missed)
 
+        def kill(agent_id: str) -> None:
+            child = tree.children.get(agent_id)
+            if child is not None:
+                nursery.start_soon(tree.terminate, child)
+
         hooks = Hooks(
             spawn=spawn,
+            kill=kill,
             kill_all=lambda: nursery.start_soon(tree.terminate_all),
             unsubscribe=unsubscribe,
             publish=publish,
@@ -534,6 +568,11 @@ async def _main(
                 per_session=settings.max_self_subscriptions_per_session,
                 total=settings.max_self_subscriptions,
             ),
+            child_caps=ChildCaps(
+                max_depth=settings.max_depth,
+                max_children=settings.max_children,
+                max_agents=settings.max_agents,
+            ),
         )
 
         nursery.start_soon(_watch_signals, events)
@@ -562,7 +601,7 @@ async def _main(
             settings,
             offers_of(upstreams),
             restored=restored,
-            self_tools=[tool.name for tool in SELF_TOOLS],
+            self_tools=[*(tool.name for tool in SELF_TOOLS), *sorted(AGENT_TOOLS)],
             told=declared.unresolved,  # subscription.unresolved already said these
         ):
             telemetry.emit("config.warning", **finding.fields())

@@ -40,7 +40,7 @@ from agentd.events import ReactorEvent, ServerState
 from agentd.observe.errorline import Failure, split_fix
 from agentd.observe.output import print_line
 from agentd.observe.telemetry import NullTelemetry
-from agentd.supervisor.hub import SELF_TOOLS
+from agentd.supervisor.hub import AGENT_TOOLS, SELF_TOOLS
 from agentd.supervisor.routing.unmatched import Finding, at_start, offers_of
 from agentd.upstream import Upstream
 
@@ -228,7 +228,11 @@ async def check_connect(settings: Settings, env: Mapping[str, str]) -> Report:
         # A server that did not connect is its own line of the report, not a warning too.
         findings = [
             f
-            for f in at_start(settings, offers_of(upstreams), self_tools=[t.name for t in SELF_TOOLS])
+            for f in at_start(
+                settings,
+                offers_of(upstreams),
+                self_tools=[*(t.name for t in SELF_TOOLS), *sorted(AGENT_TOOLS)],
+            )
             if f.kind != "server"
         ]
         connections.cancel_scope.cancel()  # each closes as a run's would: bounded, shielded

@@ -22,6 +22,7 @@ child: the loop's idle rule reads it (rfcs/0280).
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -31,10 +32,15 @@ import mcp_types as types
 import orjson
 import trio
 
+from agentd.config._agents import AgentDefinition
 from agentd.core.errors import AgentdError, RouteError
 from agentd.core.jsonvalue import JSONObject, JSONValue, loads
 from agentd.events import (
     Acknowledged,
+    AgentLookup,
+    AgentLookupKind,
+    AgentRecords,
+    AgentStart,
     ReactorEvent,
     Refused,
     Reply,
@@ -42,6 +48,7 @@ from agentd.events import (
     SelfSubscribe,
     SelfUnsubscribe,
     SessionOf,
+    StartSpec,
     ToolChangedState,
     Unsubscribed,
     WatchRouteAdd,
@@ -53,6 +60,7 @@ from agentd.observe.telemetry import Telemetry
 from agentd.observe.tracing import active as active_tracing
 from agentd.selfmcp.protocol import unknown_tool_text
 from agentd.selfmcp.server import text_result
+from agentd.supervisor.loop.subagents import AGENT_SCHEME, agent_id_of, valid_number
 from agentd.supervisor.toolpolicy import ToolPolicy
 from agentd.upstream.connection import Upstream
 from agentd.upstream.naming import ToolNameMap
@@ -155,8 +163,115 @@ SELF_TOOLS: list[types.Tool] = [
 #: The self-tools that manage watches (answered by the WatchManager).
 WATCH_TOOLS = frozenset({"watch_start", "watch_stop", "watch_list"})
 
+#: The self-tools that start and follow agents (rfcs/0370); not offered at ``max_depth``.
+AGENT_TOOLS = frozenset({"agent_start", "agent_wait", "agent_cancel", "agent_list"})
+
 #: Every self-tool's name (answered by agentd itself, not an upstream server).
-_SELF_TOOL_NAMES = frozenset({"subscribe", "unsubscribe", "read_resource", "list_resources", *WATCH_TOOLS})
+_SELF_TOOL_NAMES = frozenset(
+    {"subscribe", "unsubscribe", "read_resource", "list_resources", *WATCH_TOOLS, *AGENT_TOOLS}
+)
+
+#: Longest instruction a model may give a child (characters): a long brief, far from a context.
+MAX_CHILD_INSTRUCTION_CHARS = 100_000
+
+#: Most tool names or globs one ``agent_start`` may list.
+MAX_CHILD_TOOL_PATTERNS = 64
+
+#: Longest an ``agent_wait`` (or ``agent_start`` with ``wait``) holds the calling turn, in
+#: seconds, when no deadline bounds it sooner: a waiting parent is never stuck for ever.
+AGENT_WAIT_MAX = 3600.0
+
+#: After ``agent_cancel``, how long the call waits for the child to be gone: the kill
+#: ladder's SIGTERM and SIGKILL waits (2 s each) and slack.
+CANCEL_WAIT = 6.0
+
+
+def agent_tools(definitions: Mapping[str, AgentDefinition]) -> list[types.Tool]:
+    """The agent self-tools; ``agent_start``'s description lists the defined agent types."""
+    kinds = "".join(f"\n- {name}: {d.description[:300]}" for name, d in sorted(definitions.items())[:64])
+    typed = (
+        f" Defined agent types (pass one as type; each has its own instructions, tools and model):{kinds}"
+        if kinds
+        else ""
+    )
+    limit = {"type": "number", "exclusiveMinimum": 0}
+    return [
+        types.Tool(
+            name="agent_start",
+            description=(
+                "Start another agent, in its own process, on a part of your task. It gets only the tools you "
+                "have (or fewer), and what it spends counts against what you have left. Without wait it "
+                "answers at once with the agent's id and URI (agent://ID) and you are woken with its result "
+                "when it ends: start several, then end your turn. With wait=true the call answers with its "
+                "result. Several agent_start calls in one reply run in parallel." + typed
+            ),
+            input_schema={
+                "type": "object",
+                "properties": {
+                    "instruction": {"type": "string", "description": "The task, complete in itself."},
+                    "type": {"type": "string", "description": "A defined agent type (see above)."},
+                    "tools": {
+                        "type": "array",
+                        "items": {"type": "string"},
+                        "description": "Only these of your tools (names or globs such as memo__*).",
+                    },
+                    "model": {"type": "string", "description": "One of the models this agentd names."},
+                    "max_steps": {"type": "integer", "minimum": 1, "description": "Model calls it may make."},
+                    "max_tokens": {"type": "integer", "minimum": 1, "description": "Tokens it may spend."},
+                    "max_usd": {**limit, "description": "US dollars it may spend."},
+                    "deadline_s": {**limit, "description": "Seconds it may run."},
+                    "wait": {"type": "boolean", "description": "Answer with its result when it ends."},
+                    "notify": {
+                        "type": "boolean",
+                        "description": "Wake you with its result when it ends (default true; not with wait).",
+                    },
+                },
+                "required": ["instruction"],
+            },
+        ),
+        types.Tool(
+            name="agent_wait",
+            description=(
+                "Wait until agents you started have ended; answers their records (status, result, usage). "
+                "At timeout_s, answers where they stand."
+            ),
+            input_schema={
+                "type": "object",
+                "properties": {
+                    "ids": {
+                        "anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
+                        "description": "An agent id (a3) or a list of them.",
+                    },
+                    "timeout_s": {**limit, "description": "Seconds to wait at most."},
+                },
+                "required": ["ids"],
+            },
+        ),
+        _tool(
+            "agent_cancel", "Stop an agent you started (and the agents it started); answers its record.", "id"
+        ),
+        _tool(
+            "agent_list",
+            'List the agents you started: [{"id", "status", "type", "usage", ...}], oldest first.',
+            annotations=_READ_ONLY,
+        ),
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class AgentToolsConfig:
+    """What the hub needs to offer and check the agent tools (rfcs/0370).
+
+    Attributes:
+        definitions: the defined agent types, by name.
+        models: the model specs a child may be given (those the operator named).
+        max_depth: agents at this depth are not offered the agent tools.
+    """
+
+    definitions: Mapping[str, AgentDefinition]
+    models: frozenset[str]
+    max_depth: int
+
 
 #: The self-tools whose only effect is a later wake-up of the calling session.
 #: A ``--mode once`` run ends with its root's answer: nothing can wake it
@@ -213,18 +328,27 @@ class SupervisorHub:
         offer_wakeups: bool = True,
         counters: RunCounters | None = None,
         names: ToolNameMap | None = None,
+        agents: AgentToolsConfig | None = None,
     ) -> None:
         self._events = events
         self._counters = counters if counters is not None else RunCounters()
         self._self_tools = [t for t in SELF_TOOLS if offer_wakeups or t.name not in WAKEUP_TOOLS]
+        self._agents_config = agents
+        if agents is not None:
+            self._self_tools += agent_tools(agents.definitions)
         self.upstreams = upstreams
         self._telemetry = telemetry
         self.names = names if names is not None else ToolNameMap()
         self._policy = policy or ToolPolicy()
         self._routes: dict[str, str] = {}
         """Agent -> its route, for agents whose route narrows the tools (see :meth:`bind`)."""
+        self._scopes: dict[str, tuple[frozenset[str] | None, bool]] = {}
+        """Agent -> the tools a started agent was scoped to, and whether it may start agents (rfcs/0370)."""
         self._all: list[tuple[types.Tool, str | None, str | None]] | None = None
-        self._catalogs: dict[str | None, tuple[list[types.Tool], frozenset[str], list[ToolSpec] | None]] = {}
+        self._catalogs: dict[
+            tuple[str | None, frozenset[str] | None, bool],
+            tuple[list[types.Tool], frozenset[str], list[ToolSpec] | None],
+        ] = {}
         self._read_only: frozenset[str] = frozenset()
         """Names (as the model calls them) of the tools annotated ``readOnlyHint: true``."""
         self._tools_key: tuple[int, ...] = ()
@@ -238,11 +362,21 @@ class SupervisorHub:
 
     # -- tools ----------------------------------------------------------------------
 
-    def bind(self, agent: str, route: str | None) -> None:
-        """Record ``agent``'s route before it starts (its catalog follows the route's tool policy)."""
+    def bind(
+        self, agent: str, route: str | None, *, scope: frozenset[str] | None = None, depth: int = 0
+    ) -> None:
+        """Record ``agent``'s route before it starts (its catalog follows the route's tool policy).
+
+        ``scope``: a started agent's tools (a subset of its parent's); ``depth``:
+        at ``max_depth`` the agent tools are not offered (rfcs/0370).
+        """
         key = self._policy.scoped(route)
         if key is not None:
             self._routes[agent] = key
+        config = self._agents_config
+        starts = config is not None and depth < config.max_depth
+        if scope is not None or not starts:
+            self._scopes[agent] = (scope, starts)
 
     def policy_allows(self, server: str, tool: types.Tool) -> bool:
         """Whether the global and per-server tool policy lets ``server``'s ``tool`` be used (watch filters)."""
@@ -251,6 +385,7 @@ class SupervisorHub:
     def release(self, agent: str) -> None:
         """Forget ``agent`` (its channel closed)."""
         self._routes.pop(agent, None)
+        self._scopes.pop(agent, None)
 
     def _catalog(self, agent: str) -> tuple[list[types.Tool], frozenset[str], list[ToolSpec] | None]:
         # Rebuilt only when an upstream's tool list changed (a connection came
@@ -272,9 +407,10 @@ class SupervisorHub:
                 for t, _, _ in every
                 if t.annotations is not None and t.annotations.read_only_hint is True
             )
-        route = self._routes.get(agent)
-        found = self._catalogs.get(route)
+        key = self._catalog_key(agent)
+        found = self._catalogs.get(key)
         if found is None:
+            route, scope, starts = key
             tools = [
                 t
                 for t, server, own in self._all
@@ -285,9 +421,15 @@ class SupervisorHub:
                     tool=own,
                     read_only_hint=t.annotations.read_only_hint if t.annotations is not None else None,
                 )
+                and (scope is None or t.name in scope)
+                and (starts or t.name not in AGENT_TOOLS)
             ]
-            found = self._catalogs[route] = (tools, frozenset(t.name for t in tools), None)
+            found = self._catalogs[key] = (tools, frozenset(t.name for t in tools), None)
         return found
+
+    def _catalog_key(self, agent: str) -> tuple[str | None, frozenset[str] | None, bool]:
+        scope, starts = self._scopes.get(agent, (None, self._agents_config is not None))
+        return self._routes.get(agent), scope, starts
 
     def tools_for(self, agent: str) -> list[types.Tool]:
         """The tools ``agent`` is offered (its route's policy applied)."""
@@ -313,7 +455,7 @@ class SupervisorHub:
                 }
                 for t in tools
             ]
-            self._catalogs[self._routes.get(agent)] = (tools, names, specs)
+            self._catalogs[self._catalog_key(agent)] = (tools, names, specs)
         return specs
 
     # -- calls ----------------------------------------------------------------------
@@ -381,6 +523,8 @@ class SupervisorHub:
         try:
             if name in ("subscribe", "unsubscribe", "read_resource", "list_resources"):
                 result = await self._self_tool(agent, name, arguments)
+            elif name in AGENT_TOOLS:
+                result = await self._agent_tool(agent, name, arguments)
             elif name in WATCH_TOOLS:
                 result = await self._watch_tool(agent, name, arguments)
             else:
@@ -418,6 +562,8 @@ class SupervisorHub:
         uri = args.get("uri")
         if not isinstance(uri, str) or not uri:
             return text_result(f"{name}: 'uri' must be a non-empty string, got {uri!r}", is_error=True)
+        if uri.startswith(AGENT_SCHEME):
+            return await self._own_resource(agent, name, uri)
         if name == "read_resource":
             value = await self.read_resource(uri)
             text = value if isinstance(value, str) else orjson.dumps(value).decode()
@@ -460,6 +606,242 @@ class SupervisorHub:
             with contextlib.suppress(AgentdError):
                 await self.upstreams[server].unsubscribe(uri)
         return text_result("unsubscribed" if answer.existed else f"you were not subscribed to {uri!r}")
+
+    # -- agents (rfcs/0370) -------------------------------------------------------------
+
+    async def _own_resource(self, agent: str, name: str, uri: str) -> types.CallToolResult:
+        """``read_resource`` / ``subscribe`` / ``unsubscribe`` of ``agent://ID``: agentd's own resources."""
+        agent_id = agent_id_of(uri)
+        if agent_id is None:
+            return text_result(
+                f"{name}: {uri[:200]!r} is no agent URI: agentd's agents are agent://ID", is_error=True
+            )
+        if name == "unsubscribe":
+            answer: Unsubscribed = await self.ask_reactor(
+                lambda reply: SelfUnsubscribe(agent, uri, None, reply)
+            )
+            return text_result("unsubscribed" if answer.existed else f"you were not subscribed to {uri!r}")
+        kind: AgentLookupKind = "subscribe" if name == "subscribe" else "read"
+        found = await self._lookup(agent, kind, (agent_id,))
+        if isinstance(found, Refused):
+            return text_result(f"{name}: {found.error}", is_error=True)
+        if kind == "subscribe":
+            return text_result(f"subscribed to {uri}; end your turn, its end wakes this session")
+        return text_result(orjson.dumps(found.records[0]).decode())
+
+    async def _lookup(
+        self, agent: str, kind: AgentLookupKind, ids: tuple[str, ...], wake: trio.Event | None = None
+    ) -> AgentRecords | Refused:
+        answer: AgentRecords | Refused = await self.ask_reactor(
+            lambda reply: AgentLookup(agent, kind, ids, reply, wake)
+        )
+        return answer
+
+    async def _agent_tool(self, agent: str, name: str, args: Mapping[str, object]) -> types.CallToolResult:
+        if self._agents_config is None:
+            return text_result(f"{name}: agent tools are not available in this agentd", is_error=True)
+        if name == "agent_list":
+            listed = await self._lookup(agent, "list", ())
+            if isinstance(listed, Refused):
+                return text_result(f"agent_list: {listed.error}", is_error=True)
+            return text_result(orjson.dumps(list(listed.records)).decode())
+        if name == "agent_start":
+            return await self._agent_start(agent, args)
+        if name == "agent_cancel":
+            unknown = sorted(set(args) - {"id"})
+            target = args.get("id")
+            if unknown or not isinstance(target, str) or not target:
+                return text_result(
+                    f"agent_cancel takes one argument, id (an agent id such as 'a3'), got {_shown(args)}",
+                    is_error=True,
+                )
+            cancelled = await self._lookup(agent, "cancel", (target,))
+            if isinstance(cancelled, Refused):
+                return text_result(f"agent_cancel: {cancelled.error}", is_error=True)
+            if cancelled.running:
+                cancelled = await self._wait(agent, (target,), CANCEL_WAIT)
+            return _records_result(cancelled)
+        # agent_wait
+        unknown = sorted(set(args) - {"ids", "timeout_s"})
+        ids = args.get("ids")
+        if isinstance(ids, str):
+            ids = [ids]
+        if (
+            unknown
+            or not isinstance(ids, list)
+            or not ids
+            or len(ids) > MAX_CHILD_TOOL_PATTERNS
+            or not all(isinstance(i, str) and 0 < len(i) <= 64 for i in ids)
+        ):
+            return text_result(
+                f"agent_wait takes ids (an agent id, or a list of at most {MAX_CHILD_TOOL_PATTERNS}) and "
+                f"optionally timeout_s (seconds), got {_shown(args)}",
+                is_error=True,
+            )
+        timeout = args.get("timeout_s", AGENT_WAIT_MAX)
+        if not valid_number(timeout, whole=False):
+            return text_result(
+                f"agent_wait: timeout_s must be a number of seconds > 0, got {timeout!r:.60}", is_error=True
+            )
+        assert isinstance(timeout, int | float)
+        waited = await self._wait(
+            agent, tuple(dict.fromkeys(str(i) for i in ids)), min(float(timeout), AGENT_WAIT_MAX)
+        )
+        if isinstance(waited, Refused):
+            return text_result(f"agent_wait: {waited.error}", is_error=True)
+        return _records_result(waited)
+
+    async def _wait(self, agent: str, ids: tuple[str, ...], timeout: float) -> AgentRecords | Refused:
+        """Until every agent in ``ids`` ended, or ``timeout``: their records (the last as they stand)."""
+        deadline = trio.current_time() + timeout
+        while True:
+            wake = trio.Event()
+            answer = await self._lookup(agent, "wait", ids, wake)
+            if isinstance(answer, Refused) or not answer.running or trio.current_time() >= deadline:
+                return answer
+            with trio.move_on_at(deadline):
+                await wake.wait()
+
+    async def _agent_start(self, agent: str, args: Mapping[str, object]) -> types.CallToolResult:
+        spec = self._start_spec(agent, args)
+        if isinstance(spec, str):
+            return text_result(f"agent_start: {spec}", is_error=True)
+        wait = args.get("wait") is True
+        started: AgentRecords | Refused = await self.ask_reactor(lambda reply: AgentStart(agent, spec, reply))
+        if isinstance(started, Refused):
+            return text_result(started.error, is_error=True)
+        record = started.records[0]
+        child = str(record["id"])
+        if wait:
+            bound = spec.deadline_s + CANCEL_WAIT if spec.deadline_s is not None else AGENT_WAIT_MAX
+            return _records_result(await self._wait(agent, (child,), min(bound, AGENT_WAIT_MAX)), one=True)
+        how = (
+            "end your turn: you are woken with its result when it ends (or call agent_wait)"
+            if spec.notify
+            else "call agent_wait or read_resource on its uri for its result"
+        )
+        return text_result(orjson.dumps({**record, "next": how}).decode())
+
+    def _start_spec(self, agent: str, args: Mapping[str, object]) -> StartSpec | str:
+        """The model's ``agent_start`` arguments, checked for shape and against what ``agent`` holds."""
+        config = self._agents_config
+        assert config is not None
+        allowed = {
+            "instruction",
+            "type",
+            "tools",
+            "model",
+            "max_steps",
+            "max_tokens",
+            "max_usd",
+            "deadline_s",
+            "wait",
+            "notify",
+        }
+        unknown = sorted(set(args) - allowed)
+        if unknown:
+            return (
+                f"unknown argument(s) {', '.join(repr(u[:64]) for u in unknown[:8])}; it takes "
+                f"{', '.join(sorted(allowed))} (depth, ids and scope are agentd's to set)"
+            )
+        instruction = args.get("instruction")
+        if not isinstance(instruction, str) or not instruction.strip():
+            return f"instruction must be a non-empty string, got {_shown({'instruction': instruction})}"
+        if len(instruction) > MAX_CHILD_INSTRUCTION_CHARS:
+            return (
+                f"instruction has {len(instruction)} characters, more than {MAX_CHILD_INSTRUCTION_CHARS}; "
+                "give the agent a shorter brief and let it read what it needs"
+            )
+        for flag in ("wait", "notify"):
+            if flag in args and not isinstance(args[flag], bool):
+                return f"{flag} must be true or false, got {args[flag]!r:.60}"
+        kind = args.get("type")
+        definition: AgentDefinition | None = None
+        if kind is not None:
+            definition = config.definitions.get(kind) if isinstance(kind, str) else None
+            if definition is None:
+                known = ", ".join(sorted(config.definitions)[:64]) or "none are defined"
+                return f"type {kind!r:.80} is no defined agent type; the types are: {known}"
+        limits: dict[str, float | None] = {}
+        asked: set[str] = set()
+        for key, whole, default in (
+            ("max_steps", True, definition.max_steps if definition else None),
+            ("max_tokens", True, definition.max_tokens if definition else None),
+            ("max_usd", False, definition.max_usd if definition else None),
+            ("deadline_s", False, definition.deadline if definition else None),
+        ):
+            value = args.get(key)
+            if value is None:
+                limits[key] = default
+                continue
+            if not valid_number(value, whole=whole):
+                kind_of = "a whole number" if whole else "a number"
+                return f"{key} must be {kind_of} > 0, got {value!r:.60}"
+            assert isinstance(value, int | float)
+            if default is not None and value > default:
+                return f"{key} = {value:g} is more than the type {kind!r} allows ({default:g}); ask for at most that"
+            limits[key] = value
+            asked.add(key)
+        model = args.get("model")
+        if model is not None:
+            if not isinstance(model, str) or model not in config.models:
+                named = ", ".join(sorted(config.models)) or "none"
+                return f"model {model!r:.120} is not one this agentd names; the models are: {named}"
+        elif definition is not None:
+            model = definition.model
+        scope = self._child_scope(agent, definition, args.get("tools"))
+        if isinstance(scope, str):
+            return scope
+        wait = args.get("wait") is True
+        return StartSpec(
+            instruction=instruction,
+            type=definition.name if definition is not None else None,
+            scope=scope,
+            model=model,
+            system=definition.system if definition is not None else None,
+            max_steps=_whole(limits["max_steps"]),
+            max_tokens=_whole(limits["max_tokens"]),
+            max_usd=limits["max_usd"],
+            deadline_s=limits["deadline_s"],
+            notify=not wait and args.get("notify", True) is True,
+            asked=frozenset(asked),
+        )
+
+    def _child_scope(
+        self, agent: str, definition: AgentDefinition | None, asked: object
+    ) -> frozenset[str] | str:
+        """The tools a child of ``agent`` is offered: a subset of ``agent``'s; why not, if it asked for more."""
+        held = [t.name for t in self.tools_for(agent)]
+        scope = list(held)
+        if definition is not None:
+            if definition.tools is not None:
+                scope = [n for n in scope if any(fnmatch.fnmatchcase(n, p) for p in definition.tools)]
+            scope = [
+                n for n in scope if not any(fnmatch.fnmatchcase(n, p) for p in definition.disallowed_tools)
+            ]
+        if asked is None:
+            return frozenset(scope)
+        if (
+            not isinstance(asked, list)
+            or len(asked) > MAX_CHILD_TOOL_PATTERNS
+            or not all(isinstance(p, str) and 0 < len(p) <= 256 for p in asked)
+        ):
+            return (
+                f"tools must be a list of at most {MAX_CHILD_TOOL_PATTERNS} tool names or globs, "
+                f"got {_shown({'tools': asked})}"
+            )
+        chosen: set[str] = set()
+        for pattern in asked:
+            assert isinstance(pattern, str)
+            matched = [n for n in scope if fnmatch.fnmatchcase(n, pattern)]
+            if not matched:
+                mine = ", ".join(scope[:40]) + (" ..." if len(scope) > 40 else "")
+                return (
+                    f"tools: {pattern!r:.80} names none of the tools you may give (you hold "
+                    f"{'these' if scope else 'none'}: {mine}); a child gets only tools you have"
+                )
+            chosen.update(matched)
+        return frozenset(chosen)
 
     # -- watches --------------------------------------------------------------------
 
@@ -549,6 +931,28 @@ def server_for(upstreams: Mapping[str, Upstream], uri: str) -> str | None:
     """Which server a URI goes to: listed exactly, else template match, else first that can subscribe."""
     catalogs = {name: up.catalog() for name, up in upstreams.items()}
     return resolve_server_for_uri(uri, catalogs)
+
+
+def _records_result(answer: AgentRecords | Refused, *, one: bool = False) -> types.CallToolResult:
+    """The records an agent tool answers with, as the model reads them."""
+    if isinstance(answer, Refused):
+        return text_result(answer.error, is_error=True)
+    if one:
+        return text_result(orjson.dumps(answer.records[0]).decode())
+    body: dict[str, object] = {"agents": list(answer.records)}
+    if answer.running:
+        body["still_running"] = sorted(answer.running)
+    return text_result(orjson.dumps(body).decode())
+
+
+def _shown(args: object) -> str:
+    """A model's arguments in an error, cut short (they are untrusted and may be huge)."""
+    text = orjson.dumps(args, default=repr).decode() if args is not None else "nothing"
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+def _whole(value: float | None) -> int | None:
+    return None if value is None else int(value)
 
 
 def _text_of(result: types.CallToolResult) -> str:

@@ -601,8 +601,11 @@ class Router:
             self._globs.add(glob, order, route)
         return route
 
-    def remove_route(self, route_id: str) -> Route:
+    def remove_route(self, route_id: str, *, withdrawn: bool = False) -> Route:
         """Remove a route; its queued and held events are dropped (reason ``route_removed``).
+
+        ``withdrawn``: the events' producer took them back (a finished agent's
+        completion its parent already read, rfcs/0370): they are not drops.
 
         Raises:
             RouteError: no route has that id.
@@ -625,7 +628,7 @@ class Router:
         else:
             self._globs.remove(route)
         lost = len(route.queue) + len(route.held)
-        if lost:
+        if lost and not withdrawn:
             self._drop("route_removed", lost)
         route.queue.drain()
         route.held.clear()

@@ -200,6 +200,7 @@ class Tree:
         zygote_env: Mapping[str, str] | None = None,
         preforked: PreforkedChild | None = None,
         forked_zygote: PreforkedZygote | None = None,
+        lazy_zygote: bool = False,
     ) -> None:
         self._events = events
         self._serve_child = serve_child
@@ -218,6 +219,9 @@ class Tree:
         self._replacing = False
         self._preforked = preforked
         self._forked_zygote = forked_zygote
+        self._lazy_zygote = lazy_zygote and not use_zygote
+        """No zygote at start (a once run's root is pre-forked); the first agent a root starts starts one."""
+        self._zygote_came = trio.Event()
 
     @property
     def zygote_pid(self) -> int | None:
@@ -355,6 +359,8 @@ class Tree:
                     await trio.sleep(delay)
                     continue
                 self.zygote = z
+                self._zygote_came.set()
+                self._zygote_came = trio.Event()
                 self._telemetry.emit("zygote.ready", pid=z.pid, replaced=True, forked=False)
                 await self._events.send(ZygoteStateChanged(state="ready"))
                 return
@@ -479,6 +485,17 @@ class Tree:
         if self._preforked is not None:
             preforked, self._preforked = self._preforked, None
             return await self._adopt(child, payload, preforked)
+        if self._lazy_zygote:
+            # One interpreter's start for the zygote, then forks: cheaper than a fresh
+            # interpreter per agent when a root fans out.
+            self._lazy_zygote = False
+            self.use_zygote = True
+            if not self._replacing and self._nursery is not None:
+                self._replacing = True
+                self._nursery.start_soon(self._replace_zygote)
+        if self.use_zygote and self.zygote is None and self._replacing:
+            with trio.move_on_after(self.spawn_timeout):
+                await self._zygote_came.wait()
         z = self.zygote
         if self.use_zygote and z is not None and z.state is ZygoteState.READY:
             try:

@@ -9,6 +9,7 @@ In layer order (a module imports only those below it; docs/architecture.md):
 * :mod:`~agentd.supervisor.loop.notices`       watch and staged-route notices into sessions or agents.
 * :mod:`~agentd.supervisor.loop.readiness`     whether agentd is ready.
 * :mod:`~agentd.supervisor.loop.usage`         a model call's usage: charge the budget, say whether to go on.
+* :mod:`~agentd.supervisor.loop.subagents`     agents that start agents: their records, caps, limits, ends.
 * :mod:`~agentd.supervisor.loop.runstatus`     the process phase and the facts the exit is decided on.
 * :mod:`~agentd.supervisor.loop.selftools`     ``subscribe``, ``unsubscribe`` and the watch routes.
 * :mod:`~agentd.supervisor.loop.spawner`       start an agent, give a session its next turn.

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
@@ -61,8 +61,46 @@ class AgentPhase(enum.Enum):
     """Its process is gone."""
 
 
-AgentRole = Literal["root", "spawn", "session"]
-"""Why the agent runs: the mode's root, a spawn route's event, or a named warm session."""
+AgentRole = Literal["root", "spawn", "session", "child"]
+"""Why the agent runs: the mode's root, a spawn route's event, a named warm session, or
+another agent's ``agent_start`` (rfcs/0370)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AgentLimits:
+    """An agent's own ceilings (rfcs/0370): what it and its descendants may spend; None = no own limit.
+
+    Minted by the supervisor when another agent starts it, never by a model:
+    each is at most what the parent had left.
+    """
+
+    steps: int | None = None
+    tokens: int | None = None
+    usd: float | None = None
+    deadline_at: float | None = None
+    """Monotonic time the agent must end by (the reactor stops it there)."""
+
+
+NO_LIMITS: Final = AgentLimits()
+
+LimitKind = Literal["steps", "tokens", "usd", "deadline"]
+"""Which of an agent's own limits it reached."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChildTraits:
+    """What the supervisor minted for an agent another agent started (rfcs/0370)."""
+
+    type: str | None
+    """The agent definition it runs, if any."""
+    scope: frozenset[str]
+    """The only tools it is offered (a subset of its parent's)."""
+    model: str | None
+    """Its model spec (None: the run's)."""
+    system: str | None
+    """Its system prompt (None: the run's)."""
+    limits: AgentLimits
+
 
 RECENT_EXITED: Final = 50
 """Exited agents the table remembers (newest last): as many as a status page shows
@@ -127,6 +165,30 @@ class Agent:
     """Its current turn made a tool call that may change state, and it succeeded (the hub's report)."""
     delivered: bool = False
     """Its current turn carries a routed delivery or notices (not the loop's own next shift)."""
+    parent: str | None = None
+    """The agent that started it (``agent_start``); None: a root, a route's or a session's agent."""
+    depth: int = 0
+    """0 for every agent a mode or route started; a child's is its parent's plus one."""
+    type: str | None = None
+    """The agent definition it runs (``[agents.NAME]``), if any."""
+    scope: frozenset[str] | None = None
+    """The only tools it is offered (a subset of its parent's); None: the route's or the run's."""
+    model: str | None = None
+    """Its model spec when not the run's (a child's definition or ``agent_start`` named one)."""
+    system: str | None = None
+    """Its system prompt when not the run's (its definition's)."""
+    limits: AgentLimits = NO_LIMITS
+    """Its own ceilings (a child's, minted from its parent's remainder)."""
+    tree_steps: int = 0
+    """Model calls of it and its descendants (its limits count these)."""
+    tree_tokens: int = 0
+    """Tokens of it and its descendants."""
+    tree_usd: float = 0.0
+    """US dollars of it and its descendants (priced calls)."""
+    tree_unpriced: int = 0
+    """Calls of unknown price among it and its descendants."""
+    cancel_reason: str | None = None
+    """Why the supervisor is ending it before it ended on its own (its parent ended, cancel, deadline)."""
 
     @property
     def phase(self) -> AgentPhase:
@@ -221,6 +283,22 @@ class Agent:
         else:
             self.cost_usd += cost_usd
 
+    def charge_tree(self, *, tokens: int, steps: int, cost_usd: float | None) -> None:
+        """A model call of it or of one of its descendants: counted against its limits."""
+        self.tree_tokens += tokens
+        self.tree_steps += steps
+        if cost_usd is None:
+            self.tree_unpriced += 1
+        else:
+            self.tree_usd += cost_usd
+
+    def cancelling(self, reason: str) -> bool:
+        """The supervisor ends it (its parent ended, a cancel, its deadline); False if it was already."""
+        if self.cancel_reason is not None:
+            return False
+        self.cancel_reason = reason
+        return True
+
     def woken(self, route: str | None, uris: tuple[str, ...], now: float) -> None:
         """A delivery on ``route`` of ``uris`` started its turn (or the agent itself)."""
         self.woken_route, self.woken_by, self.woken_at = route, uris, now
@@ -285,6 +363,8 @@ class ExitedAgent:
     """US dollars of its calls (None: a call had no known price)."""
     woken_by: tuple[str, ...] = ()
     woken_route: str | None = None
+    parent: str | None = None
+    depth: int = 0
 
 
 class AgentTable:
@@ -360,6 +440,8 @@ class AgentTable:
                 cost_usd=None if agent.unpriced_calls else agent.cost_usd,
                 woken_by=agent.woken_by,
                 woken_route=agent.woken_route,
+                parent=agent.parent,
+                depth=agent.depth,
             )
         )
 
@@ -376,15 +458,18 @@ class AgentTable:
         session: str | None,
         warm: bool,
         now: float,
+        parent: Agent | None = None,
+        traits: ChildTraits | None = None,
     ) -> Agent:
-        """A new agent (STARTING) with the next free id; it holds ``session`` if one is named."""
-        self._seq += 1
-        # Unnamed agents use their id as session name (self-subscribe, watches);
-        # skip ids a restored watch session already holds.
-        while self._reserved(f"a{self._seq}"):
-            self._seq += 1
+        """A new agent (STARTING) with the next free id; it holds ``session`` if one is named.
+
+        ``parent``: the agent that started it (``agent_start``): its depth is the
+        parent's plus one; ``traits``: what the supervisor minted for it.
+        """
+        agent_id = self.next_id()
+        self._seq = int(agent_id[1:])
         agent = Agent(
-            id=f"a{self._seq}",
+            id=agent_id,
             role=role,
             instruction=instruction,
             route=route,
@@ -392,7 +477,12 @@ class AgentTable:
             warm=warm,
             started_at=now,
             turn_started_at=now,
+            parent=None if parent is None else parent.id,
+            depth=0 if parent is None else parent.depth + 1,
         )
+        if traits is not None:
+            agent.type, agent.scope, agent.model = traits.type, traits.scope, traits.model
+            agent.system, agent.limits = traits.system, traits.limits
         self._agents[agent.id] = agent
         self.started += 1
         if session is not None:
@@ -400,6 +490,25 @@ class AgentTable:
         return agent
 
     # -- sessions ---------------------------------------------------------------------
+
+    def next_id(self) -> str:
+        """The id :meth:`new` gives the next agent (nothing is taken)."""
+        seq = self._seq + 1
+        # Unnamed agents use their id as session name (self-subscribe, watches);
+        # skip ids a restored watch session (or a started agent's record) already holds.
+        while self._reserved(f"a{seq}"):
+            seq += 1
+        return f"a{seq}"
+
+    def ancestors(self, agent: Agent) -> Iterator[Agent]:
+        """Its parent, the parent's parent, ... (those still in the table), nearest first."""
+        parent = agent.parent
+        while parent is not None:
+            found = self._agents.get(parent)
+            if found is None:
+                return
+            yield found
+            parent = found.parent
 
     def session_agent(self, session: str) -> Agent | None:
         """The agent that holds ``session`` now, if any."""
@@ -419,3 +528,18 @@ class AgentTable:
             del self._sessions[agent.session]
             return True
         return False
+
+
+def spent_limit(agent: Agent, chain: Iterable[Agent], now: float) -> LimitKind | None:
+    """Which of its own or its ancestors' limits ``agent`` reached (None: it may go on)."""
+    for a in (agent, *chain):
+        lim = a.limits
+        if lim.tokens is not None and a.tree_tokens >= lim.tokens:
+            return "tokens"
+        if lim.usd is not None and a.tree_usd >= lim.usd:
+            return "usd"
+        if lim.steps is not None and a.tree_steps >= lim.steps:
+            return "steps"
+        if lim.deadline_at is not None and now >= lim.deadline_at:
+            return "deadline"
+    return None

@@ -23,6 +23,7 @@ from agentd.supervisor.loop.readiness import Readiness
 from agentd.supervisor.loop.runstatus import RunStatus
 from agentd.supervisor.loop.seams import Clock, Phase, WatchHooks
 from agentd.supervisor.loop.spawner import Spawner
+from agentd.supervisor.loop.subagents import SubagentDesk, agent_id_of
 from agentd.triggers import mode as modes
 from agentd.triggers.router import (
     ContinueDelivery,
@@ -52,6 +53,8 @@ class Delivery:
     """A clock source for timer routes and schedule fires, if any."""
     driver: modes.Driver
     """The mode's driver (the schedule's fires)."""
+    subagents: SubagentDesk | None = None
+    """Started agents' records: a delivery of ``agent://ID`` carries the agent's result (rfcs/0370)."""
 
     def resource_changed(self, ev: ResourceChanged, now: float) -> None:
         if self.handles is not None:
@@ -156,9 +159,14 @@ class Delivery:
             case "declared" | "self":
                 oldest = min(e.first_seen for e in d.events) if d.events else now
                 self.telemetry.observe("event_to_agent", now - oldest, route=metric_route(d.route_id, d.kind))
+                desk = self.subagents
+                finished = [e.uri for e in d.events if agent_id_of(e.uri) is not None] if desk else []
+                text = render_delivery(d.events, desk.describe if desk is not None else None, now)
                 agent = self.spawner.deliver_to_session(
-                    now, d.session, render_delivery(d.events), route=d.route_id, origin=d.events
+                    now, d.session, text, route=d.route_id, origin=d.events
                 )
+                if desk is not None and finished:
+                    desk.delivered(agent, finished)
                 for e, route in zip(d.events, d.event_routes or (d.route_id,) * len(d.events), strict=False):
                     self.counters.activity.decision(now, e.uri, route, "delivered", agent.id)
                 self.counters.activity.wake(now, d.route_id)
@@ -182,11 +190,31 @@ class Delivery:
             self.router.ingest_timer(now)
 
 
-def render_delivery(events: list[QueuedEvent]) -> str:
-    """The user turn a continue delivery becomes."""
-    lines = ["These resources changed (re-read what you need; act on the current state):"]
+def render_delivery(
+    events: list[QueuedEvent],
+    describe: Callable[[str, float], str | None] | None = None,
+    now: float = 0.0,
+) -> str:
+    """The user turn a continue delivery becomes.
+
+    ``describe``: the lines of a URI that is a finished agent (its status and
+    result, rfcs/0370), in place of the plain line; other URIs are listed.
+    """
+    lines: list[str] = []
+    finished: list[str] = []
     for e in events:
+        said = describe(e.uri, now) if describe is not None else None
+        if said is not None:
+            finished.append(said)
+            continue
         tag = "possibly changed" if e.kind == "synthetic" else e.kind
         server = f" on {e.server}" if e.server else ""
         lines.append(f"- {e.uri}{server} ({tag})")
-    return "\n".join(lines)
+    parts: list[str] = []
+    if finished:
+        parts.append("These agents you started have ended (oldest first):\n" + "\n".join(finished))
+    if lines:
+        parts.append(
+            "These resources changed (re-read what you need; act on the current state):\n" + "\n".join(lines)
+        )
+    return "\n\n".join(parts)

@@ -15,6 +15,8 @@ import trio
 from agentd.core.exitcodes import ExitCode, TerminalStatus
 from agentd.events import (
     Acknowledged,
+    AgentLookup,
+    AgentStart,
     ChildExited,
     HealthProbe,
     ReactorEvent,
@@ -31,7 +33,7 @@ from agentd.events import (
 )
 from agentd.observe.telemetry import Telemetry
 from agentd.selfmcp.protocol import NextTurn, UsageVerdict
-from agentd.supervisor.loop.agents import AgentPhase, AgentTable
+from agentd.supervisor.loop.agents import Agent, AgentPhase, AgentTable
 from agentd.supervisor.loop.runstatus import RunStatus
 from agentd.supervisor.loop.seams import Phase
 from agentd.supervisor.loop.spawner import Spawner
@@ -56,6 +58,8 @@ class Drain:
     draining: Callable[[], None]
     telemetry: Telemetry
     grace: float
+    keeps: Callable[[Agent], bool] = lambda agent: False
+    """Agents a drain does not release while idle (a parent whose started agents still run)."""
 
     def signal(self, ev: SignalReceived, now: float) -> None:
         name = _signal.Signals(ev.signum).name
@@ -67,7 +71,8 @@ class Drain:
         self.status.begin_drain(now, self.grace)
         self.telemetry.emit("drain.start", signal=name, grace_s=self.grace, agents=len(self.agents.live()))
         self.draining()
-        self.spawner.release_idle()
+        # A parent held for the agents it started exits once the last of them ended (children first).
+        self.spawner.release_idle(keep_parents=self.keeps)
 
     def timed_out(self, now: float) -> bool:
         """The drain's grace is over with agents still running: kill them; the run ends with exit 143."""
@@ -116,7 +121,7 @@ class Drain:
                     if agent is not None and agent.phase in (AgentPhase.STARTING, AgentPhase.TURN):
                         agent.exiting()  # TURN -> EXITING
                     event.reply.answer(NextTurn(id=event.end.id, action="exit"))
-                case SelfSubscribe() | WatchSession() | WatchRouteAdd():
+                case SelfSubscribe() | WatchSession() | WatchRouteAdd() | AgentStart() | AgentLookup():
                     event.reply.answer(Refused("agentd is stopping"))
                 case SelfUnsubscribe():
                     event.reply.answer(Unsubscribed(existed=False, needed=True))

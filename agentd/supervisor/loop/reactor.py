@@ -47,6 +47,8 @@ import trio
 
 from agentd.core.exitcodes import ExitCode
 from agentd.events import (
+    AgentLookup,
+    AgentStart,
     CatalogChanged,
     ChildExited,
     HealthProbe,
@@ -94,6 +96,7 @@ from agentd.supervisor.loop.seams import (
 )
 from agentd.supervisor.loop.selftools import SelfToolDesk
 from agentd.supervisor.loop.spawner import Spawner
+from agentd.supervisor.loop.subagents import OWN_SERVER, ChildCaps, ChildRecords, SubagentDesk
 from agentd.supervisor.loop.turns import Turns
 from agentd.supervisor.loop.usage import Usage
 from agentd.supervisor.routing.sessionroutes import SessionRoutes, SubscriptionCaps
@@ -148,6 +151,7 @@ class Reactor:
         counters: the run's counter set (created if not given; the app creates
             it first and gives it to the router's ``on_drop`` and the upstreams too).
         caps: the caps on the sessions' own subscriptions (defaults if not given; rfcs/0265).
+        child_caps: how deep agents start agents and how many run (defaults if not given; rfcs/0370).
     """
 
     def __init__(
@@ -175,6 +179,7 @@ class Reactor:
         handles: Callable[[Route, str], bool] | None = None,
         counters: RunCounters | None = None,
         caps: SubscriptionCaps | None = None,
+        child_caps: ChildCaps | None = None,
     ) -> None:
         self.send, self._recv = channel or open_channel()
         # What the loop itself reads: the exit rules, the router's and budget's deadlines, the clock.
@@ -188,10 +193,14 @@ class Reactor:
         self.counters = counters if counters is not None else RunCounters()
         """The run's counts: ``/metrics`` and ``supervisor.exit`` read this one object."""
         session_routes = self.session_routes = SessionRoutes(router, caps)
-        # Unnamed agents use their id as session name: skip ids a watch or a journal holds.
+        records = self.records = ChildRecords()
+        """What parents may read of the agents they started (rfcs/0370)."""
+        # Unnamed agents use their id as session name: skip ids a watch, a journal or a record holds.
         agents = self.agents = AgentTable(
             reserved=lambda name: (
-                session_routes.has_session(name) or (journals is not None and journals.reserved(name))
+                session_routes.has_session(name)
+                or (journals is not None and journals.reserved(name))
+                or records.holds(name)
             )
         )
         status = self.status = RunStatus(budget, agents)
@@ -214,6 +223,18 @@ class Reactor:
         selftools = self.selftools = SelfToolDesk(
             agents, session_routes, subscriptions, watches, hooks.unsubscribe, telemetry, counters
         )
+        subagents = self.subagents = SubagentDesk(
+            agents,
+            records,
+            spawner,
+            selftools,
+            status,
+            budget,
+            child_caps or ChildCaps(),
+            hooks.kill,
+            telemetry,
+            counters,
+        )
         self.usage = Usage(agents, status, budget, counters, spawner, telemetry)
         self.turns = Turns(
             agents,
@@ -225,6 +246,7 @@ class Reactor:
             spawner,
             notices,
             selftools,
+            subagents,
             hooks.publish,
             telemetry,
         )
@@ -240,8 +262,18 @@ class Reactor:
             telemetry,
             clock,
             driver,
+            subagents,
         )
-        self.drain = Drain(status, agents, spawner, hooks.kill_all, hooks.draining, telemetry, grace)
+        self.drain = Drain(
+            status,
+            agents,
+            spawner,
+            hooks.kill_all,
+            hooks.draining,
+            telemetry,
+            grace,
+            keeps=lambda agent: records.running_of(agent.id) > 0,
+        )
 
     # -- the public API (the app, the watch manager, the health endpoint, tests) --
 
@@ -354,6 +386,7 @@ class Reactor:
             status.drain_deadline,
             self.budget.next_deadline(),
             self._clock.next_fire() if self._clock is not None and timers else None,
+            self.subagents.next_deadline(),
         ]
         present = [c for c in candidates if c is not None]
         return min(present) if present else float("inf")
@@ -384,6 +417,8 @@ class Reactor:
         if self.budget.deadline_reached(now):
             self.telemetry.emit("budget.deadline")
             return
+        self.subagents.on_time(now)
+        self._route_completions(now)
         if status.reenter_at is not None and status.reentry_due(now):
             self.turns.reenter(now)
         if (
@@ -395,6 +430,17 @@ class Reactor:
             self.delivery.clock_fire(now)
         self.delivery.deliver(now)
         self.backpressure.apply()
+
+    def _route_completions(self, now: float) -> None:
+        """Each started agent that ended is one change of ``agent://ID``, routed like any server's.
+
+        Only a change some route wants enters the router (a parent that
+        subscribed, a declared route over ``agent://``): an agent nobody
+        waits for is not an unrouted event.
+        """
+        for uri in self.records.take_changes():
+            if self.router.first_match(uri) is not None:
+                self.delivery.resource_changed(ResourceChanged(OWN_SERVER, uri), now)
 
     def handle(self, event: ReactorEvent, now: float) -> None:
         """Apply one event (synchronous; never blocks)."""
@@ -409,6 +455,10 @@ class Reactor:
                 self.turns.tool_changed_state(event)
             case SelfSubscribe() | SelfUnsubscribe() | WatchSession() | WatchRouteAdd() | WatchRouteRemove():
                 self.selftools.answer(event)
+            case AgentStart():
+                self.subagents.start(event, now)
+            case AgentLookup():
+                self.subagents.lookup(event, now)
             case ChildExited():
                 self.turns.child_exited(event, now)
             case SignalReceived():

@@ -61,6 +61,8 @@ class Hooks:
     """The ``/readyz`` answer, at start and on every flip (the service manager hears it, rfcs/0162)."""
     draining: Callable[[], None] = lambda: None
     """The first signal started the drain (the service manager hears it, rfcs/0162)."""
+    kill: Callable[[str], None] = lambda agent: None
+    """Run the kill ladder on one agent's process (a started agent cancelled or past its deadline)."""
 
 
 class SessionResume(Protocol):

@@ -46,7 +46,13 @@ class SelfToolDesk:
                     request.reply.answer(events.Unsubscribed(existed=False, needed=True))
                 case events.WatchRouteRemove():
                     request.reply.answer(events.Acknowledged())
-                case events.SelfSubscribe() | events.WatchSession() | events.WatchRouteAdd():
+                case (
+                    events.SelfSubscribe()
+                    | events.WatchSession()
+                    | events.WatchRouteAdd()
+                    | events.AgentStart()
+                    | events.AgentLookup()
+                ):
                     request.reply.answer(events.Refused(unknown))
                 case _:
                     assert_never(request)
@@ -81,6 +87,9 @@ class SelfToolDesk:
             case events.WatchRouteRemove():
                 self.session_routes.remove_watch(request.session, request.name)
                 request.reply.answer(events.Acknowledged())
+            case events.AgentStart() | events.AgentLookup():
+                # The subagent desk answers these (the reactor hands them there).
+                request.reply.answer(events.Refused("agent tools are not available here"))
             case _:
                 assert_never(request)
 
@@ -109,6 +118,43 @@ class SelfToolDesk:
         agent.subscribe(request.uri, request.server)
         self.telemetry.emit("self.subscribe", agent=agent.id, uri=request.uri, server=request.server)
         request.reply.answer(events.Acknowledged())
+
+    def subscribe_own(self, agent: Agent, uri: str) -> str | None:
+        """Subscribe ``agent``'s session to one of agentd's own resources (``agent://ID``; rfcs/0370).
+
+        The same self route as :meth:`answer`'s ``subscribe`` (and the same caps), with no
+        upstream server behind it. Returns why not (the text the model reads), or None.
+        """
+        session = agent.session or agent.id
+        try:
+            self.session_routes.subscribe(session, uri)
+        except LimitReached as exc:
+            self.counters.refuse(exc.limit)
+            if exc.first:
+                self.telemetry.emit(
+                    "limit.reached",
+                    limit=exc.limit,
+                    value=exc.value,
+                    agent=agent.id,
+                    session=session,
+                    uri=uri,
+                )
+            return str(exc)
+        except (RouteError, ValueError) as exc:
+            return str(exc)
+        self.agents.name_session(agent)
+        agent.subscribe(uri, None)
+        self.telemetry.emit("self.subscribe", agent=agent.id, uri=uri, server="agentd")
+        return None
+
+    def drop_own(self, agent: Agent, uri: str) -> None:
+        """``agent`` no longer holds ``uri`` (one of agentd's own: no upstream subscription to release).
+
+        Its change, if queued, was handed over already (a delivery, ``agent_wait``): not a drop.
+        """
+        if uri in agent.subscriptions:
+            agent.unsubscribe(uri)
+            self.session_routes.unsubscribe(agent.session or agent.id, uri, withdrawn=True)
 
     def release(self, agent: Agent) -> None:
         """``agent`` exited: its self routes go, and the upstream subscriptions nothing else needs."""

@@ -16,7 +16,7 @@ from agentd.events import Notice
 from agentd.observe.telemetry import Telemetry
 from agentd.observe.tracing import active as active_tracing
 from agentd.selfmcp.protocol import NextTurn
-from agentd.supervisor.loop.agents import Agent, AgentPhase, AgentRole, AgentTable
+from agentd.supervisor.loop.agents import Agent, AgentPhase, AgentRole, AgentTable, ChildTraits
 from agentd.supervisor.loop.seams import SessionResume
 from agentd.triggers import mode as modes
 from agentd.triggers.router import QueuedEvent
@@ -127,20 +127,41 @@ class Spawner:
         *,
         route: str | None = None,
         session: str | None = None,
+        parent: Agent | None = None,
+        traits: ChildTraits | None = None,
     ) -> Agent:
         """A new agent in the table, started through the ``spawn`` hook (``subagent.spawn``).
 
         An agent that holds a session is warm (held between turns instead of exiting).
+        ``parent`` and ``traits``: an agent another agent started (rfcs/0370).
         """
         warm = session is not None
         agent = self.agents.new(
-            role=role, instruction=instruction, route=route, session=session, warm=warm, now=now
+            role=role,
+            instruction=instruction,
+            route=route,
+            session=session,
+            warm=warm,
+            now=now,
+            parent=parent,
+            traits=traits,
         )
         restored = self.journals.resumable(session) if self.journals is not None and session else None
         for uri, server in restored or ():
             # A restored session owns the self-subscriptions it had (their routes exist already).
             agent.subscribe(uri, server or None)
-        self.telemetry.emit("subagent.spawn", agent=agent.id, role=role, route=route, session=session)
+        self.telemetry.emit(
+            "subagent.spawn",
+            agent=agent.id,
+            role=role,
+            route=route,
+            session=session,
+            **(
+                {"parent": agent.parent, "depth": agent.depth, "type": agent.type}
+                if parent is not None
+                else {}
+            ),
+        )
         self.spawn_hook(agent)
         return agent
 
@@ -157,10 +178,20 @@ class Spawner:
             **extra,
         )
 
-    def release_idle(self) -> None:
-        """Tell every idle agent (its turn-end held) to exit."""
+    def release_idle(self, *, keep_parents: Callable[[Agent], bool] | None = None) -> None:
+        """Tell every idle agent (its turn-end held) to exit.
+
+        ``keep_parents``: agents for which it answers True stay (a drain keeps a
+        parent held for its running children until the last of them ended).
+        """
         for agent in self.agents.live():
-            if agent.phase is AgentPhase.IDLE and agent.held is not None:
-                held = agent.exiting()  # IDLE -> EXITING
-                if held is not None:
-                    held.reply.answer(NextTurn(id=held.end.id, action="exit"))
+            if keep_parents is not None and keep_parents(agent):
+                continue
+            self.release(agent)
+
+    def release(self, agent: Agent) -> None:
+        """Tell ``agent`` to exit if it is idle (its turn-end held); IDLE -> EXITING."""
+        if agent.phase is AgentPhase.IDLE and agent.held is not None:
+            held = agent.exiting()  # IDLE -> EXITING
+            if held is not None:
+                held.reply.answer(NextTurn(id=held.end.id, action="exit"))

@@ -32,6 +32,7 @@ from agentd.supervisor.loop.notices import NoticeDesk
 from agentd.supervisor.loop.runstatus import RunStatus
 from agentd.supervisor.loop.selftools import SelfToolDesk
 from agentd.supervisor.loop.spawner import Spawner
+from agentd.supervisor.loop.subagents import SubagentDesk
 from agentd.supervisor.loop.usage import reporting_agent
 from agentd.triggers import mode as modes
 from agentd.triggers.router import Router
@@ -50,6 +51,7 @@ class Turns:
     spawner: Spawner
     notices: NoticeDesk
     selftools: SelfToolDesk
+    subagents: SubagentDesk
     publish: Callable[[Agent, TerminalStatus, str, bool], None]
     telemetry: Telemetry
 
@@ -86,6 +88,8 @@ class Turns:
         else:
             agent.exiting()  # TURN -> EXITING
             ev.reply.answer(NextTurn(id=end.id, action="exit"))
+            # Over for good: its running children go; if an agent started it, its completion is queued.
+            self.subagents.ended(agent, status, now)
         # The driver's idle is the shift's, not the reply's: a shift that only talked changed nothing.
         self._after_terminal(agent, status, agent.idle_turn, now)
         if agent.notices and agent.phase is AgentPhase.IDLE and agent.held is not None:
@@ -106,7 +110,12 @@ class Turns:
         return agent.warm or bool(agent.subscriptions) or watched
 
     def _after_terminal(self, agent: Agent, status: TerminalStatus, idle: bool, now: float) -> None:
-        if agent.role == "root":
+        if agent.role == "root" and self.driver.mode == "once" and agent.phase is AgentPhase.IDLE:
+            # A once root held for the agents it started: its run goes on, their
+            # completions are its next turns (rfcs/0370); the turn that ends with
+            # nothing left to wait for is the root's terminal status.
+            pass
+        elif agent.role == "root":
             self.status.record_root_terminal(status, agent.text)
             disposition = self.driver.on_root_terminal(self.status.view(now), status, idle=idle, now=now)
             self._apply_disposition(agent, disposition, now, idle)
@@ -184,7 +193,11 @@ class Turns:
             was is AgentPhase.IDLE and self.status.running and ev.returncode not in (0, None)
         )
         status: TerminalStatus = "crashed" if crashed else (agent.status or "completed")
-        self.spawner.exit_event(agent, status, ev.returncode, reason=ev.reason)
+        final = self.subagents.final_status(agent, status)
+        self.spawner.exit_event(
+            agent, status, ev.returncode, reason=ev.reason, **({"final": final} if final != status else {})
+        )
+        self.subagents.ended(agent, final, now)
         if crashed:
             agent.crashed()
             self._after_terminal(agent, "crashed", False, now)
@@ -194,10 +207,16 @@ class Turns:
             # route: at-least-once by re-read), but every crash counts against
             # the restart intensity, so a crash loop opens the breaker (exit 1)
             # instead of spinning forever.
-            if agent.role != "root" and self.status.running and not self.governor.record_restart(now):
+            # A started agent's crash is its parent's data, not a crash loop of the daemon's.
+            if (
+                agent.role not in ("root", "child")
+                and self.status.running
+                and not self.governor.record_restart(now)
+            ):
                 self.status.open_breaker()
                 self.telemetry.emit("governor.breaker_open", agent=agent.id, route=agent.route)
         self.agents.forget(agent, now)  # its exit is reported: only a bounded record stays
+        self.subagents.gone(agent)
 
     def _requeue(self, agent: Agent, now: float) -> None:
         """An agent whose process never started: queue what it was started for again (at-least-once)."""

@@ -16,7 +16,7 @@ from agentd.events import TurnEnded, UsageReported
 from agentd.observe.counters import RunCounters
 from agentd.observe.telemetry import Telemetry
 from agentd.selfmcp.protocol import NextTurn, StopReason, UsageVerdict
-from agentd.supervisor.loop.agents import Agent, AgentTable
+from agentd.supervisor.loop.agents import NO_LIMITS, Agent, AgentTable, spent_limit
 from agentd.supervisor.loop.budget import Budget
 from agentd.supervisor.loop.runstatus import RunStatus
 from agentd.supervisor.loop.spawner import Spawner
@@ -76,9 +76,12 @@ class Usage:
             steps=report.steps,
             cost_usd=report.cost_usd,
         )
-        agent.charge(
-            tokens=report.input_tokens + report.output_tokens, steps=report.steps, cost_usd=report.cost_usd
-        )
+        tokens_used = report.input_tokens + report.output_tokens
+        agent.charge(tokens=tokens_used, steps=report.steps, cost_usd=report.cost_usd)
+        # What an agent spends counts against it and every agent above it (rfcs/0370).
+        chain = list(self.agents.ancestors(agent)) if agent.parent is not None else []
+        for a in (agent, *chain):
+            a.charge_tree(tokens=tokens_used, steps=report.steps, cost_usd=report.cost_usd)
         self.counters.activity.model_call(now)
         self.counters.model_call(
             input_tokens=report.input_tokens,
@@ -126,4 +129,9 @@ class Usage:
         reason: StopReason | None = "tokens" if spent == "usd" else spent
         if reason is None and self.budget.deadline_reached(now):
             reason = "deadline"
+        if reason is None and (agent.parent is not None or agent.limits is not NO_LIMITS):
+            own = spent_limit(agent, chain, now)
+            reason = "tokens" if own == "usd" else own
+            if own is not None:
+                telemetry.emit("subagent.limit", agent=agent.id, limit=own, parent=agent.parent)
         ev.reply.answer(UsageVerdict(id=report.id, proceed=reason is None, reason=reason))

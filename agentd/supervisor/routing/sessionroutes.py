@@ -145,12 +145,15 @@ class SessionRoutes:
             first=first,
         )
 
-    def unsubscribe(self, session: str, uri: str) -> None:
-        """Remove the session's ``self`` route for ``uri`` (a URI it never subscribed is fine)."""
+    def unsubscribe(self, session: str, uri: str, *, withdrawn: bool = False) -> None:
+        """Remove the session's ``self`` route for ``uri`` (a URI it never subscribed is fine).
+
+        ``withdrawn``: what is queued on it was handed over another way (not a drop).
+        """
         # remove_route raises RouteError (not KeyError) for an unknown id: an
         # unsubscribe of a URI the agent never subscribed must not crash the reactor.
         with contextlib.suppress(RouteError):
-            self._router.remove_route(_self_route_id(session, uri))
+            self._router.remove_route(_self_route_id(session, uri), withdrawn=withdrawn)
             # Below both caps again: a later refusal is a new hit (and a gone session leaves nothing behind).
             self._refusing.discard(("max_self_subscriptions_per_session", session))
             self._refusing.discard(("max_self_subscriptions", ""))
