@@ -35,10 +35,16 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Generic, Literal, Protocol, TypeAlias, TypeVar
+from typing import Final, Generic, Literal, Protocol, TypeAlias, TypeVar
 
 from agentd.selfmcp.protocol import NextTurn, TurnEnd, UsageReport, UsageVerdict
 from agentd.triggers.router import ChangeKind
+
+#: The URI scheme of agentd's own resources: ``agent://ID``, one per agent another started (rfcs/0370).
+AGENT_SCHEME: Final = "agent://"
+
+#: The server name agentd's own resources are routed and logged under.
+OWN_SERVER: Final = "agentd"
 
 T = TypeVar("T")
 T_contra = TypeVar("T_contra", contravariant=True)

@@ -367,7 +367,7 @@ def render(doc: dict[str, Any], width: int = 120) -> str:
         ["agent", "route", "woken by", "doing", "phase", "age", "steps", "tokens", "cost"],
         [
             [
-                a.get("id"),
+                _in_tree(a),
                 a.get("route") or a.get("role"),
                 " ".join(a.get("woken_by") or []) or "-",
                 _doing(a.get("doing")),
@@ -377,7 +377,7 @@ def render(doc: dict[str, Any], width: int = 120) -> str:
                 a.get("tokens"),
                 _usd(a.get("cost_usd")),
             ]
-            for a in agents
+            for a in tree_order(agents)
         ],
         width,
     )
@@ -387,7 +387,7 @@ def render(doc: dict[str, Any], width: int = 120) -> str:
         ["agent", "route", "woken by", "status", "ended", "took", "steps", "tokens", "cost"],
         [
             [
-                a.get("id"),
+                _in_tree(a),
                 a.get("route") or a.get("role"),
                 " ".join(a.get("woken_by") or []) or "-",
                 a.get("status") or "-",
@@ -421,3 +421,36 @@ def render(doc: dict[str, Any], width: int = 120) -> str:
             if a.get("instruction"):
                 lines.append(escape_controls(f"{a.get('id')} instruction: {a['instruction']}")[: width * 3])
     return "\n".join(lines).rstrip() + "\n"
+
+
+def tree_order(agents: list[Any]) -> list[Any]:
+    """Agents with each one's children right after it (rfcs/0370), otherwise in the order given."""
+    ids = {a.get("id") for a in agents if isinstance(a, dict)}
+    children: dict[object, list[Any]] = {}
+    roots: list[Any] = []
+    for a in agents:
+        parent = a.get("parent") if isinstance(a, dict) else None
+        if parent is not None and parent in ids:
+            children.setdefault(parent, []).append(a)
+        else:
+            roots.append(a)
+    out: list[Any] = []
+    stack = list(reversed(roots))
+    seen: set[int] = set()
+    while stack:
+        a = stack.pop()
+        if id(a) in seen:  # a cycle in a document that came over the wire: show each once
+            continue
+        seen.add(id(a))
+        out.append(a)
+        stack.extend(reversed(children.get(a.get("id") if isinstance(a, dict) else None, [])))
+    return out
+
+
+def _in_tree(agent: Any) -> object:
+    """An agent's id, indented under its parent's (``└`` per level of depth)."""
+    depth = agent.get("depth") if isinstance(agent, dict) else None
+    ident = agent.get("id") if isinstance(agent, dict) else agent
+    if isinstance(depth, int) and not isinstance(depth, bool) and 0 < depth <= 16:
+        return f"{'  ' * (depth - 1)}└ {ident}"
+    return ident

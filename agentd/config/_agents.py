@@ -307,8 +307,10 @@ def _definition(
                     ConfigError(spell(key), value, f"the agent's name is its key ({name!r}); remove it")
                 )
             elif claude == "no" or (claude == "flag" and key not in CLAUDE_FIELDS):
-                close = [k for k in keys if isinstance(key, str) and k.lower() == key.lower()]
-                hint = f"did you mean {close[0]!r}? " if close else ""
+                close = _CLAUDE_KEYS.get(str(key)) or next(
+                    (k for k in keys if str(key).lower().replace("_", "") == k.lower().replace("_", "")), None
+                )
+                hint = f"did you mean {close!r}? " if close else ""
                 fix = f"unknown setting; {hint}remove it or check the spelling (known: {', '.join(keys)})"
                 problems.append(ConfigError(spell(str(key)), value, fix))
             elif key in CLAUDE_FIELDS:

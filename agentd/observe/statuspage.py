@@ -70,6 +70,14 @@ function table(id, heads, rows, key) {
   if (!rows.length) { const r = el("tr"); const c = el("td", "none", "mute"); c.colSpan = heads.length; r.appendChild(c); t.appendChild(r); return; }
   rows.forEach((row) => { const r = el("tr"); if (key) r.dataset[key[0]] = row[0]; row[1].forEach((v, i) => r.appendChild(el("td", v, i === row[2] ? "wide" : ""))); t.appendChild(r); });
 }
+function tree(list) {
+  const ids = new Set(list.map((a) => a.id)), kids = new Map(), roots = [], out = [], seen = new Set();
+  list.forEach((a) => { if (a.parent && ids.has(a.parent)) { if (!kids.has(a.parent)) kids.set(a.parent, []); kids.get(a.parent).push(a); } else roots.push(a); });
+  const stack = roots.slice().reverse();
+  while (stack.length) { const a = stack.pop(); if (seen.has(a)) continue; seen.add(a); out.push(a); (kids.get(a.id) || []).slice().reverse().forEach((k) => stack.push(k)); }
+  return out;
+}
+function name(a) { const d = Number.isInteger(a.depth) ? Math.min(a.depth, 16) : 0; return d > 0 ? "\u00a0\u00a0".repeat(d - 1) + "\u2514 " + a.id : a.id; }
 function doing(d) { if (!d) return "-"; if (d.kind === "tool") return "tool " + d.tool + " " + dur(d.since_s) + (d.arguments !== undefined ? " " + JSON.stringify(d.arguments) : ""); if (d.kind === "model") return "model call " + dur(d.since_s); return d.kind; }
 function chart(mins) {
   const svg = $("chart"), ns = "http://www.w3.org/2000/svg"; svg.replaceChildren();
@@ -89,9 +97,9 @@ function render(s) {
   const ready = el("b", s.ready ? "ready" : "not ready: " + s.ready_reason, s.ready ? "ok" : "bad");
   head.append(ready, " · ", s.phase, " · up ", dur(s.uptime_s), " · pid ", String(s.pid), " · ", String(s.agents.length), " running · cost ", usd(s.budget.cost_usd), " · ", String(s.budget.tokens), " tokens", " · updated ", new Date(s.now).toLocaleTimeString());
   table("agents", ["agent", "route", "woken by", "doing", "phase", "age", "steps", "tokens", "cost"],
-    s.agents.map((a) => [a.id, [a.id, a.route || a.role, (a.woken_by.join(" ") || "-"), doing(a.doing), a.phase, dur(a.age_s), a.steps, a.tokens, usd(a.cost_usd)], 2]), ["agent"]);
+    tree(s.agents).map((a) => [a.id, [name(a), a.route || a.role, (a.woken_by.join(" ") || "-"), doing(a.doing), a.phase, dur(a.age_s), a.steps, a.tokens, usd(a.cost_usd)], 2]), ["agent"]);
   table("finished", ["agent", "route", "woken by", "status", "ended", "took", "steps", "tokens", "cost"],
-    (s.finished || []).slice().reverse().map((a) => [a.id, [a.id, a.route || a.role, (a.woken_by.join(" ") || "-"), a.status || "-", ago(a.exited_at, s.now), dur(a.duration_s), a.steps, a.tokens, usd(a.cost_usd)], 2]), ["agent"]);
+    tree((s.finished || []).slice().reverse()).map((a) => [a.id, [name(a), a.route || a.role, (a.woken_by.join(" ") || "-"), a.status || "-", ago(a.exited_at, s.now), dur(a.duration_s), a.steps, a.tokens, usd(a.cost_usd)], 2]), ["agent"]);
   table("routes", ["route", "kind", "match", "to", "queued", "in flight", "routed", "coalesced", "dropped", "last wake"],
     s.routes.map((r) => [r.id, [r.id, r.kind, r.match, r.disposition === "continue" ? "session " + r.session : "spawn", r.queued + (r.held ? " +" + r.held + " held" : ""), r.in_flight + "/" + r.max_in_flight, r.routed, r.coalesced, r.dropped, ago(r.last_wake, s.now)], 2]), ["route"]);
   table("servers", ["server", "state", "transport", "protocol", "subscriptions", "last error"],

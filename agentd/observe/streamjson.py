@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Literal, TypedDict
+from typing import TYPE_CHECKING, Literal, NotRequired, TypedDict
 
 from agentd import __version__
 from agentd.core.jsonvalue import as_array, get_str
@@ -48,11 +48,13 @@ def _now() -> str:
 
 
 class Delivery(TypedDict):
-    """What started a turn: a routed update (its URIs), a clock fire or a watch notice."""
+    """What started a turn: a routed update (its URIs), a clock fire, a watch notice, or the agent that started it."""
 
-    kind: Literal["resource", "timer", "notice"]
+    kind: Literal["resource", "timer", "notice", "agent"]
     route: str | None
     uris: list[object]
+    parent: NotRequired[object]
+    """``kind == "agent"``: the agent whose ``agent_start`` started it (rfcs/0370)."""
 
 
 class Causes:
@@ -93,7 +95,15 @@ class Causes:
                 "route": get_str(f, "route"),
                 "uris": [f.get("uri")] if f.get("uri") else [],
             }
-        if event in ("session.deliver", "subagent.spawn") and f.get("agent") is not None and self._pending:
+        if event == "subagent.spawn" and f.get("parent") is not None and f.get("agent") is not None:
+            # An agent another started (rfcs/0370): its cause is its parent.
+            self._by_agent[str(f["agent"])] = {
+                "kind": "agent",
+                "route": get_str(f, "route"),
+                "uris": [],
+                "parent": f.get("parent"),
+            }
+        elif event in ("session.deliver", "subagent.spawn") and f.get("agent") is not None and self._pending:
             self._by_agent[str(f["agent"])] = self._pending
             if event == "subagent.spawn":
                 self._pending = None
@@ -117,6 +127,8 @@ class StreamJson:
         self._truncate = truncate
         self.session_id = session_id or str(uuid.uuid4())
         self.causes = Causes()
+        self._parents: dict[str, str] = {}
+        """Agent -> the agent that started it, while it runs: its lines name their parent (rfcs/0370)."""
 
     # -- lines ---------------------------------------------------------------------
 
@@ -173,19 +185,38 @@ class StreamJson:
             return
 
     def _on_event(self, event: str, f: Mapping[str, object]) -> None:
+        if event == "subagent.spawn" and f.get("parent") is not None:
+            self._parents[str(f.get("agent"))] = str(f.get("parent"))
+        elif event == "subagent.exit":
+            self._parents.pop(str(f.get("agent")), None)
+        self._on_line(event, f)
+
+    def _put_of(self, line: dict[str, object]) -> None:
+        """``_put``, with the line's agent's parent named when another agent started it."""
+        parent = self._parents.get(str(line.get("agent")))
+        if parent is not None:
+            line["parent"] = parent
+        self._put(line)
+
+    def _on_line(self, event: str, f: Mapping[str, object]) -> None:
         delivery = self.causes.on_event(event, f)
         if delivery is not None:
             extra = {"watch": f.get("watch"), "session": f.get("session")} if event == "watch.notice" else {}
             self._put({"type": "delivery", **delivery, **extra})
             return
         if event == "subagent.spawn":
-            self._put(
+            self._put_of(
                 {
                     "type": "agent",
                     "agent": f.get("agent"),
                     "role": f.get("role"),
                     "route": f.get("route"),
                     "session": f.get("session"),
+                    **(
+                        {"depth": f.get("depth"), "type": f.get("type")}
+                        if f.get("parent") is not None
+                        else {}
+                    ),
                 }
             )
         elif event == "step.assistant":
@@ -203,14 +234,16 @@ class StreamJson:
                 "cost_usd": f.get("cost_usd"),
             }
             line["text"] = self._cut(str(f.get("text") or ""), line)
-            self._put(line)
+            self._put_of(line)
         elif event == "tool.refused":
             # The child answered "unknown tool" itself: the call never reached the supervisor.
-            self._put({"type": "tool_call", "agent": f.get("agent"), "name": f.get("tool"), "refused": True})
+            self._put_of(
+                {"type": "tool_call", "agent": f.get("agent"), "name": f.get("tool"), "refused": True}
+            )
         elif event == "step.tool_call":
             line = {"type": "tool_call", "agent": f.get("agent"), "name": f.get("name")}
             line["arguments"] = self._cut(json_bytes(f.get("arguments") or {}, default=str).decode(), line)
-            self._put(line)
+            self._put_of(line)
         elif event == "step.tool_result":
             line = {
                 "type": "tool_result",
@@ -220,9 +253,9 @@ class StreamJson:
                 "latency_ms": f.get("latency_ms"),
             }
             line["content"] = self._cut(_content_text(f.get("content")), line)
-            self._put(line)
+            self._put_of(line)
         elif event == "turn.end":
-            self._put(
+            self._put_of(
                 {
                     "type": "turn_end",
                     "agent": f.get("agent"),

@@ -146,6 +146,7 @@ EVENTS: Mapping[str, EventSpec] = {
         # -- agents ---------------------------------------------------------------------
         _e("subagent.spawn", "info", "An agent is being started (an agent another started names its parent and depth).", "agent route session role parent depth type"),
         _e("subagent.start", "info", "An agent started another with agent_start (rfcs/0370).", "agent child depth type session tools"),
+        _e("subagent.lost", "warning", "A restored session had started this agent before agentd restarted: it completes lost.", "agent session"),
         _e("subagent.cancel", "info", "An agent cancelled one it started (agent_cancel).", "agent child reason"),
         _e("subagent.deadline", "warning", "An agent another started reached its deadline: it is stopped and completes deadline.", "agent parent"),
         _e("subagent.limit", "info", "An agent reached its own limit or an ancestor's (steps, tokens, dollars, deadline): it stops at this turn boundary.", "agent limit parent"),

@@ -9,6 +9,11 @@ performs it), followed by one synthetic "possibly changed" marked
 ``startup`` (the start-up re-read, rfcs/0130): a change made while agentd was
 down wakes the session, which is then started from its journal. The
 session's agent itself starts only at that delivery (lazy restore).
+
+A subscription to one of agentd's own resources (``agent://ID``, an agent the
+session had started; rfcs/0370) gets its route back too, with no server to
+ask: that agent did not survive the restart, and the reactor completes it
+``lost`` (:func:`restore_subscriptions` returns them).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from agentd.core.errors import RouteError
+from agentd.events import AGENT_SCHEME, OWN_SERVER
 from agentd.observe.telemetry import Telemetry
 from agentd.state.sessions import SessionJournals
 from agentd.triggers.router import Continue, RouteSpec
@@ -33,8 +39,11 @@ def restore_subscriptions(
     subscriptions: Subscriptions,
     upstreams: Mapping[str, Upstream],
     telemetry: Telemetry,
-) -> None:
+) -> list[tuple[str, str]]:
     """Add every journaled session's self-subscription routes back; their subscribes follow when a server is up.
+
+    Returns ``(session, uri)`` of every restored ``agent://`` subscription: the
+    agents those sessions were waiting for, which the reactor completes ``lost``.
 
     Args:
         journals: the scanned session journals.
@@ -43,9 +52,11 @@ def restore_subscriptions(
         upstreams: server name -> connection (a server no longer configured is reported).
         telemetry: ``journal.subscription_restored`` / ``journal.subscription_failed``.
     """
+    lost: list[tuple[str, str]] = []
     for session, subs in sorted(journals.sessions_with_subscriptions().items()):
         for uri, server in subs:
-            if server is None or server not in upstreams:
+            own = uri.startswith(AGENT_SCHEME)
+            if not own and (server is None or server not in upstreams):
                 telemetry.emit(
                     "journal.subscription_failed",
                     session=session,
@@ -67,8 +78,14 @@ def restore_subscriptions(
                     "journal.subscription_failed", session=session, uri=uri, server=server, error=str(exc)
                 )
                 continue
+            if own:
+                telemetry.emit("journal.subscription_restored", session=session, uri=uri, server=OWN_SERVER)
+                lost.append((session, uri))
+                continue
+            assert server is not None
             telemetry.emit("journal.subscription_restored", session=session, uri=uri, server=server)
             subscriptions.restored(server, uri)
+    return lost
 
 
 __all__ = ["restore_subscriptions"]

@@ -467,9 +467,11 @@ async def _main(
         declared = DeclaredSubscriptions(
             subscriptions, upstreams, events=events, telemetry=telemetry, nursery=nursery
         )
+        lost: list[tuple[str, str]] = []
         if journals is not None:
-            # Journaled sessions' self-subscriptions: routes now, upstream subscriptions once connected.
-            restore_subscriptions(journals, router, subscriptions, upstreams, telemetry)
+            # Journaled sessions' self-subscriptions: routes now, upstream subscriptions once connected;
+            # the agents they had started did not survive the restart (rfcs/0370).
+            lost = restore_subscriptions(journals, router, subscriptions, upstreams, telemetry)
 
         def spawn(agent: Agent) -> None:
             mark("supervisor.spawn", agent.id)
@@ -575,6 +577,7 @@ async def _main(
             ),
         )
 
+        reactor.restore_lost(lost, now)
         nursery.start_soon(_watch_signals, events)
         # The zygote's imports (~0.4 s) and the servers' start-ups overlap.
         async with trio.open_nursery() as starting:

@@ -149,9 +149,47 @@ def run_summary(
             "model_calls": counters.model_calls,
         },
         "cost_usd": reactor.budget.cost_usd(),
+        "agents": agent_usage(reactor),
         "duration_s": round(duration, 3),
         "error": run_error(reactor, code, settings),
     }
+
+
+def agent_usage(reactor: Reactor) -> list[dict[str, object]]:
+    """Each agent's own usage and cost, with its parent and depth (rfcs/0370), oldest first.
+
+    The run's ``usage`` and ``cost_usd`` are these rolled up. Exited agents are
+    the table's last :data:`~agentd.supervisor.loop.agents.RECENT_EXITED`; a
+    once run's fit whole.
+    """
+    rows: list[dict[str, object]] = []
+    for done in reactor.agents.recent():
+        rows.append(
+            {
+                "id": done.id,
+                "parent": done.parent,
+                "depth": done.depth,
+                "type": done.type,
+                "status": done.status,
+                "steps": done.steps,
+                "tokens": done.tokens,
+                "cost_usd": "unknown" if done.cost_usd is None else round(done.cost_usd, 8),
+            }
+        )
+    for live in reactor.agents.live():
+        rows.append(
+            {
+                "id": live.id,
+                "parent": live.parent,
+                "depth": live.depth,
+                "type": live.type,
+                "status": live.status,
+                "steps": live.steps,
+                "tokens": live.tokens,
+                "cost_usd": "unknown" if live.unpriced_calls else round(live.cost_usd, 8),
+            }
+        )
+    return rows
 
 
 async def print_once(

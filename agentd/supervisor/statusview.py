@@ -210,6 +210,9 @@ def _agent(
         "role": agent.role,
         "route": agent.route,
         "session": agent.session,
+        "parent": agent.parent,
+        "depth": agent.depth,
+        "type": agent.type,
         "phase": agent.phase.value,
         "started_at": at(agent.started_at),
         "age_s": round(max(0.0, now - agent.started_at), 3),
@@ -220,6 +223,12 @@ def _agent(
         "steps": agent.steps,
         "tokens": agent.tokens,
         "cost_usd": "unknown" if agent.unpriced_calls else round(agent.cost_usd, 8),
+        # What it and the agents it started spent (its limits count these; rfcs/0370).
+        "tree": {
+            "steps": agent.tree_steps,
+            "tokens": agent.tree_tokens,
+            "cost_usd": "unknown" if agent.tree_unpriced else round(agent.tree_usd, 8),
+        },
         "subscriptions": len(agent.subscriptions),
         "doing": doing,
     }
@@ -235,6 +244,9 @@ def _finished(agent: ExitedAgent, at: object) -> JSONObject:
         "role": agent.role,
         "route": agent.route,
         "session": agent.session,
+        "parent": agent.parent,
+        "depth": agent.depth,
+        "type": agent.type,
         "status": agent.status,
         "started_at": at(agent.started_at),
         "exited_at": at(agent.exited_at),

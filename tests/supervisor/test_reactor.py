@@ -713,6 +713,8 @@ async def test_a_subscribe_past_a_cap_is_refused_counted_and_said_once_and_the_s
         "max_self_subscriptions": 1,
         "watches.max_watches": 0,
         "watches.max_watches_total": 0,
+        "max_children": 0,
+        "max_agents": 0,
     }
     assert h.reactor.counters.totals()["limit_refusals"] == 5
     reached = [(f["limit"], f["agent"], f["uri"]) for _, f in h.telemetry.timed("limit.reached")]

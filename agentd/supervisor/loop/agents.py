@@ -365,6 +365,7 @@ class ExitedAgent:
     woken_route: str | None = None
     parent: str | None = None
     depth: int = 0
+    type: str | None = None
 
 
 class AgentTable:
@@ -442,6 +443,7 @@ class AgentTable:
                 woken_route=agent.woken_route,
                 parent=agent.parent,
                 depth=agent.depth,
+                type=agent.type,
             )
         )
 

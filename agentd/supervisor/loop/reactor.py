@@ -96,7 +96,7 @@ from agentd.supervisor.loop.seams import (
 )
 from agentd.supervisor.loop.selftools import SelfToolDesk
 from agentd.supervisor.loop.spawner import Spawner
-from agentd.supervisor.loop.subagents import OWN_SERVER, ChildCaps, ChildRecords, SubagentDesk
+from agentd.supervisor.loop.subagents import OWN_SERVER, ChildCaps, ChildRecords, SubagentDesk, agent_id_of
 from agentd.supervisor.loop.turns import Turns
 from agentd.supervisor.loop.usage import Usage
 from agentd.supervisor.routing.sessionroutes import SessionRoutes, SubscriptionCaps
@@ -293,6 +293,18 @@ class Reactor:
         """Readiness: required servers connected, declared subscriptions established, not draining."""
         return self.readiness.ready()
 
+    def restore_lost(self, lost: list[tuple[str, str]], now: float) -> None:
+        """Restored sessions waited on these agents (``(session, agent://ID)``): they were lost in the restart.
+
+        Each completes ``lost`` now; its change is routed as the reactor starts,
+        so the session is told in its next turn (call before :meth:`run`).
+        """
+        for session, uri in lost:
+            agent_id = agent_id_of(uri)
+            if agent_id is not None:
+                self.records.restore_lost(session, agent_id, now)
+                self.telemetry.emit("subagent.lost", agent=agent_id, session=session)
+
     def queue_startup_notices(self, notices: list[WatchNotice]) -> None:
         """Notices to deliver as the reactor starts (call before :meth:`run`).
 
@@ -394,6 +406,7 @@ class Reactor:
     def _start(self, now: float) -> None:
         self.telemetry.emit("reactor.start", mode=self._mode)
         self._maybe_start(now)
+        self._route_completions(now)  # agents restored sessions waited on, lost in the restart
 
     def _maybe_start(self, now: float) -> None:
         """Run the driver's ``on_start`` once every required server is connected (rfcs/0135).

@@ -24,7 +24,16 @@ from typing import Final, Literal, get_args
 
 from agentd.core.exitcodes import TerminalStatus
 from agentd.core.limits import ModelLimit
-from agentd.events import AgentLookup, AgentRecords, AgentStart, ProbeEvent, Refused, StartSpec
+from agentd.events import (
+    AGENT_SCHEME,
+    OWN_SERVER,
+    AgentLookup,
+    AgentRecords,
+    AgentStart,
+    ProbeEvent,
+    Refused,
+    StartSpec,
+)
 from agentd.observe.counters import RunCounters
 from agentd.observe.telemetry import Telemetry
 from agentd.supervisor.loop.agents import Agent, AgentLimits, AgentPhase, AgentTable, ChildTraits
@@ -32,12 +41,6 @@ from agentd.supervisor.loop.budget import Budget
 from agentd.supervisor.loop.runstatus import RunStatus
 from agentd.supervisor.loop.selftools import SelfToolDesk
 from agentd.supervisor.loop.spawner import Spawner
-
-#: The URI scheme of agentd's own resources: one per started agent.
-AGENT_SCHEME: Final = "agent://"
-
-#: The server name agentd's own resources are routed under (telemetry, deliveries).
-OWN_SERVER: Final = "agentd"
 
 #: Finished children's records a parent keeps (the oldest go first): a session that
 #: starts a child a second holds as much after a month as after a minute.
@@ -199,16 +202,21 @@ class ChildRecords:
 
     def _index(self, key: str, record: ChildRecord) -> None:
         self._records[record.id] = record
-        children = self._by_parent.setdefault(key, {})
-        children[record.id] = None
-        if len(children) > self._per_parent:
-            for old in list(children):
-                if len(children) <= self._per_parent:
-                    break
-                kept = self._records.get(old)
-                if kept is not None and kept.final:
-                    del children[old]
-                    del self._records[old]
+        self._by_parent.setdefault(key, {})[record.id] = None
+        self._trim(key)
+
+    def _trim(self, key: str) -> None:
+        """Past the bound, the parent's oldest finished records go (running ones stay)."""
+        children = self._by_parent.get(key)
+        if children is None or len(children) <= self._per_parent:
+            return
+        for old in list(children):
+            if len(children) <= self._per_parent:
+                break
+            kept = self._records.get(old)
+            if kept is None or kept.final:
+                del children[old]
+                self._records.pop(old, None)
 
     def finish(self, child: Agent, status: FinalStatus, now: float) -> ChildRecord | None:
         """``child`` reached its final status: its record is final, its waiters woken, its change queued.
@@ -229,6 +237,7 @@ class ChildRecords:
                 self._running[record.parent] = left
             else:
                 self._running.pop(record.parent, None)
+            self._trim(record.parent)
         self.running_total = max(0, self.running_total - 1)
         wakes, record.wakes = record.wakes, []
         for wake in wakes:

@@ -1,0 +1,674 @@
+"""Agents that start agents: ``agent_start`` → the child's first model request (rfcs/0370, issue 36 item 8).
+
+Run: ``.venv/bin/python bench/bench_subagents.py [--quick]`` (about 3-4 min; ``--quick`` ~1 min).
+
+Every model is ``openai:gpt-4o-mini`` at a loopback fake of the OpenAI wire
+(``tests/fakes/provider_server.py``) running in this process: it notes each
+request's arrival on this process's clock (``time.perf_counter``, and the
+wall clock beside it for agentd's telemetry ``ts``) and tells requests apart
+by their first user message. A child's is ``CHILD t=T k=K``; anything else is
+the root's, answered by the plan of the trial under way:
+
+* fan-out of K: first reply, K tool calls of ``agent_start``
+  (``{"instruction": "CHILD ...", "notify": false}``) in one message; second,
+  ``agent_wait`` on the ids the starts answered; third, a final text. The
+  trial's origin is the moment the fake hands over the first reply (the
+  parent's tool call); a child answers ``done`` at once and exits.
+* sequential (the same 8 subtasks in one agent): 8 steps, each one tool call
+  of the bundled memo server's ``memo_get`` and the model call after it
+  (origin: the first tool-call reply; figure: the 8th request after it); and
+  one reply with 8 ``memo_get`` calls, which the loop runs one after another
+  (figure: the request after them).
+
+Rows:
+
+* (a) one ``agent_start`` → the child's first request, and (b) 8 in one reply
+  → the 8th child's first request, in ``--mode reactive`` with a warm zygote:
+  the root is started by a spawn route (memo over Streamable HTTP, a
+  ``memo_set`` per trial, debounce 0), as a spawn route's agent is; each trial
+  starts once every agent of the one before exited. (a) and (b) trials and the
+  sequential ones are interleaved in one agentd.
+* the same in ``--mode once``: a fresh ``agentd`` per trial, whose root is
+  pre-forked and whose zygote starts lazily at the first ``agent_start``
+  (reported apart: it includes the zygote's start).
+* (c) the naive way: 8 ``agentd --mode once`` processes (the real console
+  script) started in parallel by ``sh -c 'for ...; do agentd ... & done;
+  wait'``: from the shell's start to the 8th process's first request.
+* (d) the sequential rows above.
+
+Floors, measured in the same run (half before the agentd runs, half after):
+``bench_spawn``'s path, the :class:`~agentd.supervisor.children.tree.Tree`
+driven directly in a process of its own, a pre-warmed zygote, spawn → the
+child's first request at the same kind of fake (1 child, and 8 spawned at
+once → the 8th request); and, inside the reactive run, each child's own
+``subagent.spawn`` (the reactor's decision) → its request. Stages come from
+agentd's NDJSON telemetry (``--log-format json``): ``tool.call`` of
+``agent_start`` (its ``ts`` minus ``latency_ms`` is when the hub took the
+call), ``subagent.spawn``, ``subagent.start``, ``subagent.started`` (payload
+handed to the forked child); ``ts`` has millisecond resolution (truncated, so
+0.5 ms is added).
+
+``--timeline FILE`` (diagnosis): the reactive run writes ``AGENTD_TIMELINE``
+and the stages of the (a) trials are printed (the root's own process is left
+out, so its next model call does not hide the child's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import os
+import shlex
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+from _util import ENV, PY, STEP_TIMEOUT, Agentd, fmt, machine_note, p50, pct, run_agentd, table
+
+#: The model every agent uses (a name the price database knows, so pricing runs too).
+SPEC = "openai:gpt-4o-mini"
+
+#: Children in a fan-out, and subtasks of the sequential rows.
+FAN = 8
+
+#: Trials of each kind discarded before timing.
+WARMUP = 3
+
+#: The root's instruction (any request whose first user message is not a child's is the root's).
+ROOT_INSTRUCTION = "bench-root: start the agents the plan says"
+
+REACTIVE_CONFIG = """
+mode = "reactive"
+model = "{model}"
+instruction = "{instruction}"
+subscribe = ["memo:memo://notes"]
+
+[[routes]]
+name = "bench"
+match = "memo://notes"
+disposition = "spawn"
+debounce = "0"
+reread_on_start = false
+"""
+
+
+# ----------------------------------------------------------------------------- the fake's plans
+
+
+@dataclass
+class Trial:
+    """One trial: what the root is told to do, and when each request came (this process's clocks)."""
+
+    t: int
+    kind: str
+    """``fan`` (K ``agent_start``), ``steps`` (8 × memo_get + model call), ``tools`` (8 memo_get, one reply)."""
+    k: int = 1
+    reply_at: float | None = None
+    """perf_counter when the fake handed the root its first (tool-call) reply: the origin."""
+    reply_wall: float | None = None
+    child_at: dict[int, float] = field(default_factory=dict)
+    """Child k's first request (perf_counter)."""
+    child_wall: dict[int, float] = field(default_factory=dict)
+    child_ids: list[str] = field(default_factory=list)
+    """The agent ids the starts answered, in call order."""
+    root_at: list[float] = field(default_factory=list)
+    """The root's requests after the origin (perf_counter)."""
+    done: trio.Event = field(default_factory=trio.Event)
+    """The root got its final reply."""
+
+
+def _text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, list):
+        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return str(content or "")
+
+
+class Scripted:
+    """The fake's handler: children answer at once; the root follows :attr:`trial`'s plan."""
+
+    def __init__(self) -> None:
+        self.trial: Trial | None = None
+        self.by_t: dict[int, Trial] = {}
+        self.unexpected: list[str] = []
+        self.arrived = trio.Event()
+
+    def begin(self, trial: Trial) -> Trial:
+        self.trial = trial
+        self.by_t[trial.t] = trial
+        return trial
+
+    def __call__(self, request: Any) -> Any:
+        from tests.fakes.provider_server import openai_reply
+
+        now, wall = time.perf_counter(), time.time()
+        try:
+            return self._answer(request, now, wall, openai_reply)
+        finally:
+            self.arrived.set()
+            self.arrived = trio.Event()
+
+    def _answer(self, request: Any, now: float, wall: float, openai_reply: Callable[..., Any]) -> Any:
+        body = request.json
+        messages = body.get("messages", [])
+        first = next((_text(m) for m in messages if m.get("role") == "user"), "")
+        if first.startswith("CHILD "):
+            fields = dict(part.split("=", 1) for part in first.split()[1:3])
+            trial = self.by_t.get(int(fields["t"]))
+            if trial is None:
+                self.unexpected.append(first[:80])
+            else:
+                trial.child_at.setdefault(int(fields["k"]), now)
+                trial.child_wall.setdefault(int(fields["k"]), wall)
+            return openai_reply("done")
+        trial = self.trial
+        if trial is None:
+            self.unexpected.append(first[:80])
+            return openai_reply("NO_REPLY")
+        replies = sum(1 for m in messages if m.get("role") == "assistant")
+        if replies:
+            trial.root_at.append(now)
+        if trial.kind == "fan":
+            if replies == 0:
+                calls = [
+                    (
+                        f"call_{k}",
+                        "agent_start",
+                        json.dumps({"instruction": f"CHILD t={trial.t} k={k}", "notify": False}),
+                    )
+                    for k in range(trial.k)
+                ]
+                return self._origin(trial, openai_reply(None, tool_calls=calls))
+            if replies == 1:
+                results = [_text(m) for m in messages if m.get("role") == "tool"]
+                try:
+                    trial.child_ids = [json.loads(r)["id"] for r in results]
+                except (ValueError, KeyError, TypeError):
+                    self.unexpected.append(f"agent_start answered: {results[:1]}")
+                    return self._final(trial, openai_reply("done"))
+                return openai_reply(
+                    None, tool_calls=[("wait", "agent_wait", json.dumps({"ids": trial.child_ids}))]
+                )
+            return self._final(trial, openai_reply("done"))
+        memo_get = next(
+            (
+                t["function"]["name"]
+                for t in body.get("tools", [])
+                if t["function"]["name"].endswith("memo_get")
+            ),
+            None,
+        )
+        if memo_get is None:
+            self.unexpected.append("the root has no memo_get tool")
+            return self._final(trial, openai_reply("done"))
+
+        def get(i: int) -> tuple[str, str, str]:
+            return (f"get_{i}", memo_get, json.dumps({"key": f"k{i}"}))
+
+        if trial.kind == "tools":
+            if replies == 0:
+                return self._origin(trial, openai_reply(None, tool_calls=[get(i) for i in range(FAN)]))
+            return self._final(trial, openai_reply("done"))
+        # steps: one tool call per model call
+        if replies < FAN:
+            reply = openai_reply(None, tool_calls=[get(replies)])
+            return self._origin(trial, reply) if replies == 0 else reply
+        return self._final(trial, openai_reply("done"))
+
+    @staticmethod
+    def _origin(trial: Trial, reply: Any) -> Any:
+        trial.reply_at, trial.reply_wall = time.perf_counter(), time.time()
+        return reply
+
+    @staticmethod
+    def _final(trial: Trial, reply: Any) -> Any:
+        trial.done.set()
+        return reply
+
+
+@contextlib.asynccontextmanager
+async def scripted_provider(tmp: Path) -> AsyncIterator[tuple[Scripted, dict[str, str]]]:
+    """The fake in this trio run: ``(handler, environment pointing openai: at it)``."""
+    from _providers import provider_env
+
+    from tests.fakes.provider_server import provider_server
+
+    handler = Scripted()
+    async with provider_server(handler=handler) as server:
+        yield handler, provider_env("openai", server.base_url, tmp)
+
+
+# ----------------------------------------------------------------------------- telemetry
+
+
+def _wall(ev: dict[str, Any]) -> float:
+    """An event's ``ts`` as epoch seconds, + 0.5 ms (``ts`` is truncated to the millisecond)."""
+    return dt.datetime.fromisoformat(ev["ts"].replace("Z", "+00:00")).timestamp() + 0.0005
+
+
+def _events(a: Agentd, mark: int, name: str) -> list[dict[str, Any]]:
+    return [ln.ev for ln in a.lines[mark:] if ln.ev.get("event") == name]
+
+
+async def settled(a: Agentd, mark: int, agents: int) -> None:
+    """Until ``agents`` agents were spawned after ``mark`` and every one of them exited (bounded)."""
+    with trio.fail_after(STEP_TIMEOUT):
+        while True:
+            spawned = {e["agent"] for e in _events(a, mark, "subagent.spawn")}
+            exited = {e["agent"] for e in _events(a, mark, "subagent.exit")}
+            if len(spawned) >= agents and spawned <= exited:
+                return
+            if a._eof:
+                raise RuntimeError("agentd ended during a trial:\n" + "\n".join(a.raw[-20:]))
+            await a._changed.wait()
+
+
+def stages(a: Agentd, mark: int, trial: Trial) -> dict[str, list[float]]:
+    """A fan-out trial's telemetry stages, ms after the origin (wall clocks), for its first and last child."""
+    assert trial.reply_wall is not None
+    ids = trial.child_ids
+    out: dict[str, list[float]] = {}
+
+    def put(name: str, wall: float) -> None:
+        out.setdefault(name, []).append((wall - trial.reply_wall) * 1000)  # type: ignore[operator]
+
+    starts = [e for e in _events(a, mark, "tool.call") if e.get("tool") == "agent_start"]
+    if starts:
+        put(
+            "hub took the first agent_start call (tool.call ts - latency_ms)",
+            min(_wall(e) - e["latency_ms"] / 1000 for e in starts),
+        )
+        put("hub answered the last agent_start (tool.call)", max(_wall(e) for e in starts))
+    # The children by their requests' arrival (ids are minted in the order the starts reach the reactor).
+    order = sorted(trial.child_wall, key=trial.child_wall.__getitem__)
+    picks = [("first", order[0])] if trial.k == 1 else [("first", order[0]), ("last", order[-1])]
+    for tag, k in picks:
+        if k >= len(ids):
+            continue
+        cid = ids[k]
+        spawn = [e for e in _events(a, mark, "subagent.spawn") if e.get("agent") == cid]
+        started = [e for e in _events(a, mark, "subagent.started") if e.get("agent") == cid]
+        if spawn:
+            put(f"{tag} child: subagent.spawn (the reactor's decision)", _wall(spawn[0]))
+        if started:
+            put(f"{tag} child: subagent.started (payload handed to the forked child)", _wall(started[0]))
+        put(f"{tag} child: its first request at the provider", trial.child_wall[k])
+    return out
+
+
+# ----------------------------------------------------------------------------- reactive: a warm zygote
+
+
+def _lat(trial: Trial, which: str) -> float:
+    """ms from the origin to the first or last child's request (fan), or the last root request (sequential)."""
+    assert trial.reply_at is not None
+    if trial.kind == "fan":
+        got = sorted(trial.child_at.values())
+        if len(got) != trial.k:
+            raise RuntimeError(f"trial {trial.t}: {len(got)} of {trial.k} children's requests arrived")
+        return ((got[0] if which == "first" else got[-1]) - trial.reply_at) * 1000
+    return (trial.root_at[FAN - 1 if trial.kind == "steps" else 0] - trial.reply_at) * 1000
+
+
+async def reactive(tmp: Path, plan: list[tuple[str, int]], timeline: Path | None) -> dict[str, Any]:
+    """One reactive agentd (spawn route on memo://notes); ``plan``'s trials one after another."""
+    from bench_reactive import memo_http
+    from mcp import Client
+
+    cfg = tmp / "reactive.toml"
+    cfg.write_text(REACTIVE_CONFIG.format(model=SPEC, instruction=ROOT_INSTRUCTION))
+    results: dict[str, Any] = {"trials": [], "stages": {}, "spawn_to_request": []}
+    async with scripted_provider(tmp) as (fake, env), memo_http() as url:
+        if timeline is not None:
+            from _providers import TIMELINE_ENV
+
+            await trio.Path(timeline).unlink(missing_ok=True)
+            env = {**env, TIMELINE_ENV: str(timeline)}
+        args = ["--config", str(cfg), "--mcp-http", f"memo={url}", "--log-format", "json"]
+        async with run_agentd(args, env=env) as a, Client(url) as trigger:
+            await a.wait_for("reactor.start")
+            await a.wait_for("zygote.ready")
+            seen: dict[str, int] = {}
+            for i, (kind, k) in enumerate(plan):
+                trial = fake.begin(Trial(i, kind, k))
+                mark = len(a.lines)
+                await trigger.call_tool("memo_set", {"key": "trial", "value": i})
+                with trio.fail_after(STEP_TIMEOUT):
+                    await trial.done.wait()
+                await settled(a, mark, 1 + (k if kind == "fan" else 0))
+                if fake.unexpected:
+                    raise RuntimeError(f"unexpected requests at the fake: {fake.unexpected[:3]}")
+                name = f"{kind}{k}" if kind == "fan" else kind
+                seen[name] = seen.get(name, 0) + 1
+                if seen[name] <= WARMUP:
+                    continue
+                results["trials"].append(trial)
+                if kind == "fan":
+                    for stage, ms in stages(a, mark, trial).items():
+                        results["stages"].setdefault((k, stage), []).extend(ms)
+                    for cid, kk in zip(trial.child_ids, range(trial.k), strict=False):
+                        spawn = [e for e in _events(a, mark, "subagent.spawn") if e.get("agent") == cid]
+                        if spawn and kk in trial.child_wall:
+                            results["spawn_to_request"].append(
+                                (k, (trial.child_wall[kk] - _wall(spawn[0])) * 1000)
+                            )
+                    if timeline is not None and k == 1:
+                        results.setdefault("timeline_trials", []).append(
+                            (trial.reply_at, trial.child_at[0], _root_pid(a, mark))
+                        )
+            results["zygote_fallbacks"] = a.count("subagent.spawn_fallback")
+            await a.stop_and_wait()
+    return results
+
+
+def _root_pid(a: Agentd, mark: int) -> int | None:
+    roots = {e["agent"] for e in _events(a, mark, "subagent.spawn") if not e.get("parent")}
+    for e in _events(a, mark, "subagent.started"):
+        if e["agent"] in roots:
+            return int(e["pid"])
+    return None
+
+
+def timeline_report(path: Path, samples: list[tuple[float, float, int | None]]) -> None:
+    """The (a) trials' stages from the timeline: each mark's first time after the origin, the root's pid left out."""
+    import statistics
+
+    lines = []
+    for raw in path.read_text().splitlines():
+        parts = raw.split(" ", 4)
+        if len(parts) >= 4:
+            lines.append((float(parts[0]), parts[2], parts[3]))
+    times: dict[str, list[float]] = {}
+    for t0, t1, root in samples:
+        first: dict[str, float] = {}
+        for t, pid, name in lines:
+            if t0 <= t <= t1 + 0.0005 and pid != str(root) and name not in first:
+                first[name] = (t - t0) * 1000
+        first["provider: the child's request"] = (t1 - t0) * 1000
+        for name, ms in first.items():
+            times.setdefault(name, []).append(ms)
+    rows = []
+    prev = 0.0
+    for name in sorted(times, key=lambda n: statistics.median(times[n])):
+        med = statistics.median(times[name])
+        rows.append([name, len(times[name]), fmt(med), fmt(med - prev)])
+        prev = med
+    table(
+        f"(a) timeline: ms after the root's agent_start reply left the fake (n={len(samples)}; root's process left out)",
+        ["stage", "n", "p50", "step"],
+        rows,
+    )
+
+
+# ----------------------------------------------------------------------------- once: a lazy zygote
+
+
+async def once(tmp: Path, plan: list[int]) -> list[tuple[Trial, float, float | None]]:
+    """A fresh ``agentd --mode once`` per trial fanning out to K children: (trial, exec at, zygote.ready wall)."""
+    out: list[tuple[Trial, float, float | None]] = []
+    async with scripted_provider(tmp) as (fake, env):
+        for i, k in enumerate(plan):
+            trial = fake.begin(Trial(10_000 + i, "fan", k))
+            args = ["--mode", "once", "-m", SPEC, "--ephemeral", "--log-format", "json", ROOT_INSTRUCTION]
+            exec_at = time.perf_counter()
+            async with run_agentd(args, env=env, cwd=tmp) as a:
+                rc = await a.proc.wait()
+                await a.wait_eof()
+            if rc != 0:
+                raise RuntimeError(f"agentd --mode once exited {rc}:\n" + "\n".join(a.raw[-20:]))
+            if fake.unexpected:
+                raise RuntimeError(f"unexpected requests at the fake: {fake.unexpected[:3]}")
+            ready = [_wall(e) for e in _events(a, 0, "zygote.ready")]
+            if i >= 2:  # the first runs warm the page cache
+                out.append((trial, exec_at, ready[0] if ready else None))
+    return out
+
+
+# ----------------------------------------------------------------------------- (c) the naive way
+
+
+def agentd_command() -> list[str]:
+    """The real command: the console script next to this interpreter, else ``python -m agentd``."""
+    script = Path(PY).parent / "agentd"
+    return [str(script)] if script.exists() else [PY, "-m", "agentd"]
+
+
+async def naive(tmp: Path, n: int) -> list[tuple[float, float, float]]:
+    """8 ``agentd --mode once`` started by a shell loop: (first request, 8th request, all exited) ms after the shell's start."""
+    out: list[tuple[float, float, float]] = []
+    cmd = " ".join(shlex.quote(c) for c in agentd_command())
+    async with scripted_provider(tmp) as (fake, env):
+        for i in range(1 + n):
+            trial = fake.begin(Trial(20_000 + i, "fan", FAN))
+            script = (
+                f"for k in {' '.join(str(k) for k in range(FAN))}; do "
+                f'{cmd} --mode once -m {SPEC} --ephemeral -q "CHILD t={trial.t} k=$k" >/dev/null 2>&1 & '
+                "done; wait"
+            )
+            t0 = time.perf_counter()
+            await trio.run_process(["sh", "-c", script], env={**ENV, **env}, cwd=str(tmp))
+            end = time.perf_counter()
+            got = sorted(trial.child_at.values())
+            if len(got) != FAN:
+                raise RuntimeError(f"naive: {len(got)} of {FAN} processes reached the provider")
+            if i >= 1:
+                out.append(((got[0] - t0) * 1000, (got[-1] - t0) * 1000, (end - t0) * 1000))
+    return out
+
+
+# ----------------------------------------------------------------------------- floors: bench_spawn's path
+
+
+async def tree_fanout(k: int, n: int) -> dict[str, list[float]]:
+    """bench_spawn's path (the Tree, a pre-warmed zygote): k spawns at once → the first and k-th request, ms."""
+    import orjson
+    from _providers import SPECS, fake_provider, provider_env
+    from bench_spawn import WARMUP as SPAWN_WARMUP
+    from bench_spawn import start_timed, tree_and_tools
+
+    from agentd.events import ChildExited, TurnEnded, UsageReported
+    from agentd.selfmcp.protocol import NextTurn, SpawnPayload, UsageVerdict
+
+    first: list[float] = []
+    last: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="agentd-bench-") as tmp:
+        async with fake_provider("openai") as (fake, server):
+            os.environ.update(provider_env("openai", server.base_url, Path(tmp)))
+            send, recv = trio.open_memory_channel[Any](1000)
+            prewarm = {"AGENTD_PREWARM_MODELS": orjson.dumps([SPECS["openai"]]).decode()}
+            tree, tools = tree_and_tools(send, use_zygote=True, zygote_env=prewarm)
+            async with trio.open_nursery() as nursery:
+                await start_timed(nursery, tree)
+                for i in range(SPAWN_WARMUP + n):
+                    before = len(fake.arrivals)
+                    alive = {f"f{i}_{j}" for j in range(k)}
+                    t0 = time.perf_counter()
+                    for agent in sorted(alive):
+                        tree.spawn(
+                            agent,
+                            SpawnPayload(agent=agent, model=SPECS["openai"], instruction="hi", tools=tools),
+                        )
+                    with trio.fail_after(STEP_TIMEOUT):
+                        while alive:
+                            ev = await recv.receive()
+                            if isinstance(ev, UsageReported):
+                                ev.reply.answer(UsageVerdict(id=ev.report.id, proceed=True))
+                            elif isinstance(ev, TurnEnded):
+                                ev.reply.answer(NextTurn(id=ev.end.id, action="exit"))
+                            elif isinstance(ev, ChildExited):
+                                alive.discard(ev.agent)
+                    got = fake.arrivals[before:]
+                    if len(got) != k:
+                        raise RuntimeError(f"floor: {len(got)} of {k} requests arrived")
+                    if i >= SPAWN_WARMUP:
+                        first.append((min(got) - t0) * 1000)
+                        last.append((max(got) - t0) * 1000)
+                nursery.cancel_scope.cancel()
+    return {"first": first, "last": last}
+
+
+async def floor(k: int, n: int) -> dict[str, list[float]]:
+    """:func:`tree_fanout` in a process of its own (as bench_spawn --measure runs it)."""
+    out = await trio.run_process(
+        [PY, SELF, "--floor", str(k), "-n", str(n)], env=ENV, capture_stdout=True, stderr=sys.stderr
+    )
+    return json.loads(out.stdout.decode().strip().splitlines()[-1])
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+def _row(name: str, xs: list[float], ref: float | None, b: float | None) -> list[object]:
+    return [
+        name,
+        len(xs),
+        fmt(p50(xs)),
+        fmt(pct(xs, 0.9)),
+        fmt(p50(xs) / ref) if ref else "",
+        fmt(p50(xs) / b) if b else "",
+    ]
+
+
+async def main(quick: bool, timeline: str | None, skip: frozenset[str] = frozenset()) -> None:
+    n_a, n_b, n_seq, n_once, n_naive, n_floor = (10, 5, 3, 3, 2, 10) if quick else (40, 20, 10, 10, 5, 40)
+    print(f"bench_subagents: {machine_note()}; (a) n={n_a}, (b) n={n_b}, sequential n={n_seq} each")
+    # The reactive plan: (a) every trial, (b) every other, the two sequential kinds every fourth.
+    plan: list[tuple[str, int]] = []
+    total = max(WARMUP + n_a, 2 * (WARMUP + n_b), 4 * (WARMUP + n_seq))
+    for i in range(total):
+        if i < WARMUP + n_a:
+            plan.append(("fan", 1))
+        if i % 2 == 0 and i // 2 < WARMUP + n_b:
+            plan.append(("fan", FAN))
+        if i % 4 == 1 and i // 4 < WARMUP + n_seq:
+            plan.append(("steps", FAN))
+        if i % 4 == 3 and i // 4 < WARMUP + n_seq:
+            plan.append(("tools", FAN))
+    floors: dict[int, dict[str, list[float]]] = {1: {"first": [], "last": []}, FAN: {"first": [], "last": []}}
+
+    async def floors_half() -> None:
+        for k, n in ((1, n_floor // 2), (FAN, max(2, n_b // 2))):
+            got = await floor(k, n)
+            floors[k]["first"] += got["first"]
+            floors[k]["last"] += got["last"]
+
+    started = machine_note()
+    with tempfile.TemporaryDirectory(prefix="agentd-bench-") as tmp_s:
+        tmp = Path(tmp_s)
+        await floors_half()
+        r = await reactive(tmp, plan, Path(timeline) if timeline else None)
+        # Two warm-up runs (page cache), then K = 1 and K = 8 in turn.
+        o = [] if "once" in skip else await once(tmp, [1, FAN] * (1 + n_once))
+        nv = [] if "naive" in skip else await naive(tmp, n_naive)
+        await floors_half()
+    ended = machine_note()
+
+    def lat(kind: str, k: int, which: str) -> list[float]:
+        return [_lat(t, which) for t in r["trials"] if t.kind == kind and t.k == k]
+
+    a = lat("fan", 1, "first")
+    b = lat("fan", FAN, "last")
+    b1 = lat("fan", FAN, "first")
+    steps = lat("steps", FAN, "last")
+    tools = lat("tools", FAN, "last")
+    f1, f8 = floors[1]["first"], floors[FAN]["last"]
+    s2r = [ms for k, ms in r["spawn_to_request"] if k == 1]
+    s2r8 = [ms for k, ms in r["spawn_to_request"] if k == FAN]
+    once1 = [_lat(t, "first") for t, _, _ in o if t.k == 1]
+    once8 = [_lat(t, "last") for t, _, _ in o if t.k == FAN]
+    once8_exec = [(max(t.child_at.values()) - ex) * 1000 for t, ex, _ in o if t.k == FAN]
+    zready = [(z - t.reply_wall) * 1000 for t, _, z in o if z is not None and t.reply_wall is not None]
+    pb = p50(b)
+    print(f"\nload at the start: {started}; at the end: {ended}")
+    table(
+        "agent_start -> the child's first request at a loopback openai: provider; ms after the parent's tool-call "
+        "reply left the fake; x floor = p50 / its floor's p50; x (b) = p50 / (b)'s p50",
+        ["what", "n", "p50 ms", "p90 ms", "x floor", "x (b)"],
+        [
+            _row("(a) reactive, warm zygote: 1 agent_start -> the child's request", a, p50(f1), pb),
+            _row("floor: Tree spawn (pre-warmed zygote) -> request (bench_spawn's path)", f1, None, pb),
+            _row("in-run: the child's subagent.spawn -> its request ((a) trials)", s2r, p50(f1), pb),
+            _row(
+                f"(b) reactive: {FAN} agent_start in one reply -> the {FAN}th child's request",
+                b,
+                p50(f8),
+                1.0,
+            ),
+            _row("(b) ... -> the first child's request", b1, None, pb),
+            _row(f"floor: Tree, {FAN} spawns at once -> the {FAN}th request", floors[FAN]["last"], None, pb),
+            _row("in-run: each child's subagent.spawn -> its request ((b) trials)", s2r8, p50(f8), pb),
+            _row("once, lazy zygote: 1 agent_start -> the child's request", once1, None, pb),
+            _row(f"once, lazy zygote: {FAN} agent_start -> the {FAN}th child's request", once8, None, pb),
+            _row(f"once: exec of agentd -> the {FAN}th child's request", once8_exec, None, pb),
+            _row("once: the agent_start reply -> zygote.ready (ts)", zready, None, None),
+            _row(
+                f"(c) naive: {FAN} agentd once processes from a shell loop -> the {FAN}th's first request",
+                [x[1] for x in nv],
+                None,
+                pb,
+            ),
+            _row("(c) ... -> the first process's first request", [x[0] for x in nv], None, pb),
+            _row(f"(c) ... -> all {FAN} exited", [x[2] for x in nv], None, pb),
+            _row(
+                f"(d) one agent, {FAN} steps (memo_get + model call each) -> the {FAN}th request",
+                steps,
+                None,
+                pb,
+            ),
+            _row(
+                f"(d) one agent, one reply with {FAN} memo_get (run in turn) -> the next request",
+                tools,
+                None,
+                pb,
+            ),
+        ],
+    )
+    for k in (1, FAN):
+        rows = []
+        for (kk, stage), ms in sorted(r["stages"].items(), key=lambda kv: p50(kv[1])):
+            if kk == k:
+                rows.append([stage, len(ms), fmt(p50(ms)), fmt(pct(ms, 0.9))])
+        table(
+            f"where the time goes, {'(a) 1 child' if k == 1 else f'(b) {FAN} children'} (telemetry ts, ms after the reply)",
+            ["stage", "n", "p50 ms", "p90 ms"],
+            rows,
+        )
+    pa = p50(a)
+    print(
+        f"\ngoals: (a) p50 <= 10 ms: {'met' if pa <= 10 else 'NOT met'} ({pa:.2f} ms, floor {p50(f1):.2f} ms, "
+        f"{pa / p50(f1):.2f}x); (b) p50 <= 50 ms: {'met' if pb <= 50 else 'NOT met'} ({pb:.2f} ms, floor "
+        f"{p50(f8):.2f} ms); zygote fallbacks in the reactive run: {r['zygote_fallbacks']}"
+    )
+    if timeline and r.get("timeline_trials"):
+        timeline_report(Path(timeline), r["timeline_trials"])
+
+
+#: This script, run again to measure a floor in a process of its own.
+SELF = str(Path(__file__).resolve())
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer trials (~1 min)")
+    ap.add_argument(
+        "--timeline", metavar="FILE", help="write agentd's timeline to FILE and print (a)'s stages"
+    )
+    ap.add_argument(
+        "--skip",
+        default="",
+        metavar="PARTS",
+        help="comma-separated parts not to run: once, naive (diagnosis; the reactive run and floors always run)",
+    )
+    ap.add_argument("--floor", type=int, metavar="K", help=argparse.SUPPRESS)
+    ap.add_argument("-n", type=int, default=10, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.floor:
+        print(json.dumps(trio.run(tree_fanout, args.floor, args.n)))
+    else:
+        trio.run(main, args.quick, args.timeline, frozenset(filter(None, args.skip.split(","))))
