@@ -330,7 +330,9 @@ async def reactive(tmp: Path, plan: list[tuple[str, int]], timeline: Path | None
             from _providers import TIMELINE_ENV
 
             await trio.Path(timeline).unlink(missing_ok=True)
-            env = {**env, TIMELINE_ENV: str(timeline)}
+            # A zygote forked from the supervisor (rfcs/0365) closes every inherited descriptor,
+            # the timeline's too, so its marks and its children's would be lost: a fresh one here.
+            env = {**env, TIMELINE_ENV: str(timeline), "AGENTD_ZYGOTE_PREFORK": "0"}
         args = ["--config", str(cfg), "--mcp-http", f"memo={url}", "--log-format", "json"]
         async with run_agentd(args, env=env) as a, Client(url) as trigger:
             await a.wait_for("reactor.start")
@@ -340,9 +342,16 @@ async def reactive(tmp: Path, plan: list[tuple[str, int]], timeline: Path | None
                 trial = fake.begin(Trial(i, kind, k))
                 mark = len(a.lines)
                 await trigger.call_tool("memo_set", {"key": "trial", "value": i})
-                with trio.fail_after(STEP_TIMEOUT):
-                    await trial.done.wait()
-                await settled(a, mark, 1 + (k if kind == "fan" else 0))
+                try:
+                    with trio.fail_after(STEP_TIMEOUT):
+                        await trial.done.wait()
+                    await settled(a, mark, 1 + (k if kind == "fan" else 0))
+                except trio.TooSlowError:
+                    seen_lines = "\n".join(json.dumps(ln.ev) for ln in a.lines[mark:])
+                    raise RuntimeError(
+                        f"trial {i} ({kind} {k}) did not end in {STEP_TIMEOUT:g} s; the fake saw {trial}; "
+                        f"agentd said:\n{seen_lines}\n" + "\n".join(a.raw[-20:])
+                    ) from None
                 if fake.unexpected:
                     raise RuntimeError(f"unexpected requests at the fake: {fake.unexpected[:3]}")
                 name = f"{kind}{k}" if kind == "fan" else kind
@@ -359,9 +368,9 @@ async def reactive(tmp: Path, plan: list[tuple[str, int]], timeline: Path | None
                             results["spawn_to_request"].append(
                                 (k, (trial.child_wall[kk] - _wall(spawn[0])) * 1000)
                             )
-                    if timeline is not None and k == 1:
+                    if timeline is not None:
                         results.setdefault("timeline_trials", []).append(
-                            (trial.reply_at, trial.child_at[0], _root_pid(a, mark))
+                            (k, trial.reply_at, max(trial.child_at.values()), _root_pid(a, mark))
                         )
             results["zygote_fallbacks"] = a.count("subagent.spawn_fallback")
             await a.stop_and_wait()
@@ -376,34 +385,68 @@ def _root_pid(a: Agentd, mark: int) -> int | None:
     return None
 
 
-def timeline_report(path: Path, samples: list[tuple[float, float, int | None]]) -> None:
-    """The (a) trials' stages from the timeline: each mark's first time after the origin, the root's pid left out."""
-    import statistics
-
-    lines = []
+def _timeline_lines(path: Path) -> list[tuple[float, float, str, str]]:
+    """The timeline's lines: (monotonic s, process CPU s, pid, mark name)."""
+    out = []
     for raw in path.read_text().splitlines():
         parts = raw.split(" ", 4)
         if len(parts) >= 4:
-            lines.append((float(parts[0]), parts[2], parts[3]))
-    times: dict[str, list[float]] = {}
-    for t0, t1, root in samples:
-        first: dict[str, float] = {}
-        for t, pid, name in lines:
-            if t0 <= t <= t1 + 0.0005 and pid != str(root) and name not in first:
-                first[name] = (t - t0) * 1000
-        first["provider: the child's request"] = (t1 - t0) * 1000
-        for name, ms in first.items():
-            times.setdefault(name, []).append(ms)
-    rows = []
-    prev = 0.0
-    for name in sorted(times, key=lambda n: statistics.median(times[n])):
-        med = statistics.median(times[name])
-        rows.append([name, len(times[name]), fmt(med), fmt(med - prev)])
-        prev = med
+            out.append((float(parts[0]), float(parts[1]), parts[2], parts[3]))
+    return out
+
+
+def timeline_report(path: Path, samples: list[tuple[int, float, float, int | None]]) -> None:
+    """Stages of the (a) trials, and the CPU each process spent in the (b) trials, from the timeline.
+
+    ``samples``: (K, origin, last child's request, the root's pid), perf_counter
+    (the timeline's clock). The root's own marks (its next model call) are left
+    out of (a)'s stages, so they do not stand for the child's.
+    """
+    from _timeline import report
+
+    lines = _timeline_lines(path)
+    one = path.with_name(path.name + ".a")
+    with one.open("w") as f:
+        for k, t0, t1, root in samples:
+            if k != 1:
+                continue
+            f.write(f"{t0:.6f} 0 bench bench.t0\n")
+            for t, cpu, pid, name in lines:
+                if t0 <= t <= t1 and pid != str(root):
+                    f.write(f"{t:.6f} {cpu:.6f} {pid} {name}\n")
+            f.write(f"{t1:.6f} 0 bench provider.received\n")
+    report(one, "(a) timeline, ms after the parent's agent_start reply (the root's process left out)")
+    # (b): CPU per process from its first to its last mark inside the trial's window.
+    per_kind: dict[str, list[float]] = {}
+    for k, t0, t1, root in samples:
+        if k == 1:
+            continue
+        spans: dict[str, list[float]] = {}
+        names: dict[str, set[str]] = {}
+        for t, cpu, pid, name in lines:
+            if t0 <= t <= t1:
+                spans.setdefault(pid, []).append(cpu)
+                names.setdefault(pid, set()).add(name)
+        children = [p for p, n in names.items() if n & {"child.forked", "child.assigned"}]
+        for pid, cpus in spans.items():
+            kind = (
+                "root (its next model call)"
+                if pid == str(root)
+                else "children, all"
+                if pid in children
+                else "zygote"
+                if "zygote.request" in names[pid]
+                else "supervisor"
+            )
+            per_kind.setdefault(f"{kind}|{t0}", []).append((max(cpus) - min(cpus)) * 1000)
+    summed: dict[str, list[float]] = {}
+    for key, ms in per_kind.items():
+        summed.setdefault(key.split("|")[0], []).append(sum(ms))
     table(
-        f"(a) timeline: ms after the root's agent_start reply left the fake (n={len(samples)}; root's process left out)",
-        ["stage", "n", "p50", "step"],
-        rows,
+        f"(b) CPU ms per trial between each process's first and last mark before the {FAN}th request "
+        "(timeline; a lower bound: the fork itself and work before a process's first mark are not seen)",
+        ["process", "trials", "p50 CPU ms"],
+        [[kind, len(ms), fmt(p50(ms))] for kind, ms in sorted(summed.items())],
     )
 
 

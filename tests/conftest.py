@@ -106,6 +106,22 @@ def _private_state_home(tmp_path_factory: pytest.TempPathFactory):
         os.environ["XDG_STATE_HOME"] = before
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _no_claude_agents():
+    """No agentd the tests start reads the developer's own ``~/.claude/agents`` (rfcs/0370).
+
+    Tests of those files give them in a home and a working directory of their own
+    and set the variable themselves.
+    """
+    before = os.environ.get("AGENTD_CLAUDE_AGENTS")
+    os.environ["AGENTD_CLAUDE_AGENTS"] = "false"
+    yield
+    if before is None:
+        os.environ.pop("AGENTD_CLAUDE_AGENTS", None)
+    else:
+        os.environ["AGENTD_CLAUDE_AGENTS"] = before
+
+
 FAST_ENV = "AGENTD_TEST_FAST"
 """Set by ``scripts/test --fast``: a process start fails the test (see :func:`_no_processes_in_the_fast_tier`)."""
 

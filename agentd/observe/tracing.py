@@ -257,6 +257,9 @@ class Tracing:
         self._turns: dict[str, Span] = {}
         """Each agent's current ``invoke_agent`` span."""
         self._spawns: dict[str, Span] = {}
+        self._starting: dict[str, list[Span]] = {}
+        """Each agent's ``agent_start`` tool spans in flight, oldest first: the agents they start
+        are their children in the trace (rfcs/0370)."""
 
     # -- the tap ----------------------------------------------------------------------
 
@@ -312,6 +315,10 @@ class Tracing:
             self._cause = span
         elif event == "subagent.spawn":
             agent = str(f.get("agent"))
+            starting = self._starting.get(str(f.get("parent"))) if f.get("parent") is not None else None
+            if starting:
+                # An agent another started: one trace per cause, under the parent's agent_start call.
+                self._cause = starting.pop(0)
             self._start_turn(
                 agent, route=f.get("route"), role=f.get("role"), session=f.get("session"), now=now
             )
@@ -435,7 +442,17 @@ class Tracing:
             attributes=attributes,
             record_exception=False,
         ) as span:
-            yield span
+            starting = self._starting.setdefault(agent, []) if name == "agent_start" else None
+            if starting is not None:
+                starting.append(span)
+            try:
+                yield span
+            finally:
+                if starting is not None:
+                    if span in starting:
+                        starting.remove(span)
+                    if not starting:
+                        self._starting.pop(agent, None)
 
     def tool_result(self, span: Span, *, is_error: bool, text: str) -> None:
         """Record a tool call's outcome on its span (its text only with content capture)."""

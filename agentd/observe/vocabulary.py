@@ -153,7 +153,7 @@ EVENTS: Mapping[str, EventSpec] = {
         _e("subagent.started", "info", "An agent's child process is running (forked from the zygote or a fresh interpreter).", "agent pid spawn_ms zygote"),
         _e("subagent.spawn_failed", "warning", "Starting an agent's child failed.", "agent reason"),
         _e("subagent.spawn_fallback", "warning", "The zygote could not fork an agent: a fresh interpreter starts it instead.", "agent reason"),
-        _e("subagent.exit", "info", "An agent's child exited: its terminal status and exit code.", "agent status returncode exit_code reason stopped final", level_by=("status", {"crashed": "warning", "stalled": "warning", "refused": "warning"})),
+        _e("subagent.exit", "info", "An agent's child exited: its terminal status (cancelled or lost for an agent another started that agentd ended) and exit code.", "agent status returncode exit_code reason stopped", level_by=("status", {"crashed": "warning", "stalled": "warning", "refused": "warning"})),
         _e("subagent.restart", "warning", "The root agent restarts after a crash.", "agent after_s"),
         _e("turn.end", "info", "An agent's turn ended with a terminal status.", "agent route status idle"),
         _e("reply.suppressed", "debug", "An idle reply (empty or NO_REPLY) was not published.", "agent route watch uri"),

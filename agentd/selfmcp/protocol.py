@@ -77,6 +77,9 @@ SELF_TOOL_NAMES: Final = (
     "agent_list",
 )
 
+#: The self-tools that start and follow agents (rfcs/0370): not offered at ``max_depth``.
+AGENT_TOOL_NAMES: Final = frozenset({"agent_start", "agent_wait", "agent_cancel", "agent_list"})
+
 #: Self-tools that may hold a turn while other agents run (rfcs/0370): a reply's calls of
 #: them run together, and the child bounds them by the supervisor's own wait, not its link's.
 WAITING_TOOLS: Final = frozenset({"agent_start", "agent_wait"})
@@ -394,6 +397,7 @@ def encode(frame: Frame) -> bytes:
 
 
 __all__ = [
+    "AGENT_TOOL_NAMES",
     "MAX_CHILD_FRAME_BYTES",
     "MAX_STEP_TEXT_CHARS",
     "MAX_SUPERVISOR_FRAME_BYTES",

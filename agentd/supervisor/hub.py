@@ -32,7 +32,7 @@ import mcp_types as types
 import orjson
 import trio
 
-from agentd.config._agents import AgentDefinition
+from agentd.config import AgentDefinition
 from agentd.core.errors import AgentdError, RouteError
 from agentd.core.jsonvalue import JSONObject, JSONValue, loads
 from agentd.events import (
@@ -58,7 +58,7 @@ from agentd.events import (
 from agentd.observe.counters import RunCounters
 from agentd.observe.telemetry import Telemetry
 from agentd.observe.tracing import active as active_tracing
-from agentd.selfmcp.protocol import unknown_tool_text
+from agentd.selfmcp.protocol import AGENT_TOOL_NAMES, unknown_tool_text
 from agentd.selfmcp.server import text_result
 from agentd.supervisor.loop.subagents import AGENT_SCHEME, agent_id_of, valid_number
 from agentd.supervisor.toolpolicy import ToolPolicy
@@ -164,7 +164,7 @@ SELF_TOOLS: list[types.Tool] = [
 WATCH_TOOLS = frozenset({"watch_start", "watch_stop", "watch_list"})
 
 #: The self-tools that start and follow agents (rfcs/0370); not offered at ``max_depth``.
-AGENT_TOOLS = frozenset({"agent_start", "agent_wait", "agent_cancel", "agent_list"})
+AGENT_TOOLS = AGENT_TOOL_NAMES
 
 #: Every self-tool's name (answered by agentd itself, not an upstream server).
 _SELF_TOOL_NAMES = frozenset(

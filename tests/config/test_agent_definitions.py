@@ -32,8 +32,9 @@ from tests.support.settings import load
 
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """``HOME`` is ``tmp_path/home``, the working directory ``tmp_path/project``."""
+    """``HOME`` is ``tmp_path/home``, the working directory ``tmp_path/project``; the files are read."""
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("AGENTD_CLAUDE_AGENTS", raising=False)  # the suite turns them off (conftest.py)
     (tmp_path / "home").mkdir()
     (tmp_path / "project").mkdir()
     monkeypatch.chdir(tmp_path / "project")

@@ -226,3 +226,35 @@ async def test_the_warm_up_rehearsals_leave_no_span_and_no_count(tmp_path: Path)
         line for line in metrics.splitlines() if line.startswith("agentd_model_call_duration_seconds_count")
     ]
     assert [line.rsplit(" ", 1)[1] for line in calls] == ["2.0"], calls
+
+
+async def test_an_agent_another_started_is_in_its_parents_trace_under_its_agent_start_call(
+    tmp_path: Path,
+) -> None:
+    child = script(tmp_path, [{"text": "the part is done"}], name="child.json")
+    root = script(
+        tmp_path,
+        [
+            {"tool_calls": [{"name": "agent_start", "arguments": {"instruction": "do a part", "wait": True,
+                                                                   "model": child}}]},
+            {"text": "merged: {last_tool_result}"},
+        ],
+        name="root.json",
+    )  # fmt: skip
+    config = tmp_path / "agentd.toml"
+    config.write_text(
+        f'model = {json.dumps(root)}\n[agents.helper]\ndescription = "helps"\nmodel = {json.dumps(child)}\n'
+    )
+    async with otlp_receiver() as rx:
+        env = {"OTEL_EXPORTER_OTLP_ENDPOINT": rx.endpoint, "OTEL_SERVICE_NAME": "agentd-test"}
+        async with run_agentd(["--config", str(config), "split the task"], env=env) as a:
+            assert await a.wait_exit() == 0, a.tail()
+        start = await rx.wait_for(lambda s: s.name == "execute_tool agent_start", timeout=5)
+        kid = await rx.wait_for(
+            lambda s: s.name.startswith("invoke_agent") and s.attributes.get("gen_ai.agent.id") == "a2",
+            timeout=5,
+        )
+    # One trace per cause: the child's turn sits under the parent's agent_start call.
+    assert kid.trace_id == start.trace_id
+    assert kid.parent_id == start.span_id
+    assert rx.ancestors(kid)[0].name == "execute_tool agent_start"

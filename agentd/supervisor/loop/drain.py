@@ -146,5 +146,8 @@ class Drain:
             status = "deadline" if code is ExitCode.DEADLINE else "crashed"
         else:
             status = agent.status or "completed"
-        self.spawner.exit_event(agent, status, ev.returncode, **({"stopped": True} if stopped else {}))
+        if stopped:
+            self.spawner.exit_event(agent, status, ev.returncode, stopped=True)
+        else:
+            self.spawner.exit_event(agent, status, ev.returncode)
         self.agents.forget(agent, trio.current_time())

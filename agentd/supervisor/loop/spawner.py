@@ -166,13 +166,23 @@ class Spawner:
         return agent
 
     def exit_event(
-        self, agent: Agent, status: TerminalStatus, returncode: int | None, **extra: object
+        self,
+        agent: Agent,
+        status: TerminalStatus,
+        returncode: int | None,
+        *,
+        shown: str | None = None,
+        **extra: object,
     ) -> None:
-        """``subagent.exit`` for ``agent`` (exactly one per ``subagent.spawn``)."""
+        """``subagent.exit`` for ``agent`` (exactly one per ``subagent.spawn``).
+
+        ``shown``: the status to write when the supervisor ended it (``cancelled``,
+        ``deadline``: rfcs/0370); the exit code is still ``status``'s.
+        """
         self.telemetry.emit(
             "subagent.exit",
             agent=agent.id,
-            status=status,
+            status=shown or status,
             returncode=returncode,
             exit_code=int(code_for_status(status, partial=bool(agent.text.strip()))),
             **extra,

@@ -36,6 +36,7 @@ from agentd.events import (
 )
 from agentd.observe.counters import RunCounters
 from agentd.observe.telemetry import Telemetry
+from agentd.selfmcp.protocol import AGENT_TOOL_NAMES
 from agentd.supervisor.loop.agents import Agent, AgentLimits, AgentPhase, AgentTable, ChildTraits
 from agentd.supervisor.loop.budget import Budget
 from agentd.supervisor.loop.runstatus import RunStatus
@@ -431,7 +432,8 @@ class SubagentDesk:
             depth=child.depth,
             type=spec.type,
             session=session if spec.notify else None,
-            tools=len(spec.scope),
+            # What it is offered: at the deepest level the agent tools are not among them.
+            tools=len(spec.scope - AGENT_TOOL_NAMES if child.depth >= self.caps.max_depth else spec.scope),
         )
         request.reply.answer(AgentRecords((record.as_json(now, child),), running=frozenset({child.id})))
 

@@ -194,9 +194,7 @@ class Turns:
         )
         status: TerminalStatus = "crashed" if crashed else (agent.status or "completed")
         final = self.subagents.final_status(agent, status)
-        self.spawner.exit_event(
-            agent, status, ev.returncode, reason=ev.reason, **({"final": final} if final != status else {})
-        )
+        self.spawner.exit_event(agent, status, ev.returncode, shown=final, reason=ev.reason)
         self.subagents.ended(agent, final, now)
         if crashed:
             agent.crashed()
