@@ -370,3 +370,18 @@ def test_records_keep_a_bounded_number_of_finished_children_per_parent() -> None
     assert [r.id for r in records.children(parent)] == ["a4", "a5", "a6"]
     assert records.take_changes() == [f"agent://{k.id}" for k in kids]
     assert records.finish(kids[-1], "crashed", 2.0) is None  # a completion happens once
+
+
+def test_the_records_of_a_gone_parents_children_go_as_they_end() -> None:
+    records = ChildRecords()
+    parent = Agent(id="a1", role="root", instruction="")
+    done = Agent(id="a2", role="child", instruction="", parent="a1", depth=1)
+    running = Agent(id="a3", role="child", instruction="", parent="a1", depth=1)
+    records.add(done, parent, 0.0)
+    records.add(running, parent, 0.0)
+    records.finish(done, "completed", 1.0)
+    records.parent_gone(parent)
+    assert (records.holds("a2"), records.holds("a3")) == (False, True)
+    records.finish(running, "cancelled", 2.0)
+    assert len(records) == 0
+    assert records.running_total == 0

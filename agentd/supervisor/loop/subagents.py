@@ -152,6 +152,8 @@ class ChildRecords:
         """Running agents that agents started."""
         self._changes: list[str] = []
         """URIs of completions the reactor has not routed yet."""
+        self._orphaned: set[str] = set()
+        """Parents gone while children of theirs still ran: those records go as they end."""
 
     def __len__(self) -> int:
         return len(self._records)
@@ -244,6 +246,14 @@ class ChildRecords:
         for wake in wakes:
             wake.set()
         self._changes.append(agent_uri(child.id))
+        if record.parent is not None and record.parent in self._orphaned:
+            # Nobody can read it any more (its parent's routes went with the parent).
+            children = self._by_parent.get(record.parent, {})
+            children.pop(record.id, None)
+            self._records.pop(record.id, None)
+            if not children:
+                self._by_parent.pop(record.parent, None)
+                self._orphaned.discard(record.parent)
         return record
 
     def requeue(self, record: ChildRecord) -> None:
@@ -278,27 +288,19 @@ class ChildRecords:
         return record.session is not None and record.session == parent.session
 
     def parent_gone(self, parent: Agent) -> None:
-        """``parent`` left the table: the records of its finished children go (running ones finish first)."""
-        for key in (parent.id,):
-            children = self._by_parent.get(key)
-            if children is None:
-                continue
-            for child_id in list(children):
-                record = self._records.get(child_id)
-                if record is None or record.final:
-                    children.pop(child_id, None)
-                    self._records.pop(child_id, None)
-            if not children:
-                del self._by_parent[key]
-
-    def forget_finished(self, agent_id: str) -> None:
-        """A finished record whose parent is gone: it goes too."""
-        record = self._records.get(agent_id)
-        if record is None or not record.final or record.parent is None:
-            return
-        children = self._by_parent.get(record.parent)
+        """``parent`` left the table: its children's records go (those still running when they end)."""
+        children = self._by_parent.get(parent.id)
         if children is None:
-            self._records.pop(agent_id, None)
+            return
+        for child_id in list(children):
+            record = self._records.get(child_id)
+            if record is None or record.final:
+                children.pop(child_id, None)
+                self._records.pop(child_id, None)
+        if children:
+            self._orphaned.add(parent.id)  # being cancelled: each record goes as its agent ends
+        else:
+            del self._by_parent[parent.id]
 
 
 @dataclass(frozen=True, slots=True)
