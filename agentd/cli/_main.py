@@ -324,10 +324,32 @@ def _check(settings: Settings, found: Found | None, *, show_secrets: bool) -> in
     if found is not None:
         _say(f"note: a run continues conversation {found.describe()}")
     shown = effective_config(settings, os.environ, show_secrets=show_secrets)
+    shown["routing"] = _routing(settings)
     # Which agentd validated it (not a setting: bug reports paste this output).
     shown["agentd_version"] = __version__
     print_line(json.dumps(shown, sort_keys=True, indent=2))
     return int(ExitCode.OK)
+
+
+def _routing(settings: Settings) -> list[dict[str, object]]:
+    """Which route takes each subscription's changes: declared ones (wholly or in part), or the one agentd adds."""
+    from agentd.supervisor.routing.routes import added_route_id, routes_declared
+    from agentd.supervisor.routing.unmatched import coverage
+
+    if not routes_declared(settings):
+        return [
+            {"subscription": cov.subscription, "route": added_route_id(sub.uri), "kind": "added"}
+            for sub, cov in zip(settings.subscriptions, coverage(settings), strict=True)
+        ]
+    return [
+        {
+            "subscription": cov.subscription,
+            "covered": cov.covered,
+            "routes": list(cov.whole),
+            "in_part": list(cov.part),
+        }
+        for cov in coverage(settings)
+    ]
 
 
 def _check_connect(settings: Settings) -> int:

@@ -61,12 +61,14 @@ Overflow = Literal["coalesce", "drop_oldest", "drop_newest", "block"]
 
 OVERFLOWS: Final[tuple[Overflow, ...]] = get_args(Overflow)
 
-RouteKind = Literal["declared", "self", "watch", "stage"]
+RouteKind = Literal["declared", "added", "self", "watch", "stage"]
 """Who made a route, and so what a delivery on it becomes: a declared route (the
-timer route too) spawns or continues a session; a ``self`` route (a session's
-``subscribe``) wakes that session; a ``watch`` route and a ``stage`` route (a
-declared route with a watch stage) hand their changes to the watch manager,
-whose notices come back to the reactor."""
+timer route too) spawns or continues a session, and so does an ``added`` one
+(the route agentd adds for a subscription when the configuration declares no
+route: ARCHITECTURE decision 22); a ``self`` route (a session's ``subscribe``)
+wakes that session; a ``watch`` route and a ``stage`` route (a declared route
+with a watch stage) hand their changes to the watch manager, whose notices
+come back to the reactor."""
 
 Mode = Literal["once", "loop", "reactive", "schedule"]
 """The four execution modes (rfcs/0032)."""
@@ -433,7 +435,7 @@ def metric_route(route_id: str, kind: RouteKind) -> str:
     stays the number of configured routes (plus two), however many sessions
     a long-running daemon sees.
     """
-    return route_id if kind in ("declared", "stage") else kind
+    return route_id if kind in ("declared", "added", "stage") else kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -916,5 +918,5 @@ def default_route_for(uri: str, mode: Mode, session: str | None = None) -> Route
         ``Continue(session)`` for a warm loop, else a default :class:`Spawn`.
     """
     if mode == "loop" and session is not None:
-        return RouteSpec(match=uri, disposition=Continue(session), exact=True)
-    return RouteSpec(match=uri, disposition=Spawn(), exact=True)
+        return RouteSpec(match=uri, disposition=Continue(session), exact=True, kind="added")
+    return RouteSpec(match=uri, disposition=Spawn(), exact=True, kind="added")

@@ -156,7 +156,7 @@ class Delivery:
                 self.router.on_session_idle(d.session)
                 if self.watches is not None:
                     self.watches.on_route_changed(d.route_id, [(e.uri, e.server) for e in d.events])
-            case "declared" | "self":
+            case "declared" | "added" | "self":
                 oldest = min(e.first_seen for e in d.events) if d.events else now
                 self.telemetry.observe("event_to_agent", now - oldest, route=metric_route(d.route_id, d.kind))
                 desk = self.subagents

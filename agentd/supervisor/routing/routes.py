@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from agentd.config import RouteConfig, Settings, route_model_settings
 from agentd.core.errors import ConfigError
@@ -173,8 +173,24 @@ def route_specs(settings: Settings) -> list[RouteSpec]:
     return specs
 
 
+def added_route_id(uri: str) -> str:
+    """The id of the route agentd adds for subscription ``uri`` (when no route is declared)."""
+    return f"added:{uri}"
+
+
+def routes_declared(settings: Settings) -> bool:
+    """Whether the configuration declares a route for resource changes (the timer route is not one)."""
+    return any(not r.timer for r in settings.routes)
+
+
 def build_router(settings: Settings, *, on_drop: Callable[[DropReason, int], None] | None = None) -> Router:
-    """The router with declared routes plus default routes for unrouted subscriptions.
+    """The router with the declared routes; with none declared, a route agentd adds per subscription.
+
+    The user's routes are the routes (ARCHITECTURE decision 22): where the
+    configuration declares one, agentd adds none, and a change no declared
+    route matches is unrouted (counted, logged, dropped; ``agentd check`` and
+    the start-up findings say which subscriptions no route covers). A route
+    agentd adds has kind ``added`` and id ``added:<uri>``.
 
     Args:
         settings: the validated settings.
@@ -183,30 +199,34 @@ def build_router(settings: Settings, *, on_drop: Callable[[DropReason, int], Non
     router = Router(on_drop=on_drop)
     for spec in route_specs(settings):
         router.add_route(spec)
+    if routes_declared(settings):
+        return router
     warm_loop = settings.mode == "loop" and settings.session == "warm"
     for sub in settings.subscriptions:
         uri = sub.uri
         glob = compile_glob(uri)
         if not glob.exact:
-            covered = any(r.match == uri for r in settings.routes)
-            if not covered:
+            if router.get(added_route_id(uri)) is None:
                 disposition: Spawn | Continue = (
                     Continue(ROOT_SESSION)
                     if warm_loop
                     else Spawn(template=spawn_template(None, settings.instruction))
                 )
-                router.add_route(RouteSpec(match=uri, disposition=disposition))
+                router.add_route(
+                    RouteSpec(match=uri, disposition=disposition, route_id=added_route_id(uri), kind="added")
+                )
             continue
         uri = (
             glob.literal
         )  # a literal '?' may be escaped (rfcs/0010); the default route is for the URI itself
         if router.first_match(uri) is not None:
             continue
-        spec = default_route_for(uri, settings.mode, ROOT_SESSION if warm_loop else None)
+        spec = replace(
+            default_route_for(uri, settings.mode, ROOT_SESSION if warm_loop else None),
+            route_id=added_route_id(uri),
+        )
         if isinstance(spec.disposition, Spawn):
-            spec = RouteSpec(
-                match=uri, disposition=Spawn(template=spawn_template(None, settings.instruction)), exact=True
-            )
+            spec = replace(spec, disposition=Spawn(template=spawn_template(None, settings.instruction)))
         router.add_route(spec)
     return router
 

@@ -331,7 +331,8 @@ class Subscriptions:
             reasons.add("declared")
         for route in self.router.routes():
             if route.glob.exact and route.glob.literal == uri:
-                reasons.add("route" if route.kind == "declared" else route.kind)
+                kind = route.kind
+                reasons.add("route" if kind == "declared" or kind == "added" else kind)
         if (server, uri) in self._watches.values():
             reasons.add("watched")
         return frozenset(reasons)

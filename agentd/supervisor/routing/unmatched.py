@@ -48,6 +48,8 @@ __all__ = [
     "against_offers",
     "at_start",
     "before_start",
+    "coverage",
+    "covers",
     "offers_of",
     "overlaps",
     "subscription_fix",
@@ -271,6 +273,7 @@ def before_start(settings: SettingsLike, *, restored: bool | None = None) -> lis
                 "--mode once",
             )
         )
+    findings += _uncovered(settings)
     subscribed = [compile_glob(s.uri) for s in settings.subscriptions]
     for i, route in enumerate(settings.routes):
         if route.timer or route.match is None:
@@ -290,6 +293,119 @@ def before_start(settings: SettingsLike, *, restored: bool | None = None) -> lis
             )
         )
     return findings
+
+
+# --------------------------------------------------------------------------- which route covers which
+
+
+@dataclass(frozen=True, slots=True)
+class Coverage:
+    """Which declared routes take a subscription's changes (ARCHITECTURE decision 22).
+
+    Attributes:
+        subscription: the subscription as written (``[server:]uri``).
+        whole: routes every URI of the subscription matches (the first of them owns it,
+            unless a route listed in ``part`` comes first for some URIs).
+        part: routes only some of its URIs match.
+    """
+
+    subscription: str
+    whole: tuple[str, ...]
+    part: tuple[str, ...]
+
+    @property
+    def covered(self) -> Literal["whole", "part", "none"]:
+        return "whole" if self.whole else "part" if self.part else "none"
+
+
+def coverage(settings: SettingsLike) -> list[Coverage]:
+    """For each declared subscription, the declared routes that cover it wholly or in part."""
+    routes = [
+        (route.name or f"r{i}", compile_glob(route.match))
+        for i, route in enumerate(settings.routes)
+        if not route.timer and route.match is not None
+    ]
+    out: list[Coverage] = []
+    for sub in settings.subscriptions:
+        glob = compile_glob(sub.uri)
+        whole = tuple(name for name, r in routes if covers(r, glob))
+        part = tuple(name for name, r in routes if name not in whole and overlaps(r, glob))
+        out.append(Coverage(pattern_label(sub), whole, part))
+    return out
+
+
+def _uncovered(settings: SettingsLike) -> list[Finding]:
+    """Where routes are declared, the subscriptions no route covers (wholly or in part): agentd adds none."""
+    if not any(not r.timer for r in settings.routes):
+        return []
+    findings: list[Finding] = []
+    for i, cov in enumerate(coverage(settings)):
+        if cov.covered == "whole":
+            continue
+        setting = f"--subscribe (subscribe[{i}])"
+        if cov.covered == "none":
+            problem = (
+                "no declared route matches it: its changes are unrouted (counted and dropped), since "
+                "agentd adds no route of its own where routes are declared"
+            )
+        else:
+            problem = (
+                f"the declared routes cover only part of it ({', '.join(map(repr, cov.part))}): changes of "
+                "its other URIs are unrouted (counted and dropped)"
+            )
+        findings.append(
+            Finding(
+                "subscription",
+                setting,
+                cov.subscription,
+                problem,
+                "add a route whose match covers it (--route or [[routes]]), or drop the subscription",
+            )
+        )
+    return findings
+
+
+def covers(outer: Glob, inner: Glob) -> bool:
+    """Whether every URI ``inner`` matches, ``outer`` matches too (``outer`` covers ``inner`` wholly).
+
+    Exact, by a product of ``inner``'s automaton with the subsets of
+    ``outer``'s states over a finite alphabet: every character either
+    pattern names, ``/``, and one character neither names.
+    """
+    left = _automaton(_glob_atoms(inner))
+    right = _automaton(_glob_atoms(outer))
+    named = {cls for a in (left, right) for edges in a.edges.values() for cls, _ in edges}
+    other = next(c for c in (chr(0xE000 + k) for k in range(len(named) + 1)) if c not in named)
+    alphabet = sorted({c for c in named if c not in (_SEG, _ANY)} | {"/", other})
+
+    def closure(automaton: _Automaton, states: Iterable[int]) -> frozenset[int]:
+        found = set(states)
+        todo = list(found)
+        while todo:
+            for nxt in automaton.eps.get(todo.pop(), ()):
+                if nxt not in found:
+                    found.add(nxt)
+                    todo.append(nxt)
+        return frozenset(found)
+
+    def step(automaton: _Automaton, states: frozenset[int], char: str) -> frozenset[int]:
+        return closure(
+            automaton, (n for s in states for cls, n in automaton.edges.get(s, ()) if _meet(cls, char))
+        )
+
+    start = (closure(left, (0,)), closure(right, (0,)))
+    seen = {start}
+    todo = [start]
+    while todo:
+        mine, theirs = todo.pop()
+        if left.accept in mine and right.accept not in theirs:
+            return False
+        for char in alphabet:
+            nxt = (step(left, mine, char), step(right, theirs, char))
+            if nxt[0] and nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return True
 
 
 # --------------------------------------------------------------------------- against what servers offer
