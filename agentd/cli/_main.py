@@ -33,6 +33,7 @@ from agentd.config import (
 )
 from agentd.core.errors import ConfigError
 from agentd.core.exitcodes import ExitCode
+from agentd.core.jsonvalue import JSONValue
 from agentd.core.redact import register_secrets, secret_values
 from agentd.core.safetext import escape_controls
 from agentd.observe.errorline import config_error_lines, error_line
@@ -331,7 +332,7 @@ def _check(settings: Settings, found: Found | None, *, show_secrets: bool) -> in
     return int(ExitCode.OK)
 
 
-def _routing(settings: Settings) -> list[dict[str, object]]:
+def _routing(settings: Settings) -> list[JSONValue]:
     """Which route takes each subscription's changes: declared ones (wholly or in part), or the one agentd adds."""
     from agentd.supervisor.routing.routes import added_route_id, routes_declared
     from agentd.supervisor.routing.unmatched import coverage
