@@ -42,13 +42,21 @@ def test_a_glob_matching_nothing_says_what_the_server_offers() -> None:
     assert r.pairs == ()
     why = r.unresolved["notes:file:///*"]
     assert why.startswith(
-        "no concrete resource matches the glob 'file:///*' (resource templates are not subscribable)"
+        "no concrete resource matches the glob 'file:///*', and no resource template of the servers could "
+        "produce one (resource templates are not subscribable)"
     )
     assert (
         "server 'notes' offers resources config://server, note://alpha, note://beta and templates note://{name}"
         in why
     )
     assert r.required == {"notes:file:///*"}
+
+
+def test_a_glob_over_a_listing_that_is_empty_now_is_resolved_to_nothing() -> None:
+    # note://{name} could produce a URI the glob matches: none is listed now, which is no error
+    # (an event-style listing, such as a webhook's pending deliveries, is often empty).
+    r = resolve([Sub("note://gam*", "notes")], {"notes": NOTES}, frozenset({"notes"}))
+    assert (r.pairs, dict(r.unresolved), r.required) == ((), {}, frozenset())
 
 
 def test_an_exact_uri_resolves_by_prefix_listing_template_or_the_only_server() -> None:

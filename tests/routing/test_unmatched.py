@@ -19,7 +19,7 @@ from agentd.supervisor.routing.unmatched import (
     overlaps,
     unavailable,
 )
-from agentd.supervisor.routing.unmatched import _template_atoms as template_atoms
+from agentd.triggers.patterns import template_atoms
 from agentd.triggers.glob import compile_glob
 from agentd.upstream.resolve import Catalog
 from tests.support.settings import load

@@ -63,6 +63,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from agentd.triggers.glob import compile_glob
+from agentd.triggers.patterns import overlaps, template_atoms
 from agentd.triggers.router import Router
 
 __all__ = [
@@ -172,12 +173,21 @@ def resolve(
         glob = compile_glob(sub.uri)
         found: list[Pair] = []
         if not glob.exact:
+            could: list[str] = []
             for name in candidates:
                 catalog = catalogs.get(name)
                 if catalog is not None:
                     found += [(name, uri) for uri in sorted(catalog.uris) if glob.match(uri)]
+                    if any(overlaps(glob, template_atoms(t)) for t in catalog.templates):
+                        could.append(name)
+            if not found and could:
+                # Resolved, to nothing for now: the server lists resources of this shape as
+                # they come (a webhook's pending deliveries); each is subscribed and routed when
+                # it appears (rfcs/0350), and an empty listing is no error (readiness holds).
+                continue
             why = (
-                f"no concrete resource matches the glob {sub.uri!r} (resource templates are not subscribable)"
+                f"no concrete resource matches the glob {sub.uri!r}, and no resource template of the "
+                "servers could produce one (resource templates are not subscribable)"
             )
         else:
             # An exact pattern may escape a literal '?' (a query string, rfcs/0010):
