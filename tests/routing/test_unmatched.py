@@ -19,8 +19,8 @@ from agentd.supervisor.routing.unmatched import (
     overlaps,
     unavailable,
 )
-from agentd.triggers.patterns import template_atoms
 from agentd.triggers.glob import compile_glob
+from agentd.triggers.patterns import template_atoms
 from agentd.upstream.resolve import Catalog
 from tests.support.settings import load
 
