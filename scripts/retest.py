@@ -62,6 +62,7 @@ SUBJECTS: tuple[str, ...] = (
     "watches",
     "upstream",
     "supervisor",
+    "subagents",
     "servers",
     "packaging",
     "docs",
