@@ -138,6 +138,7 @@ EVENTS: Mapping[str, EventSpec] = {
         _e("route.coalesced", "debug", "An update merged into one already queued for its URI.", "route uri"),
         _e("route.dropped", "warning", "A route's overflow policy (or a budget) dropped an update.", "route uri reason incoming"),
         _e("route.blocked", "warning", "A blocking route is full: its server's updates pause.", "route uri"),
+        _e("route.deferred", "debug", "A route's queue was full: the change waits aside and is queued as deliveries make room (rfcs/0372).", "route uri"),
         _e("route.deliver", "info", "A route delivers its debounced updates to an agent.", "route uris notices"),
         _e("route.requeued", "info", "A delivery was put back on its route (its session was busy or gone).", "agent route session uri watch"),
         _e("session.deliver", "info", "A delivery goes into a warm session's next turn.", "session route agent watch started"),

@@ -23,7 +23,11 @@ The flow for one change (rfcs/0010 and rfcs/0011):
 Overflow policies (``RouteSpec.overflow``) apply when a *new* URI arrives at a
 full queue (a URI already queued always coalesces in place):
 
-* ``coalesce`` (default): the new URI is dropped and counted with reason
+* ``coalesce`` (default): the new URI is *deferred*: kept aside, by URI and
+  newest wins, and moved into the queue as deliveries make room, oldest
+  first (rfcs/0372: a change that will never come again, such as one webhook
+  delivery, must not be stranded by a burst). Only past
+  :data:`MAX_DEFERRED` URIs aside is a new one dropped, with reason
   ``coalesce_cap`` (RFC 0011 explains why not evict the oldest);
 * ``drop_oldest``: the oldest queued URI is dropped, the new one is queued;
 * ``drop_newest``: the new URI is dropped;
@@ -75,6 +79,11 @@ Mode = Literal["once", "loop", "reactive", "schedule"]
 
 DropReason = Literal["coalesce_cap", "drop_oldest", "drop_newest", "route_removed"]
 """Why an event was dropped; each reason has its own counter."""
+
+MAX_DEFERRED: Final = 65_536
+"""URIs a ``coalesce`` route keeps aside while its queue is full (rfcs/0372): room for a
+burst of tens of thousands of distinct changes (a few hundred bytes each), a bound on what
+a runaway server can make the supervisor hold."""
 
 DEFAULT_DEBOUNCE: Final = 0.25
 """Seconds of quiet before a route delivers: long enough to fold an editor's
@@ -236,6 +245,8 @@ class PushOutcome(enum.Enum):
     """Queue full (drop_newest, or coalesce at cap): this event was dropped."""
     BLOCKED = "blocked"
     """Queue full (block): not queued; the caller holds it and pauses the source."""
+    DEFERRED = "deferred"
+    """Queue full (coalesce): kept aside by the router, queued as deliveries make room (rfcs/0372)."""
 
 
 # --------------------------------------------------------------------------- queue
@@ -380,6 +391,8 @@ class Route:
             (a free inflight slot or an idle session); no new debounce needed.
         inflight: spawn routes: roots started and not yet done.
         held: ``block`` overflow: events refused by a full queue, by URI.
+        deferred: ``coalesce`` overflow: events a full queue could not take yet, by URI
+            (arrival number, event), queued as room frees (rfcs/0372).
     """
 
     id: str
@@ -393,6 +406,7 @@ class Route:
     ready: bool = False
     inflight: int = 0
     held: dict[str, tuple[int, QueuedEvent]] = field(default_factory=dict)
+    deferred: dict[str, tuple[int, QueuedEvent]] = field(default_factory=dict)
 
     @property
     def disposition(self) -> Disposition:
@@ -536,6 +550,7 @@ class Router:
         self._counters: dict[str, int] = {
             "unrouted": 0,
             "coalesced": 0,
+            "deferred": 0,
             "dropped_events": 0,
             "blocked": 0,
             **{f"dropped_events.{r}": 0 for r in get_args(DropReason)},
@@ -629,11 +644,12 @@ class Router:
                 del self._exact[route.glob.literal]
         else:
             self._globs.remove(route)
-        lost = len(route.queue) + len(route.held)
+        lost = len(route.queue) + len(route.held) + len(route.deferred)
         if lost and not withdrawn:
             self._drop("route_removed", lost)
         route.queue.drain()
         route.held.clear()
+        route.deferred.clear()
         self._blocked.discard(route_id)
         route.deadline = route.first_armed = None
         route.ready = False
@@ -727,6 +743,11 @@ class Router:
         reason: DropReason | None = None
         if route.held and ev.uri not in q:
             outcome = PushOutcome.BLOCKED  # already blocked: queue behind what is held
+        elif overflow == "coalesce" and ev.uri not in q and (route.deferred or len(q) >= q.cap):
+            # A full queue, or changes already waiting aside: this one waits behind them.
+            outcome = self._defer(route, ev, seq)
+            if outcome is PushOutcome.DROPPED_NEWEST:
+                reason, dropped_uri = "coalesce_cap", ev.uri
         else:
             if overflow == "drop_oldest" and len(q) >= q.cap and ev.uri not in q:
                 oldest = q.oldest()
@@ -736,6 +757,10 @@ class Router:
             self._counters["coalesced"] += 1
         elif outcome is PushOutcome.ENQUEUED:
             pass
+        elif outcome is PushOutcome.DEFERRED:
+            self._counters["deferred"] += 1
+        elif reason is not None:
+            pass  # coalesce past MAX_DEFERRED: dropped above
         elif outcome is PushOutcome.DROPPED_OLDEST:
             reason = "drop_oldest"
         elif outcome is PushOutcome.DROPPED_NEWEST:
@@ -762,6 +787,20 @@ class Router:
                 deadline = route.first_armed + max_wait
             route.deadline = deadline
         return IngestResult(route.id, outcome, dropped_uri, reason, route.kind)
+
+    def _defer(self, route: Route, ev: QueuedEvent, seq: int) -> PushOutcome:
+        """Keep ``ev`` aside until its route's queue has room (newest wins, by URI); DROPPED_NEWEST past the bound."""
+        old = route.deferred.get(ev.uri)
+        if old is not None:
+            route.deferred[ev.uri] = (
+                old[0],
+                QueuedEvent(ev.uri, ev.server, ev.etag, ev.kind, old[1].first_seen),
+            )
+            return PushOutcome.COALESCED
+        if len(route.deferred) >= MAX_DEFERRED:
+            return PushOutcome.DROPPED_NEWEST
+        route.deferred[ev.uri] = (seq, ev)
+        return PushOutcome.DEFERRED
 
     def _drop(self, reason: DropReason, n: int) -> None:
         self._counters["dropped_events"] += n
@@ -827,7 +866,7 @@ class Router:
                 items = per_session.setdefault(s, [])
                 items.extend((seq, route.id, ev) for seq, ev in route.queue.drain_with_order())
                 self._refill(route)
-            if not len(route.queue) and not route.held:
+            if not len(route.queue) and not route.held and not route.deferred:
                 route.ready = False
         for session, items in per_session.items():
             if not items:
@@ -852,7 +891,16 @@ class Router:
         return DEFAULT_TIMER_TEMPLATE if route.spec.timer else DEFAULT_TEMPLATE
 
     def _refill(self, route: Route) -> None:
-        """Move held (``block``) events into freed queue space, oldest first."""
+        """Move held (``block``) and deferred (``coalesce``) events into freed queue space, oldest first."""
+        if route.deferred:
+            q = route.queue
+            deferred = route.deferred
+            # Insertion order is arrival order (a coalesced URI keeps its place).
+            for uri in list(deferred):
+                if len(q) >= q.cap and uri not in q:
+                    break
+                seq, ev = deferred.pop(uri)
+                q.push(ev, "coalesce", seq)
         if not route.held:
             return
         q = route.queue

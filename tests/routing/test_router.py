@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agentd.core.errors import RouteError
+from agentd.triggers import router as router_module
 from agentd.triggers.router import (
     DEFAULT_TEMPLATE,
     TIMER_URI,
@@ -329,19 +330,56 @@ def test_overflow_counters_and_reasons() -> None:
     r.add_route(RouteSpec("o://*", queue_cap=1, overflow="drop_oldest"))
     for p in "cno":
         r.ingest(ev(f"{p}://1"), 0.0)
-    res = r.ingest(ev("c://2"), 0.0)
-    assert (res.outcome, res.dropped_uri, res.reason) == (PushOutcome.DROPPED_NEWEST, "c://2", "coalesce_cap")
+    res = r.ingest(ev("c://2"), 0.0)  # coalesce keeps it aside (rfcs/0372): no drop
+    assert (res.outcome, res.dropped_uri, res.reason) == (PushOutcome.DEFERRED, None, None)
     res = r.ingest(ev("n://2"), 0.0)
     assert (res.outcome, res.dropped_uri, res.reason) == (PushOutcome.DROPPED_NEWEST, "n://2", "drop_newest")
     res = r.ingest(ev("o://2"), 0.0)
     assert (res.outcome, res.dropped_uri, res.reason) == (PushOutcome.DROPPED_OLDEST, "o://1", "drop_oldest")
     c = r.counters()
-    assert c["dropped_events"] == 3
+    assert (c["dropped_events"], c["deferred"]) == (2, 1)
     assert (
         c["dropped_events.coalesce_cap"],
         c["dropped_events.drop_newest"],
         c["dropped_events.drop_oldest"],
-    ) == (1, 1, 1)
+    ) == (0, 1, 1)
+
+
+def test_a_burst_past_a_coalesce_queue_is_deferred_and_every_uri_delivered_once() -> None:
+    # rfcs/0372: a change that will never come again (one webhook delivery) is not stranded.
+    r = Router()
+    route = r.add_route(RouteSpec("d://*", Spawn(max_inflight=2), queue_cap=3, debounce=0))
+    outcomes = [r.ingest(ev(f"d://{n}"), 0.0).outcome for n in range(50)]
+    assert outcomes.count(PushOutcome.ENQUEUED) == 3
+    assert outcomes.count(PushOutcome.DEFERRED) == 47
+    assert r.ingest(ev("d://40", etag="newer"), 0.0).outcome is PushOutcome.COALESCED  # newest wins aside
+    delivered: list[tuple[str, str | None]] = []
+    while True:
+        out = take(r, 0.0)
+        if not out:
+            break
+        for d in out:
+            assert isinstance(d, SpawnDelivery)
+            delivered.append((d.event.uri, d.event.etag))
+            r.on_spawn_done(route.id)
+    assert [u for u, _ in delivered] == [f"d://{n}" for n in range(50)]  # each once, in arrival order
+    assert dict(delivered)["d://40"] == "newer"
+    assert (r.counters()["dropped_events"], len(route.deferred), len(route.queue)) == (0, 0, 0)
+
+
+def test_past_the_deferred_bound_a_coalesce_route_drops_with_its_reason(monkeypatch) -> None:
+    monkeypatch.setattr(router_module, "MAX_DEFERRED", 2)
+    r = Router()
+    r.add_route(RouteSpec("d://*", queue_cap=1))
+    results = [r.ingest(ev(f"d://{n}"), 0.0) for n in range(4)]
+    assert [x.outcome for x in results] == [
+        PushOutcome.ENQUEUED,
+        PushOutcome.DEFERRED,
+        PushOutcome.DEFERRED,
+        PushOutcome.DROPPED_NEWEST,
+    ]
+    assert (results[3].reason, results[3].dropped_uri) == ("coalesce_cap", "d://3")
+    assert r.counters()["dropped_events.coalesce_cap"] == 1
 
 
 def test_block_holds_events_and_reports_the_route() -> None:

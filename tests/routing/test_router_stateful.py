@@ -156,8 +156,13 @@ class RouterMachine(RuleBasedStateMachine):
             PushOutcome.ENQUEUED,
             PushOutcome.COALESCED,
             PushOutcome.DROPPED_OLDEST,
+            PushOutcome.DEFERRED,
         ):
-            queued = self.router.get(res.route_id).queue.get(uri)  # type: ignore[union-attr]
+            route = self.router.get(res.route_id)
+            assert route is not None
+            queued = route.queue.get(uri)
+            if queued is None and uri in route.deferred:  # waiting aside for room (rfcs/0372)
+                queued = route.deferred[uri][1]
             assert queued is not None
             assert queued.etag == etag  # newest wins
 
@@ -214,6 +219,14 @@ class RouterMachine(RuleBasedStateMachine):
     def queues_bounded(self) -> None:
         for r in self.router.routes():
             assert len(r.queue) <= r.queue.cap
+
+    @invariant()
+    def a_deferred_uri_is_not_also_queued_and_waits_only_behind_a_full_queue(self) -> None:
+        for r in self.router.routes():
+            assert not any(uri in r.queue for uri in r.deferred)
+            if r.deferred:
+                assert r.spec.overflow == "coalesce"
+                assert len(r.queue) == r.queue.cap or r.ready
 
     @invariant()
     def table_consistent(self) -> None:

@@ -988,13 +988,14 @@ async def test_drop_telemetry_and_metrics_use_the_routers_reasons(autojump_clock
         await trio.sleep(1)
         snapshot = h.reactor.metrics_snapshot()
     dropped = [f for _, f in h.telemetry.timed("route.dropped")]
-    assert dropped == [
-        {"route": "r0", "uri": "o://2", "reason": "drop_oldest", "incoming": "o://3"},
-        {"route": "r1", "uri": "c://3", "reason": "coalesce_cap"},
-    ]
-    assert snapshot.dropped == {"drop_oldest": 1, "coalesce_cap": 1}
+    assert dropped == [{"route": "r0", "uri": "o://2", "reason": "drop_oldest", "incoming": "o://3"}]
+    # coalesce keeps c://3 aside until there is room (rfcs/0372): deferred, not dropped.
+    assert [f for _, f in h.telemetry.timed("route.deferred")] == [{"route": "r1", "uri": "c://3"}]
+    assert snapshot.dropped == {"drop_oldest": 1}
     reasons = [f.get("reason") for _, f in h.telemetry.timed("resource.updated")]
-    assert reasons == [None, None, "drop_oldest", None, None, "coalesce_cap"]
+    assert reasons == [None, None, "drop_oldest", None, None, None]
+    outcomes = [f.get("outcome") for _, f in h.telemetry.timed("resource.updated")]
+    assert outcomes[3:] == ["enqueued", "enqueued", "deferred"]
 
 
 BLOCK_ONE = RouteSpec(

@@ -113,6 +113,9 @@ class Delivery:
             )
         elif outcome is PushOutcome.BLOCKED:
             self.telemetry.emit("route.blocked", route=result.route_id, uri=ev.uri)
+        elif outcome is PushOutcome.DEFERRED:
+            # The route's queue is full: the change waits aside and is queued as room frees (rfcs/0372).
+            self.telemetry.emit("route.deferred", route=result.route_id, uri=ev.uri)
         else:
             self.telemetry.emit("route.enqueued", route=result.route_id, uri=ev.uri)
 
