@@ -14,24 +14,26 @@ from typing import Any
 import pytest
 
 from tests.support.agentd_proc import of, run_agentd
-from tests.support.subagents import ISOLATED, AgentType, call, children, start, tool_results, tree_config
+from tests.support.subagents import (
+    AgentType,
+    call,
+    children,
+    says,
+    start,
+    streamed,
+    tool_results,
+    tree_config,
+)
 
 pytestmark = pytest.mark.process
 
 #: The longest instruction a child may get is 100,000 characters (rfcs/0370): twice that.
 ENORMOUS = "x" * 200_000
 
-QUICK = AgentType([{"text": "quick says: {instruction}", "latency_ms": 100}])
-
-#: A child that would run for ten minutes (cancelled long before).
-STUCK = AgentType([{"text": "never said", "latency_ms": 600_000}])
+QUICK = says("quick", 100)
 
 
-def stream(config: str, *extra: str) -> list[str]:
-    return ["--config", config, *ISOLATED, "-o", "stream-json", "--output-truncate", "0", *extra, "go"]
-
-
-#: Each hostile call of one reply, and the words its tool error must hold.
+#: Each hostile agent_start call (one a reply), and the words its tool error must hold.
 HOSTILE_STARTS: list[tuple[dict[str, Any], list[str]]] = [
     (start("t", max_steps=50), ["max_steps = 50 is more than this agent has left ({LEFT})", "leave max_steps out"]),
     (start(ENORMOUS), ["instruction has 200000 characters, more than 100000"]),
@@ -74,7 +76,7 @@ async def test_hostile_agent_start_arguments_are_each_a_tool_error_and_nothing_s
     config = tree_config(tmp_path, root, types)
     # A tree budget: the root's first call (max_steps = 50) leaves it BUDGET - 1 steps to give.
     budget = len(root) + 1
-    async with run_agentd(stream(config, "--budget-steps", str(budget)), cwd=tmp_path) as a:
+    async with run_agentd(streamed(config, "--budget-steps", str(budget)), cwd=tmp_path) as a:
         assert await a.wait_exit() == 0, a.tail()
     results = tool_results(a, "a1")
     assert len(results) == len(hostile)
@@ -89,35 +91,41 @@ async def test_hostile_agent_start_arguments_are_each_a_tool_error_and_nothing_s
 
 
 async def test_100_starts_in_one_reply_start_max_children_and_refuse_the_rest(tmp_path: Path) -> None:
-    root = [{"tool_calls": [start(f"part {k}", type="stuck", notify=False) for k in range(100)]}, {"text": "done"}]
-    config = tree_config(tmp_path, root, {"stuck": STUCK})
-    async with run_agentd(stream(config, "--max-children", "8"), cwd=tmp_path) as a:
+    """Only the 8 that start take ids (a2-a9); each runs for 10 s, so none ends while the 100 calls are answered."""
+    root = [
+        {"tool_calls": [start(f"part {k}", type="slow", notify=False) for k in range(100)]},
+        {"tool_calls": [call("agent_wait", ids=[f"a{k}" for k in range(2, 10)])]},
+        {"text": "done"},
+    ]
+    config = tree_config(tmp_path, root, {"slow": AgentType([{"text": "slow done", "latency_ms": 10_000}])})
+    async with run_agentd(streamed(config, "--max-children", "8"), cwd=tmp_path) as a:
         assert await a.wait_exit() == 0, a.tail()
     results = tool_results(a, "a1", "agent_start")
     assert len(results) == 100
     started = [r for r in results if not r["is_error"]]
     refused = [r for r in results if r["is_error"]]
     assert len(started) == 8
-    assert len(children(a)) == 8
+    assert sorted(e["agent"] for e in children(a)) == sorted(f"a{k}" for k in range(2, 10))
     for r in refused:
         assert "this agent has 8 agents running, the limit (max_children = 8)" in r["content"]
         assert "--max-children / AGENTD_MAX_CHILDREN" in r["content"]
     # Told once per hit, not 92 times.
     (reached,) = a.find("limit.reached")
     assert (reached["limit"], reached["value"], reached["agent"]) == ("max_children", 8, "a1")
-    # The root ended without waiting for them (notify=false): the run's end took them with it.
-    kids = {e["agent"] for e in children(a)}
-    assert kids <= {e["agent"] for e in a.find("subagent.exit")}
-    assert not [e for e in a.find("turn.end") if e["agent"] in kids]
+    (waited,) = tool_results(a, "a1", "agent_wait")
+    assert [r["status"] for r in json.loads(waited["content"])["agents"]] == ["completed"] * 8
 
 
 async def test_at_max_depth_a_child_is_not_offered_agent_start(tmp_path: Path) -> None:
-    root = [{"tool_calls": [start("go deeper", type="starter", wait=True)]}, {"text": "root got: {last_tool_result}"}]
+    root = [
+        {"tool_calls": [start("go deeper", type="starter", wait=True)]},
+        {"text": "root got: {last_tool_result}"},
+    ]
     starter = AgentType(
         [{"tool_calls": [start("deeper still", type="starter")]}, {"text": "child got: {last_tool_result}"}]
     )
     config = tree_config(tmp_path, root, {"starter": starter})
-    async with run_agentd(stream(config, "--max-depth", "1"), cwd=tmp_path) as a:
+    async with run_agentd(streamed(config, "--max-depth", "1"), cwd=tmp_path) as a:
         assert await a.wait_exit() == 0, a.tail()
     assert [e["agent"] for e in children(a)] == ["a2"]
     # The child's own loop refused the call (it never reached agentd): its answer, in its record, says so.
@@ -161,7 +169,7 @@ async def test_limits_above_the_parents_and_a_strangers_ids_are_refused(tmp_path
         ]
     )
     config = tree_config(tmp_path, root, {"lead": lead, "snoop": snoop, "quick": QUICK})
-    async with run_agentd(stream(config), cwd=tmp_path) as a:
+    async with run_agentd(streamed(config), cwd=tmp_path) as a:
         assert await a.wait_exit() == 0, a.tail()
     spawned = {e["agent"]: (e["parent"], e["depth"], e["type"]) for e in children(a)}
     assert spawned == {"a2": ("a1", 1, "lead"), "a3": ("a2", 2, "quick"), "a4": ("a1", 1, "snoop")}
@@ -174,12 +182,16 @@ async def test_limits_above_the_parents_and_a_strangers_ids_are_refused(tmp_path
     *named, listed = tool_results(a, "a4")
     for result, who in zip(named, ["a3", "a3", "a3", "a2"], strict=True):
         assert result["is_error"]
-        assert f"'{who}' is not an agent you started: you may name only your own agents (none yet" in result[
-            "content"
-        ]
+        assert (
+            f"'{who}' is not an agent you started: you may name only your own agents (none yet"
+            in result["content"]
+        )
     assert json.loads(listed["content"]) == []
     # Nor is a grandchild its grandparent's: only the parent names a child.
     (grandchild,) = tool_results(a, "a1", "read_resource")
     assert grandchild["is_error"]
-    assert "'a3' is not an agent you started: you may name only your own agents (a2, a4;" in grandchild["content"]
+    assert (
+        "'a3' is not an agent you started: you may name only your own agents (a2, a4;"
+        in grandchild["content"]
+    )
     assert not of(a, "subagent.cancel")

@@ -29,7 +29,9 @@ class AgentType:
     keys: dict[str, Any] = field(default_factory=dict)
 
 
-def tree_config(tmp: Path, root: list[dict[str, Any]], types: dict[str, AgentType], *, then: str = "no_reply") -> str:
+def tree_config(
+    tmp: Path, root: list[dict[str, Any]], types: dict[str, AgentType], *, then: str = "no_reply"
+) -> str:
     """Write the root's script, one script per type and ``agentd.toml``; returns the config's path.
 
     The root's model is the config's ``model``; each type's model is its own script.
@@ -43,6 +45,20 @@ def tree_config(tmp: Path, root: list[dict[str, Any]], types: dict[str, AgentTyp
     path = tmp / "agentd.toml"
     path.write_text("\n".join(lines) + "\n")
     return str(path)
+
+
+def says(name: str, latency_ms: float = 0) -> AgentType:
+    """A type whose one turn answers ``NAME says: INSTRUCTION`` after ``latency_ms``."""
+    return AgentType([{"text": f"{name} says: {{instruction}}", "latency_ms": latency_ms}])
+
+
+#: A type whose one model call would take ten minutes: it is still running when a test acts.
+STUCK = AgentType([{"text": "never said", "latency_ms": 600_000}])
+
+
+def streamed(config: str, *extra: str) -> list[str]:
+    """``agentd`` arguments for a once run of ``config`` with ``--output stream-json``, nothing cut."""
+    return ["--config", config, *ISOLATED, "-o", "stream-json", "--output-truncate", "0", *extra, "go"]
 
 
 def start(instruction: str, **arguments: Any) -> dict[str, Any]:
@@ -65,7 +81,9 @@ def tool_results(a: Agentd, agent: str, name: str | None = None) -> list[dict[st
     return [
         s
         for s in steps(a)
-        if s.get("type") == "tool_result" and s.get("agent") == agent and (name is None or s.get("name") == name)
+        if s.get("type") == "tool_result"
+        and s.get("agent") == agent
+        and (name is None or s.get("name") == name)
     ]
 
 

@@ -391,7 +391,8 @@ class Tree:
         holds is worth a polite wait. A child forked by a zygote dies with it
         (its death signal), and its own process group is killed too.
         """
-        for child in self.children.values():
+        # Copies: a child's own task may leave the dict while this runs.
+        for child in list(self.children.values()):
             if child.state is not ChildState.EXITED and child.pid is not None:
                 _signal_group(child.pid, signal.SIGKILL)
         unused = self._preforked
@@ -411,7 +412,7 @@ class Tree:
         with trio.move_on_after(KILL_TIMEOUT):
             for z in zygotes:
                 await z.proc.wait()
-            for child in self.children.values():
+            for child in list(self.children.values()):
                 if child.proc is not None:  # a fresh interpreter: our own child to reap
                     await child.proc.wait()
         for z in zygotes:
@@ -455,7 +456,11 @@ class Tree:
             self._forget(child)
             self._events.send_nowait(ChildExited(agent=child.agent, pid=-1, returncode=None, spawned=False))
             raise
+        # Told to stop while it was starting (its pid was not known in time): stop it now.
+        stopping = child.state is ChildState.STOPPING
         child.state = ChildState.RUNNING
+        if stopping and self._nursery is not None:
+            self._nursery.start_soon(self.terminate, child)
         spawn_s = trio.current_time() - child.spawned_at
         self._telemetry.observe("spawn", spawn_s, how="zygote" if child.zygote is not None else "fresh")
         self._telemetry.emit(

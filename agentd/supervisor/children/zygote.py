@@ -244,9 +244,16 @@ async def _ready(
     nursery.start_soon(forward_stderr, trio.lowlevel.FdStream(stderr_fd), "zygote")
     ctl = trio.socket.from_stdlib_socket(parent)
     first = b""
-    with trio.move_on_after(ZYGOTE_READY_TIMEOUT):
-        with contextlib.suppress(OSError):
-            first = await ctl.recv(4096)
+    try:
+        with trio.move_on_after(ZYGOTE_READY_TIMEOUT):
+            with contextlib.suppress(OSError):
+                first = await ctl.recv(4096)
+    except BaseException:
+        # Cancelled while it starts (the run ended): a zygote nobody adopts must not outlive the
+        # run, and its shielded exit watcher would keep the tree's nursery open until it does.
+        ctl.close()
+        proc.kill()
+        raise
     try:
         pid = int(orjson.loads(first)["ready"])
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):

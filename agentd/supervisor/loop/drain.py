@@ -146,8 +146,10 @@ class Drain:
             status = "deadline" if code is ExitCode.DEADLINE else "crashed"
         else:
             status = agent.status or "completed"
+        # An agent another started that the supervisor was ending (its parent ended first).
+        shown = "cancelled" if agent.cancel_reason is not None and status != "completed" else None
         if stopped:
-            self.spawner.exit_event(agent, status, ev.returncode, stopped=True)
+            self.spawner.exit_event(agent, status, ev.returncode, shown=shown, stopped=True)
         else:
-            self.spawner.exit_event(agent, status, ev.returncode)
+            self.spawner.exit_event(agent, status, ev.returncode, shown=shown)
         self.agents.forget(agent, trio.current_time())

@@ -272,7 +272,8 @@ class Reactor:
             hooks.draining,
             telemetry,
             grace,
-            keeps=lambda agent: records.running_of(agent.id) > 0,
+            # A parent whose started agents' processes still run (their turns may have ended).
+            keeps=subagents.has_live_children,
         )
 
     # -- the public API (the app, the watch manager, the health endpoint, tests) --

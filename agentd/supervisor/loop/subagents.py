@@ -587,24 +587,29 @@ class SubagentDesk:
         started it, its record is final and its completion queued.
         """
         self.end_descendants(agent, f"its parent {agent.id} ended")
-        if agent.role != "child":
-            return
-        record = self.records.finish(agent, status, now)
-        if record is None:
-            return
-        parent = self.agents.get(record.parent) if record.parent is not None else None
+        if agent.role == "child":
+            self.records.finish(agent, status, now)
+
+    def gone(self, agent: Agent) -> None:
+        """``agent`` left the table: its finished children's records go.
+
+        Draining, a parent held for the agents it started exits once the last
+        of their processes is gone (not at their turn end: a child's exit
+        always comes before its parent's).
+        """
+        self.records.parent_gone(agent)
+        parent = self.agents.get(agent.parent) if agent.parent is not None else None
         if (
             parent is not None
             and not self.status.running
             and parent.phase is AgentPhase.IDLE
-            and self.records.running_of(parent.id) == 0
+            and not self.has_live_children(parent)
         ):
-            # Draining: a parent held for its children exits once the last of them ended.
             self.spawner.release(parent)
 
-    def gone(self, agent: Agent) -> None:
-        """``agent`` left the table: its finished children's records go."""
-        self.records.parent_gone(agent)
+    def has_live_children(self, agent: Agent) -> bool:
+        """Whether a process of an agent ``agent`` started still runs (its turn may have ended)."""
+        return any(a.parent == agent.id for a in self.agents.live())
 
     def end_descendants(self, agent: Agent, reason: str) -> None:
         """Stop every running agent ``agent`` started (and theirs), the deepest first."""

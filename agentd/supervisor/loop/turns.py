@@ -92,7 +92,12 @@ class Turns:
             self.subagents.ended(agent, status, now)
         # The driver's idle is the shift's, not the reply's: a shift that only talked changed nothing.
         self._after_terminal(agent, status, agent.idle_turn, now)
-        if agent.notices and agent.phase is AgentPhase.IDLE and agent.held is not None:
+        if (
+            agent.notices
+            and agent.phase is AgentPhase.IDLE
+            and agent.held is not None
+            and self.status.may_start_work()
+        ):
             self.notices.resume_with_notices(agent, now)
 
     def tool_changed_state(self, ev: ToolChangedState) -> None:
@@ -102,8 +107,12 @@ class Turns:
             agent.record_state_change()
 
     def _should_hold(self, agent: Agent, status: TerminalStatus) -> bool:
-        if not self.status.may_start_work() or self.status.fatal_infra:
+        if self.status.fatal_infra:
             return False
+        if not self.status.may_start_work():
+            # Draining, a parent waits for the agents it started, which finish their turns
+            # (the last one's exit releases it): children stop before their parents (rfcs/0370).
+            return not self.status.running and self.subagents.has_live_children(agent)
         watched = self.selftools.owns_watches(agent)
         if status in ("crashed", "refused", "deadline") and not agent.subscriptions and not watched:
             return False
@@ -189,8 +198,12 @@ class Turns:
             # delivery for it starts a new session.
             self.router.on_session_idle(agent.session)
         self.selftools.release(agent)
+        # An idle agent was not told to exit. A started agent's unknown exit status (its zygote
+        # died with it) is a crash too: its parent must not read "completed" for lost work.
         crashed = was in (AgentPhase.STARTING, AgentPhase.TURN) or (
-            was is AgentPhase.IDLE and self.status.running and ev.returncode not in (0, None)
+            was is AgentPhase.IDLE
+            and self.status.running
+            and (ev.returncode not in (0, None) or (ev.returncode is None and agent.role == "child"))
         )
         status: TerminalStatus = "crashed" if crashed else (agent.status or "completed")
         final = self.subagents.final_status(agent, status)
