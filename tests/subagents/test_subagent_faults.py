@@ -231,3 +231,27 @@ async def test_sa4_a_drain_while_parents_wait_stops_every_child_before_its_paren
         assert order.index(kid) < order.index(its_parent), order
     assert {e["status"] for e in gone.values()} == {"completed"}
     assert [e["status"] for e in a.find("turn.end") if e["agent"] in workers] == ["completed"] * 4
+
+
+# ---------------------------------------------------------------------------- SA6
+
+
+async def test_sa6_a_once_root_that_ends_while_its_agents_and_their_zygote_start_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    """The root ends at once, its notify-less agents still starting and the lazily started zygote with them.
+
+    ``--spawn-timeout 0.05``: the agents do not wait for the zygote (they start as fresh
+    interpreters, or fail to), so the run ends while the zygote is still starting. Before
+    the fix the zygote's shielded exit watcher held the tree open after ``supervisor.exit``.
+    """
+    root = [
+        {"tool_calls": [start(f"part {n}", type="stuck", notify=False) for n in range(3)]},
+        {"text": "done without them"},
+    ]
+    config = tree_config(tmp_path, root, {"stuck": STUCK})
+    args = ["--config", config, *ISOLATED, "--spawn-timeout", "0.05", "go"]
+    async with run_agentd(args, cwd=tmp_path, env=tagged_env(tmp_path)) as a:
+        assert await a.wait_exit() == 0, a.tail()
+    assert a.out.strip() == "done without them"
+    assert len(a.find("subagent.exit")) == len(a.find("subagent.spawn")) == 4
