@@ -126,7 +126,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("model", ("--model-timeout",), _ONE, "DURATION", "deadline of one model call, retries included (default 5m)"),
     Option("servers", ("--mcp-stdio",), _MANY, "'NAME=CMD ARGS'", "a stdio server (repeatable); ,protocol=V pins an MCP version (default auto)"),
     Option("servers", ("--mcp-http",), _MANY, "NAME=URL", "an HTTP server (repeatable); ,transport=auto|http|sse and ,protocol=V after the URL"),
-    Option("servers", ("--mcp-config",), _MANY, "FILE", "another client's server file: mcpServers JSON (Claude, Cursor…), VS Code's servers JSON or Codex's TOML (repeatable)"),
+    Option("servers", ("--mcp-config",), _MANY, "FILE", "another client's server file: mcpServers JSON (Claude, Cursor, Cline, Windsurf…), VS Code's servers JSON, Codex's TOML or goose's YAML (repeatable)"),
     Option("servers", ("--require",), _MANY, "NAME", "the run needs this server: its failure exits 6 (repeatable)"),
     Option("servers", ("--tool-timeout",), _ONE, "DURATION", "bound on one tool call (default 30s)"),
     Option("servers", ("--allowed-tools",), _ONE, "GLOBS", "offer only these tools: comma-separated server__tool globs"),

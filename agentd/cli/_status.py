@@ -12,16 +12,18 @@ has its control characters escaped: a URI cannot move the cursor.
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import os
+import re
 import shutil
 import signal
+import socket
 import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Final, TextIO
 
+from agentd.core.durations import ascii_int, ascii_number
 from agentd.core.safetext import escape_controls
 from agentd.observe.errorline import FIX_SEPARATOR, error_line
 
@@ -31,8 +33,19 @@ ADDR_ENV: Final = "AGENTD_HEALTH_ADDR"
 TOKEN_FILE_ENV: Final = "AGENTD_STATUS_TOKEN_FILE"
 
 REQUEST_TIMEOUT: Final = 5.0
-"""Seconds one read of ``/status`` may take: the daemon answers in milliseconds (a pure snapshot);
-past this it is hung or it is not agentd."""
+"""Seconds one read of ``/status`` may take, all of it (connect, request, the whole answer): the
+daemon answers in milliseconds (a pure snapshot); past this it is hung or it is not agentd."""
+
+MAX_RESPONSE_BYTES: Final = 32 * 1024 * 1024
+"""Most bytes of an answer to ``GET /status`` read: the document lists the running agents and at
+most 50 finished ones and 50 decisions (a daemon with a thousand agents answers about 1 MiB); past
+this it is not agentd's status, and reading on would only fill memory."""
+
+MAX_JSON_INT_DIGITS: Final = 19
+"""Digits of an integer in the document: every count and id fits 64 bits."""
+
+_LISTS: Final = ("servers", "routes", "agents", "finished", "recent")
+"""The document's sections the view reads as lists of objects."""
 
 WATCH_INTERVAL: Final = 2.0
 """Seconds between refreshes of ``--watch`` (the status page refreshes as often)."""
@@ -72,7 +85,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the status document as JSON")
     p.add_argument("-w", "--watch", action="store_true", help="refresh in place until Ctrl-C")
     p.add_argument(
-        "--interval", type=float, default=WATCH_INTERVAL, metavar="SECONDS", help="--watch refresh period"
+        "--interval", type=_seconds, default=WATCH_INTERVAL, metavar="SECONDS", help="--watch refresh period"
     )
     p.add_argument(
         "--token-file",
@@ -80,6 +93,14 @@ def _parser() -> argparse.ArgumentParser:
         help=f"file holding the bearer token (the daemon's --status-token-file; default: ${TOKEN_FILE_ENV})",
     )
     return p
+
+
+def _seconds(text: str) -> float:
+    """``--interval``: a number of seconds written in ASCII (argparse names the flag and exits 2)."""
+    try:
+        return ascii_number(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds: {exc}") from None
 
 
 def _say(message: str) -> None:
@@ -107,7 +128,7 @@ def main(argv: Sequence[str]) -> int:
     token_file = args.token_file or os.environ.get(TOKEN_FILE_ENV)
     try:
         token = _read_token(token_file) if token_file else None
-        host, port = _split(addr)
+        host, port = _split(addr, "--addr" if args.addr else f"${ADDR_ENV}")
     except StatusUnavailable as exc:
         _say(str(exc))
         return 2
@@ -125,8 +146,24 @@ def main(argv: Sequence[str]) -> int:
     if args.json:
         print(json.dumps(doc, indent=2))
     else:
-        sys.stdout.write(render(doc, _width()))
+        try:
+            sys.stdout.write(_shown(doc, addr))
+        except StatusUnavailable as exc:
+            _say(str(exc))
+            return 1
     return 0
+
+
+def _shown(doc: dict[str, Any], addr: str) -> str:
+    """The human view of ``doc``; a document the view cannot show is named, never a traceback."""
+    try:
+        return render(doc, _width())
+    except (TypeError, ValueError, AttributeError, KeyError, OverflowError) as exc:
+        raise StatusUnavailable(
+            f"{addr} answered a status document this agentd status cannot show ({type(exc).__name__}: "
+            f"{escape_controls(str(exc))[:120]}){FIX}check that --addr is the daemon's --health-addr, "
+            "or read it with --json"
+        ) from None
 
 
 def _read_token(path: str) -> str:
@@ -140,30 +177,169 @@ def _read_token(path: str) -> str:
         ) from exc
 
 
-def _split(addr: str) -> tuple[str, int]:
-    host, sep, port = addr.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+def _split(addr: str, setting: str = "--addr") -> tuple[str, int]:
+    host, sep, port_text = addr.rpartition(":")
+    try:
+        port = ascii_int(port_text) if sep else 0
+    except ValueError:
+        port = 0  # ``²`` or ``١٢`` is no port: isdigit() says yes, int() raises or reads 12
+    if not 0 < port < 65536:
         raise StatusUnavailable(
-            f"--addr {addr!r} is not valid{FIX}give HOST:PORT, e.g. 127.0.0.1:8080 (the daemon's --health-addr)"
+            f"{setting} {addr!r} is not valid{FIX}give HOST:PORT with the port in ASCII digits 1-65535, "
+            "e.g. 127.0.0.1:8080 (the daemon's --health-addr)"
         )
     host = host.strip("[]") or "127.0.0.1"
     if host in ("0.0.0.0", "::"):  # a wildcard bind is reached on loopback from this host
         host = "127.0.0.1" if host == "0.0.0.0" else "::1"
-    return host, int(port)
+    return host, port
+
+
+class _TooLarge(Exception):
+    """The answer passed :data:`MAX_RESPONSE_BYTES`."""
+
+
+class _NotHttp(Exception):
+    """The answer is not an HTTP/1.x response (or not a whole one)."""
+
+
+_STATUS_LINE: Final = re.compile(rb"HTTP/1\.[01] ([0-9]{3})(?: [^\r\n]*)?")
+
+
+def _parse(raw: bytes) -> tuple[int, bytes]:
+    """An HTTP/1.x answer's status and body (de-chunked; to its ``Content-Length``, or to the end).
+
+    Raises:
+        _NotHttp: not an HTTP/1.x answer, or one cut short.
+    """
+    head, sep, body = raw.partition(b"\r\n\r\n")
+    status = _STATUS_LINE.fullmatch(head.split(b"\r\n", 1)[0]) if sep else None
+    if status is None:
+        raise _NotHttp("no HTTP/1.x status line")
+    fields: dict[bytes, bytes] = {}
+    for line in head.split(b"\r\n")[1:]:
+        name, colon, value = line.partition(b":")
+        if not colon:
+            raise _NotHttp("a malformed header line")
+        fields.setdefault(name.strip().lower(), value.strip())
+    if b"chunked" in fields.get(b"transfer-encoding", b"").lower():
+        return int(status[1]), _dechunk(body)
+    length = fields.get(b"content-length")
+    if length is not None:
+        if not (length.isdigit() and len(length) <= 12):  # bytes.isdigit(): ASCII digits only
+            raise _NotHttp("a Content-Length that is not a number")
+        if len(body) < int(length):
+            raise _NotHttp("an answer cut short")
+        body = body[: int(length)]
+    return int(status[1]), body
+
+
+def _dechunk(data: bytes) -> bytes:
+    out = bytearray()
+    while True:
+        size_line, sep, data = data.partition(b"\r\n")
+        size_text = size_line.split(b";", 1)[0].strip()
+        if not sep or not size_text or len(size_text) > 8 or not all(c in b"0123456789abcdefABCDEF" for c in size_text):
+            raise _NotHttp("a malformed chunk")
+        size = int(size_text, 16)
+        if size == 0:
+            return bytes(out)
+        if len(data) < size + 2:
+            raise _NotHttp("an answer cut short")
+        out += data[:size]
+        data = data[size + 2 :]
+
+
+def _left(deadline: float) -> float:
+    """Seconds to ``deadline``; raises ``TimeoutError`` when it passed."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError
+    return left
+
+
+def _whole(data: bytes | bytearray) -> bool:
+    """Whether ``data`` holds a whole answer with a ``Content-Length`` (read no further)."""
+    head, sep, body = data.partition(b"\r\n\r\n")
+    if not sep:
+        return False
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            value = value.strip()
+            # ASCII digits only (bytes.isdigit() is ASCII): anything else is read to the end.
+            return value.isdigit() and len(value) <= 12 and len(body) >= int(value)
+    return False
+
+
+def _exchange(host: str, port: int, token: str | None, deadline: float) -> bytes:
+    """``GET /status`` and the answer's bytes: at most :data:`MAX_RESPONSE_BYTES`, all of it by
+    ``deadline`` (a peer that trickles its answer is cut there, whatever its pace)."""
+    shown = f"[{host}]" if ":" in host else host
+    lines = ["GET /status HTTP/1.1", f"Host: {shown}:{port}", "Accept: application/json", "Connection: close"]
+    if token:
+        lines.append(f"Authorization: Bearer {token}")
+    request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", "replace")
+    data = bytearray()
+    with socket.create_connection((host, port), timeout=_left(deadline)) as sock:
+        sock.settimeout(_left(deadline))
+        sock.sendall(request)
+        while not _whole(data):
+            sock.settimeout(_left(deadline))
+            chunk = sock.recv(1 << 16)
+            if not chunk:
+                break
+            data += chunk
+            if len(data) > MAX_RESPONSE_BYTES:
+                raise _TooLarge
+    return bytes(data)
+
+
+def _json_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_JSON_INT_DIGITS:
+        raise ValueError(f"an integer of {len(text)} digits")
+    return int(text)
+
+
+def _json_float(text: str) -> float:
+    value = float(text)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError(f"{text[:20]} is not a finite number")
+    return value
+
+
+def _no_constant(text: str) -> object:
+    raise ValueError(f"{text} is not JSON's")
+
+
+def _shape_problem(doc: dict[str, Any]) -> str | None:
+    """What in ``doc`` is not the shape of agentd's status document (the parts the view reads), or None."""
+    for key in _LISTS:
+        value = doc.get(key)
+        if value is not None and not (isinstance(value, list) and all(isinstance(x, dict) for x in value)):
+            return f"{key!r} is not a list of objects"
+    budget = doc.get("budget")
+    if budget is not None and not isinstance(budget, dict):
+        return "'budget' is not an object"
+    for key in ("agents", "finished"):
+        for agent in doc.get(key) or []:
+            for name in ("id", "parent"):
+                if not isinstance(agent.get(name), str | int | None):
+                    return f"an agent's {name!r} is not a name"
+            woken = agent.get("woken_by")
+            if woken is not None and not (isinstance(woken, list) and all(isinstance(w, str) for w in woken)):
+                return "an agent's 'woken_by' is not a list of URIs"
+    return None
 
 
 def read_status(host: str, port: int, addr: str, token: str | None) -> dict[str, Any]:
-    """``GET /status`` from ``host:port``.
+    """``GET /status`` from ``host:port``: bounded in size (:data:`MAX_RESPONSE_BYTES`) and in total
+    time (:data:`REQUEST_TIMEOUT`), and checked to be agentd's status document.
 
     Raises:
         StatusUnavailable: with the one line that says what went wrong and the fix.
     """
-    conn = http.client.HTTPConnection(host, port, timeout=REQUEST_TIMEOUT)
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        conn.request("GET", "/status", headers=headers)
-        response = conn.getresponse()
-        body = response.read()
+        status, body = _parse(_exchange(host, port, token, time.monotonic() + REQUEST_TIMEOUT))
     except ConnectionRefusedError:
         raise StatusUnavailable(
             f"nothing listens on {addr} (connection refused) — fix: start agentd with --health-addr {addr}, "
@@ -171,42 +347,54 @@ def read_status(host: str, port: int, addr: str, token: str | None) -> dict[str,
         ) from None
     except TimeoutError:
         raise StatusUnavailable(
-            f"{addr} did not answer within {REQUEST_TIMEOUT:g} s — fix: check that it is the daemon's "
+            f"{addr} did not answer whole within {REQUEST_TIMEOUT:g} s — fix: check that it is the daemon's "
             "--health-addr and that the daemon is not stopped (kill -CONT)"
+        ) from None
+    except _TooLarge:
+        raise StatusUnavailable(
+            f"{addr} answered more than {MAX_RESPONSE_BYTES // (1024 * 1024)} MiB, which is not agentd's "
+            "status — fix: give --addr the daemon's --health-addr"
         ) from None
     except OSError as exc:
         raise StatusUnavailable(
             f"cannot reach {addr} ({exc.strerror or exc}) — fix: check the host and port "
             "(the daemon's --health-addr)"
         ) from None
-    except http.client.HTTPException as exc:
+    except _NotHttp as exc:
         raise StatusUnavailable(
-            f"{addr} does not speak HTTP ({type(exc).__name__}) — fix: give --addr the daemon's --health-addr"
+            f"{addr} does not speak HTTP ({exc}) — fix: give --addr the daemon's --health-addr"
         ) from None
-    finally:
-        conn.close()
     reason = body.decode("utf-8", "replace").strip().splitlines()[0] if body.strip() else ""
-    if response.status == 401:
+    reason = escape_controls(reason)
+    if status == 401:
         raise StatusUnavailable(
             f"{addr} needs a bearer token — fix: --token-file FILE, the file the daemon's --status-token-file names"
             if not token
             else f"{addr} refused the token — fix: give the file the daemon's --status-token-file names"
         )
-    if response.status == 404:
+    if status == 404:
         raise StatusUnavailable(
             f"{addr} serves no /status ({reason[:120]}) — fix: give --addr the daemon's --health-addr "
             "(not --metrics-addr), of an agentd that has the status view"
         )
-    if response.status != 200:
+    if status != 200:
         raise StatusUnavailable(
-            f"{addr} answered {response.status}: {reason[:300]}{FIX}check that --addr is the daemon's --health-addr"
+            f"{addr} answered {status}: {reason[:300]}{FIX}check that --addr is the daemon's --health-addr"
         )
     try:
-        doc = json.loads(body)
-    except ValueError:
+        doc = json.loads(
+            body, parse_int=_json_int, parse_float=_json_float, parse_constant=_no_constant
+        )
+    except (ValueError, RecursionError):
         doc = None
     if not isinstance(doc, dict) or not str(doc.get("schema", "")).startswith("agentd.status/"):
         raise StatusUnavailable(f"{addr} answered something that is not agentd's status — fix: check --addr")
+    problem = _shape_problem(doc)
+    if problem is not None:
+        raise StatusUnavailable(
+            f"{addr} answered a status document of the wrong shape ({problem}) — fix: check that --addr is "
+            "the daemon's --health-addr, and that agentd status is of the daemon's version"
+        )
     return doc
 
 
@@ -227,7 +415,7 @@ def _watch(fetch: Callable[[], dict[str, Any]], interval: float, *, as_json: boo
         while True:
             try:
                 doc = fetch()
-                frame = json.dumps(doc, indent=2) + "\n" if as_json else render(doc, _width())
+                frame = json.dumps(doc, indent=2) + "\n" if as_json else _shown(doc, "the daemon")
             except StatusUnavailable as exc:
                 frame = f"agentd status: {escape_controls(str(exc))}\n(retrying every {interval:g} s; Ctrl-C ends)\n"
             out.write((_HOME if tty else "\n") + frame)

@@ -69,6 +69,7 @@ from agentd.config._rules import route_model_settings
 from agentd.config._servers import (
     missing_server_commands,
     parse_codex_toml,
+    parse_goose_yaml,
     parse_mcp_servers_json,
     parse_server_file,
 )
@@ -136,6 +137,7 @@ __all__ = [
     "load_settings",
     "missing_server_commands",
     "parse_codex_toml",
+    "parse_goose_yaml",
     "parse_mcp_servers_json",
     "parse_route_spec",
     "parse_server_file",

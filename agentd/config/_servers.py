@@ -10,13 +10,13 @@ import shutil
 import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import (
     ValidationError,
 )
 
-from agentd.config._clients import Translated, translate_codex, translate_json
+from agentd.config._clients import Translated, translate_codex, translate_goose, translate_json
 from agentd.config._models import ServerSpec
 from agentd.config._problems import _join, _problems_of, _raise_all
 from agentd.config._sources import _translate
@@ -84,8 +84,9 @@ def parse_mcp_servers_json(
     """Servers from the ``mcpServers`` JSON (Claude, Cursor, …) or VS Code's ``servers`` JSON.
 
     Each entry is ``{"command", "args"?, "env"?, "cwd"?}`` (stdio) or
-    ``{"url", "headers"?}`` (HTTP), optionally with ``"type": "stdio" |
-    "http" | "streamable-http" | "sse"`` (checked against the keys present),
+    ``{"url" (Windsurf: "serverUrl"), "headers"?}`` (HTTP), optionally with
+    ``"type": "stdio" | "http" | "streamable-http" | "streamableHttp" (Cline) |
+    "sse"`` (Cline's older ``transportType`` too; checked against the keys present),
     ``timeout`` (seconds per tool call) and the agentd extensions
     (``required``, ``startup_timeout``, ``bearer_token_env``, ``oauth``,
     ``allowed_tools``, ``disallowed_tools``, ``protocol``). A ``url`` with
@@ -131,7 +132,41 @@ def parse_codex_toml(
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(label, text[:80], f"not valid TOML ({exc}); fix the syntax") from None
+    if "mcp_servers" not in doc and isinstance(doc.get("servers"), dict):
+        raise ConfigError(
+            label,
+            text[:80],
+            "this is agentd's own config file ([servers.NAME] tables), not another client's server file; "
+            "give it with --config (or AGENTD_CONFIG)",
+        )
     return _validated(translate_codex(doc, label=label, env=env), env, label, ignored)
+
+
+def parse_goose_yaml(
+    text: str, *, label: str, env: Mapping[str, str] | None = None, ignored: list[str] | None = None
+) -> dict[str, ServerSpec]:
+    """Servers from goose's ``config.yaml`` ``extensions:`` (see ``agentd.config._clients.translate_goose``).
+
+    Skipped extensions (``builtin``, ``enabled: false``) and keys agentd
+    does not use are appended to ``ignored``.
+
+    Raises:
+        ConfigError: naming ``{label}: extensions.NAME.FIELD``.
+    """
+    import yaml  # only when a YAML file is given: it costs an import every other start would pay
+
+    env = os.environ if env is None else env
+    try:
+        # An alias (*name) repeats a node by reference: a few lines can stand for a value whose
+        # text, shown in an error, would not fit in memory. goose never writes one.
+        if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text, Loader=yaml.SafeLoader)):
+            raise ConfigError(
+                label, text[:80], "YAML aliases (*name) are not read; write each value out where it is used"
+            )
+        doc = yaml.safe_load(text)
+    except (yaml.YAMLError, RecursionError) as exc:
+        raise ConfigError(label, text[:80], f"not valid YAML ({exc}); fix the syntax") from None
+    return _validated(translate_goose(doc, label=label, env=env), env, label, ignored)
 
 
 def _validated(
@@ -154,11 +189,72 @@ def _validated(
 def parse_server_file(
     text: str, *, label: str, path: Path, env: Mapping[str, str], ignored: list[str] | None = None
 ) -> dict[str, ServerSpec]:
-    """Servers from a file another MCP client wrote: JSON (``mcpServers`` / VS Code) or Codex TOML."""
-    stripped = text.lstrip()
-    if path.suffix.lower() == ".toml" or (stripped and stripped[0] not in "{["):
+    """Servers from a file another MCP client wrote: JSON (``mcpServers`` / VS Code), Codex TOML or goose YAML.
+
+    What the text is decides (:func:`server_file_format`), so a goose
+    ``config.yaml`` is read as YAML, never reported as "not valid TOML".
+    """
+    kind = server_file_format(text, path)
+    if kind == "toml":
+        if path.suffix.lower() != ".toml":
+            try:
+                tomllib.loads(text)
+            except tomllib.TOMLDecodeError as exc:
+                raise ConfigError(
+                    label,
+                    text[:80],
+                    f"it is not JSON, TOML or YAML agentd can parse (as TOML: {exc}); give an mcpServers "
+                    "JSON file, Codex's config.toml or goose's config.yaml",
+                ) from None
         return parse_codex_toml(text, label=label, env=env, ignored=ignored)
+    if kind == "yaml":
+        return parse_goose_yaml(text, label=label, env=env, ignored=ignored)
     return parse_mcp_servers_json(text, label=label, env=env, ignored=ignored)
+
+
+ServerFileFormat = Literal["json", "toml", "yaml"]
+
+_SUFFIX_FORMATS: dict[str, ServerFileFormat] = {
+    ".json": "json",
+    ".toml": "toml",
+    ".yaml": "yaml",
+    ".yml": "yaml",
+}
+
+
+def server_file_format(text: str, path: Path) -> ServerFileFormat:
+    """The format of a server file: its suffix (``.json``, ``.toml``, ``.yaml``/``.yml``) when it has
+    one of those, else what the text parses as: JSON (it opens with ``{``, or is a JSON ``[``),
+    TOML, or a YAML mapping (goose's ``config.yaml`` under another name); else TOML, whose error
+    names the syntax (JSON's for text that opens with ``[``)."""
+    by_suffix = _SUFFIX_FORMATS.get(path.suffix.lower())
+    if by_suffix is not None:
+        return by_suffix
+    head = text.lstrip()[:1]
+    if head == "{":
+        return "json"
+    if head == "[":  # a JSON list, or a TOML table header such as [mcp_servers.docs]
+        try:
+            json.loads(text)
+        except (json.JSONDecodeError, RecursionError):
+            pass
+        else:
+            return "json"
+    try:
+        tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        pass
+    else:
+        return "toml"
+    import yaml
+
+    try:
+        doc = yaml.safe_load(text)
+    except (yaml.YAMLError, RecursionError):
+        doc = None
+    if isinstance(doc, dict):
+        return "yaml"
+    return "json" if head == "[" else "toml"
 
 
 def _flag_options(text: str, where: str) -> tuple[str, dict[str, str]]:
@@ -230,7 +326,11 @@ def _as_path_list(value: object, where: str) -> list[Path]:
         return [Path(value)]
     if isinstance(value, list) and all(isinstance(v, str | Path) for v in value):
         return [Path(v) for v in value]
-    raise ConfigError(where, value, "give a path (or a list of paths) to an mcpServers JSON file")
+    raise ConfigError(
+        where,
+        value,
+        "give a path (or a list of paths) to a server file (mcpServers JSON, Codex TOML, goose YAML)",
+    )
 
 
 def _collect_servers(

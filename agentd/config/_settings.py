@@ -63,7 +63,7 @@ from agentd.config._vocab import (
     OutputFormat,
     SessionKind,
 )
-from agentd.core.durations import parse_duration, parse_size
+from agentd.core.durations import ascii_number, parse_duration, parse_size
 from agentd.core.errors import ConfigError
 from agentd.observe.output import DEFAULT_TELEMETRY_BUFFER
 
@@ -301,10 +301,16 @@ class Settings(BaseSettings):
         parts = v.split(",") if isinstance(v, str) else v
         if not isinstance(parts, list | tuple) or not parts:
             raise ValueError(fix)
-        try:
-            values = tuple(float(p) for p in parts)
+        try:  # a string is ASCII digits (float() reads "١٢" as 12); TOML gives numbers
+            values = tuple(
+                ascii_number(p.strip()) if isinstance(p, str) else float(p)
+                for p in parts
+                if not isinstance(p, bool)
+            )
         except (TypeError, ValueError):
             raise ValueError(fix) from None
+        if len(values) != len(parts):
+            raise ValueError(fix)
         if any(not (x >= 0) or x == float("inf") for x in values):
             raise ValueError(fix)
         return values

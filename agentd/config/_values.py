@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agentd.config._vocab import _ADDR_RE, MAX_TEXT_FILE_BYTES, MODEL_FORMS, MODEL_PREFIXES
-from agentd.core.durations import parse_duration
+from agentd.core.durations import ascii_number, parse_duration
 from agentd.core.errors import ConfigError, NotAFile
 from agentd.state.files import read_regular_file
 
@@ -40,9 +40,10 @@ def _integer(value: object, *, minimum: int) -> int:
 
 def _dollars(value: object) -> float:
     """An amount in US dollars above 0 (``2.5``, ``"$2.50"``); ValueError with the fix otherwise."""
-    text = value.strip().removeprefix("$") if isinstance(value, str) else value
-    try:
-        amount = float(text)  # type: ignore[arg-type]  # other types are refused below
+    try:  # text is ASCII digits: float() would read "١٢" as 12; other types are refused below
+        amount = (
+            ascii_number(value.strip().removeprefix("$")) if isinstance(value, str) else float(value)  # type: ignore[arg-type]
+        )
     except (TypeError, ValueError):
         amount = float("nan")
     if isinstance(value, bool) or not (amount > 0 and amount != float("inf")):

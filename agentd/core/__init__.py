@@ -8,7 +8,7 @@ In layer order (a module imports only those below it; docs/architecture.md):
 * :mod:`agentd.core.redact`     redaction: every error, event and label goes through it.
 * :mod:`agentd.core.jsonvalue`  JSON values typed at the wire, narrowed before use.
 * :mod:`agentd.core.safetext`   outside text made safe to encode and to show.
-* :mod:`agentd.core.durations`  durations and sizes as people write them.
+* :mod:`agentd.core.durations`  durations, sizes and numbers as people write them (numbers in ASCII digits only).
 * :mod:`agentd.core.extras`     how to install an optional extra, for this installation.
 * :mod:`agentd.core.prelaunch`  stdio servers started before the heavy imports, agentd's own forked after them.
 * :mod:`agentd.core.hosts`      loopback, wildcard and the host of a ``Host`` header (the HTTP listeners).

@@ -1,5 +1,9 @@
-"""Durations and byte sizes as people write them in flags, env and TOML.
+"""Durations, byte sizes and plain numbers as people write them in flags, env and TOML.
 
+``ascii_int`` and ``ascii_number`` read a number written in ASCII digits and
+refuse anything else: ``str.isdigit`` is true for ``²`` and for other
+scripts' digits, and ``int`` / ``float`` read ``١٢`` as 12, so neither may
+judge text from outside (a flag, a variable, a file, a header).
 ``parse_duration`` turns ``"250ms"``, ``"30s"``, ``"5m"``, ``"1h"``, ``"1h30m"``
 or plain seconds (``"1.5"``, or a number) into float seconds;
 ``format_duration`` is its inverse for display. ``parse_size`` turns ``"10MB"``,
@@ -18,9 +22,12 @@ from decimal import Decimal, InvalidOperation, localcontext
 
 __all__ = [
     "DURATION_FORMS",
+    "MAX_DIGITS",
     "MAX_DURATION",
     "MAX_SIZE",
     "SIZE_FORMS",
+    "ascii_int",
+    "ascii_number",
     "format_duration",
     "format_size",
     "parse_duration",
@@ -42,7 +49,15 @@ SIZE_FORMS = (
     "or KiB, MiB, GiB, TiB (powers of 1024), e.g. 10MB, 512KiB"
 )
 
+#: Most digits a number read by :func:`ascii_int` or :func:`ascii_number` may have: no setting
+#: needs more than a 64-bit value's 19, and ``int`` refuses past 4,300 with a message about itself.
+MAX_DIGITS = 64
+
 _NUMBER = r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
+# ``[0-9]``, never ``\d``: in a str pattern ``\d`` matches every script's digits.
+_UNSIGNED = re.compile(r"[0-9]+")
+_SIGNED = re.compile(r"[+-]?[0-9]+")
+_DECIMAL = re.compile(rf"[+-]?{_NUMBER}(?:[eE][+-]?[0-9]+)?")
 _PLAIN = re.compile(rf"{_NUMBER}")
 _DURATION_PART = re.compile(rf"({_NUMBER})(ms|s|m|h|d)")
 _DURATION_WHOLE = re.compile(rf"(?:{_NUMBER}(?:ms|s|m|h|d))+")
@@ -69,6 +84,39 @@ _SIZE_UNITS = {
     "ti": 1024**4,
     "tib": 1024**4,
 }
+
+
+def ascii_int(text: str, *, signed: bool = False) -> int:
+    """``text`` as an int, when it is a whole number written in ASCII digits ``0-9``.
+
+    A ``+`` or ``-`` first only when ``signed``; no white space, no ``_``, at
+    most :data:`MAX_DIGITS` digits. Callers strip what they allow around it.
+
+    Raises:
+        ValueError: anything else (``²``, ``١٢``, ``1_000``, `` 8``, ``0x10``); the message
+            says how the number is written, for the caller to put after the setting's name.
+    """
+    pattern = _SIGNED if signed else _UNSIGNED
+    if not isinstance(text, str) or len(text.lstrip("+-")) > MAX_DIGITS or not pattern.fullmatch(text):
+        sign = "an optional - and " if signed else ""
+        raise ValueError(f"write a whole number as {sign}ASCII digits 0-9, e.g. 8")
+    return int(text)
+
+
+def ascii_number(text: str) -> float:
+    """``text`` as a finite float, when it is a decimal number written in ASCII (``0.5``, ``-2``, ``1e3``).
+
+    No ``inf``, ``nan``, white space or ``_``; at most :data:`MAX_DIGITS` characters.
+
+    Raises:
+        ValueError: anything else; the message says how the number is written.
+    """
+    if not isinstance(text, str) or len(text) > MAX_DIGITS or not _DECIMAL.fullmatch(text):
+        raise ValueError("write a number as ASCII digits 0-9 with an optional - and decimal point, e.g. 0.5")
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"{text!r} is too large; write a smaller number")
+    return value
 
 
 def _check_seconds(value: float) -> float:

@@ -30,6 +30,13 @@ early process. Reconnects start their processes as before (exec).
 ``AGENTD_SERVER_PREFORK=0`` switches the fork off, and a server whose ``env``
 sets a ``PYTHON*`` variable is always exec'd (those act when an interpreter
 starts, which a fork does not).
+
+**A server that listens on a network port is never forked** (ARCHITECTURE
+decision 21, rfcs/0375): the webhook server (its intake always listens) and
+any server given ``--http`` or ``--listen``. A fork holds a copy of the
+supervisor's memory, its settings and the model's API key included; such a
+server faces whoever can reach its port, so it is launched by exec like any
+other command, with only the environment it was given.
 """
 
 from __future__ import annotations
@@ -225,6 +232,12 @@ SERVER_PREFORK_ENV = "AGENTD_SERVER_PREFORK"
 #: that must follow (``agentd serve NAME``; ``agentd.servers NAME`` needs none).
 _OWN_SERVER_MODULES = {"agentd": "serve", "agentd.servers": None}
 
+#: agentd's own servers that always listen on a network port (the webhook server's intake).
+_NETWORK_SERVERS = frozenset({"webhook"})
+
+#: Flags that make one of agentd's own servers listen on a network port.
+_NETWORK_FLAGS = ("--http", "--listen")
+
 #: Above any descriptor number in use (``closerange`` closes only open ones, in one system call).
 _MAX_FD = 1 << 20
 
@@ -234,9 +247,10 @@ def forkable(command: str, args: Sequence[str], env: Mapping[str, str] | None, c
 
     Its command must be this very interpreter (what ``command = "agentd"``
     becomes), running ``-m agentd serve NAME`` or ``-m agentd.servers NAME``;
-    its ``env`` must set no ``PYTHON*`` variable (they act at an
-    interpreter's start) and its ``cwd``, if any, must be a directory (else
-    the exec'd start reports the error as usual).
+    it must not listen on a network port (:func:`faces_network`); its ``env``
+    must set no ``PYTHON*`` variable (they act at an interpreter's start) and
+    its ``cwd``, if any, must be a directory (else the exec'd start reports
+    the error as usual).
     """
     if os.environ.get(SERVER_PREFORK_ENV) == "0" or command != sys.executable or len(args) < 3:
         return False
@@ -245,9 +259,22 @@ def forkable(command: str, args: Sequence[str], env: Mapping[str, str] | None, c
     needed = _OWN_SERVER_MODULES[args[1]]
     if needed is not None and args[2] != needed:
         return False
+    if faces_network(args):
+        return False
     if any(key.startswith("PYTHON") for key in env or {}):
         return False
     return cwd is None or os.path.isdir(cwd)
+
+
+def faces_network(args: Sequence[str]) -> bool:
+    """Whether ``-m agentd serve NAME ARGS`` (or ``-m agentd.servers NAME ARGS``) listens on a network
+    port: the webhook server always does, any server with ``--http`` or ``--listen`` does."""
+    rest = list(args[2:])
+    if rest and rest[0] == "serve":
+        rest = rest[1:]
+    if rest and rest[0] in _NETWORK_SERVERS:
+        return True
+    return any(arg == flag or arg.startswith(f"{flag}=") for arg in rest for flag in _NETWORK_FLAGS)
 
 
 class _Forked:
@@ -433,6 +460,7 @@ __all__ = [
     "PASSED_ENV",
     "SERVER_PREFORK_ENV",
     "EarlyProcess",
+    "faces_network",
     "fork_server",
     "forkable",
     "launch",

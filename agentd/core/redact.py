@@ -30,7 +30,13 @@ What is replaced by :data:`REDACTED` (``***``):
   working directory; under their names they are still hidden.
 
 ``PWD`` and ``OLDPWD`` are the shell's working directories, never credentials
-(``DB_PWD`` and a ``pwd`` field still are).
+(``DB_PWD`` and a ``pwd`` field still are). A variable reference (``${NAME}``,
+``${env:NAME}``) is shown, even under a credential's name: it names where a
+value comes from. The default written in ``${NAME:-DEFAULT}`` is hidden when
+``NAME`` or the name it is under is a credential's, except the word
+``default`` of agentd's own fixes. A name that describes a credential rather
+than holds one (``signature_header``, ``token_url``, ``password_file``) shows
+its value.
 
 Redaction is best-effort by design: a secret with no recognisable name,
 shape or registration cannot be told from data. It errs towards hiding (an
@@ -116,9 +122,29 @@ _KEY_WORD: Final = "key"
 
 # A last word that makes the name describe a credential rather than hold one:
 # ``token_endpoint_auth_method``, ``token_url``, ``bearer_token_env`` (the name of
-# a variable), ``password_file`` (a path) hold no secret and are worth showing.
+# a variable), ``password_file`` (a path), ``signature_header`` (the name of the
+# header a signature comes in), ``signature_prefix`` / ``signature_encoding`` (how
+# it is written) hold no secret and are worth showing.
 _DESCRIBING_WORDS: Final = frozenset(
-    {"method", "methods", "url", "uri", "endpoint", "env", "var", "type", "file", "path"}
+    {
+        "method",
+        "methods",
+        "url",
+        "uri",
+        "endpoint",
+        "env",
+        "var",
+        "type",
+        "file",
+        "path",
+        "header",
+        "headers",
+        "name",
+        "prefix",
+        "encoding",
+        "algorithm",
+        "scheme",
+    }
 )
 
 # Names that hold the shell's working directories, whatever words they share with
@@ -187,7 +213,8 @@ _NAME_HINTS: Final = (
 )  # fmt: skip
 _NAMED = re.compile(
     r"""
-    (?P<qsep>[?&;])(?P<qname>[A-Za-z0-9_.\-\[\]]+)=(?P<qval>[^&#\s'"<>]*)
+    \$\{(?P<refname>[A-Za-z_][A-Za-z0-9_]*):-(?P<refval>[^}]*)
+    | (?P<qsep>[?&;])(?P<qname>[A-Za-z0-9_.\-\[\]]+)=(?P<qval>[^&#\s'"<>]*)
     | (?P<auth>(?<![A-Za-z0-9])(?i:bearer|basic)[ \t]+)(?P<authval>[A-Za-z0-9._~+/=\-]{6,})
     | (?P<flag>(?<![\w\-])--?[A-Za-z][A-Za-z0-9_\-]*)(?P<fsep>=|[ \t]+)(?P<fval>[^\s'"]+)
     | (?<![A-Za-z0-9_.\-])(?P<kv>[A-Za-z_][A-Za-z0-9_.\-]*)(?P<kvsep>['"]?[ \t]*[=:][ \t]*['"]?)
@@ -304,13 +331,39 @@ def secrets_in(value: str | Iterable[str]) -> list[str]:
 # A value that is already a placeholder (``KEY=...`` in a message telling the user what to set).
 _PLACEHOLDER = re.compile(r"[.*]+")
 _SCHEME_WORD = re.compile(r"^(?i:bearer|basic|token)[ \t]+")
+# The default of a reference in a fix (``${GITHUB_TOKEN:-default}``): the word, not a value.
+_REF_PLACEHOLDER = re.compile(r"[.*]*|default")
+# A value that is a reference to a variable (``${GITHUB_TOKEN}``, ``${env:GITHUB_TOKEN}``,
+# ``${GITHUB_TOKEN:-…}``): it names where the value comes from, and is not the value.
+_REFERENCE = re.compile(r"(?P<head>\$\{(?:env:)?(?P<name>[A-Za-z_][A-Za-z0-9_]*))(?::-(?P<default>.*))?")
+
+
+def _reference(m: re.Match[str]) -> re.Match[str] | None:
+    """A ``NAME=VALUE`` match's value as a variable reference (its ``}`` right after it), or None."""
+    if m.string[m.end() : m.end() + 1] != "}":
+        return None
+    return _REFERENCE.fullmatch(m["kvval"])
+
+
+def _reference_default(m: re.Match[str], ref: re.Match[str]) -> str | None:
+    """The default written in a reference under ``m``'s name, when it is a credential: the name or
+    the variable's name says so, and it is not the ``default`` placeholder of a fix."""
+    default = ref["default"]
+    if not default or _REF_PLACEHOLDER.fullmatch(default):
+        return None
+    return default if is_secret_key(m["kv"]) or is_secret_key(ref["name"]) else None
 
 
 def _named_secrets(text: str) -> list[str]:
     found: list[str] = []
     for m in _NAMED.finditer(text):
         group = m.lastgroup
-        if group == "qval":
+        if group == "refval":
+            if _hides_default(m):
+                found.append(m["refval"])
+            else:
+                found += _named_secrets(m["refval"])
+        elif group == "qval":
             if is_secret_param(m["qname"]) and m["qval"]:
                 found.append(m["qval"])
         elif group == "authval":
@@ -318,7 +371,11 @@ def _named_secrets(text: str) -> list[str]:
         elif group == "fval":
             found += [m["fval"]] if is_secret_flag(m["flag"]) else _named_secrets(m["fval"])
         elif group == "kvval":
-            if is_secret_key(m["kv"]):
+            ref = _reference(m)
+            if ref is not None:
+                default = _reference_default(m, ref)
+                found += [default] if default is not None else _named_secrets(ref["default"] or "")
+            elif is_secret_key(m["kv"]):
                 found.append(m["kvval"])
                 bare = _SCHEME_WORD.sub("", m["kvval"])
                 if bare != m["kvval"]:
@@ -332,8 +389,20 @@ def _replace_token(m: re.Match[str]) -> str:
     return REDACTED if m.lastgroup == "jwt" else m["tok"] + REDACTED
 
 
+def _hides_default(m: re.Match[str]) -> bool:
+    """Whether ``${NAME:-DEFAULT}`` holds a credential: a credential-named variable's written default.
+
+    The reference names a variable, so ``NAME`` is always shown (it is no
+    ``NAME: value`` pair); ``default`` in agentd's own fixes is a placeholder.
+    """
+    return is_secret_key(m["refname"]) and not _REF_PLACEHOLDER.fullmatch(m["refval"])
+
+
 def _replace_named(m: re.Match[str]) -> str:
     group = m.lastgroup
+    if group == "refval":
+        shown = REDACTED if _hides_default(m) else _named(m["refval"])
+        return f"${{{m['refname']}:-{shown}"  # the closing brace, when there is one, follows
     if group == "qval":
         return f"{m['qsep']}{m['qname']}={REDACTED}" if is_secret_param(m["qname"]) else m[0]
     if group == "authval":
@@ -343,6 +412,13 @@ def _replace_named(m: re.Match[str]) -> str:
             return m["flag"] + m["fsep"] + REDACTED
         return m["flag"] + m["fsep"] + _named(m["fval"])
     if group == "kvval":
+        ref = _reference(m)
+        if ref is not None:  # the variable is named, never hidden; a credential's written default is
+            if ref["default"] is None:
+                return m[0]
+            default = _reference_default(m, ref)
+            shown = REDACTED if default is not None else _named(ref["default"])
+            return f"{m['kv']}{m['kvsep']}{ref['head']}:-{shown}"
         if is_secret_key(m["kv"]) and not _PLACEHOLDER.fullmatch(m["kvval"]):
             return m["kv"] + m["kvsep"] + REDACTED
         # The value may itself hold a secret-named part (url=https://h/?token=...).

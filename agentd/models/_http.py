@@ -55,6 +55,7 @@ import orjson
 import trio
 
 from agentd import __version__
+from agentd.core.durations import ascii_int, ascii_number
 from agentd.core.errors import ModelAuthError, ModelRequestError, ModelResponseError, ModelUnavailableError
 from agentd.core.jsonvalue import JSONObject, JSONValue, as_object, loads
 from agentd.core.redact import redact
@@ -189,8 +190,8 @@ def retry_after_seconds(headers: Mapping[str, str], *, now_wall: float) -> float
     lowered = {k.lower(): v for k, v in headers.items()}
     ms = lowered.get("retry-after-ms")
     if ms is not None:
-        try:
-            return max(0.0, float(ms) / 1000.0)
+        try:  # ASCII digits only, as every number from a header: float() reads "١٢" as 12
+            return max(0.0, ascii_number(ms.strip()) / 1000.0)
         except ValueError:
             pass
     value = lowered.get("retry-after")
@@ -198,7 +199,7 @@ def retry_after_seconds(headers: Mapping[str, str], *, now_wall: float) -> float
         return None
     value = value.strip()
     try:
-        return max(0.0, float(value))
+        return max(0.0, ascii_number(value))
     except ValueError:
         pass
     try:
@@ -460,11 +461,14 @@ class JsonPoster:
     async def _read_body(self, response: httpx2.Response, shown: str) -> bytearray:
         """The body, streamed: at most ``max_response_bytes``, each read within :data:`BODY_READ_TIMEOUT_S`."""
         cap = self.max_response_bytes
-        declared = response.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > cap:
+        try:  # never isdigit()/int(): "²" passes one and fails the other
+            declared = ascii_int(response.headers.get("content-length", ""))
+        except ValueError:
+            declared = -1  # absent or unreadable: the streamed read below bounds the body
+        if declared > cap:
             raise ModelResponseError(
                 f"{self.provider} at {shown} answered HTTP {response.status_code} with a "
-                f"{int(declared)}-byte body, over the {cap}-byte response cap; nothing was read. "
+                f"{declared}-byte body, over the {cap}-byte response cap; nothing was read. "
                 "Fix: check that the base URL points at a model provider's API"
             )
         body = bytearray()

@@ -52,6 +52,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, get_args
 
+from agentd.core.durations import ascii_number
 from agentd.core.jsonvalue import JSONObject, JSONValue
 
 WireApi = Literal["chat", "responses", "messages", "script"]
@@ -277,8 +278,8 @@ class ModelSettings:
 def _number(key: str, raw: object, low: float, high: float, *, low_open: bool = False) -> float:
     given = raw
     if isinstance(raw, str):
-        try:
-            raw = float(raw.strip())
+        try:  # ASCII digits only: float() would read "١٢" as 12
+            raw = ascii_number(raw.strip())
         except ValueError:
             raise SettingError(key, given, f"give a number from {low:g} to {high:g}") from None
     if isinstance(raw, bool) or not isinstance(raw, int | float) or not math.isfinite(raw):

@@ -64,6 +64,7 @@ from typing import NoReturn
 import orjson
 import trio
 
+from agentd.core.durations import ascii_int
 from agentd.core.errors import ConfigError
 from agentd.core.hosts import host_of, is_loopback
 from agentd.core.jsonvalue import JSONObject
@@ -217,9 +218,16 @@ def parse_addr(addr: str, *, setting: str = "--health-addr") -> tuple[str | None
     Raises:
         ConfigError: naming ``setting``, the value and the expected shape.
     """
-    fix = "use HOST:PORT, e.g. 0.0.0.0:8080, 127.0.0.1:0 or [::1]:8080 (':8080' listens on every interface)"
+    fix = (
+        "use HOST:PORT, e.g. 0.0.0.0:8080, 127.0.0.1:0 or [::1]:8080 (':8080' listens on every interface; "
+        "the port in ASCII digits 0-65535)"
+    )
     host, sep, port_text = addr.rpartition(":")
-    if not sep or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+    try:
+        port = ascii_int(port_text) if sep else -1  # never isdigit()/int(): ``²``, ``١٢``
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
         raise ConfigError(setting, addr, fix)
     if host.startswith("["):
         if not host.endswith("]") or len(host) < 3:
@@ -228,7 +236,7 @@ def parse_addr(addr: str, *, setting: str = "--health-addr") -> tuple[str | None
     elif ":" in host:
         # A bare IPv6 address is ambiguous with the port separator.
         raise ConfigError(setting, addr, fix)
-    return (host or None), int(port_text)
+    return (host or None), port
 
 
 def reactor_probe(send_channel: trio.MemorySendChannel[HealthProbe]) -> Probe:

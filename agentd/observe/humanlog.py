@@ -37,6 +37,7 @@ import re
 import textwrap
 from collections.abc import Callable, Mapping
 
+from agentd.core.durations import ascii_int
 from agentd.core.safetext import escape_controls, json_bytes
 
 #: Longest field value the text format shows (the JSON format keeps everything).
@@ -98,9 +99,12 @@ def terminal_width(fd: int, env: Mapping[str, str]) -> Callable[[], int]:
     """The width lines are fitted to, read at each line (a resized terminal is followed)."""
 
     def width() -> int:
-        columns = env.get("COLUMNS", "")
-        if columns.isdigit() and int(columns) > 0:
-            return max(MIN_WIDTH, int(columns))
+        try:  # a COLUMNS that is not ASCII digits ("²" passes isdigit()) is ignored, as shells do
+            columns = ascii_int(env.get("COLUMNS", ""))
+        except ValueError:
+            columns = 0
+        if columns > 0:
+            return max(MIN_WIDTH, columns)
         try:
             columns_now = os.get_terminal_size(fd).columns
         except OSError:

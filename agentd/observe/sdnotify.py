@@ -39,6 +39,7 @@ from typing import Protocol
 
 import trio
 
+from agentd.core.durations import ascii_int
 from agentd.core.redact import redact
 
 __all__ = [
@@ -131,14 +132,23 @@ class Notifier:
         usec = raw["WATCHDOG_USEC"]
         if address is not None and usec is not None:
             watchdog_pid = raw["WATCHDOG_PID"]
-            if not usec.isdigit() or int(usec) == 0:
+            try:
+                micros = ascii_int(usec)  # never isdigit()/int(): "²" passes one and fails the other
+            except ValueError:
+                micros = 0
+            if micros == 0:
+                # Ignored with a warning, not refused: the service manager sets it, never
+                # the user, and systemd's own sd_watchdog_enabled() reports a malformed
+                # value as an error the daemon runs on without a watchdog. Refusing to
+                # start would turn a variable agentd cannot use into an outage.
                 telemetry.emit(
                     "sdnotify.unsupported",
                     variable="WATCHDOG_USEC",
-                    error=f"WATCHDOG_USEC={usec!r} is not a positive number of microseconds; no watchdog pings",
+                    error=f"WATCHDOG_USEC={usec!r} is not a positive number of microseconds in ASCII "
+                    "digits; no watchdog pings (systemd sets it from WatchdogSec=)",
                 )
             elif watchdog_pid is None or watchdog_pid == str(os.getpid() if pid is None else pid):
-                interval = int(usec) / 1e6 * WATCHDOG_FRACTION
+                interval = micros / 1e6 * WATCHDOG_FRACTION
         notifier = cls(address, watchdog_interval=interval, telemetry=telemetry)
         if address is not None:
             telemetry.emit("sdnotify.enabled", socket=raw["NOTIFY_SOCKET"], watchdog_s=interval)

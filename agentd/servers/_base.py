@@ -65,6 +65,7 @@ running. No ``ttlMs`` on watched resources (they are never given cache hints).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import enum
 import importlib
 import logging
@@ -99,6 +100,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
 from agentd import __version__
+from agentd.core.durations import ascii_int
 from agentd.core.errors import AgentdError, ConfigError
 from agentd.core.exitcodes import ExitCode
 from agentd.core.heap import start_collector
@@ -129,6 +131,7 @@ __all__ = [
     "main",
     "parse_http",
     "read_token",
+    "whole_number",
     "write_atomic",
 ]
 
@@ -317,6 +320,17 @@ class Transport:
         return HttpPolicy.for_bind(self.host, self.allow_hosts, self.token)
 
 
+def whole_number(text: str) -> int:
+    """The argparse ``type`` of a server's count flags (``--max-watchers N``): ASCII digits only.
+
+    ``int`` would take ``١٢`` for 12; argparse names the flag and exits 2 with this message.
+    """
+    try:
+        return ascii_int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number: {exc}") from None
+
+
 def read_token(token_file: str | None, env: Mapping[str, str]) -> str | None:
     """The bearer token from ``--token-file`` (first line) or ``$AGENTD_SERVE_TOKEN``; None when neither.
 
@@ -358,9 +372,15 @@ def parse_http(
             or without a bearer token; a wildcard host without ``--allow-host``.
     """
     host, sep, port_text = value.rpartition(":")
-    if not sep or not port_text.isdigit() or not 0 <= int(port_text) < 65536:
+    try:
+        port = ascii_int(port_text) if sep else -1  # never isdigit()/int(): ``²``, ``١٢``
+    except ValueError:
+        port = -1
+    if not 0 <= port < 65536:
         raise ConfigError(
-            "--http", value, "give HOST:PORT with a port in 0-65535 (0 picks a free one), e.g. 127.0.0.1:8765"
+            "--http",
+            value,
+            "give HOST:PORT with a port in 0-65535 in ASCII digits (0 picks a free one), e.g. 127.0.0.1:8765",
         )
     host = host.strip("[]") or "127.0.0.1"
     if not is_loopback(host):
@@ -385,7 +405,7 @@ def parse_http(
                 "a wildcard bind answers on every interface: name the host clients use with "
                 "--allow-host NAME (repeatable), so requests for other names are refused",
             )
-    return Transport("http", host, int(port_text), allow_hosts=tuple(allow_hosts), token=token)
+    return Transport("http", host, port, allow_hosts=tuple(allow_hosts), token=token)
 
 
 # --------------------------------------------------------------------------- the server
@@ -750,13 +770,15 @@ class WatchableServer:
         config.accesslog = None
         async with trio.open_nursery() as nursery:
             binds = await nursery.start(partial(serve, guarded, config, mode="asgi"))  # type: ignore[arg-type]
-            # Printed once the socket is bound, so a launcher can wait for this line.
-            for bind in binds:
-                print(
-                    f"agentd serve {self.name}: listening on {bind}{transport.path}",
-                    file=sys.stderr,
-                    flush=True,
-                )
+            # Printed once the socket is bound, so a launcher can wait for this line; a stderr that
+            # cannot be written (a full disk, a reader gone) must not stop the server.
+            with contextlib.suppress(OSError, ValueError):
+                for bind in binds:
+                    print(
+                        f"agentd serve {self.name}: listening on {bind}{transport.path}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
 
 
 # --------------------------------------------------------------------------- CLI entry
@@ -873,7 +895,12 @@ def main(argv: list[str]) -> int:
     except ServerStartError as exc:
         print(f"agentd serve {name}: {exc}", file=sys.stderr)
         return int(exc.exit_code)
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s: %(message)s")
+    # force: the MCP SDK's server installed a rich handler on the root logger (configure_logging), which
+    # exits the process (SystemExit) when stderr is a pipe whose reader left; a plain handler drops a
+    # line it cannot write, and a server never stops because its log cannot be written.
+    logging.basicConfig(
+        level=logging.WARNING, stream=sys.stderr, format="%(name)s: %(message)s", force=True
+    )
     start_collector()  # start-up objects frozen; the agentd command paused the collector (rfcs/0367)
     try:
         trio.run(server.run, transport)

@@ -63,6 +63,7 @@ from agentd.servers._base import (
     SourceGate,
     WatchableServer,
     describe,
+    whole_number,
 )
 from agentd.servers._inotify import (
     IN_ATTRIB,
@@ -752,7 +753,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--max-text-bytes",
-        type=int,
+        type=whole_number,
         default=DEFAULT_MAX_TEXT_BYTES,
         metavar="N",
         help=f"largest file returned as text by file:/// (default {DEFAULT_MAX_TEXT_BYTES}); larger: size + sha256",
@@ -764,7 +765,7 @@ def add_max_watchers(parser: argparse.ArgumentParser, what: str) -> None:
     """``--max-watchers N``: the cap on a server's per-subscription watchers (kube and files)."""
     parser.add_argument(
         "--max-watchers",
-        type=int,
+        type=whole_number,
         default=DEFAULT_MAX_WATCHERS,
         metavar="N",
         help=f"{what} running at once, one per subscribed URI; a subscription past it is refused "

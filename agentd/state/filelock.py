@@ -14,6 +14,7 @@ import fcntl
 import os
 from pathlib import Path
 
+from agentd.core.durations import ascii_int
 from agentd.core.errors import ConfigError
 
 
@@ -29,7 +30,10 @@ def lock_exclusively(fd: int, setting: str, path: Path, fix: str) -> None:
     except BlockingIOError:
         holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
         os.close(fd)
-        owner = f"pid {holder}" if holder.isdigit() else "another process"
+        try:  # what another process wrote: a pid in ASCII digits, or nothing agentd repeats
+            owner = f"pid {ascii_int(holder)}"
+        except ValueError:
+            owner = "another process"
         raise ConfigError(setting, str(path), f"another agentd ({owner}) is using it; {fix}") from None
     with contextlib.suppress(OSError):  # a full disk must not stop a start: the pid is a courtesy
         os.ftruncate(fd, 0)

@@ -26,6 +26,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
+from agentd.core.durations import ascii_int
+
 if TYPE_CHECKING:
     from agentd.triggers.router import Router
 
@@ -78,11 +80,14 @@ def parse_shard(text: str, env: Mapping[str, str]) -> Shard:
                 f"HOSTNAME is {pod!r}; run it in a StatefulSet, or give --shard INDEX/COUNT"
             )
         raw = env.get(COUNT_ENV, "")
-        if not raw.strip().isdigit():
+        try:  # never isdigit()/int(): "²" passes one and fails the other, "١٢" reads as 12
+            count = ascii_int(raw.strip())
+        except ValueError:
             raise ValueError(
-                f"--shard auto takes the count from {COUNT_ENV}, which is {raw!r}; set it to the replica count"
-            )
-        index, count = int(m.group(1)), int(raw)
+                f"--shard auto takes the count from {COUNT_ENV}, which is {raw!r}; set it to the replica "
+                "count in ASCII digits, e.g. 3"
+            ) from None
+        index = int(m.group(1))
     else:
         m = re.fullmatch(r"([0-9]+)/([0-9]+)", text)
         if m is None:

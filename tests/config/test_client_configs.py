@@ -12,6 +12,7 @@ from agentd.config import (
     effective_config,
     ignored_keys,
     parse_codex_toml,
+    parse_goose_yaml,
     parse_mcp_servers_json,
     server_secrets,
 )
@@ -269,3 +270,276 @@ def test_remote_credentials_are_registered_as_secrets(tmp_path: Path) -> None:
     assert {"bearer-value-2", "inline-secret-1", "env-secret-3"} <= set(found)
     shown = json.dumps(effective_config(s, env))
     assert not any(v in shown for v in ("bearer-value-2", "inline-secret-1", "env-secret-3"))
+
+
+# ----------------------------------------------------------------- Cline, Windsurf, goose (issue 37, item 9)
+
+CLINE = {
+    "mcpServers": {
+        "remote": {
+            "type": "streamableHttp",
+            "url": "https://h.example/mcp",
+            "headers": {"X-Team": "blue"},
+            "autoApprove": [],
+            "disabled": False,
+            "timeout": 60,
+        },
+        "older": {"transportType": "sse", "url": "https://h.example/sse"},
+        "local": {"type": "stdio", "command": "memo-server", "args": [], "alwaysAllow": ["memo_get"]},
+    }
+}
+
+
+def test_cline_streamable_http_and_its_older_transport_type() -> None:
+    # Before: "streamableHttp" was an unknown type, and the whole file was refused with it.
+    ignored: list[str] = []
+    servers = parse_mcp_servers_json(
+        json.dumps(CLINE), label="cline_mcp_settings.json", env={}, ignored=ignored
+    )
+    remote, older, local = servers["remote"], servers["older"], servers["local"]
+    assert (remote.transport, remote.url, remote.timeout) == ("http", "https://h.example/mcp", 60)
+    assert (older.transport, local.transport) == ("sse", "stdio")
+    assert sorted(ignored) == [
+        "cline_mcp_settings.json: mcpServers.local.alwaysAllow",
+        "cline_mcp_settings.json: mcpServers.remote.autoApprove",
+    ]
+
+
+def test_an_unknown_transport_names_the_name_the_file_and_the_accepted_ones() -> None:
+    doc = {"mcpServers": {"a": {"type": "websocket", "url": "http://h/x"}}}
+    with pytest.raises(
+        ConfigError,
+        match=r"^cline\.json: mcpServers\.a\.type: 'websocket' is not valid: use stdio, http, "
+        r"streamable-http or sse \(Cline's streamableHttp is read as http\)",
+    ):
+        parse_mcp_servers_json(json.dumps(doc), label="cline.json", env={})
+    doc = {"mcpServers": {"a": {"transportType": "ws", "url": "http://h/x"}}}
+    with pytest.raises(ConfigError, match=r"mcpServers\.a\.transportType: 'ws' is not valid: use stdio"):
+        parse_mcp_servers_json(json.dumps(doc), label="cline.json", env={})
+
+
+def test_windsurf_server_url_disabled_tools_and_env_references(tmp_path: Path) -> None:
+    # Before: serverUrl was "not used", and the entry was refused naming only command.
+    doc = {
+        "mcpServers": {
+            "remote": {
+                "serverUrl": "https://w.example/mcp",
+                "headers": {"Authorization": "Bearer ${env:AUTH_TOKEN}"},
+                "disabledTools": ["delete_page"],
+            },
+            "local": {"command": "fs-server", "args": ["${env:ROOT}"], "disabled": False},
+        }
+    }
+    path = tmp_path / "mcp_config.json"
+    path.write_text(json.dumps(doc))
+    s = load(tmp_path, env={"AUTH_TOKEN": "tok-123456", "ROOT": "/srv"}, mcp_config=[str(path)])
+    remote, local = s.servers["remote"], s.servers["local"]
+    assert (remote.url, remote.transport) == ("https://w.example/mcp", "auto")
+    assert remote.headers == {"Authorization": "Bearer tok-123456"}
+    assert remote.disallowed_tools == ["delete_page"]
+    assert local.args == ["/srv"]
+    assert ignored_keys(s) == ()
+    # Windsurf's ${file:PATH} is no variable: refused with the fix, not sent as text.
+    doc["mcpServers"]["local"]["args"] = ["--root", "${file:/run/root}"]
+    path.write_text(json.dumps(doc))
+    with pytest.raises(
+        ConfigError,
+        match=r"mcpServers\.local\.args: '\$\{file:/run/root\}' is not valid: agentd does "
+        r"not read files named inside a server file; .*\$\{env:NAME\}",
+    ):
+        load(tmp_path, env={"ROOT": "/srv"}, mcp_config=[str(path)])
+    doc["mcpServers"]["remote"] = {"serverUrl": "https://a/mcp", "url": "https://b/mcp"}
+    path.write_text(json.dumps(doc))
+    with pytest.raises(
+        ConfigError, match=r"mcpServers\.remote\.serverUrl: .* url and serverUrl differ; keep one"
+    ):
+        load(tmp_path, env={"ROOT": "/srv"}, mcp_config=[str(path)])
+
+
+GOOSE = """\
+GOOSE_PROVIDER: openai
+GOOSE_MODEL: gpt-4o
+extensions:
+  developer:
+    bundled: true
+    display_name: Developer
+    enabled: true
+    name: developer
+    timeout: 300
+    type: builtin
+  memo:
+    args:
+    - serve
+    - memo
+    bundled: null
+    cmd: agentd
+    description: notes
+    enabled: true
+    env_keys:
+    - MEMO_TOKEN
+    - NOT_SET_HERE
+    envs:
+      LEVEL: debug
+    name: memo
+    timeout: 120
+    type: stdio
+  github:
+    args: [-y, "@modelcontextprotocol/server-github"]
+    cmd: npx
+    enabled: false
+    envs: {}
+    env_keys: []
+    name: github
+    type: stdio
+  docs:
+    available_tools: [search]
+    description: docs
+    enabled: true
+    env_keys: []
+    envs: {}
+    headers:
+      X-Team: blue
+    name: docs
+    timeout: 300
+    type: streamable_http
+    uri: https://docs.example/mcp
+  events:
+    enabled: true
+    name: events
+    type: sse
+    uri: http://127.0.0.1:9/sse
+    socket: /tmp/x.sock
+"""
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "goose-config"])
+def test_goose_yaml_extensions(tmp_path: Path, name: str) -> None:
+    # Before: "not valid TOML". The content decides, so a copy with no .yaml suffix is read too.
+    path = tmp_path / name
+    path.write_text(GOOSE)
+    s = load(tmp_path, env={"MEMO_TOKEN": "m-token"}, mcp_config=[str(path)])
+    assert sorted(s.servers) == ["docs", "events", "memo"]
+    memo, docs, events = s.servers["memo"], s.servers["docs"], s.servers["events"]
+    assert (memo.transport, memo.args[-2:], memo.timeout) == ("stdio", ["serve", "memo"], 120)
+    assert memo.env == {"MEMO_TOKEN": "m-token", "LEVEL": "debug"}  # env_keys that are set, then envs
+    assert (docs.transport, docs.url, docs.headers) == (
+        "http",
+        "https://docs.example/mcp",
+        {"X-Team": "blue"},
+    )
+    assert (docs.allowed_tools, docs.timeout) == (["search"], 300)
+    assert (events.transport, events.allowed_tools) == ("sse", None)
+    label = f"{path} (--mcp-config)"
+    # The builtin and the disabled extension are skipped, each named; so is a key agentd does not use.
+    assert ignored_keys(s) == (
+        f"{label}: extensions.developer (a goose builtin extension: it runs inside goose; agentd cannot start it)",
+        f"{label}: extensions.github (enabled: false in goose)",
+        f"{label}: extensions.events.socket",
+    )
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "message"),
+    [
+        (
+            "extensions:\n  x:\n    type: websocket\n    uri: http://h/x\n",
+            r"^g\.yaml: extensions\.x\.type: 'websocket' is not valid: use stdio, sse or streamable_http "
+            r"\(goose's builtin, platform, frontend and inline_python extensions run inside goose",
+        ),
+        (
+            "extensions:\n  x:\n    type: stdio\n    args: []\n",
+            r"extensions\.x\.cmd: None is not valid: a stdio extension needs cmd",
+        ),
+        (
+            "extensions:\n  x:\n    type: streamable_http\n",
+            r"extensions\.x\.uri: None is not valid: a streamable_http extension needs uri",
+        ),
+        ("extensions:\n  x: npx\n", r"extensions\.x: 'npx' is not valid: each server is a mapping"),
+        ("GOOSE_MODEL: gpt-4o\n", r"^g\.yaml: .* expected an extensions: mapping of goose extensions"),
+        ("extensions: [\n", r"^g\.yaml: .* not valid YAML"),
+        (
+            "a: &a [x, x, x]\nb: &b [*a, *a, *a]\nextensions:\n  x: [*b, *b, *b]\n",
+            r"^g\.yaml: .* YAML aliases \(\*name\) are not read; write each value out where it is used",
+        ),
+        (
+            "extensions:\n  x:\n    type: stdio\n    cmd: x\n    env_keys: TOKEN\n",
+            r"extensions\.x\.env_keys: 'TOKEN' is not valid: write a list of variable names",
+        ),
+    ],
+)
+def test_goose_errors_name_the_file_the_extension_and_the_fix(yaml_text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_goose_yaml(yaml_text, label="g.yaml", env={})
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        (
+            "settings.json",
+            '{"context_servers": {"a": {"command": {"path": "x"}}}}',
+            r"this is Zed's settings \(context_servers\), which agentd does not read; write the servers as "
+            r'\{"mcpServers"',
+        ),
+        (
+            "opencode.json",
+            '{"$schema": "https://opencode.ai/config.json", "mcp": {"a": {"type": "local", "command": ["x"]}}}',
+            r"this is opencode's config \(mcp\), which agentd does not read",
+        ),
+        (
+            "config.yaml",
+            "mcpServers:\n  - name: a\n    command: x\n",
+            r"this is Continue's config\.yaml \(an mcpServers list\), which agentd does not read",
+        ),
+        (
+            "agentd.toml",
+            '[servers.a]\ncommand = "x"\n',
+            r"this is agentd's own config file \(\[servers\.NAME\] tables\), .* give it with --config",
+        ),
+        ("servers", "just: [unclosed\n", r"it is not JSON, TOML or YAML agentd can parse \(as TOML: "),
+    ],
+)
+def test_a_format_agentd_does_not_read_is_named_as_that_format(
+    tmp_path: Path, name: str, text: str, message: str
+) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        load(tmp_path, mcp_config=[str(path)])
+
+
+def test_codex_toml_without_a_suffix_that_opens_with_a_table_is_still_read(tmp_path: Path) -> None:
+    path = tmp_path / "codex-servers"
+    path.write_text('[mcp_servers.docs]\nurl = "https://docs.example/mcp"\n')
+    assert load(tmp_path, mcp_config=[str(path)]).servers["docs"].url == "https://docs.example/mcp"
+
+
+# ----------------------------------------------------------------- redaction masks values, not names or fixes
+
+
+def test_the_default_fix_of_an_unset_credential_variable_is_shown_whole(tmp_path: Path) -> None:
+    # Before: "GITHUB_TOKEN: '***}' … set it or write ${GITHUB_TOKEN:***}": the reference and the
+    # fix looked like leaked secrets.
+    servers = json.dumps({"gh": {"command": "gh-mcp", "env": {"GITHUB_TOKEN": "${GITHUB_TOKEN}"}}})
+    with pytest.raises(ConfigError) as caught:
+        load(tmp_path, env={"AGENTD_SERVERS": servers})
+    assert str(caught.value) == (
+        "AGENTD_SERVERS.gh.env.GITHUB_TOKEN: '${GITHUB_TOKEN}' is not valid: environment variable "
+        "GITHUB_TOKEN is not set; set it or write ${GITHUB_TOKEN:-default}"
+    )
+    # A default written for a credential is still hidden; the variable's name never is.
+    text = str(ConfigError("API_PASSWORD", "${PW:-hunter2-hunter2}", "x ${GITHUB_TOKEN:-ghp_real_value_123}"))
+    assert "hunter2" not in text
+    assert "ghp_real" not in text
+    assert "API_PASSWORD: '${PW:-***}'" in text
+    assert "${GITHUB_TOKEN:-***}" in text
+
+
+def test_check_shows_a_generic_webhook_sources_header_names(tmp_path: Path) -> None:
+    # Before: signature_header=***, signature_prefix=***: names of headers, no secret, hidden in `agentd check`.
+    source = "gh=generic,signature_header=X-Hub-Signature-256,signature_prefix=sha256=,id_header=X-Delivery,secret_env=WH_SECRET"
+    s = load(tmp_path, mcp_stdio=[f"hooks=agentd serve webhook --source {source}"])
+    env = {"WH_SECRET": "a-very-secret-value-1234"}
+    shown = effective_config(s, env)
+    assert source in json.dumps(shown)
+    assert "a-very-secret-value-1234" not in json.dumps(effective_config(s, env))

@@ -9,7 +9,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agentd.core.durations import (
+    MAX_DIGITS,
     MAX_DURATION,
+    ascii_int,
+    ascii_number,
     format_duration,
     format_size,
     parse_duration,
@@ -170,3 +173,57 @@ def test_parse_size_fuzz_text(text: str) -> None:
 def test_parse_size_units(n: int, unit: str) -> None:
     factor = {"": 1, "B": 1, "KB": 1000, "KiB": 1024, "MB": 10**6, "MiB": 2**20, "GiB": 2**30}[unit]
     assert parse_size(f"{n}{unit}") == n * factor
+
+
+# Every other script's digits, superscripts, fractions and roman numerals: all "numbers" to
+# str.isdigit()/isnumeric() (and int() reads the decimal ones: "١٢" is 12), none a number in a setting.
+_NOT_ASCII_NUMERALS = st.characters(categories=("Nd", "No", "Nl"), exclude_characters="0123456789")
+
+
+@given(
+    before=st.text(alphabet="0123456789.-+eE", max_size=6),
+    numeral=_NOT_ASCII_NUMERALS,
+    after=st.text(alphabet="0123456789.-+eE", max_size=6),
+)
+def test_no_numeral_but_ascii_digits_is_ever_a_number(before: str, numeral: str, after: str) -> None:
+    text = before + numeral + after
+    for read in (ascii_int, ascii_number, lambda t: ascii_int(t, signed=True)):
+        with pytest.raises(ValueError, match="ASCII digits 0-9"):
+            read(text)
+
+
+@given(st.text(max_size=12))
+def test_what_the_number_readers_accept_is_ascii_and_means_what_int_and_float_say(text: str) -> None:
+    for read, exact in ((ascii_int, int), (ascii_number, float)):
+        try:
+            value = read(text)
+        except ValueError:
+            continue
+        assert text.isascii()
+        assert text.strip() == text
+        assert "_" not in text
+        assert value == exact(text)
+
+
+@pytest.mark.parametrize(
+    "text", ["²", "١٢", "１２", "1_000", " 8", "8\n", "0x10", "+8", "-8", "", "8" * (MAX_DIGITS + 1)]
+)
+def test_ascii_int_refuses(text: str) -> None:
+    with pytest.raises(ValueError, match=r"write a whole number as ASCII digits 0-9"):
+        ascii_int(text)
+
+
+@pytest.mark.parametrize("text", ["inf", "nan", "١.٥", "1e999", "1,5", "", "."])
+def test_ascii_number_refuses(text: str) -> None:
+    with pytest.raises(ValueError, match=r"ASCII digits|too large"):
+        ascii_number(text)
+
+
+def test_ascii_readers_accept() -> None:
+    assert (ascii_int("0"), ascii_int("65535"), ascii_int("-3", signed=True)) == (0, 65535, -3)
+    assert (ascii_number("0.5"), ascii_number(".5"), ascii_number("-2"), ascii_number("1e3")) == (
+        0.5,
+        0.5,
+        -2.0,
+        1000.0,
+    )

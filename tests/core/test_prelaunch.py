@@ -108,6 +108,13 @@ def test_the_command_exits_with_its_code() -> None:
         (sys.executable, ["-c", "import agentd", "serve"], None, False),
         # PYTHON* variables act when an interpreter starts: only an exec honours them.
         (sys.executable, ["-m", "agentd", "serve", "memo"], {"PYTHONPATH": "/x"}, False),
+        # A server on a network port holds nothing of the supervisor's (decision 21): exec'd.
+        (sys.executable, ["-m", "agentd", "serve", "webhook", "--source", "g=github"], None, False),
+        (sys.executable, ["-m", "agentd.servers", "webhook"], None, False),
+        (sys.executable, ["-m", "agentd", "serve", "memo", "--http", "127.0.0.1:0"], None, False),
+        (sys.executable, ["-m", "agentd", "serve", "memo", "--http=127.0.0.1:0"], None, False),
+        (sys.executable, ["-m", "agentd", "serve", "memo", "--file", "--http"], None, False),
+        (sys.executable, ["-m", "agentd", "serve", "memo", "--file", "webhook"], None, True),
     ],
 )
 def test_only_agentds_own_servers_on_this_interpreter_are_forked(

@@ -52,7 +52,8 @@ def test_credential_names(name: str) -> None:
 @pytest.mark.parametrize(
     "name",
     ["input_tokens", "max_tokens", "keyboard", "key", "monkey", "author", "session", "uri", "path",
-     "token_endpoint_auth_method", "token_url", "bearer_token_env", "bearer_token_env_var", "password_file", "auth_type"],
+     "token_endpoint_auth_method", "token_url", "bearer_token_env", "bearer_token_env_var", "password_file", "auth_type",
+     "signature_header", "signature_prefix", "signature_encoding", "token_header", "secret_name"],
 )  # fmt: skip
 def test_names_that_are_not_credentials(name: str) -> None:
     assert not is_secret_key(name)

@@ -35,6 +35,9 @@ NOW = 1_800_000_000.0
         ({"Retry-After": "Mon, 01 Jan 2024 00:00:00"}, None),  # no zone: not an HTTP date
         ({"retry-after-ms": "250", "Retry-After": "9"}, 0.25),
         ({"retry-after-ms": "x", "Retry-After": "9"}, 9.0),
+        # Other scripts' digits are no number (float() read "١٢" as 12).
+        ({"Retry-After": "١٢"}, None),
+        ({"retry-after-ms": "٢٥٠", "Retry-After": "9"}, 9.0),
     ],
 )
 def test_retry_after_seconds(headers: dict[str, str], expected: float | None) -> None:

@@ -261,6 +261,9 @@ def test_width_follows_columns_then_the_terminal() -> None:
     assert terminal_width(2, {"COLUMNS": "132"})() == 132
     assert terminal_width(2, {"COLUMNS": "10"})() == 40  # never narrower than a usable line
     assert terminal_width(-1, {})() == 100  # no terminal
+    # A COLUMNS in other digits is no width: "²" passed isdigit() and int() raised mid-line.
+    assert terminal_width(-1, {"COLUMNS": "²"})() == 100
+    assert terminal_width(-1, {"COLUMNS": "١٢٠"})() == 100
 
 
 # -- the text format ------------------------------------------------------------------------

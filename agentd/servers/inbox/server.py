@@ -33,6 +33,7 @@ from agentd.servers._base import (
     ToolError,
     WatchableServer,
     describe,
+    whole_number,
 )
 from agentd.servers._inboxlog import WINDOW, AckError, Entry, InboxLog, Ledger, choose_by_id
 from agentd.servers._safefs import UnsafePath, append_regular
@@ -362,7 +363,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--window",
-        type=int,
+        type=whole_number,
         default=WINDOW,
         metavar="N",
         help=f"pending messages shown in inbox://AGENT (default {WINDOW}); older ones wait below it",
