@@ -190,6 +190,8 @@ EVENTS: Mapping[str, EventSpec] = {
         _e("upstream.tools_changed", "info", "An MCP server's tool list changed.", "server tools"),
         _e("upstream.tools_skipped", "warning", "An MCP server lists tools agentd cannot call (task-only tools): they are not offered to models.", "server tools reason"),
         _e("upstream.refresh_failed", "warning", "Re-reading an MCP server's catalog failed.", "server kind error"),
+        _e("upstream.list_skipped", "debug", "An MCP server does not implement a list (-32601 Method not found), or did not answer the optional resources/templates/list in time: the list is taken as empty (templates: as last known) and not asked again on this connection.", "server method reason"),
+        _e("upstream.list_failed", "warning", "An MCP server answered the optional resources/templates/list with an error: its templates stay as last known and the connection goes on.", "server method error"),
         _e("upstream.catalog_stream_lost", "warning", "An MCP server's catalog change stream ended.", "server error"),
         _e("upstream.catalog_stream_failed", "warning", "An MCP server's catalog change stream could not be re-opened.", "server attempts"),
         _e("upstream.transport_error", "warning", "An MCP server's transport reported an error.", "server error"),

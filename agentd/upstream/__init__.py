@@ -6,7 +6,9 @@ Its subscriptions ride on one listen stream per connection, replaced when the
 set changes (``subscriptions.py``: the shell; ``uriset.py``: what is wanted,
 carried and re-read, pure; rfcs/0260).
 Its tools, resources and templates are kept by ``catalog.py``, refreshed on
-connect and on list_changed.
+connect and on list_changed; a list the server does not implement is empty,
+and the optional templates list is given up when it is not answered in time
+(rfcs/0378).
 
 Public surface:
 
@@ -18,7 +20,8 @@ Public surface:
 * :class:`Negotiated` — how a connection was made (transport actually used,
   version, era, what became of the ``server/discover`` probe): the era and
   transport are found once per server and kept (``negotiate.py``, pure;
-  ``handshake.py``, the SDK adapter).
+  ``handshake.py``, the SDK adapter); a stdio server that reads the probe and
+  says nothing is found out in a second (``stdio.py``, rfcs/0378).
 * :func:`resolve_server_for_uri` and :class:`Catalog` — which server owns a URI.
 * :func:`namespaced`, :func:`split_namespaced`, :class:`ToolNameMap` —
   provider-safe ``server__tool`` names.

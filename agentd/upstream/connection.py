@@ -63,8 +63,9 @@ from agentd.upstream.backoff import (
     STABLE_SUBSCRIPTION,
     delay_before_attempt,
 )
-from agentd.upstream.catalog import Catalogs, listen_flags
+from agentd.upstream.catalog import Catalogs, ListFailed, listen_flags
 from agentd.upstream.describe import describe as _describe
+from agentd.upstream.describe import unwrap
 from agentd.upstream.handshake import client_mode, complete_handshake, offering
 from agentd.upstream.http import HttpTransport
 from agentd.upstream.negotiate import (
@@ -78,7 +79,7 @@ from agentd.upstream.negotiate import (
     probe_outcome,
 )
 from agentd.upstream.resolve import Catalog
-from agentd.upstream.stdio import MAX_LINE_BYTES, StdioTransport
+from agentd.upstream.stdio import MAX_LINE_BYTES, PROBE_SILENCE, StdioTransport
 from agentd.upstream.subscriptions import ReadHold, Subscriber
 
 __all__ = [
@@ -145,6 +146,8 @@ class _Up:
     """Whether the try got past the handshake and catalog fetch."""
     handshake_done: bool = False
     """Whether the try got past the handshake (the era is settled)."""
+    step: str = ""
+    """After the handshake, the request the try is waiting for (named when it fails or times out)."""
 
 
 class _ConnectFailed(Exception):
@@ -448,6 +451,8 @@ class Upstream:
                 telemetry=self._telemetry,
                 max_line_bytes=self._max_line_bytes,
                 early=early if early is not None and early.matches(spec.command, spec.args) else None,
+                # Only a probe is judged by silence: a known 2026-era server may take its time.
+                probe_silence=PROBE_SILENCE if tried.handshake == "probe" else None,
             )
         assert spec.url is not None
         return HttpTransport(self.name, spec.url, spec.headers, auth=self._auth, sse=tried.transport == "sse")
@@ -463,9 +468,10 @@ class Upstream:
         tried = self._negotiator.first()
         earlier: list[str] = []
         probed = False
+        ignored = False
         while True:
             try:
-                await self._try(tried, task_status, retry, after_failed_probe=probed)
+                await self._try(tried, task_status, retry, after_failed_probe=probed, ignored=ignored)
                 return
             except _TryFailed as failed:
                 following = self._negotiator.next_after(tried, failed.facts)
@@ -483,6 +489,7 @@ class Upstream:
                 )
                 earlier.append(f"{tried.describe()}: {failed.head}")
                 probed = probed or tried.handshake == "probe"
+                ignored = ignored or failed.facts.silent
                 tried = following
 
     def _why_no_fallback(self, tried: Try, facts: TryFailure) -> str:
@@ -507,7 +514,13 @@ class Upstream:
         )
 
     async def _try(
-        self, tried: Try, task_status: trio.TaskStatus[None] | None, retry: int, *, after_failed_probe: bool
+        self,
+        tried: Try,
+        task_status: trio.TaskStatus[None] | None,
+        retry: int,
+        *,
+        after_failed_probe: bool,
+        ignored: bool,
     ) -> None:
         """One try: connect with ``tried`` (bounded), serve until it drops. Raises _TryFailed if it never came up."""
         transport = self._make_transport(tried)
@@ -529,13 +542,22 @@ class Upstream:
             with trio.CancelScope(deadline=t0 + self.init_timeout) as init_scope:
                 async with client:
                     await self._serve(
-                        client, transport, tried, task_status, retry, init_scope, up, t0, after_failed_probe
+                        client,
+                        transport,
+                        tried,
+                        task_status,
+                        retry,
+                        init_scope,
+                        up,
+                        t0,
+                        (after_failed_probe, ignored),
                     )
             if init_scope.cancelled_caught and not up.connected:
+                waiting = f" waiting for its answer to {up.step}" if up.step else ""
                 await self._raise_failed(
                     transport,
                     tried,
-                    f"did not finish connecting within {self.init_timeout:g}s (init_timeout)",
+                    f"did not finish connecting within {self.init_timeout:g}s (init_timeout){waiting}",
                     up,
                     timed_out=True,
                 )
@@ -543,7 +565,16 @@ class Upstream:
             raise
         except Exception as exc:
             if not up.connected:
-                await self._raise_failed(transport, tried, _describe(exc), up)
+                inner = unwrap(exc)
+                if isinstance(transport, StdioTransport) and transport.ignored_probe is not None:
+                    why = transport.ignored_probe
+                elif isinstance(inner, ListFailed):
+                    why = inner.clause
+                elif up.step:
+                    why = f"failed {up.step}: {_describe(exc)}"
+                else:
+                    why = _describe(exc)
+                await self._raise_failed(transport, tried, why, up)
             self.last_error = transport.lost_reason or _describe(exc)
         except BaseExceptionGroup as group:
             # Cancelled while a request failed (the run ends as a try breaks): the SDK's task
@@ -574,10 +605,11 @@ class Upstream:
             handshake_done=up.handshake_done,
             timed_out=timed_out,
             rejected=isinstance(transport, HttpTransport) and not transport.sse and transport.rejected,
+            silent=isinstance(transport, StdioTransport) and transport.ignored_probe is not None,
         )
-        if transport.lost_reason is not None and transport.lost_reason not in why:
-            why = f"{why} ({transport.lost_reason})"
         message = f"server {self.name!r} {why}"
+        if transport.lost_reason is not None and transport.lost_reason not in message:
+            message += f" ({transport.lost_reason})"
         if isinstance(transport, HttpTransport) and transport.rejected:
             message += f" (HTTP {transport.refused_status} to every POST)"
         message += self._why_no_fallback(tried, facts)
@@ -598,9 +630,13 @@ class Upstream:
         init_scope: trio.CancelScope,
         up: _Up,
         t0: float,
-        after_failed_probe: bool,
+        failed_probe: tuple[bool, bool],
     ) -> None:
-        """Finish the connection (handshake, listeners, then catalogs), then serve until the transport is lost."""
+        """Finish the connection (handshake, listeners, then catalogs), then serve until the transport is lost.
+
+        ``failed_probe``: whether an earlier try of the attempt probed and failed, and whether
+        its server ignored the probe (for :func:`~agentd.upstream.negotiate.probe_outcome`).
+        """
         await complete_handshake(client, tried)
         up.handshake_done = True
         self._negotiator.learned(tried, client.protocol_version)
@@ -609,24 +645,28 @@ class Upstream:
             transport=tried.transport,
             protocol_version=client.protocol_version,
             era=era,
-            probe=probe_outcome(tried, era, after_failed_probe=after_failed_probe),
+            probe=probe_outcome(tried, era, after_failed_probe=failed_probe[0], ignored=failed_probe[1]),
         )
         self.protocol_version = client.protocol_version
         self.capabilities = client.server_capabilities
         modern = client.protocol_version in MODERN_PROTOCOL_VERSIONS
         refresh_send, refresh_recv = trio.open_memory_channel[str](16)
+        self._catalogs.new_connection()
         async with trio.open_nursery() as nursery:
             conn = _Conn(client, transport, modern, nursery, refresh_send)
             # Listen before fetching, so a change between the fetch and the ack is not missed
             # (2026-07-28: list_changed arrives only on a listen stream; the one stream
             # carries it and, once connected, every subscribed URI).
+            up.step = "subscriptions/listen" if modern else ""
             await nursery.start(
                 self._subscriber.serve,
                 conn,
                 listen_flags(client),
                 partial(self._request_refresh, conn),
             )
+            up.step = "tools/list"
             await self._catalogs.refresh_tools(client)
+            up.step = "resources/list"
             await self._catalogs.refresh_resources(client)
             init_scope.deadline = math.inf
             up.connected = True
@@ -856,21 +896,33 @@ class Upstream:
         return result
 
     async def list_resources(self) -> list[types.Resource]:
-        """Fetch the concrete resources (and update :attr:`resources`)."""
+        """Fetch the concrete resources (and update :attr:`resources`); empty if the server has no such list."""
         conn = self._require("resources/list")
-        self._catalogs.resources = await self._bounded(
-            "resources/list", conn, lambda c: self._catalogs.paginate(c.list_resources, lambda p: p.resources)
+        got = await self._bounded(
+            "resources/list",
+            conn,
+            lambda c: self._catalogs.fetch("resources/list", c.list_resources, lambda p: p.resources),
         )
+        if got is not None:
+            self._catalogs.resources = got
         return list(self.resources)
 
     async def list_resource_templates(self) -> list[types.ResourceTemplate]:
-        """Fetch the resource templates (and update :attr:`templates`)."""
+        """Fetch the resource templates (and update :attr:`templates`).
+
+        Optional (rfcs/0378): a server without them, or one that does not answer
+        in time, leaves :attr:`templates` as last known (empty at first).
+        """
         conn = self._require("resources/templates/list")
-        self._catalogs.templates = await self._bounded(
+        got = await self._bounded(
             "resources/templates/list",
             conn,
-            lambda c: self._catalogs.paginate(c.list_resource_templates, lambda p: p.resource_templates),
+            lambda c: self._catalogs.fetch(
+                "resources/templates/list", c.list_resource_templates, lambda p: p.resource_templates
+            ),
         )
+        if got is not None:
+            self._catalogs.templates = got
         return list(self.templates)
 
     # ------------------------------------------------------------------ events

@@ -12,8 +12,9 @@ one connection *attempt* may take several *tries* (rfcs/0285, rfcs/0286)::
 * ``probe``: ``server/discover``; the SDK itself falls back to
   ``initialize`` on the same connection when the server answers it with a
   JSON-RPC error. When the probe fails any other way (the stream closes, the
-  process exits, the reply does not validate), the next try connects again
-  and sends ``initialize``.
+  process exits, the reply does not validate, or a stdio server reads it and
+  says nothing: rfcs/0378), the next try connects again and sends
+  ``initialize``.
 * A try that timed out, or never reached the server (a refused TCP
   connection, a command that cannot start), is not a verdict on era or
   transport: the attempt fails and the usual backoff follows.
@@ -61,14 +62,16 @@ TryTransport = Literal["stdio", "http", "sse"]
 Era = Literal["modern", "handshake"]
 """The protocol era a connection is in: 2026-07-28 (``modern``) or ``initialize``-based."""
 
-Probe = Literal["answered", "refused", "failed", "skipped"]
+Probe = Literal["answered", "refused", "failed", "ignored", "skipped"]
 """What became of the ``server/discover`` probe on a connection that got through.
 
 ``answered``: a 2026-era server answered it. ``refused``: the server answered
 with an error (or advertised only handshake versions) and the SDK fell back
 to ``initialize`` on the same connection. ``failed``: it broke the connection
 (closed the stream, exited, an invalid reply) and agentd connected again with
-``initialize``. ``skipped``: the era was pinned or already known."""
+``initialize``. ``ignored``: a stdio server read it and said nothing
+(:data:`agentd.upstream.stdio.PROBE_SILENCE`), and agentd connected again with
+``initialize`` (rfcs/0378). ``skipped``: the era was pinned or already known."""
 
 MAX_TRIES = 3
 """The most tries one attempt can take: each fallback moves one step (http -> sse,
@@ -109,6 +112,9 @@ class TryFailure:
     rejected: bool = False
     """Streamable HTTP only: no POST was accepted and at least one was refused with a
     4xx other than 401 (the transport-detection signal of the MCP specification)."""
+    silent: bool = False
+    """stdio only: the server read the ``server/discover`` probe and said nothing while it
+    lived (rfcs/0378); the try failed at once rather than wait out the SDK's probe timeout."""
 
 
 class Negotiator:
@@ -183,11 +189,16 @@ class Negotiator:
         return self.protocol in HANDSHAKE_PROTOCOL_VERSIONS and protocol_version != self.protocol
 
 
-def probe_outcome(tried: Try, era: Era, *, after_failed_probe: bool) -> Probe:
-    """What became of the probe on a connection that got through with ``tried``."""
+def probe_outcome(tried: Try, era: Era, *, after_failed_probe: bool, ignored: bool = False) -> Probe:
+    """What became of the probe on a connection that got through with ``tried``.
+
+    ``ignored``: the failed probe's server read it and said nothing (rather than broke the connection).
+    """
     if tried.handshake == "probe":
         return "answered" if era == "modern" else "refused"
-    return "failed" if after_failed_probe else "skipped"
+    if after_failed_probe:
+        return "ignored" if ignored else "failed"
+    return "skipped"
 
 
 def era_of(protocol_version: str) -> Era:

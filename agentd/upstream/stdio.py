@@ -20,6 +20,11 @@ and shutdown order but gives agentd the guarantees it needs:
 * A stdout line longer than ``max_line_bytes`` is discarded as it streams in
   (memory stays bounded); the request it answers fails with an error naming
   the cap, and the connection stays up.
+* Given ``probe_silence``, a server that takes the ``server/discover`` probe
+  off its stdin and then says nothing on stdout for that long while it lives
+  (an SDK that ignores the probe, such as the Python ``mcp`` up to 1.8) is
+  declared lost at once, so the connection tries ``initialize`` without
+  waiting out the SDK's 10 s probe timeout (rfcs/0378).
 
 Shutdown contract: close stdin, wait :data:`EXIT_GRACE`, SIGTERM the process
 group, wait :data:`TERM_GRACE`, SIGKILL the group; shielded from cancellation,
@@ -28,10 +33,13 @@ every wait bounded.
 
 from __future__ import annotations
 
+import array
+import fcntl
 import os
 import re
 import signal
 import subprocess
+import termios
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
@@ -53,6 +61,7 @@ __all__ = [
     "EXIT_GRACE",
     "MAX_LINE_BYTES",
     "PASSED_ENV",
+    "PROBE_SILENCE",
     "STDERR_TAIL_BYTES",
     "TERM_GRACE",
     "StdioTransport",
@@ -86,6 +95,17 @@ _ID_RE = re.compile(rb'"id"\s*:\s*("(?:[^"\\]|\\.)*"|-?\d+)')
 
 STDERR_TAIL_BYTES = 8 * 1024
 """Bytes of the server's most recent stderr kept for error messages."""
+
+PROBE_SILENCE = 1.0
+"""Seconds a stdio server may stay silent after taking the ``server/discover`` probe off its
+stdin before it is taken for one that ignores the probe (rfcs/0378). A server that answers
+it (with a result or an error) does so in milliseconds once it reads it; a server still
+importing has not read it yet, so its start-up time does not count here."""
+
+PROBE_READ_POLL = 0.02
+"""Seconds between looks at whether the server has read the probe from its stdin pipe. Linux
+gives no readiness event for "the reader drained the pipe", so the connect path polls
+(``FIONREAD``) until it has: at most for the server's start-up, and only on a probe try."""
 
 _READ_CHUNK = 64 * 1024
 _GARBAGE_PREVIEW = 200
@@ -122,6 +142,9 @@ class StdioTransport(Transport):
         max_line_bytes: cap on one stdout line.
         early: the server's process, already started (:mod:`agentd.core.prelaunch`):
             adopted instead of starting one.
+        probe_silence: on a try that probes the era, seconds of silence after the server
+            read the ``server/discover`` probe before the connection is declared lost
+            (:attr:`ignored_probe`); ``None``: wait for the SDK's own probe timeout.
     """
 
     def __init__(
@@ -135,6 +158,7 @@ class StdioTransport(Transport):
         telemetry: Telemetry,
         max_line_bytes: int = MAX_LINE_BYTES,
         early: EarlyProcess | None = None,
+        probe_silence: float | None = None,
     ) -> None:
         super().__init__(server)
         self._early = early
@@ -149,6 +173,11 @@ class StdioTransport(Transport):
         """How the process came to be: forked from the supervisor or launched before its imports
         (an early process adopted, :mod:`agentd.core.prelaunch`), or started here by exec."""
         self.returncode: int | None = None
+        self.probe_silence = probe_silence
+        self.ignored_probe: str | None = None
+        """Why the connection was declared lost when the server read the ``server/discover``
+        probe and said nothing for ``probe_silence`` s while it lived (a clause, without the
+        server's name); ``None`` otherwise."""
         self._stderr = _Ring(STDERR_TAIL_BYTES)
         self._stderr_done = trio.Event()
 
@@ -208,6 +237,7 @@ class StdioTransport(Transport):
                     chunk = await process.stdout.receive_some(_READ_CHUNK)
                     if not chunk:
                         break
+                    spoke.set()
                     buffer += chunk
                     if skipping:
                         nl = buffer.find(b"\n")
@@ -313,8 +343,36 @@ class StdioTransport(Transport):
                         _track(message.message)
                         data = message.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
                         await process.stdin.send_all(data.encode())
+                        if (
+                            _is_probe(message.message)
+                            and self.probe_silence is not None
+                            and not spoke.is_set()
+                        ):
+                            nursery.start_soon(probe_watch, self.probe_silence)
             except (trio.ClosedResourceError, trio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                 lose(self._exit_reason("stopped reading its stdin"))
+
+        async def probe_watch(silence: float) -> None:
+            # The bound starts once the server has taken the probe off the pipe: a server still
+            # importing has not, so a slow start is never taken for silence (rfcs/0378).
+            assert process.stdin is not None
+            while not spoke.is_set() and not exited.is_set():
+                unread = _unread_bytes(process.stdin)
+                if unread is None:
+                    return  # not a pipe agentd can look into: the SDK's own timeout decides
+                if unread == 0:
+                    break
+                await trio.sleep(PROBE_READ_POLL)
+            with trio.move_on_after(silence):
+                async with trio.open_nursery() as either:
+                    for event in (spoke, exited):
+                        either.start_soon(_wait_then_cancel, event, either.cancel_scope)
+                return
+            self.ignored_probe = (
+                f"read the server/discover probe and answered nothing for {silence:g}s: "
+                "taken for a server of the initialize era that ignores the probe"
+            )
+            lose(f"server {self.server!r} {self.ignored_probe}")
 
         async def exit_watcher() -> None:
             self.returncode = await process.wait()
@@ -342,6 +400,7 @@ class StdioTransport(Transport):
 
         stdout_done = trio.Event()
         exited = trio.Event()
+        spoke = trio.Event()  # set by the first byte the server writes on stdout
 
         async def stdout_task() -> None:
             try:
@@ -394,6 +453,28 @@ class StdioTransport(Transport):
         for stream in (process.stdout, process.stderr):
             if stream is not None:
                 await stream.aclose()
+
+
+def _is_probe(message: types.JSONRPCMessage) -> bool:
+    return isinstance(message, types.JSONRPCRequest) and message.method == "server/discover"
+
+
+def _unread_bytes(stream: object) -> int | None:
+    """Bytes written to a pipe that its reader has not taken yet (``None``: not a pipe's fd)."""
+    fileno = getattr(stream, "fileno", None)
+    if fileno is None:
+        return None
+    count = array.array("i", [0])
+    try:
+        fcntl.ioctl(fileno(), termios.FIONREAD, count)
+    except (OSError, ValueError):
+        return None
+    return count[0]
+
+
+async def _wait_then_cancel(event: trio.Event, scope: trio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
 
 
 def _killpg(pgid: int, sig: int) -> None:

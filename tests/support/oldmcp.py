@@ -40,7 +40,8 @@ bound only stops a hung download on a loaded CI machine."""
 
 SDKS: dict[str, tuple[str, ...]] = {
     # The last release before the SDK answered server/discover: it fails to validate
-    # the probe and closes the stream (SSE) or exits with status 1 (stdio).
+    # the probe and closes the stream (SSE) or, over stdio, says nothing and lives on
+    # until its stdin closes (rfcs/0378).
     "1.8.1": (
         "mcp==1.8.1",
         "annotated-types==0.8.0",

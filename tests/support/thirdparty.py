@@ -4,18 +4,21 @@ The versions tested (docs/getting-started.md's set-up paragraph and docs/third-p
 name the same ones; rfcs/0295 says why these):
 
 * npm ``@modelcontextprotocol/server-everything``, ``server-filesystem`` and
-  ``server-memory``, each 2026.8.31, with every package below them pinned by
-  ``tests/thirdparty/npm/package-lock.json``; installed with ``npm ci`` into
-  ``.venv/npm``.
-* PyPI ``mcp-server-time`` 2026.10.19, pinned with everything it needs by
-  ``tests/thirdparty/mcp-server-time.txt``, in its own venv
-  (``.venv/thirdparty/mcp-server-time``): the server pins its own ``mcp``,
-  which must never replace agentd's.
+  ``server-memory``, each 2026.8.31, and the TypeScript SDK
+  ``@modelcontextprotocol/sdk`` 1.0.4 and 1.32.2 (as ``mcp-sdk-VERSION``, for
+  ``tests/mcpservers/ts_lowlevel_server.mjs``), with every package below them
+  pinned by ``tests/thirdparty/npm/package-lock.json``; installed with
+  ``npm ci`` into ``.venv/npm``.
+* PyPI ``mcp-server-time`` 2026.10.19, ``mcp-server-sqlite`` 2025.4.25 and
+  ``fastmcp`` 1.0, each pinned with everything it needs by
+  ``tests/thirdparty/NAME.txt``, each in its own venv
+  (``.venv/thirdparty/NAME``): each server pins its own ``mcp``, which must
+  never replace agentd's.
 
 Installing is idempotent and cached: each target keeps the sha256 of its lock
 file in a stamp and is rebuilt only when the lock changes, so a second run
 costs two file reads. ``scripts/test`` runs ``python -m tests.support.thirdparty``
-before the suite; the tests call :func:`ensure_npm` / :func:`ensure_time`
+before the suite; the tests call :func:`ensure_npm` / :func:`ensure_pypi`
 themselves too, so running pytest alone installs on first use. A failed
 install raises :class:`InstallError` (the tests fail, never skip: a CI that
 cannot install must not pass).
@@ -49,9 +52,27 @@ MEMORY = "@modelcontextprotocol/server-memory"
 NPM_VERSIONS = {EVERYTHING: "2026.8.31", FILESYSTEM: "2026.8.31", MEMORY: "2026.8.31"}
 """The npm servers tested, as ``tests/thirdparty/npm/package.json`` pins them."""
 
+TS_SDK = "@modelcontextprotocol/sdk"
+TS_SDKS = {"1.0.4": "mcp-sdk-1.0.4", "1.32.2": "mcp-sdk-1.32.2"}
+"""TypeScript SDK releases tests/mcpservers/ts_lowlevel_server.mjs runs on (the first and the
+latest whose low-level server answers resources/templates/list with -32601), version ->
+the npm alias ``tests/thirdparty/npm/package.json`` installs it as."""
+
 TIME = "mcp-server-time"
 TIME_VERSION = "2026.10.19"
 """The PyPI time server tested (``tests/thirdparty/mcp-server-time.txt``)."""
+
+SQLITE = "mcp-server-sqlite"
+SQLITE_VERSION = "2025.4.25"
+"""The PyPI SQLite server tested (``tests/thirdparty/mcp-server-sqlite.txt``: on mcp 1.30.0)."""
+
+FASTMCP = "fastmcp"
+FASTMCP_VERSION = "1.0"
+"""The standalone FastMCP tested (``tests/thirdparty/fastmcp.txt``), running
+``tests/mcpservers/fastmcp1_server.py``."""
+
+PYPI_VERSIONS = {TIME: TIME_VERSION, SQLITE: SQLITE_VERSION, FASTMCP: FASTMCP_VERSION}
+"""The PyPI servers tested, each pinned by ``tests/thirdparty/NAME.txt`` into ``.venv/thirdparty/NAME``."""
 
 NPM_PREFIX = VENV / "npm"
 TIME_VENV = VENV / "thirdparty" / TIME
@@ -88,7 +109,8 @@ def _stamped(target: Path, digest: str, *needed: Path) -> bool:
 
 
 def _npm_entries() -> list[Path]:
-    return [NPM_PREFIX / "node_modules" / p / "dist" / "index.js" for p in NPM_VERSIONS]
+    servers = [NPM_PREFIX / "node_modules" / p / "dist" / "index.js" for p in NPM_VERSIONS]
+    return servers + [NPM_PREFIX / "node_modules" / alias / "package.json" for alias in TS_SDKS.values()]
 
 
 @contextmanager
@@ -145,7 +167,8 @@ def ensure_npm() -> None:
             timeout=NPM_TIMEOUT,
             fix="check that the npm registry is reachable (npm config get registry)",
         )
-        for package, version in NPM_VERSIONS.items():
+        wanted = {**NPM_VERSIONS, **{alias: version for version, alias in TS_SDKS.items()}}
+        for package, version in wanted.items():
             got = installed_npm_version(package)
             if got != version:
                 raise InstallError(
@@ -155,21 +178,23 @@ def ensure_npm() -> None:
         (NPM_PREFIX / _STAMP).write_text(digest)
 
 
-def ensure_time() -> Path:
-    """Install the pinned ``mcp-server-time`` into its own venv unless stamped; returns that venv's python."""
-    reqs = LOCKS / f"{TIME}.txt"
+def ensure_pypi(name: str) -> Path:
+    """Install the pinned PyPI server ``name`` into its own venv unless stamped; returns that venv's python."""
+    version = PYPI_VERSIONS[name]
+    venv = VENV / "thirdparty" / name
+    reqs = LOCKS / f"{name}.txt"
     digest = _digest(reqs)
-    python = TIME_VENV / "bin" / "python"
-    if _stamped(TIME_VENV, digest, python):
+    python = venv / "bin" / "python"
+    if _stamped(venv, digest, python):
         return python
     with _install_lock():
-        if _stamped(TIME_VENV, digest, python):
+        if _stamped(venv, digest, python):
             return python
         fix = "check that the package index is reachable (pip config list)"
         # A changed lock gets a fresh venv: nothing left over from the old pins.
-        shutil.rmtree(TIME_VENV, ignore_errors=True)
-        TIME_VENV.parent.mkdir(parents=True, exist_ok=True)
-        _run([sys.executable, "-m", "venv", str(TIME_VENV)], cwd=REPO, timeout=PIP_TIMEOUT, fix=fix)
+        shutil.rmtree(venv, ignore_errors=True)
+        venv.parent.mkdir(parents=True, exist_ok=True)
+        _run([sys.executable, "-m", "venv", str(venv)], cwd=REPO, timeout=PIP_TIMEOUT, fix=fix)
         _run(
             [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "-r", str(reqs)],
             cwd=REPO,
@@ -177,19 +202,24 @@ def ensure_time() -> Path:
             fix=fix,
         )
         got = subprocess.run(
-            [str(python), "-c", f"import importlib.metadata as m; print(m.version({TIME!r}))"],
+            [str(python), "-c", f"import importlib.metadata as m; print(m.version({name!r}))"],
             capture_output=True,
             text=True,
             timeout=60,
             check=False,
         ).stdout.strip()
-        if got != TIME_VERSION:
+        if got != version:
             raise InstallError(
-                f"{TIME} in {TIME_VENV} is {got!r}, expected {TIME_VERSION!r}: "
-                f"tests/thirdparty/{TIME}.txt and tests/support/thirdparty.py disagree; pin one version in both"
+                f"{name} in {venv} is {got!r}, expected {version!r}: "
+                f"tests/thirdparty/{name}.txt and tests/support/thirdparty.py disagree; pin one version in both"
             )
-        (TIME_VENV / _STAMP).write_text(digest)
+        (venv / _STAMP).write_text(digest)
     return python
+
+
+def ensure_time() -> Path:
+    """Install the pinned ``mcp-server-time`` into its own venv unless stamped; returns that venv's python."""
+    return ensure_pypi(TIME)
 
 
 # --- launching ------------------------------------------------------------------------------
@@ -207,6 +237,28 @@ def npm_entry(package: str) -> str:
     """The pinned ``package``'s ``dist/index.js``, installing it first if needed."""
     ensure_npm()
     return str(NPM_PREFIX / "node_modules" / package / "dist" / "index.js")
+
+
+TS_LOWLEVEL_SERVER = REPO / "tests" / "mcpservers" / "ts_lowlevel_server.mjs"
+FASTMCP1_SERVER = REPO / "tests" / "mcpservers" / "fastmcp1_server.py"
+
+
+def ts_lowlevel_argv(sdk_version: str, *extra: str) -> list[str]:
+    """``node ts_lowlevel_server.mjs SDK_DIR …`` on the pinned TypeScript SDK ``sdk_version``."""
+    ensure_npm()
+    sdk = NPM_PREFIX / "node_modules" / TS_SDKS[sdk_version]
+    return [node(), str(TS_LOWLEVEL_SERVER), str(sdk), *extra]
+
+
+def sqlite_argv(db: Path) -> list[str]:
+    """The pinned ``mcp-server-sqlite`` on the database ``db`` (its console script, as uvx runs it)."""
+    python = ensure_pypi(SQLITE)
+    return [str(python.parent / SQLITE), "--db-path", str(db)]
+
+
+def fastmcp1_argv() -> list[str]:
+    """:data:`FASTMCP1_SERVER` under the pinned ``fastmcp`` 1.0."""
+    return [str(ensure_pypi(FASTMCP)), str(FASTMCP1_SERVER)]
 
 
 def everything_entry() -> str:
@@ -337,7 +389,8 @@ def main(argv: list[str]) -> int:
         return 2
     try:
         ensure_npm()
-        ensure_time()
+        for name in PYPI_VERSIONS:
+            ensure_pypi(name)
     except InstallError as exc:
         print(f"third-party MCP servers: {exc}", file=sys.stderr)
         return 1

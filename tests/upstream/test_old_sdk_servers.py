@@ -1,7 +1,8 @@
 """Servers of earlier eras and transports, through the real ``agentd`` command (rfcs/0285, rfcs/0286).
 
-* A FastMCP server on the Python ``mcp`` SDK 1.8.1 over stdio (it exits on
-  the ``server/discover`` probe): its tool is called in a once run.
+* A FastMCP server on the Python ``mcp`` SDK 1.8.1 over stdio (it reads the
+  ``server/discover`` probe and says nothing, rfcs/0378): its tool is called
+  in a once run.
 * The same server, and one on SDK 1.30.0, over HTTP+SSE, given as Cursor
   writes it (``{"url": "http://…/sse"}``, no ``type``): a reactive run is
   woken by the server's own ``notifications/resources/updated`` after
@@ -16,6 +17,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +36,19 @@ pytestmark = pytest.mark.timeout(INSTALL_TIMEOUT_S + 180)
 STARTUP = 60.0
 """Bound on agentd's start with an old FastMCP server on a loaded 2-core machine
 (two interpreter starts for a 1.8 server: the probe, then initialize)."""
+
+
+SDK_PROBE_TIMEOUT = 10.0
+"""How long the SDK itself waits for an answer to the probe before it sends ``initialize``."""
+
+
+def _seconds(a: dict[str, Any], b: dict[str, Any]) -> float:
+    """Seconds between two telemetry events (their ``ts``)."""
+
+    def parse(e: dict[str, Any]) -> datetime:
+        return datetime.fromisoformat(e["ts"].replace("Z", "+00:00"))
+
+    return (parse(b) - parse(a)).total_seconds()
 
 
 def _python(version: str) -> Path:
@@ -69,8 +84,14 @@ async def test_once_run_calls_a_tool_of_an_sdk_1_8_stdio_server(tmp_path: Path) 
         assert await a.wait_exit(timeout=STARTUP + 30) == 0, a.raw_stderr[-20:]
     assert a.out.strip() == "sum: 42"
     [connected] = a.find("upstream.connected")
-    assert (connected["transport"], connected["era"], connected["probe"]) == ("stdio", "handshake", "failed")
+    assert (connected["transport"], connected["era"], connected["probe"]) == ("stdio", "handshake", "ignored")
     assert a.find("upstream.connect_failed") == []
+    # It read the probe and said nothing: taken as handshake-era after 1 s of silence, where
+    # agentd used to wait out the SDK's 10 s probe timeout at every start (rfcs/0378).
+    [start] = a.find("supervisor.start")
+    [fallback] = a.find("upstream.fallback")
+    assert "read the server/discover probe and answered nothing for 1s" in fallback["error"]
+    assert _seconds(start, fallback) < SDK_PROBE_TIMEOUT
 
 
 @pytest.mark.parametrize("version", ["1.8.1", "1.30.0"])

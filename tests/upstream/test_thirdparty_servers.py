@@ -4,7 +4,11 @@ Versions tested (pinned in tests/thirdparty/, installed by tests/support/thirdpa
 npm ``@modelcontextprotocol/server-everything`` 2026.8.31 (stdio, Streamable HTTP
 and SSE), ``@modelcontextprotocol/server-filesystem`` 2026.8.31,
 ``@modelcontextprotocol/server-memory`` 2026.8.31 and PyPI ``mcp-server-time``
-2026.10.19 (in its own venv). Why these: rfcs/0295.
+2026.10.19 (in its own venv). Why these: rfcs/0295. Servers that answer
+``resources/templates/list`` with "Method not found" (rfcs/0378): PyPI
+``mcp-server-sqlite`` 2025.4.25 and ``fastmcp`` 1.0 (each in its own venv), and
+a low-level server (``tests/mcpservers/ts_lowlevel_server.mjs``) on the npm
+``@modelcontextprotocol/sdk``, the TypeScript SDK 1.0.4 and SDK 1.32.2.
 
 The model is the loopback provider fake speaking Chat Completions
 (tests/fakes/provider_server.py): it records each request body, so a test reads
@@ -58,6 +62,16 @@ def npm_servers() -> None:
 @pytest.fixture(scope="session")
 def time_python() -> Path:
     return thirdparty.ensure_time()
+
+
+@pytest.fixture(scope="session")
+def sqlite_server() -> None:
+    thirdparty.ensure_pypi(thirdparty.SQLITE)
+
+
+@pytest.fixture(scope="session")
+def fastmcp_server() -> None:
+    thirdparty.ensure_pypi(thirdparty.FASTMCP)
 
 
 def _env(url: str) -> dict[str, str]:
@@ -297,22 +311,44 @@ TIME_TOOLS = {"convert_time", "get_current_time"}
 
 
 async def _once(
-    tmp_path: Path, name: str, server: dict[str, Any], replies: list[Reply], *, protocol: str
+    tmp_path: Path,
+    name: str,
+    server: dict[str, Any],
+    replies: list[Reply],
+    *,
+    protocol: str,
+    no_templates: bool = False,
 ) -> list[RecordedRequest]:
     """One ``--mode once`` run with ``server`` as ``name`` (connected in ``protocol``'s era)
-    and the model answering ``replies``."""
+    and the model answering ``replies``; ``no_templates``: the server answers
+    ``resources/templates/list`` with "Method not found", said once at debug level."""
     mcp = write_mcp_config(tmp_path / "mcp.json", {name: server})
     async with provider_server(replies) as model:
         args = ["--mcp-config", mcp, "--require", name, "--model", "openai:gpt-4o-mini", "use the tools"]
+        if no_templates:
+            args.append("--verbose")
         async with supervised(args, tmp_path, env=_env(model.url("/v1"))) as a:
             assert await a.wait_exit(RUN_TIMEOUT) == ExitCode.OK, a.tail()
         assert a.out.strip() == "done"
         (connected,) = a.find("upstream.connected")
         assert connected["protocol_version"] == protocol
+        assert a.find("upstream.connect_failed") == []
+        if no_templates:
+            _assert_templates_skipped(a, name)
         requests = list(model.requests)
     assert len(requests) == len(replies)
     _assert_providers_accept(_offered(requests[0]))
     return requests
+
+
+def _assert_templates_skipped(a: Agentd, name: str) -> None:
+    (skipped,) = a.find("upstream.list_skipped")
+    assert (skipped["server"], skipped["method"], skipped["level"]) == (
+        name,
+        "resources/templates/list",
+        "debug",
+    )
+    assert "-32601 Method not found" in skipped["reason"]
 
 
 async def test_server_filesystem_reads_a_file_in_its_allowed_directory(
@@ -372,3 +408,115 @@ async def test_mcp_server_time_converts_a_time(tmp_path: Path, time_python: Path
     assert converted["target"]["timezone"] == "Asia/Tokyo"
     assert converted["target"]["datetime"].split("T")[1].startswith("21:00")  # Tokyo: UTC+9, no DST
     assert converted["time_difference"] == "+9.0h"
+
+
+# --- servers without resources/templates/list (rfcs/0378) -------------------------------------
+
+SQLITE_TOOLS = {
+    "append_insight",
+    "create_table",
+    "describe_table",
+    "list_tables",
+    "read_query",
+    "write_query",
+}
+
+
+async def test_mcp_server_sqlite_without_templates_connects_and_its_tools_work(
+    tmp_path: Path, sqlite_server: None
+) -> None:
+    """mcp-server-sqlite 2025.4.25 (on mcp 1.30.0): no templates handler, so ``resources/templates/list``
+    is "Method not found"; it connects, its tools are offered and answer (was: it never connected)."""
+    server = stdio_entry(*thirdparty.sqlite_argv(tmp_path / "test.db"))
+    replies = [
+        openai_reply(
+            tool_calls=[_call("create", "sqlite__create_table", {"query": "CREATE TABLE t (x INTEGER)"})]
+        ),
+        openai_reply(
+            tool_calls=[_call("write", "sqlite__write_query", {"query": "INSERT INTO t VALUES (42)"})]
+        ),
+        openai_reply(tool_calls=[_call("read", "sqlite__read_query", {"query": "SELECT x FROM t"})]),
+        openai_reply(tool_calls=[_call("memo", "read_resource", {"uri": "memo://insights"})]),
+        openai_reply("done"),
+    ]
+    requests = await _once(tmp_path, "sqlite", server, replies, protocol="2025-11-25", no_templates=True)
+    assert _server_tools(_offered(requests[0]), "sqlite") == {f"sqlite__{t}" for t in SQLITE_TOOLS}
+    assert "42" in _result(requests, "read")
+    assert "No business insights have been discovered yet" in _result(requests, "memo")
+
+
+async def test_fastmcp_1_0_server_without_templates_connects_and_its_tools_work(
+    tmp_path: Path, fastmcp_server: None
+) -> None:
+    """A server on fastmcp 1.0 (on mcp 1.30.0) that declares no template (was: it never connected)."""
+    server = stdio_entry(*thirdparty.fastmcp1_argv())
+    replies = [
+        openai_reply(
+            tool_calls=[
+                _call("add", "fastmcp1__add", {"a": 2, "b": 3}),
+                _call("shout", "fastmcp1__shout", {"text": "hi"}),
+            ]
+        ),
+        openai_reply("done"),
+    ]
+    requests = await _once(tmp_path, "fastmcp1", server, replies, protocol="2025-11-25", no_templates=True)
+    assert _server_tools(_offered(requests[0]), "fastmcp1") == {"fastmcp1__add", "fastmcp1__shout"}
+    assert _result(requests, "add") == "5"
+    assert _result(requests, "shout") == "HI"
+
+
+NOTE = "note://alpha"
+
+TS_TOML = f"""
+mode = "reactive"
+subscribe = ["ts:{NOTE}"]
+
+[[routes]]
+name = "note"
+match = "{NOTE}"
+disposition = "spawn"
+debounce = "0s"
+reread_on_start = false
+"""
+
+
+def _ts_model(request: RecordedRequest) -> Reply:
+    """The agent the server's own update woke reads the note and calls a tool."""
+    if request.json["messages"][-1]["role"] == "tool":
+        return openai_reply("done")
+    return openai_reply(
+        tool_calls=[_call("read", "read_resource", {"uri": NOTE}), _call("add", "ts__add", {"a": 2, "b": 3})]
+    )
+
+
+@pytest.mark.parametrize("sdk", list(thirdparty.TS_SDKS))
+async def test_typescript_sdk_low_level_server_without_templates_wakes_a_reactive_run(
+    sdk: str, tmp_path: Path, npm_servers: None
+) -> None:
+    """A low-level server on the TypeScript SDK (the first and the latest release that answer
+    ``resources/templates/list`` with "Method not found"): it connects, its tools are offered,
+    and its own ``notifications/resources/updated`` wakes a reactive run (was: it never connected,
+    and the run never woke)."""
+    config = tmp_path / "agentd.toml"
+    config.write_text(TS_TOML)
+    server = stdio_entry(*thirdparty.ts_lowlevel_argv(sdk, "--change-after-subscribe", "200"))
+    mcp = write_mcp_config(tmp_path / "mcp.json", {"ts": server})
+    args = ["--config", str(config), "--mcp-config", mcp, "--require", "ts", "--verbose"]
+    args += ["--model", "openai:gpt-4o-mini", "report the note"]
+    async with provider_server(handler=_ts_model) as model:
+        async with supervised(args, tmp_path, env=_env(model.url("/v1"))) as a:
+            connected = await a.wait_event("upstream.connected", timeout=RUN_TIMEOUT)
+            update = await a.wait_event(
+                "resource.updated", lambda e: e["kind"] == "updated", timeout=STEP_TIMEOUT
+            )
+            assert (update["uri"], update["route"]) == (NOTE, "note")
+            await a.wait_event("turn.end", lambda e: e["route"] == "note", timeout=STEP_TIMEOUT)
+            await drain(a, RUN_TIMEOUT)
+        requests = list(model.requests)
+    assert (connected["era"], connected["probe"]) == ("handshake", "refused")
+    assert a.find("upstream.connect_failed") == []
+    _assert_templates_skipped(a, "ts")
+    assert _server_tools(_offered(requests[0]), "ts") == {"ts__add", "ts__set_note"}
+    _assert_providers_accept(_offered(requests[0]))
+    assert _result(requests, "read") == "changed by the server"
+    assert _result(requests, "add") == "5"

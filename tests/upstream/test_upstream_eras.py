@@ -1,8 +1,9 @@
-"""Fault catalog V1–V3: servers that break on the ``server/discover`` probe (rfcs/0285).
+"""Fault catalog V1–V4: servers that break on the ``server/discover`` probe (rfcs/0285, rfcs/0378).
 
 Each test runs the real ``agentd`` command against
 ``tests/mcpservers/probe_exit_server.py``, a stdio server that exits with status 1 on
-any request it does not know, as Python SDK ≤ 1.8 servers do on the probe.
+any request it does not know, or (V4) ``tests/mcpservers/partial_server.py``, which
+reads the probe and says nothing, as Python SDK ≤ 1.8 servers do over stdio.
 Every wait is on telemetry or the exit; the fault conftest fails a test that
 leaves a process behind.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,10 @@ from tests.support.leftovers import AllowedFiles, tagged_env
 pytestmark = pytest.mark.fault
 
 PROBE_EXIT_SERVER = REPO / "tests/mcpservers/probe_exit_server.py"
+PARTIAL_SERVER = REPO / "tests/mcpservers/partial_server.py"
+
+SDK_PROBE_TIMEOUT = 10.0
+"""How long the SDK itself waits for an answer to the probe before it sends ``initialize``."""
 
 STARTUP = 30.0
 """Bound on agentd's start on a loaded 2-core machine (an interpreter start plus imports)."""
@@ -84,13 +90,54 @@ async def test_v1_server_exiting_on_the_probe_is_started_again_with_initialize_a
         assert await a.wait_exit(timeout=STARTUP) == 0
 
 
-def _pid_of(tmp_path: Path) -> int:
-    """The running probe-exit server's pid (found by its command line)."""
+def _pid_of(tmp_path: Path, server: Path = PROBE_EXIT_SERVER) -> int:
+    """The running test server's pid (found by its command line)."""
     for proc in psutil.process_iter(["cmdline"]):
         cmdline = proc.info["cmdline"] or []
-        if str(PROBE_EXIT_SERVER) in cmdline and str(tmp_path / "spawns") in cmdline:
+        if str(server) in cmdline and str(tmp_path / "spawns") in cmdline:
             return int(proc.pid)
-    raise AssertionError("the probe-exit server is not running")
+    raise AssertionError(f"{server.name} is not running")
+
+
+async def test_v4_server_that_reads_the_probe_and_says_nothing_connects_without_waiting_out_the_probe(
+    tmp_path: Path,
+) -> None:
+    model = script(tmp_path, [{"text": "never runs"}])
+    server = f"old={PY} {PARTIAL_SERVER} --drop server/discover --spawns {tmp_path / 'spawns'}"
+    args = ["--mode", "reactive", "--verbose", "--model", model, "--mcp-stdio", server, "react"]
+    async with run_agentd(args, env=tagged_env(tmp_path, AGENTD_RECONNECT_BACKOFF="0.05")) as a:
+        start = await a.wait_event("supervisor.start", timeout=STARTUP)
+        first = await a.wait_event("upstream.connected", timeout=STARTUP)
+        assert (first["era"], first["probe"], first["protocol_version"]) == (
+            "handshake",
+            "ignored",
+            "2024-11-05",
+        )
+        # Was: the SDK's own 10 s wait for the probe, at every start of such a server.
+        assert _seconds(start, first) < SDK_PROBE_TIMEOUT
+        [fallback] = _of(a, "upstream.fallback")
+        assert (fallback["tried"], fallback["next"]) == ("stdio, server/discover probe", "stdio, initialize")
+        assert "read the server/discover probe and answered nothing for 1s" in fallback["error"]
+        assert _of(a, "upstream.connect_failed") == []
+        assert _spawns(tmp_path) == 2
+
+        # A restart of the server goes straight to initialize: the era is remembered, no probe.
+        os.kill(_pid_of(tmp_path, PARTIAL_SERVER), signal.SIGKILL)
+        second = await a.wait_event("upstream.connected", count=2, timeout=STARTUP)
+        assert second["probe"] == "skipped"
+        assert len(_of(a, "upstream.fallback")) == 1
+        assert _spawns(tmp_path) == 3
+        a.proc.send_signal(signal.SIGTERM)
+        assert await a.wait_exit(timeout=STARTUP) == 0
+
+
+def _seconds(a: dict[str, Any], b: dict[str, Any]) -> float:
+    """Seconds between two telemetry events (their ``ts``)."""
+    return (_ts(b) - _ts(a)).total_seconds()
+
+
+def _ts(event: dict[str, Any]) -> datetime:
+    return datetime.fromisoformat(event["ts"].replace("Z", "+00:00"))
 
 
 async def test_v2_server_that_never_connects_costs_two_starts_per_attempt_and_fails_required(

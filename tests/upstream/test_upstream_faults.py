@@ -696,10 +696,21 @@ def test_09_router_queue_stays_bounded_over_100000_distinct_uris(overflow: str) 
     uris = [e.uri for e in delivery.events]  # type: ignore[union-attr]
     counters = router.counters()
     assert len(uris) == QUEUE_CAP
+    if overflow == "coalesce":
+        # Deferred, not dropped, up to MAX_DEFERRED aside (rfcs/0372); past it, dropped.
+        from agentd.triggers.router import MAX_DEFERRED
+
+        (route,) = router.routes()
+        assert (
+            counters["dropped_events"]
+            == counters["dropped_events.coalesce_cap"]
+            == n - QUEUE_CAP - MAX_DEFERRED
+        )
+        assert len(route.queue) + len(route.deferred) == MAX_DEFERRED  # the next deliveries' share, bounded
+        assert uris == [f"item://{i}" for i in range(QUEUE_CAP)]
+        return
     assert counters["dropped_events"] == n - QUEUE_CAP
-    reason = {"coalesce": "coalesce_cap", "drop_oldest": "drop_oldest", "drop_newest": "drop_newest"}[
-        overflow
-    ]
+    reason = {"drop_oldest": "drop_oldest", "drop_newest": "drop_newest"}[overflow]
     assert counters[f"dropped_events.{reason}"] == n - QUEUE_CAP
     kept = range(n - QUEUE_CAP, n) if overflow == "drop_oldest" else range(QUEUE_CAP)
     assert uris == [f"item://{i}" for i in kept]

@@ -116,6 +116,14 @@ def test_probe_outcomes() -> None:
     assert probe_outcome(Try("stdio", "probe"), "handshake", after_failed_probe=False) == "refused"
     assert probe_outcome(Try("stdio", "initialize"), "handshake", after_failed_probe=True) == "failed"
     assert probe_outcome(Try("stdio", "initialize"), "handshake", after_failed_probe=False) == "skipped"
+    ignored = probe_outcome(Try("stdio", "initialize"), "handshake", after_failed_probe=True, ignored=True)
+    assert ignored == "ignored"
+
+
+def test_a_probe_the_server_read_and_ignored_is_followed_by_initialize_on_the_same_transport() -> None:
+    negotiator = Negotiator(protocol="auto", transport="stdio")
+    silent = TryFailure(reached=True, silent=True)
+    assert negotiator.next_after(Try("stdio", "probe"), silent) == Try("stdio", "initialize")
 
 
 failures = st.builds(

@@ -1,9 +1,10 @@
 """Upstream against servers built on older SDKs, and URL-only entries that find their transport.
 
 Real FastMCP servers (``tests/mcpservers/oldsdk_server.py``) run under the Python
-``mcp`` SDK 1.8.1 (it fails to validate ``server/discover`` and exits or
-closes its event stream) and 1.30.0, the last 1.x (it answers the probe with
-an error), each in its own virtual environment (``tests/support/oldmcp.py``).
+``mcp`` SDK 1.8.1 (it fails to validate ``server/discover``: over stdio it says
+nothing and lives on, over HTTP+SSE it closes its event stream) and 1.30.0, the
+last 1.x (it answers the probe with an error), each in its own virtual
+environment (``tests/support/oldmcp.py``).
 The Node ``server-everything`` serves the HTTP+SSE case from another SDK.
 
 agentd lists and calls their tools over stdio and SSE, receives their
@@ -74,7 +75,7 @@ async def _calls_and_updates(up: Upstream, events: Events) -> None:
 
 @pytest.mark.parametrize(
     ("version", "probe", "negotiated", "fallbacks"),
-    [("1.8.1", "failed", "2024-11-05", 1), ("1.30.0", "refused", "2025-11-25", 0)],
+    [("1.8.1", "ignored", "2024-11-05", 1), ("1.30.0", "refused", "2025-11-25", 0)],
 )
 async def test_stdio_server_of_an_old_sdk_connects_and_keeps_its_era_across_a_restart(
     version: str, probe: str, negotiated: str, fallbacks: int
