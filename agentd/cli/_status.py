@@ -238,7 +238,12 @@ def _dechunk(data: bytes) -> bytes:
     while True:
         size_line, sep, data = data.partition(b"\r\n")
         size_text = size_line.split(b";", 1)[0].strip()
-        if not sep or not size_text or len(size_text) > 8 or not all(c in b"0123456789abcdefABCDEF" for c in size_text):
+        if (
+            not sep
+            or not size_text
+            or len(size_text) > 8
+            or not all(c in b"0123456789abcdefABCDEF" for c in size_text)
+        ):
             raise _NotHttp("a malformed chunk")
         size = int(size_text, 16)
         if size == 0:
@@ -257,18 +262,15 @@ def _left(deadline: float) -> float:
     return left
 
 
-def _whole(data: bytes | bytearray) -> bool:
-    """Whether ``data`` holds a whole answer with a ``Content-Length`` (read no further)."""
-    head, sep, body = data.partition(b"\r\n\r\n")
-    if not sep:
-        return False
+def _expected(head: bytes) -> int | None:
+    """The answer's length from its head (``Content-Length``), or None: read to the end."""
     for line in head.split(b"\r\n")[1:]:
         name, _, value = line.partition(b":")
         if name.strip().lower() == b"content-length":
             value = value.strip()
             # ASCII digits only (bytes.isdigit() is ASCII): anything else is read to the end.
-            return value.isdigit() and len(value) <= 12 and len(body) >= int(value)
-    return False
+            return int(value) if value.isdigit() and len(value) <= 12 else None
+    return None
 
 
 def _exchange(host: str, port: int, token: str | None, deadline: float) -> bytes:
@@ -280,10 +282,11 @@ def _exchange(host: str, port: int, token: str | None, deadline: float) -> bytes
         lines.append(f"Authorization: Bearer {token}")
     request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", "replace")
     data = bytearray()
+    whole: int | None = None  # the answer's size, once its head says it
     with socket.create_connection((host, port), timeout=_left(deadline)) as sock:
         sock.settimeout(_left(deadline))
         sock.sendall(request)
-        while not _whole(data):
+        while whole is None or len(data) < whole:
             sock.settimeout(_left(deadline))
             chunk = sock.recv(1 << 16)
             if not chunk:
@@ -291,6 +294,9 @@ def _exchange(host: str, port: int, token: str | None, deadline: float) -> bytes
             data += chunk
             if len(data) > MAX_RESPONSE_BYTES:
                 raise _TooLarge
+            if whole is None and (end := data.find(b"\r\n\r\n", max(0, len(data) - len(chunk) - 3))) >= 0:
+                length = _expected(bytes(data[:end]))
+                whole = end + 4 + length if length is not None else MAX_RESPONSE_BYTES + 1
     return bytes(data)
 
 
@@ -382,9 +388,7 @@ def read_status(host: str, port: int, addr: str, token: str | None) -> dict[str,
             f"{addr} answered {status}: {reason[:300]}{FIX}check that --addr is the daemon's --health-addr"
         )
     try:
-        doc = json.loads(
-            body, parse_int=_json_int, parse_float=_json_float, parse_constant=_no_constant
-        )
+        doc = json.loads(body, parse_int=_json_int, parse_float=_json_float, parse_constant=_no_constant)
     except (ValueError, RecursionError):
         doc = None
     if not isinstance(doc, dict) or not str(doc.get("schema", "")).startswith("agentd.status/"):
@@ -632,6 +636,8 @@ def tree_order(agents: list[Any]) -> list[Any]:
         seen.add(id(a))
         out.append(a)
         stack.extend(reversed(children.get(a.get("id") if isinstance(a, dict) else None, [])))
+    # Parents that name each other (a document that came over the wire): each shown once all the same.
+    out += [a for a in agents if id(a) not in seen]
     return out
 
 
