@@ -877,6 +877,11 @@ def main(argv: list[str]) -> int:
         args = parser.parse_args(rest)
     except SystemExit as exc:  # argparse already printed the message
         return int(exc.code) if isinstance(exc.code, int) else int(ExitCode.CONFIG)
+    # A plain handler, before the MCP SDK's server (built below) would install a rich one on the root
+    # logger (its configure_logging defers to a handler already there): rich exits the process
+    # (SystemExit) when stderr is a pipe whose reader left, and wraps lines at 80 columns. A plain
+    # handler drops a line it cannot write: a server never stops because its log cannot be written.
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s: %(message)s", force=True)
     try:
         transport = (
             parse_http(
@@ -895,12 +900,6 @@ def main(argv: list[str]) -> int:
     except ServerStartError as exc:
         print(f"agentd serve {name}: {exc}", file=sys.stderr)
         return int(exc.exit_code)
-    # force: the MCP SDK's server installed a rich handler on the root logger (configure_logging), which
-    # exits the process (SystemExit) when stderr is a pipe whose reader left; a plain handler drops a
-    # line it cannot write, and a server never stops because its log cannot be written.
-    logging.basicConfig(
-        level=logging.WARNING, stream=sys.stderr, format="%(name)s: %(message)s", force=True
-    )
     start_collector()  # start-up objects frozen; the agentd command paused the collector (rfcs/0367)
     try:
         trio.run(server.run, transport)

@@ -545,6 +545,18 @@ class InboxLog:
             self._order.popleft()
         return self._order[0] if self._order else None
 
+    def oldest(self, n: int) -> list[Entry]:
+        """The oldest ``n`` pending events held in memory, by ``seq``."""
+        self.lowest_in_mem()  # drops the acknowledged ones from the front
+        out: list[Entry] = []
+        for s in self._order:
+            entry = self.mem.get(s)
+            if entry is not None:
+                out.append(entry)
+                if len(out) == n:
+                    break
+        return out
+
     def window(self) -> list[Entry]:
         """The newest ``window`` pending events, urgent messages first, then by ``seq``."""
         shown: list[Entry] = []

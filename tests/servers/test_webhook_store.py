@@ -269,3 +269,21 @@ async def test_the_directory_is_the_user_s_own(tmp_path: Path) -> None:
         assert (tmp_path / "github" / "seg-00000000000000000000.jsonl").stat().st_mode & 0o777 == 0o600
     finally:
         store.close()
+
+
+async def test_the_list_shows_the_oldest_pending_so_a_listed_delivery_stays_until_acknowledged(
+    tmp_path: Path,
+) -> None:
+    """``resources/list`` shows the oldest ``window`` pending deliveries: one listed leaves the list
+    only when it is acknowledged (a newest-first list dropped it under newer arrivals and showed it
+    again later, while its agent ran: a second agent for it, issue 37's burst test)."""
+    async with running(make(tmp_path, window=2)) as store:
+        for n in range(1, 5):
+            await store.append(accepted(f"d-{n}"))
+        assert [e.id for e in store.pending()] == ["d-1", "d-2"]
+        await store.append(accepted("d-5"))  # newer arrivals do not push a listed one out
+        assert [e.id for e in store.pending()] == ["d-1", "d-2"]
+        store.ack_ids(["d-2"])  # out of order: d-1 stays, the next oldest comes in
+        assert [e.id for e in store.pending()] == ["d-1", "d-3"]
+        store.ack_ids(["d-1", "d-3"])
+        assert [e.id for e in store.pending()] == ["d-4", "d-5"]

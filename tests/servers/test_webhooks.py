@@ -140,7 +140,8 @@ async def test_each_kind_spawns_exactly_one_agent_per_delivery_and_none_for_a_re
             "duplicate"
         ]
         # The pipeline is live and started nothing for the redeliveries: the next delivery is the 5th agent.
-        assert (await post(port, "/hooks/github", gh, github_headers(gh, "d-gh-2"))).status == 200
+        gh2 = dumps(github_issue_labeled(number=1348))  # another event: another body
+        assert (await post(port, "/hooks/github", gh2, github_headers(gh2, "d-gh-2"))).status == 200
         await handled(a, "webhook://github/event/d-gh-2", count=5)
         await drain(a)
     assert [e["uris"] for e in a.find("route.deliver")] == [

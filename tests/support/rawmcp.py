@@ -197,13 +197,21 @@ def server_env(**extra: str) -> dict[str, str]:
 
 
 @asynccontextmanager
-async def raw_server(argv: Sequence[str], *, env: dict[str, str] | None = None) -> AsyncIterator[RawClient]:
+async def raw_server(
+    argv: Sequence[str], *, env: dict[str, str] | None = None, stderr: int | None = None
+) -> AsyncIterator[RawClient]:
     """Start ``argv`` with piped stdio and yield a :class:`RawClient` for it.
 
+    ``stderr``: a descriptor for the server's stderr (default: this process's).
     On exit stdin is closed, the process gets 10 s to leave, then SIGKILL.
     """
     proc = await trio.lowlevel.open_process(
-        list(argv), cwd=REPO, env=env or server_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        list(argv),
+        cwd=REPO,
+        env=env or server_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
     )
     client = RawClient(proc)
     try:

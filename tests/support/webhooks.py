@@ -289,6 +289,67 @@ async def post(
             return await read_reply(stream)
 
 
+# --------------------------------------------------------------------------- hostile clients
+
+#: ``python -c HOSTILE_CLIENTS PORT COUNT SECONDS``: COUNT connections to 127.0.0.1:PORT, each sending
+#: half a request line and holding it; one the server answers or closes is reopened at once (as
+#: fast as they are cut). Stops by itself after SECONDS (a bounded loop); prints ``ready`` once every
+#: connection sent its half line, then at the end ``opened cut`` (connections made, and cut).
+HOSTILE_CLIENTS = """
+import selectors, socket, sys, time
+port, count, seconds = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+HALF = b"POST /hooks/github HT"
+sel = selectors.DefaultSelector()
+opened = cut = sent = 0
+def reopen():
+    global opened
+    s = socket.socket()
+    s.setblocking(False)
+    try:
+        s.connect(("127.0.0.1", port))
+    except BlockingIOError:
+        pass
+    except OSError:
+        s.close()
+        return
+    sel.register(s, selectors.EVENT_WRITE, False)
+    opened += 1
+def drop(s):
+    sel.unregister(s)
+    s.close()
+for _ in range(count):
+    reopen()
+deadline = time.monotonic() + seconds
+ready = False
+while (left := deadline - time.monotonic()) > 0:
+    if len(sel.get_map()) < count:
+        reopen()
+    for key, _ in sel.select(min(left, 0.5)):
+        s = key.fileobj
+        if not key.data:  # connected (or failed): send half a request line, then hold it
+            try:
+                if s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) or s.send(HALF) != len(HALF):
+                    raise OSError
+            except OSError:
+                drop(s)
+                continue
+            sel.modify(s, selectors.EVENT_READ, True)
+            sent += 1
+            if not ready and sent >= count:
+                ready = True
+                print("ready", flush=True)
+        else:  # answered (408, 503) or closed: cut; open another at once
+            try:
+                s.recv(4096)
+            except OSError:
+                pass
+            drop(s)
+            cut += 1
+            reopen()
+print(opened, cut, flush=True)
+"""
+
+
 # --------------------------------------------------------------------------- the server
 
 

@@ -8,8 +8,10 @@ below it, checked by ``lint-imports``)::
                   ack / ack_through, the pending deliveries in resources/list,
                   notifications (both eras)
     listener.py   the HTTP intake on --listen: POST /hooks/NAME, bounded in
-                  connections, time and size; a request that arrived whole is
-                  handled at once, any other connection read by a task (h11 on trio)
+                  connections, time and size, no client able to hold every slot
+                  (a connection still arriving is cut for a new one); a request
+                  that arrived whole is handled at once, any other connection
+                  read by a task (h11 on trio); /healthz
     store.py      one source's durable log: append + group-committed fdatasync before
                   2xx, dedupe by delivery id, retention with GAP, acknowledgements
                   (the inbox's pure log, ``servers/_inboxlog.py``, keeps the positions)
@@ -25,7 +27,9 @@ arrived whole, else h11 within its bounds) → ``verify.check_headers`` /
 ``check_body`` → ``delivery.interpret`` → ``store.stage`` / ``append`` (written,
 synced, then shown) → 200 → the ``server``'s
 notifier tells subscribers of ``webhook://NAME/events`` and announces the new
-``webhook://NAME/event/{id}`` in the resource list. Design: rfcs/0310, rfcs/0368.
+``webhook://NAME/event/{id}`` in the resource list. Design: rfcs/0310, rfcs/0368,
+rfcs/0373 (the intake under attack, the directory's rules, readiness), rfcs/0374
+(replays, keys, bodies that are not JSON).
 """
 
 from agentd.servers.webhook.server import HELP, SUMMARY, add_arguments, build

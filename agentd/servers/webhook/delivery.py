@@ -1,9 +1,11 @@
 """What an authenticated request means, and how a delivery is stored and shown (pure, no I/O).
 
 :func:`interpret` runs after :mod:`~agentd.servers.webhook.verify` passed: it
-parses the body (JSON, or a form whose ``payload`` field is JSON), finds the
-delivery id, the dedupe key and the event name for the source's kind, keeps
-the headers worth keeping, and returns one of:
+reads the body (:func:`parse_body`: JSON stays JSON; GitHub's and Slack's
+forms are read as their documented fields; any other body, a form to a
+generic source, text, XML, is kept as UTF-8 text with its content type),
+finds the delivery id, the dedupe keys and the event name for the source's
+kind, keeps the headers worth keeping, and returns one of:
 
 * :class:`Accepted`: store it (durably) and answer 200;
 * :class:`Reply`: answer at once and store nothing (GitHub's ``ping``,
@@ -12,16 +14,19 @@ the headers worth keeping, and returns one of:
 
 A stored delivery is one JSON line (:func:`encode_record`): ``v``, ``id``,
 ``key`` (the dedupe key), ``source``, ``kind``, ``event``, ``received`` (UTC,
-ISO 8601), ``at`` (Unix seconds), ``headers``, ``body``. In the event log
+ISO 8601), ``at`` (Unix seconds), ``headers``, ``body``; ``digest`` (the
+replay key of a signed body: source, event and body hashed, rfcs/0374) and
+``text: true`` (the body is text, not JSON) when they apply. In the event log
 (``webhook://NAME/events``) a delivery is a ``DELIVERY`` event
 (:func:`log_event`: ``id``, ``source``, ``event``, ``received``,
 ``delivery_uri``) whose ``body`` is the whole body when it is small and a
 bounded digest otherwise (``truncated: true``; the whole delivery is
 ``webhook://NAME/event/{id}``).
 
-Hostile bodies: invalid UTF-8, invalid JSON, nesting deeper than
-:data:`MAX_DEPTH` levels are refused (400) before anything is stored, so a
-model never reads them.
+Hostile bodies: a body declared JSON that is not, nesting deeper than
+:data:`MAX_DEPTH` levels, text that is not UTF-8, an idempotency key longer
+than :data:`MAX_KEY` are refused (400) before anything is stored, so a model
+never reads them.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ __all__ = [
     "HEADER_VALUE_CAP",
     "INLINE_BODY",
     "MAX_DEPTH",
+    "MAX_KEY",
     "Accepted",
     "Record",
     "Reply",
@@ -73,6 +79,10 @@ FORM_FIELDS: Final = 1000
 """Fields of a form body parsed (Slack's slash commands send about 12)."""
 NAME_CAP: Final = 64
 """Characters of an event name (GitHub's longest is under 40)."""
+MAX_KEY: Final = HEADER_VALUE_CAP
+"""Characters of an idempotency key: compared whole, so a longer one is refused (400), never cut
+(two keys sharing their first 1,024 characters are two deliveries). Stripe's keys are at most 255."""
+_FORM: Final = "application/x-www-form-urlencoded"
 
 _ID_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 _NAME_RE: Final = re.compile(r"[A-Za-z0-9._:/-]{1,64}")
@@ -113,6 +123,11 @@ class Accepted:
     event: str
     body: JSONValue
     headers: dict[str, str]
+    digest: str | None = None
+    """The replay key of a signed body (source, event, raw body hashed): the same signed body again,
+    under any delivery id, is the same delivery (rfcs/0374). None for token-authenticated sources."""
+    text: bool = False
+    """``body`` is the request's text (a form, XML, plain text: its content type is a kept header)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,14 +172,46 @@ def _json(data: bytes, what: str) -> JSONValue | Refusal:
     return value
 
 
-def parse_body(body: bytes, content_type: str, *, empty_ok: bool = False) -> JSONValue | Refusal:
-    """The body as JSON: a JSON document, or a form (``application/x-www-form-urlencoded``) as an
-    object of its fields, its ``payload`` field parsed as JSON (GitHub's and Slack's form bodies)."""
+def _is_json(media: str) -> bool:
+    return media == "application/json" or media.endswith("+json")
+
+
+def parse_body(
+    body: bytes, content_type: str, *, empty_ok: bool = False, forms: bool = True, text: bool = False
+) -> JSONValue | Refusal:
+    """The body as JSON: a JSON document, or with ``forms`` a form (``application/x-www-form-urlencoded``)
+    as an object of its fields, its ``payload`` field parsed as JSON (GitHub's and Slack's form bodies).
+
+    With ``text``, a body that is not JSON (a form when ``forms`` is off, XML, plain text, or no
+    content type and not JSON) is returned as a :class:`Text`: UTF-8 text, kept as it came. A body
+    whose content type says JSON must be JSON.
+    """
     if not body.strip():
         return None if empty_ok else _malformed("the body is empty; send a JSON body")
     media = content_type.split(";", 1)[0].strip().lower()
-    if media != "application/x-www-form-urlencoded":
+    if media == _FORM and forms:
+        return _form(body)
+    if not text or _is_json(media):
         return _json(body, "the body")
+    if not media:
+        value = _json(body, "the body")
+        if not isinstance(value, Refusal):
+            return value  # a sender that names no type and sends JSON
+    try:
+        return Text(body.decode("utf-8"))
+    except UnicodeDecodeError:
+        return _malformed(
+            f"the body ({media or 'no content type'}) is neither JSON nor UTF-8 text; send JSON or UTF-8 text"
+        )
+
+
+class Text(str):
+    """A body kept as text (:func:`parse_body` with ``text``): stored as a JSON string, marked ``text``."""
+
+    __slots__ = ()
+
+
+def _form(body: bytes) -> JSONValue | Refusal:
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
@@ -187,6 +234,11 @@ def _name(value: object, fallback: str) -> str:
     if isinstance(value, str) and _NAME_RE.fullmatch(value):
         return value
     return fallback
+
+
+def replay_key(source: str, event: str, body: bytes) -> str:
+    """The replay key of a signed body (:attr:`Accepted.digest`)."""
+    return "body:" + _hash(source.encode(), event.encode(), body)
 
 
 def _hash(*parts: bytes) -> str:
@@ -231,7 +283,7 @@ def interpret(
             return _malformed("X-GitHub-Event is missing or not an event name")
         if not valid_id(delivery):
             return _malformed("X-GitHub-Delivery is missing or not a delivery GUID")
-        parsed = parse_body(body, content_type)
+        parsed = parse_body(body, content_type, text=True)
         if isinstance(parsed, Refusal):
             return parsed
         if event == "ping":
@@ -239,7 +291,7 @@ def interpret(
             return Reply(
                 200, {"ok": True, "ping": True, "zen": zen if isinstance(zen, str) else None}, "ping"
             )
-        return Accepted(delivery, delivery, event, parsed, kept)
+        return _accepted(spec, delivery, delivery, event, parsed, kept, body)
     if spec.kind == "slack":
         parsed = parse_body(body, content_type)
         if isinstance(parsed, Refusal):
@@ -258,14 +310,14 @@ def interpret(
                 return _malformed("an event_callback without a usable event_id")
             inner = parsed.get("event")
             name = _name(inner.get("type") if isinstance(inner, dict) else None, "event_callback")
-            return Accepted(event_id, event_id, name, parsed, kept)
+            return _accepted(spec, event_id, event_id, name, parsed, kept, body)
         # Slash commands, interactivity, rate-limit notices: no event id; a trigger id when there is one.
         trigger = parsed.get("trigger_id")
         name = "slash_command" if "command" in parsed else _name(kind, "slack")
         if isinstance(trigger, str) and valid_id(trigger):
-            return Accepted(trigger, trigger, name, parsed, kept)
+            return _accepted(spec, trigger, trigger, name, parsed, kept, body)
         digest = _hash(body)
-        return Accepted(f"s-{digest[:32]}", f"sha256:{digest}", name, parsed, kept)
+        return _accepted(spec, f"s-{digest[:32]}", f"sha256:{digest}", name, parsed, kept, body)
     if spec.kind == "alertmanager":
         parsed = parse_body(body, content_type)
         if isinstance(parsed, Refusal):
@@ -275,18 +327,37 @@ def interpret(
         digest = _hash(body)
         event = _name(parsed.get("status"), "notification")
         return Accepted(f"am-{int(now * 1000)}-{digest[:12]}", f"sha256:{digest}", event, parsed, kept)
-    # generic
-    parsed = parse_body(body, content_type, empty_ok=True)
+    # generic: any body its sender sends; JSON stays JSON, anything else is text
+    key = headers.get(spec.id_header.lower(), "").strip()
+    if len(key) > MAX_KEY:
+        return _malformed(
+            f"{spec.id_header} is {len(key)} characters; send a key of at most {MAX_KEY} (it is compared whole)"
+        )
+    parsed = parse_body(body, content_type, empty_ok=True, forms=False, text=True)
     if isinstance(parsed, Refusal):
         return parsed
     event = "delivery"
     if spec.event_header:
         event = _name(headers.get(spec.event_header.lower(), "").strip(), "delivery")
-    key = headers.get(spec.id_header.lower(), "").strip()
     if key:
         delivery = key if valid_id(key) else f"k-{_hash(key.encode('utf-8', 'surrogateescape'))[:32]}"
-        return Accepted(delivery, f"key:{key[:HEADER_VALUE_CAP]}", event, parsed, kept)
-    return Accepted(f"d-{nonce}", None, event, parsed, kept)
+        return _accepted(spec, delivery, f"key:{key}", event, parsed, kept, body)
+    return _accepted(spec, f"d-{nonce}", None, event, parsed, kept, body)
+
+
+def _accepted(
+    spec: SourceSpec,
+    delivery_id: str,
+    key: str | None,
+    event: str,
+    parsed: JSONValue,
+    kept: dict[str, str],
+    body: bytes,
+) -> Accepted:
+    """An :class:`Accepted`, with the replay key when the body is signed (an HMAC source)."""
+    digest = replay_key(spec.name, event, body) if spec.secret is not None else None
+    text = isinstance(parsed, Text)
+    return Accepted(delivery_id, key, event, str(parsed) if text else parsed, kept, digest, text)
 
 
 # --------------------------------------------------------------------------- stored form
@@ -324,7 +395,7 @@ def stored_record(
     headers = {**accepted.headers}
     line = _line(
         delivery_id, accepted.dedupe_key, spec.name, spec.kind, accepted.event, received, received_at,
-        headers, accepted.body,
+        headers, accepted.body, accepted.digest, accepted.text,
     )  # fmt: skip
     record = Record(
         delivery_id,
@@ -337,6 +408,8 @@ def stored_record(
         headers,
         accepted.body,
         len(line),
+        accepted.digest,
+        accepted.text,
     )
     return record, line
 
@@ -345,7 +418,7 @@ def encode(record: Record) -> bytes:
     """A record as its stored line."""
     return _line(
         record.id, record.key, record.source, record.kind, record.event, record.received, record.at,
-        record.headers, record.body,
+        record.headers, record.body, record.digest, record.text,
     )  # fmt: skip
 
 
@@ -359,6 +432,8 @@ def _line(
     at: float,
     headers: dict[str, str],
     body: JSONValue,
+    digest: str | None = None,
+    text: bool = False,
 ) -> bytes:
     doc: JSONObject = {
         "v": 1,
@@ -372,6 +447,10 @@ def _line(
         "headers": {**headers},
         "body": body,
     }
+    if digest is not None:
+        doc["digest"] = digest
+    if text:
+        doc["text"] = True
     return orjson.dumps(doc) + b"\n"
 
 
@@ -389,10 +468,12 @@ class Record:
     headers: dict[str, str]
     body: JSONValue
     size: int
+    digest: str | None = None
+    text: bool = False
 
     def whole(self) -> JSONObject:
         """``webhook://NAME/event/{id}``: the delivery as a model reads it."""
-        return {
+        out: JSONObject = {
             "id": self.id,
             "source": self.source,
             "kind": self.kind,
@@ -402,6 +483,10 @@ class Record:
             "headers": {**self.headers},
             "body": self.body,
         }
+        if self.text:
+            out["format"] = "text"
+            out["content_type"] = self.headers.get("content-type")
+        return out
 
 
 def decode_record(line: bytes) -> Record | None:
@@ -422,7 +507,13 @@ def decode_record(line: bytes) -> Record | None:
         return None
     if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
         return None
-    return Record(rid, key, source, kind, event, received, float(at), headers, obj.get("body"), len(line))
+    digest, text = obj.get("digest"), obj.get("text", False) is True
+    if digest is not None and not isinstance(digest, str):
+        return None
+    body = obj.get("body")
+    if text and not isinstance(body, str):
+        return None
+    return Record(rid, key, source, kind, event, received, float(at), headers, body, len(line), digest, text)
 
 
 def _prune(value: JSONValue, depth: int, keys: int, items: int, chars: int) -> JSONValue:
@@ -480,6 +571,9 @@ def log_event(record: Record, *, seq: int) -> JSONObject:
     if cut:
         event["truncated"] = True
         event["size"] = record.size
+    if record.text:
+        event["format"] = "text"
+        event["content_type"] = record.headers.get("content-type")
     return event
 
 

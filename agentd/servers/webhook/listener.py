@@ -3,15 +3,23 @@
 Routes::
 
     POST /hooks/NAME   a delivery for source NAME: verified, stored durably, then 200
-    GET  /healthz      200 while every source's log can be written, else 503 (for probes)
+    GET  /healthz      200 while every source's log can be written, else 503 naming the sources
+                       and why (a failed write, a failed sync), never a path (for probes)
 
 Anything else is 404 (no such path) or 405 (a hook path with another method).
 
 The HTTP handling is h11 (the state machine hypercorn itself uses) on trio
 sockets, so every limit is enforced here, by this code:
 
-* at most ``max_connections`` connections are served at once; one beyond it
-  is answered 503 and closed at once;
+* at most ``max_connections`` connections are held at once. No client can
+  take them all: a connection whose request is still *arriving* (its head or
+  its body not yet whole: the part of a connection its client controls) is
+  cut, without an answer, to make room. When every connection is held, the
+  oldest arriving one is cut for a new one; and one client (a peer address)
+  may hold at most a quarter of them arriving (:attr:`Limits.per_client`):
+  past that, its own oldest arriving one is cut. A new connection is refused
+  with 503 only when every held one has its request in (being stored or
+  answered). rfcs/0373 has the reasons;
 * a request (its headers and its whole body) must arrive within
   ``request_timeout`` of the moment the connection was ready for it
   (accepted, or the previous response sent). A slowloris is cut there
@@ -23,13 +31,19 @@ sockets, so every limit is enforced here, by this code:
   cap; never more than the cap is held;
 * an unauthenticated request is refused (401) as soon as its headers allow:
   a missing signature header or a wrong bearer token means the body is never
-  read.
+  read;
+* a number in a header (``Content-Length``, Slack's timestamp) is ASCII
+  digits or the request is refused with 400; no request, whatever its bytes,
+  is left unanswered by an error in this code (a property test sends header
+  values over the whole latin-1 range, tests/servers/test_webhook_hostile.py).
 
 A delivery is answered 200 only once it is durable
 (:meth:`~agentd.servers.webhook.store.DeliveryStore.append`); a sender that
 hears anything else (or nothing, because the server died) retries, and the
 retry is recognised by its delivery id. Errors go back as a one-line JSON
-``{"error": ...}`` with ``Connection: close``.
+``{"error": ...}`` with ``Connection: close``; none names a local path (the
+log names it). ``/healthz`` answers 503 while a source's log cannot be
+written (a failed write, e.g. a full disk, until a write succeeds again).
 """
 
 from __future__ import annotations
@@ -75,6 +89,11 @@ DEFAULT_MAX_BODY: Final = 1024 * 1024
 """GitHub caps its payloads at 25 MB but real ones are tens of KB; Slack's and Alertmanager's are smaller."""
 DEFAULT_MAX_CONNECTIONS: Final = 64
 """Senders open one connection per delivery and close it; 64 at once is far above a busy repository's rate."""
+PER_CLIENT_SHARE: Final = 4
+"""One client (a peer address) may hold at most 1/4 of ``max_connections`` with requests still
+arriving: another client's arriving requests keep the other 3/4, which no flood from one address
+can cut. Behind a proxy every sender is the proxy's address; its requests arrive in milliseconds,
+so only a quarter of the slots being slow at once would cut one."""
 DEFAULT_REQUEST_TIMEOUT: Final = 10.0
 """Seconds for one request to arrive whole: GitHub gives up on a delivery after 10 s itself, and a
 1 MiB body needs under a second on any link a webhook sender uses."""
@@ -99,6 +118,9 @@ _ACCEPT_IGNORABLE_ERRNOS: Final = frozenset(
     getattr(errno, name) for name in _IGNORABLE_ACCEPT_NAMES.split() if hasattr(errno, name)
 )
 """A connection that failed between the client's connect and the accept (trio's list): skipped."""
+DEFER_ACCEPT: Final = 1
+"""Seconds Linux holds a connected socket that sent nothing before handing it over (TCP_DEFER_ACCEPT;
+the kernel rounds it to its SYN-ACK retransmission steps)."""
 ACCEPT_BATCH: Final = 64
 """Connections accepted in a row before other tasks run (each is handled on the spot or given a task)."""
 
@@ -112,6 +134,11 @@ class Limits:
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT
     max_header_bytes: int = MAX_HEADER_BYTES
 
+    @property
+    def per_client(self) -> int:
+        """Connections one client may hold with requests still arriving (:data:`PER_CLIENT_SHARE`)."""
+        return max(1, self.max_connections // PER_CLIENT_SHARE)
+
 
 def bind(host: str, port: int) -> socket.socket:
     """A listening TCP socket on ``host:port`` (bound before the server runs, so a busy port fails at start).
@@ -121,6 +148,11 @@ def bind(host: str, port: int) -> socket.socket:
     """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.create_server((host, port), family=family, backlog=128)
+    if hasattr(socket, "TCP_DEFER_ACCEPT"):
+        # Linux hands over a connection once its first bytes are in (or after DEFER_ACCEPT seconds):
+        # a sender's request is then usually whole when it is accepted (handled at once, never cut
+        # to make room), and a client that connects and sends nothing holds no slot meanwhile.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_DEFER_ACCEPT, DEFER_ACCEPT)
     sock.setblocking(False)
     return sock
 
@@ -145,6 +177,55 @@ class _Target:
     store: DeliveryStore
     headers: dict[str, str]
     cap: int
+
+
+@dataclass(slots=True, eq=False)
+class _Arrival:
+    """A connection read by a task, while its request is still arriving (head or body): cut first."""
+
+    peer: str
+    scope: trio.CancelScope
+    """Cancelled to cut the connection (its task closes it)."""
+    evicted: bool = False
+    """Cut to make room: its slot was given back when it was cut."""
+
+
+class _Arrivals:
+    """The connections whose request is still arriving, oldest first, overall and by client."""
+
+    def __init__(self) -> None:
+        self._all: dict[_Arrival, None] = {}
+        self._by_peer: dict[str, dict[_Arrival, None]] = {}
+
+    def __len__(self) -> int:
+        return len(self._all)
+
+    def __contains__(self, arrival: _Arrival) -> bool:
+        return arrival in self._all
+
+    def add(self, arrival: _Arrival) -> None:
+        """``arrival``'s request starts arriving now (the newest)."""
+        self.discard(arrival)
+        self._all[arrival] = None
+        self._by_peer.setdefault(arrival.peer, {})[arrival] = None
+
+    def discard(self, arrival: _Arrival) -> None:
+        """``arrival``'s request is whole, or it is gone (no-op if it was not arriving)."""
+        if arrival not in self._all:
+            return
+        del self._all[arrival]
+        mine = self._by_peer[arrival.peer]
+        del mine[arrival]
+        if not mine:
+            del self._by_peer[arrival.peer]
+
+    def count(self, peer: str) -> int:
+        return len(self._by_peer.get(peer, ()))
+
+    def oldest(self, peer: str | None = None) -> _Arrival | None:
+        """The connection arriving the longest (of ``peer``, if given), or None."""
+        pool = self._all if peer is None else self._by_peer.get(peer, {})
+        return next(iter(pool), None)
 
 
 @dataclass(slots=True)
@@ -195,6 +276,8 @@ class Listener:
         """Requests for no source (404) or with the wrong method (405)."""
         self.timeouts = 0
         """Requests cut off at ``request_timeout`` (slow or idle clients)."""
+        self.evicted = 0
+        """Connections cut while their request was still arriving, to make room (see the module docstring)."""
         self.whole_on_arrival = 0
         """Connections whose first request had arrived whole (a simple POST) and was handled at once."""
         self.streamed = 0
@@ -203,6 +286,7 @@ class Listener:
         self._logged: dict[tuple[str, str], float] = {}
         self._hook = step_hook
         self._waiting: dict[str, list[_Waiting]] = {name: [] for name in self.sources}
+        self._arrivals = _Arrivals()
         self._nursery: trio.Nursery | None = None
 
     @property
@@ -221,10 +305,14 @@ class Listener:
         ]
         for store, hook in hooks:
             store.round_hooks.append(hook)
-        # Printed once accepting, so a launcher (or a person) knows where to point senders.
-        print(
-            f"agentd serve webhook: receiving webhooks on {self.address}{paths}", file=sys.stderr, flush=True
-        )
+        # Printed once accepting, so a launcher (or a person) knows where to point senders. A stderr
+        # that cannot be written (a full disk, a reader gone) must not stop the intake.
+        with contextlib.suppress(OSError, ValueError):
+            print(
+                f"agentd serve webhook: receiving webhooks on {self.address}{paths}",
+                file=sys.stderr,
+                flush=True,
+            )
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
@@ -261,15 +349,20 @@ class Listener:
     # ---------------------------------------------------------------- connections
 
     def take(self, sock: socket.socket) -> None:
-        """Take a new connection: turned away (overload), handled on the spot, or given a task."""
+        """Take a new connection: handled on the spot or given a task; when every slot is held, the
+        oldest connection still arriving is cut to make room, and with none, this one gets 503."""
         sock.setblocking(False)
+        if self.active >= self.limits.max_connections and (oldest := self._arrivals.oldest()) is not None:
+            self._evict(oldest)
         if self.active >= self.limits.max_connections:
             self.overloaded += 1
             self._log_refusal(
                 "*", "overloaded", f"{self.limits.max_connections} connections busy (--max-connections)"
             )
             with contextlib.suppress(OSError):  # a fresh socket takes a short answer at once
-                sock.send(_raw_response(503, "too many connections; retry later"))
+                sock.send(
+                    _raw_response(503, "too many connections; retry later", ("retry-after", RETRY_AFTER))
+                )
             sock.close()
             return
         self.active += 1
@@ -284,6 +377,31 @@ class Listener:
         sock.close()
         self.active -= 1
 
+    def _evict(self, arrival: _Arrival) -> None:
+        """Cut a connection whose request is still arriving (its task closes it); its slot is free now."""
+        self._arrivals.discard(arrival)
+        arrival.evicted = True
+        arrival.scope.cancel()
+        self.active -= 1
+        self.evicted += 1
+        self._log_refusal(
+            "*",
+            "evicted",
+            "cut connections whose requests were still arriving, to make room "
+            f"(--max-connections {self.limits.max_connections}, {self.limits.per_client} a client)",
+        )
+
+    def _arriving(self, arrival: _Arrival) -> None:
+        """``arrival``'s request starts arriving (no-op if it is): past its client's share, that
+        client's oldest is cut."""
+        if arrival.evicted or arrival in self._arrivals:
+            return  # cut already (its task runs on to its first checkpoint), or arriving already
+        while self._arrivals.count(arrival.peer) >= self.limits.per_client:
+            oldest = self._arrivals.oldest(arrival.peer)
+            assert oldest is not None
+            self._evict(oldest)
+        self._arrivals.add(arrival)
+
     def _first_request(self, sock: socket.socket) -> None:
         """The connection's first request, handled here if it is a whole simple POST (:mod:`.wire`);
         else the connection goes to a task, which reads it with h11 from its first byte."""
@@ -296,7 +414,7 @@ class Listener:
             return
         post = wire.parse_post(data, self.limits.max_header_bytes) if data else None
         if post is None:
-            self._spawn(sock, data)
+            self._spawn(sock, data, arriving=True)
             return
         self.whole_on_arrival += 1
         if post.size > self.limits.max_header_bytes:
@@ -383,39 +501,51 @@ class Listener:
         *,
         served: int = 0,
         unsent: tuple[bytes, _Response, bool] | None = None,
+        arriving: bool = False,
     ) -> None:
         """Continue the connection in a task of its own: h11 reads from ``data`` (received already) on;
         ``unsent``: first finish sending this answer (the rest of its bytes), then read on only if
-        its flag says the connection stays open."""
+        its flag says the connection stays open. ``arriving``: its request is not whole yet, so it
+        may be cut to make room from now on (else from when its task reads the next request)."""
         assert self._nursery is not None
         if unsent is None or unsent[2]:
             self.streamed += 1
-        self._nursery.start_soon(self._connection, sock, data, served, unsent)
+        arrival = _Arrival(_peer(sock), trio.CancelScope())
+        if arriving:
+            self._arriving(arrival)
+        self._nursery.start_soon(self._connection, sock, data, served, unsent, arrival)
 
     async def _connection(
-        self, sock: socket.socket, data: bytes, served: int, unsent: tuple[bytes, _Response, bool] | None
+        self,
+        sock: socket.socket,
+        data: bytes,
+        served: int,
+        unsent: tuple[bytes, _Response, bool] | None,
+        arrival: _Arrival,
     ) -> None:
         """Serve one connection and close it (whatever happens: a handler's error never escapes)."""
         try:
             stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
         except Exception:
             log.exception("webhook connection failed")
-            self._close(sock)
+            sock.close()
+            self._release(arrival)
             return
         try:
-            if unsent is not None:
-                rest, response, keep_alive = unsent
-                with trio.move_on_after(SEND_TIMEOUT) as scope:
-                    await stream.send_all(rest)
-                if scope.cancelled_caught:
-                    return
-                self._answered(response)
-                if not keep_alive:
-                    return
-            conn = h11.Connection(h11.SERVER, max_incomplete_event_size=self.limits.max_header_bytes)
-            if data:
-                conn.receive_data(data)  # (b"" would tell h11 the client closed)
-            await self._serve(stream, conn, served)
+            with arrival.scope:  # cancelled when the connection is cut to make room (_evict)
+                if unsent is not None:
+                    rest, response, keep_alive = unsent
+                    with trio.move_on_after(SEND_TIMEOUT) as scope:
+                        await stream.send_all(rest)
+                    if scope.cancelled_caught:
+                        return
+                    self._answered(response)
+                    if not keep_alive:
+                        return
+                conn = h11.Connection(h11.SERVER, max_incomplete_event_size=self.limits.max_header_bytes)
+                if data:
+                    conn.receive_data(data)  # (b"" would tell h11 the client closed)
+                await self._serve(stream, conn, served, arrival)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass  # the client went away; nothing was acknowledged to it
         except Exception:  # one connection's failure must never stop the intake
@@ -424,19 +554,29 @@ class Listener:
             # Closed at once, without a checkpoint: what aclose_forcefully does, minus a cancel
             # scope and a raised Cancelled per connection.
             stream.socket.close()
+            self._release(arrival)
+
+    def _release(self, arrival: _Arrival) -> None:
+        """A task's connection is closed: its slot is free (unless it was freed when it was cut)."""
+        self._arrivals.discard(arrival)
+        if not arrival.evicted:
             self.active -= 1
 
-    async def _serve(self, stream: trio.SocketStream, conn: h11.Connection, served: int) -> None:
+    async def _serve(
+        self, stream: trio.SocketStream, conn: h11.Connection, served: int, arrival: _Arrival
+    ) -> None:
         for _ in range(served, MAX_REQUESTS_PER_CONNECTION):
             response: _Response | None = None
+            self._arriving(arrival)  # the next request: arriving until it is whole
             with trio.move_on_after(self.limits.request_timeout) as scope:
                 try:
                     request = await _next_event(stream, conn)
                     if not isinstance(request, h11.Request):
                         return  # closed before a request (ConnectionClosed)
-                    response = await self._request(stream, conn, request, scope)
+                    response = await self._request(stream, conn, request, scope, arrival)
                 except h11.RemoteProtocolError as exc:
                     response = self._protocol_error(exc)
+            self._arrivals.discard(arrival)
             if scope.cancelled_caught:
                 if conn.their_state is h11.IDLE and not conn.trailing_data[0]:
                     return  # an idle kept-alive connection: close quietly
@@ -465,10 +605,11 @@ class Listener:
         stream: trio.SocketStream,
         conn: h11.Connection,
         request: h11.Request,
-        arrival: trio.CancelScope,
+        deadline: trio.CancelScope,
+        arrival: _Arrival,
     ) -> _Response | None:
-        """Read the body (within ``arrival``'s deadline), then verify, store and answer (no deadline:
-        a sender cut off while its delivery is being made durable would only retry it)."""
+        """Read the body (within ``deadline``), then verify, store and answer (no deadline, and never
+        cut to make room: a sender cut off while its delivery is being made durable would only retry it)."""
         size = len(request.target) + sum(len(k) + len(v) + 4 for k, v in request.headers)
         if size > self.limits.max_header_bytes:
             # h11 bounds what it buffers of an incomplete head; a complete one read in one go is checked here.
@@ -489,7 +630,8 @@ class Listener:
                 if len(body) > target.cap:
                     return self._refuse(target.spec, target.store, _too_large(target.cap))
             elif isinstance(event, h11.EndOfMessage):
-                arrival.deadline = math.inf  # the request is in: the bound was on its arrival
+                deadline.deadline = math.inf  # the request is in: the bound was on its arrival
+                self._arrivals.discard(arrival)
                 break
             else:
                 return None  # the client closed mid-body: nothing to answer, nothing stored
@@ -510,9 +652,9 @@ class Listener:
         if path == "/healthz":
             if method not in ("GET", "HEAD"):
                 return _error(405, "use GET /healthz", ("allow", "GET, HEAD"))
-            broken = {name: store.status()["broken"] for name, (_spec, store) in self.sources.items()}
-            if any(broken.values()):
-                return _Response(503, {"ok": False, "broken": {k: v for k, v in broken.items() if v}})
+            trouble = {name: store.writable() for name, (_spec, store) in self.sources.items()}
+            if any(trouble.values()):
+                return _Response(503, {"ok": False, "unwritable": {k: v for k, v in trouble.items() if v}})
             return _Response(200, {"ok": True})
         name = path[len("/hooks/") :] if path.startswith("/hooks/") else None
         route = self.sources.get(name) if name is not None else None
@@ -528,9 +670,15 @@ class Listener:
         if refusal is not None:
             return self._refuse(spec, store, refusal)
         cap = spec.max_body if spec.max_body is not None else self.limits.max_body
-        length = headers.get("content-length", "")
-        if length.isdigit() and int(length) > cap:
-            return self._refuse(spec, store, _too_large(cap))
+        length = headers.get("content-length")
+        if length is not None:
+            # h11 and wire.parse_post read only ASCII digits here; never isdigit()/int() (``²``).
+            if not (0 < len(length) <= 18 and length.isascii() and length.isdigit()):
+                return self._refuse(
+                    spec, store, Refusal(400, "malformed", "Content-Length must be a number in ASCII digits")
+                )
+            if int(length) > cap:
+                return self._refuse(spec, store, _too_large(cap))
         return _Target(spec, store, headers, cap)
 
     def _judge(self, target: _Target, body: bytes) -> _Response | Accepted:
@@ -563,8 +711,10 @@ class Listener:
             return self._unavailable(spec, exc)
 
     def _unavailable(self, spec: SourceSpec, exc: StoreUnavailable) -> _Response:
-        self._log_refusal(spec.name, "unavailable", str(exc))
-        return _error(503, f"the delivery could not be stored ({exc}); retry", ("retry-after", RETRY_AFTER))
+        self._log_refusal(spec.name, "unavailable", str(exc))  # the log names the file; the sender never
+        return _error(
+            503, f"the delivery could not be stored ({exc.public}); retry later", ("retry-after", RETRY_AFTER)
+        )
 
     def _refuse(self, spec: SourceSpec, store: DeliveryStore, refusal: Refusal) -> _Response:
         code: RefusalCode = refusal.code
@@ -599,7 +749,10 @@ class Listener:
 
 
 def _stored(result: Stored | Duplicate) -> _Response:
-    return _Response(200, {"ok": True, "id": result.id, "duplicate": isinstance(result, Duplicate)})
+    body: JSONObject = {"ok": True, "id": result.id, "duplicate": isinstance(result, Duplicate)}
+    if isinstance(result, Duplicate) and result.replay:
+        body["replay"] = True  # the same signed body as delivery ``id``, under another delivery id
+    return _Response(200, body)
 
 
 def _render(conn: h11.Connection, response: _Response) -> bytes:
@@ -639,6 +792,14 @@ async def _next_event(stream: trio.SocketStream, conn: h11.Connection) -> object
         return event
 
 
-def _raw_response(status: int, reason: str) -> bytes:
+def _peer(sock: socket.socket) -> str:
+    """The client's address (a connection already gone: ``"?"``, one client for all such)."""
+    try:
+        return str(sock.getpeername()[0])
+    except OSError:
+        return "?"
+
+
+def _raw_response(status: int, reason: str, *headers: tuple[str, str]) -> bytes:
     """An error answer written without h11's state (it cannot answer, or the connection holds no slot)."""
-    return wire.render(status, orjson.dumps({"error": reason}) + b"\n", (), close=True)
+    return wire.render(status, orjson.dumps({"error": reason}) + b"\n", headers, close=True)

@@ -8,7 +8,8 @@ Resources (per source NAME)::
     webhook://status             per source: counts, refusals by reason, retention; connections
 
 While a delivery is pending (not acknowledged), ``webhook://NAME/event/{id}``
-is also listed in ``resources/list``, and every change of that list is
+is also listed in ``resources/list`` (the oldest ``--window`` pending ones: a
+listed one stays listed until acknowledged, rfcs/0374), and every change of that list is
 announced (``notifications/resources/list_changed``, both eras). So a glob
 subscription such as ``webhook://github/event/*`` follows the deliveries: each
 new one is subscribed (and read) once, which a spawn route turns into one
@@ -34,7 +35,7 @@ import trio
 from mcp.server.context import HandlerResult, ServerRequestContext
 from mcp_types import ListResourcesResult, PaginatedRequestParams, Resource
 
-from agentd.core.durations import parse_duration, parse_size
+from agentd.core.durations import ascii_int, parse_duration, parse_size
 from agentd.core.redact import redact, register_secrets
 from agentd.observe.timeline import mark
 from agentd.servers import _sdk
@@ -47,6 +48,7 @@ from agentd.servers._base import (
     ToolError,
     WatchableServer,
     describe,
+    whole_number,
 )
 from agentd.servers._httpguard import is_loopback
 from agentd.servers._inboxlog import WINDOW, AckError
@@ -85,8 +87,8 @@ tools:
 Deliveries arrive on --listen (default 127.0.0.1:8787) at POST /hooks/NAME; each
 source has a kind (github, slack, alertmanager, generic) and a secret from an
 environment variable or a file, never the command line. A delivery is on disk
-(fsynced) before the sender gets 2xx; a repeated delivery id is answered 2xx
-and not stored again. docs/webhooks.md has the sender's view and the signatures.
+(fsynced) before the sender gets 2xx; a repeated delivery id, or the same signed
+body under another id (a replay), is answered 2xx and not stored again. docs/webhooks.md has the sender's view and the signatures.
 
 with agentd:
   export GITHUB_WEBHOOK_SECRET=...
@@ -140,9 +142,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--max-connections",
-        type=int,
+        type=whole_number,
         metavar="N",
-        help=f"connections served at once; more get 503 (default {DEFAULT_MAX_CONNECTIONS})",
+        help=f"connections held at once (default {DEFAULT_MAX_CONNECTIONS}); past it one still sending its "
+        "request is cut for the new one (a client holds at most a quarter arriving), 503 only when none is",
     )
     parser.add_argument(
         "--request-timeout",
@@ -151,7 +154,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--retain-count",
-        type=int,
+        type=whole_number,
         metavar="N",
         help=f"deliveries kept per source, acknowledged or not (default {DEFAULT_RETAIN_COUNT})",
     )
@@ -162,9 +165,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--window",
-        type=int,
+        type=whole_number,
         metavar="N",
-        help=f"pending deliveries shown in webhook://NAME/events and listed (default {WINDOW})",
+        help=f"pending deliveries shown in webhook://NAME/events (the newest) and listed (the oldest) "
+        f"(default {WINDOW})",
     )
 
 
@@ -178,8 +182,14 @@ def parse_listen(value: str, *, allow_remote: bool) -> tuple[str, int]:
         ConfigError: malformed, or a non-loopback host without ``--allow-remote``.
     """
     host, sep, port_text = value.rpartition(":")
-    if not sep or not port_text.isdigit() or not 0 <= int(port_text) < 65536:
-        raise ConfigError("--listen", value, f"give HOST:PORT with a port in 0-65535, e.g. {DEFAULT_LISTEN}")
+    try:
+        port = ascii_int(port_text) if sep else -1  # never isdigit()/int(): ``²``, ``١٢``
+    except ValueError:
+        port = -1
+    if not 0 <= port < 65536:
+        raise ConfigError(
+            "--listen", value, f"give HOST:PORT with a port in 0-65535 in ASCII digits, e.g. {DEFAULT_LISTEN}"
+        )
     host = host.strip("[]") or "127.0.0.1"
     if not is_loopback(host) and not allow_remote:
         raise ConfigError(
@@ -188,7 +198,7 @@ def parse_listen(value: str, *, allow_remote: bool) -> tuple[str, int]:
             "bind a loopback address (127.0.0.1, ::1), or pass --allow-remote to receive from other hosts "
             "(every source is authenticated by its own secret or token; put TLS in front, e.g. an Ingress)",
         )
-    return host, int(port_text)
+    return host, port
 
 
 def _load_file(path: str | None) -> dict[str, object]:
@@ -355,6 +365,14 @@ def build(args: argparse.Namespace) -> WatchableServer:
     def broken(message: str) -> None:
         server.fail(ServerStartError(f"the delivery log cannot be written: {message}; restart the server"))
 
+    try:
+        os.makedirs(os.path.dirname(directory), exist_ok=True)  # its parents as any program makes them
+    except OSError as exc:
+        raise ServerStartError(
+            f"cannot create the delivery directory {directory}: {exc.strerror}; choose another with --dir"
+        ) from exc
+    # The state directory's rules (ARCHITECTURE decision 14): this user's alone, 0700 when created here.
+    os.close(store_module.open_private_dir(directory))
     stores: dict[str, DeliveryStore] = {}
     try:
         for spec in sources:
@@ -388,7 +406,14 @@ def build(args: argparse.Namespace) -> WatchableServer:
         server.add_source(store.run_retention)
         server.add_source(store.run_persister)
     server.add_cleanup(sock.close)
-    server.add_source(listener.run)
+
+    async def intake() -> None:
+        try:
+            await listener.run()
+        except Exception as exc:  # the port stays bound but nobody answers: stop, so it is restarted
+            server.fail(ServerStartError(f"the webhook intake stopped ({exc!r}); restart the server"))
+
+    server.add_source(intake)
     server.add_source(notifier.run)
     _register(server, stores, listener, notifier)
     return server
@@ -490,6 +515,7 @@ def _register(
                     "active": listener.active,
                     "overloaded": listener.overloaded,
                     "timeouts": listener.timeouts,
+                    "evicted": listener.evicted,
                     "unrouted": listener.unrouted,
                     "max": listener.limits.max_connections,
                     "whole_on_arrival": listener.whole_on_arrival,

@@ -5,7 +5,10 @@ retention are one state kept consistent together; what a line means is
 ``delivery.py`` and the positions, acknowledgements and gaps are the inbox's
 pure log (``servers/_inboxlog.py``).
 
-Files (``<dir>/<source>/``, 0700, opened without following links)::
+Files (``<dir>/<source>/``: the state directory's rules, ARCHITECTURE decision 14, carried out by
+:func:`open_private_dir`: this user's, 0700; refused when another user owns it or others may
+write it; files opened without following links, regular files of this user only: a file another
+user owns is refused and left as it is)::
 
     seg-<20-digit offset>.jsonl   the log: one delivery per line, in segments named by the
                                   offset of their first byte in the whole log (offsets never move)
@@ -25,12 +28,15 @@ delivery is never shown (events, listing, reads) before it is durable. A line
 left half-written by a crash (never answered 2xx) is cut off at the next start
 and kept aside in ``torn-*.bin``.
 
-Once per delivery id
---------------------
+Once per delivery id, once per signed body
+------------------------------------------
 The dedupe keys of every retained delivery are indexed (rebuilt from the log
 at start, so they survive restarts; bounded by the retention). A repeat
 within the source's window is answered 2xx and not stored; if the original is
 not durable yet, the repeat waits for it (so a 2xx always means "durable").
+So are the replay keys of signed bodies (source, event and raw body hashed):
+the same signed body again under a fresh delivery id is a replay of a
+captured request, answered 2xx as a duplicate and not stored (rfcs/0374).
 
 Retention and gaps
 ------------------
@@ -52,23 +58,26 @@ import itertools
 import logging
 import os
 import re
+import secrets
 import stat
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Final, Literal
 
 import orjson
 import trio
 
 from agentd.core.durations import format_duration
+from agentd.core.errors import ConfigError, NotAFile, NotOurs
 from agentd.core.jsonvalue import JSONObject
 from agentd.observe.timeline import mark
 from agentd.servers._base import ServerStartError
 from agentd.servers._inboxlog import NOTES_CAP, WINDOW, AckError, Cursor, Entry, InboxLog, cursor_from_json
-from agentd.servers._safefs import open_regular, read_regular, write_atomic
+from agentd.servers._safefs import open_regular, write_atomic
 from agentd.servers.webhook.delivery import (
     Accepted,
     Record,
@@ -78,6 +87,7 @@ from agentd.servers.webhook.delivery import (
     valid_id,
 )
 from agentd.servers.webhook.sources import SourceSpec
+from agentd.state.files import directory_problem, make_private_dir, user
 
 __all__ = [
     "DEFAULT_RETAIN_AGE",
@@ -111,9 +121,20 @@ Handing a sync to a worker thread and back costs 0.5-0.8 ms of CPU on 2 busy cor
 several times a fast disk's sync (0.1-0.3 ms on the test machines' ext4); a slower disk (or one
 that stalls) is synced in a thread so the server keeps reading requests and answering MCP calls
 meanwhile. Each sync's own time decides (in the thread too, without the hop)."""
+PROBE_CAP: Final = 4 * 1024 * 1024
+"""Most bytes the write probe (:meth:`DeliveryStore.writable`) writes: the size of the write that
+failed, up to this (a delivery line is at most ``--max-body`` plus its record)."""
+_WRITE_TROUBLE: Final = {
+    errno.ENOSPC: "the disk is full",
+    errno.EDQUOT: "the disk quota is used up",
+    errno.EROFS: "the file system is read-only",
+    errno.EFBIG: "the log file reached the size limit",
+    errno.EIO: "the disk reported an I/O error",
+}
+"""What the sender and the probes are told when a write fails (never the path: that is logged)."""
 STATE_NAME: Final = "state.json"
 LOCK_NAME: Final = "lock"
-_SEGMENT_RE: Final = re.compile(r"seg-(\d{20})\.jsonl")
+_SEGMENT_RE: Final = re.compile(r"seg-([0-9]{20})\.jsonl")  # [0-9]: \d takes every script's digits
 
 Step = Literal["written", "synced"]
 """Points a fault test can stop the process at (``step_hook``): ``written``, a delivery is in the
@@ -121,7 +142,15 @@ file but not synced; ``synced``, it is on disk but nobody was answered or told y
 
 
 class StoreUnavailable(Exception):
-    """The delivery cannot be stored now (disk full, or the log broke); the sender should retry."""
+    """The delivery cannot be stored now (disk full, or the log broke); the sender should retry.
+
+    ``str()`` is for the server's log (it names the files); :attr:`public` is what the sender is
+    told (it names no local path).
+    """
+
+    def __init__(self, message: str, public: str) -> None:
+        super().__init__(message)
+        self.public = public
 
 
 @dataclass(slots=True)
@@ -139,6 +168,8 @@ class _Item:
     seq: int | None = None
     """Its seq in the log; None when it was acknowledged before this process started."""
     durable: bool = False
+    digest: str | None = None
+    """The replay key of its signed body (:attr:`~agentd.servers.webhook.delivery.Accepted.digest`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +185,8 @@ class Duplicate:
     """A retry of a delivery already stored (durable); nothing new was written."""
 
     id: str
+    replay: bool = False
+    """Recognised by its signed body, under another delivery id (a captured request sent again)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +196,7 @@ class Staged:
 
     item: _Item
     duplicate: bool
+    replay: bool = False
 
 
 @dataclass(slots=True)
@@ -178,6 +212,8 @@ class Counters:
 
     accepted: int = 0
     duplicates: int = 0
+    replays: int = 0
+    """Duplicates recognised by their signed body under another delivery id (counted in both)."""
     answered: int = 0
     """Verified and answered without storing (ping, url_verification)."""
     refused: dict[str, int] = field(default_factory=dict)
@@ -190,6 +226,73 @@ class Counters:
 
 def _segment_name(start: int) -> str:
     return f"seg-{start:020d}.jsonl"
+
+
+def _trouble(exc: OSError) -> str:
+    """A failed write, as a sender may be told it (no path)."""
+    known = _WRITE_TROUBLE.get(exc.errno or 0)
+    return known if known is not None else f"a write failed ({exc.strerror or 'unknown error'})"
+
+
+def _read_fd(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, SCAN_CHUNK):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def open_private_dir(path: str) -> int:
+    """Create ``path`` (mode 0700) or check the one there, and open it (never through a link).
+
+    The state directory's rules (:mod:`agentd.state.files`): this user's directory, writable by
+    nobody else. One it creates is 0700 whatever the umask. One of this user's that its group
+    may write (what Kubernetes' ``fsGroup`` makes of every directory on a volume at each mount:
+    the group is the pod's own) is tightened to 0700, said in the log; one that others may write
+    is refused: anyone on the host could have planted files in it.
+
+    Raises:
+        ConfigError: it is not a directory, another user's, or writable by others.
+        ServerStartError: it cannot be created or opened.
+    """
+    try:
+        make_private_dir(Path(path))
+    except NotAFile as exc:
+        raise ConfigError(
+            "--dir",
+            path,
+            f"{path} is {exc.kind}, not a directory; remove it (the server creates it) or choose another --dir",
+        ) from exc
+    except NotOurs:
+        pass  # judged below, on what is opened (no swap in between)
+    except OSError as exc:
+        raise ServerStartError(
+            f"cannot use the delivery directory {path}: {exc.strerror}; choose another with --dir"
+        ) from exc
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ServerStartError(
+            f"cannot use the delivery directory {path}: {exc.strerror}; choose another with --dir"
+        ) from exc
+    st = os.fstat(fd)
+    mode = stat.S_IMODE(st.st_mode)
+    if st.st_uid == os.geteuid() and mode & stat.S_IWGRP and not mode & stat.S_IWOTH:
+        try:
+            os.fchmod(fd, 0o700)
+        except OSError as exc:
+            os.close(fd)
+            raise ServerStartError(
+                f"cannot make {path} private ({exc.strerror}); run `chmod 700 {path}`"
+            ) from exc
+        log.warning(
+            "the delivery directory %s was writable by its group (mode %04o); it is 0700 now", path, mode
+        )
+        st = os.fstat(fd)
+    problem = directory_problem(Path(path), st)
+    if problem is not None:
+        os.close(fd)
+        raise ConfigError("--dir", path, f"the delivery directory {problem}")
+    return fd
 
 
 def _utc_stamp() -> str:
@@ -254,6 +357,7 @@ class DeliveryStore:
         self._order: deque[_Item] = deque()
         self._by_id: dict[str, _Item] = {}
         self._by_key: dict[str, _Item] = {}
+        self._by_digest: dict[str, _Item] = {}
         self._unsynced: list[tuple[_Item, bytes]] = []
         self._scanned: Record | None = None
         self._prepared: dict[
@@ -263,6 +367,8 @@ class DeliveryStore:
         self._version = 0
         self._written_version = -1
         self._broken: str | None = None
+        self._unwritable: str | None = None
+        self._failed_size = 0
         self._append_lock = trio.Lock()
         self._persist_lock = trio.Lock()
         self._dirty = trio.Event()
@@ -301,19 +407,7 @@ class DeliveryStore:
         Raises:
             ServerStartError: another server owns the directory, or it cannot be used.
         """
-        try:
-            os.makedirs(self.dir, mode=0o700, exist_ok=True)
-            self._dir_fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError as exc:
-            raise ServerStartError(
-                f"cannot use the delivery directory {self.dir}: {exc.strerror}; choose another with --dir"
-            ) from exc
-        st = os.fstat(self._dir_fd)
-        if st.st_uid != os.getuid():
-            raise ServerStartError(
-                f"the delivery directory {self.dir} belongs to uid {st.st_uid}, not this user "
-                f"({os.getuid()}); deliveries are kept only in a directory of the server's own user"
-            )
+        self._dir_fd = open_private_dir(self.dir)
         self._take_lock()
         self._remove_temporaries()
         cursor, retained_from, evicted = self._load_state()
@@ -344,9 +438,33 @@ class DeliveryStore:
                     os.close(fd)
         self._fd, self._lock_fd, self._dir_fd = None, -1, -1
 
+    def _open_ours(self, name: str, flags: int, mode: int = 0o600) -> int:
+        """Open ``name`` in the directory: a regular file of this user, never through a link.
+
+        Raises:
+            ServerStartError: another user's file (left as it is).
+            OSError: as :func:`~agentd.servers._safefs.open_regular` (UnsafePath: not a regular file).
+        """
+        fd = open_regular(name, flags, mode, dir_fd=self._dir_fd, shown=os.path.join(self.dir, name))
+        try:
+            self._check_ours(name, os.fstat(fd))
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _check_ours(self, name: str, st: os.stat_result) -> None:
+        """Refuse a file another user owns: the server did not write it (it is left as it is)."""
+        if st.st_uid != os.geteuid():
+            raise ServerStartError(
+                f"{os.path.join(self.dir, name)} is owned by {user(st.st_uid)}, not by this server's user "
+                f"({user(os.geteuid())}): not a file the server wrote, so it is neither read nor replaced; "
+                "remove it if it is not wanted, or choose another --dir"
+            )
+
     def _take_lock(self) -> None:
         try:
-            fd = open_regular(LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600, dir_fd=self._dir_fd)
+            fd = self._open_ours(LOCK_NAME, os.O_RDWR | os.O_CREAT)
         except OSError as exc:
             raise ServerStartError(
                 f"cannot open {os.path.join(self.dir, LOCK_NAME)}: {exc.strerror}"
@@ -367,11 +485,16 @@ class DeliveryStore:
             for name in os.listdir(self._dir_fd):
                 if name.startswith(".~") and name.endswith(".tmp"):
                     with contextlib.suppress(OSError):
-                        os.unlink(name, dir_fd=self._dir_fd)
+                        if os.lstat(name, dir_fd=self._dir_fd).st_uid == os.geteuid():  # ours only
+                            os.unlink(name, dir_fd=self._dir_fd)
 
     def _load_state(self) -> tuple[Cursor, int, int]:
         try:
-            raw = read_regular(STATE_NAME, dir_fd=self._dir_fd)
+            fd = self._open_ours(STATE_NAME, os.O_RDONLY)
+            try:
+                raw = _read_fd(fd)
+            finally:
+                os.close(fd)
         except FileNotFoundError:
             return Cursor(), 0, 0
         except OSError as exc:
@@ -413,6 +536,7 @@ class DeliveryStore:
                     f"{os.path.join(self.dir, name)} is not a regular file; remove it (only the server's own "
                     "segments belong in the delivery directory)"
                 )
+            self._check_ours(name, st)
             segments.append(_Segment(int(m.group(1)), name, st.st_size))
         segments.sort(key=lambda s: s.start)
         for prev, nxt in itertools.pairwise(segments):
@@ -515,15 +639,17 @@ class DeliveryStore:
             record = decode_record(line)
         if record is None:
             return  # a damaged line: an ERROR event in the log names it; nothing to index
-        self._index(
-            _Item(record.id, record.key, record.at, offset, end, record.event, record.received, seq, True)
-        )
+        item = _Item(record.id, record.key, record.at, offset, end, record.event, record.received, seq, True)
+        item.digest = record.digest
+        self._index(item)
 
     def _index(self, item: _Item) -> None:
         self._order.append(item)
         self._by_id[item.id] = item
         if item.key is not None:
             self._by_key[item.key] = item
+        if item.digest is not None:
+            self._by_digest.setdefault(item.digest, item)  # the first is the delivery; later ones replays
 
     def _delete_old_segments(self) -> None:
         floor = min(self._retained_from, self.log.cursor.offset)
@@ -588,10 +714,10 @@ class DeliveryStore:
 
     # ---------------------------------------------------------------- appending
 
-    def _duplicate(self, key: str | None, now: float) -> _Item | None:
+    def _duplicate(self, index: dict[str, _Item], key: str | None, now: float) -> _Item | None:
         if key is None:
             return None
-        item = self._by_key.get(key)
+        item = index.get(key)
         if item is None:
             return None
         window = self.spec.dedupe_window
@@ -629,9 +755,12 @@ class DeliveryStore:
         """:meth:`stage` itself; None when the delivery does not fit the active segment (roll first)."""
         self._check_usable()
         now = self._clock()
-        dup = self._duplicate(accepted.dedupe_key, now)
+        dup = self._duplicate(self._by_key, accepted.dedupe_key, now)
         if dup is not None:
             return Staged(dup, duplicate=True)
+        replayed = self._duplicate(self._by_digest, accepted.digest, now)
+        if replayed is not None:
+            return Staged(replayed, duplicate=True, replay=True)
         delivery_id = self._unique(accepted.delivery_id)
         record, line = stored_record(self.spec, accepted, delivery_id, received_at=now)
         if self._segments[-1].size > 0 and self._segments[-1].size + len(line) > self._segment_bytes:
@@ -640,7 +769,14 @@ class DeliveryStore:
         self._write(line)
         self._prepared[offset] = record
         item = _Item(
-            delivery_id, accepted.dedupe_key, now, offset, offset + len(line), accepted.event, record.received
+            delivery_id,
+            accepted.dedupe_key,
+            now,
+            offset,
+            offset + len(line),
+            accepted.event,
+            record.received,
+            digest=accepted.digest,
         )
         self._index(item)
         self._unsynced.append((item, line))
@@ -678,7 +814,8 @@ class DeliveryStore:
             raise AssertionError(f"{item.id} settled before it was durable")
         if staged.duplicate:
             self.counters.duplicates += 1
-            return Duplicate(item.id)
+            self.counters.replays += staged.replay
+            return Duplicate(item.id, replay=staged.replay)
         assert item.seq is not None
         return Stored(item.id, item.seq)
 
@@ -693,7 +830,43 @@ class DeliveryStore:
 
     def _check_usable(self) -> None:
         if self._broken is not None:
-            raise StoreUnavailable(self._broken)
+            raise StoreUnavailable(self._broken, "the delivery log failed; the server must be restarted")
+
+    def writable(self) -> str | None:
+        """Why deliveries cannot be written now, or None (for ``/healthz`` and the status).
+
+        After a failed write (a full disk, say) the answer stays "no" until a write succeeds: a
+        delivery's, or this probe's, which writes as many bytes as the write that failed to a
+        temporary file beside the log and removes it. Never blocks for long (no sync).
+        """
+        if self._broken is not None:
+            return "the delivery log failed (fdatasync); the server must be restarted"
+        if self._unwritable is None:
+            return None
+        name = f".~probe.{secrets.token_hex(6)}.tmp"
+        try:
+            fd = os.open(
+                name,
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o600,
+                dir_fd=self._dir_fd,
+            )
+        except OSError as exc:
+            self._unwritable = _trouble(exc)
+            return self._unwritable
+        try:
+            view = memoryview(bytes(min(self._failed_size, PROBE_CAP)))
+            while view:
+                view = view[os.write(fd, view) :]
+        except OSError as exc:
+            self._unwritable = _trouble(exc)
+        else:
+            self._unwritable = None
+        finally:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=self._dir_fd)
+        return self._unwritable
 
     def _write(self, line: bytes) -> None:
         assert self._fd is not None
@@ -710,10 +883,14 @@ class DeliveryStore:
                 self._break(
                     f"the log {seg.name} could not be repaired after a failed write ({undo.strerror})"
                 )
+            trouble = _trouble(exc)
+            self._unwritable, self._failed_size = trouble, len(line)
             raise StoreUnavailable(
                 f"cannot write to {os.path.join(self.dir, seg.name)}: {exc.strerror}"
-                + ("; free disk space" if exc.errno == errno.ENOSPC else "")
+                + ("; free disk space" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""),
+                trouble,
             ) from exc
+        self._unwritable = None
         seg.size += len(line)
         self._end += len(line)
 
@@ -725,7 +902,11 @@ class DeliveryStore:
         try:
             seg = await trio.to_thread.run_sync(self._create_segment, self._end)
         except OSError as exc:
-            raise StoreUnavailable(f"cannot start a new segment in {self.dir}: {exc.strerror}") from exc
+            trouble = _trouble(exc)
+            self._unwritable, self._failed_size = trouble, 1
+            raise StoreUnavailable(
+                f"cannot start a new segment in {self.dir}: {exc.strerror}", trouble
+            ) from exc
         old = self._fd
         self._segments.append(seg)
         self._fd = open_regular(seg.name, os.O_WRONLY | os.O_APPEND, dir_fd=self._dir_fd)
@@ -845,6 +1026,8 @@ class DeliveryStore:
                 del self._by_id[head.id]
             if head.key is not None and self._by_key.get(head.key) is head:
                 del self._by_key[head.key]
+            if head.digest is not None and self._by_digest.get(head.digest) is head:
+                del self._by_digest[head.digest]
             evicted.append(head)
         if not evicted:
             return None
@@ -911,8 +1094,14 @@ class DeliveryStore:
         return item is not None and item.durable
 
     def pending(self) -> list[Entry]:
-        """The pending deliveries shown in the log's window (oldest first), without ERROR/GAP events."""
-        return [e for e in self.log.window() if e.event.get("type") == "DELIVERY"]
+        """The oldest ``window`` pending deliveries, oldest first: what ``resources/list`` shows.
+
+        The oldest, not the newest: a listed delivery then stays listed until it is acknowledged
+        (only older ones leave the list before it). A delivery that left the list while pending
+        and came back while its agent ran would be a new resource to agentd, and a second agent;
+        and the list fills in the order routes take deliveries in (rfcs/0374).
+        """
+        return [e for e in self.log.oldest(self._window) if e.event.get("type") == "DELIVERY"]
 
     def recent_ids(self, n: int = 5) -> list[str]:
         return [item.id for item in list(self._order)[-n:] if item.durable]
@@ -965,6 +1154,7 @@ class DeliveryStore:
             "retain_age": format_duration(self.retain_age) if self.retain_age is not None else None,
             "accepted": c.accepted,
             "duplicates": c.duplicates,
+            "replays": c.replays,
             "answered": c.answered,
             "refused": {**c.refused},
             "evicted": c.evicted,
@@ -972,6 +1162,7 @@ class DeliveryStore:
             "syncs": c.syncs,
             "last_received": c.last_received,
             "broken": self._broken,
+            "unwritable": self._unwritable,
             "warnings": [*self.warnings],
         }
         return out

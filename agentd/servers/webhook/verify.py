@@ -170,8 +170,13 @@ def check_body(spec: SourceSpec, headers: Mapping[str, str], body: bytes, *, now
         )
     if spec.kind == "slack":
         stamp = headers.get("x-slack-request-timestamp", "").strip()
-        if not stamp.isdigit() or len(stamp) > 12:
-            return Refusal(401, "stale", "X-Slack-Request-Timestamp must be Unix seconds")
+        # ASCII digits only: isdigit() is true for ``²``, which int() refuses (and ``١٢`` it reads).
+        if not (0 < len(stamp) <= 12 and stamp.isascii() and stamp.isdigit()):
+            return Refusal(
+                400,
+                "malformed",
+                "X-Slack-Request-Timestamp must be Unix seconds in ASCII digits, e.g. 1531420618",
+            )
         if abs(now - int(stamp)) > SLACK_WINDOW:
             return Refusal(
                 401,
