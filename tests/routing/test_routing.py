@@ -399,7 +399,8 @@ async def test_an_exact_uri_without_a_server_among_several_is_reported(tmp_path:
 # --------------------------------------------------------------------------- one drop vocabulary
 
 
-@pytest.mark.parametrize("overflow", ["drop_oldest", "coalesce"])
+# coalesce defers instead of dropping (rfcs/0372): tests/routing/test_router.py and the webhook burst.
+@pytest.mark.parametrize("overflow", ["drop_oldest", "drop_newest"])
 async def test_drops_name_the_lost_uri_and_the_routers_reason_everywhere(
     tmp_path: Path, overflow: str
 ) -> None:
@@ -421,7 +422,7 @@ async def test_drops_name_the_lost_uri_and_the_routers_reason_everywhere(
         await a.wait_event("turn.end", count=2, timeout=STEP)
         metrics = await scrape(base)
         await drain(a)
-    reason = "coalesce_cap" if overflow == "coalesce" else "drop_oldest"
+    reason = overflow
     # The 1st change started the one agent, the 2nd waits in the queue, the 3rd overflows.
     first, queued = (e["uri"] for e in a.find("route.enqueued"))
     routed = [e for e in a.find("resource.updated") if e["route"] == "r0"]

@@ -100,6 +100,8 @@ async def test_watches_in_total_are_capped_counted_and_said_once_per_hit(tmp_pat
         "max_self_subscriptions": 0,
         "watches.max_watches": 1,
         "watches.max_watches_total": 4,
+        "max_children": 0,
+        "max_agents": 0,
     }
 
 
