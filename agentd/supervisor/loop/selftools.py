@@ -16,6 +16,7 @@ from typing import assert_never
 
 from agentd import events
 from agentd.core.errors import LimitReached, RouteError
+from agentd.events import OWN_SERVER
 from agentd.observe.counters import RunCounters
 from agentd.observe.telemetry import Telemetry
 from agentd.supervisor.loop.agents import Agent, AgentTable
@@ -94,30 +95,8 @@ class SelfToolDesk:
                 assert_never(request)
 
     def _subscribe(self, agent: Agent, request: events.SelfSubscribe) -> None:
-        session = agent.session or agent.id
-        try:
-            self.session_routes.subscribe(session, request.uri)
-        except LimitReached as exc:
-            # A cap (rfcs/0265): the model is told, the refusal counted, the operator told once per hit.
-            self.counters.refuse(exc.limit)
-            if exc.first:
-                self.telemetry.emit(
-                    "limit.reached",
-                    limit=exc.limit,
-                    value=exc.value,
-                    agent=agent.id,
-                    session=session,
-                    uri=request.uri,
-                )
-            request.reply.answer(events.Refused(str(exc)))
-            return
-        except (RouteError, ValueError) as exc:  # ValueError: a URI that is no valid match
-            request.reply.answer(events.Refused(str(exc)))
-            return
-        self.agents.name_session(agent)
-        agent.subscribe(request.uri, request.server)
-        self.telemetry.emit("self.subscribe", agent=agent.id, uri=request.uri, server=request.server)
-        request.reply.answer(events.Acknowledged())
+        refused = self._self_route(agent, request.uri, request.server)
+        request.reply.answer(events.Acknowledged() if refused is None else events.Refused(refused))
 
     def subscribe_own(self, agent: Agent, uri: str) -> str | None:
         """Subscribe ``agent``'s session to one of agentd's own resources (``agent://ID``; rfcs/0370).
@@ -125,10 +104,15 @@ class SelfToolDesk:
         The same self route as :meth:`answer`'s ``subscribe`` (and the same caps), with no
         upstream server behind it. Returns why not (the text the model reads), or None.
         """
+        return self._self_route(agent, uri, None)
+
+    def _self_route(self, agent: Agent, uri: str, server: str | None) -> str | None:
+        """``agent``'s session's exact self route for ``uri`` (on ``server``; None: agentd's own); why not, or None."""
         session = agent.session or agent.id
         try:
             self.session_routes.subscribe(session, uri)
         except LimitReached as exc:
+            # A cap (rfcs/0265): the model is told, the refusal counted, the operator told once per hit.
             self.counters.refuse(exc.limit)
             if exc.first:
                 self.telemetry.emit(
@@ -140,11 +124,11 @@ class SelfToolDesk:
                     uri=uri,
                 )
             return str(exc)
-        except (RouteError, ValueError) as exc:
+        except (RouteError, ValueError) as exc:  # ValueError: a URI that is no valid match
             return str(exc)
         self.agents.name_session(agent)
-        agent.subscribe(uri, None)
-        self.telemetry.emit("self.subscribe", agent=agent.id, uri=uri, server="agentd")
+        agent.subscribe(uri, server)
+        self.telemetry.emit("self.subscribe", agent=agent.id, uri=uri, server=server or OWN_SERVER)
         return None
 
     def drop_own(self, agent: Agent, uri: str) -> None:
