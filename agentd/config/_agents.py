@@ -35,6 +35,7 @@ from agentd.config._values import (
     _integer,
     _model_error,
     _read_at_file,
+    json_noting_duplicates,
 )
 from agentd.core.errors import ConfigError, NotAFile
 from agentd.state.files import read_regular_file
@@ -368,18 +369,8 @@ def _definition(
 
 
 def _json_object(text: str, where: str, example: str) -> object:
-    duplicates: list[str] = []
-
-    def pairs(items: list[tuple[str, object]]) -> dict[str, object]:
-        seen: dict[str, object] = {}
-        for k, v in items:
-            if k in seen:
-                duplicates.append(k)
-            seen[k] = v
-        return seen
-
     try:
-        doc = json.loads(text, object_pairs_hook=pairs)
+        doc, duplicates = json_noting_duplicates(text)
     except (json.JSONDecodeError, RecursionError) as exc:
         raise ConfigError(where, text[:80], f"not valid JSON ({exc}); write {example}") from None
     if duplicates:

@@ -20,7 +20,7 @@ from agentd.config._clients import Translated, translate_codex, translate_goose,
 from agentd.config._models import ServerSpec
 from agentd.config._problems import _join, _problems_of, _raise_all
 from agentd.config._sources import _translate
-from agentd.config._values import _expand_user, not_a_file_fix
+from agentd.config._values import _expand_user, json_noting_duplicates, not_a_file_fix
 from agentd.config._vocab import _ENV_REF_RE, _OPTION_RE, MAX_CONFIG_FILE_BYTES, SERVER_FLAG_OPTIONS
 from agentd.core.errors import ConfigError, NotAFile
 from agentd.state.files import read_regular_file
@@ -99,18 +99,8 @@ def parse_mcp_servers_json(
         ConfigError: naming ``{label}: mcpServers.NAME.FIELD``.
     """
     env = os.environ if env is None else env
-    duplicates: list[str] = []
-
-    def pairs(items: list[tuple[str, object]]) -> dict[str, object]:
-        seen: dict[str, object] = {}
-        for k, v in items:
-            if k in seen:
-                duplicates.append(k)
-            seen[k] = v
-        return seen
-
     try:
-        doc = json.loads(text, object_pairs_hook=pairs)
+        doc, duplicates = json_noting_duplicates(text)
     except (json.JSONDecodeError, RecursionError) as exc:
         raise ConfigError(
             label, text[:80], f'not valid JSON ({exc}); write {{"mcpServers": {{...}}}}'

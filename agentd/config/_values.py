@@ -212,3 +212,24 @@ def _check_glob(pattern: str) -> None:
         compile_glob(pattern)
     except ValueError as exc:
         raise ValueError(str(exc).removeprefix("route match: ")) from None
+
+
+def json_noting_duplicates(text: str) -> tuple[object, list[str]]:
+    """``text`` as JSON, and the keys any of its objects gives twice (JSON keeps the last; agentd names them).
+
+    Raises:
+        json.JSONDecodeError, RecursionError: ``text`` is not JSON (the caller names the setting).
+    """
+    import json
+
+    duplicates: list[str] = []
+
+    def pairs(items: list[tuple[str, object]]) -> dict[str, object]:
+        seen: dict[str, object] = {}
+        for k, v in items:
+            if k in seen:
+                duplicates.append(k)
+            seen[k] = v
+        return seen
+
+    return json.loads(text, object_pairs_hook=pairs), duplicates
