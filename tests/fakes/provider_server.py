@@ -102,6 +102,18 @@ async def _receive_more(stream: trio.SocketStream, buf: bytearray) -> bool:
     return bool(chunk)
 
 
+class ScriptedReplies:
+    """A handler that answers every request with the next of ``replies``, and records the requests."""
+
+    def __init__(self, replies: list[Reply]) -> None:
+        self.replies = replies
+        self.seen: list[RecordedRequest] = []
+
+    def __call__(self, request: RecordedRequest) -> Reply:
+        self.seen.append(request)
+        return self.replies[len(self.seen) - 1]
+
+
 class ProviderServer:
     """The server. ``requests`` grows as requests arrive; ``push`` adds replies.
 

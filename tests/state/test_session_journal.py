@@ -8,21 +8,20 @@ The upstream is the bundled memo server over stdio; changes are file edits.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import struct
 import subprocess
 import textwrap
 from pathlib import Path
-from typing import Any
 
 import pytest
 import trio
 
 from agentd.state import journal as jf
 from agentd.state.sessions import SessionJournals
-from tests.fakes.provider_server import RecordedRequest, Reply, openai_reply, provider_server
+from tests.fakes.provider_server import ScriptedReplies, openai_reply, provider_server
 from tests.support.agentd_proc import PY, REPO, Agentd, run_agentd
+from tests.support.files import edit
 from tests.support.leftovers import tagged_env
 from tests.support.telemetry import RecordingTelemetry
 
@@ -32,24 +31,6 @@ pytestmark = pytest.mark.fault
 STEP = 30.0
 
 DELIVERY = "These resources changed (re-read what you need; act on the current state):\n- memo://notes on memo (updated)"
-
-
-def _edit(path: Path, value: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(value))
-    os.replace(tmp, path)
-
-
-class _Replies:
-    """Answers every request with the next scripted reply; records the requests."""
-
-    def __init__(self, replies: list[Reply]) -> None:
-        self.replies = replies
-        self.seen: list[RecordedRequest] = []
-
-    def __call__(self, request: RecordedRequest) -> Reply:
-        self.seen.append(request)
-        return self.replies[len(self.seen) - 1]
 
 
 def _args(tmp_path: Path, config: str) -> list[str]:
@@ -85,13 +66,13 @@ CONTINUE_ROUTE = (
 async def test_a_continue_session_survives_sigkill_between_two_deliveries(tmp_path, allow_files, torn):
     allow_files("notes.json", "agentd.toml", "state/*")
     (tmp_path / "notes.json").write_text("{}")
-    model = _Replies([openai_reply("first wake"), openai_reply("second wake")])
+    model = ScriptedReplies([openai_reply("first wake"), openai_reply("second wake")])
     async with provider_server(handler=model) as srv:
         env = _env(tmp_path, srv.url("/v1"))
         args = _args(tmp_path, CONTINUE_ROUTE)
         async with run_agentd(args, env=env) as a:
             await a.wait_event("subscription.established", timeout=STEP)
-            _edit(tmp_path / "notes.json", {"v": 1})
+            edit(tmp_path / "notes.json", {"v": 1})
             await a.wait_event("turn.end", timeout=STEP)
             await _kill(a)  # between the two deliveries: no drain, no goodbye
         journal = tmp_path / "state" / "sessions" / jf.file_name("ops")
@@ -101,7 +82,7 @@ async def test_a_continue_session_survives_sigkill_between_two_deliveries(tmp_pa
             journal.write_bytes(journal.read_bytes() + struct.pack("<II", 900, 0) + b'{"t":"turn",')
         async with run_agentd(args, env=env) as b:
             await b.wait_event("subscription.established", timeout=STEP)
-            _edit(tmp_path / "notes.json", {"v": 2})
+            edit(tmp_path / "notes.json", {"v": 2})
             await b.wait_event("turn.end", timeout=STEP)
             restored = b.find("journal.restored")
             torn_events = b.find("journal.torn")
@@ -129,7 +110,7 @@ async def test_a_self_subscription_is_restored_with_its_session(tmp_path, allow_
     allow_files("notes.json", "agentd.toml", "state/*")
     (tmp_path / "notes.json").write_text("{}")
     subscribe = json.dumps({"uri": "memo://notes"})
-    model = _Replies(
+    model = ScriptedReplies(
         [
             openai_reply(tool_calls=[("c1", "subscribe", subscribe)]),
             openai_reply("watching"),
@@ -153,7 +134,7 @@ async def test_a_self_subscription_is_restored_with_its_session(tmp_path, allow_
             # Its route is back before any delivery; the start-up re-read wakes the restored session.
             await b.wait_event("turn.end", timeout=STEP)
             # Then a real change: every start-up re-read was ingested before it.
-            _edit(tmp_path / "notes.json", {"v": 1})
+            edit(tmp_path / "notes.json", {"v": 1})
             await b.wait_event("resource.updated", lambda e: not e.get("startup"), timeout=STEP)
             routes = [e["route"] for e in b.find("resource.updated")]
             startup = [e["uri"] for e in b.find("resource.updated") if e.get("startup")]
@@ -177,7 +158,7 @@ async def test_a_self_subscription_is_restored_with_its_session(tmp_path, allow_
 @pytest.mark.slow
 async def test_the_warm_loop_root_resumes_its_conversation_after_sigkill(tmp_path, allow_files):
     allow_files("state/*")
-    model = _Replies([openai_reply("shift one done"), openai_reply("shift two done")])
+    model = ScriptedReplies([openai_reply("shift one done"), openai_reply("shift two done")])
     async with provider_server(handler=model) as srv:
         env = _env(tmp_path, srv.url("/v1"))
         args = [

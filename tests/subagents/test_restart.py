@@ -8,39 +8,20 @@ off the wire), the child's a ``script:`` model that never answers in time.
 from __future__ import annotations
 
 import json
-import os
 import signal
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.fakes.provider_server import RecordedRequest, Reply, openai_reply, provider_server
+from tests.fakes.provider_server import ScriptedReplies, openai_reply, provider_server
 from tests.support.agentd_proc import PY, Agentd, run_agentd
+from tests.support.files import edit
 from tests.support.leftovers import tagged_env
 
 pytestmark = [pytest.mark.process, pytest.mark.fault]
 
 #: One step of a change travelling server -> agentd -> agent -> provider on this shared machine.
 STEP = 60.0
-
-
-def _edit(path: Path, value: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(value))
-    os.replace(tmp, path)
-
-
-class _Replies:
-    """Answers every request with the next scripted reply; records the requests."""
-
-    def __init__(self, replies: list[Reply]) -> None:
-        self.replies = replies
-        self.seen: list[RecordedRequest] = []
-
-    def __call__(self, request: RecordedRequest) -> Reply:
-        self.seen.append(request)
-        return self.replies[len(self.seen) - 1]
 
 
 async def _kill(a: Agentd) -> None:
@@ -60,7 +41,7 @@ async def test_a_restored_session_is_told_the_agent_it_started_was_lost(tmp_path
         '[agents.slow]\ndescription = "takes its time"\nmodel = "script:slow.json"\n'
     )
     start = json.dumps({"type": "slow", "instruction": "count the stars"})
-    model = _Replies(
+    model = ScriptedReplies(
         [
             openai_reply(tool_calls=[("c1", "agent_start", start)]),
             openai_reply("waiting for the count"),
@@ -78,7 +59,7 @@ async def test_a_restored_session_is_told_the_agent_it_started_was_lost(tmp_path
         )
         async with run_agentd(args, env=env) as a:
             await a.wait_event("subscription.established", timeout=STEP)
-            _edit(tmp_path / "notes.json", {"v": 1})
+            edit(tmp_path / "notes.json", {"v": 1})
             child = await a.wait_event("subagent.started", lambda e: e["agent"] != "a1", timeout=STEP)
             await a.wait_event("turn.end", lambda e: e["agent"] == "a1", timeout=STEP)
             assert a.find("self.subscribe")[0]["uri"] == f"agent://{child['agent']}"
