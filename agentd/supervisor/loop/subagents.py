@@ -148,10 +148,10 @@ class ChildRecords:
         """Parent key (agent id, or ``session:NAME`` for restored ones) -> its children, oldest first."""
         self._running: dict[str, int] = {}
         """Parent agent id -> its running children."""
-        self.running_total = 0
-        """Running agents that agents started."""
         self._changes: list[str] = []
         """URIs of completions the reactor has not routed yet."""
+        self._live: dict[str, None] = {}
+        """Ids of the started agents that have not ended (what the deadlines are read from)."""
         self._orphaned: set[str] = set()
         """Parents gone while children of theirs still ran: those records go as they end."""
 
@@ -164,6 +164,15 @@ class ChildRecords:
     def holds(self, agent_id: str) -> bool:
         """An id a record holds (no new agent may take it)."""
         return agent_id in self._records
+
+    @property
+    def running_total(self) -> int:
+        """Running agents that agents started."""
+        return len(self._live)
+
+    def running_ids(self) -> Iterator[str]:
+        """The ids of the started agents that have not ended, oldest first."""
+        return iter(list(self._live))
 
     def running_of(self, parent: str) -> int:
         return self._running.get(parent, 0)
@@ -179,8 +188,8 @@ class ChildRecords:
             started_at=now,
         )
         self._index(parent.id, record)
+        self._live[child.id] = None
         self._running[parent.id] = self._running.get(parent.id, 0) + 1
-        self.running_total += 1
         return record
 
     def restore_lost(self, session: str, agent_id: str, now: float) -> ChildRecord:
@@ -234,6 +243,7 @@ class ChildRecords:
         record.steps, record.tokens = child.tree_steps, child.tree_tokens
         record.cost_usd = None if child.tree_unpriced else child.tree_usd
         record.ended_at = now
+        self._live.pop(child.id, None)
         if record.parent is not None:
             left = self._running.get(record.parent, 0) - 1
             if left > 0:
@@ -241,7 +251,6 @@ class ChildRecords:
             else:
                 self._running.pop(record.parent, None)
             self._trim(record.parent)
-        self.running_total = max(0, self.running_total - 1)
         wakes, record.wakes = record.wakes, []
         for wake in wakes:
             wake.set()
@@ -636,18 +645,26 @@ class SubagentDesk:
 
     # -- deadlines -----------------------------------------------------------------
 
+    def _running_children(self) -> list[Agent]:
+        """The started agents still running (at most ``max_agents``): only they carry deadlines.
+
+        The reactor asks on every turn of its loop, so this never walks the whole agent table.
+        """
+        found = (self.agents.get(i) for i in self.records.running_ids())
+        return [a for a in found if a is not None and a.alive]
+
     def next_deadline(self) -> float | None:
         """The earliest deadline of a running started agent (the reactor's wait bound), or None."""
         found = [
             a.limits.deadline_at
-            for a in self.agents.live()
+            for a in self._running_children()
             if a.limits.deadline_at is not None and a.cancel_reason is None
         ]
         return min(found) if found else None
 
     def on_time(self, now: float) -> None:
         """Stop every started agent whose deadline passed (it completes ``deadline``)."""
-        for agent in self.agents.live():
+        for agent in self._running_children():
             at = agent.limits.deadline_at
             if at is not None and now >= at and agent.cancel_reason is None:
                 self.telemetry.emit("subagent.deadline", agent=agent.id, parent=agent.parent)
